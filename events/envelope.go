@@ -1,0 +1,134 @@
+package events
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+)
+
+// SchemaVersion is the envelope and payload schema version this build writes.
+const SchemaVersion int32 = 1
+
+// ErrUndecodable marks stored bytes that are not a valid envelope or whose
+// payload type is unknown to this build: a poison event.
+var ErrUndecodable = errors.New("events: undecodable event")
+
+// Envelope is one event with its metadata, as stored in the event stream.
+type Envelope struct {
+	// ID is unique per event and doubles as the store's de-duplication key.
+	ID string
+	// Type is the payload's message name, e.g. "FleetCreated".
+	Type string
+	// Aggregate is the resource name of the aggregate instance.
+	Aggregate string
+	// Time is when the fact happened, as seen by its producer.
+	Time time.Time
+	// Producer names who wrote it, e.g. "hosts/h1".
+	Producer string
+	// RequestID is the API request id that caused it, if any.
+	RequestID string
+	// CorrelationID ties together the events of one logical operation.
+	CorrelationID string
+	// CausationID is the id of the event that caused this one, if any.
+	CausationID string
+	// TraceParent and TraceState carry the W3C trace context of the writer.
+	TraceParent string
+	// TraceState accompanies TraceParent.
+	TraceState string
+	// SchemaVersion is the version the producer wrote.
+	SchemaVersion int32
+	// Data is the payload, one of the messages of proto/tether/events/v1.
+	Data proto.Message
+	// Sequence is the stream sequence, set once stored (0 before).
+	Sequence uint64
+}
+
+// New wraps a payload for an aggregate with a fresh random id.
+func New(aggregate string, at time.Time, data proto.Message) Envelope {
+	return Envelope{
+		ID:            NewEventID(),
+		Type:          TypeOf(data),
+		Aggregate:     aggregate,
+		Time:          at.UTC(),
+		SchemaVersion: SchemaVersion,
+		Data:          data,
+	}
+}
+
+// TypeOf returns the event type name of a payload, e.g. "FleetCreated".
+func TypeOf(data proto.Message) string {
+	return string(data.ProtoReflect().Descriptor().Name())
+}
+
+// NewEventID returns a random 128-bit event id in hex.
+func NewEventID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error on supported platforms.
+	return hex.EncodeToString(b[:])
+}
+
+// Marshal encodes the envelope for the store.
+func (e Envelope) Marshal() ([]byte, error) {
+	if e.Data == nil {
+		return nil, fmt.Errorf("events: envelope %s has no payload", e.ID)
+	}
+	data, err := anypb.New(e.Data)
+	if err != nil {
+		return nil, fmt.Errorf("events: pack %s payload: %w", e.Type, err)
+	}
+	return proto.Marshal(&eventsv1.Envelope{
+		Id:            e.ID,
+		Type:          e.Type,
+		Aggregate:     e.Aggregate,
+		OccurTime:     timestamppb.New(e.Time),
+		Producer:      e.Producer,
+		RequestId:     e.RequestID,
+		CorrelationId: e.CorrelationID,
+		CausationId:   e.CausationID,
+		Traceparent:   e.TraceParent,
+		Tracestate:    e.TraceState,
+		SchemaVersion: e.SchemaVersion,
+		Data:          data,
+	})
+}
+
+// Unmarshal decodes a stored envelope. Errors wrap ErrUndecodable.
+func Unmarshal(b []byte) (Envelope, error) {
+	var pb eventsv1.Envelope
+	if err := proto.Unmarshal(b, &pb); err != nil {
+		return Envelope{}, fmt.Errorf("%w: %v", ErrUndecodable, err)
+	}
+	if pb.GetData() == nil {
+		return Envelope{}, fmt.Errorf("%w: event %q has no payload", ErrUndecodable, pb.GetId())
+	}
+	data, err := pb.GetData().UnmarshalNew()
+	if err != nil {
+		return Envelope{}, fmt.Errorf("%w: event %q payload %q: %v", ErrUndecodable, pb.GetId(), pb.GetData().GetTypeUrl(), err)
+	}
+	env := Envelope{
+		ID:            pb.GetId(),
+		Type:          pb.GetType(),
+		Aggregate:     pb.GetAggregate(),
+		Time:          pb.GetOccurTime().AsTime(),
+		Producer:      pb.GetProducer(),
+		RequestID:     pb.GetRequestId(),
+		CorrelationID: pb.GetCorrelationId(),
+		CausationID:   pb.GetCausationId(),
+		TraceParent:   pb.GetTraceparent(),
+		TraceState:    pb.GetTracestate(),
+		SchemaVersion: pb.GetSchemaVersion(),
+		Data:          data,
+	}
+	if got := TypeOf(data); env.Type != got {
+		return Envelope{}, fmt.Errorf("%w: event %q says type %q but carries %q", ErrUndecodable, env.ID, env.Type, got)
+	}
+	return env, nil
+}

@@ -1,0 +1,46 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrConflict is returned by an append whose expected aggregate sequence is
+// no longer the aggregate's last: someone else wrote first. Callers re-read
+// and decide again.
+var ErrConflict = errors.New("events: conflicting append: the aggregate changed")
+
+// AnySequence, as an expected sequence, appends without a concurrency check.
+const AnySequence = ^uint64(0)
+
+// TransitionError is an event or command that the aggregate's state does not
+// allow, e.g. GameServerReady on a TERMINATED server.
+type TransitionError struct {
+	// Aggregate is the resource name.
+	Aggregate string
+	// From describes the state, e.g. "TERMINATED".
+	From string
+	// Event is the event type or command that was refused.
+	Event string
+}
+
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("events: %s: %s not allowed in state %s", e.Aggregate, e.Event, e.From)
+}
+
+// ValidationError is a command with a bad field.
+type ValidationError struct {
+	// Field is the request field path, e.g. "fleet.replicas".
+	Field string
+	// Reason says what is wrong.
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("invalid %s: %s", e.Field, e.Reason)
+}
+
+// Invalid returns a *ValidationError.
+func Invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
