@@ -80,6 +80,10 @@ func (e Envelope) Marshal() ([]byte, error) {
 	if e.Data == nil {
 		return nil, fmt.Errorf("events: envelope %s has no payload", e.ID)
 	}
+	if got := TypeOf(e.Data); e.Type != got {
+		// Unmarshal would refuse these bytes: do not write a poison event.
+		return nil, fmt.Errorf("events: envelope %s says type %q but carries %q", e.ID, e.Type, got)
+	}
 	data, err := anypb.New(e.Data)
 	if err != nil {
 		return nil, fmt.Errorf("events: pack %s payload: %w", e.Type, err)

@@ -78,8 +78,14 @@ func NameFromSubject(subject string) (string, error) {
 	default:
 		return "", fmt.Errorf("%w: subject %q names no aggregate", ErrInvalidName, subject)
 	}
-	if _, err := Subject(name); err != nil {
+	// A token may hold a '/' ("fleet.a/gameServers/b"), which builds another
+	// kind's name; only a name whose own subject is this one is the inverse.
+	s, err := Subject(name)
+	if err != nil {
 		return "", err
+	}
+	if s != subject {
+		return "", fmt.Errorf("%w: subject %q is not the subject of %q", ErrInvalidName, subject, name)
 	}
 	return name, nil
 }

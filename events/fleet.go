@@ -1,0 +1,305 @@
+package events
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+)
+
+// Defaults applied to a fleet spec's zero values (DESIGN.md §1, §3).
+const (
+	DefaultInitialDelaySeconds       = 5
+	DefaultPeriodSeconds             = 5
+	DefaultFailureThreshold          = 3
+	DefaultSDKDisconnectGraceSeconds = 30
+	DefaultReservationTimeoutSeconds = 60
+	DefaultReconnectWindowSeconds    = 120
+	// MaxReplicas bounds a fleet's replica count.
+	MaxReplicas = 100_000
+)
+
+// FleetCommand is a command on a fleet: CreateFleet, UpdateFleet or DeleteFleet.
+type FleetCommand interface{ fleetCommand() }
+
+// CreateFleet creates a fleet with a spec; zero values take the defaults.
+type CreateFleet struct {
+	// Spec is the desired state.
+	Spec *eventsv1.FleetSpec
+}
+
+// UpdateFleet copies the fields named by Paths from Spec into the fleet's spec.
+// Paths are protobuf field paths of FleetSpec ("replicas", "health",
+// "health.period_seconds", …); none means every field.
+type UpdateFleet struct {
+	// Spec holds the new values.
+	Spec *eventsv1.FleetSpec
+	// Paths names the fields to change.
+	Paths []string
+}
+
+// DeleteFleet deletes a fleet.
+type DeleteFleet struct{}
+
+func (CreateFleet) fleetCommand() {}
+func (UpdateFleet) fleetCommand() {}
+func (DeleteFleet) fleetCommand() {}
+
+// DecideFleet returns the events a command produces on a fleet, or why it is
+// refused. state is nil for a fleet that does not exist.
+func DecideFleet(state *eventsv1.FleetState, cmd FleetCommand) ([]proto.Message, error) {
+	exists := state != nil && state.GetName() != "" && !state.GetDeleted()
+	switch c := cmd.(type) {
+	case CreateFleet:
+		if state != nil && state.GetName() != "" {
+			return nil, &TransitionError{Aggregate: state.GetName(), From: fleetStatus(state), Event: "CreateFleet"}
+		}
+		spec := proto.CloneOf(c.Spec)
+		if spec == nil {
+			spec = &eventsv1.FleetSpec{}
+		}
+		NormalizeFleetSpec(spec)
+		if err := ValidateFleetSpec(spec); err != nil {
+			return nil, err
+		}
+		return []proto.Message{&eventsv1.FleetCreated{Spec: spec}}, nil
+	case UpdateFleet:
+		if !exists {
+			return nil, &TransitionError{Aggregate: state.GetName(), From: fleetStatus(state), Event: "UpdateFleet"}
+		}
+		next, changed, err := mergeFleetSpec(state.GetSpec(), c.Spec, c.Paths)
+		if err != nil {
+			return nil, err
+		}
+		if len(changed) == 0 {
+			return nil, nil
+		}
+		return []proto.Message{&eventsv1.FleetUpdated{Spec: next, ChangedFields: changed}}, nil
+	case DeleteFleet:
+		if !exists {
+			return nil, &TransitionError{Aggregate: state.GetName(), From: fleetStatus(state), Event: "DeleteFleet"}
+		}
+		return []proto.Message{&eventsv1.FleetDeleted{}}, nil
+	}
+	return nil, fmt.Errorf("events: unknown fleet command %T", cmd)
+}
+
+// ApplyFleet folds one event into a fleet's state and returns the new state;
+// the input is not modified. An event the state does not allow is an error.
+func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, error) {
+	next := proto.CloneOf(state)
+	if next == nil {
+		next = &eventsv1.FleetState{}
+	}
+	exists := next.GetName() != "" && !next.GetDeleted()
+	refuse := func() error { return &TransitionError{Aggregate: e.Aggregate, From: fleetStatus(state), Event: e.Type} }
+	at := timestamppb.New(e.Time)
+	switch d := e.Data.(type) {
+	case *eventsv1.FleetCreated:
+		if next.GetName() != "" {
+			return nil, refuse()
+		}
+		next.Name, next.Spec, next.CreateTime = e.Aggregate, proto.CloneOf(d.GetSpec()), at
+	case *eventsv1.FleetUpdated:
+		if !exists {
+			return nil, refuse()
+		}
+		next.Spec = proto.CloneOf(d.GetSpec())
+	case *eventsv1.FleetDeleted:
+		if !exists {
+			return nil, refuse()
+		}
+		next.Deleted, next.DeleteTime = true, at
+	default:
+		return nil, fmt.Errorf("events: %s is not a fleet event", e.Type)
+	}
+	next.UpdateTime = at
+	return next, nil
+}
+
+func fleetStatus(s *eventsv1.FleetState) string {
+	switch {
+	case s == nil || s.GetName() == "":
+		return "ABSENT"
+	case s.GetDeleted():
+		return "DELETED"
+	}
+	return "ACTIVE"
+}
+
+// NormalizeFleetSpec fills a spec's zero values with the defaults.
+func NormalizeFleetSpec(s *eventsv1.FleetSpec) {
+	if s.Template == nil {
+		s.Template = &eventsv1.GameServerTemplate{}
+	}
+	for _, p := range s.Template.Ports {
+		if p.Protocol == eventsv1.Protocol_PROTOCOL_UNSPECIFIED {
+			p.Protocol = eventsv1.Protocol_PROTOCOL_UDP
+		}
+	}
+	if s.Health == nil {
+		s.Health = &eventsv1.HealthPolicy{}
+	}
+	h := s.Health
+	h.InitialDelaySeconds = orDefault(h.InitialDelaySeconds, DefaultInitialDelaySeconds)
+	h.PeriodSeconds = orDefault(h.PeriodSeconds, DefaultPeriodSeconds)
+	h.FailureThreshold = orDefault(h.FailureThreshold, DefaultFailureThreshold)
+	s.SdkDisconnectGraceSeconds = orDefault(s.SdkDisconnectGraceSeconds, DefaultSDKDisconnectGraceSeconds)
+	if s.PlayerSessions == nil {
+		s.PlayerSessions = &eventsv1.PlayerSessionPolicy{}
+	}
+	ps := s.PlayerSessions
+	ps.ReservationTimeoutSeconds = orDefault(ps.ReservationTimeoutSeconds, DefaultReservationTimeoutSeconds)
+	ps.ReconnectWindowSeconds = orDefault(ps.ReconnectWindowSeconds, DefaultReconnectWindowSeconds)
+	if s.Scheduling == eventsv1.Scheduling_SCHEDULING_UNSPECIFIED {
+		s.Scheduling = eventsv1.Scheduling_SCHEDULING_PACKED
+	}
+}
+
+func orDefault(v, def int32) int32 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// ValidateFleetSpec checks a normalized spec. Field paths in errors are the
+// API's ("fleet.replicas").
+func ValidateFleetSpec(s *eventsv1.FleetSpec) error {
+	if s.GetReplicas() < 0 || s.GetReplicas() > MaxReplicas {
+		return Invalid("fleet.replicas", "must be between 0 and %d, got %d", MaxReplicas, s.GetReplicas())
+	}
+	t := s.GetTemplate()
+	if strings.TrimSpace(t.GetCommand()) == "" {
+		return Invalid("fleet.template.command", "is required")
+	}
+	seen := map[string]bool{}
+	for i, p := range t.GetPorts() {
+		if !ValidID(p.GetName()) {
+			return Invalid(fmt.Sprintf("fleet.template.ports[%d].name", i), "%q must be lowercase letters, digits and dashes, starting with a letter", p.GetName())
+		}
+		if seen[p.GetName()] {
+			return Invalid(fmt.Sprintf("fleet.template.ports[%d].name", i), "%q is used twice", p.GetName())
+		}
+		seen[p.GetName()] = true
+	}
+	for k := range t.GetEnv() {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return Invalid("fleet.template.env", "variable name %q is not valid", k)
+		}
+	}
+	h := s.GetHealth()
+	for _, f := range []struct {
+		name string
+		v    int32
+	}{
+		{"fleet.health.initial_delay_seconds", h.GetInitialDelaySeconds()},
+		{"fleet.health.period_seconds", h.GetPeriodSeconds()},
+		{"fleet.health.failure_threshold", h.GetFailureThreshold()},
+		{"fleet.sdk_disconnect_grace_seconds", s.GetSdkDisconnectGraceSeconds()},
+		{"fleet.player_sessions.max_players", s.GetPlayerSessions().GetMaxPlayers()},
+		{"fleet.player_sessions.reservation_timeout_seconds", s.GetPlayerSessions().GetReservationTimeoutSeconds()},
+		{"fleet.player_sessions.reconnect_window_seconds", s.GetPlayerSessions().GetReconnectWindowSeconds()},
+	} {
+		if f.v < 0 {
+			return Invalid(f.name, "must not be negative, got %d", f.v)
+		}
+	}
+	for k, v := range s.GetLabels() {
+		if err := checkLabel(k, v); err != nil {
+			return Invalid("fleet.labels", "%v", err)
+		}
+	}
+	return nil
+}
+
+func checkLabel(k, v string) error {
+	if k == "" || len(k) > 63 || strings.ContainsAny(k, " \t\n=,") {
+		return fmt.Errorf("key %q must be 1-63 characters without spaces, '=' or ','", k)
+	}
+	if len(v) > 253 || strings.ContainsAny(v, "\n") {
+		return fmt.Errorf("value of %q must be at most 253 characters on one line", k)
+	}
+	return nil
+}
+
+// fleetSpecFields are the updatable FleetSpec paths.
+var fleetSpecFields = []string{
+	"replicas", "template", "health", "health.disabled", "health.initial_delay_seconds",
+	"health.period_seconds", "health.failure_threshold", "sdk_disconnect_grace_seconds",
+	"player_sessions", "player_sessions.max_players", "player_sessions.reservation_timeout_seconds",
+	"player_sessions.reconnect_window_seconds", "scheduling", "labels",
+}
+
+// mergeFleetSpec applies the paths of patch onto cur and returns the new
+// spec and the top-level fields that really changed.
+func mergeFleetSpec(cur, patch *eventsv1.FleetSpec, paths []string) (*eventsv1.FleetSpec, []string, error) {
+	next := proto.CloneOf(cur)
+	if patch == nil {
+		patch = &eventsv1.FleetSpec{}
+	}
+	if len(paths) == 0 {
+		paths = []string{"replicas", "template", "health", "sdk_disconnect_grace_seconds", "player_sessions", "scheduling", "labels"}
+	}
+	for _, p := range paths {
+		if !slices.Contains(fleetSpecFields, p) {
+			return nil, nil, Invalid("update_mask", "unknown or read-only field %q", p)
+		}
+		// A whole-message path may have just set the message to nil; its
+		// sub-field paths below write into it.
+		if next.Health == nil {
+			next.Health = &eventsv1.HealthPolicy{}
+		}
+		if next.PlayerSessions == nil {
+			next.PlayerSessions = &eventsv1.PlayerSessionPolicy{}
+		}
+		switch p {
+		case "replicas":
+			next.Replicas = patch.GetReplicas()
+		case "template":
+			next.Template = proto.CloneOf(patch.GetTemplate())
+		case "health":
+			next.Health = proto.CloneOf(patch.GetHealth())
+		case "health.disabled":
+			next.Health.Disabled = patch.GetHealth().GetDisabled()
+		case "health.initial_delay_seconds":
+			next.Health.InitialDelaySeconds = patch.GetHealth().GetInitialDelaySeconds()
+		case "health.period_seconds":
+			next.Health.PeriodSeconds = patch.GetHealth().GetPeriodSeconds()
+		case "health.failure_threshold":
+			next.Health.FailureThreshold = patch.GetHealth().GetFailureThreshold()
+		case "sdk_disconnect_grace_seconds":
+			next.SdkDisconnectGraceSeconds = patch.GetSdkDisconnectGraceSeconds()
+		case "player_sessions":
+			next.PlayerSessions = proto.CloneOf(patch.GetPlayerSessions())
+		case "player_sessions.max_players":
+			next.PlayerSessions.MaxPlayers = patch.GetPlayerSessions().GetMaxPlayers()
+		case "player_sessions.reservation_timeout_seconds":
+			next.PlayerSessions.ReservationTimeoutSeconds = patch.GetPlayerSessions().GetReservationTimeoutSeconds()
+		case "player_sessions.reconnect_window_seconds":
+			next.PlayerSessions.ReconnectWindowSeconds = patch.GetPlayerSessions().GetReconnectWindowSeconds()
+		case "scheduling":
+			next.Scheduling = patch.GetScheduling()
+		case "labels":
+			next.Labels = cloneMap(patch.GetLabels())
+		}
+	}
+	NormalizeFleetSpec(next)
+	if err := ValidateFleetSpec(next); err != nil {
+		return nil, nil, err
+	}
+	var changed []string
+	cd, nd := cur.ProtoReflect(), next.ProtoReflect()
+	fields := cd.Descriptor().Fields()
+	for i := range fields.Len() {
+		f := fields.Get(i)
+		if !cd.Get(f).Equal(nd.Get(f)) {
+			changed = append(changed, string(f.Name()))
+		}
+	}
+	return next, changed, nil
+}

@@ -1,0 +1,397 @@
+package events
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+)
+
+// Lifecycle state shorthands.
+const (
+	absent       = eventsv1.Lifecycle_LIFECYCLE_UNSPECIFIED
+	scheduled    = eventsv1.Lifecycle_LIFECYCLE_SCHEDULED
+	starting     = eventsv1.Lifecycle_LIFECYCLE_STARTING
+	ready        = eventsv1.Lifecycle_LIFECYCLE_READY
+	reserved     = eventsv1.Lifecycle_LIFECYCLE_RESERVED
+	allocated    = eventsv1.Lifecycle_LIFECYCLE_ALLOCATED
+	shuttingDown = eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN
+	terminated   = eventsv1.Lifecycle_LIFECYCLE_TERMINATED
+	unhealthy    = eventsv1.Lifecycle_LIFECYCLE_UNHEALTHY
+)
+
+// MaxConnectionHistory bounds the connection changes kept as evidence.
+const MaxConnectionHistory = 10
+
+// transition is one row of the game server transition table: the lifecycle
+// states an event may arrive in, and the state it moves the server to
+// (absent = the lifecycle does not change).
+type transition struct {
+	from []eventsv1.Lifecycle
+	to   eventsv1.Lifecycle
+}
+
+// live is every lifecycle state in which a process may exist.
+var live = []eventsv1.Lifecycle{scheduled, starting, ready, reserved, allocated, shuttingDown, unhealthy}
+
+// gameServerTransitions is the explicit transition table of DESIGN.md §3. An
+// event arriving in a state its row does not list is an error. Connection,
+// health, label and process-exit events never move the lifecycle.
+var gameServerTransitions = map[string]transition{
+	"GameServerScheduled":  {from: []eventsv1.Lifecycle{absent}, to: scheduled},
+	"ProcessStarted":       {from: []eventsv1.Lifecycle{scheduled, starting}, to: starting},
+	"GameServerReady":      {from: []eventsv1.Lifecycle{starting, reserved, allocated}, to: ready},
+	"GameServerReserved":   {from: []eventsv1.Lifecycle{ready}, to: reserved},
+	"GameServerAllocated":  {from: []eventsv1.Lifecycle{ready, reserved}, to: allocated},
+	"GameServerUnhealthy":  {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated}, to: unhealthy},
+	"ShutdownRequested":    {from: []eventsv1.Lifecycle{scheduled, starting, ready, reserved, allocated, unhealthy}, to: shuttingDown},
+	"GameServerTerminated": {from: live, to: terminated},
+	"ProcessExited":        {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown, unhealthy}},
+	"SdkConnected":         {from: live},
+	"SdkDisconnected":      {from: live},
+	"HealthDegraded":       {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown}},
+	"HealthRecovered":      {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown}},
+	"LabelsChanged":        {from: live},
+}
+
+// LifecycleName returns "READY" for LIFECYCLE_READY, "ABSENT" for unset.
+func LifecycleName(l eventsv1.Lifecycle) string {
+	if l == absent {
+		return "ABSENT"
+	}
+	return trimEnumPrefix(l.String(), "LIFECYCLE_")
+}
+
+// ReasonName returns "HEALTH_CHECK_FAILED" for REASON_HEALTH_CHECK_FAILED, "" for unset.
+func ReasonName(r eventsv1.Reason) string {
+	if r == eventsv1.Reason_REASON_UNSPECIFIED {
+		return ""
+	}
+	return trimEnumPrefix(r.String(), "REASON_")
+}
+
+func trimEnumPrefix(s, prefix string) string {
+	if len(s) > len(prefix) && s[:len(prefix)] == prefix {
+		return s[len(prefix):]
+	}
+	return s
+}
+
+// ApplyGameServer folds one event into a game server's state and returns the
+// new state; the input is not modified. Events the transition table does not
+// allow in the current state are errors.
+func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.GameServerState, error) {
+	from := state.GetLifecycle()
+	row, ok := gameServerTransitions[e.Type]
+	if !ok {
+		return nil, fmt.Errorf("events: %s is not a game server event", e.Type)
+	}
+	if !slices.Contains(row.from, from) {
+		return nil, &TransitionError{Aggregate: e.Aggregate, From: LifecycleName(from), Event: e.Type}
+	}
+	next := proto.CloneOf(state)
+	if next == nil {
+		next = &eventsv1.GameServerState{}
+	}
+	at := timestamppb.New(e.Time)
+	switch d := e.Data.(type) {
+	case *eventsv1.GameServerScheduled:
+		next.Name = e.Aggregate
+		next.Host = d.GetHost()
+		next.Template = proto.CloneOf(d.GetTemplate())
+		next.HealthPolicy = proto.CloneOf(d.GetHealth())
+		next.SdkDisconnectGraceSeconds = d.GetSdkDisconnectGraceSeconds()
+		next.Labels = cloneMap(d.GetLabels())
+		next.CreateTime = at
+	case *eventsv1.ProcessStarted:
+		next.Pid = d.GetPid()
+		next.Address = d.GetAddress()
+		next.Ports = cloneSlice(d.GetPorts())
+		next.LogPath = d.GetLogPath()
+		next.StartAttempts = d.GetAttempt()
+		next.Health = eventsv1.HealthState_HEALTH_STATE_HEALTHY
+		next.MissedPeriods = 0
+	case *eventsv1.SdkConnected:
+		next.Connection = eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED
+		next.ConnectionSince, next.GraceDeadline = at, nil
+		next.LastHeartbeatTime = at
+		next.ConnectionHistory = appendConnection(next.ConnectionHistory, &eventsv1.ConnectionChange{Time: at, Connected: true})
+	case *eventsv1.SdkDisconnected:
+		next.Connection = eventsv1.ConnectionState_CONNECTION_STATE_DISCONNECTED
+		next.ConnectionSince, next.GraceDeadline = at, d.GetGraceDeadline()
+		next.ConnectionHistory = appendConnection(next.ConnectionHistory, &eventsv1.ConnectionChange{Time: at, Kind: d.GetKind()})
+	case *eventsv1.GameServerReady:
+		next.EverReady = true
+		next.GameSession, next.ReservedUntil = "", nil
+	case *eventsv1.GameServerReserved:
+		next.ReservedUntil = d.GetUntil()
+	case *eventsv1.GameServerAllocated:
+		next.GameSession, next.ReservedUntil = d.GetGameSession(), nil
+	case *eventsv1.HealthDegraded:
+		next.Health = eventsv1.HealthState_HEALTH_STATE_DEGRADED
+		next.MissedPeriods = d.GetMissedPeriods()
+		next.LastHeartbeatTime = d.GetLastHeartbeatTime()
+	case *eventsv1.HealthRecovered:
+		next.Health = eventsv1.HealthState_HEALTH_STATE_HEALTHY
+		next.MissedPeriods = 0
+		next.LastHeartbeatTime = d.GetLastHeartbeatTime()
+	case *eventsv1.GameServerUnhealthy:
+		next.Health = eventsv1.HealthState_HEALTH_STATE_FAILED
+		next.Reason, next.Evidence = d.GetReason(), proto.CloneOf(d.GetEvidence())
+	case *eventsv1.ShutdownRequested:
+		next.Reason, next.Evidence = d.GetReason(), proto.CloneOf(d.GetEvidence())
+		next.ShutdownDeadline = d.GetDeadline()
+	case *eventsv1.ProcessExited:
+		next.Pid = 0
+	case *eventsv1.GameServerTerminated:
+		next.Reason, next.Evidence = d.GetReason(), proto.CloneOf(d.GetEvidence())
+		next.Pid = 0
+	case *eventsv1.LabelsChanged:
+		if next.Labels == nil {
+			next.Labels = map[string]string{}
+		}
+		for k, v := range d.GetSet() {
+			next.Labels[k] = v
+		}
+		for _, k := range d.GetRemoved() {
+			delete(next.Labels, k)
+		}
+	default:
+		return nil, fmt.Errorf("events: %s has payload %T", e.Type, e.Data)
+	}
+	if row.to != absent {
+		next.Lifecycle = row.to
+	}
+	next.UpdateTime = at
+	return next, nil
+}
+
+func appendConnection(h []*eventsv1.ConnectionChange, c *eventsv1.ConnectionChange) []*eventsv1.ConnectionChange {
+	h = append(h, c)
+	if len(h) > MaxConnectionHistory {
+		h = h[len(h)-MaxConnectionHistory:]
+	}
+	return h
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func cloneSlice[M proto.Message](in []M) []M {
+	out := make([]M, len(in))
+	for i, m := range in {
+		out[i] = proto.CloneOf(m)
+	}
+	return out
+}
+
+// GameServerCommand is a command on a game server; see the types below.
+type GameServerCommand interface{ gameServerCommand() }
+
+// ScheduleGameServer places a new game server of a fleet on a host.
+type ScheduleGameServer struct {
+	// Host is the host resource name.
+	Host string
+	// Spec is the fleet's spec to copy the template and policies from.
+	Spec *eventsv1.FleetSpec
+}
+
+// RecordProcessStart records that the agent launched the process.
+type RecordProcessStart struct {
+	// Started is the fact to record.
+	Started *eventsv1.ProcessStarted
+}
+
+// MarkReady records the process's Ready call.
+type MarkReady struct{}
+
+// RecordSDKConnected records a call with the process token; a no-op when the
+// server is already connected.
+type RecordSDKConnected struct {
+	// Transport is "grpc-stream", "grpc" or "rest".
+	Transport string
+	// RemoteAddress is the peer's address.
+	RemoteAddress string
+}
+
+// RecordSDKDisconnected records that the SDK connection closed at At; the
+// grace window is the server's sdk_disconnect_grace_seconds.
+type RecordSDKDisconnected struct {
+	// Kind says how it closed.
+	Kind eventsv1.DisconnectKind
+	// At is when it closed.
+	At time.Time
+	// Detail is e.g. the transport error.
+	Detail string
+}
+
+// RequestShutdown asks the server to stop by Deadline; a no-op when it is
+// already shutting down.
+type RequestShutdown struct {
+	// Reason says why.
+	Reason eventsv1.Reason
+	// Evidence backs the reason.
+	Evidence *eventsv1.Evidence
+	// Deadline is when the process gets SIGKILL.
+	Deadline time.Time
+}
+
+// RecordExit records that the process ended. Unless WillRestart, the server
+// is then terminated with the reason that fits its state.
+type RecordExit struct {
+	// Exited is the fact to record.
+	Exited *eventsv1.ProcessExited
+}
+
+// MarkUnhealthy moves a server to UNHEALTHY.
+type MarkUnhealthy struct {
+	// Reason says why.
+	Reason eventsv1.Reason
+	// Evidence backs it.
+	Evidence *eventsv1.Evidence
+}
+
+// Terminate ends a server without a process exit to observe (e.g. it never
+// started, or its host was lost).
+type Terminate struct {
+	// Reason says why.
+	Reason eventsv1.Reason
+	// Evidence backs it.
+	Evidence *eventsv1.Evidence
+}
+
+// SetLabels changes labels.
+type SetLabels struct {
+	// Set holds labels to add or change.
+	Set map[string]string
+	// Removed holds keys to remove.
+	Removed []string
+}
+
+func (ScheduleGameServer) gameServerCommand()    {}
+func (RecordProcessStart) gameServerCommand()    {}
+func (MarkReady) gameServerCommand()             {}
+func (RecordSDKConnected) gameServerCommand()    {}
+func (RecordSDKDisconnected) gameServerCommand() {}
+func (RequestShutdown) gameServerCommand()       {}
+func (RecordExit) gameServerCommand()            {}
+func (MarkUnhealthy) gameServerCommand()         {}
+func (Terminate) gameServerCommand()             {}
+func (SetLabels) gameServerCommand()             {}
+
+// DecideGameServer returns the events a command produces on a game server, or
+// why it is refused. name is the server's resource name; state is nil for a
+// server that does not exist yet. The events are checked against the
+// transition table before they are returned.
+func DecideGameServer(name string, state *eventsv1.GameServerState, cmd GameServerCommand) ([]proto.Message, error) {
+	out, err := decideGameServer(state, cmd)
+	if err != nil {
+		return nil, err
+	}
+	check := state
+	for _, m := range out {
+		if check, err = ApplyGameServer(check, Envelope{Aggregate: name, Type: TypeOf(m), Data: m}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([]proto.Message, error) {
+	switch c := cmd.(type) {
+	case ScheduleGameServer:
+		if _, err := ParseHostName(c.Host); err != nil {
+			return nil, err
+		}
+		s := c.Spec
+		return []proto.Message{&eventsv1.GameServerScheduled{
+			Host:                      c.Host,
+			Template:                  proto.CloneOf(s.GetTemplate()),
+			Health:                    proto.CloneOf(s.GetHealth()),
+			SdkDisconnectGraceSeconds: s.GetSdkDisconnectGraceSeconds(),
+			Labels:                    cloneMap(s.GetLabels()),
+		}}, nil
+	case RecordProcessStart:
+		return []proto.Message{proto.CloneOf(c.Started)}, nil
+	case MarkReady:
+		return []proto.Message{&eventsv1.GameServerReady{}}, nil
+	case RecordSDKConnected:
+		if state.GetConnection() == eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED {
+			return nil, nil
+		}
+		return []proto.Message{&eventsv1.SdkConnected{Transport: c.Transport, RemoteAddress: c.RemoteAddress}}, nil
+	case RecordSDKDisconnected:
+		grace := time.Duration(state.GetSdkDisconnectGraceSeconds()) * time.Second
+		return []proto.Message{&eventsv1.SdkDisconnected{
+			Kind: c.Kind, GraceDeadline: timestamppb.New(c.At.Add(grace)), Detail: c.Detail,
+		}}, nil
+	case RequestShutdown:
+		if state.GetLifecycle() == shuttingDown {
+			return nil, nil
+		}
+		return []proto.Message{&eventsv1.ShutdownRequested{
+			Reason: c.Reason, Evidence: proto.CloneOf(c.Evidence), Deadline: timestamppb.New(c.Deadline),
+		}}, nil
+	case RecordExit:
+		out := []proto.Message{proto.CloneOf(c.Exited)}
+		if c.Exited.GetWillRestart() {
+			return out, nil
+		}
+		return append(out, &eventsv1.GameServerTerminated{Reason: exitReason(state, c.Exited), Evidence: exitEvidence(state, c.Exited)}), nil
+	case MarkUnhealthy:
+		return []proto.Message{&eventsv1.GameServerUnhealthy{Reason: c.Reason, Evidence: proto.CloneOf(c.Evidence)}}, nil
+	case Terminate:
+		return []proto.Message{&eventsv1.GameServerTerminated{Reason: c.Reason, Evidence: proto.CloneOf(c.Evidence)}}, nil
+	case SetLabels:
+		for k, v := range c.Set {
+			if err := checkLabel(k, v); err != nil {
+				return nil, Invalid("labels", "%v", err)
+			}
+		}
+		return []proto.Message{&eventsv1.LabelsChanged{Set: cloneMap(c.Set), Removed: slices.Clone(c.Removed)}}, nil
+	}
+	return nil, fmt.Errorf("events: unknown game server command %T", cmd)
+}
+
+// exitReason is the termination reason of a process exit: a shutdown or an
+// unhealthy verdict keeps its own reason; a crash before Ready with no
+// restart left is PROCESS_CRASHED_BEFORE_READY; anything else PROCESS_EXITED.
+func exitReason(state *eventsv1.GameServerState, x *eventsv1.ProcessExited) eventsv1.Reason {
+	switch state.GetLifecycle() {
+	case shuttingDown, unhealthy:
+		if state.GetReason() != eventsv1.Reason_REASON_UNSPECIFIED {
+			return state.GetReason()
+		}
+	}
+	if x.GetBeforeReady() {
+		return eventsv1.Reason_REASON_PROCESS_CRASHED_BEFORE_READY
+	}
+	return eventsv1.Reason_REASON_PROCESS_EXITED
+}
+
+func exitEvidence(state *eventsv1.GameServerState, x *eventsv1.ProcessExited) *eventsv1.Evidence {
+	ev := proto.CloneOf(state.GetEvidence())
+	if ev == nil || state.GetLifecycle() != shuttingDown && state.GetLifecycle() != unhealthy {
+		ev = &eventsv1.Evidence{}
+	}
+	if x.ExitCode != nil {
+		ev.ExitCode = proto.Int32(x.GetExitCode())
+	}
+	ev.Signal = x.GetSignal()
+	ev.StartAttempts = x.GetAttempt()
+	ev.LastHeartbeatTime = state.GetLastHeartbeatTime()
+	ev.ConnectionHistory = cloneSlice(state.GetConnectionHistory())
+	return ev
+}

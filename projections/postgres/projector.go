@@ -1,0 +1,501 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections"
+)
+
+// CheckpointChannel is the PostgreSQL NOTIFY channel on which the projector
+// announces each committed checkpoint (payload: the sequence).
+const CheckpointChannel = "tether_checkpoint"
+
+// maxSpanLinks bounds the trace links from a batch span to the requests that
+// appended its events.
+const maxSpanLinks = 64
+
+// ProjectorOptions configure a Projector.
+type ProjectorOptions struct {
+	// Pool is the PostgreSQL pool of the views (required).
+	Pool *pgxpool.Pool
+	// JetStream is the event store's JetStream context (required).
+	JetStream jetstream.JetStream
+	// Stream is the event stream; default events.StreamName.
+	Stream string
+	// Durable is the durable consumer's name; default "tether-projector".
+	Durable string
+	// Partition names the checkpoint row; default projections.Partition.
+	Partition string
+	// BatchSize flushes a batch at this many events; default 1000.
+	BatchSize int
+	// FlushInterval flushes a batch this long after its first event; default 5ms.
+	FlushInterval time.Duration
+	// Logger; default discards.
+	Logger *slog.Logger
+	// TracerProvider; default no-op.
+	TracerProvider trace.TracerProvider
+	// MeterProvider; default no-op.
+	MeterProvider metric.MeterProvider
+}
+
+func (o *ProjectorOptions) setDefaults() {
+	if o.Stream == "" {
+		o.Stream = events.StreamName
+	}
+	if o.Durable == "" {
+		o.Durable = "tether-projector"
+	}
+	if o.Partition == "" {
+		o.Partition = projections.Partition
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = 1000
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = 5 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.TracerProvider == nil {
+		o.TracerProvider = tracenoop.NewTracerProvider()
+	}
+	if o.MeterProvider == nil {
+		o.MeterProvider = metricnoop.NewMeterProvider()
+	}
+}
+
+func (o *ProjectorOptions) validate() error {
+	if o.Pool == nil {
+		return errors.New("projector: Pool is required")
+	}
+	if o.JetStream == nil {
+		return errors.New("projector: JetStream is required")
+	}
+	return nil
+}
+
+// Projector consumes the event stream with a durable consumer and folds it
+// into the views. Each batch is one transaction that also advances the
+// checkpoint; messages are acknowledged only after commit, and events at or
+// below the checkpoint are skipped, so redelivery changes nothing.
+type Projector struct {
+	opts   ProjectorOptions
+	log    *slog.Logger
+	tracer trace.Tracer
+
+	applied     metric.Int64Counter
+	deadLetters metric.Int64Counter
+	batchTime   metric.Float64Histogram
+
+	checkpoint atomic.Uint64 // last committed sequence
+	pending    atomic.Uint64 // stream messages not yet delivered, from the last message's metadata
+	delivered  atomic.Uint64 // last delivered sequence
+}
+
+// NewProjector builds a projector; Run starts it.
+func NewProjector(opts ProjectorOptions) (*Projector, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	p := &Projector{opts: opts, log: opts.Logger, tracer: opts.TracerProvider.Tracer("github.com/tetherhq/tether/projections/postgres")}
+	meter := opts.MeterProvider.Meter("github.com/tetherhq/tether/projections/postgres")
+	var err error
+	if p.applied, err = meter.Int64Counter("tether_projector_events_applied",
+		metric.WithDescription("Events folded into the views.")); err != nil {
+		return nil, err
+	}
+	if p.deadLetters, err = meter.Int64Counter("tether_projector_dead_letters",
+		metric.WithDescription("Events the projector could not apply and moved to the dead letters.")); err != nil {
+		return nil, err
+	}
+	if p.batchTime, err = meter.Float64Histogram("tether_projector_batch_duration_seconds",
+		metric.WithDescription("Time to apply and commit one batch."), metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
+	if _, err = meter.Int64ObservableGauge("tether_projector_lag_events",
+		metric.WithDescription("Events in the stream not yet applied: last sequence minus checkpoint."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(int64(p.Lag()), metric.WithAttributes(attribute.String("partition", opts.Partition)))
+			return nil
+		})); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Checkpoint returns the last sequence this projector committed.
+func (p *Projector) Checkpoint() uint64 { return p.checkpoint.Load() }
+
+// Lag returns the number of stream events not yet committed to the views, as
+// known from the last delivered message.
+func (p *Projector) Lag() uint64 {
+	last := p.delivered.Load() + p.pending.Load()
+	if cp := p.checkpoint.Load(); last > cp {
+		return last - cp
+	}
+	return 0
+}
+
+// Run consumes and applies events until ctx ends.
+func (p *Projector) Run(ctx context.Context) error {
+	cp, err := p.loadCheckpoint(ctx)
+	if err != nil {
+		return err
+	}
+	p.checkpoint.Store(cp)
+	cons, err := p.consumer(ctx, cp)
+	if err != nil {
+		return err
+	}
+	msgs := make(chan jetstream.Msg, 2*p.opts.BatchSize)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case msgs <- m:
+		case <-ctx.Done():
+		}
+	}, jetstream.PullMaxMessages(2*p.opts.BatchSize), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		p.log.Warn("projector consume error", "err", err)
+	}))
+	if err != nil {
+		return fmt.Errorf("projector: consume: %w", err)
+	}
+	defer cc.Stop()
+	p.log.Info("projector started", "checkpoint", cp, "durable", p.opts.Durable)
+	batch := make([]jetstream.Msg, 0, p.opts.BatchSize)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-msgs:
+			batch = append(batch[:0], m)
+		}
+		timer.Reset(p.opts.FlushInterval)
+	collect:
+		for len(batch) < p.opts.BatchSize {
+			select {
+			case m := <-msgs:
+				batch = append(batch, m)
+			case <-timer.C:
+				break collect
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		timer.Stop()
+		if err := p.applyWithRetry(ctx, batch); err != nil {
+			return err
+		}
+	}
+}
+
+// applyWithRetry applies a batch, retrying transient failures (PostgreSQL
+// down) with capped backoff until ctx ends; then acknowledges it.
+func (p *Projector) applyWithRetry(ctx context.Context, batch []jetstream.Msg) error {
+	backoff := 50 * time.Millisecond
+	for {
+		err := p.ApplyBatch(ctx, batch)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		p.log.Error("projector batch failed; retrying", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	last := batch[len(batch)-1]
+	if err := last.Ack(); err != nil {
+		// Not fatal: the batch is committed, a redelivery is skipped by the checkpoint.
+		p.log.Warn("projector ack failed; redelivery will be skipped", "err", err)
+	}
+	return nil
+}
+
+// loadCheckpoint reads (creating if needed) the partition's checkpoint.
+func (p *Projector) loadCheckpoint(ctx context.Context) (uint64, error) {
+	if _, err := p.opts.Pool.Exec(ctx,
+		`INSERT INTO projector_checkpoints (partition, sequence) VALUES ($1, 0) ON CONFLICT DO NOTHING`,
+		p.opts.Partition); err != nil {
+		return 0, fmt.Errorf("projector: create checkpoint: %w", err)
+	}
+	var cp int64
+	if err := p.opts.Pool.QueryRow(ctx, `SELECT sequence FROM projector_checkpoints WHERE partition = $1`,
+		p.opts.Partition).Scan(&cp); err != nil {
+		return 0, fmt.Errorf("projector: read checkpoint: %w", err)
+	}
+	return uint64(cp), nil
+}
+
+// consumer returns the durable consumer, positioned after the checkpoint. If
+// the consumer has acknowledged past the checkpoint (the views were reset,
+// e.g. a fresh database against an old stream), it is recreated from the
+// checkpoint: PostgreSQL's checkpoint is the truth.
+func (p *Projector) consumer(ctx context.Context, cp uint64) (jetstream.Consumer, error) {
+	stream, err := p.opts.JetStream.Stream(ctx, p.opts.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("projector: stream %s: %w", p.opts.Stream, err)
+	}
+	if c, err := stream.Consumer(ctx, p.opts.Durable); err == nil {
+		info, err := c.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("projector: consumer info: %w", err)
+		}
+		if info.AckFloor.Stream <= cp {
+			return c, nil
+		}
+		p.log.Warn("projector consumer is ahead of the views; recreating it from the checkpoint",
+			"ack_floor", info.AckFloor.Stream, "checkpoint", cp)
+		if err := stream.DeleteConsumer(ctx, p.opts.Durable); err != nil {
+			return nil, fmt.Errorf("projector: delete stale consumer: %w", err)
+		}
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("projector: consumer %s: %w", p.opts.Durable, err)
+	}
+	cfg := jetstream.ConsumerConfig{
+		Durable:       p.opts.Durable,
+		AckPolicy:     jetstream.AckAllPolicy,
+		AckWait:       time.Minute,
+		MaxAckPending: 4 * p.opts.BatchSize,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		Description:   "Tether projector: folds events into the PostgreSQL views",
+	}
+	if cp > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, cp+1
+	}
+	c, err := stream.CreateOrUpdateConsumer(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("projector: create consumer: %w", err)
+	}
+	return c, nil
+}
+
+// deadLetter is an event the projector could not apply.
+type deadLetter struct {
+	seq     uint64
+	subject string
+	typ     string
+	err     error
+	data    []byte
+}
+
+// ApplyBatch applies stream messages to the views in one transaction and
+// advances the checkpoint; it does not acknowledge them. Messages at or below
+// the checkpoint are skipped. Exported for tests that redeliver batches.
+func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) error {
+	start := time.Now()
+	ctx, span := p.tracer.Start(ctx, "projector.batch", trace.WithLinks(traceLinks(msgs)...),
+		trace.WithAttributes(attribute.Int("tether.batch.size", len(msgs))))
+	defer span.End()
+
+	tx, err := p.opts.Pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("projector: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // No-op after commit; a failed batch is retried whole.
+
+	var cp int64
+	if err := tx.QueryRow(ctx, `SELECT sequence FROM projector_checkpoints WHERE partition = $1 FOR UPDATE`,
+		p.opts.Partition).Scan(&cp); err != nil {
+		return fmt.Errorf("projector: lock checkpoint: %w", err)
+	}
+	fleets, hosts, servers := newFoldSet(fleetTable), newFoldSet(hostTable), newFoldSet(gameServerTable)
+	var envs []events.Envelope
+	var raw [][]byte
+	var dead []deadLetter
+	last := uint64(cp)
+	for _, m := range msgs {
+		meta, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("projector: message metadata: %w", err)
+		}
+		seq := meta.Sequence.Stream
+		p.delivered.Store(seq)
+		p.pending.Store(meta.NumPending)
+		if seq <= last {
+			continue // already applied: a redelivery
+		}
+		last = seq
+		env, err := decode(m)
+		if err != nil {
+			dead = append(dead, deadLetter{seq: seq, subject: m.Subject(), typ: m.Headers().Get(HeaderType), err: err, data: m.Data()})
+			continue
+		}
+		env.Sequence = seq
+		switch kindOf(m.Subject()) {
+		case events.KindFleet:
+			fleets.want(env.Aggregate)
+		case events.KindHost:
+			hosts.want(env.Aggregate)
+		case events.KindGameServer:
+			servers.want(env.Aggregate)
+		}
+		envs = append(envs, env)
+		raw = append(raw, m.Data())
+	}
+	if last == uint64(cp) {
+		return nil // the whole batch was applied before
+	}
+	if err := fleets.load(ctx, tx); err != nil {
+		return err
+	}
+	if err := hosts.load(ctx, tx); err != nil {
+		return err
+	}
+	if err := servers.load(ctx, tx); err != nil {
+		return err
+	}
+	for _, e := range envs {
+		var err error
+		switch kindOf(events.MustSubject(e.Aggregate)) {
+		case events.KindFleet:
+			err = fleets.apply(e)
+		case events.KindHost:
+			err = hosts.apply(e)
+		case events.KindGameServer:
+			err = servers.apply(e)
+		}
+		if err != nil {
+			dead = append(dead, deadLetter{seq: e.Sequence, subject: events.MustSubject(e.Aggregate), typ: e.Type, err: err})
+		}
+	}
+	b := &pgx.Batch{}
+	for _, q := range []interface{ queue(*pgx.Batch) error }{fleets, hosts, servers} {
+		if err := q.queue(b); err != nil {
+			return fmt.Errorf("projector: %w", err)
+		}
+	}
+	for _, d := range dead {
+		b.Queue(`INSERT INTO dead_letters (sequence, subject, type, error, data) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (sequence) DO NOTHING`, int64(d.seq), d.subject, d.typ, d.err.Error(), d.data)
+		p.log.Warn("projector dead-lettered an event", "sequence", d.seq, "subject", d.subject, "type", d.typ, "err", d.err)
+	}
+	b.Queue(`UPDATE projector_checkpoints SET sequence = $2, update_time = now() WHERE partition = $1`, p.opts.Partition, int64(last))
+	b.Queue(`SELECT pg_notify($1, $2)`, CheckpointChannel, strconv.FormatUint(last, 10))
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("projector: write views: %w", err)
+	}
+	if err := copyEvents(ctx, tx, envs, raw); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("projector: commit: %w", err)
+	}
+	p.checkpoint.Store(last)
+	attrs := metric.WithAttributes(attribute.String("partition", p.opts.Partition))
+	p.applied.Add(ctx, int64(len(envs)), attrs)
+	if len(dead) > 0 {
+		p.deadLetters.Add(ctx, int64(len(dead)), attrs)
+	}
+	p.batchTime.Record(ctx, time.Since(start).Seconds(), attrs)
+	span.SetAttributes(attribute.Int64("tether.checkpoint", int64(last)))
+	return nil
+}
+
+// HeaderType is the message header carrying the event type, so consumers
+// can filter without decoding.
+const HeaderType = "Tether-Type"
+
+// decode unmarshals a message and checks that its subject names the
+// envelope's aggregate.
+func decode(m jetstream.Msg) (events.Envelope, error) {
+	env, err := events.Unmarshal(m.Data())
+	if err != nil {
+		return events.Envelope{}, err
+	}
+	name, err := events.NameFromSubject(m.Subject())
+	if err != nil {
+		return events.Envelope{}, err
+	}
+	if name != env.Aggregate {
+		return events.Envelope{}, fmt.Errorf("%w: event %s on subject %s names aggregate %s", events.ErrUndecodable, env.ID, m.Subject(), env.Aggregate)
+	}
+	switch kindOf(m.Subject()) {
+	case events.KindFleet, events.KindHost, events.KindGameServer:
+		return env, nil
+	}
+	return events.Envelope{}, fmt.Errorf("projector: no view for subject %s", m.Subject())
+}
+
+// kindOf returns the aggregate kind token of an event subject.
+func kindOf(subject string) string {
+	rest := strings.TrimPrefix(subject, events.SubjectPrefix+".")
+	kind, _, _ := strings.Cut(rest, ".")
+	return kind
+}
+
+// copyEvents writes the batch's events into the events table with COPY.
+func copyEvents(ctx context.Context, tx pgx.Tx, envs []events.Envelope, raw [][]byte) error {
+	if len(envs) == 0 {
+		return nil
+	}
+	n, err := tx.CopyFrom(ctx, pgx.Identifier{"events"},
+		[]string{"sequence", "id", "type", "aggregate", "occur_time", "producer", "request_id", "correlation_id", "causation_id", "envelope"},
+		pgx.CopyFromSlice(len(envs), func(i int) ([]any, error) {
+			e := envs[i]
+			return []any{int64(e.Sequence), e.ID, e.Type, e.Aggregate, e.Time, e.Producer, e.RequestID, e.CorrelationID, e.CausationID, raw[i]}, nil
+		}))
+	if err != nil {
+		return fmt.Errorf("projector: copy events: %w", err)
+	}
+	if int(n) != len(envs) {
+		return fmt.Errorf("projector: copied %d of %d events", n, len(envs))
+	}
+	return nil
+}
+
+// traceLinks links a batch span to the spans that appended its events.
+func traceLinks(msgs []jetstream.Msg) []trace.Link {
+	var links []trace.Link
+	prop := propagation.TraceContext{}
+	for _, m := range msgs {
+		if len(links) == maxSpanLinks {
+			break
+		}
+		tp := m.Headers().Get("traceparent")
+		if tp == "" {
+			continue
+		}
+		carrier := propagation.MapCarrier{"traceparent": tp, "tracestate": m.Headers().Get("tracestate")}
+		sc := trace.SpanContextFromContext(prop.Extract(context.Background(), carrier))
+		if sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	return links
+}
+
+func optionalTime(ts *timestamppb.Timestamp) *time.Time {
+	if ts == nil {
+		return nil
+	}
+	t := ts.AsTime()
+	return &t
+}

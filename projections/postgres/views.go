@@ -1,0 +1,212 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tetherhq/tether/projections"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+)
+
+// Views reads the projected tables.
+type Views struct {
+	pool *pgxpool.Pool
+}
+
+// NewViews returns a reader over the views in pool.
+func NewViews(pool *pgxpool.Pool) *Views { return &Views{pool: pool} }
+
+// Row is a view row: the folded state and the stream sequence of the last
+// event applied to it.
+type Row[S proto.Message] struct {
+	// State is the folded aggregate.
+	State S
+	// Sequence is the stream sequence of its last event.
+	Sequence uint64
+}
+
+// FleetCounts counts a fleet's game servers by lifecycle state.
+type FleetCounts struct {
+	// Ready, Reserved, Allocated and Unhealthy count servers in those states.
+	Ready, Reserved, Allocated, Unhealthy int32
+	// Live counts servers not yet TERMINATED.
+	Live int32
+}
+
+// FleetRow is a fleet with its game server counts.
+type FleetRow struct {
+	Row[*eventsv1.FleetState]
+	// Counts of its game servers.
+	Counts FleetCounts
+}
+
+// Checkpoint returns the sequence the views have applied up to.
+func (v *Views) Checkpoint(ctx context.Context) (uint64, error) {
+	var cp int64
+	err := v.pool.QueryRow(ctx, `SELECT sequence FROM projector_checkpoints WHERE partition = $1`, projections.Partition).Scan(&cp)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("views: read checkpoint: %w", err)
+	}
+	return uint64(cp), nil
+}
+
+const fleetColumns = `f.snapshot, f.last_sequence,
+  count(*) FILTER (WHERE g.state = 'READY'), count(*) FILTER (WHERE g.state = 'RESERVED'),
+  count(*) FILTER (WHERE g.state = 'ALLOCATED'), count(*) FILTER (WHERE g.state = 'UNHEALTHY'),
+  count(g.name) FILTER (WHERE g.state <> 'TERMINATED')`
+
+// Fleet returns a fleet, deleted or not, or projections.ErrNotFound.
+func (v *Views) Fleet(ctx context.Context, name string) (FleetRow, error) {
+	rows, err := v.pool.Query(ctx, `SELECT `+fleetColumns+`
+FROM fleets f LEFT JOIN game_servers g ON g.fleet = f.name
+WHERE f.name = $1 GROUP BY f.name`, name)
+	if err != nil {
+		return FleetRow{}, fmt.Errorf("views: fleet %s: %w", name, err)
+	}
+	list, err := scanFleets(rows)
+	if err != nil {
+		return FleetRow{}, err
+	}
+	if len(list) == 0 {
+		return FleetRow{}, fmt.Errorf("fleet %s: %w", name, projections.ErrNotFound)
+	}
+	return list[0], nil
+}
+
+// ListFleets returns up to limit live (not deleted) fleets whose names sort
+// after the given name.
+func (v *Views) ListFleets(ctx context.Context, after string, limit int) ([]FleetRow, error) {
+	rows, err := v.pool.Query(ctx, `SELECT `+fleetColumns+`
+FROM fleets f LEFT JOIN game_servers g ON g.fleet = f.name
+WHERE NOT f.deleted AND f.name > $1 GROUP BY f.name ORDER BY f.name LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("views: list fleets: %w", err)
+	}
+	return scanFleets(rows)
+}
+
+func scanFleets(rows pgx.Rows) ([]FleetRow, error) {
+	defer rows.Close()
+	var out []FleetRow
+	for rows.Next() {
+		var snap []byte
+		var seq int64
+		var c FleetCounts
+		if err := rows.Scan(&snap, &seq, &c.Ready, &c.Reserved, &c.Allocated, &c.Unhealthy, &c.Live); err != nil {
+			return nil, fmt.Errorf("views: scan fleet: %w", err)
+		}
+		s := &eventsv1.FleetState{}
+		if err := proto.Unmarshal(snap, s); err != nil {
+			return nil, fmt.Errorf("views: decode fleet: %w", err)
+		}
+		out = append(out, FleetRow{Row: Row[*eventsv1.FleetState]{State: s, Sequence: uint64(seq)}, Counts: c})
+	}
+	return out, rows.Err()
+}
+
+// GameServer returns a game server or projections.ErrNotFound.
+func (v *Views) GameServer(ctx context.Context, name string) (Row[*eventsv1.GameServerState], error) {
+	rows, err := v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM game_servers WHERE name = $1`, name)
+	if err != nil {
+		return Row[*eventsv1.GameServerState]{}, fmt.Errorf("views: game server %s: %w", name, err)
+	}
+	list, err := scanRows[*eventsv1.GameServerState](rows)
+	if err != nil {
+		return Row[*eventsv1.GameServerState]{}, err
+	}
+	if len(list) == 0 {
+		return Row[*eventsv1.GameServerState]{}, fmt.Errorf("game server %s: %w", name, projections.ErrNotFound)
+	}
+	return list[0], nil
+}
+
+// GameServerQuery selects game servers. Empty fields match everything.
+type GameServerQuery struct {
+	// Fleet is a fleet resource name.
+	Fleet string
+	// State is a lifecycle state name, e.g. "READY".
+	State string
+	// Host is a host resource name.
+	Host string
+	// Health is a health state name, e.g. "DEGRADED".
+	Health string
+	// Connection is a connection state name, e.g. "DISCONNECTED".
+	Connection string
+	// After is the name to page after.
+	After string
+	// Limit bounds the rows returned.
+	Limit int
+}
+
+// ListGameServers returns game servers matching q, ordered by name.
+func (v *Views) ListGameServers(ctx context.Context, q GameServerQuery) ([]Row[*eventsv1.GameServerState], error) {
+	where := []string{"name > $1"}
+	args := []any{q.After}
+	for _, f := range []struct{ col, val string }{
+		{"fleet", q.Fleet}, {"state", q.State}, {"host", q.Host}, {"health", q.Health}, {"connection", q.Connection},
+	} {
+		if f.val != "" {
+			args = append(args, f.val)
+			where = append(where, fmt.Sprintf("%s = $%d", f.col, len(args)))
+		}
+	}
+	args = append(args, q.Limit)
+	rows, err := v.pool.Query(ctx, fmt.Sprintf(`SELECT snapshot, last_sequence FROM game_servers WHERE %s ORDER BY name LIMIT $%d`,
+		strings.Join(where, " AND "), len(args)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("views: list game servers: %w", err)
+	}
+	return scanRows[*eventsv1.GameServerState](rows)
+}
+
+// Hosts returns every host.
+func (v *Views) Hosts(ctx context.Context) ([]Row[*eventsv1.HostState], error) {
+	rows, err := v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM hosts ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("views: hosts: %w", err)
+	}
+	return scanRows[*eventsv1.HostState](rows)
+}
+
+func scanRows[S proto.Message](rows pgx.Rows) ([]Row[S], error) {
+	defer rows.Close()
+	var out []Row[S]
+	for rows.Next() {
+		var snap []byte
+		var seq int64
+		if err := rows.Scan(&snap, &seq); err != nil {
+			return nil, fmt.Errorf("views: scan: %w", err)
+		}
+		var zero S
+		s := zero.ProtoReflect().New().Interface().(S)
+		if err := proto.Unmarshal(snap, s); err != nil {
+			return nil, fmt.Errorf("views: decode snapshot: %w", err)
+		}
+		out = append(out, Row[S]{State: s, Sequence: uint64(seq)})
+	}
+	return out, rows.Err()
+}
+
+// RequestSequence returns the stream sequence of the last event written for
+// an API request id on an aggregate, or 0 if none is projected yet.
+func (v *Views) RequestSequence(ctx context.Context, aggregate, requestID string) (uint64, error) {
+	var seq int64
+	err := v.pool.QueryRow(ctx, `SELECT max(sequence) FROM events WHERE request_id = $1 AND aggregate = $2 HAVING max(sequence) IS NOT NULL`,
+		requestID, aggregate).Scan(&seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("views: request %s: %w", requestID, err)
+	}
+	return uint64(seq), nil
+}

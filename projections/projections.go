@@ -1,0 +1,13 @@
+// Package projections folds the event stream into views that the API,
+// dashboards and operators read (DESIGN.md §5). The PostgreSQL views and the
+// projector that maintains them live in projections/postgres.
+package projections
+
+import "errors"
+
+// ErrNotFound is returned when a view has no row for a resource.
+var ErrNotFound = errors.New("projections: not found")
+
+// Partition names the checkpoint row of a projector instance. Until the
+// stream is partitioned (DESIGN.md §5 scale-out) there is one.
+const Partition = "all"

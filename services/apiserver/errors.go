@@ -1,0 +1,112 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections"
+)
+
+// ErrorDomain is the ErrorInfo domain of every Tether API error.
+const ErrorDomain = "tether.dev"
+
+// Error reasons (google.rpc.ErrorInfo.reason) the API returns.
+const (
+	ReasonInvalidArgument   = "INVALID_ARGUMENT"
+	ReasonNotFound          = "NOT_FOUND"
+	ReasonAlreadyExists     = "ALREADY_EXISTS"
+	ReasonVersionConflict   = "VERSION_CONFLICT"
+	ReasonInvalidTransition = "INVALID_TRANSITION"
+	ReasonProjectionBehind  = "PROJECTION_BEHIND"
+	ReasonInternal          = "INTERNAL"
+)
+
+// apiError is an error with its gRPC code and ErrorInfo reason decided.
+type apiError struct {
+	code   codes.Code
+	reason string
+	field  string // request field for a BadRequest violation, if any
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func invalidField(field, msg string) error {
+	return &apiError{code: codes.InvalidArgument, reason: ReasonInvalidArgument, field: field, msg: field + ": " + msg}
+}
+
+// toStatus converts any error a handler returns into a gRPC status with an
+// ErrorInfo (and a BadRequest for field errors). It is the only place where
+// errors become statuses.
+func toStatus(log *slog.Logger, method string, err error) *status.Status {
+	var (
+		ae *apiError
+		ve *events.ValidationError
+		te *events.TransitionError
+	)
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &ve):
+		ae = &apiError{code: codes.InvalidArgument, reason: ReasonInvalidArgument, field: ve.Field, msg: ve.Error()}
+	case errors.Is(err, events.ErrInvalidName):
+		ae = &apiError{code: codes.InvalidArgument, reason: ReasonInvalidArgument, msg: err.Error()}
+	case errors.Is(err, projections.ErrNotFound):
+		ae = &apiError{code: codes.NotFound, reason: ReasonNotFound, msg: err.Error()}
+	case errors.Is(err, events.ErrConflict):
+		ae = &apiError{code: codes.Aborted, reason: ReasonVersionConflict, msg: "the resource changed concurrently; read it again and retry"}
+	case errors.As(err, &te):
+		ae = &apiError{code: codes.FailedPrecondition, reason: ReasonInvalidTransition, msg: te.Error()}
+	case errors.Is(err, context.Canceled):
+		ae = &apiError{code: codes.Canceled, reason: "CANCELLED", msg: "request cancelled"}
+	case errors.Is(err, context.DeadlineExceeded):
+		ae = &apiError{code: codes.DeadlineExceeded, reason: "DEADLINE_EXCEEDED", msg: "deadline exceeded"}
+	default:
+		if s, ok := status.FromError(err); ok {
+			return s // already a status, e.g. from grpc itself
+		}
+		log.Error("internal error", "method", method, "err", err)
+		ae = &apiError{code: codes.Internal, reason: ReasonInternal, msg: "internal error"}
+	}
+	st := status.New(ae.code, ae.msg)
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: ae.reason, Domain: ErrorDomain}}
+	if ae.field != "" {
+		details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+			{Field: ae.field, Description: ae.msg},
+		}})
+	}
+	withDetails, err := st.WithDetails(details...)
+	if err != nil {
+		// Only possible for codes.OK, which never reaches here.
+		log.Error("attach error details", "method", method, "err", err)
+		return st
+	}
+	return withDetails
+}
+
+// unaryErrors and streamErrors apply toStatus to every handler's error.
+func unaryErrors(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		if err != nil {
+			return nil, toStatus(log, info.FullMethod, err).Err()
+		}
+		return resp, nil
+	}
+}
+
+func streamErrors(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := handler(srv, ss); err != nil {
+			return toStatus(log, info.FullMethod, err).Err()
+		}
+		return nil
+	}
+}

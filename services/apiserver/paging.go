@@ -1,0 +1,54 @@
+package apiserver
+
+import (
+	"encoding/base64"
+	"encoding/json"
+)
+
+// Page sizes of List methods.
+const (
+	defaultPageSize = 50
+	maxPageSize     = 1000
+)
+
+func pageSize(n int32) (int, error) {
+	switch {
+	case n < 0:
+		return 0, invalidField("page_size", "must not be negative")
+	case n == 0:
+		return defaultPageSize, nil
+	case n > maxPageSize:
+		return maxPageSize, nil
+	}
+	return int(n), nil
+}
+
+// pageToken is the opaque token's content: where to resume, and a key of
+// the query so a token cannot be used with another filter or parent.
+type pageToken struct {
+	After string `json:"a"`
+	Query string `json:"q"`
+}
+
+func encodePageToken(after, query string) string {
+	b, _ := json.Marshal(pageToken{After: after, Query: query}) // Marshalling two strings cannot fail.
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodePageToken(token, query string) (string, error) {
+	if token == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(token)
+	var t pageToken
+	if err == nil {
+		err = json.Unmarshal(b, &t)
+	}
+	if err != nil {
+		return "", invalidField("page_token", "is not a token this API returned")
+	}
+	if t.Query != query {
+		return "", invalidField("page_token", "was issued for another query; start again without it")
+	}
+	return t.After, nil
+}

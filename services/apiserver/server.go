@@ -1,0 +1,246 @@
+// Package apiserver serves Tether's control-plane API over gRPC and, through
+// grpc-gateway, as REST/JSON (DESIGN.md §6). It is stateless: it reads the
+// PostgreSQL views and writes by appending events with a concurrency guard.
+// Several replicas can run at once.
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections/postgres"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
+	"github.com/tetherhq/tether/services/apiserver/openapi"
+)
+
+// eventStore is what the API needs of the event store (events/natsjs).
+type eventStore interface {
+	Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error)
+	LastSequence(ctx context.Context, subject string) (uint64, error)
+}
+
+// viewReader is what the API needs of the views (projections/postgres).
+type viewReader interface {
+	Fleet(ctx context.Context, name string) (postgres.FleetRow, error)
+	ListFleets(ctx context.Context, after string, limit int) ([]postgres.FleetRow, error)
+	GameServer(ctx context.Context, name string) (postgres.Row[*eventsv1.GameServerState], error)
+	ListGameServers(ctx context.Context, q postgres.GameServerQuery) ([]postgres.Row[*eventsv1.GameServerState], error)
+	RequestSequence(ctx context.Context, aggregate, requestID string) (uint64, error)
+}
+
+// freshness waits until the views have applied a sequence.
+type freshness interface {
+	WaitFor(ctx context.Context, seq uint64) error
+	Run(ctx context.Context) error
+}
+
+// Options configure a Server.
+type Options struct {
+	// GRPCAddr is the gRPC listen address; default "127.0.0.1:7070".
+	GRPCAddr string
+	// HTTPAddr is the REST gateway listen address; default "127.0.0.1:7080".
+	HTTPAddr string
+	// GRPCListener and HTTPListener, when set, are used instead of the addresses.
+	GRPCListener, HTTPListener net.Listener
+	// Store is the event store (required).
+	Store eventStore
+	// Views reads the projections (required).
+	Views viewReader
+	// Freshness lets reads wait for a minimum sequence (required).
+	Freshness freshness
+	// ReplicaID names this replica in event producers; default a random id.
+	ReplicaID string
+	// ReadWait bounds how long a read waits for min_sequence; default 5s.
+	ReadWait time.Duration
+	// Keepalive is the interval of HTTP/2 pings on idle gRPC connections,
+	// below common load-balancer idle timeouts (default 30s).
+	Keepalive time.Duration
+	// MetricsHandler, when set, is served at /metrics on the HTTP address.
+	MetricsHandler http.Handler
+	// Logger; default discards.
+	Logger *slog.Logger
+	// TracerProvider; default no-op.
+	TracerProvider trace.TracerProvider
+	// MeterProvider; default no-op.
+	MeterProvider metric.MeterProvider
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+func (o *Options) setDefaults() {
+	if o.GRPCAddr == "" {
+		o.GRPCAddr = "127.0.0.1:7070"
+	}
+	if o.HTTPAddr == "" {
+		o.HTTPAddr = "127.0.0.1:7080"
+	}
+	if o.ReplicaID == "" {
+		o.ReplicaID = events.NewID("api")
+	}
+	if o.ReadWait <= 0 {
+		o.ReadWait = 5 * time.Second
+	}
+	if o.Keepalive <= 0 {
+		o.Keepalive = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.TracerProvider == nil {
+		o.TracerProvider = tracenoop.NewTracerProvider()
+	}
+	if o.MeterProvider == nil {
+		o.MeterProvider = metricnoop.NewMeterProvider()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.Store == nil:
+		return errors.New("apiserver: Store is required")
+	case o.Views == nil:
+		return errors.New("apiserver: Views is required")
+	case o.Freshness == nil:
+		return errors.New("apiserver: Freshness is required")
+	}
+	return nil
+}
+
+// Server is one API replica.
+type Server struct {
+	opts     Options
+	log      *slog.Logger
+	producer string
+	prop     propagation.TextMapPropagator
+
+	grpcLis, httpLis net.Listener
+}
+
+// New builds a server and binds its listeners, so the addresses are known
+// (and ports taken) before Run.
+func New(opts Options) (*Server, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, log: opts.Logger, producer: "apiservers/" + opts.ReplicaID, prop: propagation.TraceContext{}}
+	var err error
+	if s.grpcLis = opts.GRPCListener; s.grpcLis == nil {
+		if s.grpcLis, err = net.Listen("tcp", opts.GRPCAddr); err != nil {
+			return nil, fmt.Errorf("apiserver: listen gRPC on %s: %w", opts.GRPCAddr, err)
+		}
+	}
+	if s.httpLis = opts.HTTPListener; s.httpLis == nil {
+		if s.httpLis, err = net.Listen("tcp", opts.HTTPAddr); err != nil {
+			_ = s.grpcLis.Close() // Releasing the port we just took; its error changes nothing.
+			return nil, fmt.Errorf("apiserver: listen REST on %s: %w", opts.HTTPAddr, err)
+		}
+	}
+	return s, nil
+}
+
+// GRPCAddr returns the bound gRPC address.
+func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr returns the bound REST address.
+func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
+
+// Run serves until ctx ends, then stops gracefully.
+func (s *Server) Run(ctx context.Context) error {
+	gs := grpc.NewServer(
+		grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(s.opts.TracerProvider),
+			otelgrpc.WithMeterProvider(s.opts.MeterProvider),
+			otelgrpc.WithPropagators(s.prop))),
+		grpc.ChainUnaryInterceptor(unaryErrors(s.log)),
+		grpc.ChainStreamInterceptor(streamErrors(s.log)),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.opts.Keepalive, Timeout: s.opts.Keepalive / 2}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	tetherv1.RegisterFleetServiceServer(gs, &fleetService{s: s})
+	tetherv1.RegisterGameServerServiceServer(gs, &gameServerService{s: s})
+
+	conn, err := grpc.NewClient(s.GRPCAddr(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+			otelgrpc.WithTracerProvider(s.opts.TracerProvider),
+			otelgrpc.WithMeterProvider(s.opts.MeterProvider),
+			otelgrpc.WithPropagators(s.prop))))
+	if err != nil {
+		return fmt.Errorf("apiserver: gateway client: %w", err)
+	}
+	defer conn.Close()
+	gw := runtime.NewServeMux()
+	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
+		tetherv1.RegisterFleetServiceHandler,
+		tetherv1.RegisterGameServerServiceHandler,
+	} {
+		if err := register(ctx, gw, conn); err != nil {
+			return fmt.Errorf("apiserver: register gateway: %w", err)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", gw)
+	mux.Handle("GET /openapi.json", openapi.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	if s.opts.MetricsHandler != nil {
+		mux.Handle("GET /metrics", s.opts.MetricsHandler)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.opts.Freshness.Run(ctx) })
+	g.Go(func() error {
+		if err := gs.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("apiserver: gRPC: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := hs.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("apiserver: REST: %w", err)
+		}
+		return nil
+	})
+	s.log.Info("api server listening", "grpc", s.GRPCAddr(), "rest", s.HTTPAddr(), "replica", s.opts.ReplicaID)
+	g.Go(func() error {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		err := hs.Shutdown(shutdownCtx)
+		stopped := make(chan struct{})
+		go func() { gs.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-shutdownCtx.Done():
+			gs.Stop()
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("apiserver: REST shutdown: %w", err)
+		}
+		return nil
+	})
+	return g.Wait()
+}

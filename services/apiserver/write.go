@@ -1,0 +1,130 @@
+package apiserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tetherhq/tether/events"
+)
+
+// maxWriteAttempts bounds the re-read-and-decide loop on conflicts.
+const maxWriteAttempts = 5
+
+// decideFunc decides a command against an aggregate's current state, read
+// from the views once they have applied the aggregate's last sequence.
+type decideFunc func(ctx context.Context, last uint64) ([]proto.Message, error)
+
+// writeResult is what a write appended.
+type writeResult struct {
+	// Sequence is the stream sequence of the last event written, or the
+	// aggregate's last sequence when the command changed nothing.
+	Sequence uint64
+	// Events are the appended envelopes.
+	Events []events.Envelope
+	// Replayed is true when the request id had already been written.
+	Replayed bool
+}
+
+// write runs the API's write path for one aggregate: read its last
+// sequence from the store, wait until the views have applied it, decide on
+// that state, and append with the sequence as the concurrency guard. On a
+// conflict it re-reads and decides again, unless the client pinned a version
+// (etag), which then gets VERSION_CONFLICT. A request id makes it
+// idempotent: a retry finds its earlier events and changes nothing, and the
+// event ids derive from it so even racing retries are stored once.
+func (s *Server) write(ctx context.Context, name, requestID, etag string, decide decideFunc) (writeResult, error) {
+	subject, err := events.Subject(name)
+	if err != nil {
+		return writeResult{}, err
+	}
+	for range maxWriteAttempts {
+		last, err := s.opts.Store.LastSequence(ctx, subject)
+		if err != nil {
+			return writeResult{}, fmt.Errorf("read %s: %w", name, err)
+		}
+		if err := s.waitFresh(ctx, last); err != nil {
+			return writeResult{}, err
+		}
+		if requestID != "" {
+			seq, err := s.opts.Views.RequestSequence(ctx, name, requestID)
+			if err != nil {
+				return writeResult{}, err
+			}
+			if seq > 0 {
+				return writeResult{Sequence: seq, Replayed: true}, nil
+			}
+		}
+		if etag != "" && etag != strconv.FormatUint(last, 10) {
+			return writeResult{}, &apiError{code: codes.Aborted, reason: ReasonVersionConflict,
+				msg: fmt.Sprintf("etag %q does not match the current version of %s; read it again", etag, name)}
+		}
+		msgs, err := decide(ctx, last)
+		if err != nil {
+			return writeResult{}, err
+		}
+		if len(msgs) == 0 {
+			return writeResult{Sequence: last}, nil
+		}
+		envs := s.envelopes(ctx, name, requestID, msgs)
+		seq, err := s.opts.Store.Append(ctx, subject, last, envs...)
+		if errors.Is(err, events.ErrConflict) && etag == "" {
+			s.log.Debug("write conflict; deciding again", "aggregate", name)
+			continue
+		}
+		if err != nil {
+			return writeResult{}, err
+		}
+		return writeResult{Sequence: seq, Events: envs}, nil
+	}
+	return writeResult{}, fmt.Errorf("%s: %w (after %d attempts)", name, events.ErrConflict, maxWriteAttempts)
+}
+
+// envelopes wraps decided payloads with this replica's metadata and the
+// request's trace context. With a request id, event ids are derived from it.
+func (s *Server) envelopes(ctx context.Context, name, requestID string, msgs []proto.Message) []events.Envelope {
+	carrier := propagation.MapCarrier{}
+	s.prop.Inject(ctx, carrier)
+	now := s.opts.Now()
+	out := make([]events.Envelope, len(msgs))
+	for i, m := range msgs {
+		e := events.New(name, now, m)
+		e.Producer, e.RequestID = s.producer, requestID
+		e.TraceParent, e.TraceState = carrier.Get("traceparent"), carrier.Get("tracestate")
+		if requestID != "" {
+			sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d", name, requestID, i))
+			e.ID = hex.EncodeToString(sum[:16])
+			e.CorrelationID = requestID
+		} else if i == 0 {
+			e.CorrelationID = e.ID
+		} else {
+			e.CorrelationID = out[0].ID
+		}
+		out[i] = e
+	}
+	return out
+}
+
+// waitFresh waits, bounded by ReadWait, until the views have applied seq.
+func (s *Server) waitFresh(ctx context.Context, seq uint64) error {
+	if seq == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.opts.ReadWait)
+	defer cancel()
+	if err := s.opts.Freshness.WaitFor(wctx, seq); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &apiError{code: codes.Unavailable, reason: ReasonProjectionBehind,
+			msg: fmt.Sprintf("the views have not reached sequence %d within %s; retry later", seq, s.opts.ReadWait)}
+	}
+	return nil
+}
