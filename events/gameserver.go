@@ -115,6 +115,10 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 		next.StartAttempts = d.GetAttempt()
 		next.Health = eventsv1.HealthState_HEALTH_STATE_HEALTHY
 		next.MissedPeriods = 0
+		// A new process has no SDK connection yet; a restarted one's
+		// predecessor took its connection (and any grace window) with it.
+		next.Connection = eventsv1.ConnectionState_CONNECTION_STATE_UNSPECIFIED
+		next.ConnectionSince, next.GraceDeadline = nil, nil
 	case *eventsv1.SdkConnected:
 		next.Connection = eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED
 		next.ConnectionSince, next.GraceDeadline = at, nil
@@ -328,7 +332,9 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 	case MarkReady:
 		return []proto.Message{&eventsv1.GameServerReady{}}, nil
 	case RecordSDKConnected:
-		if state.GetConnection() == eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED {
+		// Only a no-op where SdkConnected is allowed: a terminated server
+		// refuses it even if it was connected when it ended.
+		if state.GetConnection() == eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED && state.GetLifecycle() != terminated {
 			return nil, nil
 		}
 		return []proto.Message{&eventsv1.SdkConnected{Transport: c.Transport, RemoteAddress: c.RemoteAddress}}, nil

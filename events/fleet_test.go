@@ -1,0 +1,500 @@
+package events_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tetherhq/tether/events"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+)
+
+const fleetName = "fleets/arena"
+
+// minimalSpec is the smallest valid create request.
+func minimalSpec() *eventsv1.FleetSpec {
+	return &eventsv1.FleetSpec{
+		Replicas: 3,
+		Template: &eventsv1.GameServerTemplate{
+			Command: "/opt/game/server",
+			Args:    []string{"-port", "${TETHER_PORT_GAME}"},
+			Env:     map[string]string{"MODE": "ranked"},
+			Ports: []*eventsv1.PortSpec{
+				{Name: "game"},
+				{Name: "query", Protocol: eventsv1.Protocol_PROTOCOL_TCP},
+			},
+		},
+		Labels: map[string]string{"region": "eu"},
+	}
+}
+
+// createdFleet returns the state of a fleet created from spec.
+func createdFleet(t *testing.T, spec *eventsv1.FleetSpec) *eventsv1.FleetState {
+	t.Helper()
+	out, err := events.DecideFleet(nil, events.CreateFleet{Spec: spec})
+	if err != nil {
+		t.Fatalf("DecideFleet(CreateFleet): %v", err)
+	}
+	state := (*eventsv1.FleetState)(nil)
+	for i, m := range out {
+		if state, err = events.ApplyFleet(state, events.New(fleetName, at(i), m)); err != nil {
+			t.Fatalf("ApplyFleet(%s): %v", events.TypeOf(m), err)
+		}
+	}
+	return state
+}
+
+func deletedFleet(t *testing.T) *eventsv1.FleetState {
+	t.Helper()
+	state, err := events.ApplyFleet(createdFleet(t, minimalSpec()), events.New(fleetName, at(10), &eventsv1.FleetDeleted{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return state
+}
+
+func TestDecideFleetCreateDefaults(t *testing.T) {
+	in := minimalSpec()
+	before := proto.Clone(in)
+
+	out, err := events.DecideFleet(nil, events.CreateFleet{Spec: in})
+	if err != nil {
+		t.Fatalf("DecideFleet: %v", err)
+	}
+	if !proto.Equal(before, in) {
+		t.Errorf("DecideFleet modified the command's spec: %v", in)
+	}
+	if got := types(out); !slices.Equal(got, []string{"FleetCreated"}) {
+		t.Fatalf("events = %v, want [FleetCreated]", got)
+	}
+	want := minimalSpec()
+	want.Template.Ports[0].Protocol = eventsv1.Protocol_PROTOCOL_UDP
+	want.Health = &eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3}
+	want.SdkDisconnectGraceSeconds = 30
+	want.PlayerSessions = &eventsv1.PlayerSessionPolicy{ReservationTimeoutSeconds: 60, ReconnectWindowSeconds: 120}
+	want.Scheduling = eventsv1.Scheduling_SCHEDULING_PACKED
+	if got := out[0].(*eventsv1.FleetCreated).GetSpec(); !proto.Equal(got, want) {
+		t.Errorf("spec =\n%v\nwant\n%v", got, want)
+	}
+}
+
+func TestDecideFleetCreateKeepsExplicitValues(t *testing.T) {
+	in := minimalSpec()
+	in.Health = &eventsv1.HealthPolicy{Disabled: true, InitialDelaySeconds: 1, PeriodSeconds: 2, FailureThreshold: 9}
+	in.SdkDisconnectGraceSeconds = 4
+	in.PlayerSessions = &eventsv1.PlayerSessionPolicy{MaxPlayers: 16, ReservationTimeoutSeconds: 7, ReconnectWindowSeconds: 8}
+	in.Scheduling = eventsv1.Scheduling_SCHEDULING_DISTRIBUTED
+	in.Replicas = events.MaxReplicas
+
+	out, err := events.DecideFleet(nil, events.CreateFleet{Spec: in})
+	if err != nil {
+		t.Fatalf("DecideFleet: %v", err)
+	}
+	want := proto.CloneOf(in)
+	want.Template.Ports[0].Protocol = eventsv1.Protocol_PROTOCOL_UDP
+	if got := out[0].(*eventsv1.FleetCreated).GetSpec(); !proto.Equal(got, want) {
+		t.Errorf("spec =\n%v\nwant\n%v", got, want)
+	}
+}
+
+func TestDecideFleetCreateValidation(t *testing.T) {
+	tests := []struct {
+		name  string
+		spec  func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec
+		field string
+	}{
+		{name: "negative replicas", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec { s.Replicas = -1; return s }, field: "fleet.replicas"},
+		{name: "too many replicas", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec { s.Replicas = events.MaxReplicas + 1; return s }, field: "fleet.replicas"},
+		{name: "no spec", spec: func(*eventsv1.FleetSpec) *eventsv1.FleetSpec { return nil }, field: "fleet.template.command"},
+		{name: "no template", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec { s.Template = nil; return s }, field: "fleet.template.command"},
+		{name: "missing command", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec { s.Template.Command = ""; return s }, field: "fleet.template.command"},
+		{name: "blank command", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec { s.Template.Command = " \t"; return s }, field: "fleet.template.command"},
+		{name: "uppercase port name", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec { s.Template.Ports[0].Name = "Game"; return s }, field: "fleet.template.ports[0].name"},
+		{name: "empty port name", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec { s.Template.Ports[1].Name = ""; return s }, field: "fleet.template.ports[1].name"},
+		{name: "port name with underscore", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec { s.Template.Ports[1].Name = "q_1"; return s }, field: "fleet.template.ports[1].name"},
+		{name: "duplicate port name", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec { s.Template.Ports[1].Name = "game"; return s }, field: "fleet.template.ports[1].name"},
+		{name: "env name with =", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec { s.Template.Env["A=B"] = "x"; return s }, field: "fleet.template.env"},
+		{name: "empty env name", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec { s.Template.Env[""] = "x"; return s }, field: "fleet.template.env"},
+		{name: "negative initial delay", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec {
+			s.Health = &eventsv1.HealthPolicy{InitialDelaySeconds: -1}
+			return s
+		}, field: "fleet.health.initial_delay_seconds"},
+		{name: "negative period", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec {
+			s.Health = &eventsv1.HealthPolicy{PeriodSeconds: -5}
+			return s
+		}, field: "fleet.health.period_seconds"},
+		{name: "negative failure threshold", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec {
+			s.Health = &eventsv1.HealthPolicy{FailureThreshold: -3}
+			return s
+		}, field: "fleet.health.failure_threshold"},
+		{name: "negative disconnect grace", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec { s.SdkDisconnectGraceSeconds = -1; return s }, field: "fleet.sdk_disconnect_grace_seconds"},
+		{name: "negative max players", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec {
+			s.PlayerSessions = &eventsv1.PlayerSessionPolicy{MaxPlayers: -1}
+			return s
+		}, field: "fleet.player_sessions.max_players"},
+		{name: "negative reservation timeout", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec {
+			s.PlayerSessions = &eventsv1.PlayerSessionPolicy{ReservationTimeoutSeconds: -1}
+			return s
+		}, field: "fleet.player_sessions.reservation_timeout_seconds"},
+		{name: "negative reconnect window", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec {
+			s.PlayerSessions = &eventsv1.PlayerSessionPolicy{ReconnectWindowSeconds: -1}
+			return s
+		}, field: "fleet.player_sessions.reconnect_window_seconds"},
+		{name: "label key with space", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec { s.Labels["a b"] = "x"; return s }, field: "fleet.labels"},
+		{name: "empty label key", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec { s.Labels[""] = "x"; return s }, field: "fleet.labels"},
+		{name: "multi-line label value", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec { s.Labels["k"] = "a\nb"; return s }, field: "fleet.labels"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := events.DecideFleet(nil, events.CreateFleet{Spec: tt.spec(minimalSpec())})
+			if out != nil {
+				t.Errorf("events = %v, want none", types(out))
+			}
+			if ve := asValidationError(t, err); ve.Field != tt.field {
+				t.Errorf("Field = %q, want %q (%v)", ve.Field, tt.field, err)
+			}
+		})
+	}
+}
+
+func TestDecideFleetRefusals(t *testing.T) {
+	tests := []struct {
+		name     string
+		state    func(t *testing.T) *eventsv1.FleetState
+		cmd      events.FleetCommand
+		wantFrom string
+	}{
+		{name: "create existing", state: func(t *testing.T) *eventsv1.FleetState { return createdFleet(t, minimalSpec()) }, cmd: events.CreateFleet{Spec: minimalSpec()}, wantFrom: "ACTIVE"},
+		{name: "create deleted", state: deletedFleet, cmd: events.CreateFleet{Spec: minimalSpec()}, wantFrom: "DELETED"},
+		{name: "update absent", state: func(*testing.T) *eventsv1.FleetState { return nil }, cmd: events.UpdateFleet{Spec: minimalSpec()}, wantFrom: "ABSENT"},
+		{name: "update empty state", state: func(*testing.T) *eventsv1.FleetState { return &eventsv1.FleetState{} }, cmd: events.UpdateFleet{Spec: minimalSpec()}, wantFrom: "ABSENT"},
+		{name: "update deleted", state: deletedFleet, cmd: events.UpdateFleet{Spec: minimalSpec(), Paths: []string{"replicas"}}, wantFrom: "DELETED"},
+		{name: "delete absent", state: func(*testing.T) *eventsv1.FleetState { return nil }, cmd: events.DeleteFleet{}, wantFrom: "ABSENT"},
+		{name: "delete deleted", state: deletedFleet, cmd: events.DeleteFleet{}, wantFrom: "DELETED"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := events.DecideFleet(tt.state(t), tt.cmd)
+			if out != nil {
+				t.Errorf("events = %v, want none", types(out))
+			}
+			te := asTransitionError(t, err)
+			if te.From != tt.wantFrom {
+				t.Errorf("From = %q, want %q", te.From, tt.wantFrom)
+			}
+		})
+	}
+}
+
+func TestDecideFleetDelete(t *testing.T) {
+	out, err := events.DecideFleet(createdFleet(t, minimalSpec()), events.DeleteFleet{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := types(out); !slices.Equal(got, []string{"FleetDeleted"}) {
+		t.Errorf("events = %v, want [FleetDeleted]", got)
+	}
+}
+
+func TestDecideFleetUpdate(t *testing.T) {
+	// The fleet under update has a non-default health period and player policy.
+	base := minimalSpec()
+	base.Health = &eventsv1.HealthPolicy{PeriodSeconds: 7}
+	base.PlayerSessions = &eventsv1.PlayerSessionPolicy{MaxPlayers: 8}
+
+	tests := []struct {
+		name        string
+		spec        *eventsv1.FleetSpec
+		paths       []string
+		wantChanged []string // nil: no event
+		want        func(s *eventsv1.FleetSpec)
+		wantField   string // a *ValidationError on this field
+	}{
+		{
+			name:        "replicas",
+			spec:        &eventsv1.FleetSpec{Replicas: 10},
+			paths:       []string{"replicas"},
+			wantChanged: []string{"replicas"},
+			want:        func(s *eventsv1.FleetSpec) { s.Replicas = 10 },
+		},
+		{
+			name:        "scale to zero",
+			spec:        &eventsv1.FleetSpec{},
+			paths:       []string{"replicas"},
+			wantChanged: []string{"replicas"},
+			want:        func(s *eventsv1.FleetSpec) { s.Replicas = 0 },
+		},
+		{
+			name:        "health period",
+			spec:        &eventsv1.FleetSpec{Health: &eventsv1.HealthPolicy{PeriodSeconds: 10}},
+			paths:       []string{"health.period_seconds"},
+			wantChanged: []string{"health"},
+			want:        func(s *eventsv1.FleetSpec) { s.Health.PeriodSeconds = 10 },
+		},
+		{
+			name:        "only changed fields are reported",
+			spec:        &eventsv1.FleetSpec{Replicas: 3, Health: &eventsv1.HealthPolicy{PeriodSeconds: 10}},
+			paths:       []string{"replicas", "health.period_seconds"},
+			wantChanged: []string{"health"},
+			want:        func(s *eventsv1.FleetSpec) { s.Health.PeriodSeconds = 10 },
+		},
+		{
+			name:  "same value is no event",
+			spec:  &eventsv1.FleetSpec{Replicas: 3},
+			paths: []string{"replicas"},
+		},
+		{
+			name:  "path naming an unchanged sub-field is no event",
+			spec:  &eventsv1.FleetSpec{Health: &eventsv1.HealthPolicy{PeriodSeconds: 7, FailureThreshold: 1}},
+			paths: []string{"health.period_seconds"},
+		},
+		{
+			name:        "zero sub-field takes the default",
+			spec:        &eventsv1.FleetSpec{},
+			paths:       []string{"health.period_seconds"},
+			wantChanged: []string{"health"},
+			want:        func(s *eventsv1.FleetSpec) { s.Health.PeriodSeconds = events.DefaultPeriodSeconds },
+		},
+		{
+			name:        "whole health message",
+			spec:        &eventsv1.FleetSpec{Health: &eventsv1.HealthPolicy{Disabled: true}},
+			paths:       []string{"health"},
+			wantChanged: []string{"health"},
+			want: func(s *eventsv1.FleetSpec) {
+				s.Health = &eventsv1.HealthPolicy{Disabled: true, InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3}
+			},
+		},
+		{
+			name:        "message path then its sub-field with the message unset",
+			spec:        &eventsv1.FleetSpec{},
+			paths:       []string{"health", "health.period_seconds"},
+			wantChanged: []string{"health"},
+			want: func(s *eventsv1.FleetSpec) {
+				s.Health = &eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3}
+			},
+		},
+		{
+			name:        "player sessions message then sub-field with the message unset",
+			spec:        &eventsv1.FleetSpec{},
+			paths:       []string{"player_sessions", "player_sessions.max_players"},
+			wantChanged: []string{"player_sessions"},
+			want: func(s *eventsv1.FleetSpec) {
+				s.PlayerSessions = &eventsv1.PlayerSessionPolicy{ReservationTimeoutSeconds: 60, ReconnectWindowSeconds: 120}
+			},
+		},
+		{
+			name:        "max players",
+			spec:        &eventsv1.FleetSpec{PlayerSessions: &eventsv1.PlayerSessionPolicy{MaxPlayers: 16}},
+			paths:       []string{"player_sessions.max_players"},
+			wantChanged: []string{"player_sessions"},
+			want:        func(s *eventsv1.FleetSpec) { s.PlayerSessions.MaxPlayers = 16 },
+		},
+		{
+			name:        "scheduling",
+			spec:        &eventsv1.FleetSpec{Scheduling: eventsv1.Scheduling_SCHEDULING_DISTRIBUTED},
+			paths:       []string{"scheduling"},
+			wantChanged: []string{"scheduling"},
+			want:        func(s *eventsv1.FleetSpec) { s.Scheduling = eventsv1.Scheduling_SCHEDULING_DISTRIBUTED },
+		},
+		{
+			name:        "labels",
+			spec:        &eventsv1.FleetSpec{Labels: map[string]string{"region": "us"}},
+			paths:       []string{"labels"},
+			wantChanged: []string{"labels"},
+			want:        func(s *eventsv1.FleetSpec) { s.Labels = map[string]string{"region": "us"} },
+		},
+		{
+			name:        "template with a defaulted protocol",
+			spec:        &eventsv1.FleetSpec{Template: &eventsv1.GameServerTemplate{Command: "/bin/other", Ports: []*eventsv1.PortSpec{{Name: "game"}}}},
+			paths:       []string{"template"},
+			wantChanged: []string{"template"},
+			want: func(s *eventsv1.FleetSpec) {
+				s.Template = &eventsv1.GameServerTemplate{Command: "/bin/other", Ports: []*eventsv1.PortSpec{{Name: "game", Protocol: eventsv1.Protocol_PROTOCOL_UDP}}}
+			},
+		},
+		{
+			name: "no paths means every field",
+			spec: func() *eventsv1.FleetSpec {
+				s := proto.CloneOf(base)
+				s.Replicas = 4
+				return s
+			}(),
+			wantChanged: []string{"replicas"},
+			want:        func(s *eventsv1.FleetSpec) { s.Replicas = 4 },
+		},
+		{
+			name:      "unknown path",
+			spec:      &eventsv1.FleetSpec{Replicas: 4},
+			paths:     []string{"replicas", "nope"},
+			wantField: "update_mask",
+		},
+		{
+			name:      "sub-field of a non-message path",
+			spec:      &eventsv1.FleetSpec{},
+			paths:     []string{"template.command"},
+			wantField: "update_mask",
+		},
+		{
+			name:      "invalid new value",
+			spec:      &eventsv1.FleetSpec{Replicas: -1},
+			paths:     []string{"replicas"},
+			wantField: "fleet.replicas",
+		},
+		{
+			name:      "template without command",
+			spec:      &eventsv1.FleetSpec{},
+			paths:     []string{"template"},
+			wantField: "fleet.template.command",
+		},
+		{
+			name:      "negative sub-field",
+			spec:      &eventsv1.FleetSpec{Health: &eventsv1.HealthPolicy{FailureThreshold: -1}},
+			paths:     []string{"health.failure_threshold"},
+			wantField: "fleet.health.failure_threshold",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			state := createdFleet(t, base)
+			stateBefore := proto.Clone(state)
+			cmdBefore := proto.Clone(tt.spec)
+
+			out, err := events.DecideFleet(state, events.UpdateFleet{Spec: tt.spec, Paths: tt.paths})
+
+			if !proto.Equal(stateBefore, state) {
+				t.Errorf("DecideFleet modified the state")
+			}
+			if !proto.Equal(cmdBefore, tt.spec) {
+				t.Errorf("DecideFleet modified the command's spec")
+			}
+			if tt.wantField != "" {
+				if ve := asValidationError(t, err); ve.Field != tt.wantField {
+					t.Errorf("Field = %q, want %q (%v)", ve.Field, tt.wantField, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("DecideFleet: %v", err)
+			}
+			if tt.wantChanged == nil {
+				if len(out) != 0 {
+					t.Fatalf("events = %v, want none", out)
+				}
+				return
+			}
+			if got := types(out); !slices.Equal(got, []string{"FleetUpdated"}) {
+				t.Fatalf("events = %v, want [FleetUpdated]", got)
+			}
+			upd := out[0].(*eventsv1.FleetUpdated)
+			if !slices.Equal(upd.GetChangedFields(), tt.wantChanged) {
+				t.Errorf("ChangedFields = %v, want %v", upd.GetChangedFields(), tt.wantChanged)
+			}
+			want := proto.CloneOf(state.GetSpec())
+			tt.want(want)
+			if !proto.Equal(upd.GetSpec(), want) {
+				t.Errorf("spec =\n%v\nwant\n%v", upd.GetSpec(), want)
+			}
+		})
+	}
+}
+
+func TestDecideFleetUpdateDoesNotAliasCommand(t *testing.T) {
+	state := createdFleet(t, minimalSpec())
+	patch := &eventsv1.FleetSpec{
+		Labels:   map[string]string{"region": "us"},
+		Template: &eventsv1.GameServerTemplate{Command: "/bin/x"},
+	}
+	out, err := events.DecideFleet(state, events.UpdateFleet{Spec: patch, Paths: []string{"labels", "template"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := proto.Clone(out[0])
+	patch.Labels["region"] = "changed later"
+	patch.Template.Command = "/bin/changed-later"
+	if !proto.Equal(out[0], want) {
+		t.Errorf("changing the command after DecideFleet changed its event: %v", out[0])
+	}
+}
+
+func TestApplyFleetLifecycle(t *testing.T) {
+	spec := minimalSpec()
+	created, err := applyChecked(t, events.ApplyFleet, nil, events.New(fleetName, at(1), &eventsv1.FleetCreated{Spec: spec}))
+	if err != nil {
+		t.Fatalf("FleetCreated: %v", err)
+	}
+	want := &eventsv1.FleetState{Name: fleetName, Spec: spec, CreateTime: tsAt(1), UpdateTime: tsAt(1)}
+	if !proto.Equal(created, want) {
+		t.Fatalf("after FleetCreated =\n%v\nwant\n%v", created, want)
+	}
+
+	newSpec := proto.CloneOf(spec)
+	newSpec.Replicas = 9
+	updated, err := applyChecked(t, events.ApplyFleet, created, events.New(fleetName, at(2), &eventsv1.FleetUpdated{Spec: newSpec, ChangedFields: []string{"replicas"}}))
+	if err != nil {
+		t.Fatalf("FleetUpdated: %v", err)
+	}
+	want = &eventsv1.FleetState{Name: fleetName, Spec: newSpec, CreateTime: tsAt(1), UpdateTime: tsAt(2)}
+	if !proto.Equal(updated, want) {
+		t.Fatalf("after FleetUpdated =\n%v\nwant\n%v", updated, want)
+	}
+
+	deleted, err := applyChecked(t, events.ApplyFleet, updated, events.New(fleetName, at(3), &eventsv1.FleetDeleted{}))
+	if err != nil {
+		t.Fatalf("FleetDeleted: %v", err)
+	}
+	want = &eventsv1.FleetState{Name: fleetName, Spec: newSpec, Deleted: true, CreateTime: tsAt(1), UpdateTime: tsAt(3), DeleteTime: tsAt(3)}
+	if !proto.Equal(deleted, want) {
+		t.Fatalf("after FleetDeleted =\n%v\nwant\n%v", deleted, want)
+	}
+
+	// The state does not share the event's spec.
+	spec.Replicas = 100
+	newSpec.Replicas = 100
+	if created.GetSpec().GetReplicas() != 3 || deleted.GetSpec().GetReplicas() != 9 {
+		t.Errorf("state shares memory with the event payload")
+	}
+}
+
+func TestApplyFleetRefusals(t *testing.T) {
+	active := func(t *testing.T) *eventsv1.FleetState { return createdFleet(t, minimalSpec()) }
+	absent := func(*testing.T) *eventsv1.FleetState { return nil }
+	tests := []struct {
+		name     string
+		state    func(t *testing.T) *eventsv1.FleetState
+		event    proto.Message
+		wantFrom string
+	}{
+		{name: "created twice", state: active, event: &eventsv1.FleetCreated{Spec: minimalSpec()}, wantFrom: "ACTIVE"},
+		{name: "created after delete", state: deletedFleet, event: &eventsv1.FleetCreated{Spec: minimalSpec()}, wantFrom: "DELETED"},
+		{name: "updated absent", state: absent, event: &eventsv1.FleetUpdated{Spec: minimalSpec()}, wantFrom: "ABSENT"},
+		{name: "updated deleted", state: deletedFleet, event: &eventsv1.FleetUpdated{Spec: minimalSpec()}, wantFrom: "DELETED"},
+		{name: "deleted absent", state: absent, event: &eventsv1.FleetDeleted{}, wantFrom: "ABSENT"},
+		{name: "deleted twice", state: deletedFleet, event: &eventsv1.FleetDeleted{}, wantFrom: "DELETED"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := events.New(fleetName, at(20), tt.event)
+			got, err := applyChecked(t, events.ApplyFleet, tt.state(t), e)
+			if got != nil {
+				t.Errorf("state = %v, want nil", got)
+			}
+			te := asTransitionError(t, err)
+			if te.From != tt.wantFrom || te.Event != e.Type || te.Aggregate != fleetName {
+				t.Errorf("TransitionError = %+v, want From %q, Event %q, Aggregate %q", te, tt.wantFrom, e.Type, fleetName)
+			}
+		})
+	}
+}
+
+func TestApplyFleetForeignEvent(t *testing.T) {
+	_, err := events.ApplyFleet(createdFleet(t, minimalSpec()), events.New(fleetName, t0, &eventsv1.HostLost{}))
+	if err == nil {
+		t.Fatal("ApplyFleet(HostLost) succeeded, want an error")
+	}
+	var te *events.TransitionError
+	if errors.As(err, &te) {
+		t.Errorf("err = %v, want a plain error, not a TransitionError", err)
+	}
+}
