@@ -49,6 +49,9 @@ type ProjectorOptions struct {
 	BatchSize int
 	// FlushInterval flushes a batch this long after its first event; default 5ms.
 	FlushInterval time.Duration
+	// AckWait is how long JetStream waits for an ack before redelivering;
+	// default 1m. Applies when the consumer is created.
+	AckWait time.Duration
 	// Logger; default discards.
 	Logger *slog.Logger
 	// TracerProvider; default no-op.
@@ -72,6 +75,9 @@ func (o *ProjectorOptions) setDefaults() {
 	}
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = 5 * time.Millisecond
+	}
+	if o.AckWait <= 0 {
+		o.AckWait = time.Minute
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -159,15 +165,11 @@ func (p *Projector) Lag() uint64 {
 
 // Run consumes and applies events until ctx ends.
 func (p *Projector) Run(ctx context.Context) error {
-	cp, err := p.loadCheckpoint(ctx)
+	cons, err := p.Consumer(ctx)
 	if err != nil {
 		return err
 	}
-	p.checkpoint.Store(cp)
-	cons, err := p.consumer(ctx, cp)
-	if err != nil {
-		return err
-	}
+	cp := p.checkpoint.Load()
 	msgs := make(chan jetstream.Msg, 2*p.opts.BatchSize)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		select {
@@ -239,6 +241,17 @@ func (p *Projector) applyWithRetry(ctx context.Context, batch []jetstream.Msg) e
 	return nil
 }
 
+// Consumer loads the checkpoint and returns the durable consumer positioned
+// after it (Run calls it; tests use it to drive ApplyBatch by hand).
+func (p *Projector) Consumer(ctx context.Context) (jetstream.Consumer, error) {
+	cp, err := p.loadCheckpoint(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.checkpoint.Store(cp)
+	return p.consumer(ctx, cp)
+}
+
 // loadCheckpoint reads (creating if needed) the partition's checkpoint.
 func (p *Projector) loadCheckpoint(ctx context.Context) (uint64, error) {
 	if _, err := p.opts.Pool.Exec(ctx,
@@ -282,7 +295,7 @@ func (p *Projector) consumer(ctx context.Context, cp uint64) (jetstream.Consumer
 	cfg := jetstream.ConsumerConfig{
 		Durable:       p.opts.Durable,
 		AckPolicy:     jetstream.AckAllPolicy,
-		AckWait:       time.Minute,
+		AckWait:       p.opts.AckWait,
 		MaxAckPending: 4 * p.opts.BatchSize,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		Description:   "Tether projector: folds events into the PostgreSQL views",
@@ -372,7 +385,7 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) error 
 	if err := servers.load(ctx, tx); err != nil {
 		return err
 	}
-	for _, e := range envs {
+	for i, e := range envs {
 		var err error
 		switch kindOf(events.MustSubject(e.Aggregate)) {
 		case events.KindFleet:
@@ -383,7 +396,7 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) error 
 			err = servers.apply(e)
 		}
 		if err != nil {
-			dead = append(dead, deadLetter{seq: e.Sequence, subject: events.MustSubject(e.Aggregate), typ: e.Type, err: err})
+			dead = append(dead, deadLetter{seq: e.Sequence, subject: events.MustSubject(e.Aggregate), typ: e.Type, err: err, data: raw[i]})
 		}
 	}
 	b := &pgx.Batch{}

@@ -1,0 +1,394 @@
+package apiserver_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/services/apiserver"
+	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
+	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// stack is one API replica over real NATS JetStream and PostgreSQL, with a
+// projector that a test may start late.
+type stack struct {
+	t         *testing.T
+	ctx       context.Context
+	base      string
+	store     *natsjs.Store
+	projector *postgres.Projector
+	errs      chan error
+	running   int
+}
+
+type stackOptions struct {
+	readWait      time.Duration
+	lateProjector bool // leave the projector stopped until startProjector
+}
+
+func newStack(t *testing.T, o stackOptions) *stack {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ns := natstest.Start(t)
+	_, js := natstest.Connect(t, ns)
+	store, err := natsjs.New(ctx, js, natsjs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proj, err := postgres.NewProjector(postgres.ProjectorOptions{Pool: pool, JetStream: js, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := apiserver.New(apiserver.Options{
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
+		ReadWait: o.readWait, Logger: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stack{t: t, ctx: ctx, base: "http://" + api.HTTPAddr(), store: store, projector: proj, errs: make(chan error, 2)}
+	s.run(api.Run)
+	t.Cleanup(func() {
+		cancel()
+		for range s.running {
+			if err := <-s.errs; err != nil {
+				t.Errorf("component stopped with error: %v", err)
+			}
+		}
+		pool.Close()
+	})
+	if !o.lateProjector {
+		s.startProjector()
+	}
+	waitFor(t, 10*time.Second, "API healthy", func() bool {
+		resp, err := http.Get(s.base + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return s
+}
+
+func (s *stack) run(f func(context.Context) error) {
+	s.running++
+	go func() { s.errs <- f(s.ctx) }()
+}
+
+func (s *stack) startProjector() { s.run(s.projector.Run) }
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not a wait for an outcome
+	}
+}
+
+// response is a decoded REST reply.
+type response struct {
+	status int
+	body   map[string]any
+}
+
+func (s *stack) do(method, path string, body any) response {
+	s.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, s.base+path, r)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	out := response{status: resp.StatusCode, body: map[string]any{}}
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &out.body); err != nil {
+		s.t.Fatalf("%s %s: status %d, body not JSON: %s", method, path, resp.StatusCode, raw)
+	}
+	return out
+}
+
+func (r response) str(key string) string {
+	v, _ := r.body[key].(string)
+	return v
+}
+
+func (r response) num(key string) float64 {
+	v, _ := r.body[key].(float64)
+	return v
+}
+
+// reason returns the ErrorInfo reason of an error reply.
+func (r response) reason() string {
+	details, _ := r.body["details"].([]any)
+	for _, d := range details {
+		m, _ := d.(map[string]any)
+		if m["@type"] == "type.googleapis.com/google.rpc.ErrorInfo" {
+			v, _ := m["reason"].(string)
+			return v
+		}
+	}
+	return ""
+}
+
+// fieldViolation returns the first BadRequest field of an error reply.
+func (r response) fieldViolation() string {
+	details, _ := r.body["details"].([]any)
+	for _, d := range details {
+		m, _ := d.(map[string]any)
+		if m["@type"] == "type.googleapis.com/google.rpc.BadRequest" {
+			vs, _ := m["fieldViolations"].([]any)
+			if len(vs) > 0 {
+				v, _ := vs[0].(map[string]any)
+				f, _ := v["field"].(string)
+				return f
+			}
+		}
+	}
+	return ""
+}
+
+func arenaFleet(replicas int) map[string]any {
+	return map[string]any{
+		"replicas": replicas,
+		"template": map[string]any{
+			"command": "/usr/local/bin/mygame", "args": []string{"--port", "${TETHER_PORT_GAME}"},
+			"env": map[string]string{"MODE": "ranked"}, "ports": []any{map[string]any{"name": "game", "protocol": "UDP"}},
+		},
+		"health":                    map[string]any{"initialDelaySeconds": 5, "periodSeconds": 5, "failureThreshold": 3},
+		"sdkDisconnectGraceSeconds": 30,
+		"playerSessions":            map[string]any{"maxPlayers": 16, "reservationTimeoutSeconds": 60, "reconnectWindowSeconds": 120},
+		"scheduling":                "PACKED",
+		"labels":                    map[string]string{"mode": "ranked"},
+	}
+}
+
+func TestFleetRoundTripOverREST(t *testing.T) {
+	s := newStack(t, stackOptions{})
+
+	created := s.do("POST", "/v1/fleets?fleetId=arena", arenaFleet(3))
+	if created.status != http.StatusOK {
+		t.Fatalf("create: status %d: %v", created.status, created.body)
+	}
+	if created.str("name") != "fleets/arena" || created.num("replicas") != 3 || created.str("scheduling") != "PACKED" {
+		t.Fatalf("create returned %v", created.body)
+	}
+	etag := created.str("etag")
+	if etag == "" || created.str("sequence") == "" {
+		t.Fatalf("create returned no etag or sequence: %v", created.body)
+	}
+
+	patched := s.do("PATCH", "/v1/fleets/arena?updateMask=replicas", map[string]any{"replicas": 5, "etag": etag})
+	if patched.status != http.StatusOK || patched.num("replicas") != 5 {
+		t.Fatalf("patch: status %d: %v", patched.status, patched.body)
+	}
+	if patched.str("etag") == etag {
+		t.Fatalf("patch kept the etag %q", etag)
+	}
+	health, _ := patched.body["health"].(map[string]any)
+	if health["periodSeconds"] != float64(5) {
+		t.Fatalf("patch of replicas changed other fields: %v", patched.body)
+	}
+
+	stale := s.do("PATCH", "/v1/fleets/arena?updateMask=replicas", map[string]any{"replicas": 7, "etag": etag})
+	if stale.status != http.StatusConflict || stale.body["code"] != float64(10) || stale.reason() != "VERSION_CONFLICT" {
+		t.Fatalf("stale etag: want 409 ABORTED VERSION_CONFLICT, got %d %v", stale.status, stale.body)
+	}
+
+	got := s.do("GET", "/v1/fleets/arena?minSequence="+patched.str("sequence"), nil)
+	if got.status != http.StatusOK || got.num("replicas") != 5 || got.str("etag") != patched.str("etag") {
+		t.Fatalf("get: status %d: %v", got.status, got.body)
+	}
+	tmpl, _ := got.body["template"].(map[string]any)
+	if tmpl["command"] != "/usr/local/bin/mygame" {
+		t.Fatalf("get lost the template: %v", got.body)
+	}
+	labels, _ := got.body["labels"].(map[string]any)
+	if labels["mode"] != "ranked" {
+		t.Fatalf("get lost the labels: %v", got.body)
+	}
+}
+
+func TestListFleetsPages(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	var want []string
+	var last string
+	for i := range 7 {
+		id := fmt.Sprintf("f%d", i)
+		r := s.do("POST", "/v1/fleets?fleetId="+id, arenaFleet(1))
+		if r.status != http.StatusOK {
+			t.Fatalf("create %s: %d %v", id, r.status, r.body)
+		}
+		want = append(want, "fleets/"+id)
+		last = r.str("sequence")
+	}
+	var got []string
+	token := ""
+	for page := 0; ; page++ {
+		if page > 10 {
+			t.Fatal("paging does not end")
+		}
+		r := s.do("GET", "/v1/fleets?pageSize=3&minSequence="+last+"&pageToken="+token, nil)
+		if r.status != http.StatusOK {
+			t.Fatalf("list: %d %v", r.status, r.body)
+		}
+		fleets, _ := r.body["fleets"].([]any)
+		if len(fleets) > 3 {
+			t.Fatalf("page of %d > pageSize 3", len(fleets))
+		}
+		for _, f := range fleets {
+			got = append(got, f.(map[string]any)["name"].(string))
+		}
+		token = r.str("nextPageToken")
+		if token == "" {
+			break
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("paged names = %v, want %v", got, want)
+	}
+	bad := s.do("GET", "/v1/fleets?pageToken=garbage", nil)
+	if bad.status != http.StatusBadRequest || bad.fieldViolation() != "page_token" {
+		t.Fatalf("bad token: %d %v", bad.status, bad.body)
+	}
+}
+
+func TestBadInputGetsClearErrors(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	if r := s.do("POST", "/v1/fleets?fleetId=arena", arenaFleet(1)); r.status != http.StatusOK {
+		t.Fatalf("create: %d %v", r.status, r.body)
+	}
+	negative := arenaFleet(-1)
+	noCommand := arenaFleet(1)
+	noCommand["template"] = map[string]any{}
+	for _, tc := range []struct {
+		name, method, path string
+		body               any
+		status             int
+		reason, field      string
+	}{
+		{"invalid fleet id", "POST", "/v1/fleets?fleetId=Bad_Id", arenaFleet(1), 400, "INVALID_ARGUMENT", "fleet_id"},
+		{"negative replicas", "POST", "/v1/fleets?fleetId=neg", negative, 400, "INVALID_ARGUMENT", "fleet.replicas"},
+		{"missing command", "POST", "/v1/fleets?fleetId=nocmd", noCommand, 400, "INVALID_ARGUMENT", "fleet.template.command"},
+		{"duplicate fleet", "POST", "/v1/fleets?fleetId=arena", arenaFleet(1), 409, "ALREADY_EXISTS", ""},
+		{"unknown fleet", "GET", "/v1/fleets/nope", nil, 404, "NOT_FOUND", ""},
+		{"patch unknown fleet", "PATCH", "/v1/fleets/nope?updateMask=replicas", map[string]any{"replicas": 2}, 404, "NOT_FOUND", ""},
+		{"patch negative replicas", "PATCH", "/v1/fleets/arena?updateMask=replicas", map[string]any{"replicas": -2}, 400, "INVALID_ARGUMENT", "fleet.replicas"},
+		{"patch output-only field", "PATCH", "/v1/fleets/arena?updateMask=status", map[string]any{}, 400, "INVALID_ARGUMENT", "update_mask"},
+		{"patch unknown field", "PATCH", "/v1/fleets/arena?updateMask=colour", map[string]any{}, 400, "INVALID_ARGUMENT", "update_mask"},
+		{"wrong etag on delete", "DELETE", "/v1/fleets/arena?etag=999", nil, 409, "VERSION_CONFLICT", ""},
+		{"bad filter", "GET", "/v1/fleets/arena/gameServers?filter=colour%3Dred", nil, 400, "INVALID_ARGUMENT", "filter"},
+		{"bad state in filter", "GET", "/v1/fleets/arena/gameServers?filter=state%3DASLEEP", nil, 400, "INVALID_ARGUMENT", "filter"},
+		{"unknown game server", "GET", "/v1/fleets/arena/gameServers/gs-nope", nil, 404, "NOT_FOUND", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := s.do(tc.method, tc.path, tc.body)
+			if r.status != tc.status || r.reason() != tc.reason {
+				t.Fatalf("got %d %q, want %d %q: %v", r.status, r.reason(), tc.status, tc.reason, r.body)
+			}
+			if tc.field != "" && r.fieldViolation() != tc.field {
+				t.Fatalf("field violation %q, want %q: %v", r.fieldViolation(), tc.field, r.body)
+			}
+		})
+	}
+}
+
+func TestReadWaitsForMinimumSequence(t *testing.T) {
+	s := newStack(t, stackOptions{readWait: 300 * time.Millisecond, lateProjector: true})
+	created := s.do("POST", "/v1/fleets?fleetId=arena", arenaFleet(2))
+	if created.status != http.StatusOK {
+		t.Fatalf("create: %d %v", created.status, created.body)
+	}
+	seq := created.str("sequence")
+
+	// The projector is not running: the views cannot be that fresh, and the
+	// read must say so rather than answer from stale views.
+	behind := s.do("GET", "/v1/fleets/arena?minSequence="+seq, nil)
+	if behind.status != http.StatusServiceUnavailable || behind.reason() != "PROJECTION_BEHIND" {
+		t.Fatalf("read ahead of the views: want 503 PROJECTION_BEHIND, got %d %v", behind.status, behind.body)
+	}
+
+	s.startProjector()
+	fresh := s.do("GET", "/v1/fleets/arena?minSequence="+seq, nil)
+	if fresh.status != http.StatusOK || fresh.str("name") != "fleets/arena" || fresh.num("replicas") != 2 {
+		t.Fatalf("read with minSequence after the projector caught up: %d %v", fresh.status, fresh.body)
+	}
+	if got, want := mustInt(t, fresh.str("sequence")), mustInt(t, seq); got < want {
+		t.Fatalf("read returned sequence %s older than %s", fresh.str("sequence"), seq)
+	}
+}
+
+func mustInt(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("not an integer: %q", s)
+	}
+	return n
+}
+
+func TestCreateIsIdempotentByRequestID(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	body := arenaFleet(2)
+	first := s.do("POST", "/v1/fleets?fleetId=arena&requestId=req-1", body)
+	second := s.do("POST", "/v1/fleets?fleetId=arena&requestId=req-1", body)
+	if first.status != http.StatusOK || second.status != http.StatusOK {
+		t.Fatalf("create twice with one request id: %d %v / %d %v", first.status, first.body, second.status, second.body)
+	}
+	if first.str("sequence") != second.str("sequence") || first.str("etag") != second.str("etag") {
+		t.Fatalf("retry returned another result: %v vs %v", first.body, second.body)
+	}
+	history, err := s.store.History(s.ctx, events.MustSubject("fleets/arena"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(history) != 1 {
+		t.Fatalf("stream holds %d events for the fleet, want 1", len(history))
+	}
+	other := s.do("POST", "/v1/fleets?fleetId=arena&requestId=req-2", body)
+	if other.status != http.StatusConflict || other.reason() != "ALREADY_EXISTS" {
+		t.Fatalf("another request id: want ALREADY_EXISTS, got %d %v", other.status, other.body)
+	}
+}

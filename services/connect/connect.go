@@ -1,0 +1,91 @@
+// Package connect opens Tether's connections to its two dependencies, NATS
+// JetStream and PostgreSQL, with the keepalive and pool defaults every
+// service shares.
+package connect
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tetherhq/tether/migrations"
+)
+
+// NATSOptions configure a NATS connection.
+type NATSOptions struct {
+	// Name identifies the client to the server, e.g. "tether-apiserver".
+	Name string
+	// PingInterval is the application-level keepalive: a PING this often,
+	// well below load-balancer idle timeouts (default 20s; DESIGN.md §1).
+	PingInterval time.Duration
+	// MaxPingsOutstanding unanswered PINGs mark the connection dead (default 3).
+	MaxPingsOutstanding int
+	// Logger receives connection state changes.
+	Logger *slog.Logger
+}
+
+// NATS connects to url and returns the connection and its JetStream
+// context. It reconnects forever; state changes are logged.
+func NATS(url string, opts NATSOptions) (*nats.Conn, jetstream.JetStream, error) {
+	if opts.PingInterval <= 0 {
+		opts.PingInterval = 20 * time.Second
+	}
+	if opts.MaxPingsOutstanding <= 0 {
+		opts.MaxPingsOutstanding = 3
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	nc, err := nats.Connect(url,
+		nats.Name(opts.Name),
+		nats.PingInterval(opts.PingInterval),
+		nats.MaxPingsOutstanding(opts.MaxPingsOutstanding),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(500*time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("nats disconnected", "err", err)
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
+		}),
+	)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return nc, js, nil
+}
+
+// Postgres applies pending migrations to the database at url and returns a
+// pool over it.
+func Postgres(ctx context.Context, url string, maxConns int32, log *slog.Logger) (*pgxpool.Pool, error) {
+	if err := migrations.Apply(ctx, url, log); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping PostgreSQL: %w", err)
+	}
+	return pool, nil
+}

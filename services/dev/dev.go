@@ -1,0 +1,230 @@
+// Package dev runs the whole of Tether in one process on one machine, for
+// `tether dev`, the demo and end-to-end tests: an embedded JetStream
+// nats-server, a throwaway PostgreSQL (unless a database URL is given), the
+// projector and the API server.
+package dev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/services/apiserver"
+	"github.com/tetherhq/tether/services/connect"
+	"github.com/tetherhq/tether/services/dev/natsembed"
+	"github.com/tetherhq/tether/services/dev/pgtemp"
+)
+
+// Default ports of `tether dev`; each falls back to a free port if taken.
+const (
+	DefaultGRPCPort = 7070
+	DefaultRESTPort = 7080
+	DefaultNATSPort = 7422
+)
+
+// Options configure a dev stack.
+type Options struct {
+	// DataDir keeps the NATS store between runs; default
+	// $XDG_CACHE_HOME/tether/dev (usually ~/.cache/tether/dev).
+	DataDir string
+	// Fresh empties DataDir first.
+	Fresh bool
+	// Host is the loopback address everything binds to; default 127.0.0.1.
+	Host string
+	// GRPCPort, RESTPort and NATSPort default to the constants above; -1
+	// picks a free port.
+	GRPCPort, RESTPort, NATSPort int
+	// DatabaseURL uses an existing PostgreSQL instead of a throwaway one.
+	DatabaseURL string
+	// Logger; default discards.
+	Logger *slog.Logger
+	// TracerProvider is passed to every component.
+	TracerProvider trace.TracerProvider
+	// MeterProvider is passed to every component.
+	MeterProvider metric.MeterProvider
+	// MetricsHandler is served at /metrics on the REST address.
+	MetricsHandler http.Handler
+	// Ready, if set, is called once everything serves.
+	Ready func(Addresses)
+}
+
+// Addresses tells a user where the stack listens.
+type Addresses struct {
+	// REST is the REST gateway's base URL.
+	REST string
+	// GRPC is the gRPC address.
+	GRPC string
+	// NATS is the NATS client URL.
+	NATS string
+	// Database is the PostgreSQL URL.
+	Database string
+	// DataDir holds the NATS store.
+	DataDir string
+}
+
+func (o *Options) setDefaults() error {
+	if o.DataDir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return fmt.Errorf("dev: no data dir given and no user cache dir: %w", err)
+		}
+		o.DataDir = filepath.Join(cache, "tether", "dev")
+	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	if o.GRPCPort == 0 {
+		o.GRPCPort = DefaultGRPCPort
+	}
+	if o.RESTPort == 0 {
+		o.RESTPort = DefaultRESTPort
+	}
+	if o.NATSPort == 0 {
+		o.NATSPort = DefaultNATSPort
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Run starts the stack and serves until ctx ends; then everything it
+// started is stopped.
+func Run(ctx context.Context, opts Options) error {
+	if err := opts.setDefaults(); err != nil {
+		return err
+	}
+	log := opts.Logger
+	if opts.Fresh {
+		if err := os.RemoveAll(opts.DataDir); err != nil {
+			return fmt.Errorf("dev: empty %s: %w", opts.DataDir, err)
+		}
+	}
+	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
+		return fmt.Errorf("dev: create %s: %w", opts.DataDir, err)
+	}
+
+	ns, err := natsembed.Start(natsembed.Options{
+		Host: opts.Host, Port: portOrFree(log, "NATS", opts.Host, opts.NATSPort),
+		StoreDir: filepath.Join(opts.DataDir, "nats"), Logger: log.With("component", "nats"),
+	})
+	if err != nil {
+		return err
+	}
+	defer ns.Shutdown()
+
+	dbURL := opts.DatabaseURL
+	if dbURL == "" {
+		pg, err := pgtemp.Start(ctx, pgtemp.Options{Logger: log.With("component", "postgres")})
+		if err != nil {
+			return fmt.Errorf("dev: start PostgreSQL (or set DATABASE_URL to use your own): %w", err)
+		}
+		defer func() {
+			if err := pg.Stop(); err != nil {
+				log.Error("stop PostgreSQL", "err", err)
+			}
+		}()
+		if err := pg.CreateDatabase(ctx, "tether", ""); err != nil {
+			return err
+		}
+		dbURL = pg.URL("tether")
+	}
+
+	nc, js, err := connect.NATS(ns.ClientURL(), connect.NATSOptions{Name: "tether-dev", Logger: log})
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	store, err := natsjs.New(ctx, js, natsjs.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	pool, err := connect.Postgres(ctx, dbURL, 20, log)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	projector, err := postgres.NewProjector(postgres.ProjectorOptions{
+		Pool: pool, JetStream: js, Logger: log.With("component", "projector"),
+		TracerProvider: opts.TracerProvider, MeterProvider: opts.MeterProvider,
+	})
+	if err != nil {
+		return err
+	}
+	grpcLis, err := listen(log, "gRPC", opts.Host, opts.GRPCPort)
+	if err != nil {
+		return err
+	}
+	restLis, err := listen(log, "REST", opts.Host, opts.RESTPort)
+	if err != nil {
+		_ = grpcLis.Close() // Releasing a port on the error path; nothing to report.
+		return err
+	}
+	api, err := apiserver.New(apiserver.Options{
+		GRPCListener: grpcLis, HTTPListener: restLis,
+		Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
+		Logger: log.With("component", "apiserver"), TracerProvider: opts.TracerProvider,
+		MeterProvider: opts.MeterProvider, MetricsHandler: opts.MetricsHandler,
+	})
+	if err != nil {
+		return err
+	}
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return projector.Run(ctx) })
+	g.Go(func() error { return api.Run(ctx) })
+	if opts.Ready != nil {
+		opts.Ready(Addresses{
+			REST: "http://" + api.HTTPAddr(), GRPC: api.GRPCAddr(), NATS: ns.ClientURL(),
+			Database: dbURL, DataDir: opts.DataDir,
+		})
+	}
+	return g.Wait()
+}
+
+// listen binds host:port; if the port is taken it binds a free one and says
+// so. A negative port asks for a free one.
+func listen(log *slog.Logger, what, host string, port int) (net.Listener, error) {
+	addr := net.JoinHostPort(host, strconv.Itoa(max(port, 0)))
+	l, err := net.Listen("tcp", addr)
+	if err == nil {
+		return l, nil
+	}
+	if port <= 0 || !errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("dev: listen %s on %s: %w", what, addr, err)
+	}
+	if l, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err != nil {
+		return nil, fmt.Errorf("dev: listen %s on a free port: %w", what, err)
+	}
+	log.Warn("port taken; using a free one instead", "service", what, "wanted", port, "using", l.Addr().String())
+	return l, nil
+}
+
+// portOrFree returns port if it is free now, else 0 (the server picks a free
+// port) after saying so; for servers that bind their own listeners.
+func portOrFree(log *slog.Logger, what, host string, port int) int {
+	if port <= 0 {
+		return 0
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		log.Warn("port taken; using a free one instead", "service", what, "wanted", port, "err", err)
+		return 0
+	}
+	_ = l.Close() // Only probing; the server binds it next.
+	return port
+}

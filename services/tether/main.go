@@ -1,0 +1,222 @@
+// Command tether runs Tether's services: `tether dev` runs everything on one
+// machine; `tether apiserver` and `tether projector` run one service each
+// against a NATS server and a PostgreSQL database.
+//
+// main only turns flags and environment into Options and runs components
+// under signal handling.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/services/apiserver"
+	"github.com/tetherhq/tether/services/connect"
+	"github.com/tetherhq/tether/services/dev"
+	"github.com/tetherhq/tether/services/telemetry"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := rootCommand().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "tether:", err)
+		os.Exit(1)
+	}
+}
+
+// global holds flags shared by every subcommand.
+type global struct {
+	logLevel string
+	natsURL  string
+	dbURL    string
+}
+
+func rootCommand() *cobra.Command {
+	var g global
+	root := &cobra.Command{
+		Use:           "tether",
+		Short:         "Tether: an event-sourced control plane for game-server fleets",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", envOr("TETHER_LOG_LEVEL", "info"), "debug, info, warn or error (env TETHER_LOG_LEVEL)")
+	root.PersistentFlags().StringVar(&g.natsURL, "nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server (env NATS_URL)")
+	root.PersistentFlags().StringVar(&g.dbURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL)")
+	root.AddCommand(devCommand(&g), apiserverCommand(&g), projectorCommand(&g))
+	return root
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func (g *global) logger() (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})), nil
+}
+
+func devCommand(g *global) *cobra.Command {
+	var opts dev.Options
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the whole system on this machine: NATS, PostgreSQL, projector and API",
+		Long: `Runs an embedded JetStream nats-server (state under --data-dir), a throwaway
+PostgreSQL started from the binaries on PATH (or DATABASE_URL), the projector
+and the API server, and prints their addresses. Ctrl-C stops everything.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			tel, err := telemetry.New(telemetry.Options{ServiceName: "tether-dev"})
+			if err != nil {
+				return err
+			}
+			defer shutdown(log, tel)
+			opts.Logger, opts.DatabaseURL = log, g.dbURL
+			opts.TracerProvider, opts.MeterProvider, opts.MetricsHandler = tel.TracerProvider, tel.MeterProvider, tel.MetricsHandler
+			opts.Ready = func(a dev.Addresses) {
+				fmt.Printf(`
+Tether is running.
+  REST     %s          (OpenAPI: %s/openapi.json, metrics: %s/metrics)
+  gRPC     %s
+  NATS     %s
+  Database %s
+  Data     %s
+Press Ctrl-C to stop.
+`, a.REST, a.REST, a.REST, a.GRPC, a.NATS, a.Database, a.DataDir)
+			}
+			return dev.Run(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.DataDir, "data-dir", "", "where NATS keeps its state (default: a directory in the user's cache)")
+	f.BoolVar(&opts.Fresh, "fresh", false, "start with an empty data dir")
+	f.IntVar(&opts.GRPCPort, "grpc-port", dev.DefaultGRPCPort, "gRPC port (-1: any free port)")
+	f.IntVar(&opts.RESTPort, "rest-port", dev.DefaultRESTPort, "REST port (-1: any free port)")
+	f.IntVar(&opts.NATSPort, "nats-port", dev.DefaultNATSPort, "NATS port (-1: any free port)")
+	return cmd
+}
+
+func apiserverCommand(g *global) *cobra.Command {
+	var opts apiserver.Options
+	cmd := &cobra.Command{
+		Use:   "apiserver",
+		Short: "Serve the control-plane API (gRPC and REST)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runService(cmd.Context(), g, "tether-apiserver", func(ctx context.Context, d deps) (runner, error) {
+				store, err := natsjs.New(ctx, d.js, natsjs.Options{Logger: d.log})
+				if err != nil {
+					return nil, err
+				}
+				opts.Store, opts.Views, opts.Freshness = store, postgres.NewViews(d.pool), postgres.NewFreshness(d.pool, d.log)
+				opts.Logger, opts.TracerProvider, opts.MeterProvider = d.log, d.tel.TracerProvider, d.tel.MeterProvider
+				opts.MetricsHandler = d.tel.MetricsHandler
+				return apiserver.New(opts)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.GRPCAddr, "grpc-addr", "127.0.0.1:7070", "gRPC listen address")
+	f.StringVar(&opts.HTTPAddr, "http-addr", "127.0.0.1:7080", "REST listen address")
+	f.DurationVar(&opts.ReadWait, "read-wait", 5*time.Second, "longest a read waits for min_sequence")
+	f.DurationVar(&opts.Keepalive, "keepalive", 30*time.Second, "gRPC keepalive ping interval on idle connections")
+	return cmd
+}
+
+func projectorCommand(g *global) *cobra.Command {
+	var opts postgres.ProjectorOptions
+	cmd := &cobra.Command{
+		Use:   "projector",
+		Short: "Fold the event stream into the PostgreSQL views",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runService(cmd.Context(), g, "tether-projector", func(ctx context.Context, d deps) (runner, error) {
+				if _, err := natsjs.New(ctx, d.js, natsjs.Options{Logger: d.log}); err != nil {
+					return nil, err
+				}
+				opts.Pool, opts.JetStream, opts.Logger = d.pool, d.js, d.log
+				opts.TracerProvider, opts.MeterProvider = d.tel.TracerProvider, d.tel.MeterProvider
+				return postgres.NewProjector(opts)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&opts.BatchSize, "batch-size", 1000, "events per batch at most")
+	f.DurationVar(&opts.FlushInterval, "flush-interval", 5*time.Millisecond, "flush a batch this long after its first event")
+	return cmd
+}
+
+// runner is a component with a Run method.
+type runner interface {
+	Run(ctx context.Context) error
+}
+
+// deps are the connections a service is built from.
+type deps struct {
+	log  *slog.Logger
+	tel  *telemetry.Providers
+	js   jetstream.JetStream
+	pool *pgxpool.Pool
+}
+
+// runService connects to NATS and PostgreSQL, builds one component and runs
+// it until a signal arrives.
+func runService(ctx context.Context, g *global, name string, build func(context.Context, deps) (runner, error)) error {
+	log, err := g.logger()
+	if err != nil {
+		return err
+	}
+	if g.dbURL == "" {
+		return errors.New("--database-url (or DATABASE_URL) is required")
+	}
+	tel, err := telemetry.New(telemetry.Options{ServiceName: name})
+	if err != nil {
+		return err
+	}
+	defer shutdown(log, tel)
+	nc, js, err := connect.NATS(g.natsURL, connect.NATSOptions{Name: name, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	pool, err := connect.Postgres(ctx, g.dbURL, 0, log)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	r, err := build(ctx, deps{log: log, tel: tel, js: js, pool: pool})
+	if err != nil {
+		return err
+	}
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.Go(func() error { return r.Run(ctx) })
+	return eg.Wait()
+}
+
+func shutdown(log *slog.Logger, tel *telemetry.Providers) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tel.Shutdown(ctx); err != nil {
+		log.Warn("telemetry shutdown", "err", err)
+	}
+}
