@@ -25,7 +25,6 @@ CREATE TABLE events (
 );
 CREATE INDEX events_aggregate_idx ON events (aggregate, sequence);
 CREATE INDEX events_request_idx ON events (request_id) WHERE request_id <> '';
-CREATE INDEX events_time_idx ON events (occur_time);
 
 CREATE TABLE fleets (
     name          text PRIMARY KEY,
@@ -68,7 +67,7 @@ CREATE TABLE game_servers (
     update_time    timestamptz NOT NULL,
     snapshot       bytea NOT NULL,
     last_sequence  bigint NOT NULL
-);
+) WITH (fillfactor = 70); -- room for HOT updates: most events change no indexed column
 CREATE INDEX game_servers_fleet_state_idx ON game_servers (fleet, state);
 CREATE INDEX game_servers_host_idx ON game_servers (host, state);
 

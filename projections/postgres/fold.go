@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
@@ -12,13 +13,14 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
-// aggregateTable describes one view table: how to load a row's snapshot and
-// how to upsert it. S is the folded state type.
+// aggregateTable describes one view table: its columns (the first is the
+// primary key "name", the last "last_sequence"), how to fold an event into
+// its state type S, and how to turn a state into a row.
 type aggregateTable[S proto.Message] struct {
-	table string
-	apply func(S, events.Envelope) (S, error)
-	// upsert queues the row's upsert, guarded by its last sequence.
-	upsert func(b *pgx.Batch, s S, seq uint64) error
+	table   string
+	columns []string
+	apply   func(S, events.Envelope) (S, error)
+	row     func(s S, seq uint64) ([]any, error)
 }
 
 // folded is the state of one aggregate while a batch is folded into it.
@@ -85,15 +87,44 @@ func (f *foldSet[S]) apply(e events.Envelope) error {
 	return nil
 }
 
-// queue adds the upserts of every changed aggregate to b.
-func (f *foldSet[S]) queue(b *pgx.Batch) error {
+// write upserts every changed aggregate: COPY into a session-local staging
+// table, then one INSERT … ON CONFLICT that only overwrites rows holding an
+// older last_sequence (so a redelivered batch changes nothing). One
+// statement per table instead of one per row is what makes replay fast.
+func (f *foldSet[S]) write(ctx context.Context, tx pgx.Tx) error {
+	var rows [][]any
 	for _, r := range f.rows {
 		if !r.changed {
 			continue
 		}
-		if err := f.t.upsert(b, r.state, r.seq); err != nil {
+		row, err := f.t.row(r.state, r.seq)
+		if err != nil {
 			return err
 		}
+		rows = append(rows, row)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	stage := "stage_" + f.t.table
+	if _, err := tx.Exec(ctx, "CREATE TEMP TABLE IF NOT EXISTS "+stage+" (LIKE "+f.t.table+") ON COMMIT DELETE ROWS"); err != nil {
+		return fmt.Errorf("stage %s: %w", f.t.table, err)
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{stage}, f.t.columns, pgx.CopyFromRows(rows)); err != nil {
+		return fmt.Errorf("copy %s: %w", f.t.table, err)
+	}
+	cols := strings.Join(f.t.columns, ", ")
+	var set []string
+	for _, c := range f.t.columns[1:] {
+		if c != "create_time" {
+			set = append(set, c+" = EXCLUDED."+c)
+		}
+	}
+	sql := "INSERT INTO " + f.t.table + " (" + cols + ") SELECT " + cols + " FROM " + stage +
+		" ON CONFLICT (name) DO UPDATE SET " + strings.Join(set, ", ") +
+		" WHERE " + f.t.table + ".last_sequence < EXCLUDED.last_sequence"
+	if _, err := tx.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("merge %s: %w", f.t.table, err)
 	}
 	return nil
 }
@@ -106,82 +137,63 @@ func labelsJSON(m map[string]string) ([]byte, error) {
 }
 
 var fleetTable = aggregateTable[*eventsv1.FleetState]{
-	table: "fleets",
-	apply: events.ApplyFleet,
-	upsert: func(b *pgx.Batch, s *eventsv1.FleetState, seq uint64) error {
+	table:   "fleets",
+	columns: []string{"name", "replicas", "scheduling", "labels", "deleted", "create_time", "update_time", "snapshot", "last_sequence"},
+	apply:   events.ApplyFleet,
+	row: func(s *eventsv1.FleetState, seq uint64) ([]any, error) {
 		snap, err := proto.Marshal(s)
 		if err != nil {
-			return fmt.Errorf("encode fleet %s: %w", s.GetName(), err)
+			return nil, fmt.Errorf("encode fleet %s: %w", s.GetName(), err)
 		}
 		labels, err := labelsJSON(s.GetSpec().GetLabels())
 		if err != nil {
-			return err
+			return nil, err
 		}
-		b.Queue(`INSERT INTO fleets (name, replicas, scheduling, labels, deleted, create_time, update_time, snapshot, last_sequence)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-ON CONFLICT (name) DO UPDATE SET replicas = EXCLUDED.replicas, scheduling = EXCLUDED.scheduling,
-  labels = EXCLUDED.labels, deleted = EXCLUDED.deleted, update_time = EXCLUDED.update_time,
-  snapshot = EXCLUDED.snapshot, last_sequence = EXCLUDED.last_sequence
-WHERE fleets.last_sequence < EXCLUDED.last_sequence`,
-			s.GetName(), s.GetSpec().GetReplicas(), enumName(s.GetSpec().GetScheduling().String(), "SCHEDULING_"),
-			labels, s.GetDeleted(), s.GetCreateTime().AsTime(), s.GetUpdateTime().AsTime(), snap, int64(seq))
-		return nil
+		return []any{s.GetName(), s.GetSpec().GetReplicas(), enumName(s.GetSpec().GetScheduling().String(), "SCHEDULING_"),
+			labels, s.GetDeleted(), s.GetCreateTime().AsTime(), s.GetUpdateTime().AsTime(), snap, int64(seq)}, nil
 	},
 }
 
 var hostTable = aggregateTable[*eventsv1.HostState]{
-	table: "hosts",
-	apply: events.ApplyHost,
-	upsert: func(b *pgx.Batch, s *eventsv1.HostState, seq uint64) error {
+	table:   "hosts",
+	columns: []string{"name", "status", "capacity", "address", "labels", "last_heartbeat_time", "update_time", "snapshot", "last_sequence"},
+	apply:   events.ApplyHost,
+	row: func(s *eventsv1.HostState, seq uint64) ([]any, error) {
 		snap, err := proto.Marshal(s)
 		if err != nil {
-			return fmt.Errorf("encode host %s: %w", s.GetName(), err)
+			return nil, fmt.Errorf("encode host %s: %w", s.GetName(), err)
 		}
 		labels, err := labelsJSON(s.GetLabels())
 		if err != nil {
-			return err
+			return nil, err
 		}
-		b.Queue(`INSERT INTO hosts (name, status, capacity, address, labels, last_heartbeat_time, update_time, snapshot, last_sequence)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-ON CONFLICT (name) DO UPDATE SET status = EXCLUDED.status, capacity = EXCLUDED.capacity,
-  address = EXCLUDED.address, labels = EXCLUDED.labels, last_heartbeat_time = EXCLUDED.last_heartbeat_time,
-  update_time = EXCLUDED.update_time, snapshot = EXCLUDED.snapshot, last_sequence = EXCLUDED.last_sequence
-WHERE hosts.last_sequence < EXCLUDED.last_sequence`,
-			s.GetName(), enumName(s.GetStatus().String(), "HOST_STATUS_"), s.GetCapacity(), s.GetAddress(), labels,
-			optionalTime(s.GetLastHeartbeatTime()), s.GetUpdateTime().AsTime(), snap, int64(seq))
-		return nil
+		return []any{s.GetName(), enumName(s.GetStatus().String(), "HOST_STATUS_"), s.GetCapacity(), s.GetAddress(), labels,
+			optionalTime(s.GetLastHeartbeatTime()), s.GetUpdateTime().AsTime(), snap, int64(seq)}, nil
 	},
 }
 
 var gameServerTable = aggregateTable[*eventsv1.GameServerState]{
 	table: "game_servers",
+	columns: []string{"name", "fleet", "host", "state", "connection", "health", "missed_periods", "reason", "pid",
+		"address", "game_session", "labels", "create_time", "update_time", "snapshot", "last_sequence"},
 	apply: events.ApplyGameServer,
-	upsert: func(b *pgx.Batch, s *eventsv1.GameServerState, seq uint64) error {
+	row: func(s *eventsv1.GameServerState, seq uint64) ([]any, error) {
 		snap, err := proto.Marshal(s)
 		if err != nil {
-			return fmt.Errorf("encode game server %s: %w", s.GetName(), err)
+			return nil, fmt.Errorf("encode game server %s: %w", s.GetName(), err)
 		}
 		labels, err := labelsJSON(s.GetLabels())
 		if err != nil {
-			return err
+			return nil, err
 		}
 		fleet, _, err := events.ParseGameServerName(s.GetName())
 		if err != nil {
-			return err
+			return nil, err
 		}
-		b.Queue(`INSERT INTO game_servers (name, fleet, host, state, connection, health, missed_periods, reason, pid,
-  address, game_session, labels, create_time, update_time, snapshot, last_sequence)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
-ON CONFLICT (name) DO UPDATE SET host = EXCLUDED.host, state = EXCLUDED.state, connection = EXCLUDED.connection,
-  health = EXCLUDED.health, missed_periods = EXCLUDED.missed_periods, reason = EXCLUDED.reason, pid = EXCLUDED.pid,
-  address = EXCLUDED.address, game_session = EXCLUDED.game_session, labels = EXCLUDED.labels,
-  update_time = EXCLUDED.update_time, snapshot = EXCLUDED.snapshot, last_sequence = EXCLUDED.last_sequence
-WHERE game_servers.last_sequence < EXCLUDED.last_sequence`,
-			s.GetName(), events.FleetName(fleet), s.GetHost(), events.LifecycleName(s.GetLifecycle()),
+		return []any{s.GetName(), events.FleetName(fleet), s.GetHost(), events.LifecycleName(s.GetLifecycle()),
 			enumName(s.GetConnection().String(), "CONNECTION_STATE_"), enumName(s.GetHealth().String(), "HEALTH_STATE_"),
 			s.GetMissedPeriods(), events.ReasonName(s.GetReason()), s.GetPid(), s.GetAddress(), s.GetGameSession(),
-			labels, s.GetCreateTime().AsTime(), s.GetUpdateTime().AsTime(), snap, int64(seq))
-		return nil
+			labels, s.GetCreateTime().AsTime(), s.GetUpdateTime().AsTime(), snap, int64(seq)}, nil
 	},
 }
 

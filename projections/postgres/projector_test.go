@@ -31,7 +31,7 @@ func testLogger() *slog.Logger {
 
 // env is a stream with a scenario in it and a way to make fresh views.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	nc    *nats.Conn
 	js    jetstream.JetStream
@@ -39,7 +39,7 @@ type env struct {
 	at    time.Time
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	ns := natstest.Start(t)
 	nc, js := natstest.Connect(t, ns)
@@ -198,7 +198,7 @@ func assertSameViews(t *testing.T, got, want *pgxpool.Pool) {
 	}
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {

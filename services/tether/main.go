@@ -161,7 +161,7 @@ func projectorCommand(g *global) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&opts.BatchSize, "batch-size", 1000, "events per batch at most")
+	f.IntVar(&opts.BatchSize, "batch-size", 4000, "events per batch at most")
 	f.DurationVar(&opts.FlushInterval, "flush-interval", 5*time.Millisecond, "flush a batch this long after its first event")
 	return cmd
 }

@@ -1,0 +1,55 @@
+# Tether. The two commands that matter: `make run` and `make test`.
+
+GO           ?= go
+TOOLS        := $(CURDIR)/.tools
+BUF_VERSION  := 1.75.0
+BUF          := $(TOOLS)/node_modules/.bin/buf
+BIN          := $(CURDIR)/bin
+GENERATED    := proto services/apiserver/openapi
+GOTEST_FLAGS ?= -race -count=1 -timeout 20m
+
+.PHONY: all build run test lint generate check-generate tools bench clean
+
+all: build
+
+## build: compile tether and tetherctl into ./bin
+build:
+	$(GO) build -o $(BIN)/ ./services/tether
+
+## run: build and start the whole system on this machine
+run: build
+	$(BIN)/tether dev
+
+## test: every test, with the race detector
+test:
+	$(GO) test $(GOTEST_FLAGS) ./...
+
+## lint: buf lint, go vet and gofmt
+lint: $(BUF)
+	$(BUF) lint
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+## generate: regenerate protobuf, gRPC, gateway and OpenAPI code
+generate: $(BUF)
+	$(BUF) generate
+
+## check-generate: fail if `make generate` changes or adds files
+check-generate: generate
+	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@untracked=$$(git status --porcelain -- $(GENERATED)); if [ -n "$$untracked" ]; then echo "$$untracked"; echo "generated files not committed"; exit 1; fi
+
+## bench: the benchmarks behind docs/benchmarks.md
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 3s ./events/natsjs/
+	$(GO) test -run '^$$' -bench Replay -benchtime 1x ./projections/postgres/
+
+## tools: install buf (from npm) into .tools
+tools: $(BUF)
+
+$(BUF):
+	mkdir -p $(TOOLS)
+	npm install --prefix $(TOOLS) --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
+
+clean:
+	rm -rf $(BIN)
