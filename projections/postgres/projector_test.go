@@ -364,11 +364,11 @@ func TestViewsReadBack(t *testing.T) {
 	if len(gone) != 2 || gone[0].State.GetReason() != eventsv1.Reason_REASON_FLEET_SCALED_DOWN {
 		t.Fatalf("TERMINATED servers = %v", gone)
 	}
-	hosts, err := v.Hosts(e.ctx)
+	hosts, err := v.Hosts(e.ctx, "", 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(hosts) != 1 || hosts[0].State.GetStatus() != eventsv1.HostStatus_HOST_STATUS_ONLINE {
-		t.Fatalf("hosts = %v", hosts)
+	if len(hosts) != 1 || hosts[0].State.GetStatus() != eventsv1.HostStatus_HOST_STATUS_ONLINE || hosts[0].Used != 2 {
+		t.Fatalf("hosts = %+v", hosts)
 	}
 }

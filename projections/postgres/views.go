@@ -168,13 +168,58 @@ func (v *Views) ListGameServers(ctx context.Context, q GameServerQuery) ([]Row[*
 	return scanRows[*eventsv1.GameServerState](rows)
 }
 
-// Hosts returns every host.
-func (v *Views) Hosts(ctx context.Context) ([]Row[*eventsv1.HostState], error) {
-	rows, err := v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM hosts ORDER BY name`)
+// HostRow is a host with the number of its live game servers.
+type HostRow struct {
+	Row[*eventsv1.HostState]
+	// Used counts its game servers not yet TERMINATED.
+	Used int32
+}
+
+const hostQuery = `SELECT h.snapshot, h.last_sequence, count(g.name) FILTER (WHERE g.state <> 'TERMINATED')
+FROM hosts h LEFT JOIN game_servers g ON g.host = h.name`
+
+// Hosts returns up to limit hosts whose names sort after the given name.
+func (v *Views) Hosts(ctx context.Context, after string, limit int) ([]HostRow, error) {
+	rows, err := v.pool.Query(ctx, hostQuery+` WHERE h.name > $1 GROUP BY h.name ORDER BY h.name LIMIT $2`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("views: hosts: %w", err)
 	}
-	return scanRows[*eventsv1.HostState](rows)
+	return scanHosts(rows)
+}
+
+// Host returns a host or projections.ErrNotFound.
+func (v *Views) Host(ctx context.Context, name string) (HostRow, error) {
+	rows, err := v.pool.Query(ctx, hostQuery+` WHERE h.name = $1 GROUP BY h.name`, name)
+	if err != nil {
+		return HostRow{}, fmt.Errorf("views: host %s: %w", name, err)
+	}
+	list, err := scanHosts(rows)
+	if err != nil {
+		return HostRow{}, err
+	}
+	if len(list) == 0 {
+		return HostRow{}, fmt.Errorf("host %s: %w", name, projections.ErrNotFound)
+	}
+	return list[0], nil
+}
+
+func scanHosts(rows pgx.Rows) ([]HostRow, error) {
+	defer rows.Close()
+	var out []HostRow
+	for rows.Next() {
+		var snap []byte
+		var seq int64
+		var used int32
+		if err := rows.Scan(&snap, &seq, &used); err != nil {
+			return nil, fmt.Errorf("views: scan host: %w", err)
+		}
+		s := &eventsv1.HostState{}
+		if err := proto.Unmarshal(snap, s); err != nil {
+			return nil, fmt.Errorf("views: decode host: %w", err)
+		}
+		out = append(out, HostRow{Row: Row[*eventsv1.HostState]{State: s, Sequence: uint64(seq)}, Used: used})
+	}
+	return out, rows.Err()
 }
 
 func scanRows[S proto.Message](rows pgx.Rows) ([]Row[S], error) {

@@ -22,6 +22,7 @@ func TestEnumsMatchByNumber(t *testing.T) {
 		{"connection", tetherv1.ConnectionStatus_STATE_UNSPECIFIED.Descriptor(), eventsv1.ConnectionState_CONNECTION_STATE_UNSPECIFIED.Descriptor(), "CONNECTION_STATE_"},
 		{"health", tetherv1.HealthStatus_STATE_UNSPECIFIED.Descriptor(), eventsv1.HealthState_HEALTH_STATE_UNSPECIFIED.Descriptor(), "HEALTH_STATE_"},
 		{"scheduling", tetherv1.Fleet_SCHEDULING_UNSPECIFIED.Descriptor(), eventsv1.Scheduling_SCHEDULING_UNSPECIFIED.Descriptor(), "SCHEDULING_"},
+		{"host", tetherv1.Host_STATE_UNSPECIFIED.Descriptor(), eventsv1.HostStatus_HOST_STATUS_UNSPECIFIED.Descriptor(), "HOST_STATUS_"},
 		{"protocol", tetherv1.PortSpec_PROTOCOL_UNSPECIFIED.Descriptor(), eventsv1.Protocol_PROTOCOL_UNSPECIFIED.Descriptor(), "PROTOCOL_"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -45,6 +45,8 @@ type viewReader interface {
 	GameServer(ctx context.Context, name string) (postgres.Row[*eventsv1.GameServerState], error)
 	ListGameServers(ctx context.Context, q postgres.GameServerQuery) ([]postgres.Row[*eventsv1.GameServerState], error)
 	RequestSequence(ctx context.Context, aggregate, requestID string) (uint64, error)
+	Hosts(ctx context.Context, after string, limit int) ([]postgres.HostRow, error)
+	Host(ctx context.Context, name string) (postgres.HostRow, error)
 }
 
 // freshness waits until the views have applied a sequence.
@@ -181,6 +183,7 @@ func (s *Server) Run(ctx context.Context) error {
 	)
 	tetherv1.RegisterFleetServiceServer(gs, &fleetService{s: s})
 	tetherv1.RegisterGameServerServiceServer(gs, &gameServerService{s: s})
+	tetherv1.RegisterHostServiceServer(gs, &hostService{s: s})
 
 	conn, err := grpc.NewClient(s.GRPCAddr(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -196,6 +199,7 @@ func (s *Server) Run(ctx context.Context) error {
 	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		tetherv1.RegisterFleetServiceHandler,
 		tetherv1.RegisterGameServerServiceHandler,
+		tetherv1.RegisterHostServiceHandler,
 	} {
 		if err := register(ctx, gw, conn); err != nil {
 			return fmt.Errorf("apiserver: register gateway: %w", err)

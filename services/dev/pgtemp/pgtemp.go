@@ -1,7 +1,14 @@
+//go:build unix
+
 // Package pgtemp starts a throwaway PostgreSQL server from the binaries on
-// PATH (initdb, postgres), for `tether dev` and integration tests. PostgreSQL
-// refuses to run as root, so when the process is root the server runs as the
-// `postgres` OS user (DESIGN.md §10).
+// PATH (initdb, postgres), for `tether dev` and integration tests.
+//
+// The server lives in a fresh temporary directory, listens on 127.0.0.1 and
+// trusts every local connection, so it is only for data that may be lost.
+// PostgreSQL refuses to run as root: when this process is root, initdb and
+// postgres run as the `postgres` OS user instead (DESIGN.md §10). The server
+// is tied to its parent: it gets SIGQUIT if the parent dies (Linux), and
+// Stop ends it and removes its directories.
 package pgtemp
 
 import (
@@ -14,6 +21,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,137 +31,353 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Options configure a throwaway server.
+const (
+	// readyTimeout bounds the wait for a started postgres to accept
+	// connections when ctx allows longer.
+	readyTimeout = time.Minute
+	// pollInterval separates readiness probes.
+	pollInterval = 10 * time.Millisecond
+	// probeTimeout bounds one readiness probe.
+	probeTimeout = 2 * time.Second
+	// stopTimeout is how long Stop waits for a fast shutdown before SIGKILL.
+	stopTimeout = 10 * time.Second
+	// reapTimeout is how long Stop waits for killed backends to disappear.
+	reapTimeout = 5 * time.Second
+	// portAttempts is how many free ports Start tries when another process
+	// takes the one it picked before postgres binds it.
+	portAttempts = 3
+	// maxConnections leaves room for a pool per test in a package.
+	maxConnections = 200
+	// maxSocketPath is the longest unix socket path PostgreSQL accepts on
+	// every platform (sun_path is 104 bytes on BSDs and macOS, 108 on Linux).
+	maxSocketPath = 103
+	// logTailLines is how much of postgres's log a start error quotes.
+	logTailLines = 30
+	// logName is postgres's log file, inside the data directory.
+	logName = "postgres.log"
+)
+
+// Options configure a throwaway server. The zero value is ready to use.
 type Options struct {
 	// Dir is the parent of the server's directory; default os.TempDir().
+	// When running as root it must be traversable by the `postgres` user
+	// (os.TempDir() is; a t.TempDir() is not).
 	Dir string
-	// Port to listen on, on 127.0.0.1; 0 picks a free one.
+	// Port is the TCP port on 127.0.0.1; 0 picks a free one.
 	Port int
-	// Durable keeps fsync on; by default it is off, which is fine for data
-	// that is thrown away.
+	// Durable keeps fsync, synchronous_commit and full_page_writes on. By
+	// default they are off: much faster, and a crash loses only data that
+	// was going to be thrown away anyway.
 	Durable bool
-	// StartTimeout bounds start-up; default 30s.
-	StartTimeout time.Duration
-	// Logger; default discards.
+	// Logger receives start and stop events; default discards.
 	Logger *slog.Logger
 }
 
-// Server is a running throwaway PostgreSQL.
+func (o *Options) setDefaults() {
+	if o.Dir == "" {
+		o.Dir = os.TempDir()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (o *Options) validate() error {
+	if o.Port < 0 || o.Port > 65535 {
+		return fmt.Errorf("pgtemp: port %d out of range", o.Port)
+	}
+	return nil
+}
+
+// Server is a running throwaway PostgreSQL. Its methods are safe for
+// concurrent use.
 type Server struct {
-	dir  string
-	port int
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the postgres process has exited
-	log  *slog.Logger
+	dir     string   // server directory: data/ (with postgres.log) and, if short enough, sock/
+	sockDir string   // unix socket directory
+	remove  []string // directories Stop removes
+	port    int
+	proc    *process
+	log     *slog.Logger
 
 	stopOnce sync.Once
 	stopErr  error
 }
 
-// Start runs initdb into a fresh directory and starts postgres on loopback.
+// process is one postgres run.
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the postmaster has exited and been reaped
+	err  error         // exit error of the postmaster; read only after done
+}
+
+// Start runs initdb (trust authentication, superuser `postgres`, UTF8, C
+// locale) into a fresh directory under opts.Dir and starts postgres on
+// 127.0.0.1, returning once it accepts connections. ctx bounds the start
+// only; the server runs until Stop. On error nothing is left behind.
 func Start(ctx context.Context, opts Options) (*Server, error) {
-	if opts.Dir == "" {
-		opts.Dir = os.TempDir()
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
-	if opts.StartTimeout <= 0 {
-		opts.StartTimeout = 30 * time.Second
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	for _, bin := range []string{"initdb", "postgres"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			return nil, fmt.Errorf("pgtemp: %s not found on PATH: install the PostgreSQL server binaries (Debian: apt-get install postgresql, then add /usr/lib/postgresql/<version>/bin to PATH): %w", bin, err)
-		}
-	}
-	cred, uid, gid, err := runAs()
+	begin := time.Now()
+	initdbPath, err := lookPath("initdb")
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(opts.Dir, "tether-pg-")
+	postgresPath, err := lookPath("postgres")
 	if err != nil {
-		return nil, fmt.Errorf("pgtemp: %w", err)
-	}
-	s := &Server{dir: dir, log: opts.Logger, done: make(chan struct{})}
-	fail := func(err error) (*Server, error) {
-		_ = os.RemoveAll(dir) // Cleaning up after a failed start; the start error is what matters.
 		return nil, err
 	}
-	if cred != nil {
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return fail(fmt.Errorf("pgtemp: chown %s: %w", dir, err))
-		}
-	}
-	data, sock := filepath.Join(dir, "data"), filepath.Join(dir, "sock")
-	if err := os.Mkdir(sock, 0o700); err != nil {
-		return fail(fmt.Errorf("pgtemp: %w", err))
-	}
-	if cred != nil {
-		if err := os.Chown(sock, uid, gid); err != nil {
-			return fail(fmt.Errorf("pgtemp: chown %s: %w", sock, err))
-		}
-	}
-	initdb := exec.CommandContext(ctx, "initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
-	if out, err := initdb.CombinedOutput(); err != nil {
-		return fail(fmt.Errorf("pgtemp: initdb: %w\n%s", err, out))
-	}
-	if s.port = opts.Port; s.port == 0 {
-		if s.port, err = freePort(); err != nil {
-			return fail(err)
-		}
-	}
-	args := []string{"-D", data, "-p", strconv.Itoa(s.port), "-k", sock, "-c", "listen_addresses=127.0.0.1",
-		"-c", "max_connections=300", "-c", "shared_buffers=128MB", "-c", "log_min_messages=warning"}
-	if !opts.Durable {
-		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
-	}
-	logPath := filepath.Join(dir, "postgres.log")
-	logFile, err := os.Create(logPath)
+	cred, err := serverCredential()
 	if err != nil {
-		return fail(fmt.Errorf("pgtemp: %w", err))
+		return nil, err
 	}
+
+	s := &Server{log: opts.Logger}
+	if err := s.makeDirs(opts.Dir, cred); err != nil {
+		return nil, errors.Join(err, s.removeDirs())
+	}
+	data := filepath.Join(s.dir, "data")
+	if err := s.initdb(ctx, initdbPath, data, cred); err != nil {
+		return nil, errors.Join(err, s.removeDirs())
+	}
+	logPath := filepath.Join(data, logName)
+	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("pgtemp: create log: %w", err), s.removeDirs())
+	}
+	// postgres has its own descriptor once started; ours is only for starting it.
 	defer logFile.Close()
-	// Not CommandContext: the server outlives the start-up context; Stop ends it.
-	s.cmd = exec.Command("postgres", args...)
-	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
-	// SIGQUIT on parent death: postgres's immediate shutdown, children included.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
-	if err := s.cmd.Start(); err != nil {
-		return fail(fmt.Errorf("pgtemp: start postgres: %w", err))
+
+	for attempt := 1; ; attempt++ {
+		port := opts.Port
+		if port == 0 {
+			if port, err = freePort(); err != nil {
+				return nil, errors.Join(err, s.removeDirs())
+			}
+		}
+		err := s.run(ctx, postgresPath, data, port, opts.Durable, cred, logFile)
+		if err == nil {
+			break
+		}
+		tail := logTail(logPath)
+		if opts.Port == 0 && attempt < portAttempts && strings.Contains(tail, "Address already in use") {
+			s.log.Warn("postgres port taken before it could bind; retrying", "port", port, "attempt", attempt)
+			continue
+		}
+		return nil, errors.Join(fmt.Errorf("pgtemp: start postgres: %w\npostgres log (%s):\n%s", err, logPath, tail), s.removeDirs())
 	}
-	go func() {
-		_ = s.cmd.Wait() // The exit status of a server we stop ourselves carries no information.
-		close(s.done)
-	}()
-	if err := s.waitReady(ctx, opts.StartTimeout); err != nil {
-		s.kill()
-		tail, _ := os.ReadFile(logPath)
-		return fail(fmt.Errorf("pgtemp: postgres did not start: %w\n%s", err, lastLines(string(tail), 20)))
-	}
-	opts.Logger.Info("postgres started", "port", s.port, "dir", dir)
+	s.log.Info("postgres started", "port", s.port, "dir", s.dir, "pid", s.proc.cmd.Process.Pid,
+		"durable", opts.Durable, "duration", time.Since(begin))
 	return s, nil
 }
 
-// runAs returns the credential to run PostgreSQL with: the `postgres` user
-// when this process is root, else nil (the current user).
-func runAs() (*syscall.Credential, int, int, error) {
+func lookPath(bin string) (string, error) {
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return "", fmt.Errorf("pgtemp: %s not found on PATH: install the PostgreSQL server binaries "+
+			"(Debian: apt-get install postgresql, then add /usr/lib/postgresql/<version>/bin to PATH): %w", bin, err)
+	}
+	return path, nil
+}
+
+// serverCredential returns the user to run PostgreSQL as: the `postgres` OS
+// user when this process is root, nil (this process's user) otherwise.
+func serverCredential() (*syscall.Credential, error) {
 	if os.Geteuid() != 0 {
-		return nil, 0, 0, nil
+		return nil, nil
 	}
 	u, err := user.Lookup("postgres")
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("pgtemp: running as root needs a `postgres` OS user for PostgreSQL: %w", err)
+		return nil, fmt.Errorf("pgtemp: PostgreSQL refuses to run as root and there is no `postgres` OS user to run it as "+
+			"(create one, or run as another user): %w", err)
 	}
-	uid, err := strconv.Atoi(u.Uid)
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("pgtemp: uid of postgres: %w", err)
+		return nil, fmt.Errorf("pgtemp: uid of the postgres user: %w", err)
 	}
-	gid, err := strconv.Atoi(u.Gid)
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("pgtemp: gid of postgres: %w", err)
+		return nil, fmt.Errorf("pgtemp: gid of the postgres user: %w", err)
 	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, uid, gid, nil
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// makeDirs creates the server directory and the socket directory, owned by
+// the server's user. The socket goes into the server directory when the
+// path is short enough, else into a directory of its own under
+// os.TempDir().
+func (s *Server) makeDirs(parent string, cred *syscall.Credential) error {
+	dir, err := os.MkdirTemp(parent, "tether-pg-")
+	if err != nil {
+		return fmt.Errorf("pgtemp: create server directory: %w", err)
+	}
+	s.dir = dir
+	s.remove = append(s.remove, dir)
+	if err := chown(dir, cred); err != nil {
+		return err
+	}
+	sock := filepath.Join(dir, "sock")
+	if socketFits(sock) {
+		if err := os.Mkdir(sock, 0o700); err != nil {
+			return fmt.Errorf("pgtemp: create socket directory: %w", err)
+		}
+	} else {
+		if sock, err = os.MkdirTemp("", "tether-pgs-"); err != nil {
+			return fmt.Errorf("pgtemp: create socket directory: %w", err)
+		}
+		s.remove = append(s.remove, sock)
+		if !socketFits(sock) {
+			return fmt.Errorf("pgtemp: socket directory %s is too long for a unix socket path: set TMPDIR to a shorter directory", sock)
+		}
+	}
+	s.sockDir = sock
+	return chown(sock, cred)
+}
+
+func socketFits(dir string) bool {
+	return len(filepath.Join(dir, ".s.PGSQL.65535")) <= maxSocketPath
+}
+
+func chown(path string, cred *syscall.Credential) error {
+	if cred == nil {
+		return nil
+	}
+	if err := os.Chown(path, int(cred.Uid), int(cred.Gid)); err != nil {
+		return fmt.Errorf("pgtemp: give %s to the postgres user: %w", path, err)
+	}
+	return nil
+}
+
+func (s *Server) initdb(ctx context.Context, path, data string, cred *syscall.Credential) error {
+	cmd := exec.CommandContext(ctx, path, "--pgdata", data, "--username", "postgres", "--auth", "trust",
+		"--encoding", "UTF8", "--locale", "C", "--no-sync", "--no-instructions")
+	cmd.Dir = s.dir // the server's user may not be able to enter the current directory
+	cmd.SysProcAttr = sysProcAttr(cred, syscall.SIGKILL)
+	// initdb runs postgres in single-user mode: kill the whole group.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("pgtemp: initdb: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// run starts postgres on port and waits until it accepts connections. On
+// error the process is gone.
+func (s *Server) run(ctx context.Context, path, data string, port int, durable bool, cred *syscall.Credential, logFile *os.File) error {
+	args := []string{
+		"-D", data,
+		"-p", strconv.Itoa(port),
+		"-k", s.sockDir,
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "max_connections=" + strconv.Itoa(maxConnections),
+	}
+	if !durable {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	// Not CommandContext: the server outlives ctx; Stop ends it.
+	cmd := exec.Command(path, args...)
+	cmd.Dir = s.dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// SIGQUIT is postgres's immediate shutdown, which takes its backends down too.
+	cmd.SysProcAttr = sysProcAttr(cred, syscall.SIGQUIT)
+	p, err := startProcess(cmd)
+	if err != nil {
+		return err
+	}
+	if err := waitReady(ctx, p, urlFor(port, "postgres")); err != nil {
+		return errors.Join(err, p.kill())
+	}
+	s.port, s.proc = port, p
+	return nil
+}
+
+// startProcess starts cmd from a goroutine that stays locked to its OS
+// thread until the process exits: the parent-death signal is sent when the
+// thread that forked the child exits, not the process (golang/go#27505),
+// and the Go runtime ends a thread when a goroutine locked to it returns.
+func startProcess(cmd *exec.Cmd) (*process, error) {
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("exec: %w", err)
+	}
+	return p, nil
+}
+
+// waitReady polls until a connection to url succeeds, the process exits,
+// ctx ends or readyTimeout passes.
+func waitReady(ctx context.Context, p *process, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-p.done:
+			return fmt.Errorf("postgres exited: %w", p.err)
+		case <-ctx.Done():
+			return fmt.Errorf("postgres not accepting connections: %w", ctx.Err())
+		case <-timer.C:
+		}
+		err := probe(ctx, url)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("postgres not accepting connections: %w; last attempt: %w", ctx.Err(), err)
+		}
+		timer.Reset(pollInterval)
+	}
+}
+
+func probe(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	return errors.Join(conn.Ping(ctx), conn.Close(ctx))
+}
+
+// kill SIGKILLs the postgres process group, waits for the postmaster and
+// then, with a bound, for its backends.
+func (p *process) kill() error {
+	pid := p.cmd.Process.Pid
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("pgtemp: kill postgres: %w", err)
+	}
+	<-p.done
+	deadline := time.NewTimer(reapTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		err := syscall.Kill(-pid, 0)
+		if errors.Is(err, syscall.ESRCH) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("pgtemp: check postgres processes: %w", err)
+		}
+		select {
+		case <-deadline.C:
+			return fmt.Errorf("pgtemp: postgres backends (process group %d) still exist %s after SIGKILL", pid, reapTimeout)
+		case <-tick.C:
+		}
+	}
 }
 
 func freePort() (int, error) {
@@ -161,52 +385,46 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("pgtemp: find a free port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func (s *Server) waitReady(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
-		select {
-		case <-s.done:
-			return errors.New("postgres exited")
-		case <-ctx.Done():
-			return ctx.Err()
-		default:
-		}
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		conn, err := pgx.Connect(cctx, s.URL("postgres"))
-		if err == nil {
-			err = conn.Ping(cctx)
-			conn.Close(cctx) //nolint:errcheck // a probe connection
-		}
-		cancel()
-		if err == nil {
-			return nil
-		}
-		last = err
-		time.Sleep(20 * time.Millisecond) // polling interval between connection attempts
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		return 0, fmt.Errorf("pgtemp: find a free port: %w", err)
 	}
-	return fmt.Errorf("not accepting connections after %s: %w", timeout, last)
+	return port, nil
 }
 
-// URL returns the connection URL of a database on this server.
-func (s *Server) URL(database string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.port, database)
+// logTail returns the end of the log at path, or why it cannot be read.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read log: %v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > logTailLines {
+		lines = lines[len(lines)-logTailLines:]
+	}
+	return strings.Join(lines, "\n")
 }
 
-// PID returns the postmaster's process id.
-func (s *Server) PID() int { return s.cmd.Process.Pid }
+func urlFor(port int, database string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", port, database)
+}
 
-// Dir returns the server's directory (data, socket and log).
-func (s *Server) Dir() string { return s.dir }
+// URL returns the connection URL of a database on this server, e.g.
+// postgres://postgres@127.0.0.1:5432/tether?sslmode=disable.
+func (s *Server) URL(database string) string { return urlFor(s.port, database) }
 
-// Port returns the server's TCP port.
+// Port returns the TCP port the server listens on, on 127.0.0.1.
 func (s *Server) Port() int { return s.port }
 
-// CreateDatabase creates a database, optionally from a template.
+// PID returns the process id of the postmaster.
+func (s *Server) PID() int { return s.proc.cmd.Process.Pid }
+
+// Dir returns the server's directory; postgres's log is data/postgres.log
+// in it. Stop removes it.
+func (s *Server) Dir() string { return s.dir }
+
+// CreateDatabase creates database name, as a copy of template if template
+// is not empty (no one may be connected to template meanwhile).
 func (s *Server) CreateDatabase(ctx context.Context, name, template string) error {
 	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
 	if template != "" {
@@ -215,53 +433,81 @@ func (s *Server) CreateDatabase(ctx context.Context, name, template string) erro
 	return s.exec(ctx, sql)
 }
 
-// DropDatabase drops a database, disconnecting its clients.
+// DropDatabase drops database name, terminating its connections first. A
+// database that does not exist is not an error.
 func (s *Server) DropDatabase(ctx context.Context, name string) error {
 	return s.exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 }
 
-func (s *Server) exec(ctx context.Context, sql string) error {
+// exec runs one statement in the `postgres` database.
+func (s *Server) exec(ctx context.Context, sql string) (err error) {
 	conn, err := pgx.Connect(ctx, s.URL("postgres"))
 	if err != nil {
 		return fmt.Errorf("pgtemp: connect: %w", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing after the statement ran
+	defer func() {
+		if cerr := conn.Close(context.WithoutCancel(ctx)); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("pgtemp: close connection: %w", cerr))
+		}
+	}()
 	if _, err := conn.Exec(ctx, sql); err != nil {
 		return fmt.Errorf("pgtemp: %s: %w", sql, err)
 	}
 	return nil
 }
 
-// Stop shuts the server down (fast shutdown, then SIGKILL after 10 s) and
-// removes its directory. It is safe to call more than once.
+// Stop shuts the server down (fast shutdown: connections are terminated and
+// transactions rolled back; SIGKILL if that takes more than 10 s) and
+// removes its directories. It reports an unexpected exit of the server.
+// Calling it again returns the first call's result.
 func (s *Server) Stop() error {
-	s.stopOnce.Do(func() {
-		if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			s.stopErr = fmt.Errorf("pgtemp: signal postgres: %w", err)
-		}
-		select {
-		case <-s.done:
-		case <-time.After(10 * time.Second):
-			s.log.Warn("postgres did not stop in time; killing it", "pid", s.cmd.Process.Pid)
-			s.kill()
-		}
-		if err := os.RemoveAll(s.dir); err != nil {
-			s.stopErr = errors.Join(s.stopErr, fmt.Errorf("pgtemp: remove %s: %w", s.dir, err))
-		}
-	})
+	s.stopOnce.Do(func() { s.stopErr = s.stop() })
 	return s.stopErr
 }
 
-// kill ends the server's whole process group and waits for it.
-func (s *Server) kill() {
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL) // It may already be gone.
-	<-s.done
+func (s *Server) stop() error {
+	begin := time.Now()
+	p := s.proc
+	var errs []error
+	exited := false // before Stop asked it to
+	if err := p.cmd.Process.Signal(syscall.SIGINT); errors.Is(err, os.ErrProcessDone) {
+		exited = true
+	} else if err != nil {
+		errs = append(errs, fmt.Errorf("pgtemp: signal postgres: %w", err))
+	}
+	timer := time.NewTimer(stopTimeout)
+	defer timer.Stop()
+	select {
+	case <-p.done:
+		if p.err != nil {
+			when := "during shutdown"
+			if exited {
+				when = "before Stop"
+			}
+			errs = append(errs, fmt.Errorf("pgtemp: postgres exited %s: %w", when, p.err))
+		}
+	case <-timer.C:
+		s.log.Warn("postgres did not shut down in time; killing it", "pid", p.cmd.Process.Pid, "timeout", stopTimeout)
+		if err := p.kill(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, s.removeDirs())
+	err := errors.Join(errs...)
+	if err != nil {
+		s.log.Error("postgres stopped with errors", "port", s.port, "err", err)
+	} else {
+		s.log.Info("postgres stopped", "port", s.port, "duration", time.Since(begin))
+	}
+	return err
 }
 
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+func (s *Server) removeDirs() error {
+	var errs []error
+	for _, dir := range s.remove {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("pgtemp: remove %s: %w", dir, err))
+		}
 	}
-	return strings.Join(lines, "\n")
+	return errors.Join(errs...)
 }
