@@ -1,0 +1,267 @@
+// Package agent is Tether's host agent (DESIGN.md §2, §7): one per machine.
+// It registers its host and keeps it alive with a heartbeat outside the
+// event stream, consumes its host's commands, launches and supervises game
+// server processes from their fleet's template, serves them the local SDK
+// on loopback, and publishes what happens to them as events.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tetherhq/tether/events"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+)
+
+// HeartbeatBucket is the KV bucket holding one key per live host, refreshed
+// by its agent; the controller watches it (DESIGN.md §4).
+const HeartbeatBucket = "TETHER_HOSTS"
+
+// eventStore is what the agent needs of the event store (events/natsjs).
+type eventStore interface {
+	Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error)
+	History(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)
+}
+
+// commandSource gives the agent its host's durable command consumer.
+type commandSource interface {
+	Consumer(ctx context.Context, host string) (jetstream.Consumer, error)
+}
+
+// Options configure an agent.
+type Options struct {
+	// HostID is the host's id (required), e.g. "h1".
+	HostID string
+	// Capacity is the number of game servers the host can run; default 10.
+	Capacity int
+	// Labels describe the host (region, zone).
+	Labels map[string]string
+	// Address is where game clients reach this host's game servers; default 127.0.0.1.
+	Address string
+	// SDKAddr is the loopback gRPC address of the local SDK; default 127.0.0.1:0.
+	SDKAddr string
+	// SDKHTTPAddr is the loopback REST address of the local SDK; default 127.0.0.1:0.
+	SDKHTTPAddr string
+	// PortMin and PortMax bound the ports given to game servers; default 7100–7999.
+	PortMin, PortMax int
+	// LogDir holds one log file per game server; default <tmp>/tether-agent-<host>.
+	LogDir string
+	// JetStream is the NATS JetStream context (required).
+	JetStream jetstream.JetStream
+	// Store is the event store (required).
+	Store eventStore
+	// Commands gives the host's command consumer (required).
+	Commands commandSource
+	// HeartbeatInterval is how often the host heartbeat is refreshed; default 2s.
+	HeartbeatInterval time.Duration
+	// MaxStartAttempts bounds starts of a process that exits before Ready; default 3.
+	MaxStartAttempts int
+	// RestartBackoff is the first delay before a restart; it doubles; default 500ms.
+	RestartBackoff time.Duration
+	// StreamKeepalive is the interval of gRPC keepalive pings on SDK
+	// connections, so a vanished peer is noticed; default 10s.
+	StreamKeepalive time.Duration
+	// KillProcessesOnExit stops every game server when the agent stops, and
+	// makes them die with the agent (for `tether dev` and tests).
+	KillProcessesOnExit bool
+	// Version is the agent's version, reported at registration.
+	Version string
+	// Logger; default discards.
+	Logger *slog.Logger
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+func (o *Options) setDefaults() {
+	if o.Capacity <= 0 {
+		o.Capacity = 10
+	}
+	if o.Address == "" {
+		o.Address = "127.0.0.1"
+	}
+	if o.SDKAddr == "" {
+		o.SDKAddr = "127.0.0.1:0"
+	}
+	if o.SDKHTTPAddr == "" {
+		o.SDKHTTPAddr = "127.0.0.1:0"
+	}
+	if o.PortMin <= 0 {
+		o.PortMin = 7100
+	}
+	if o.PortMax <= 0 {
+		o.PortMax = 7999
+	}
+	if o.LogDir == "" {
+		o.LogDir = filepath.Join(os.TempDir(), "tether-agent-"+o.HostID)
+	}
+	if o.HeartbeatInterval <= 0 {
+		o.HeartbeatInterval = 2 * time.Second
+	}
+	if o.MaxStartAttempts <= 0 {
+		o.MaxStartAttempts = 3
+	}
+	if o.RestartBackoff <= 0 {
+		o.RestartBackoff = 500 * time.Millisecond
+	}
+	if o.StreamKeepalive <= 0 {
+		o.StreamKeepalive = 10 * time.Second
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+func (o *Options) validate() error {
+	switch {
+	case events.CheckID(o.HostID) != nil:
+		return fmt.Errorf("agent: host id: %w", events.CheckID(o.HostID))
+	case o.JetStream == nil:
+		return errors.New("agent: JetStream is required")
+	case o.Store == nil:
+		return errors.New("agent: Store is required")
+	case o.Commands == nil:
+		return errors.New("agent: Commands is required")
+	case o.PortMin > o.PortMax:
+		return fmt.Errorf("agent: port range %d-%d is empty", o.PortMin, o.PortMax)
+	}
+	return nil
+}
+
+// Agent is one host's agent.
+type Agent struct {
+	opts     Options
+	log      *slog.Logger
+	host     string // resource name
+	producer string
+	ports    *portPool
+	sdk      *sdkServer
+
+	mu      sync.Mutex
+	servers map[string]*gameServer // by resource name
+	tokens  map[string]*gameServer // by process token
+	wg      sync.WaitGroup         // supervisors
+}
+
+// New builds an agent and binds its SDK listeners.
+func New(opts Options) (*Agent, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.LogDir, 0o755); err != nil {
+		return nil, fmt.Errorf("agent: log dir: %w", err)
+	}
+	a := &Agent{
+		opts:     opts,
+		log:      opts.Logger.With("host", opts.HostID),
+		host:     events.HostName(opts.HostID),
+		producer: events.HostName(opts.HostID),
+		ports:    newPortPool(opts.PortMin, opts.PortMax),
+		servers:  map[string]*gameServer{},
+		tokens:   map[string]*gameServer{},
+	}
+	sdk, err := newSDKServer(a, opts.SDKAddr, opts.SDKHTTPAddr)
+	if err != nil {
+		return nil, err
+	}
+	a.sdk = sdk
+	return a, nil
+}
+
+// SDKAddr returns the local SDK's gRPC address.
+func (a *Agent) SDKAddr() string { return a.sdk.grpcAddr() }
+
+// SDKHTTPAddr returns the local SDK's REST address.
+func (a *Agent) SDKHTTPAddr() string { return a.sdk.httpAddr() }
+
+// Run registers the host and serves until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.register(ctx); err != nil {
+		return err
+	}
+	kv, err := a.opts.JetStream.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      HeartbeatBucket,
+		Description: "Host heartbeats: one key per live host",
+		TTL:         10 * a.opts.HeartbeatInterval,
+		History:     1,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: heartbeat bucket: %w", err)
+	}
+	cons, err := a.opts.Commands.Consumer(ctx, a.opts.HostID)
+	if err != nil {
+		return err
+	}
+	a.log.Info("agent started", "sdk", a.SDKAddr(), "sdk_http", a.SDKHTTPAddr(), "capacity", a.opts.Capacity)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return a.sdk.run(gctx) })
+	g.Go(func() error { return a.heartbeat(gctx, kv) })
+	g.Go(func() error { return a.consumeCommands(gctx, cons) })
+	err = g.Wait()
+	if a.opts.KillProcessesOnExit {
+		a.stopAll()
+	}
+	a.wg.Wait()
+	return err
+}
+
+// register announces the host and its capacity.
+func (a *Agent) register(ctx context.Context) error {
+	e := events.New(a.host, a.opts.Now(), &eventsv1.HostRegistered{
+		Capacity: int32(a.opts.Capacity), Labels: a.opts.Labels, Address: a.opts.Address,
+		AgentVersion: a.opts.Version, SdkAddress: a.SDKAddr(),
+	})
+	e.Producer = a.producer
+	if _, err := a.opts.Store.Append(ctx, events.MustSubject(a.host), events.AnySequence, e); err != nil {
+		return fmt.Errorf("agent: register host: %w", err)
+	}
+	return nil
+}
+
+// heartbeat refreshes the host's key in the heartbeat bucket.
+func (a *Agent) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
+	t := time.NewTicker(a.opts.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		if _, err := kv.Put(ctx, a.opts.HostID, []byte(a.opts.Now().UTC().Format(time.RFC3339Nano))); err != nil && ctx.Err() == nil {
+			a.log.Warn("host heartbeat failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// freePort reports whether a port can be bound on TCP and UDP right now.
+func freePort(host string, port int) bool {
+	addr := net.JoinHostPort(host, fmt.Sprint(port))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer l.Close()
+	u, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	u.Close()
+	return true
+}

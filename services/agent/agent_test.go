@@ -1,0 +1,291 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs"
+	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
+	"github.com/tetherhq/tether/services/agent"
+	"github.com/tetherhq/tether/services/commands"
+	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
+)
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type harness struct {
+	t     *testing.T
+	ctx   context.Context
+	store *natsjs.Store
+	bus   *commands.Bus
+	agent *agent.Agent
+	logs  *syncBuffer
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	ns := natstest.Start(t)
+	_, js := natstest.Connect(t, ns)
+	ctx, cancel := context.WithCancel(context.Background())
+	store, err := natsjs.New(ctx, js, natsjs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus, err := commands.New(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	a, err := agent.New(agent.Options{
+		HostID: "h1", JetStream: js, Store: store, Commands: bus, LogDir: t.TempDir(),
+		PortMin: 21000 + os.Getpid()%500*10, PortMax: 21000 + os.Getpid()%500*10 + 9,
+		KillProcessesOnExit: true, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	})
+	return &harness{t: t, ctx: ctx, store: store, bus: bus, agent: a, logs: logs}
+}
+
+// schedule appends GameServerScheduled for a server on h1 and sends the
+// start command, as the controller would.
+func (h *harness) schedule(name string, tmpl *eventsv1.GameServerTemplate) {
+	h.t.Helper()
+	spec := &eventsv1.FleetSpec{Template: tmpl}
+	events.NormalizeFleetSpec(spec)
+	msgs, err := events.DecideGameServer(name, nil, events.ScheduleGameServer{Host: "hosts/h1", Spec: spec})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.store.Append(h.ctx, events.MustSubject(name), 0, events.New(name, time.Now(), msgs[0])); err != nil {
+		h.t.Fatal(err)
+	}
+	err = h.bus.Send(h.ctx, "h1", "tests", &agentv1.Command{Action: &agentv1.Command_Start{Start: &agentv1.StartGameServer{
+		GameServer: name, Template: spec.Template, Health: spec.Health, SdkDisconnectGraceSeconds: spec.SdkDisconnectGraceSeconds,
+	}}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) history(name string) []events.Envelope {
+	h.t.Helper()
+	hist, err := h.store.History(h.ctx, events.MustSubject(name), 0)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return hist
+}
+
+// waitEvent polls the stream until the server has an event of a type.
+func (h *harness) waitEvent(name, typ string) events.Envelope {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, e := range h.history(name) {
+			if e.Type == typ {
+				return e
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval
+	}
+	h.t.Fatalf("%s never got %s; history: %v", name, typ, h.history(name))
+	return events.Envelope{}
+}
+
+// processEnv reads a running process's environment from /proc.
+func processEnv(t *testing.T, pid int32) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for kv := range strings.SplitSeq(string(raw), "\x00") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+func TestProcessGetsItsIdentityAndTheSDKAuthenticatesByToken(t *testing.T) {
+	h := newHarness(t)
+	name := "fleets/arena/gameServers/gs-one"
+	h.schedule(name, &eventsv1.GameServerTemplate{
+		Command: "/bin/sleep", Args: []string{"600"},
+		Ports: []*eventsv1.PortSpec{{Name: "game"}, {Name: "query-tcp", Protocol: eventsv1.Protocol_PROTOCOL_TCP}},
+	})
+	started := h.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted)
+	env := processEnv(t, started.GetPid())
+	for _, k := range []string{"TETHER_GAMESERVER", "TETHER_GAMESERVER_TOKEN", "TETHER_SDK_ADDR", "TETHER_SDK_HTTP", "TETHER_PORT_GAME", "TETHER_PORT_QUERY_TCP"} {
+		if env[k] == "" {
+			t.Fatalf("process environment lacks %s: %v", k, env)
+		}
+	}
+	if env["TETHER_GAMESERVER"] != name || env["TETHER_SDK_ADDR"] != h.agent.SDKAddr() {
+		t.Fatalf("process identity: %v", env)
+	}
+	if len(started.GetPorts()) != 2 || strconv.Itoa(int(started.GetPorts()[0].GetPort())) != env["TETHER_PORT_GAME"] {
+		t.Fatalf("ports in ProcessStarted %v, env %s", started.GetPorts(), env["TETHER_PORT_GAME"])
+	}
+
+	conn, err := grpc.NewClient(h.agent.SDKAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sdk := sdkv1.NewSDKServiceClient(conn)
+	for _, tc := range []struct {
+		name  string
+		token string
+	}{
+		{"no token", ""},
+		{"wrong token", "not-the-token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := h.ctx
+			if tc.token != "" {
+				ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tc.token)
+			}
+			_, err := sdk.Ready(ctx, &sdkv1.ReadyRequest{})
+			if status.Code(err) != codes.Unauthenticated {
+				t.Fatalf("Ready with %s: %v, want Unauthenticated", tc.name, err)
+			}
+		})
+	}
+	if !strings.Contains(h.logs.String(), "SDK call rejected") {
+		t.Fatalf("rejected calls were not logged:\n%s", h.logs.String())
+	}
+	req, err := http.NewRequest("POST", env["TETHER_SDK_HTTP"]+"/v1/sdk/ready", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("REST Ready without a token: %d, want 401", resp.StatusCode)
+	}
+
+	// With the token, over REST (no held connection): connected, then Ready.
+	req, err = http.NewRequest("POST", env["TETHER_SDK_HTTP"]+"/v1/sdk/ready", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+env["TETHER_GAMESERVER_TOKEN"])
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("REST Ready with the token: %d", resp.StatusCode)
+	}
+	connected := h.waitEvent(name, "SdkConnected").Data.(*eventsv1.SdkConnected)
+	if connected.GetTransport() != "rest" {
+		t.Fatalf("transport %q, want rest", connected.GetTransport())
+	}
+	h.waitEvent(name, "GameServerReady")
+
+	// The same process over gRPC, on another connection: same server.
+	ctx := metadata.AppendToOutgoingContext(h.ctx, "authorization", "Bearer "+env["TETHER_GAMESERVER_TOKEN"])
+	gs, err := sdk.GetGameServer(ctx, &sdkv1.GetGameServerRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gs.GetName() != name || gs.GetState() != "READY" || len(gs.GetPorts()) != 2 {
+		t.Fatalf("GetGameServer = %v", gs)
+	}
+	if _, err := sdk.SetLabel(ctx, &sdkv1.SetLabelRequest{Key: "map", Value: "dust"}); err != nil {
+		t.Fatal(err)
+	}
+	labels := h.waitEvent(name, "LabelsChanged").Data.(*eventsv1.LabelsChanged)
+	if labels.GetSet()["map"] != "dust" {
+		t.Fatalf("labels %v", labels.GetSet())
+	}
+}
+
+func TestStopCommandTerminatesWithTheShutdownReason(t *testing.T) {
+	h := newHarness(t)
+	name := "fleets/arena/gameServers/gs-stop"
+	h.schedule(name, &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}})
+	started := h.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted)
+
+	// The controller's side of a scale-down: the decision as an event, then the command.
+	last := h.history(name)
+	msgs, err := events.DecideGameServer(name, fold(t, last), events.RequestShutdown{
+		Reason: eventsv1.Reason_REASON_FLEET_SCALED_DOWN, Deadline: time.Now().Add(5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.Append(h.ctx, events.MustSubject(name), last[len(last)-1].Sequence, events.New(name, time.Now(), msgs[0])); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.bus.Send(h.ctx, "h1", "tests", &agentv1.Command{Action: &agentv1.Command_Stop{Stop: &agentv1.StopGameServer{
+		GameServer: name, Reason: eventsv1.Reason_REASON_FLEET_SCALED_DOWN}}}); err != nil {
+		t.Fatal(err)
+	}
+	term := h.waitEvent(name, "GameServerTerminated").Data.(*eventsv1.GameServerTerminated)
+	if term.GetReason() != eventsv1.Reason_REASON_FLEET_SCALED_DOWN || term.GetEvidence().GetSignal() != "terminated" {
+		t.Fatalf("terminated with %s, evidence %v", term.GetReason(), term.GetEvidence())
+	}
+	if _, err := os.Stat("/proc/" + strconv.Itoa(int(started.GetPid()))); err == nil {
+		t.Fatalf("process %d still exists", started.GetPid())
+	}
+}
+
+func fold(t *testing.T, hist []events.Envelope) *eventsv1.GameServerState {
+	t.Helper()
+	var s *eventsv1.GameServerState
+	for _, e := range hist {
+		var err error
+		if s, err = events.ApplyGameServer(s, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}

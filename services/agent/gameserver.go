@@ -1,0 +1,438 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tetherhq/tether/events"
+	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
+)
+
+// maxRecordAttempts bounds re-reads after append conflicts.
+const maxRecordAttempts = 8
+
+// finalEventTimeout bounds the recording of events while the agent stops.
+const finalEventTimeout = 5 * time.Second
+
+// gameServer is one game server supervised by the agent: its process, its
+// token, and its state folded from the event stream (including what other
+// writers, such as the controller, appended).
+type gameServer struct {
+	a       *Agent
+	name    string
+	subject string
+	token   string
+	log     *slog.Logger
+	spec    *agentv1.StartGameServer
+	logPath string
+
+	// mu guards everything below and serialises the server's appends.
+	mu            sync.Mutex
+	state         *eventsv1.GameServerState
+	seq           uint64 // last stream sequence folded into state
+	ports         []int
+	proc          *os.Process
+	attempt       int
+	stopping      bool
+	notice        *sdkv1.ShutdownNotice
+	killTimer     *time.Timer
+	lastHeartbeat time.Time
+	streams       int
+	changed       chan struct{} // closed and replaced on every change
+	done          chan struct{} // closed when the server is finished
+}
+
+func newToken() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error on supported platforms.
+	return hex.EncodeToString(b[:])
+}
+
+// handle carries out one command.
+func (a *Agent) handle(ctx context.Context, cmd *agentv1.Command) error {
+	switch c := cmd.GetAction().(type) {
+	case *agentv1.Command_Start:
+		return a.start(ctx, c.Start)
+	case *agentv1.Command_Stop:
+		a.mu.Lock()
+		gs := a.servers[c.Stop.GetGameServer()]
+		a.mu.Unlock()
+		if gs == nil {
+			a.log.Info("stop for a game server not running here", "game_server", c.Stop.GetGameServer())
+			return nil
+		}
+		gs.refresh(ctx)
+		gs.stop(c.Stop.GetReason(), c.Stop.GetDeadline().AsTime())
+		return nil
+	}
+	return fmt.Errorf("agent: command %s has no action", cmd.GetId())
+}
+
+// start launches a scheduled game server; a duplicate start is a no-op.
+func (a *Agent) start(ctx context.Context, spec *agentv1.StartGameServer) error {
+	name := spec.GetGameServer()
+	fleet, id, err := events.ParseGameServerName(name)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	if _, running := a.servers[name]; running {
+		a.mu.Unlock()
+		return nil
+	}
+	gs := &gameServer{
+		a: a, name: name, subject: events.MustSubject(name), token: newToken(),
+		log: a.log.With("game_server", name), spec: spec,
+		logPath: filepath.Join(a.opts.LogDir, fleet+"_"+id+".log"),
+		changed: make(chan struct{}), done: make(chan struct{}),
+	}
+	a.servers[name] = gs
+	a.tokens[gs.token] = gs
+	a.mu.Unlock()
+
+	gs.refresh(ctx)
+	if l := gs.lifecycle(); l != eventsv1.Lifecycle_LIFECYCLE_SCHEDULED {
+		gs.log.Warn("start for a game server that is not SCHEDULED; ignored", "state", events.LifecycleName(l))
+		a.forget(gs)
+		return nil
+	}
+	ports, err := a.ports.take(a.opts.Address, len(spec.GetTemplate().GetPorts()))
+	if err != nil {
+		gs.recordDetached(events.Terminate{Reason: eventsv1.Reason_REASON_PROCESS_START_FAILED, Evidence: &eventsv1.Evidence{Detail: err.Error()}})
+		a.forget(gs)
+		return err
+	}
+	gs.ports = ports
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		gs.supervise(ctx)
+	}()
+	return nil
+}
+
+// forget removes a finished server from the agent.
+func (a *Agent) forget(gs *gameServer) {
+	a.mu.Lock()
+	delete(a.servers, gs.name)
+	delete(a.tokens, gs.token)
+	a.mu.Unlock()
+	a.ports.release(gs.ports)
+}
+
+// byToken returns the server a process token belongs to.
+func (a *Agent) byToken(token string) *gameServer {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tokens[token]
+}
+
+// stopAll stops every server now (the agent is shutting down).
+func (a *Agent) stopAll() {
+	a.mu.Lock()
+	list := make([]*gameServer, 0, len(a.servers))
+	for _, gs := range a.servers {
+		list = append(list, gs)
+	}
+	a.mu.Unlock()
+	deadline := a.opts.Now().Add(2 * time.Second)
+	for _, gs := range list {
+		gs.recordDetached(events.RequestShutdown{Reason: eventsv1.Reason_REASON_HOST_SHUTDOWN, Deadline: deadline,
+			Evidence: &eventsv1.Evidence{RequestedBy: a.producer, Detail: "the agent is stopping"}})
+		gs.stop(eventsv1.Reason_REASON_HOST_SHUTDOWN, deadline)
+	}
+}
+
+// supervise runs the process until the server is finished: a crash before
+// Ready is restarted with doubling backoff up to MaxStartAttempts.
+func (gs *gameServer) supervise(ctx context.Context) {
+	defer func() {
+		gs.mu.Lock()
+		if gs.killTimer != nil {
+			gs.killTimer.Stop()
+		}
+		close(gs.done)
+		gs.notifyLocked()
+		gs.mu.Unlock()
+		gs.a.forget(gs)
+	}()
+	backoff := gs.a.opts.RestartBackoff
+	for {
+		gs.mu.Lock()
+		gs.attempt++
+		attempt, stopping := gs.attempt, gs.stopping
+		gs.mu.Unlock()
+		if stopping {
+			gs.recordDetached(events.Terminate{Reason: gs.stopReason(), Evidence: &eventsv1.Evidence{Detail: "stopped before the process started", StartAttempts: int32(attempt - 1)}})
+			return
+		}
+		proc, err := gs.launch(attempt)
+		if err != nil {
+			gs.log.Error("game server process did not start", "err", err)
+			gs.recordDetached(events.Terminate{Reason: eventsv1.Reason_REASON_PROCESS_START_FAILED, Evidence: &eventsv1.Evidence{Detail: err.Error(), StartAttempts: int32(attempt)}})
+			return
+		}
+		state, werr := proc.Wait()
+		if werr != nil {
+			gs.log.Error("wait for game server process", "err", werr)
+		}
+		exited := exitFacts(state, attempt)
+		gs.mu.Lock()
+		gs.proc = nil
+		exited.BeforeReady = !gs.state.GetEverReady()
+		restart := exited.BeforeReady && !gs.stopping && attempt < gs.a.opts.MaxStartAttempts && ctx.Err() == nil
+		gs.mu.Unlock()
+		exited.WillRestart = restart
+		gs.log.Info("game server process exited", "pid", proc.Pid, "exit_code", exited.ExitCode, "signal", exited.GetSignal(), "attempt", attempt, "restart", restart)
+		if !restart {
+			gs.recordDetached(events.RecordExit{Exited: exited})
+			return
+		}
+		if err := gs.record(ctx, events.RecordExit{Exited: exited}); err != nil {
+			gs.log.Error("record process exit", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			gs.recordDetached(events.Terminate{Reason: eventsv1.Reason_REASON_HOST_SHUTDOWN,
+				Evidence: &eventsv1.Evidence{Detail: "the agent stopped while the process waited to restart", StartAttempts: int32(attempt)}})
+			return
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+	}
+}
+
+// exitFacts turns a process's end into a ProcessExited payload.
+func exitFacts(state *os.ProcessState, attempt int) *eventsv1.ProcessExited {
+	x := &eventsv1.ProcessExited{Attempt: int32(attempt)}
+	if state == nil {
+		x.Signal = "unknown"
+		return x
+	}
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		x.Signal = ws.Signal().String()
+		return x
+	}
+	x.ExitCode = proto.Int32(int32(state.ExitCode()))
+	return x
+}
+
+// launch starts the process and records ProcessStarted.
+func (gs *gameServer) launch(attempt int) (*os.Process, error) {
+	t := gs.spec.GetTemplate()
+	env := map[string]string{
+		"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
+		"TETHER_GAMESERVER": gs.name, "TETHER_GAMESERVER_TOKEN": gs.token,
+		"TETHER_SDK_ADDR": gs.a.SDKAddr(), "TETHER_SDK_HTTP": "http://" + gs.a.SDKHTTPAddr(),
+	}
+	for k, v := range t.GetEnv() {
+		env[k] = v
+	}
+	var ports []*eventsv1.Port
+	for i, p := range t.GetPorts() {
+		env["TETHER_PORT_"+envName(p.GetName())] = strconv.Itoa(gs.ports[i])
+		ports = append(ports, &eventsv1.Port{Name: p.GetName(), Port: int32(gs.ports[i]), Protocol: p.GetProtocol()})
+	}
+	args := make([]string, len(t.GetArgs()))
+	for i, arg := range t.GetArgs() {
+		args[i] = os.Expand(arg, func(k string) string { return env[k] })
+	}
+	logFile, err := os.OpenFile(gs.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(t.GetCommand(), args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if gs.a.opts.KillProcessesOnExit {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	gs.mu.Lock()
+	gs.proc = cmd.Process
+	gs.mu.Unlock()
+	gs.log.Info("game server process started", "pid", cmd.Process.Pid, "attempt", attempt, "log", gs.logPath)
+	gs.recordDetached(events.RecordProcessStart{Started: &eventsv1.ProcessStarted{
+		Pid: int32(cmd.Process.Pid), Address: gs.a.opts.Address, Ports: ports, LogPath: gs.logPath, Attempt: int32(attempt),
+	}})
+	return cmd.Process, nil
+}
+
+// envName turns a port name into its environment suffix: "game-udp" → "GAME_UDP".
+func envName(name string) string {
+	return strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// stop tells the process to stop: a shutdown notice to its SDK watchers,
+// SIGTERM to its process group, and SIGKILL at the deadline.
+func (gs *gameServer) stop(reason eventsv1.Reason, deadline time.Time) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if gs.stopping {
+		return
+	}
+	gs.stopping = true
+	gs.notice = &sdkv1.ShutdownNotice{Deadline: timestamppb.New(deadline), Reason: events.ReasonName(reason)}
+	gs.notifyLocked()
+	if gs.proc == nil {
+		return
+	}
+	pid := gs.proc.Pid
+	gs.log.Info("stopping game server", "reason", events.ReasonName(reason), "deadline", deadline)
+	if err := syscall.Kill(-pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		gs.log.Warn("SIGTERM failed", "pid", pid, "err", err)
+	}
+	gs.killTimer = time.AfterFunc(time.Until(deadline), func() {
+		gs.log.Warn("shutdown deadline passed; killing", "pid", pid)
+		if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			gs.log.Warn("SIGKILL failed", "pid", pid, "err", err)
+		}
+	})
+}
+
+// stopReason is the reason of the shutdown in progress.
+func (gs *gameServer) stopReason() eventsv1.Reason {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if r := gs.state.GetReason(); r != eventsv1.Reason_REASON_UNSPECIFIED {
+		return r
+	}
+	return eventsv1.Reason_REASON_SHUTDOWN_REQUESTED_BY_API
+}
+
+func (gs *gameServer) lifecycle() eventsv1.Lifecycle {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	return gs.state.GetLifecycle()
+}
+
+// notifyLocked wakes SDK watchers.
+func (gs *gameServer) notifyLocked() {
+	close(gs.changed)
+	gs.changed = make(chan struct{})
+}
+
+// refresh folds events other writers appended since the last known sequence.
+func (gs *gameServer) refresh(ctx context.Context) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if err := gs.refreshLocked(ctx); err != nil {
+		gs.log.Warn("read game server history", "err", err)
+	}
+}
+
+func (gs *gameServer) refreshLocked(ctx context.Context) error {
+	hist, err := gs.a.opts.Store.History(ctx, gs.subject, gs.seq+1)
+	if err != nil {
+		return err
+	}
+	for _, e := range hist {
+		next, err := events.ApplyGameServer(gs.state, e)
+		if err != nil {
+			gs.log.Warn("stored event does not fold; skipped", "sequence", e.Sequence, "type", e.Type, "err", err)
+		} else {
+			gs.state = next
+		}
+		gs.seq = e.Sequence
+	}
+	if len(hist) > 0 {
+		gs.notifyLocked()
+	}
+	return nil
+}
+
+// record decides a command on the server's state and appends the result,
+// guarded by the last known sequence; on a conflict it folds the newer
+// events and decides again.
+func (gs *gameServer) record(ctx context.Context, cmd events.GameServerCommand) error {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	return gs.recordLocked(ctx, cmd)
+}
+
+func (gs *gameServer) recordLocked(ctx context.Context, cmd events.GameServerCommand) error {
+	for range maxRecordAttempts {
+		msgs, err := events.DecideGameServer(gs.name, gs.state, cmd)
+		if err != nil {
+			return err
+		}
+		if len(msgs) == 0 {
+			return nil
+		}
+		now := gs.a.opts.Now()
+		envs := make([]events.Envelope, len(msgs))
+		for i, m := range msgs {
+			envs[i] = events.New(gs.name, now, m)
+			envs[i].Producer = gs.a.producer
+			envs[i].CorrelationID = envs[0].ID
+		}
+		seq, err := gs.a.opts.Store.Append(ctx, gs.subject, gs.seq, envs...)
+		if errors.Is(err, events.ErrConflict) {
+			if err := gs.refreshLocked(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, e := range envs {
+			next, err := events.ApplyGameServer(gs.state, e)
+			if err != nil {
+				return fmt.Errorf("fold own event: %w", err)
+			}
+			gs.state = next
+		}
+		gs.seq = seq
+		gs.notifyLocked()
+		return nil
+	}
+	return fmt.Errorf("agent: %s: %w after %d attempts", gs.name, events.ErrConflict, maxRecordAttempts)
+}
+
+// recordDetached records an event with its own deadline, so it lands even
+// while the agent stops (its run context is then cancelled).
+func (gs *gameServer) recordDetached(cmd events.GameServerCommand) {
+	ctx, cancel := context.WithTimeout(context.Background(), finalEventTimeout)
+	defer cancel()
+	if err := gs.record(ctx, cmd); err != nil {
+		gs.log.Error("record final event", "command", fmt.Sprintf("%T", cmd), "err", err)
+	}
+}
+
+// view is the server as the SDK shows it.
+func (gs *gameServer) view() *sdkv1.GameServer {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	v := &sdkv1.GameServer{
+		Name: gs.name, State: events.LifecycleName(gs.state.GetLifecycle()), Address: gs.state.GetAddress(),
+		Labels: gs.state.GetLabels(), Shutdown: gs.notice, GameSession: gs.state.GetGameSession(),
+	}
+	for _, p := range gs.state.GetPorts() {
+		v.Ports = append(v.Ports, &sdkv1.Port{Name: p.GetName(), Port: p.GetPort()})
+	}
+	return v
+}

@@ -1,0 +1,326 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/tetherhq/tether/events"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
+)
+
+// shutdownGrace is the deadline a game server's own Shutdown call gets.
+const shutdownGrace = 30 * time.Second
+
+// sdkServer serves the local SDK to game server processes: gRPC, and REST
+// through grpc-gateway. A call is authenticated by the process token it
+// carries, whatever connection it arrives on.
+type sdkServer struct {
+	sdkv1.UnimplementedSDKServiceServer
+	a                *Agent
+	grpcLis, httpLis net.Listener
+}
+
+func newSDKServer(a *Agent, grpcAddr, httpAddr string) (*sdkServer, error) {
+	gl, err := net.Listen("tcp", grpcAddr)
+	if err != nil {
+		return nil, fmt.Errorf("agent: listen SDK gRPC on %s: %w", grpcAddr, err)
+	}
+	hl, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		_ = gl.Close() // Releasing a port on the error path.
+		return nil, fmt.Errorf("agent: listen SDK REST on %s: %w", httpAddr, err)
+	}
+	return &sdkServer{a: a, grpcLis: gl, httpLis: hl}, nil
+}
+
+func (s *sdkServer) grpcAddr() string { return s.grpcLis.Addr().String() }
+func (s *sdkServer) httpAddr() string { return s.httpLis.Addr().String() }
+
+// tokenKey carries the authenticated game server in a call's context.
+type tokenKey struct{}
+
+func (s *sdkServer) run(ctx context.Context) error {
+	ka := s.a.opts.StreamKeepalive
+	gs := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(s.authUnary),
+		grpc.ChainStreamInterceptor(s.authStream),
+		// Keepalive pings find a peer that vanished without closing (a
+		// half-open connection) within Time+Timeout (DESIGN.md §1 failure 2).
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ka, Timeout: ka}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+	)
+	sdkv1.RegisterSDKServiceServer(gs, s)
+	conn, err := grpc.NewClient(s.grpcAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("agent: SDK gateway client: %w", err)
+	}
+	defer conn.Close()
+	gw := runtime.NewServeMux()
+	if err := sdkv1.RegisterSDKServiceHandler(ctx, gw, conn); err != nil {
+		return fmt.Errorf("agent: SDK gateway: %w", err)
+	}
+	hs := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := gs.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("agent: SDK gRPC: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := hs.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("agent: SDK REST: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		err := hs.Shutdown(sctx)
+		gs.Stop() // streams (Watch, HealthStream) never end on their own
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("agent: SDK REST shutdown: %w", err)
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+// authenticate finds the game server whose token the call carries.
+func (s *sdkServer) authenticate(ctx context.Context, method string) (*gameServer, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	var token string
+	if v := md.Get("authorization"); len(v) > 0 {
+		token, _ = strings.CutPrefix(v[0], "Bearer ")
+	}
+	if gs := s.a.byToken(token); token != "" && gs != nil {
+		return gs, nil
+	}
+	remote := ""
+	if p, ok := peer.FromContext(ctx); ok {
+		remote = p.Addr.String()
+	}
+	s.a.log.Warn("SDK call rejected: missing or unknown token", "method", method, "remote", remote, "token_present", token != "")
+	return nil, status.Error(codes.Unauthenticated, "missing or unknown game server token: send authorization: Bearer $TETHER_GAMESERVER_TOKEN")
+}
+
+func (s *sdkServer) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	gs, err := s.authenticate(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	gs.seen(ctx, transportOf(ctx))
+	return handler(context.WithValue(ctx, tokenKey{}, gs), req)
+}
+
+// authedStream carries the authenticated server to stream handlers.
+type authedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *authedStream) Context() context.Context { return s.ctx }
+
+func (s *sdkServer) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	gs, err := s.authenticate(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	ctx := context.WithValue(ss.Context(), tokenKey{}, gs)
+	if transportOf(ctx) == "rest" {
+		// A REST watch is a request, not a held SDK connection.
+		gs.seen(ctx, "rest")
+		return handler(srv, &authedStream{ServerStream: ss, ctx: ctx})
+	}
+	gs.streamOpened(ctx)
+	err = handler(srv, &authedStream{ServerStream: ss, ctx: ctx})
+	gs.streamClosed(err, ss.Context().Err())
+	return err
+}
+
+// transportOf tells a REST call (through the gateway) from a gRPC one.
+func transportOf(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if len(md.Get("x-forwarded-host")) > 0 || len(md.Get("grpcgateway-user-agent")) > 0 {
+		return "rest"
+	}
+	return "grpc"
+}
+
+func serverOf(ctx context.Context) *gameServer { return ctx.Value(tokenKey{}).(*gameServer) }
+
+// Ready marks the server ready. Calling it again while READY is a no-op.
+func (s *sdkServer) Ready(ctx context.Context, _ *sdkv1.ReadyRequest) (*sdkv1.ReadyResponse, error) {
+	gs := serverOf(ctx)
+	if gs.lifecycle() == eventsv1.Lifecycle_LIFECYCLE_READY {
+		return &sdkv1.ReadyResponse{}, nil
+	}
+	if err := gs.record(ctx, events.MarkReady{}); err != nil {
+		return nil, sdkError(err)
+	}
+	gs.log.Info("game server ready")
+	return &sdkv1.ReadyResponse{}, nil
+}
+
+// Health records one heartbeat.
+func (s *sdkServer) Health(ctx context.Context, _ *sdkv1.HealthRequest) (*sdkv1.HealthResponse, error) {
+	serverOf(ctx).heartbeat()
+	return &sdkv1.HealthResponse{}, nil
+}
+
+// HealthStream records a heartbeat per message until the client closes.
+func (s *sdkServer) HealthStream(stream grpc.ClientStreamingServer[sdkv1.HealthStreamRequest, sdkv1.HealthStreamResponse]) error {
+	gs := serverOf(stream.Context())
+	for {
+		if _, err := stream.Recv(); err != nil {
+			if errors.Is(err, io.EOF) {
+				return stream.SendAndClose(&sdkv1.HealthStreamResponse{})
+			}
+			return err
+		}
+		gs.heartbeat()
+	}
+}
+
+// Shutdown: the game asks to stop.
+func (s *sdkServer) Shutdown(ctx context.Context, _ *sdkv1.ShutdownRequest) (*sdkv1.ShutdownResponse, error) {
+	gs := serverOf(ctx)
+	deadline := s.a.opts.Now().Add(shutdownGrace)
+	if err := gs.record(ctx, events.RequestShutdown{Reason: eventsv1.Reason_REASON_SHUTDOWN_REQUESTED_BY_GAME, Deadline: deadline,
+		Evidence: &eventsv1.Evidence{RequestedBy: gs.name}}); err != nil {
+		return nil, sdkError(err)
+	}
+	gs.stop(eventsv1.Reason_REASON_SHUTDOWN_REQUESTED_BY_GAME, deadline)
+	return &sdkv1.ShutdownResponse{}, nil
+}
+
+// GetGameServer returns the server as the agent knows it.
+func (s *sdkServer) GetGameServer(ctx context.Context, _ *sdkv1.GetGameServerRequest) (*sdkv1.GameServer, error) {
+	return serverOf(ctx).view(), nil
+}
+
+// WatchGameServer streams the server on every change until the client
+// leaves or the server is finished.
+func (s *sdkServer) WatchGameServer(_ *sdkv1.WatchGameServerRequest, stream grpc.ServerStreamingServer[sdkv1.GameServer]) error {
+	gs := serverOf(stream.Context())
+	for {
+		gs.mu.Lock()
+		changed, done := gs.changed, gs.done
+		gs.mu.Unlock()
+		if err := stream.Send(gs.view()); err != nil {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-done:
+			return nil
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
+}
+
+// SetLabel sets one label.
+func (s *sdkServer) SetLabel(ctx context.Context, req *sdkv1.SetLabelRequest) (*sdkv1.SetLabelResponse, error) {
+	if err := serverOf(ctx).record(ctx, events.SetLabels{Set: map[string]string{req.GetKey(): req.GetValue()}}); err != nil {
+		return nil, sdkError(err)
+	}
+	return &sdkv1.SetLabelResponse{}, nil
+}
+
+// sdkError maps domain errors to SDK status codes.
+func sdkError(err error) error {
+	var te *events.TransitionError
+	var ve *events.ValidationError
+	switch {
+	case errors.As(err, &te):
+		return status.Error(codes.FailedPrecondition, te.Error())
+	case errors.As(err, &ve):
+		return status.Error(codes.InvalidArgument, ve.Error())
+	}
+	return status.Error(codes.Unavailable, "the agent could not record this: "+err.Error())
+}
+
+// heartbeat notes a heartbeat from the process.
+func (gs *gameServer) heartbeat() {
+	gs.mu.Lock()
+	gs.lastHeartbeat = gs.a.opts.Now()
+	gs.mu.Unlock()
+}
+
+// seen records that a call with the token arrived: the SDK is connected,
+// whatever the connection. Unary calls also count as heartbeats.
+func (gs *gameServer) seen(ctx context.Context, transport string) {
+	gs.heartbeat()
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if gs.state.GetConnection() == eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED {
+		return
+	}
+	if err := gs.recordLocked(ctx, events.RecordSDKConnected{Transport: transport, RemoteAddress: remoteOf(ctx)}); err != nil {
+		gs.log.Warn("record SDK connected", "err", err)
+	}
+}
+
+func (gs *gameServer) streamOpened(ctx context.Context) {
+	gs.heartbeat()
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	gs.streams++
+	if gs.state.GetConnection() == eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED {
+		return
+	}
+	if err := gs.recordLocked(ctx, events.RecordSDKConnected{Transport: "grpc-stream", RemoteAddress: remoteOf(ctx)}); err != nil {
+		gs.log.Warn("record SDK connected", "err", err)
+	}
+}
+
+// streamClosed records a disconnect when the last open SDK stream ends.
+func (gs *gameServer) streamClosed(handlerErr, ctxErr error) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	gs.streams--
+	if gs.streams > 0 || gs.state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
+		return
+	}
+	select {
+	case <-gs.done:
+		return // the process is gone; its exit is the story
+	default:
+	}
+	kind, detail := eventsv1.DisconnectKind_DISCONNECT_KIND_CLEAN_CLOSE, ""
+	if ctxErr != nil || handlerErr != nil {
+		kind = eventsv1.DisconnectKind_DISCONNECT_KIND_RESET
+		detail = fmt.Sprint(errors.Join(handlerErr, ctxErr))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), finalEventTimeout)
+	defer cancel()
+	if err := gs.recordLocked(ctx, events.RecordSDKDisconnected{Kind: kind, At: gs.a.opts.Now(), Detail: detail}); err != nil {
+		gs.log.Warn("record SDK disconnected", "err", err)
+	}
+}
+
+func remoteOf(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok {
+		return p.Addr.String()
+	}
+	return ""
+}
