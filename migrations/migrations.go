@@ -1,14 +1,18 @@
-// Package migrations holds Tether's PostgreSQL schema as goose migrations,
-// embedded in the binary and applied at start-up.
+// Package migrations holds Tether's PostgreSQL schema as goose migrations
+// (NNNNN_name.sql files with -- +goose Up / -- +goose Down sections),
+// embedded in the binary and applied at start-up by every process that uses
+// the database.
 package migrations
 
 import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	"github.com/pressly/goose/v3"
@@ -18,34 +22,65 @@ import (
 //go:embed *.sql
 var files embed.FS
 
+// lockTimeout bounds the wait for another process's migrations; the lock is
+// polled every lockPoll.
+const (
+	lockPoll    = time.Second
+	lockTimeout = 5 * time.Minute
+)
+
 // FS returns the migration files.
 func FS() fs.FS { return files }
 
-// Apply brings the database at url up to the newest migration. A session
-// lock makes concurrent callers (several services starting at once) safe.
-func Apply(ctx context.Context, url string, log *slog.Logger) error {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+// Apply brings the database at databaseURL up to the newest migration,
+// logging each one it applies to logger (nil discards). It holds a
+// PostgreSQL advisory lock while migrating, so processes starting at once
+// are safe: one migrates, the others wait for it and find nothing left to
+// do.
+func Apply(ctx context.Context, databaseURL string, logger *slog.Logger) (err error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
 	}
-	db, err := sql.Open("pgx", url)
+	db, err := sql.Open("pgx", databaseURL)
 	if err != nil {
-		return fmt.Errorf("migrations: open: %w", err)
+		return fmt.Errorf("migrations: open database: %w", err)
 	}
-	defer db.Close()
-	locker, err := lock.NewPostgresSessionLocker()
+	defer func() {
+		if cerr := db.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("migrations: close database: %w", cerr))
+		}
+	}()
+	// goose polls for the lock every period; its default of 5 s would keep
+	// every process but the first waiting that long.
+	locker, err := lock.NewPostgresSessionLocker(
+		lock.WithLockTimeout(uint64(lockPoll/time.Second), uint64(lockTimeout/lockPoll)))
 	if err != nil {
-		return fmt.Errorf("migrations: locker: %w", err)
+		return fmt.Errorf("migrations: lock: %w", err)
 	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithSessionLocker(locker))
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files,
+		goose.WithSessionLocker(locker),
+		// Only the embedded files: no Go migrations registered globally by
+		// whatever else is linked in.
+		goose.WithDisableGlobalRegistry(true),
+	)
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
 	results, err := p.Up(ctx)
-	if err != nil {
-		return fmt.Errorf("migrations: up: %w", err)
+	if partial, ok := errors.AsType[*goose.PartialError](err); ok {
+		results = partial.Applied
 	}
 	for _, r := range results {
-		log.Info("migration applied", "version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration)
+		logger.InfoContext(ctx, "migration applied",
+			"version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration)
 	}
+	if err != nil {
+		return fmt.Errorf("migrations: apply: %w", err)
+	}
+	version, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: read version: %w", err)
+	}
+	logger.InfoContext(ctx, "database schema up to date", "version", version, "applied", len(results))
 	return nil
 }

@@ -12,11 +12,14 @@
 package pgtemp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -39,10 +42,13 @@ const (
 	pollInterval = 10 * time.Millisecond
 	// probeTimeout bounds one readiness probe.
 	probeTimeout = 2 * time.Second
-	// stopTimeout is how long Stop waits for a fast shutdown before SIGKILL.
+	// stopTimeout is how long Stop waits for a fast shutdown before an
+	// immediate one.
 	stopTimeout = 10 * time.Second
-	// reapTimeout is how long Stop waits for killed backends to disappear.
-	reapTimeout = 5 * time.Second
+	// quitTimeout is how long an immediate shutdown may take before the
+	// postmaster gets SIGKILL. PostgreSQL itself SIGKILLs backends that
+	// ignore SIGQUIT for 5 s.
+	quitTimeout = 10 * time.Second
 	// portAttempts is how many free ports Start tries when another process
 	// takes the one it picked before postgres binds it.
 	portAttempts = 3
@@ -146,8 +152,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("pgtemp: create log: %w", err), s.removeDirs())
 	}
-	// postgres has its own descriptor once started; ours is only for starting it.
-	defer logFile.Close()
+	// Only for handing to postgres, which gets its own descriptor; closing a
+	// file this process never writes to cannot lose anything.
+	defer func() { _ = logFile.Close() }()
 
 	for attempt := 1; ; attempt++ {
 		port := opts.Port
@@ -161,7 +168,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			break
 		}
 		tail := logTail(logPath)
-		if opts.Port == 0 && attempt < portAttempts && strings.Contains(tail, "Address already in use") {
+		portTaken := errors.Is(err, errNotOurs) || strings.Contains(tail, "Address already in use")
+		if opts.Port == 0 && attempt < portAttempts && portTaken {
 			s.log.Warn("postgres port taken before it could bind; retrying", "port", port, "attempt", attempt)
 			continue
 		}
@@ -212,8 +220,13 @@ func (s *Server) makeDirs(parent string, cred *syscall.Credential) error {
 	if err != nil {
 		return fmt.Errorf("pgtemp: create server directory: %w", err)
 	}
-	s.dir = dir
 	s.remove = append(s.remove, dir)
+	// Absolute: postgres and initdb run in it, and the readiness probe
+	// compares it with what the server reports.
+	if s.dir, err = filepath.Abs(dir); err != nil {
+		return fmt.Errorf("pgtemp: server directory: %w", err)
+	}
+	dir = s.dir
 	if err := chown(dir, cred); err != nil {
 		return err
 	}
@@ -256,7 +269,12 @@ func (s *Server) initdb(ctx context.Context, path, data string, cred *syscall.Cr
 	cmd.SysProcAttr = sysProcAttr(cred, syscall.SIGKILL)
 	// initdb runs postgres in single-user mode: kill the whole group.
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = stopTimeout
 	if out, err := cmd.CombinedOutput(); err != nil {
+		if cred != nil && errors.Is(err, fs.ErrPermission) {
+			return fmt.Errorf("pgtemp: initdb as the postgres user: %w (it must be able to enter %s and every directory above it: "+
+				"choose another Options.Dir; t.TempDir() is private to root)", err, filepath.Dir(s.dir))
+		}
 		return fmt.Errorf("pgtemp: initdb: %w\n%s", err, out)
 	}
 	return nil
@@ -285,7 +303,7 @@ func (s *Server) run(ctx context.Context, path, data string, port int, durable b
 	if err != nil {
 		return err
 	}
-	if err := waitReady(ctx, p, urlFor(port, "postgres")); err != nil {
+	if err := waitReady(ctx, p, urlFor(port, "postgres"), data); err != nil {
 		return errors.Join(err, p.kill())
 	}
 	s.port, s.proc = port, p
@@ -316,68 +334,118 @@ func startProcess(cmd *exec.Cmd) (*process, error) {
 	return p, nil
 }
 
-// waitReady polls until a connection to url succeeds, the process exits,
-// ctx ends or readyTimeout passes.
-func waitReady(ctx context.Context, p *process, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+// errNotOurs says a readiness probe reached another server on our port: one
+// that took the port between freePort and postgres binding it.
+var errNotOurs = errors.New("another server answers on the port")
+
+// waitReady polls until the postgres serving data answers on dbURL, the
+// process exits, ctx ends or readyTimeout passes.
+func waitReady(ctx context.Context, p *process, dbURL, data string) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, readyTimeout,
+		fmt.Errorf("postgres not accepting connections after %s", readyTimeout))
 	defer cancel()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
+	// A probe must not outlive the process: a connection to whatever else
+	// holds the port could hang.
+	ctx, exited := context.WithCancelCause(ctx)
+	defer exited(nil)
+	go func() {
 		select {
 		case <-p.done:
-			return fmt.Errorf("postgres exited: %w", p.err)
+			exited(fmt.Errorf("postgres exited: %w", p.err))
 		case <-ctx.Done():
-			return fmt.Errorf("postgres not accepting connections: %w", ctx.Err())
+		}
+	}()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var last error
+	for {
+		select {
+		case <-ctx.Done():
+			return readyError(ctx, last)
 		case <-timer.C:
 		}
-		err := probe(ctx, url)
-		if err == nil {
-			return nil
+		err := probe(ctx, dbURL, data)
+		if err == nil || errors.Is(err, errNotOurs) {
+			return err
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("postgres not accepting connections: %w; last attempt: %w", ctx.Err(), err)
+			return readyError(ctx, err)
 		}
+		last = err
 		timer.Reset(pollInterval)
 	}
 }
 
-func probe(ctx context.Context, url string) error {
+func readyError(ctx context.Context, last error) error {
+	cause := context.Cause(ctx)
+	if last == nil {
+		return cause
+	}
+	return fmt.Errorf("%w; last connection attempt: %w", cause, last)
+}
+
+// probe connects to dbURL and checks the server is the one serving data.
+func probe(ctx context.Context, dbURL, data string) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		return err
 	}
-	return errors.Join(conn.Ping(ctx), conn.Close(ctx))
+	defer func() {
+		if cerr := conn.Close(ctx); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close probe connection: %w", cerr))
+		}
+	}()
+	var dir string
+	if err := conn.QueryRow(ctx, "SHOW data_directory").Scan(&dir); err != nil {
+		return err
+	}
+	if !sameDir(dir, data) {
+		return fmt.Errorf("%w (data directory %s)", errNotOurs, dir)
+	}
+	return nil
 }
 
-// kill SIGKILLs the postgres process group, waits for the postmaster and
-// then, with a bound, for its backends.
+func sameDir(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	ai, aerr := os.Stat(a)
+	bi, berr := os.Stat(b)
+	return aerr == nil && berr == nil && os.SameFile(ai, bi)
+}
+
+// kill ends postgres without waiting for clients: SIGQUIT (immediate
+// shutdown, in which the postmaster ends its backends and waits for them),
+// then SIGKILL if the postmaster is still there after quitTimeout. The
+// backends are not in the postmaster's process group (each calls setsid),
+// but a killed postmaster's backends exit on their own when they notice it
+// is gone.
 func (p *process) kill() error {
-	pid := p.cmd.Process.Pid
-	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("pgtemp: kill postgres: %w", err)
+	if err := p.signal(syscall.SIGQUIT); err != nil {
+		return err
+	}
+	timer := time.NewTimer(quitTimeout)
+	defer timer.Stop()
+	select {
+	case <-p.done:
+		return nil
+	case <-timer.C:
+	}
+	if err := p.signal(syscall.SIGKILL); err != nil {
+		return err
 	}
 	<-p.done
-	deadline := time.NewTimer(reapTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(pollInterval)
-	defer tick.Stop()
-	for {
-		err := syscall.Kill(-pid, 0)
-		if errors.Is(err, syscall.ESRCH) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("pgtemp: check postgres processes: %w", err)
-		}
-		select {
-		case <-deadline.C:
-			return fmt.Errorf("pgtemp: postgres backends (process group %d) still exist %s after SIGKILL", pid, reapTimeout)
-		case <-tick.C:
-		}
+	return fmt.Errorf("pgtemp: postgres ignored SIGQUIT for %s and was killed; its backends may linger", quitTimeout)
+}
+
+// signal sends sig to the postmaster unless it has exited.
+func (p *process) signal(sig syscall.Signal) error {
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("pgtemp: send %s to postgres: %w", sig, err)
 	}
+	return nil
 }
 
 func freePort() (int, error) {
@@ -398,6 +466,9 @@ func logTail(path string) string {
 	if err != nil {
 		return fmt.Sprintf("(cannot read log: %v)", err)
 	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return "(empty)"
+	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if len(lines) > logTailLines {
 		lines = lines[len(lines)-logTailLines:]
@@ -406,11 +477,12 @@ func logTail(path string) string {
 }
 
 func urlFor(port int, database string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", port, database)
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", port, url.PathEscape(database))
 }
 
 // URL returns the connection URL of a database on this server, e.g.
-// postgres://postgres@127.0.0.1:5432/tether?sslmode=disable.
+// postgres://postgres@127.0.0.1:5432/tether?sslmode=disable. The name is
+// escaped as a URL path segment.
 func (s *Server) URL(database string) string { return urlFor(s.port, database) }
 
 // Port returns the TCP port the server listens on, on 127.0.0.1.
@@ -457,9 +529,10 @@ func (s *Server) exec(ctx context.Context, sql string) (err error) {
 }
 
 // Stop shuts the server down (fast shutdown: connections are terminated and
-// transactions rolled back; SIGKILL if that takes more than 10 s) and
-// removes its directories. It reports an unexpected exit of the server.
-// Calling it again returns the first call's result.
+// transactions rolled back; if that takes more than 10 s, an immediate
+// shutdown, then SIGKILL) and removes its directories. Its error includes
+// an unexpected exit of the server. Calling it again returns the first
+// call's result.
 func (s *Server) Stop() error {
 	s.stopOnce.Do(func() { s.stopErr = s.stop() })
 	return s.stopErr
@@ -473,7 +546,7 @@ func (s *Server) stop() error {
 	if err := p.cmd.Process.Signal(syscall.SIGINT); errors.Is(err, os.ErrProcessDone) {
 		exited = true
 	} else if err != nil {
-		errs = append(errs, fmt.Errorf("pgtemp: signal postgres: %w", err))
+		errs = append(errs, fmt.Errorf("pgtemp: send SIGINT to postgres: %w", err))
 	}
 	timer := time.NewTimer(stopTimeout)
 	defer timer.Stop()
@@ -487,7 +560,8 @@ func (s *Server) stop() error {
 			errs = append(errs, fmt.Errorf("pgtemp: postgres exited %s: %w", when, p.err))
 		}
 	case <-timer.C:
-		s.log.Warn("postgres did not shut down in time; killing it", "pid", p.cmd.Process.Pid, "timeout", stopTimeout)
+		s.log.Warn("postgres did not shut down in time; shutting it down immediately",
+			"pid", p.cmd.Process.Pid, "timeout", stopTimeout)
 		if err := p.kill(); err != nil {
 			errs = append(errs, err)
 		}
