@@ -276,6 +276,24 @@ type Terminate struct {
 	Evidence *eventsv1.Evidence
 }
 
+// RecordMissedHeartbeats records that the process has now missed Missed
+// consecutive heartbeat periods (HealthDegraded). Reaching the policy's
+// failure threshold also makes the server UNHEALTHY with reason
+// HEALTH_CHECK_FAILED and the evidence.
+type RecordMissedHeartbeats struct {
+	// Missed is the number of consecutive periods missed.
+	Missed int32
+	// LastHeartbeat is the last heartbeat received (zero: none yet).
+	LastHeartbeat time.Time
+}
+
+// RecordHeartbeatsResumed records that heartbeats came back before the
+// threshold (HealthRecovered); a no-op when the server is not degraded.
+type RecordHeartbeatsResumed struct {
+	// At is the heartbeat that ended the degradation.
+	At time.Time
+}
+
 // SetLabels changes labels.
 type SetLabels struct {
 	// Set holds labels to add or change.
@@ -284,16 +302,18 @@ type SetLabels struct {
 	Removed []string
 }
 
-func (ScheduleGameServer) gameServerCommand()    {}
-func (RecordProcessStart) gameServerCommand()    {}
-func (MarkReady) gameServerCommand()             {}
-func (RecordSDKConnected) gameServerCommand()    {}
-func (RecordSDKDisconnected) gameServerCommand() {}
-func (RequestShutdown) gameServerCommand()       {}
-func (RecordExit) gameServerCommand()            {}
-func (MarkUnhealthy) gameServerCommand()         {}
-func (Terminate) gameServerCommand()             {}
-func (SetLabels) gameServerCommand()             {}
+func (ScheduleGameServer) gameServerCommand()      {}
+func (RecordProcessStart) gameServerCommand()      {}
+func (MarkReady) gameServerCommand()               {}
+func (RecordSDKConnected) gameServerCommand()      {}
+func (RecordSDKDisconnected) gameServerCommand()   {}
+func (RequestShutdown) gameServerCommand()         {}
+func (RecordExit) gameServerCommand()              {}
+func (MarkUnhealthy) gameServerCommand()           {}
+func (Terminate) gameServerCommand()               {}
+func (SetLabels) gameServerCommand()               {}
+func (RecordMissedHeartbeats) gameServerCommand()  {}
+func (RecordHeartbeatsResumed) gameServerCommand() {}
 
 // DecideGameServer returns the events a command produces on a game server, or
 // why it is refused. name is the server's resource name; state is nil for a
@@ -360,6 +380,29 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 		return []proto.Message{&eventsv1.GameServerUnhealthy{Reason: c.Reason, Evidence: proto.CloneOf(c.Evidence)}}, nil
 	case Terminate:
 		return []proto.Message{&eventsv1.GameServerTerminated{Reason: c.Reason, Evidence: proto.CloneOf(c.Evidence)}}, nil
+	case RecordMissedHeartbeats:
+		policy := state.GetHealthPolicy()
+		var last *timestamppb.Timestamp
+		if !c.LastHeartbeat.IsZero() {
+			last = timestamppb.New(c.LastHeartbeat)
+		}
+		out := []proto.Message{&eventsv1.HealthDegraded{
+			MissedPeriods: c.Missed, FailureThreshold: policy.GetFailureThreshold(),
+			PeriodSeconds: policy.GetPeriodSeconds(), LastHeartbeatTime: last,
+		}}
+		if c.Missed >= policy.GetFailureThreshold() && state.GetLifecycle() != shuttingDown {
+			out = append(out, &eventsv1.GameServerUnhealthy{Reason: eventsv1.Reason_REASON_HEALTH_CHECK_FAILED, Evidence: &eventsv1.Evidence{
+				LastHeartbeatTime: last, MissedPeriods: c.Missed, PeriodSeconds: policy.GetPeriodSeconds(),
+				FailureThreshold: policy.GetFailureThreshold(), ConnectionHistory: cloneSlice(state.GetConnectionHistory()),
+				StartAttempts: state.GetStartAttempts(),
+			}})
+		}
+		return out, nil
+	case RecordHeartbeatsResumed:
+		if state.GetHealth() != eventsv1.HealthState_HEALTH_STATE_DEGRADED {
+			return nil, nil
+		}
+		return []proto.Message{&eventsv1.HealthRecovered{LastHeartbeatTime: timestamppb.New(c.At)}}, nil
 	case SetLabels:
 		for k, v := range c.Set {
 			if err := checkLabel(k, v); err != nil {

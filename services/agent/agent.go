@@ -68,6 +68,8 @@ type Options struct {
 	MaxStartAttempts int
 	// RestartBackoff is the first delay before a restart; it doubles; default 500ms.
 	RestartBackoff time.Duration
+	// HealthEvalInterval is how often the health contract is evaluated; default 200ms.
+	HealthEvalInterval time.Duration
 	// StreamKeepalive is the interval of gRPC keepalive pings on SDK
 	// connections, so a vanished peer is noticed; default 10s.
 	StreamKeepalive time.Duration
@@ -112,6 +114,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.RestartBackoff <= 0 {
 		o.RestartBackoff = 500 * time.Millisecond
+	}
+	if o.HealthEvalInterval <= 0 {
+		o.HealthEvalInterval = 200 * time.Millisecond
 	}
 	if o.StreamKeepalive <= 0 {
 		o.StreamKeepalive = 10 * time.Second
@@ -213,6 +218,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return a.sdk.run(gctx) })
 	g.Go(func() error { return a.heartbeat(gctx, kv) })
 	g.Go(func() error { return a.consumeCommands(gctx, cons) })
+	g.Go(func() error { return a.evaluateHealth(gctx) })
 	err = g.Wait()
 	if a.opts.KillProcessesOnExit {
 		a.stopAll()
@@ -246,6 +252,29 @@ func (a *Agent) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+	}
+}
+
+// evaluateHealth applies every server's health contract each interval.
+func (a *Agent) evaluateHealth(ctx context.Context) error {
+	t := time.NewTicker(a.opts.HealthEvalInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		a.mu.Lock()
+		list := make([]*gameServer, 0, len(a.servers))
+		for _, gs := range a.servers {
+			list = append(list, gs)
+		}
+		a.mu.Unlock()
+		now := a.opts.Now()
+		for _, gs := range list {
+			gs.evaluate(ctx, now)
 		}
 	}
 }

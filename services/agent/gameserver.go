@@ -44,19 +44,19 @@ type gameServer struct {
 	logPath string
 
 	// mu guards everything below and serialises the server's appends.
-	mu            sync.Mutex
-	state         *eventsv1.GameServerState
-	seq           uint64 // last stream sequence folded into state
-	ports         []int
-	proc          *os.Process
-	attempt       int
-	stopping      bool
-	notice        *sdkv1.ShutdownNotice
-	killTimer     *time.Timer
-	lastHeartbeat time.Time
-	streams       int
-	changed       chan struct{} // closed and replaced on every change
-	done          chan struct{} // closed when the server is finished
+	mu        sync.Mutex
+	state     *eventsv1.GameServerState
+	seq       uint64 // last stream sequence folded into state
+	ports     []int
+	proc      *os.Process
+	attempt   int
+	stopping  bool
+	notice    *sdkv1.ShutdownNotice
+	killTimer *time.Timer
+	check     *healthCheck // nil until the process starts
+	streams   int
+	changed   chan struct{} // closed and replaced on every change
+	done      chan struct{} // closed when the server is finished
 }
 
 func newToken() string {
@@ -273,6 +273,7 @@ func (gs *gameServer) launch(attempt int) (*os.Process, error) {
 	}
 	gs.mu.Lock()
 	gs.proc = cmd.Process
+	gs.check = newHealthCheck(gs.spec.GetHealth(), time.Duration(gs.spec.GetSdkDisconnectGraceSeconds())*time.Second, gs.a.opts.Now())
 	gs.mu.Unlock()
 	gs.log.Info("game server process started", "pid", cmd.Process.Pid, "attempt", attempt, "log", gs.logPath)
 	gs.recordDetached(events.RecordProcessStart{Started: &eventsv1.ProcessStarted{
@@ -420,6 +421,40 @@ func (gs *gameServer) recordDetached(cmd events.GameServerCommand) {
 	defer cancel()
 	if err := gs.record(ctx, cmd); err != nil {
 		gs.log.Error("record final event", "command", fmt.Sprintf("%T", cmd), "err", err)
+	}
+}
+
+// evaluate applies the health contract now, recording missed heartbeats
+// (and UNHEALTHY at the threshold) and an expired disconnect grace.
+func (gs *gameServer) evaluate(ctx context.Context, now time.Time) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	switch gs.state.GetLifecycle() {
+	case eventsv1.Lifecycle_LIFECYCLE_STARTING, eventsv1.Lifecycle_LIFECYCLE_READY,
+		eventsv1.Lifecycle_LIFECYCLE_RESERVED, eventsv1.Lifecycle_LIFECYCLE_ALLOCATED:
+	default:
+		return
+	}
+	if gs.check == nil || gs.stopping || gs.proc == nil {
+		return
+	}
+	v := gs.check.due(now)
+	if v.missed > 0 {
+		gs.log.Warn("game server missed heartbeats", "missed", v.missed, "last_heartbeat", gs.check.lastBeat)
+		if err := gs.recordLocked(ctx, events.RecordMissedHeartbeats{Missed: v.missed, LastHeartbeat: gs.check.lastBeat}); err != nil {
+			gs.log.Error("record missed heartbeats", "err", err)
+		}
+	}
+	if v.graceExpired && gs.state.GetLifecycle() != eventsv1.Lifecycle_LIFECYCLE_UNHEALTHY {
+		gs.log.Warn("SDK disconnect grace expired with no heartbeat since", "disconnected_at", gs.check.disconnectedAt)
+		ev := &eventsv1.Evidence{ConnectionHistory: gs.state.GetConnectionHistory(), Detail: fmt.Sprintf(
+			"SDK disconnected at %s; no call carrying the process token for %s", gs.check.disconnectedAt.Format(time.RFC3339), gs.check.grace)}
+		if !gs.check.lastBeat.IsZero() {
+			ev.LastHeartbeatTime = timestamppb.New(gs.check.lastBeat)
+		}
+		if err := gs.recordLocked(ctx, events.MarkUnhealthy{Reason: eventsv1.Reason_REASON_SDK_DISCONNECT_GRACE_EXPIRED, Evidence: ev}); err != nil {
+			gs.log.Error("record grace expiry", "err", err)
+		}
 	}
 }
 

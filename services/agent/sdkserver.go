@@ -182,7 +182,7 @@ func (s *sdkServer) Ready(ctx context.Context, _ *sdkv1.ReadyRequest) (*sdkv1.Re
 
 // Health records one heartbeat.
 func (s *sdkServer) Health(ctx context.Context, _ *sdkv1.HealthRequest) (*sdkv1.HealthResponse, error) {
-	serverOf(ctx).heartbeat()
+	// The interceptor's seen() already counted this call as a heartbeat.
 	return &sdkv1.HealthResponse{}, nil
 }
 
@@ -196,7 +196,7 @@ func (s *sdkServer) HealthStream(stream grpc.ClientStreamingServer[sdkv1.HealthS
 			}
 			return err
 		}
-		gs.heartbeat()
+		gs.heartbeat(stream.Context())
 	}
 }
 
@@ -259,19 +259,32 @@ func sdkError(err error) error {
 	return status.Error(codes.Unavailable, "the agent could not record this: "+err.Error())
 }
 
-// heartbeat notes a heartbeat from the process.
-func (gs *gameServer) heartbeat() {
-	gs.mu.Lock()
-	gs.lastHeartbeat = gs.a.opts.Now()
-	gs.mu.Unlock()
-}
-
-// seen records that a call with the token arrived: the SDK is connected,
-// whatever the connection. Unary calls also count as heartbeats.
-func (gs *gameServer) seen(ctx context.Context, transport string) {
-	gs.heartbeat()
+// heartbeat notes a heartbeat from the process; one that ends a
+// degradation is recorded (HealthRecovered).
+func (gs *gameServer) heartbeat(ctx context.Context) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
+	gs.heartbeatLocked(ctx)
+}
+
+func (gs *gameServer) heartbeatLocked(ctx context.Context) {
+	if gs.check == nil {
+		return
+	}
+	now := gs.a.opts.Now()
+	if gs.check.heartbeat(now) {
+		if err := gs.recordLocked(ctx, events.RecordHeartbeatsResumed{At: now}); err != nil {
+			gs.log.Warn("record heartbeats resumed", "err", err)
+		}
+	}
+}
+
+// connectedLocked records that a call with the process token arrived: the
+// SDK is connected again, whatever the connection, and a grace window closes.
+func (gs *gameServer) connectedLocked(ctx context.Context, transport string) {
+	if gs.check != nil {
+		gs.check.connected()
+	}
 	if gs.state.GetConnection() == eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED {
 		return
 	}
@@ -280,17 +293,21 @@ func (gs *gameServer) seen(ctx context.Context, transport string) {
 	}
 }
 
+// seen handles any unary call: it is a heartbeat (REST users hold no
+// connection open) and proves the SDK is connected.
+func (gs *gameServer) seen(ctx context.Context, transport string) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	gs.connectedLocked(ctx, transport)
+	gs.heartbeatLocked(ctx)
+}
+
 func (gs *gameServer) streamOpened(ctx context.Context) {
-	gs.heartbeat()
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	gs.streams++
-	if gs.state.GetConnection() == eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED {
-		return
-	}
-	if err := gs.recordLocked(ctx, events.RecordSDKConnected{Transport: "grpc-stream", RemoteAddress: remoteOf(ctx)}); err != nil {
-		gs.log.Warn("record SDK connected", "err", err)
-	}
+	gs.connectedLocked(ctx, "grpc-stream")
+	gs.heartbeatLocked(ctx)
 }
 
 // streamClosed records a disconnect when the last open SDK stream ends.
@@ -313,7 +330,11 @@ func (gs *gameServer) streamClosed(handlerErr, ctxErr error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), finalEventTimeout)
 	defer cancel()
-	if err := gs.recordLocked(ctx, events.RecordSDKDisconnected{Kind: kind, At: gs.a.opts.Now(), Detail: detail}); err != nil {
+	now := gs.a.opts.Now()
+	if gs.check != nil {
+		gs.check.disconnected(now)
+	}
+	if err := gs.recordLocked(ctx, events.RecordSDKDisconnected{Kind: kind, At: now, Detail: detail}); err != nil {
 		gs.log.Warn("record SDK disconnected", "err", err)
 	}
 }
