@@ -12,13 +12,14 @@ GOTEST_FLAGS ?= -race -count=1 -timeout 20m
 
 all: build
 
-## build: compile tether and tetherctl into ./bin
+## build: compile tether, tetherctl and the example game server into ./bin
 build:
-	$(GO) build -o $(BIN)/ ./services/tether
+	$(GO) build -o $(BIN)/ ./services/tether ./services/tetherctl
+	$(GO) build -o $(BIN)/tether-gameserver ./sdk/go/example/gameserver
 
-## run: build and start the whole system on this machine
+## run: build and start the whole system on this machine, with a demo fleet
 run: build
-	$(BIN)/tether dev
+	$(BIN)/tether dev --hosts 3 --demo
 
 ## test: every test, with the race detector
 test:

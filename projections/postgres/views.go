@@ -168,6 +168,15 @@ func (v *Views) ListGameServers(ctx context.Context, q GameServerQuery) ([]Row[*
 	return scanRows[*eventsv1.GameServerState](rows)
 }
 
+// LiveGameServers returns every game server not yet TERMINATED, ordered by name.
+func (v *Views) LiveGameServers(ctx context.Context) ([]Row[*eventsv1.GameServerState], error) {
+	rows, err := v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM game_servers WHERE state <> 'TERMINATED' ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("views: live game servers: %w", err)
+	}
+	return scanRows[*eventsv1.GameServerState](rows)
+}
+
 // HostRow is a host with the number of its live game servers.
 type HostRow struct {
 	Row[*eventsv1.HostState]

@@ -1,19 +1,22 @@
 // Package dev runs the whole of Tether in one process on one machine, for
 // `tether dev`, the demo and end-to-end tests: an embedded JetStream
 // nats-server, a throwaway PostgreSQL (unless a database URL is given), the
-// projector and the API server.
+// projector, the API server, the controller and N host agents, each a
+// simulated host on loopback.
 package dev
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"go.opentelemetry.io/otel/metric"
@@ -22,8 +25,11 @@ import (
 
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/apiserver"
+	"github.com/tetherhq/tether/services/commands"
 	"github.com/tetherhq/tether/services/connect"
+	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/dev/pgtemp"
 )
@@ -33,6 +39,7 @@ const (
 	DefaultGRPCPort = 7070
 	DefaultRESTPort = 7080
 	DefaultNATSPort = 7422
+	DefaultSDKPort  = 7200
 )
 
 // Options configure a dev stack.
@@ -49,6 +56,18 @@ type Options struct {
 	GRPCPort, RESTPort, NATSPort int
 	// DatabaseURL uses an existing PostgreSQL instead of a throwaway one.
 	DatabaseURL string
+	// Hosts is the number of simulated hosts, each an agent on loopback; default 1.
+	Hosts int
+	// HostCapacity is each host's game server slots; default 10.
+	HostCapacity int
+	// SDKPort is the first host's SDK gRPC port; host i uses SDKPort+2i
+	// (gRPC) and SDKPort+2i+1 (REST); default 7200; -1 picks free ports.
+	SDKPort int
+	// GamePortBase is the first port given to game servers; host i gets the
+	// 100 ports from GamePortBase+100i; default 7300.
+	GamePortBase int
+	// LogDir holds the game servers' log files; default DataDir/logs.
+	LogDir string
 	// Logger; default discards.
 	Logger *slog.Logger
 	// TracerProvider is passed to every component.
@@ -57,6 +76,9 @@ type Options struct {
 	MeterProvider metric.MeterProvider
 	// MetricsHandler is served at /metrics on the REST address.
 	MetricsHandler http.Handler
+	// DemoGameServer, when set, is the example game server binary: a demo
+	// fleet of 3 is created from it once everything serves.
+	DemoGameServer string
 	// Ready, if set, is called once everything serves.
 	Ready func(Addresses)
 }
@@ -73,6 +95,8 @@ type Addresses struct {
 	Database string
 	// DataDir holds the NATS store.
 	DataDir string
+	// SDK lists each host's local SDK gRPC address.
+	SDK []string
 }
 
 func (o *Options) setDefaults() error {
@@ -94,6 +118,21 @@ func (o *Options) setDefaults() error {
 	}
 	if o.NATSPort == 0 {
 		o.NATSPort = DefaultNATSPort
+	}
+	if o.Hosts <= 0 {
+		o.Hosts = 1
+	}
+	if o.HostCapacity <= 0 {
+		o.HostCapacity = 10
+	}
+	if o.SDKPort == 0 {
+		o.SDKPort = DefaultSDKPort
+	}
+	if o.GamePortBase <= 0 {
+		o.GamePortBase = 7300
+	}
+	if o.LogDir == "" {
+		o.LogDir = filepath.Join(o.DataDir, "logs")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -184,14 +223,55 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
+	bus, err := commands.New(ctx, js)
+	if err != nil {
+		return err
+	}
+	ctl, err := controller.New(controller.Options{
+		JetStream: js, Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
+		Commands: bus, Logger: log.With("component", "controller"), MeterProvider: opts.MeterProvider,
+	})
+	if err != nil {
+		return err
+	}
+	var agents []*agent.Agent
+	addrs := Addresses{REST: "http://" + api.HTTPAddr(), GRPC: api.GRPCAddr(), NATS: ns.ClientURL(), Database: dbURL, DataDir: opts.DataDir}
+	for i := range opts.Hosts {
+		id := fmt.Sprintf("h%d", i+1)
+		sdkGRPC, sdkHTTP := "127.0.0.1:0", "127.0.0.1:0"
+		if opts.SDKPort > 0 {
+			sdkGRPC = net.JoinHostPort(opts.Host, strconv.Itoa(portOrFree(log, "SDK "+id, opts.Host, opts.SDKPort+2*i)))
+			sdkHTTP = net.JoinHostPort(opts.Host, strconv.Itoa(portOrFree(log, "SDK REST "+id, opts.Host, opts.SDKPort+2*i+1)))
+		}
+		a, err := agent.New(agent.Options{
+			HostID: id, Capacity: opts.HostCapacity, Address: opts.Host,
+			Labels:  map[string]string{"zone": fmt.Sprintf("dev-%c", 'a'+rune(i%3))},
+			SDKAddr: sdkGRPC, SDKHTTPAddr: sdkHTTP,
+			PortMin: opts.GamePortBase + 100*i, PortMax: opts.GamePortBase + 100*i + 99,
+			LogDir: filepath.Join(opts.LogDir, id), JetStream: js, Store: store, Commands: bus,
+			KillProcessesOnExit: true, Logger: log.With("component", "agent"),
+		})
+		if err != nil {
+			return err
+		}
+		agents = append(agents, a)
+		addrs.SDK = append(addrs.SDK, a.SDKAddr())
+	}
+
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return projector.Run(ctx) })
 	g.Go(func() error { return api.Run(ctx) })
+	g.Go(func() error { return ctl.Run(ctx) })
+	for _, a := range agents {
+		g.Go(func() error { return a.Run(ctx) })
+	}
+	if opts.DemoGameServer != "" {
+		if err := createDemoFleet(ctx, addrs.REST, opts.DemoGameServer); err != nil {
+			log.Error("demo fleet not created", "err", err)
+		}
+	}
 	if opts.Ready != nil {
-		opts.Ready(Addresses{
-			REST: "http://" + api.HTTPAddr(), GRPC: api.GRPCAddr(), NATS: ns.ClientURL(),
-			Database: dbURL, DataDir: opts.DataDir,
-		})
+		opts.Ready(addrs)
 	}
 	return g.Wait()
 }
@@ -227,4 +307,28 @@ func portOrFree(log *slog.Logger, what, host string, port int) int {
 	}
 	_ = l.Close() // Only probing; the server binds it next.
 	return port
+}
+
+// DemoFleet is the id of the fleet `tether dev --demo` creates.
+const DemoFleet = "demo"
+
+// createDemoFleet creates the demo fleet through the REST API, unless it exists.
+func createDemoFleet(ctx context.Context, rest, binary string) error {
+	body := fmt.Sprintf(`{"replicas": 3, "template": {"command": %q, "ports": [{"name": "game", "protocol": "UDP"}]},
+  "labels": {"mode": "demo"}}`, binary)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rest+"/v1/fleets?fleetId="+DemoFleet+"&requestId=dev-demo-fleet", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("create demo fleet: %w", err)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096)) // best effort: only for the error message
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusConflict: // created, or there from an earlier run
+		return nil
+	}
+	return fmt.Errorf("create demo fleet: %s: %s", resp.Status, msg)
 }

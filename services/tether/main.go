@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -77,6 +79,7 @@ func (g *global) logger() (*slog.Logger, error) {
 
 func devCommand(g *global) *cobra.Command {
 	var opts dev.Options
+	var demo bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole system on this machine: NATS, PostgreSQL, projector and API",
@@ -94,17 +97,29 @@ and the API server, and prints their addresses. Ctrl-C stops everything.`,
 			}
 			defer shutdown(log, tel)
 			opts.Logger, opts.DatabaseURL = log, g.dbURL
+			if demo {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("--demo: find the example game server: %w", err)
+				}
+				opts.DemoGameServer = filepath.Join(filepath.Dir(exe), "tether-gameserver")
+				if _, err := os.Stat(opts.DemoGameServer); err != nil {
+					return fmt.Errorf("--demo: %w (build it with make build)", err)
+				}
+			}
 			opts.TracerProvider, opts.MeterProvider, opts.MetricsHandler = tel.TracerProvider, tel.MeterProvider, tel.MetricsHandler
 			opts.Ready = func(a dev.Addresses) {
 				fmt.Printf(`
 Tether is running.
-  REST     %s          (OpenAPI: %s/openapi.json, metrics: %s/metrics)
+  REST     %s   (OpenAPI: %[1]s/openapi.json, metrics: %[1]s/metrics)
   gRPC     %s
   NATS     %s
   Database %s
+  SDK      %s   (one per host)
   Data     %s
+%s
 Press Ctrl-C to stop.
-`, a.REST, a.REST, a.REST, a.GRPC, a.NATS, a.Database, a.DataDir)
+`, a.REST, a.GRPC, a.NATS, a.Database, strings.Join(a.SDK, " "), a.DataDir, tour(a, opts.DemoGameServer != ""))
 			}
 			return dev.Run(cmd.Context(), opts)
 		},
@@ -115,7 +130,25 @@ Press Ctrl-C to stop.
 	f.IntVar(&opts.GRPCPort, "grpc-port", dev.DefaultGRPCPort, "gRPC port (-1: any free port)")
 	f.IntVar(&opts.RESTPort, "rest-port", dev.DefaultRESTPort, "REST port (-1: any free port)")
 	f.IntVar(&opts.NATSPort, "nats-port", dev.DefaultNATSPort, "NATS port (-1: any free port)")
+	f.IntVar(&opts.SDKPort, "sdk-port", dev.DefaultSDKPort, "first host's SDK gRPC port; host i uses +2i and +2i+1 (REST) (-1: free ports)")
+	f.IntVar(&opts.Hosts, "hosts", 1, "simulated hosts, each a host agent on loopback")
+	f.IntVar(&opts.HostCapacity, "host-capacity", 10, "game server slots per host")
+	f.BoolVar(&demo, "demo", false, "create a demo fleet of the example game server (tether-gameserver next to this binary)")
 	return cmd
+}
+
+// tour tells the user what to try next.
+func tour(a dev.Addresses, demo bool) string {
+	var b strings.Builder
+	b.WriteString("\nTry:\n")
+	if demo {
+		b.WriteString("  bin/tetherctl gameservers list              # the demo fleet's 3 game servers\n")
+	}
+	fmt.Fprintf(&b, "  bin/tetherctl --addr %s fleets list\n", a.GRPC)
+	fmt.Fprintf(&b, "  curl -s %s/v1/fleets/-/gameServers\n", a.REST)
+	b.WriteString("  bin/tetherctl fleets create -f deploy/examples/arena.yaml\n")
+	b.WriteString("  bin/tetherctl gameservers watch                # then kill -9 a game server's pid\n")
+	return b.String()
 }
 
 func apiserverCommand(g *global) *cobra.Command {

@@ -1,0 +1,535 @@
+// Package controller is Tether's controller (DESIGN.md §2): one active
+// instance at a time, chosen by a lease in NATS KV, that keeps every fleet at
+// its replica count. It schedules new game servers on hosts with room,
+// replaces terminated and unhealthy ones, scales down READY servers first
+// (never ALLOCATED ones), and tells agents to start and stop processes.
+// Every decision is an event appended with the aggregate's sequence as guard.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections/postgres"
+	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+)
+
+// eventStore is what the controller needs of the event store.
+type eventStore interface {
+	Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error)
+}
+
+// viewReader is what the controller reads from the views.
+type viewReader interface {
+	ListFleets(ctx context.Context, after string, limit int) ([]postgres.FleetRow, error)
+	LiveGameServers(ctx context.Context) ([]postgres.Row[*eventsv1.GameServerState], error)
+	Hosts(ctx context.Context, after string, limit int) ([]postgres.HostRow, error)
+}
+
+// freshness waits until the views have applied a sequence.
+type freshness interface {
+	WaitFor(ctx context.Context, seq uint64) error
+}
+
+// commandSender sends commands to host agents.
+type commandSender interface {
+	Send(ctx context.Context, host, sender string, cmd *agentv1.Command) error
+}
+
+// Options configure a Controller.
+type Options struct {
+	// JetStream holds the lease (required).
+	JetStream jetstream.JetStream
+	// Store appends decisions (required).
+	Store eventStore
+	// Views are read each pass (required).
+	Views viewReader
+	// Freshness lets a pass wait for its own writes (required).
+	Freshness freshness
+	// Commands reach the agents (required).
+	Commands commandSender
+	// ID names this instance; default a random "ctl-…" id.
+	ID string
+	// LeaseTTL is how long a silent leader keeps the lease; default 10s.
+	LeaseTTL time.Duration
+	// Interval is the reconcile period; default 1s.
+	Interval time.Duration
+	// ShutdownGrace is the deadline given to a stopped server; default 30s.
+	ShutdownGrace time.Duration
+	// StartTimeout re-sends the start command of a server still SCHEDULED
+	// after this long; default 10s.
+	StartTimeout time.Duration
+	// Logger; default discards.
+	Logger *slog.Logger
+	// MeterProvider; default no-op.
+	MeterProvider metric.MeterProvider
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+func (o *Options) setDefaults() {
+	if o.ID == "" {
+		o.ID = events.NewID("ctl")
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 10 * time.Second
+	}
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	if o.ShutdownGrace <= 0 {
+		o.ShutdownGrace = 30 * time.Second
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 10 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MeterProvider == nil {
+		o.MeterProvider = metricnoop.NewMeterProvider()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.JetStream == nil:
+		return errors.New("controller: JetStream is required")
+	case o.Store == nil:
+		return errors.New("controller: Store is required")
+	case o.Views == nil:
+		return errors.New("controller: Views is required")
+	case o.Freshness == nil:
+		return errors.New("controller: Freshness is required")
+	case o.Commands == nil:
+		return errors.New("controller: Commands is required")
+	}
+	return nil
+}
+
+// Controller is one controller instance; only the lease holder acts.
+type Controller struct {
+	opts     Options
+	log      *slog.Logger
+	producer string
+	leader   atomic.Bool
+
+	scheduled metric.Int64Counter
+	shutdowns metric.Int64Counter
+	passTime  metric.Float64Histogram
+
+	noRoomLogged map[string]time.Time // fleet → last "no host with room" log
+}
+
+// New builds a controller; Run starts it.
+func New(opts Options) (*Controller, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	c := &Controller{opts: opts, log: opts.Logger.With("controller", opts.ID), producer: "controllers/" + opts.ID, noRoomLogged: map[string]time.Time{}}
+	m := opts.MeterProvider.Meter("github.com/tetherhq/tether/services/controller")
+	var err error
+	if c.scheduled, err = m.Int64Counter("tether_controller_scheduled", metric.WithDescription("Game servers scheduled.")); err != nil {
+		return nil, err
+	}
+	if c.shutdowns, err = m.Int64Counter("tether_controller_shutdowns", metric.WithDescription("Game servers told to shut down.")); err != nil {
+		return nil, err
+	}
+	if c.passTime, err = m.Float64Histogram("tether_controller_pass_duration_seconds", metric.WithUnit("s"),
+		metric.WithDescription("Time of one reconcile pass over every fleet."),
+		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5)); err != nil {
+		return nil, err
+	}
+	if _, err = m.Int64ObservableGauge("tether_controller_leader", metric.WithDescription("1 while this instance holds the lease."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			if c.leader.Load() {
+				o.Observe(1)
+			} else {
+				o.Observe(0)
+			}
+			return nil
+		})); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// IsLeader reports whether this instance holds the lease now.
+func (c *Controller) IsLeader() bool { return c.leader.Load() }
+
+// ID returns the instance id.
+func (c *Controller) ID() string { return c.opts.ID }
+
+// Run waits for the lease, acts while it holds it, and goes back to
+// standby if it loses it, until ctx ends; a leader then releases the lease.
+func (c *Controller) Run(ctx context.Context) error {
+	l, err := openLease(ctx, c.opts.JetStream, c.opts.ID, c.opts.LeaseTTL)
+	if err != nil {
+		return err
+	}
+	for {
+		ok, err := l.acquire(ctx)
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("lease unavailable", "err", err)
+		}
+		if ok {
+			c.lead(ctx, l)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(c.opts.LeaseTTL / 5):
+		}
+	}
+}
+
+// lead reconciles while the lease holds.
+func (c *Controller) lead(ctx context.Context, l *lease) {
+	c.leader.Store(true)
+	c.log.Info("became leader")
+	lctx, lost := context.WithCancel(ctx)
+	defer lost()
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(c.opts.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-lctx.Done():
+				return
+			case <-t.C:
+				if err := l.renew(lctx); err != nil {
+					if lctx.Err() == nil {
+						c.log.Warn("lost leadership", "err", err)
+					}
+					lost()
+					return
+				}
+			}
+		}
+	}()
+	t := time.NewTicker(c.opts.Interval)
+	defer t.Stop()
+	for lctx.Err() == nil {
+		if err := c.Reconcile(lctx); err != nil && lctx.Err() == nil {
+			c.log.Error("reconcile failed", "err", err)
+		}
+		select {
+		case <-lctx.Done():
+		case <-t.C:
+		}
+	}
+	c.leader.Store(false)
+	<-renewed // the renewer owns the lease's revision until it stops
+	if ctx.Err() != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if err := l.release(rctx); err != nil {
+			c.log.Warn("release lease", "err", err)
+		} else {
+			c.log.Info("released leadership")
+		}
+	}
+}
+
+// hostSlot is a host's room during one pass.
+type hostSlot struct {
+	id       string
+	name     string
+	capacity int32
+	used     int32
+}
+
+// Reconcile runs one pass over every fleet. Exported for tests that drive
+// passes by hand; Run calls it every Interval while leader.
+func (c *Controller) Reconcile(ctx context.Context) error {
+	start := c.opts.Now()
+	defer func() { c.passTime.Record(ctx, time.Since(start).Seconds()) }()
+	fleets, err := c.allFleets(ctx)
+	if err != nil {
+		return err
+	}
+	servers, err := c.opts.Views.LiveGameServers(ctx)
+	if err != nil {
+		return err
+	}
+	hosts, err := c.hosts(ctx)
+	if err != nil {
+		return err
+	}
+	byFleet := map[string][]postgres.Row[*eventsv1.GameServerState]{}
+	for _, s := range servers {
+		fleet, _, err := events.ParseGameServerName(s.State.GetName())
+		if err != nil {
+			return err
+		}
+		byFleet[events.FleetName(fleet)] = append(byFleet[events.FleetName(fleet)], s)
+	}
+	var last uint64
+	note := func(seq uint64) { last = max(last, seq) }
+	for _, f := range fleets {
+		if err := c.reconcileFleet(ctx, f.State, byFleet[f.State.GetName()], hosts, note); err != nil {
+			c.log.Error("reconcile fleet", "fleet", f.State.GetName(), "err", err)
+		}
+		delete(byFleet, f.State.GetName())
+	}
+	// What is left belongs to deleted fleets.
+	for fleet, rows := range byFleet {
+		for _, r := range rows {
+			if r.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN {
+				continue
+			}
+			if err := c.shutdown(ctx, r, eventsv1.Reason_REASON_FLEET_DELETED, "fleet "+fleet+" was deleted", note); err != nil {
+				c.log.Error("shut down server of a deleted fleet", "game_server", r.State.GetName(), "err", err)
+			}
+		}
+	}
+	if last > 0 {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := c.opts.Freshness.WaitFor(wctx, last); err != nil {
+			return fmt.Errorf("wait for own writes: %w", err)
+		}
+	}
+	return nil
+}
+
+func (c *Controller) allFleets(ctx context.Context) ([]postgres.FleetRow, error) {
+	var out []postgres.FleetRow
+	after := ""
+	for {
+		page, err := c.opts.Views.ListFleets(ctx, after, 500)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < 500 {
+			return out, nil
+		}
+		after = page[len(page)-1].State.GetName()
+	}
+}
+
+func (c *Controller) hosts(ctx context.Context) ([]*hostSlot, error) {
+	var out []*hostSlot
+	after := ""
+	for {
+		page, err := c.opts.Views.Hosts(ctx, after, 500)
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range page {
+			if h.State.GetStatus() != eventsv1.HostStatus_HOST_STATUS_ONLINE {
+				continue
+			}
+			id, err := events.ParseHostName(h.State.GetName())
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, &hostSlot{id: id, name: h.State.GetName(), capacity: h.State.GetCapacity(), used: h.Used})
+		}
+		if len(page) < 500 {
+			return out, nil
+		}
+		after = page[len(page)-1].State.GetName()
+	}
+}
+
+// reconcileFleet brings one fleet toward its replica count.
+func (c *Controller) reconcileFleet(ctx context.Context, f *eventsv1.FleetState, rows []postgres.Row[*eventsv1.GameServerState],
+	hosts []*hostSlot, note func(uint64)) error {
+	now := c.opts.Now()
+	var live []postgres.Row[*eventsv1.GameServerState]
+	for _, r := range rows {
+		switch r.State.GetLifecycle() {
+		case eventsv1.Lifecycle_LIFECYCLE_UNHEALTHY:
+			// Terminate it (its process may still run) and let it be replaced.
+			reason := r.State.GetReason()
+			if reason == eventsv1.Reason_REASON_UNSPECIFIED {
+				reason = eventsv1.Reason_REASON_HEALTH_CHECK_FAILED
+			}
+			if err := c.shutdown(ctx, r, reason, "unhealthy: replaced", note); err != nil {
+				return err
+			}
+		case eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN:
+		default:
+			live = append(live, r)
+			if r.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_SCHEDULED && now.Sub(r.State.GetCreateTime().AsTime()) > c.opts.StartTimeout {
+				if err := c.sendStart(ctx, r.State.GetHost(), r.State.GetName(), f.GetSpec()); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	want := int(f.GetSpec().GetReplicas())
+	for i := len(live); i < want; i++ {
+		h := pickHost(hosts, f.GetSpec().GetScheduling())
+		if h == nil {
+			if last, ok := c.noRoomLogged[f.GetName()]; !ok || now.Sub(last) > time.Minute {
+				c.log.Warn("no host with room for the fleet", "fleet", f.GetName(), "missing", want-i)
+				c.noRoomLogged[f.GetName()] = now
+			}
+			return nil
+		}
+		if err := c.schedule(ctx, f, h, note); err != nil {
+			return err
+		}
+		h.used++
+	}
+	if surplus := len(live) - want; surplus > 0 {
+		candidates := scaleDownOrder(live)
+		for _, r := range candidates[:min(surplus, len(candidates))] {
+			detail := fmt.Sprintf("fleet scaled to %d replicas", want)
+			if err := c.shutdown(ctx, r, eventsv1.Reason_REASON_FLEET_SCALED_DOWN, detail, note); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// scaleDownOrder lists the servers that may be scaled down, best first:
+// READY, then those not yet ready; newest first within each. ALLOCATED and
+// RESERVED servers are never scaled down.
+func scaleDownOrder(live []postgres.Row[*eventsv1.GameServerState]) []postgres.Row[*eventsv1.GameServerState] {
+	rank := func(l eventsv1.Lifecycle) int {
+		switch l {
+		case eventsv1.Lifecycle_LIFECYCLE_READY:
+			return 0
+		case eventsv1.Lifecycle_LIFECYCLE_SCHEDULED, eventsv1.Lifecycle_LIFECYCLE_STARTING:
+			return 1
+		}
+		return -1
+	}
+	var out []postgres.Row[*eventsv1.GameServerState]
+	for _, r := range live {
+		if rank(r.State.GetLifecycle()) >= 0 {
+			out = append(out, r)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b postgres.Row[*eventsv1.GameServerState]) int {
+		if ra, rb := rank(a.State.GetLifecycle()), rank(b.State.GetLifecycle()); ra != rb {
+			return ra - rb
+		}
+		return b.State.GetCreateTime().AsTime().Compare(a.State.GetCreateTime().AsTime())
+	})
+	return out
+}
+
+// pickHost chooses a host with room: the fullest for PACKED, the emptiest
+// for DISTRIBUTED; ties by name.
+func pickHost(hosts []*hostSlot, s eventsv1.Scheduling) *hostSlot {
+	var best *hostSlot
+	for _, h := range hosts {
+		if h.used >= h.capacity {
+			continue
+		}
+		switch {
+		case best == nil:
+			best = h
+		case s == eventsv1.Scheduling_SCHEDULING_DISTRIBUTED && (h.used < best.used || h.used == best.used && h.name < best.name):
+			best = h
+		case s != eventsv1.Scheduling_SCHEDULING_DISTRIBUTED && (h.used > best.used || h.used == best.used && h.name < best.name):
+			best = h
+		}
+	}
+	return best
+}
+
+// schedule places a new game server of fleet f on host h.
+func (c *Controller) schedule(ctx context.Context, f *eventsv1.FleetState, h *hostSlot, note func(uint64)) error {
+	fleetID, err := events.ParseFleetName(f.GetName())
+	if err != nil {
+		return err
+	}
+	name := events.GameServerName(fleetID, events.NewID("gs"))
+	msgs, err := events.DecideGameServer(name, nil, events.ScheduleGameServer{Host: h.name, Spec: f.GetSpec()})
+	if err != nil {
+		return err
+	}
+	seq, err := c.opts.Store.Append(ctx, events.MustSubject(name), 0, c.envelopes(name, msgs)...)
+	if err != nil {
+		return fmt.Errorf("schedule %s: %w", name, err)
+	}
+	note(seq)
+	c.scheduled.Add(ctx, 1)
+	c.log.Info("game server scheduled", "game_server", name, "host", h.name)
+	return c.sendStart(ctx, h.name, name, f.GetSpec())
+}
+
+func (c *Controller) sendStart(ctx context.Context, host, name string, spec *eventsv1.FleetSpec) error {
+	hostID, err := events.ParseHostName(host)
+	if err != nil {
+		return err
+	}
+	return c.opts.Commands.Send(ctx, hostID, c.producer, &agentv1.Command{Action: &agentv1.Command_Start{Start: &agentv1.StartGameServer{
+		GameServer: name, Template: proto.CloneOf(spec.GetTemplate()), Health: proto.CloneOf(spec.GetHealth()),
+		SdkDisconnectGraceSeconds: spec.GetSdkDisconnectGraceSeconds(), Labels: spec.GetLabels(),
+	}}})
+}
+
+// shutdown decides a server's shutdown, appends it guarded by the row's
+// sequence (a conflict skips it this pass) and tells its agent.
+func (c *Controller) shutdown(ctx context.Context, r postgres.Row[*eventsv1.GameServerState], reason eventsv1.Reason, detail string, note func(uint64)) error {
+	name := r.State.GetName()
+	deadline := c.opts.Now().Add(c.opts.ShutdownGrace)
+	ev := proto.CloneOf(r.State.GetEvidence())
+	if ev == nil {
+		ev = &eventsv1.Evidence{}
+	}
+	ev.RequestedBy, ev.Detail = c.producer, detail
+	msgs, err := events.DecideGameServer(name, r.State, events.RequestShutdown{Reason: reason, Evidence: ev, Deadline: deadline})
+	if err != nil || len(msgs) == 0 {
+		return err
+	}
+	seq, err := c.opts.Store.Append(ctx, events.MustSubject(name), r.Sequence, c.envelopes(name, msgs)...)
+	if errors.Is(err, events.ErrConflict) {
+		c.log.Debug("server changed under the decision; next pass", "game_server", name)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("shut down %s: %w", name, err)
+	}
+	note(seq)
+	c.shutdowns.Add(ctx, 1)
+	c.log.Info("game server shutdown requested", "game_server", name, "reason", events.ReasonName(reason))
+	hostID, err := events.ParseHostName(r.State.GetHost())
+	if err != nil {
+		return err
+	}
+	return c.opts.Commands.Send(ctx, hostID, c.producer, &agentv1.Command{Action: &agentv1.Command_Stop{Stop: &agentv1.StopGameServer{
+		GameServer: name, Reason: reason, Deadline: timestamppb.New(deadline),
+	}}})
+}
+
+func (c *Controller) envelopes(name string, msgs []proto.Message) []events.Envelope {
+	now := c.opts.Now()
+	out := make([]events.Envelope, len(msgs))
+	for i, m := range msgs {
+		out[i] = events.New(name, now, m)
+		out[i].Producer = c.producer
+		out[i].CorrelationID = out[0].ID
+	}
+	return out
+}

@@ -1,0 +1,359 @@
+package dev_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/dev"
+	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
+)
+
+// gameServerBin is the example game server, built once for the package.
+var gameServerBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tether-dev-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	gameServerBin = filepath.Join(dir, "gameserver")
+	build := exec.Command("go", "build", "-o", gameServerBin, "github.com/tetherhq/tether/sdk/go/example/gameserver")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build example game server:", err)
+		os.Exit(1)
+	}
+	// 0755 so a game server can be launched whatever user runs it.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	pgtest.Main(m) // exits
+}
+
+// stack is a whole Tether (NATS, projector, API, controller, agents) in
+// this process, over a test database.
+type stack struct {
+	t     *testing.T
+	ctx   context.Context
+	addrs dev.Addresses
+	store *natsjs.Store
+}
+
+func startStack(t *testing.T, hosts int) *stack {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan dev.Addresses, 1)
+	done := make(chan error, 1)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	go func() {
+		done <- dev.Run(ctx, dev.Options{
+			DataDir: t.TempDir(), GRPCPort: -1, RESTPort: -1, NATSPort: -1, SDKPort: -1,
+			GamePortBase: 20000 + (os.Getpid()%200)*100, Hosts: hosts, HostCapacity: 4,
+			DatabaseURL: pgtest.NewDatabase(t), Logger: log,
+			Ready: func(a dev.Addresses) { ready <- a },
+		})
+	}()
+	var addrs dev.Addresses
+	select {
+	case addrs = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("dev stack did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("dev stack did not start within 30s")
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("dev stack stopped with error: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("dev stack did not stop within 30s")
+		}
+	})
+	nc, err := nats.Connect(addrs.NATS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := natsjs.New(ctx, js, natsjs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &stack{t: t, ctx: ctx, addrs: addrs, store: store}
+}
+
+func (s *stack) rest(method, path string, body any, out any) int {
+	s.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, s.addrs.REST+path, r)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			s.t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
+		}
+	}
+	if resp.StatusCode != http.StatusOK {
+		s.t.Logf("%s %s: %d %s", method, path, resp.StatusCode, raw)
+	}
+	return resp.StatusCode
+}
+
+// gameServer is the REST shape tests read.
+type gameServer struct {
+	Name    string `json:"name"`
+	State   string `json:"state"`
+	Pid     int    `json:"pid"`
+	Address string `json:"address"`
+	Reason  string `json:"reason"`
+	Ports   []struct {
+		Name string `json:"name"`
+		Port int    `json:"port"`
+	} `json:"ports"`
+}
+
+func (s *stack) gameServers(fleet string) []gameServer {
+	s.t.Helper()
+	var out struct {
+		GameServers []gameServer `json:"gameServers"`
+	}
+	if code := s.rest("GET", "/v1/fleets/"+fleet+"/gameServers?pageSize=1000", nil, &out); code != http.StatusOK {
+		s.t.Fatalf("list game servers: %d", code)
+	}
+	return out.GameServers
+}
+
+func byState(list []gameServer, state string) []gameServer {
+	var out []gameServer
+	for _, g := range list {
+		if g.State == state {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval, not a wait for an outcome
+	}
+}
+
+func fleetSpec(replicas int, env map[string]string) map[string]any {
+	return map[string]any{
+		"replicas": replicas,
+		"template": map[string]any{
+			"command": gameServerBin,
+			"ports":   []any{map[string]any{"name": "game", "protocol": "UDP"}},
+			"env":     env,
+		},
+	}
+}
+
+// echo sends a datagram to a game server and expects it back.
+func echo(t *testing.T, g gameServer) {
+	t.Helper()
+	if len(g.Ports) == 0 {
+		t.Fatalf("%s has no port", g.Name)
+	}
+	conn, err := net.Dial("udp", net.JoinHostPort(g.Address, fmt.Sprint(g.Ports[0].Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	buf := make([]byte, 64)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := conn.Write([]byte("ping " + g.Name)); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		n, err := conn.Read(buf)
+		if err == nil && string(buf[:n]) == "ping "+g.Name {
+			return
+		}
+	}
+	t.Fatalf("%s on port %d did not echo", g.Name, g.Ports[0].Port)
+}
+
+func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
+
+// history returns the event types of a game server, in order.
+func (s *stack) history(name string) []events.Envelope {
+	s.t.Helper()
+	h, err := s.store.History(s.ctx, events.MustSubject(name), 0)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return h
+}
+
+func types(h []events.Envelope) string {
+	var out []string
+	for _, e := range h {
+		out = append(out, e.Type)
+	}
+	return strings.Join(out, " → ")
+}
+
+func TestFleetRunsRealProcessesAndHealsAndScales(t *testing.T) {
+	s := startStack(t, 2)
+	if code := s.rest("POST", "/v1/fleets?fleetId=arena", fleetSpec(3, nil), nil); code != http.StatusOK {
+		t.Fatalf("create fleet: %d", code)
+	}
+	var ready []gameServer
+	waitFor(t, 10*time.Second, "3 READY game servers", func() bool {
+		ready = byState(s.gameServers("arena"), "READY")
+		return len(ready) == 3
+	})
+	for _, g := range ready {
+		if !alive(g.Pid) {
+			t.Fatalf("%s: process %d is not running", g.Name, g.Pid)
+		}
+		echo(t, g)
+	}
+
+	// SIGKILL one process: its exit is recorded with the signal, and the
+	// controller brings the fleet back to 3 READY.
+	victim := ready[0]
+	if err := syscall.Kill(victim.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var last events.Envelope
+	waitFor(t, 10*time.Second, "the killed server to be terminated", func() bool {
+		h := s.history(victim.Name)
+		last = h[len(h)-1]
+		return last.Type == "GameServerTerminated"
+	})
+	h := s.history(victim.Name)
+	exited := h[len(h)-2]
+	if x, ok := exited.Data.(*eventsv1.ProcessExited); !ok || x.GetSignal() != "killed" {
+		t.Fatalf("event before termination: %s %v (history %s)", exited.Type, exited.Data, types(h))
+	}
+	term := last.Data.(*eventsv1.GameServerTerminated)
+	if term.GetReason() != eventsv1.Reason_REASON_PROCESS_EXITED || term.GetEvidence().GetSignal() != "killed" {
+		t.Fatalf("termination: reason %s evidence %v", term.GetReason(), term.GetEvidence())
+	}
+	waitFor(t, 10*time.Second, "the fleet back at 3 READY, without the killed server", func() bool {
+		ready = byState(s.gameServers("arena"), "READY")
+		for _, g := range ready {
+			if g.Name == victim.Name {
+				return false // the views have not applied its termination yet
+			}
+		}
+		return len(ready) == 3
+	})
+
+	// Scale to 1: two servers end with FLEET_SCALED_DOWN and their processes go.
+	if code := s.rest("PATCH", "/v1/fleets/arena?updateMask=replicas", map[string]any{"replicas": 1}, nil); code != http.StatusOK {
+		t.Fatalf("scale: %d", code)
+	}
+	var gone []gameServer
+	waitFor(t, 15*time.Second, "2 servers scaled down", func() bool {
+		gone = nil
+		for _, g := range byState(s.gameServers("arena"), "TERMINATED") {
+			if g.Reason == "FLEET_SCALED_DOWN" {
+				gone = append(gone, g)
+			}
+		}
+		return len(gone) == 2 && len(byState(s.gameServers("arena"), "READY")) == 1
+	})
+	for _, g := range gone {
+		for _, r := range ready {
+			if r.Name == g.Name && alive(r.Pid) {
+				t.Fatalf("%s was scaled down but its process %d still runs", g.Name, r.Pid)
+			}
+		}
+	}
+}
+
+func TestCrashBeforeReadyIsRestartedThenGivenUp(t *testing.T) {
+	s := startStack(t, 1)
+	spec := fleetSpec(1, map[string]string{"TETHER_EXAMPLE_CRASH_BEFORE_READY": "true"})
+	if code := s.rest("POST", "/v1/fleets?fleetId=crashy", spec, nil); code != http.StatusOK {
+		t.Fatalf("create fleet: %d", code)
+	}
+	var first string
+	waitFor(t, 15*time.Second, "a server crashed before Ready", func() bool {
+		for _, g := range byState(s.gameServers("crashy"), "TERMINATED") {
+			if g.Reason == "PROCESS_CRASHED_BEFORE_READY" {
+				first = g.Name
+				return true
+			}
+		}
+		return false
+	})
+	h := s.history(first)
+	var starts, restarts int
+	for _, e := range h {
+		switch d := e.Data.(type) {
+		case *eventsv1.ProcessStarted:
+			starts++
+		case *eventsv1.ProcessExited:
+			if d.GetWillRestart() {
+				restarts++
+			}
+			if !d.GetBeforeReady() {
+				t.Fatalf("exit not marked before Ready: %v", d)
+			}
+		case *eventsv1.GameServerReady:
+			t.Fatalf("a crashing server became Ready: %s", types(h))
+		}
+	}
+	if starts != 3 || restarts != 2 {
+		t.Fatalf("%d starts and %d restarts, want 3 and 2 (bounded): %s", starts, restarts, types(h))
+	}
+}
