@@ -1,0 +1,73 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tetherhq/tether/projections/postgres"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+)
+
+func TestPickHost(t *testing.T) {
+	hosts := func() []*hostSlot {
+		return []*hostSlot{
+			{name: "hosts/a", capacity: 4, used: 1},
+			{name: "hosts/b", capacity: 4, used: 3},
+			{name: "hosts/c", capacity: 2, used: 2},
+			{name: "hosts/d", capacity: 4, used: 1},
+		}
+	}
+	for _, tc := range []struct {
+		name       string
+		scheduling eventsv1.Scheduling
+		want       []string // successive picks, each taking a slot
+	}{
+		{"packed fills the fullest host with room first", eventsv1.Scheduling_SCHEDULING_PACKED, []string{"hosts/b", "hosts/a", "hosts/a", "hosts/a", "hosts/d"}},
+		{"distributed spreads over the emptiest, ties by name", eventsv1.Scheduling_SCHEDULING_DISTRIBUTED, []string{"hosts/a", "hosts/d", "hosts/a", "hosts/d", "hosts/a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hs := hosts()
+			for i, want := range tc.want {
+				h := pickHost(hs, tc.scheduling)
+				if h == nil || h.name != want {
+					t.Fatalf("pick %d: %v, want %s", i, h, want)
+				}
+				h.used++
+			}
+		})
+	}
+	full := []*hostSlot{{name: "hosts/a", capacity: 1, used: 1}}
+	if h := pickHost(full, eventsv1.Scheduling_SCHEDULING_PACKED); h != nil {
+		t.Fatalf("picked %s with no room", h.name)
+	}
+}
+
+func TestScaleDownOrderNeverPicksAllocated(t *testing.T) {
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	row := func(name string, l eventsv1.Lifecycle, age int) postgres.Row[*eventsv1.GameServerState] {
+		return postgres.Row[*eventsv1.GameServerState]{State: &eventsv1.GameServerState{
+			Name: name, Lifecycle: l, CreateTime: timestamppb.New(t0.Add(time.Duration(-age) * time.Minute))}}
+	}
+	got := scaleDownOrder([]postgres.Row[*eventsv1.GameServerState]{
+		row("alloc", eventsv1.Lifecycle_LIFECYCLE_ALLOCATED, 1),
+		row("starting", eventsv1.Lifecycle_LIFECYCLE_STARTING, 1),
+		row("ready-old", eventsv1.Lifecycle_LIFECYCLE_READY, 10),
+		row("reserved", eventsv1.Lifecycle_LIFECYCLE_RESERVED, 1),
+		row("ready-new", eventsv1.Lifecycle_LIFECYCLE_READY, 2),
+	})
+	var names []string
+	for _, r := range got {
+		names = append(names, r.State.GetName())
+	}
+	want := []string{"ready-new", "ready-old", "starting"}
+	if len(names) != len(want) {
+		t.Fatalf("order %v, want %v", names, want)
+	}
+	for i := range want {
+		if names[i] != want[i] {
+			t.Fatalf("order %v, want %v", names, want)
+		}
+	}
+}
