@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -16,10 +18,16 @@ import (
 func (c *cli) render(msg proto.Message, table func(w *tabwriter.Writer)) error {
 	switch c.output {
 	case "json", "yaml":
-		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(msg)
+		raw, err := protojson.Marshal(msg)
 		if err != nil {
 			return fmt.Errorf("encode: %w", err)
 		}
+		// protojson varies its whitespace on purpose; re-indent for stable output.
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, raw, "", "  "); err != nil {
+			return fmt.Errorf("encode: %w", err)
+		}
+		b := buf.Bytes()
 		if c.output == "yaml" {
 			if b, err = yaml.JSONToYAML(b); err != nil {
 				return fmt.Errorf("encode: %w", err)
