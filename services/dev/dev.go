@@ -227,8 +227,9 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	ctlFresh := postgres.NewFreshness(pool, log)
 	ctl, err := controller.New(controller.Options{
-		JetStream: js, Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
+		JetStream: js, Store: store, Views: postgres.NewViews(pool), Freshness: ctlFresh,
 		Commands: bus, Logger: log.With("component", "controller"), MeterProvider: opts.MeterProvider,
 	})
 	if err != nil {
@@ -261,6 +262,7 @@ func Run(ctx context.Context, opts Options) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return projector.Run(ctx) })
 	g.Go(func() error { return api.Run(ctx) })
+	g.Go(func() error { return ctlFresh.Run(ctx) })
 	g.Go(func() error { return ctl.Run(ctx) })
 	for _, a := range agents {
 		g.Go(func() error { return a.Run(ctx) })

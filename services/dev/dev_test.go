@@ -357,3 +357,107 @@ func TestCrashBeforeReadyIsRestartedThenGivenUp(t *testing.T) {
 		t.Fatalf("%d starts and %d restarts, want 3 and 2 (bounded): %s", starts, restarts, types(h))
 	}
 }
+
+func fleetWithHealth(replicas int, env map[string]string) map[string]any {
+	f := fleetSpec(replicas, env)
+	f["health"] = map[string]any{"initialDelaySeconds": 1, "periodSeconds": 1, "failureThreshold": 2}
+	f["sdkDisconnectGraceSeconds"] = 2
+	return f
+}
+
+func TestHungServerIsDetectedTerminatedAndReplaced(t *testing.T) {
+	s := startStack(t, 1)
+	spec := fleetWithHealth(1, map[string]string{"TETHER_EXAMPLE_STOP_HEARTBEAT_AFTER": "500ms"})
+	if code := s.rest("POST", "/v1/fleets?fleetId=hung", spec, nil); code != http.StatusOK {
+		t.Fatalf("create fleet: %d", code)
+	}
+	var hung string
+	waitFor(t, 20*time.Second, "a server terminated for failed health", func() bool {
+		for _, g := range byState(s.gameServers("hung"), "TERMINATED") {
+			if g.Reason == "HEALTH_CHECK_FAILED" {
+				hung = g.Name
+				return true
+			}
+		}
+		return false
+	})
+	h := s.history(hung)
+	var degraded int
+	var unhealthy *eventsv1.GameServerUnhealthy
+	for _, e := range h {
+		switch d := e.Data.(type) {
+		case *eventsv1.HealthDegraded:
+			degraded++
+		case *eventsv1.GameServerUnhealthy:
+			unhealthy = d
+		}
+	}
+	if degraded < 2 || unhealthy == nil {
+		t.Fatalf("want HealthDegraded ×2 then GameServerUnhealthy: %s", types(h))
+	}
+	if ev := unhealthy.GetEvidence(); ev.GetMissedPeriods() != 2 || ev.GetPeriodSeconds() != 1 || ev.GetLastHeartbeatTime() == nil {
+		t.Fatalf("evidence %v", ev)
+	}
+	// The lifecycle chain (connection events may interleave as the process dies).
+	var chain []events.Envelope
+	for _, e := range h {
+		switch e.Type {
+		case "GameServerUnhealthy", "ShutdownRequested", "ProcessExited", "GameServerTerminated":
+			chain = append(chain, e)
+		}
+	}
+	want := "GameServerUnhealthy → ShutdownRequested → ProcessExited → GameServerTerminated"
+	if got := types(chain); got != want {
+		t.Fatalf("lifecycle chain %s, want %s (history %s)", got, want, types(h))
+	}
+	if term := chain[3].Data.(*eventsv1.GameServerTerminated); term.GetReason() != eventsv1.Reason_REASON_HEALTH_CHECK_FAILED {
+		t.Fatalf("terminated with %s", term.GetReason())
+	}
+	// A replacement is scheduled (it will hang too, which is what it is told).
+	waitFor(t, 10*time.Second, "a replacement", func() bool {
+		for _, g := range s.gameServers("hung") {
+			if g.Name != hung {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// A server whose SDK connection drops and comes back every 300 ms, while it
+// keeps heartbeating, is never terminated (DESIGN.md §1 failure 1).
+func TestReconnectingServerIsNeverKilled(t *testing.T) {
+	s := startStack(t, 1)
+	spec := fleetWithHealth(2, map[string]string{"TETHER_EXAMPLE_RECONNECT_EVERY": "300ms"})
+	if code := s.rest("POST", "/v1/fleets?fleetId=blinky", spec, nil); code != http.StatusOK {
+		t.Fatalf("create fleet: %d", code)
+	}
+	var ready []gameServer
+	waitFor(t, 10*time.Second, "2 READY servers", func() bool {
+		ready = byState(s.gameServers("blinky"), "READY")
+		return len(ready) == 2
+	})
+	// Watch for longer than the grace window (2 s) and many health periods.
+	var disconnects int
+	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); {
+		for _, g := range s.gameServers("blinky") {
+			if g.State != "READY" {
+				t.Fatalf("%s left READY: %+v", g.Name, g)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // observation interval of a bounded window
+	}
+	for _, g := range ready {
+		if !alive(g.Pid) {
+			t.Fatalf("%s: process %d is gone", g.Name, g.Pid)
+		}
+		for _, e := range s.history(g.Name) {
+			if e.Type == "SdkDisconnected" {
+				disconnects++
+			}
+		}
+	}
+	if disconnects == 0 {
+		t.Fatal("the servers never disconnected: the test proves nothing")
+	}
+}

@@ -1,4 +1,5 @@
-// Package natstest starts embedded JetStream servers for tests.
+// Package natstest starts embedded JetStream servers for tests
+// (DESIGN.md §9: real NATS in integration tests).
 package natstest
 
 import (
@@ -10,7 +11,8 @@ import (
 	"github.com/tetherhq/tether/services/dev/natsembed"
 )
 
-// Start runs a server with its store in t.TempDir(), shut down at cleanup.
+// Start runs a server on a free port with its store in t.TempDir(), and
+// shuts it down when the test ends.
 func Start(t testing.TB) *natsembed.Server {
 	t.Helper()
 	s, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir()})
@@ -21,10 +23,11 @@ func Start(t testing.TB) *natsembed.Server {
 	return s
 }
 
-// Connect returns a client of s and its JetStream context, closed at cleanup.
+// Connect returns a client of s and its JetStream API, closed when the test
+// ends (before the server stops).
 func Connect(t testing.TB, s *natsembed.Server) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(s.ClientURL())
+	nc, err := nats.Connect(s.ClientURL(), nats.Name(t.Name()))
 	if err != nil {
 		t.Fatal(err)
 	}
