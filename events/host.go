@@ -2,6 +2,7 @@ package events
 
 import (
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -72,4 +73,63 @@ func onlineStatus(draining bool) eventsv1.HostStatus {
 		return eventsv1.HostStatus_HOST_STATUS_DRAINING
 	}
 	return eventsv1.HostStatus_HOST_STATUS_ONLINE
+}
+
+// HostCommand is a command on a host: a liveness verdict of the controller.
+type HostCommand interface{ hostCommand() }
+
+// MarkHostUnreachable records that the host's heartbeat stopped past the
+// short grace. Its game servers keep running; nothing is replaced.
+type MarkHostUnreachable struct {
+	// LastHeartbeat is the last heartbeat seen.
+	LastHeartbeat time.Time
+}
+
+// MarkHostLost records that the heartbeat stayed away past the long grace;
+// its game servers are then replaced elsewhere.
+type MarkHostLost struct {
+	// LastHeartbeat is the last heartbeat seen.
+	LastHeartbeat time.Time
+}
+
+// MarkHostOnline records that the heartbeat is back.
+type MarkHostOnline struct {
+	// LastHeartbeat is the heartbeat that came back.
+	LastHeartbeat time.Time
+}
+
+func (MarkHostUnreachable) hostCommand() {}
+func (MarkHostLost) hostCommand()        {}
+func (MarkHostOnline) hostCommand()      {}
+
+// DecideHost returns the events a command produces on a host, checked
+// against ApplyHost's rules, or why it is refused. A verdict that matches
+// the host's status already produces no event.
+func DecideHost(name string, state *eventsv1.HostState, cmd HostCommand) ([]proto.Message, error) {
+	var out proto.Message
+	switch c := cmd.(type) {
+	case MarkHostUnreachable:
+		if state.GetStatus() == eventsv1.HostStatus_HOST_STATUS_UNREACHABLE || state.GetStatus() == eventsv1.HostStatus_HOST_STATUS_LOST {
+			return nil, nil
+		}
+		out = &eventsv1.HostUnreachable{LastHeartbeatTime: timestamppb.New(c.LastHeartbeat)}
+	case MarkHostLost:
+		if state.GetStatus() == eventsv1.HostStatus_HOST_STATUS_LOST {
+			return nil, nil
+		}
+		out = &eventsv1.HostLost{LastHeartbeatTime: timestamppb.New(c.LastHeartbeat)}
+	case MarkHostOnline:
+		switch state.GetStatus() {
+		case eventsv1.HostStatus_HOST_STATUS_UNREACHABLE, eventsv1.HostStatus_HOST_STATUS_LOST:
+		default:
+			return nil, nil
+		}
+		out = &eventsv1.HostOnline{LastHeartbeatTime: timestamppb.New(c.LastHeartbeat)}
+	default:
+		return nil, fmt.Errorf("events: unknown host command %T", cmd)
+	}
+	if _, err := ApplyHost(state, Envelope{Aggregate: name, Type: TypeOf(out), Data: out}); err != nil {
+		return nil, err
+	}
+	return []proto.Message{out}, nil
 }

@@ -1,6 +1,11 @@
 // Package natsjs is Tether's event store on NATS JetStream (DESIGN.md §4):
-// one stream, one subject per aggregate instance, appends guarded by the
-// subject's last sequence, and de-duplication by event id.
+// one stream (events.StreamName) capturing every subject under
+// events.SubjectPrefix, one subject per aggregate instance, appends guarded
+// by the subject's last sequence, and de-duplication by event id.
+//
+// It uses the nats.go jetstream package. Reads of single messages use direct
+// gets (the stream allows them); histories use short-lived ephemeral
+// consumers.
 package natsjs
 
 import (
@@ -9,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,55 +23,77 @@ import (
 	"github.com/tetherhq/tether/events"
 )
 
-// Headers written on every event message.
+// Headers written on every event message, besides jetstream.MsgIDHeader
+// (the event id).
 const (
 	// HeaderType carries the event type, so consumers can filter without decoding.
 	HeaderType = "Tether-Type"
-	// HeaderTraceParent and HeaderTraceState carry the writer's W3C trace context.
+	// HeaderTraceParent carries the writer's W3C trace context.
 	HeaderTraceParent = "traceparent"
 	// HeaderTraceState accompanies HeaderTraceParent.
 	HeaderTraceState = "tracestate"
 )
 
+// DefaultDuplicateWindow is the default of Options.DuplicateWindow.
+const DefaultDuplicateWindow = 10 * time.Minute
+
 // Options configure the store.
 type Options struct {
-	// Stream name; default events.StreamName.
-	Stream string
 	// Replicas of the stream; default 1 (3 in a NATS cluster).
 	Replicas int
-	// DuplicateWindow is how long event ids are remembered for
-	// de-duplication; default 10m, covering an agent outbox's retry horizon.
+	// DuplicateWindow is how long JetStream remembers event ids for
+	// de-duplication; default DefaultDuplicateWindow, covering an agent
+	// outbox's retry horizon.
 	DuplicateWindow time.Duration
-	// Storage; default file storage.
+	// Storage of the stream; default (the zero value) jetstream.FileStorage.
 	Storage jetstream.StorageType
 	// Logger; default discards.
 	Logger *slog.Logger
 }
 
-// Store appends and reads events.
+func (o *Options) setDefaults() {
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.DuplicateWindow == 0 {
+		o.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports a bad option.
+func (o *Options) Validate() error {
+	switch {
+	case o.Replicas < 1 || o.Replicas > 5:
+		return fmt.Errorf("natsjs: replicas %d, want 1 to 5", o.Replicas)
+	case o.DuplicateWindow < 0:
+		return fmt.Errorf("natsjs: negative duplicate window %s", o.DuplicateWindow)
+	case o.Storage != jetstream.FileStorage && o.Storage != jetstream.MemoryStorage:
+		return fmt.Errorf("natsjs: unknown storage type %d", o.Storage)
+	}
+	return nil
+}
+
+// Store appends events to the stream and reads them back. It is safe for
+// concurrent use.
 type Store struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
-	name   string
 	log    *slog.Logger
 }
 
-// New creates or updates the stream and returns a store over it.
+// New creates the stream, or updates its configuration, and returns a store
+// over it. The stream denies deletes and purges and has no limits: events
+// are kept forever.
 func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, error) {
-	if opts.Stream == "" {
-		opts.Stream = events.StreamName
-	}
-	if opts.Replicas <= 0 {
-		opts.Replicas = 1
-	}
-	if opts.DuplicateWindow <= 0 {
-		opts.DuplicateWindow = 10 * time.Minute
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+	opts.setDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        opts.Stream,
+		Name:        events.StreamName,
 		Description: "Tether events: one subject per aggregate instance",
 		Subjects:    []string{events.SubjectPrefix + ".>"},
 		Storage:     opts.Storage,
@@ -76,114 +104,161 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 		AllowDirect: true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("natsjs: create stream %s: %w", opts.Stream, err)
+		return nil, fmt.Errorf("natsjs: create stream %s: %w", events.StreamName, err)
 	}
-	return &Store{js: js, stream: stream, name: opts.Stream, log: opts.Logger}, nil
+	return &Store{js: js, stream: stream, log: opts.Logger}, nil
 }
 
-// Stream returns the underlying stream.
+// Stream returns the underlying JetStream stream, for readers with needs
+// the store does not cover (e.g. the projector's durable consumers).
 func (s *Store) Stream() jetstream.Stream { return s.stream }
 
-// Append publishes events to one aggregate's subject. expected is the
-// subject's last sequence as the caller decided on it (0: no event yet;
-// events.AnySequence: no check); a mismatch returns an error wrapping
-// events.ErrConflict. Later events of the same call are guarded by the
-// previous one's sequence. It returns the stream sequence of the last event.
+// Append publishes events to one aggregate's subject, in order, each
+// synchronously, and returns the stream sequence of the last one.
 //
-// Re-appending an already stored event id (a retry) is not a conflict: it
-// returns the original sequence. JetStream checks the expected sequence
-// before its de-duplication window, so a retry whose guard is now stale is
-// refused as a conflict by the server; Append then looks for the event id
-// among the subject's newer messages and, if it is there, treats the append
-// as the duplicate it is.
+// expected is the subject's last sequence as the caller decided on it: 0
+// means the subject must have no event yet, events.AnySequence disables the
+// check. If the subject's last sequence differs, Append returns an error
+// wrapping events.ErrConflict and the caller re-reads and decides again.
+// Each later event of the call is guarded by the previous one's sequence, so
+// the events land contiguously on the subject; the call is not atomic,
+// though: if a later event conflicts, the earlier ones stay stored.
+//
+// Re-appending an already stored event (a retry of the same call, same
+// event ids and expected sequence) is not an error and returns the original
+// sequences, whether or not another writer appended in between.
+//
+// How: JetStream de-duplicates by the Nats-Msg-Id header within the
+// duplicate window and answers with the original sequence. But a standalone
+// (R1) server checks Nats-Expected-Last-Subject-Sequence before it looks at
+// its de-duplication table (nats-server 2.15 stream.go; TestServerOrder pins
+// this down), so a retry whose guard is now stale is refused with error
+// 10071 rather than acknowledged as a duplicate. Clustered streams (R>1)
+// check duplicates first, at the cluster level. So on a conflict Append
+// reads the first message on the subject after the guard: if the original
+// call stored the event, it stored it exactly there, because it was guarded
+// by the same sequence. Same id there means a retry; anything else is a
+// genuine conflict. A genuine conflict thus costs one direct get. With a
+// guard this also holds after the duplicate window has passed; with
+// events.AnySequence only the window protects against a second copy.
 func (s *Store) Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error) {
-	if len(evs) == 0 {
-		return 0, errors.New("natsjs: append of no events")
+	if err := checkSubject(subject); err != nil {
+		return 0, err
 	}
-	var last uint64
+	if len(evs) == 0 {
+		return 0, fmt.Errorf("natsjs: append to %s: no events", subject)
+	}
+	// Encode everything first: a bad envelope must not leave its
+	// predecessors stored.
+	msgs := make([]*nats.Msg, len(evs))
 	for i, e := range evs {
 		data, err := e.Marshal()
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("natsjs: append to %s: %w", subject, err)
 		}
-		msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, e.ID)
-		msg.Header.Set(HeaderType, e.Type)
+		if e.ID == "" {
+			return 0, fmt.Errorf("natsjs: append %s to %s: event has no id", e.Type, subject)
+		}
+		h := nats.Header{}
+		h.Set(jetstream.MsgIDHeader, e.ID)
+		h.Set(HeaderType, e.Type)
 		if e.TraceParent != "" {
-			msg.Header.Set(HeaderTraceParent, e.TraceParent)
-			if e.TraceState != "" {
-				msg.Header.Set(HeaderTraceState, e.TraceState)
-			}
+			h.Set(HeaderTraceParent, e.TraceParent)
 		}
-		guard := expected
-		if i > 0 {
-			guard = last
+		if e.TraceState != "" {
+			h.Set(HeaderTraceState, e.TraceState)
 		}
+		msgs[i] = &nats.Msg{Subject: subject, Data: data, Header: h}
+	}
+
+	guard := expected
+	for i, msg := range msgs {
 		if guard != events.AnySequence {
 			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(guard, 10))
 		}
-		ack, err := s.js.PublishMsg(ctx, msg)
+		seq, err := s.publish(ctx, msg, guard, evs[i])
 		if err != nil {
-			var apiErr *jetstream.APIError
-			if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-				apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-				seq, found, ferr := s.findStored(ctx, subject, guard, e.ID)
-				if ferr != nil {
-					return 0, ferr
-				}
-				if found {
-					s.log.Debug("append was a retry of a stored event", "subject", subject, "event_id", e.ID, "sequence", seq)
-					last = seq
-					continue
-				}
-				return 0, fmt.Errorf("%w: %s expected at sequence %d: %s", events.ErrConflict, subject, guard, apiErr.Description)
-			}
-			return 0, fmt.Errorf("natsjs: append %s to %s: %w", e.Type, subject, err)
+			return 0, err
 		}
+		guard = seq
+	}
+	return guard, nil
+}
+
+// publish appends one event guarded by guard and returns its sequence.
+func (s *Store) publish(ctx context.Context, msg *nats.Msg, guard uint64, e events.Envelope) (uint64, error) {
+	ack, err := s.js.PublishMsg(ctx, msg)
+	if err == nil {
 		if ack.Duplicate {
-			s.log.Debug("append was a duplicate", "subject", subject, "event_id", e.ID, "sequence", ack.Sequence)
+			s.log.Debug("append was a duplicate", "subject", msg.Subject, "event_id", e.ID, "sequence", ack.Sequence)
 		}
-		last = ack.Sequence
+		return ack.Sequence, nil
 	}
-	return last, nil
+	if !isConflict(err) {
+		return 0, fmt.Errorf("natsjs: append %s %s to %s: %w", e.Type, e.ID, msg.Subject, err)
+	}
+	seq, found, ferr := s.storedAfter(ctx, msg.Subject, guard, e.ID)
+	if ferr != nil {
+		return 0, ferr
+	}
+	if found {
+		s.log.Debug("append was a retry of a stored event", "subject", msg.Subject, "event_id", e.ID, "sequence", seq)
+		return seq, nil
+	}
+	return 0, fmt.Errorf("%w: %s is no longer at sequence %d: %w", events.ErrConflict, msg.Subject, guard, err)
 }
 
-// maxRetryScan bounds how many newer messages findStored looks through.
-const maxRetryScan = 64
-
-// findStored looks for an event id among the subject's messages after a
-// sequence, returning its sequence if found.
-func (s *Store) findStored(ctx context.Context, subject string, after uint64, id string) (uint64, bool, error) {
-	seq := after + 1
-	for range maxRetryScan {
-		msg, err := s.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return 0, false, nil
-		}
-		if err != nil {
-			return 0, false, fmt.Errorf("natsjs: look for event %s on %s: %w", id, subject, err)
-		}
-		if msg.Header.Get(jetstream.MsgIDHeader) == id {
-			return msg.Sequence, true, nil
-		}
-		seq = msg.Sequence + 1
-	}
-	return 0, false, nil
+// isConflict reports whether a publish error is a failed expected-sequence
+// check: 10071 (wrong last sequence), or 10164 (the same on a replicated
+// stream while another write to the subject is in flight).
+func isConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// LastSequence returns the sequence of the subject's last event, 0 if none.
+// storedAfter reports whether the first message on subject after sequence
+// after is the event id, and its sequence if so.
+func (s *Store) storedAfter(ctx context.Context, subject string, after uint64, id string) (uint64, bool, error) {
+	msg, err := s.stream.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("natsjs: look for event %s on %s after a conflict: %w", id, subject, err)
+	}
+	if msg.Header.Get(jetstream.MsgIDHeader) != id {
+		return 0, false, nil
+	}
+	return msg.Sequence, true, nil
+}
+
+// checkSubject refuses subjects the stream does not capture, and wildcards,
+// which cannot be published to.
+func checkSubject(subject string) error {
+	rest, ok := strings.CutPrefix(subject, events.SubjectPrefix+".")
+	if !ok || rest == "" || strings.ContainsAny(subject, "*> \t\r\n") {
+		return fmt.Errorf("natsjs: %q is not an event subject under %s", subject, events.SubjectPrefix)
+	}
+	return nil
+}
+
+// LastSequence returns the sequence of the subject's last event, 0 if it has
+// none. It is one direct get.
 func (s *Store) LastSequence(ctx context.Context, subject string) (uint64, error) {
 	msg, err := s.stream.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("natsjs: last message of %s: %w", subject, err)
+		return 0, fmt.Errorf("natsjs: last event of %s: %w", subject, err)
 	}
 	return msg.Sequence, nil
 }
 
-// StreamLastSequence returns the stream's last sequence.
+// StreamLastSequence returns the sequence of the last event in the stream,
+// 0 if it is empty.
 func (s *Store) StreamLastSequence(ctx context.Context) (uint64, error) {
 	info, err := s.stream.Info(ctx)
 	if err != nil {
@@ -192,27 +267,126 @@ func (s *Store) StreamLastSequence(ctx context.Context) (uint64, error) {
 	return info.State.LastSeq, nil
 }
 
+// historyBatch bounds the messages asked for in one pull request.
+const historyBatch = 1024
+
+// historyInactive is how long the server keeps a history consumer that its
+// reader abandoned (the reader deletes it when done).
+const historyInactive = 30 * time.Second
+
 // History returns the events on subject (wildcards allowed) with sequence
-// >= from, in order, each with its Sequence set. It reads with direct gets
-// (one per event), which suits aggregate histories of tens to thousands of
-// events. An undecodable event is an error wrapping events.ErrUndecodable.
+// >= from (0 and 1 both mean all), in stream order, each with its Sequence
+// set. It reads what is stored when it starts: events appended meanwhile
+// may or may not be included. An undecodable event is an error wrapping
+// events.ErrUndecodable that names its sequence.
+//
+// It never waits for events. Two direct gets find the first event at or
+// after from and the subject's last event: an empty history costs one, a
+// history of one event two. Longer histories are read through an ephemeral,
+// unacknowledged, in-memory consumer starting at the first event, which
+// History deletes when done; the consumer's pending count at creation says
+// when to stop.
 func (s *Store) History(ctx context.Context, subject string, from uint64) ([]events.Envelope, error) {
-	out := []events.Envelope{}
-	seq := max(from, 1)
-	for {
-		msg, err := s.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out, nil
-		}
+	first, err := s.stream.GetMsg(ctx, max(from, 1), jetstream.WithGetMsgSubject(subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return []events.Envelope{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: read %s from %d: %w", subject, from, err)
+	}
+	last, err := s.stream.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: read last event of %s: %w", subject, err)
+	}
+	if last.Sequence == first.Sequence {
+		env, err := decode(first)
 		if err != nil {
-			return nil, fmt.Errorf("natsjs: read %s from %d: %w", subject, seq, err)
+			return nil, err
 		}
-		env, err := events.Unmarshal(msg.Data)
+		return []events.Envelope{env}, nil
+	}
+	cons, err := s.stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		Description:       "tether history read",
+		FilterSubject:     subject,
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       first.Sequence,
+		AckPolicy:         jetstream.AckNonePolicy,
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: historyInactive,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: read %s from %d: %w", subject, from, err)
+	}
+	info := cons.CachedInfo()
+	defer s.deleteConsumer(ctx, info.Name)
+
+	remaining := info.NumPending
+	out := make([]events.Envelope, 0, remaining)
+	var delivered uint64
+	for remaining > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("natsjs: read %s: %w", subject, err)
+		}
+		// Every requested message is already stored, so a no-wait pull
+		// returns at once with all of them.
+		batch, err := cons.FetchNoWait(int(min(remaining, historyBatch)))
 		if err != nil {
-			return nil, fmt.Errorf("sequence %d on %s: %w", msg.Sequence, msg.Subject, err)
+			return nil, fmt.Errorf("natsjs: read %s: %w", subject, err)
 		}
-		env.Sequence = msg.Sequence
-		out = append(out, env)
-		seq = msg.Sequence + 1
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			meta, err := m.Metadata()
+			if err != nil {
+				return nil, fmt.Errorf("natsjs: read %s: %w", subject, err)
+			}
+			delivered++
+			if meta.Sequence.Consumer != delivered {
+				// AckNone means no redelivery: a gap is a lost message.
+				return nil, fmt.Errorf("natsjs: read %s: delivery %d arrived as %d; messages were lost, read again", subject, delivered, meta.Sequence.Consumer)
+			}
+			env, err := unmarshal(m.Data(), m.Subject(), meta.Sequence.Stream)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, env)
+			remaining--
+			if remaining == 0 {
+				break
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, fmt.Errorf("natsjs: read %s: %w", subject, err)
+		}
+		if got == 0 {
+			return nil, fmt.Errorf("natsjs: read %s: %d events pending but none delivered", subject, remaining)
+		}
+	}
+	return out, nil
+}
+
+// decode decodes a message read by a direct get.
+func decode(m *jetstream.RawStreamMsg) (events.Envelope, error) {
+	return unmarshal(m.Data, m.Subject, m.Sequence)
+}
+
+// unmarshal decodes a stored event; errors name its sequence.
+func unmarshal(data []byte, subject string, seq uint64) (events.Envelope, error) {
+	env, err := events.Unmarshal(data)
+	if err != nil {
+		return events.Envelope{}, fmt.Errorf("natsjs: sequence %d on %s: %w", seq, subject, err)
+	}
+	env.Sequence = seq
+	return env, nil
+}
+
+// deleteConsumer removes a history consumer, even when the read's context
+// has ended; the inactivity threshold is the fallback.
+func (s *Store) deleteConsumer(ctx context.Context, name string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		s.log.Warn("delete history consumer", "consumer", name, "err", err)
 	}
 }

@@ -4,9 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
@@ -14,7 +20,13 @@ import (
 	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
 )
 
-func newStore(t testing.TB) (*natsjs.Store, context.Context) {
+type env struct {
+	ctx   context.Context
+	js    jetstream.JetStream
+	store *natsjs.Store
+}
+
+func newEnv(t testing.TB) env {
 	t.Helper()
 	ns := natstest.Start(t)
 	_, js := natstest.Connect(t, ns)
@@ -24,180 +36,610 @@ func newStore(t testing.TB) (*natsjs.Store, context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, ctx
+	return env{ctx: ctx, js: js, store: s}
 }
 
-func fleetEvent(name string, replicas int32) events.Envelope {
-	return events.New(name, time.Now(), &eventsv1.FleetCreated{Spec: &eventsv1.FleetSpec{Replicas: replicas}})
+// fleetCreated is a real event for fleet id.
+func fleetCreated(id string, replicas int32) events.Envelope {
+	return events.New(events.FleetName(id), time.Now(), &eventsv1.FleetCreated{Spec: &eventsv1.FleetSpec{Replicas: replicas}})
 }
 
-func TestConcurrentAppendsWithSameExpectedSequence(t *testing.T) {
-	s, ctx := newStore(t)
+func fleetSubject(id string) string { return events.MustSubject(events.FleetName(id)) }
+
+// streamMsgs returns the number of messages in the stream.
+func (e env) streamMsgs(t testing.TB) uint64 {
+	t.Helper()
+	info, err := e.store.Stream().Info(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func (e env) history(t testing.TB, subject string, from uint64) []events.Envelope {
+	t.Helper()
+	h, err := e.store.History(e.ctx, subject, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (e env) append(t testing.TB, subject string, expected uint64, evs ...events.Envelope) uint64 {
+	t.Helper()
+	seq, err := e.store.Append(e.ctx, subject, expected, evs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seq
+}
+
+// TestServerOrder pins down the nats-server behaviour Append's retry
+// handling is built on: a standalone server checks the expected last
+// subject sequence before the de-duplication window, so a retry with a
+// stale guard is refused (10071) instead of acknowledged as a duplicate.
+// Append copes with either order; if this fails after a server upgrade,
+// update the comment on Append.
+func TestServerOrder(t *testing.T) {
+	e := newEnv(t)
+	subject := fleetSubject("order")
+	publish := func(id string, expected uint64) (*jetstream.PubAck, error) {
+		msg := nats.NewMsg(subject)
+		msg.Data = []byte("x")
+		msg.Header.Set(jetstream.MsgIDHeader, id)
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
+		return e.js.PublishMsg(e.ctx, msg)
+	}
+	first, err := publish("id-1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Same id, guard now stale: the sequence check wins.
+	_, err = publish("id-1", 0)
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		t.Fatalf("retry with a stale guard: err %v, want API error %d (expected sequence checked before duplicates)",
+			err, jetstream.JSErrCodeStreamWrongLastSequence)
+	}
+
+	// Same id, guard still right: a duplicate with the original sequence.
+	ack, err := publish("id-1", first.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ack.Duplicate || ack.Sequence != first.Sequence {
+		t.Fatalf("retry with a current guard: ack %+v, want duplicate of %d", ack, first.Sequence)
+	}
+}
+
+func TestAppendConcurrentSameExpected(t *testing.T) {
+	e := newEnv(t)
+	subject := fleetSubject("race")
 	const rounds = 50
+	var last uint64
 	for round := range rounds {
-		subject := events.MustSubject(events.FleetName(fmt.Sprintf("f%d", round)))
+		start := make(chan struct{})
 		var wg sync.WaitGroup
+		seqs := make([]uint64, 2)
 		errs := make([]error, 2)
 		for i := range errs {
 			wg.Go(func() {
-				_, errs[i] = s.Append(ctx, subject, 0, fleetEvent("fleets/x", int32(i)))
+				ev := fleetCreated("race", int32(i))
+				<-start
+				seqs[i], errs[i] = e.store.Append(e.ctx, subject, last, ev)
 			})
 		}
+		close(start)
 		wg.Wait()
-		var ok, conflicts int
-		for _, err := range errs {
+		winner := -1
+		for i, err := range errs {
 			switch {
 			case err == nil:
-				ok++
+				if winner >= 0 {
+					t.Fatalf("round %d: both appends with expected %d succeeded (%d, %d)", round, last, seqs[0], seqs[1])
+				}
+				winner = i
 			case errors.Is(err, events.ErrConflict):
-				conflicts++
 			default:
-				t.Fatalf("round %d: unexpected error %v", round, err)
+				t.Fatalf("round %d: append %d: %v, want success or a conflict", round, i, err)
 			}
 		}
-		if ok != 1 || conflicts != 1 {
-			t.Fatalf("round %d: %d succeeded and %d conflicted, want 1 and 1", round, ok, conflicts)
+		if winner < 0 {
+			t.Fatalf("round %d: both appends conflicted: %v; %v", round, errs[0], errs[1])
+		}
+		last = seqs[winner]
+		if got, err := e.store.LastSequence(e.ctx, subject); err != nil || got != last {
+			t.Fatalf("round %d: LastSequence = %d, %v; want %d", round, got, err, last)
 		}
 	}
-}
-
-func TestSameMessageIDIsStoredOnce(t *testing.T) {
-	s, ctx := newStore(t)
-	subject := events.MustSubject("fleets/arena")
-	e := fleetEvent("fleets/arena", 3)
-	first, err := s.Append(ctx, subject, 0, e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The retry carries a now-stale expected sequence: it is still a
-	// duplicate, not a conflict, and answers with the original sequence.
-	second, err := s.Append(ctx, subject, 0, e)
-	if err != nil {
-		t.Fatalf("retry of a stored event: %v", err)
-	}
-	if second != first {
-		t.Fatalf("retry returned sequence %d, first append %d", second, first)
-	}
-	hist, err := s.History(ctx, subject, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(hist) != 1 {
-		t.Fatalf("stored %d copies, want 1", len(hist))
-	}
-	last, err := s.StreamLastSequence(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if last != 1 {
-		t.Fatalf("stream last sequence %d, want 1", last)
+	if n := len(e.history(t, subject, 0)); n != rounds {
+		t.Fatalf("%d events stored, want one per round (%d)", n, rounds)
 	}
 }
 
-func TestExpectedSequences(t *testing.T) {
-	s, ctx := newStore(t)
-	subject := events.MustSubject("fleets/arena")
-	seq, err := s.Append(ctx, subject, 0, fleetEvent("fleets/arena", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name     string
-		expected uint64
-		conflict bool
+func TestAppendRetry(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		name string
+		// run appends, retries, and returns the sequence the retry must
+		// return and the retry's result.
+		run func(t *testing.T, subject, id string) (want uint64, got uint64, err error)
+		// stored is how many events the subject must hold afterwards.
+		stored int
 	}{
-		{"zero on a subject with events", 0, true},
-		{"stale sequence", seq + 5, true},
-		{"any sequence", events.AnySequence, false},
-	} {
+		{
+			name: "same guard",
+			run: func(t *testing.T, subject, id string) (uint64, uint64, error) {
+				ev := fleetCreated(id, 3)
+				want := e.append(t, subject, 0, ev)
+				got, err := e.store.Append(e.ctx, subject, 0, ev)
+				return want, got, err
+			},
+			stored: 1,
+		},
+		{
+			name: "guard still current",
+			run: func(t *testing.T, subject, id string) (uint64, uint64, error) {
+				ev := fleetCreated(id, 3)
+				want := e.append(t, subject, 0, ev)
+				got, err := e.store.Append(e.ctx, subject, want, ev)
+				return want, got, err
+			},
+			stored: 1,
+		},
+		{
+			name: "another writer appended in between",
+			run: func(t *testing.T, subject, id string) (uint64, uint64, error) {
+				ev := fleetCreated(id, 3)
+				want := e.append(t, subject, 0, ev)
+				e.append(t, subject, want, fleetCreated(id, 4))
+				got, err := e.store.Append(e.ctx, subject, 0, ev)
+				return want, got, err
+			},
+			stored: 2,
+		},
+		{
+			name: "any sequence",
+			run: func(t *testing.T, subject, id string) (uint64, uint64, error) {
+				ev := fleetCreated(id, 3)
+				want := e.append(t, subject, events.AnySequence, ev)
+				got, err := e.store.Append(e.ctx, subject, events.AnySequence, ev)
+				return want, got, err
+			},
+			stored: 1,
+		},
+		{
+			name: "several events",
+			run: func(t *testing.T, subject, id string) (uint64, uint64, error) {
+				evs := []events.Envelope{fleetCreated(id, 3), fleetCreated(id, 4), fleetCreated(id, 5)}
+				want := e.append(t, subject, 0, evs...)
+				got, err := e.store.Append(e.ctx, subject, 0, evs...)
+				return want, got, err
+			},
+			stored: 3,
+		},
+		{
+			name: "after a partial append",
+			run: func(t *testing.T, subject, id string) (uint64, uint64, error) {
+				evs := []events.Envelope{fleetCreated(id, 3), fleetCreated(id, 4)}
+				first := e.append(t, subject, 0, evs[0])
+				got, err := e.store.Append(e.ctx, subject, 0, evs...)
+				return first + 1, got, err
+			},
+			stored: 2,
+		},
+	}
+	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := s.Append(ctx, subject, tc.expected, fleetEvent("fleets/arena", 2))
-			if got := errors.Is(err, events.ErrConflict); got != tc.conflict {
-				t.Fatalf("conflict = %v (err %v), want %v", got, err, tc.conflict)
+			id := fmt.Sprintf("retry-%d", i)
+			subject := fleetSubject(id)
+			before := e.streamMsgs(t)
+			want, got, err := tc.run(t, subject, id)
+			if err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			if got != want {
+				t.Fatalf("retry returned sequence %d, want %d", got, want)
+			}
+			if n := len(e.history(t, subject, 0)); n != tc.stored {
+				t.Fatalf("history holds %d events, want %d", n, tc.stored)
+			}
+			if n := e.streamMsgs(t) - before; n != uint64(tc.stored) {
+				t.Fatalf("stream grew by %d messages, want %d", n, tc.stored)
 			}
 		})
 	}
-	// Several events in one append are chained by sequence.
-	last, err := s.LastSequence(ctx, subject)
-	if err != nil {
-		t.Fatal(err)
+}
+
+func TestAppendExpectedSequence(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		name     string
+		prior    int                      // events on the subject before the append
+		expected func(last uint64) uint64 // from the subject's last sequence
+		conflict bool
+	}{
+		{"zero on a new subject", 0, func(uint64) uint64 { return 0 }, false},
+		{"zero on a subject with events", 1, func(uint64) uint64 { return 0 }, true},
+		{"current", 2, func(last uint64) uint64 { return last }, false},
+		{"stale", 2, func(last uint64) uint64 { return last - 1 }, true},
+		{"ahead", 1, func(last uint64) uint64 { return last + 5 }, true},
+		{"nonzero on a new subject", 0, func(uint64) uint64 { return 1 }, true},
+		{"any on a new subject", 0, func(uint64) uint64 { return events.AnySequence }, false},
+		{"any on a subject with events", 2, func(uint64) uint64 { return events.AnySequence }, false},
 	}
-	got, err := s.Append(ctx, subject, last, fleetEvent("fleets/arena", 3), fleetEvent("fleets/arena", 4))
-	if err != nil {
-		t.Fatal(err)
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			id := fmt.Sprintf("exp-%d", i)
+			subject := fleetSubject(id)
+			for range tc.prior {
+				// Interleave another subject so stream and subject sequences differ.
+				e.append(t, fleetSubject("other"), events.AnySequence, fleetCreated("other", 1))
+				e.append(t, subject, events.AnySequence, fleetCreated(id, 1))
+			}
+			last, err := e.store.LastSequence(e.ctx, subject)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq, err := e.store.Append(e.ctx, subject, tc.expected(last), fleetCreated(id, 2))
+			if got := errors.Is(err, events.ErrConflict); got != tc.conflict {
+				t.Fatalf("conflict = %v (err %v), want %v", got, err, tc.conflict)
+			}
+			if !tc.conflict && err != nil {
+				t.Fatal(err)
+			}
+			after, err := e.store.LastSequence(e.ctx, subject)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := seq
+			if tc.conflict {
+				want = last // nothing stored
+			}
+			if after != want {
+				t.Fatalf("subject's last sequence %d after the append, want %d", after, want)
+			}
+		})
 	}
-	if got != last+2 {
-		t.Fatalf("two-event append ended at %d, want %d", got, last+2)
+}
+
+func TestAppendSeveralEvents(t *testing.T) {
+	e := newEnv(t)
+	subject := fleetSubject("several")
+	first := e.append(t, subject, 0, fleetCreated("several", 1))
+	evs := []events.Envelope{fleetCreated("several", 2), fleetCreated("several", 3), fleetCreated("several", 4)}
+	last := e.append(t, subject, first, evs...)
+	if last != first+3 {
+		t.Fatalf("append ended at %d, want %d", last, first+3)
+	}
+	hist := e.history(t, subject, first+1)
+	if len(hist) != len(evs) {
+		t.Fatalf("%d events after %d, want %d", len(hist), first, len(evs))
+	}
+	for i, h := range hist {
+		if h.ID != evs[i].ID || h.Sequence != first+1+uint64(i) {
+			t.Fatalf("event %d: id %s sequence %d, want %s at %d", i, h.ID, h.Sequence, evs[i].ID, first+1+uint64(i))
+		}
+	}
+}
+
+func TestAppendRejects(t *testing.T) {
+	e := newEnv(t)
+	bad := fleetCreated("rejects", 1)
+	bad.Type = "FleetDeleted" // does not match the payload
+	noID := fleetCreated("rejects", 1)
+	noID.ID = ""
+	tests := []struct {
+		name    string
+		subject string
+		evs     []events.Envelope
+	}{
+		{"no events", fleetSubject("rejects"), nil},
+		{"wildcard subject", events.FleetGameServersSubject("rejects"), []events.Envelope{fleetCreated("rejects", 1)}},
+		{"subject outside the stream", "elsewhere.fleet.rejects", []events.Envelope{fleetCreated("rejects", 1)}},
+		{"bare prefix", events.SubjectPrefix + ".", []events.Envelope{fleetCreated("rejects", 1)}},
+		{"bad envelope after a good one", fleetSubject("rejects"), []events.Envelope{fleetCreated("rejects", 1), bad}},
+		{"event without id", fleetSubject("rejects"), []events.Envelope{noID}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := e.streamMsgs(t)
+			if _, err := e.store.Append(e.ctx, tc.subject, events.AnySequence, tc.evs...); err == nil {
+				t.Fatal("append succeeded, want an error")
+			} else if errors.Is(err, events.ErrConflict) {
+				t.Fatalf("err %v is a conflict, want another error", err)
+			}
+			if n := e.streamMsgs(t) - before; n != 0 {
+				t.Fatalf("%d messages stored by a refused append", n)
+			}
+		})
+	}
+}
+
+func TestAppendHeaders(t *testing.T) {
+	e := newEnv(t)
+	traced := fleetCreated("headers", 1)
+	traced.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	traced.TraceState = "vendor=x"
+	tests := []struct {
+		name string
+		ev   events.Envelope
+		want map[string]string
+	}{
+		{"plain", fleetCreated("headers", 2), map[string]string{natsjs.HeaderTraceParent: "", natsjs.HeaderTraceState: ""}},
+		{"traced", traced, map[string]string{natsjs.HeaderTraceParent: traced.TraceParent, natsjs.HeaderTraceState: traced.TraceState}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			seq := e.append(t, fleetSubject("headers"), events.AnySequence, tc.ev)
+			msg, err := e.store.Stream().GetMsg(e.ctx, seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.want[jetstream.MsgIDHeader] = tc.ev.ID
+			tc.want[natsjs.HeaderType] = "FleetCreated"
+			for k, v := range tc.want {
+				if got := msg.Header.Get(k); got != v {
+					t.Errorf("header %s = %q, want %q", k, got, v)
+				}
+			}
+			if got := msg.Header.Get(jetstream.ExpectedLastSubjSeqHeader); got != "" {
+				t.Errorf("AnySequence append carries %s: %q", jetstream.ExpectedLastSubjSeqHeader, got)
+			}
+		})
 	}
 }
 
 func TestHistory(t *testing.T) {
-	s, ctx := newStore(t)
-	a, b := events.MustSubject("fleets/arena/gameServers/gs-a"), events.MustSubject("fleets/arena/gameServers/gs-b")
-	var want []uint64
+	e := newEnv(t)
+	a := events.MustSubject(events.GameServerName("arena", "gs-a"))
+	b := events.MustSubject(events.GameServerName("arena", "gs-b"))
+	other := events.MustSubject(events.GameServerName("other", "gs-a"))
+	var all, onA []events.Envelope
 	for i := range 3 {
-		for _, subj := range []string{a, b} {
-			seq, err := s.Append(ctx, subj, events.AnySequence, events.New("fleets/arena/gameServers/x", time.Now(), &eventsv1.HealthDegraded{MissedPeriods: int32(i)}))
-			if err != nil {
-				t.Fatal(err)
+		for _, subj := range []string{a, b, other} {
+			name, _ := events.NameFromSubject(subj)
+			ev := events.New(name, time.Now(), &eventsv1.HealthDegraded{MissedPeriods: int32(i)})
+			ev.Sequence = e.append(t, subj, events.AnySequence, ev)
+			if subj == other {
+				continue
 			}
+			all = append(all, ev)
 			if subj == a {
-				want = append(want, seq)
+				onA = append(onA, ev)
 			}
 		}
 	}
-	for _, tc := range []struct {
+	tests := []struct {
 		name    string
 		subject string
 		from    uint64
-		want    int
+		want    []events.Envelope
 	}{
-		{"one subject", a, 0, 3},
-		{"wildcard", events.FleetGameServersSubject("arena"), 0, 6},
-		{"from the second event", a, want[1], 2},
-		{"past the end", a, want[2] + 1, 0},
-		{"empty subject", events.MustSubject("fleets/none"), 0, 0},
-	} {
+		{"one subject", a, 0, onA},
+		{"from 1 is all", a, 1, onA},
+		{"wildcard", events.FleetGameServersSubject("arena"), 0, all},
+		{"from an event's sequence", a, onA[1].Sequence, onA[1:]},
+		{"from between events", a, onA[1].Sequence - 1, onA[1:]},
+		{"wildcard from", events.FleetGameServersSubject("arena"), all[3].Sequence, all[3:]},
+		{"wildcard, one event", events.FleetGameServersSubject("arena"), all[5].Sequence, all[5:]},
+		{"one event", a, onA[2].Sequence, onA[2:]},
+		{"past the end", a, onA[2].Sequence + 1, nil},
+		{"far past the stream's end", a, 1 << 40, nil},
+		{"empty subject", fleetSubject("none"), 0, nil},
+		{"empty wildcard", events.FleetGameServersSubject("none"), 0, nil},
+	}
+	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			hist, err := s.History(ctx, tc.subject, tc.from)
-			if err != nil {
-				t.Fatal(err)
+			start := time.Now()
+			got := e.history(t, tc.subject, tc.from)
+			if took := time.Since(start); took > 2*time.Second {
+				t.Errorf("History took %s", took)
 			}
-			if len(hist) != tc.want {
-				t.Fatalf("%d events, want %d", len(hist), tc.want)
+			if got == nil {
+				t.Error("History returned nil, want an empty slice")
 			}
-			for i := 1; i < len(hist); i++ {
-				if hist[i].Sequence <= hist[i-1].Sequence {
-					t.Fatalf("out of order: %d after %d", hist[i].Sequence, hist[i-1].Sequence)
+			if len(got) != len(tc.want) {
+				t.Fatalf("%d events, want %d", len(got), len(tc.want))
+			}
+			for i, w := range tc.want {
+				g := got[i]
+				if g.ID != w.ID || g.Sequence != w.Sequence || g.Type != w.Type || g.Aggregate != w.Aggregate || !proto.Equal(g.Data, w.Data) {
+					t.Fatalf("event %d: got %s %s seq %d %v, want %s %s seq %d %v", i, g.ID, g.Type, g.Sequence, g.Data, w.ID, w.Type, w.Sequence, w.Data)
 				}
 			}
 		})
 	}
-	if n, err := s.LastSequence(ctx, events.MustSubject("fleets/none")); err != nil || n != 0 {
-		t.Fatalf("LastSequence of an unknown subject = %d, %v", n, err)
+	info, err := e.store.Stream().Info(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Consumers != 0 {
+		t.Fatalf("%d consumers left behind by History", info.State.Consumers)
 	}
 }
 
-// BenchmarkAppendGuarded measures synchronous appends guarded by the
-// per-subject expected sequence, over 1000 aggregates.
+func TestHistoryLarge(t *testing.T) {
+	e := newEnv(t)
+	subject := fleetSubject("large")
+	const n = 2500 // more than one pull batch
+	evs := make([]events.Envelope, 0, 100)
+	for i := range n {
+		evs = append(evs, fleetCreated("large", int32(i)))
+		if len(evs) == cap(evs) {
+			e.append(t, subject, events.AnySequence, evs...)
+			evs = evs[:0]
+		}
+	}
+	got := e.history(t, subject, 0)
+	if len(got) != n {
+		t.Fatalf("%d events, want %d", len(got), n)
+	}
+	for i, g := range got {
+		if g.Sequence != uint64(i+1) || g.Data.(*eventsv1.FleetCreated).GetSpec().GetReplicas() != int32(i) {
+			t.Fatalf("event %d: sequence %d, payload %v", i, g.Sequence, g.Data)
+		}
+	}
+}
+
+func TestHistoryUndecodable(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		name  string
+		prior int // good events before the poison
+		after int // good events after it
+	}{
+		{"only event", 0, 0},
+		{"after good ones", 2, 0},
+		{"among good ones", 1, 2},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			id := fmt.Sprintf("poison-%d", i)
+			subject := fleetSubject(id)
+			for range tc.prior {
+				e.append(t, subject, events.AnySequence, fleetCreated(id, 1))
+			}
+			ack, err := e.js.Publish(e.ctx, subject, []byte("not an envelope"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range tc.after {
+				e.append(t, subject, events.AnySequence, fleetCreated(id, 1))
+			}
+			_, err = e.store.History(e.ctx, subject, 0)
+			if !errors.Is(err, events.ErrUndecodable) {
+				t.Fatalf("err %v, want events.ErrUndecodable", err)
+			}
+			if want := fmt.Sprintf("sequence %d", ack.Sequence); !strings.Contains(err.Error(), want) {
+				t.Fatalf("err %q does not name %q", err, want)
+			}
+		})
+	}
+}
+
+func TestHistoryCanceled(t *testing.T) {
+	e := newEnv(t)
+	subject := fleetSubject("canceled")
+	e.append(t, subject, 0, fleetCreated("canceled", 1))
+	ctx, cancel := context.WithCancel(e.ctx)
+	cancel()
+	if _, err := e.store.History(ctx, subject, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+}
+
+func TestSequences(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		name string
+		read func() (uint64, error)
+	}{
+		{"unknown subject", func() (uint64, error) { return e.store.LastSequence(e.ctx, fleetSubject("unknown")) }},
+		{"empty stream", func() (uint64, error) { return e.store.StreamLastSequence(e.ctx) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, err := tc.read(); err != nil || got != 0 {
+				t.Fatalf("got %d, %v; want 0", got, err)
+			}
+		})
+	}
+	a := e.append(t, fleetSubject("a"), 0, fleetCreated("a", 1))
+	b := e.append(t, fleetSubject("b"), 0, fleetCreated("b", 1))
+	if got, err := e.store.LastSequence(e.ctx, fleetSubject("a")); err != nil || got != a {
+		t.Fatalf("LastSequence(a) = %d, %v; want %d", got, err, a)
+	}
+	if got, err := e.store.StreamLastSequence(e.ctx); err != nil || got != b {
+		t.Fatalf("StreamLastSequence = %d, %v; want %d", got, err, b)
+	}
+}
+
+func TestNew(t *testing.T) {
+	ns := natstest.Start(t)
+	_, js := natstest.Connect(t, ns)
+	ctx := t.Context()
+	tests := []struct {
+		name    string
+		opts    natsjs.Options
+		wantErr bool
+	}{
+		{"defaults", natsjs.Options{}, false},
+		{"again, unchanged", natsjs.Options{}, false},
+		{"longer duplicate window", natsjs.Options{DuplicateWindow: time.Hour}, false},
+		{"too many replicas", natsjs.Options{Replicas: 7}, true},
+		{"negative duplicate window", natsjs.Options{DuplicateWindow: -time.Second}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := natsjs.New(ctx, js, tc.opts)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatal("New succeeded, want an error")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := s.Stream().CachedInfo().Config
+			window := tc.opts.DuplicateWindow
+			if window == 0 {
+				window = natsjs.DefaultDuplicateWindow
+			}
+			if cfg.Name != events.StreamName || !cfg.DenyDelete || !cfg.DenyPurge || !cfg.AllowDirect ||
+				cfg.Duplicates != window || cfg.Storage != jetstream.FileStorage || cfg.Replicas != 1 ||
+				len(cfg.Subjects) != 1 || cfg.Subjects[0] != events.SubjectPrefix+".>" {
+				t.Fatalf("stream config %+v", cfg)
+			}
+		})
+	}
+}
+
+// BenchmarkAppendGuarded measures sequential synchronous appends, each
+// guarded by its aggregate's last sequence, over 1000 aggregates.
 func BenchmarkAppendGuarded(b *testing.B) {
-	s, ctx := newStore(b)
+	e := newEnv(b)
 	const aggregates = 1000
 	last := make([]uint64, aggregates)
 	subjects := make([]string, aggregates)
+	names := make([]string, aggregates)
 	for i := range subjects {
-		subjects[i] = events.MustSubject(fmt.Sprintf("fleets/arena/gameServers/gs-%d", i))
+		names[i] = events.GameServerName("arena", fmt.Sprintf("gs-%d", i))
+		subjects[i] = events.MustSubject(names[i])
 	}
 	payload := &eventsv1.HealthDegraded{MissedPeriods: 1}
-	b.ResetTimer()
-	start := time.Now()
-	for i := range b.N {
+	i := 0
+	for b.Loop() {
 		k := i % aggregates
-		seq, err := s.Append(ctx, subjects[k], last[k], events.New("fleets/arena/gameServers/x", time.Now(), payload))
+		seq, err := e.store.Append(e.ctx, subjects[k], last[k], events.New(names[k], time.Now(), payload))
 		if err != nil {
 			b.Fatal(err)
 		}
 		last[k] = seq
+		i++
 	}
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkHistory measures reading one aggregate's history.
+func BenchmarkHistory(b *testing.B) {
+	for _, n := range []int{0, 1, 10, 100} {
+		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
+			e := newEnv(b)
+			subject := fleetSubject("bench")
+			for i := range n {
+				e.append(b, subject, events.AnySequence, fleetCreated("bench", int32(i)))
+			}
+			for b.Loop() {
+				h, err := e.store.History(e.ctx, subject, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(h) != n {
+					b.Fatalf("%d events, want %d", len(h), n)
+				}
+			}
+		})
+	}
 }
