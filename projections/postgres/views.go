@@ -115,11 +115,11 @@ func scanFleets(rows pgx.Rows) ([]FleetRow, error) {
 
 // GameServer returns a game server or projections.ErrNotFound.
 func (v *Views) GameServer(ctx context.Context, name string) (Row[*eventsv1.GameServerState], error) {
-	rows, err := v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM game_servers WHERE name = $1`, name)
+	rows, err := v.pool.Query(ctx, gameServerQuery+` WHERE g.name = $1`, name)
 	if err != nil {
 		return Row[*eventsv1.GameServerState]{}, fmt.Errorf("views: game server %s: %w", name, err)
 	}
-	list, err := scanRows[*eventsv1.GameServerState](rows)
+	list, err := scanGameServers(rows)
 	if err != nil {
 		return Row[*eventsv1.GameServerState]{}, err
 	}
@@ -149,23 +149,51 @@ type GameServerQuery struct {
 
 // ListGameServers returns game servers matching q, ordered by name.
 func (v *Views) ListGameServers(ctx context.Context, q GameServerQuery) ([]Row[*eventsv1.GameServerState], error) {
-	where := []string{"name > $1"}
+	where := []string{"g.name > $1"}
 	args := []any{q.After}
 	for _, f := range []struct{ col, val string }{
 		{"fleet", q.Fleet}, {"state", q.State}, {"host", q.Host}, {"health", q.Health}, {"connection", q.Connection},
 	} {
 		if f.val != "" {
 			args = append(args, f.val)
-			where = append(where, fmt.Sprintf("%s = $%d", f.col, len(args)))
+			where = append(where, fmt.Sprintf("g.%s = $%d", f.col, len(args)))
 		}
 	}
 	args = append(args, q.Limit)
-	rows, err := v.pool.Query(ctx, fmt.Sprintf(`SELECT snapshot, last_sequence FROM game_servers WHERE %s ORDER BY name LIMIT $%d`,
+	rows, err := v.pool.Query(ctx, fmt.Sprintf(gameServerQuery+` WHERE %s ORDER BY g.name LIMIT $%d`,
 		strings.Join(where, " AND "), len(args)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("views: list game servers: %w", err)
 	}
-	return scanRows[*eventsv1.GameServerState](rows)
+	return scanGameServers(rows)
+}
+
+// gameServerQuery reads game servers with their host's status.
+const gameServerQuery = `SELECT g.snapshot, g.last_sequence, coalesce(h.status, '') FROM game_servers g LEFT JOIN hosts h ON h.name = g.host`
+
+// scanGameServers decodes game servers. While a server's host is
+// UNREACHABLE or LOST, nothing is known of its SDK connection: the server is
+// shown with connection UNKNOWN (its stored state keeps the last fact).
+func scanGameServers(rows pgx.Rows) ([]Row[*eventsv1.GameServerState], error) {
+	defer rows.Close()
+	var out []Row[*eventsv1.GameServerState]
+	for rows.Next() {
+		var snap []byte
+		var seq int64
+		var hostStatus string
+		if err := rows.Scan(&snap, &seq, &hostStatus); err != nil {
+			return nil, fmt.Errorf("views: scan game server: %w", err)
+		}
+		s := &eventsv1.GameServerState{}
+		if err := proto.Unmarshal(snap, s); err != nil {
+			return nil, fmt.Errorf("views: decode game server: %w", err)
+		}
+		if (hostStatus == "UNREACHABLE" || hostStatus == "LOST") && s.GetLifecycle() != eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
+			s.Connection = eventsv1.ConnectionState_CONNECTION_STATE_UNKNOWN
+		}
+		out = append(out, Row[*eventsv1.GameServerState]{State: s, Sequence: uint64(seq)})
+	}
+	return out, rows.Err()
 }
 
 // LiveGameServers returns every game server not yet TERMINATED, ordered by name.

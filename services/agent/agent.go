@@ -20,12 +20,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/services/hostbeat"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
-
-// HeartbeatBucket is the KV bucket holding one key per live host, refreshed
-// by its agent; the controller watches it (DESIGN.md §4).
-const HeartbeatBucket = "TETHER_HOSTS"
 
 // eventStore is what the agent needs of the event store (events/natsjs).
 type eventStore interface {
@@ -200,14 +197,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.register(ctx); err != nil {
 		return err
 	}
-	kv, err := a.opts.JetStream.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      HeartbeatBucket,
-		Description: "Host heartbeats: one key per live host",
-		TTL:         10 * a.opts.HeartbeatInterval,
-		History:     1,
-	})
+	kv, err := hostbeat.Open(ctx, a.opts.JetStream)
 	if err != nil {
-		return fmt.Errorf("agent: heartbeat bucket: %w", err)
+		return err
 	}
 	cons, err := a.opts.Commands.Consumer(ctx, a.opts.HostID)
 	if err != nil {
@@ -245,7 +237,7 @@ func (a *Agent) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
 	t := time.NewTicker(a.opts.HeartbeatInterval)
 	defer t.Stop()
 	for {
-		if _, err := kv.Put(ctx, a.opts.HostID, []byte(a.opts.Now().UTC().Format(time.RFC3339Nano))); err != nil && ctx.Err() == nil {
+		if err := hostbeat.Beat(ctx, kv, a.opts.HostID, a.opts.Now()); err != nil && ctx.Err() == nil {
 			a.log.Warn("host heartbeat failed", "err", err)
 		}
 		select {

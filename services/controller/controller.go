@@ -69,6 +69,12 @@ type Options struct {
 	Interval time.Duration
 	// ShutdownGrace is the deadline given to a stopped server; default 30s.
 	ShutdownGrace time.Duration
+	// UnreachableAfter marks a host UNREACHABLE after this long without a
+	// heartbeat; default 10s.
+	UnreachableAfter time.Duration
+	// LostAfter marks an unreachable host LOST (its servers are replaced)
+	// after this long without a heartbeat; default 60s.
+	LostAfter time.Duration
 	// StartTimeout re-sends the start command of a server still SCHEDULED
 	// after this long; default 10s.
 	StartTimeout time.Duration
@@ -92,6 +98,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.ShutdownGrace <= 0 {
 		o.ShutdownGrace = 30 * time.Second
+	}
+	if o.UnreachableAfter <= 0 {
+		o.UnreachableAfter = 10 * time.Second
+	}
+	if o.LostAfter <= 0 {
+		o.LostAfter = 60 * time.Second
 	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 10 * time.Second
@@ -135,6 +147,8 @@ type Controller struct {
 	passTime  metric.Float64Histogram
 
 	noRoomLogged map[string]time.Time // fleet → last "no host with room" log
+	beats        jetstream.KeyValue   // host heartbeats, opened on first use
+	seen         map[string]time.Time // host id → last heartbeat known while leader
 }
 
 // New builds a controller; Run starts it.
@@ -143,7 +157,7 @@ func New(opts Options) (*Controller, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	c := &Controller{opts: opts, log: opts.Logger.With("controller", opts.ID), producer: "controllers/" + opts.ID, noRoomLogged: map[string]time.Time{}}
+	c := &Controller{opts: opts, log: opts.Logger.With("controller", opts.ID), producer: "controllers/" + opts.ID, noRoomLogged: map[string]time.Time{}, seen: map[string]time.Time{}}
 	m := opts.MeterProvider.Meter("github.com/tetherhq/tether/services/controller")
 	var err error
 	if c.scheduled, err = m.Int64Counter("tether_controller_scheduled", metric.WithDescription("Game servers scheduled.")); err != nil {
@@ -206,6 +220,7 @@ func (c *Controller) Run(ctx context.Context) error {
 // lead reconciles while the lease holds.
 func (c *Controller) lead(ctx context.Context, l *lease) {
 	c.leader.Store(true)
+	c.seen = map[string]time.Time{} // every host gets a full grace from a new leader
 	c.log.Info("became leader")
 	lctx, lost := context.WithCancel(ctx)
 	defer lost()
@@ -274,7 +289,17 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	hosts, err := c.hosts(ctx)
+	hostRows, err := c.allHosts(ctx)
+	if err != nil {
+		return err
+	}
+	var last uint64
+	note := func(seq uint64) { last = max(last, seq) }
+	status, err := c.checkHosts(ctx, hostRows, servers, note)
+	if err != nil {
+		return err
+	}
+	hosts, err := roomOn(hostRows, status)
 	if err != nil {
 		return err
 	}
@@ -284,10 +309,11 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if status[s.State.GetHost()] == eventsv1.HostStatus_HOST_STATUS_LOST {
+			continue // just terminated by checkHosts
+		}
 		byFleet[events.FleetName(fleet)] = append(byFleet[events.FleetName(fleet)], s)
 	}
-	var last uint64
-	note := func(seq uint64) { last = max(last, seq) }
 	for _, f := range fleets {
 		if err := c.reconcileFleet(ctx, f.State, byFleet[f.State.GetName()], hosts, note); err != nil {
 			c.log.Error("reconcile fleet", "fleet", f.State.GetName(), "err", err)
@@ -331,29 +357,37 @@ func (c *Controller) allFleets(ctx context.Context) ([]postgres.FleetRow, error)
 	}
 }
 
-func (c *Controller) hosts(ctx context.Context) ([]*hostSlot, error) {
-	var out []*hostSlot
+func (c *Controller) allHosts(ctx context.Context) ([]postgres.HostRow, error) {
+	var out []postgres.HostRow
 	after := ""
 	for {
 		page, err := c.opts.Views.Hosts(ctx, after, 500)
 		if err != nil {
 			return nil, err
 		}
-		for _, h := range page {
-			if h.State.GetStatus() != eventsv1.HostStatus_HOST_STATUS_ONLINE {
-				continue
-			}
-			id, err := events.ParseHostName(h.State.GetName())
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, &hostSlot{id: id, name: h.State.GetName(), capacity: h.State.GetCapacity(), used: h.Used})
-		}
+		out = append(out, page...)
 		if len(page) < 500 {
 			return out, nil
 		}
 		after = page[len(page)-1].State.GetName()
 	}
+}
+
+// roomOn lists the hosts that take new servers: ONLINE ones (not
+// unreachable, lost or draining), with their used slots.
+func roomOn(hosts []postgres.HostRow, status map[string]eventsv1.HostStatus) ([]*hostSlot, error) {
+	var out []*hostSlot
+	for _, h := range hosts {
+		if status[h.State.GetName()] != eventsv1.HostStatus_HOST_STATUS_ONLINE {
+			continue
+		}
+		id, err := events.ParseHostName(h.State.GetName())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &hostSlot{id: id, name: h.State.GetName(), capacity: h.State.GetCapacity(), used: h.Used})
+	}
+	return out, nil
 }
 
 // reconcileFleet brings one fleet toward its replica count.
