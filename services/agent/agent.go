@@ -20,8 +20,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/services/hostbeat"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/hostbeat"
 )
 
 // eventStore is what the agent needs of the event store (events/natsjs).
