@@ -67,6 +67,10 @@ type Options struct {
 	RestartBackoff time.Duration
 	// HealthEvalInterval is how often the health contract is evaluated; default 200ms.
 	HealthEvalInterval time.Duration
+	// SyncInterval is how often the agent re-reads its servers' histories to
+	// catch decisions it missed (e.g. servers terminated while its host was
+	// lost); default 5s.
+	SyncInterval time.Duration
 	// StreamKeepalive is the interval of gRPC keepalive pings on SDK
 	// connections, so a vanished peer is noticed; default 10s.
 	StreamKeepalive time.Duration
@@ -114,6 +118,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.HealthEvalInterval <= 0 {
 		o.HealthEvalInterval = 200 * time.Millisecond
+	}
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = 5 * time.Second
 	}
 	if o.StreamKeepalive <= 0 {
 		o.StreamKeepalive = 10 * time.Second
@@ -211,6 +218,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return a.heartbeat(gctx, kv) })
 	g.Go(func() error { return a.consumeCommands(gctx, cons) })
 	g.Go(func() error { return a.evaluateHealth(gctx) })
+	g.Go(func() error { return a.syncServers(gctx) })
 	err = g.Wait()
 	if a.opts.KillProcessesOnExit {
 		a.stopAll()
@@ -267,6 +275,46 @@ func (a *Agent) evaluateHealth(ctx context.Context) error {
 		now := a.opts.Now()
 		for _, gs := range list {
 			gs.evaluate(ctx, now)
+		}
+	}
+}
+
+// syncServers re-reads each server's history every SyncInterval. A server
+// the control plane terminated (HOST_LOST while this host was out of sight)
+// or told to stop while the stop command was lost is stopped here, so no
+// replaced server keeps running beside its replacement.
+func (a *Agent) syncServers(ctx context.Context) error {
+	t := time.NewTicker(a.opts.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		a.mu.Lock()
+		list := make([]*gameServer, 0, len(a.servers))
+		for _, gs := range a.servers {
+			list = append(list, gs)
+		}
+		a.mu.Unlock()
+		for _, gs := range list {
+			gs.refresh(ctx)
+			gs.mu.Lock()
+			st, stopping := gs.state, gs.stopping
+			gs.mu.Unlock()
+			switch st.GetLifecycle() {
+			case eventsv1.Lifecycle_LIFECYCLE_TERMINATED, eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN:
+				if !stopping {
+					gs.log.Warn("server ended by the control plane while its process runs; stopping it",
+						"state", events.LifecycleName(st.GetLifecycle()), "reason", events.ReasonName(st.GetReason()))
+					deadline := a.opts.Now().Add(10 * time.Second)
+					if d := st.GetShutdownDeadline(); d != nil {
+						deadline = d.AsTime()
+					}
+					gs.stop(st.GetReason(), deadline)
+				}
+			}
 		}
 	}
 }

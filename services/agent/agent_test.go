@@ -72,7 +72,7 @@ func newHarness(t *testing.T) *harness {
 	a, err := agent.New(agent.Options{
 		HostID: "h1", JetStream: js, Store: store, Commands: bus, LogDir: t.TempDir(),
 		PortMin: 21000 + os.Getpid()%500*10, PortMax: 21000 + os.Getpid()%500*10 + 9,
-		KillProcessesOnExit: true, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		KillProcessesOnExit: true, Logger: slog.New(slog.NewTextHandler(logs, nil)), SyncInterval: 100 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -288,4 +288,34 @@ func fold(t *testing.T, hist []events.Envelope) *eventsv1.GameServerState {
 		}
 	}
 	return s
+}
+
+func TestServerTerminatedElsewhereIsStopped(t *testing.T) {
+	h := newHarness(t)
+	name := "fleets/arena/gameServers/gs-lost"
+	h.schedule(name, &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}})
+	started := h.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted)
+
+	// The controller declared the host lost while the agent was out of sight.
+	hist := h.history(name)
+	msgs, err := events.DecideGameServer(name, fold(t, hist), events.Terminate{Reason: eventsv1.Reason_REASON_HOST_LOST})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.Append(h.ctx, events.MustSubject(name), hist[len(hist)-1].Sequence, events.New(name, time.Now(), msgs[0])); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(int(started.GetPid()))); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d of a terminated server still runs", started.GetPid())
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval
+	}
+	for _, e := range h.history(name)[len(hist)+1:] {
+		t.Fatalf("the agent wrote %s after the server was terminated", e.Type)
+	}
 }

@@ -202,6 +202,10 @@ func (gs *gameServer) supervise(ctx context.Context) {
 		exited.WillRestart = restart
 		gs.log.Info("game server process exited", "pid", proc.Pid, "exit_code", exited.ExitCode, "signal", exited.GetSignal(), "attempt", attempt, "restart", restart)
 		if !restart {
+			if gs.lifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
+				gs.log.Info("process of a server already terminated elsewhere has ended")
+				return
+			}
 			gs.recordDetached(events.RecordExit{Exited: exited})
 			return
 		}
