@@ -57,6 +57,12 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
+	return newHarnessWith(t, 0)
+}
+
+// newHarnessWith sets the SDK stream keepalive (0: the default).
+func newHarnessWith(t *testing.T, keepalive time.Duration) *harness {
+	t.Helper()
 	ns := natstest.Start(t)
 	_, js := natstest.Connect(t, ns)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -72,7 +78,7 @@ func newHarness(t *testing.T) *harness {
 	a, err := agent.New(agent.Options{
 		HostID: "h1", JetStream: js, Store: store, Commands: bus, LogDir: t.TempDir(),
 		PortMin: 21000 + os.Getpid()%500*10, PortMax: 21000 + os.Getpid()%500*10 + 9,
-		KillProcessesOnExit: true, Logger: slog.New(slog.NewTextHandler(logs, nil)), SyncInterval: 100 * time.Millisecond,
+		KillProcessesOnExit: true, Logger: slog.New(slog.NewTextHandler(logs, nil)), SyncInterval: 100 * time.Millisecond, StreamKeepalive: keepalive,
 	})
 	if err != nil {
 		t.Fatal(err)
