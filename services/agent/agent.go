@@ -16,7 +16,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tetherhq/tether/events"
@@ -71,6 +74,12 @@ type Options struct {
 	// catch decisions it missed (e.g. servers terminated while its host was
 	// lost); default 5s.
 	SyncInterval time.Duration
+	// OutboxDir keeps events while NATS is unreachable; default LogDir/outbox.
+	OutboxDir string
+	// OutboxMax bounds the events kept; default 100000.
+	OutboxMax int
+	// MeterProvider; default no-op.
+	MeterProvider metric.MeterProvider
 	// StreamKeepalive is the interval of gRPC keepalive pings on SDK
 	// connections, so a vanished peer is noticed; default 10s.
 	StreamKeepalive time.Duration
@@ -122,6 +131,15 @@ func (o *Options) setDefaults() {
 	if o.SyncInterval <= 0 {
 		o.SyncInterval = 5 * time.Second
 	}
+	if o.OutboxDir == "" {
+		o.OutboxDir = filepath.Join(o.LogDir, "outbox")
+	}
+	if o.OutboxMax <= 0 {
+		o.OutboxMax = 100_000
+	}
+	if o.MeterProvider == nil {
+		o.MeterProvider = metricnoop.NewMeterProvider()
+	}
 	if o.StreamKeepalive <= 0 {
 		o.StreamKeepalive = 10 * time.Second
 	}
@@ -160,6 +178,9 @@ type Agent struct {
 	producer string
 	ports    *portPool
 	sdk      *sdkServer
+	outbox   *outbox
+
+	outboxFull metric.Int64Counter
 
 	mu      sync.Mutex
 	servers map[string]*gameServer // by resource name
@@ -176,6 +197,7 @@ func New(opts Options) (*Agent, error) {
 	if err := os.MkdirAll(opts.LogDir, 0o755); err != nil {
 		return nil, fmt.Errorf("agent: log dir: %w", err)
 	}
+	var err error
 	a := &Agent{
 		opts:     opts,
 		log:      opts.Logger.With("host", opts.HostID),
@@ -184,6 +206,22 @@ func New(opts Options) (*Agent, error) {
 		ports:    newPortPool(opts.PortMin, opts.PortMax),
 		servers:  map[string]*gameServer{},
 		tokens:   map[string]*gameServer{},
+	}
+	if a.outbox, err = openOutbox(opts.OutboxDir, opts.OutboxMax); err != nil {
+		return nil, err
+	}
+	meter := opts.MeterProvider.Meter("github.com/tetherhq/tether/services/agent")
+	if a.outboxFull, err = meter.Int64Counter("tether_agent_outbox_full",
+		metric.WithDescription("Events refused because the outbox was full while NATS was unreachable.")); err != nil {
+		return nil, err
+	}
+	if _, err = meter.Int64ObservableGauge("tether_agent_outbox_events",
+		metric.WithDescription("Events kept on disk, waiting for NATS."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(int64(a.outbox.len()))
+			return nil
+		})); err != nil {
+		return nil, err
 	}
 	sdk, err := newSDKServer(a, opts.SDKAddr, opts.SDKHTTPAddr)
 	if err != nil {
@@ -219,12 +257,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return a.consumeCommands(gctx, cons) })
 	g.Go(func() error { return a.evaluateHealth(gctx) })
 	g.Go(func() error { return a.syncServers(gctx) })
+	g.Go(func() error { return a.publishOutbox(gctx) })
 	err = g.Wait()
 	if a.opts.KillProcessesOnExit {
 		a.stopAll()
 	}
 	a.wg.Wait()
-	return err
+	return errors.Join(err, a.outbox.close())
 }
 
 // register announces the host and its capacity.
@@ -275,6 +314,86 @@ func (a *Agent) evaluateHealth(ctx context.Context) error {
 		now := a.opts.Now()
 		for _, gs := range list {
 			gs.evaluate(ctx, now)
+		}
+	}
+}
+
+// publishOutbox publishes events kept while NATS was unreachable, oldest
+// first, each with its own id (so a retry is stored once), retrying with
+// backoff until they are out; then the servers concerned rebuild their state
+// from the stream.
+func (a *Agent) publishOutbox(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		e, ok, ready := a.outbox.head()
+		if !ok {
+			a.rebuildResynced(ctx)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-ready:
+				continue
+			}
+		}
+		env, err := events.Unmarshal(e.data)
+		if err != nil {
+			a.log.Error("outbox entry undecodable; dropped", "subject", e.subject, "err", err)
+			if err := a.outbox.pop(); err != nil {
+				return err
+			}
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = a.opts.Store.Append(pctx, e.subject, events.AnySequence, env)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			a.log.Warn("outbox publish failed; retrying", "pending", a.outbox.len(), "err", err, "backoff", backoff)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if err := a.outbox.pop(); err != nil {
+			return err
+		}
+		if a.outbox.len() == 0 {
+			a.log.Info("outbox drained")
+		}
+	}
+}
+
+// OutboxLen returns the number of events waiting in the outbox for NATS.
+func (a *Agent) OutboxLen() int { return a.outbox.len() }
+
+// natsUp reports whether the NATS connection is up right now; while it is
+// not, events go straight to the outbox instead of blocking supervision.
+func (a *Agent) natsUp() bool {
+	return a.opts.JetStream.Conn().Status() == nats.CONNECTED
+}
+
+// rebuildResynced refolds servers whose events went through the outbox.
+func (a *Agent) rebuildResynced(ctx context.Context) {
+	a.mu.Lock()
+	var list []*gameServer
+	for _, gs := range a.servers {
+		list = append(list, gs)
+	}
+	a.mu.Unlock()
+	for _, gs := range list {
+		gs.mu.Lock()
+		resync := gs.resync
+		gs.mu.Unlock()
+		if resync {
+			if err := gs.rebuild(ctx); err != nil {
+				a.log.Warn("rebuild server state", "game_server", gs.name, "err", err)
+			}
 		}
 	}
 }

@@ -54,6 +54,7 @@ type gameServer struct {
 	notice    *sdkv1.ShutdownNotice
 	killTimer *time.Timer
 	check     *healthCheck // nil until the process starts
+	resync    bool         // some of its events went through the outbox
 	streams   int
 	changed   chan struct{} // closed and replaced on every change
 	done      chan struct{} // closed when the server is finished
@@ -350,6 +351,9 @@ func (gs *gameServer) refresh(ctx context.Context) {
 }
 
 func (gs *gameServer) refreshLocked(ctx context.Context) error {
+	if gs.resync {
+		return nil // its queued events are not in the stream yet; rebuild follows the outbox
+	}
 	hist, err := gs.a.opts.Store.History(ctx, gs.subject, gs.seq+1)
 	if err != nil {
 		return err
@@ -394,28 +398,86 @@ func (gs *gameServer) recordLocked(ctx context.Context, cmd events.GameServerCom
 			envs[i].Producer = gs.a.producer
 			envs[i].CorrelationID = envs[0].ID
 		}
+		if gs.a.outbox.len() > 0 || !gs.a.natsUp() {
+			// NATS is away, or events wait in the outbox: queue behind them, in order.
+			return gs.enqueueLocked(envs)
+		}
 		seq, err := gs.a.opts.Store.Append(ctx, gs.subject, gs.seq, envs...)
 		if errors.Is(err, events.ErrConflict) {
 			if err := gs.refreshLocked(ctx); err != nil {
-				return err
+				return gs.enqueueLocked(envs)
 			}
 			continue
 		}
 		if err != nil {
+			gs.log.Warn("event store unreachable; keeping events in the outbox", "err", err)
+			return gs.enqueueLocked(envs)
+		}
+		if err := gs.foldLocked(envs); err != nil {
 			return err
 		}
-		for _, e := range envs {
-			next, err := events.ApplyGameServer(gs.state, e)
-			if err != nil {
-				return fmt.Errorf("fold own event: %w", err)
-			}
-			gs.state = next
-		}
 		gs.seq = seq
-		gs.notifyLocked()
 		return nil
 	}
 	return fmt.Errorf("agent: %s: %w after %d attempts", gs.name, events.ErrConflict, maxRecordAttempts)
+}
+
+// foldLocked applies the server's own events to its state.
+func (gs *gameServer) foldLocked(envs []events.Envelope) error {
+	for _, e := range envs {
+		next, err := events.ApplyGameServer(gs.state, e)
+		if err != nil {
+			return fmt.Errorf("fold own event: %w", err)
+		}
+		gs.state = next
+	}
+	gs.notifyLocked()
+	return nil
+}
+
+// enqueueLocked keeps events in the on-disk outbox for the publisher and
+// folds them locally, so supervision and health evaluation go on while NATS
+// is away. The server's state is rebuilt from the stream once they are out.
+func (gs *gameServer) enqueueLocked(envs []events.Envelope) error {
+	entries := make([]outboxEntry, len(envs))
+	for i, e := range envs {
+		data, err := e.Marshal()
+		if err != nil {
+			return err
+		}
+		entries[i] = outboxEntry{subject: gs.subject, data: data}
+	}
+	if err := gs.a.outbox.push(entries...); err != nil {
+		gs.a.outboxFull.Add(context.Background(), 1)
+		return err
+	}
+	gs.resync = true
+	return gs.foldLocked(envs)
+}
+
+// rebuild refolds the server's state from its whole history, after its
+// queued events were published (their sequences were unknown when folded).
+func (gs *gameServer) rebuild(ctx context.Context) error {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if gs.a.outbox.len() > 0 {
+		return nil // more of ours still queued
+	}
+	hist, err := gs.a.opts.Store.History(ctx, gs.subject, 0)
+	if err != nil {
+		return err
+	}
+	var state *eventsv1.GameServerState
+	var seq uint64
+	for _, e := range hist {
+		if next, err := events.ApplyGameServer(state, e); err == nil {
+			state = next
+		}
+		seq = e.Sequence
+	}
+	gs.state, gs.seq, gs.resync = state, seq, false
+	gs.notifyLocked()
+	return nil
 }
 
 // recordDetached records an event with its own deadline, so it lands even
