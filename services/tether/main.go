@@ -1,6 +1,7 @@
 // Command tether runs Tether's services: `tether dev` runs everything on one
-// machine; `tether apiserver` and `tether projector` run one service each
-// against a NATS server and a PostgreSQL database.
+// machine; `tether apiserver`, `tether projector`, `tether controller` and
+// `tether agent` run one service each against a NATS server (and, except the
+// agent, a PostgreSQL database).
 //
 // main only turns flags and environment into Options and runs components
 // under signal handling.
@@ -25,8 +26,11 @@ import (
 
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/apiserver"
+	"github.com/tetherhq/tether/services/commands"
 	"github.com/tetherhq/tether/services/connect"
+	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev"
 	"github.com/tetherhq/tether/services/telemetry"
 )
@@ -58,7 +62,7 @@ func rootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", envOr("TETHER_LOG_LEVEL", "info"), "debug, info, warn or error (env TETHER_LOG_LEVEL)")
 	root.PersistentFlags().StringVar(&g.natsURL, "nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server (env NATS_URL)")
 	root.PersistentFlags().StringVar(&g.dbURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL)")
-	root.AddCommand(devCommand(&g), apiserverCommand(&g), projectorCommand(&g))
+	root.AddCommand(devCommand(&g), apiserverCommand(&g), projectorCommand(&g), controllerCommand(&g), agentCommand(&g))
 	return root
 }
 
@@ -197,6 +201,107 @@ func projectorCommand(g *global) *cobra.Command {
 	f.IntVar(&opts.BatchSize, "batch-size", 4000, "events per batch at most")
 	f.DurationVar(&opts.FlushInterval, "flush-interval", 5*time.Millisecond, "flush a batch this long after its first event")
 	return cmd
+}
+
+func controllerCommand(g *global) *cobra.Command {
+	var opts controller.Options
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Keep fleets at their replica count (one active instance; others stand by)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runService(cmd.Context(), g, "tether-controller", func(ctx context.Context, d deps) (runner, error) {
+				store, err := natsjs.New(ctx, d.js, natsjs.Options{Logger: d.log})
+				if err != nil {
+					return nil, err
+				}
+				bus, err := commands.New(ctx, d.js)
+				if err != nil {
+					return nil, err
+				}
+				fresh := postgres.NewFreshness(d.pool, d.log)
+				opts.JetStream, opts.Store, opts.Views, opts.Freshness, opts.Commands = d.js, store, postgres.NewViews(d.pool), fresh, bus
+				opts.Logger, opts.MeterProvider = d.log, d.tel.MeterProvider
+				ctl, err := controller.New(opts)
+				if err != nil {
+					return nil, err
+				}
+				return runners{fresh, ctl}, nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.ID, "id", "", "instance id (default: random)")
+	f.DurationVar(&opts.LeaseTTL, "lease-ttl", 10*time.Second, "how long a silent leader keeps the lease")
+	f.DurationVar(&opts.Interval, "interval", time.Second, "reconcile period")
+	f.DurationVar(&opts.UnreachableAfter, "host-unreachable-after", 10*time.Second, "host heartbeat silence before UNREACHABLE")
+	f.DurationVar(&opts.LostAfter, "host-lost-after", 60*time.Second, "host heartbeat silence before LOST (servers replaced)")
+	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", 30*time.Second, "deadline given to a stopped game server")
+	return cmd
+}
+
+func agentCommand(g *global) *cobra.Command {
+	var opts agent.Options
+	var labels map[string]string
+	cmd := &cobra.Command{
+		Use:   "agent --host-id ID",
+		Short: "Run the host agent: launch and supervise game servers, serve the local SDK",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			tel, err := telemetry.New(telemetry.Options{ServiceName: "tether-agent"})
+			if err != nil {
+				return err
+			}
+			defer shutdown(log, tel)
+			nc, js, err := connect.NATS(g.natsURL, connect.NATSOptions{Name: "tether-agent-" + opts.HostID, Logger: log})
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			store, err := natsjs.New(cmd.Context(), js, natsjs.Options{Logger: log})
+			if err != nil {
+				return err
+			}
+			bus, err := commands.New(cmd.Context(), js)
+			if err != nil {
+				return err
+			}
+			opts.JetStream, opts.Store, opts.Commands, opts.Labels = js, store, bus, labels
+			opts.Logger, opts.MeterProvider = log, tel.MeterProvider
+			a, err := agent.New(opts)
+			if err != nil {
+				return err
+			}
+			return a.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.HostID, "host-id", "", "this host's id (required)")
+	f.IntVar(&opts.Capacity, "capacity", 10, "game server slots")
+	f.StringToStringVar(&labels, "labels", nil, "host labels, e.g. region=eu,zone=a")
+	f.StringVar(&opts.Address, "address", "127.0.0.1", "address game clients use to reach this host")
+	f.StringVar(&opts.SDKAddr, "sdk-addr", "127.0.0.1:7200", "local SDK gRPC address (loopback)")
+	f.StringVar(&opts.SDKHTTPAddr, "sdk-http-addr", "127.0.0.1:7201", "local SDK REST address (loopback)")
+	f.IntVar(&opts.PortMin, "port-min", 7300, "first game server port")
+	f.IntVar(&opts.PortMax, "port-max", 7999, "last game server port")
+	f.StringVar(&opts.LogDir, "log-dir", "", "game server logs and the outbox (default: a temp dir)")
+	f.DurationVar(&opts.StreamKeepalive, "sdk-keepalive", 10*time.Second, "keepalive ping interval on SDK connections")
+	f.IntVar(&opts.OutboxMax, "outbox-max", 100_000, "events kept on disk while NATS is unreachable")
+	_ = cmd.MarkFlagRequired("host-id") // the flag exists; the error is impossible
+	return cmd
+}
+
+// runners runs several components together.
+type runners []runner
+
+func (rs runners) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for _, r := range rs {
+		g.Go(func() error { return r.Run(ctx) })
+	}
+	return g.Wait()
 }
 
 // runner is a component with a Run method.
