@@ -305,12 +305,7 @@ func (a *Agent) evaluateHealth(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		a.mu.Lock()
-		list := make([]*gameServer, 0, len(a.servers))
-		for _, gs := range a.servers {
-			list = append(list, gs)
-		}
-		a.mu.Unlock()
+		list := a.snapshot()
 		now := a.opts.Now()
 		for _, gs := range list {
 			gs.evaluate(ctx, now)
@@ -372,6 +367,17 @@ func (a *Agent) publishOutbox(ctx context.Context) error {
 // OutboxLen returns the number of events waiting in the outbox for NATS.
 func (a *Agent) OutboxLen() int { return a.outbox.len() }
 
+// snapshot lists the servers the agent supervises now.
+func (a *Agent) snapshot() []*gameServer {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	list := make([]*gameServer, 0, len(a.servers))
+	for _, gs := range a.servers {
+		list = append(list, gs)
+	}
+	return list
+}
+
 // natsUp reports whether the NATS connection is up right now; while it is
 // not, events go straight to the outbox instead of blocking supervision.
 func (a *Agent) natsUp() bool {
@@ -380,13 +386,7 @@ func (a *Agent) natsUp() bool {
 
 // rebuildResynced refolds servers whose events went through the outbox.
 func (a *Agent) rebuildResynced(ctx context.Context) {
-	a.mu.Lock()
-	var list []*gameServer
-	for _, gs := range a.servers {
-		list = append(list, gs)
-	}
-	a.mu.Unlock()
-	for _, gs := range list {
+	for _, gs := range a.snapshot() {
 		gs.mu.Lock()
 		resync := gs.resync
 		gs.mu.Unlock()
@@ -411,12 +411,7 @@ func (a *Agent) syncServers(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		a.mu.Lock()
-		list := make([]*gameServer, 0, len(a.servers))
-		for _, gs := range a.servers {
-			list = append(list, gs)
-		}
-		a.mu.Unlock()
+		list := a.snapshot()
 		for _, gs := range list {
 			gs.refresh(ctx)
 			gs.mu.Lock()

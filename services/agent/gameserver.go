@@ -147,12 +147,7 @@ func (a *Agent) byToken(token string) *gameServer {
 
 // stopAll stops every server now (the agent is shutting down).
 func (a *Agent) stopAll() {
-	a.mu.Lock()
-	list := make([]*gameServer, 0, len(a.servers))
-	for _, gs := range a.servers {
-		list = append(list, gs)
-	}
-	a.mu.Unlock()
+	list := a.snapshot()
 	deadline := a.opts.Now().Add(2 * time.Second)
 	for _, gs := range list {
 		gs.recordDetached(events.RequestShutdown{Reason: eventsv1.Reason_REASON_HOST_SHUTDOWN, Deadline: deadline,

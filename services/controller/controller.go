@@ -342,34 +342,28 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 }
 
 func (c *Controller) allFleets(ctx context.Context) ([]postgres.FleetRow, error) {
-	var out []postgres.FleetRow
-	after := ""
-	for {
-		page, err := c.opts.Views.ListFleets(ctx, after, 500)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, page...)
-		if len(page) < 500 {
-			return out, nil
-		}
-		after = page[len(page)-1].State.GetName()
-	}
+	return readAll(ctx, c.opts.Views.ListFleets, func(r postgres.FleetRow) string { return r.State.GetName() })
 }
 
 func (c *Controller) allHosts(ctx context.Context) ([]postgres.HostRow, error) {
-	var out []postgres.HostRow
+	return readAll(ctx, c.opts.Views.Hosts, func(r postgres.HostRow) string { return r.State.GetName() })
+}
+
+// readAll pages through a view listed by name.
+func readAll[R any](ctx context.Context, list func(context.Context, string, int) ([]R, error), name func(R) string) ([]R, error) {
+	const page = 500
+	var out []R
 	after := ""
 	for {
-		page, err := c.opts.Views.Hosts(ctx, after, 500)
+		rows, err := list(ctx, after, page)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, page...)
-		if len(page) < 500 {
+		out = append(out, rows...)
+		if len(rows) < page {
 			return out, nil
 		}
-		after = page[len(page)-1].State.GetName()
+		after = name(rows[len(rows)-1])
 	}
 }
 
