@@ -56,6 +56,9 @@ type Options struct {
 	GRPCPort, RESTPort, NATSPort int
 	// DatabaseURL uses an existing PostgreSQL instead of a throwaway one.
 	DatabaseURL string
+	// NATSURL uses an existing JetStream-enabled NATS server instead of an
+	// embedded one.
+	NATSURL string
 	// Hosts is the number of simulated hosts, each an agent on loopback; default 1.
 	Hosts int
 	// HostCapacity is each host's game server slots; default 10.
@@ -156,14 +159,18 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("dev: create %s: %w", opts.DataDir, err)
 	}
 
-	ns, err := natsembed.Start(natsembed.Options{
-		Host: opts.Host, Port: portOrFree(log, "NATS", opts.Host, opts.NATSPort),
-		StoreDir: filepath.Join(opts.DataDir, "nats"), Logger: log.With("component", "nats"),
-	})
-	if err != nil {
-		return err
+	natsURL := opts.NATSURL
+	if natsURL == "" {
+		ns, err := natsembed.Start(natsembed.Options{
+			Host: opts.Host, Port: portOrFree(log, "NATS", opts.Host, opts.NATSPort),
+			StoreDir: filepath.Join(opts.DataDir, "nats"), Logger: log.With("component", "nats"),
+		})
+		if err != nil {
+			return err
+		}
+		defer ns.Shutdown()
+		natsURL = ns.ClientURL()
 	}
-	defer ns.Shutdown()
 
 	dbURL := opts.DatabaseURL
 	if dbURL == "" {
@@ -182,7 +189,7 @@ func Run(ctx context.Context, opts Options) error {
 		dbURL = pg.URL("tether")
 	}
 
-	nc, js, err := connect.NATS(ns.ClientURL(), connect.NATSOptions{Name: "tether-dev", Logger: log})
+	nc, js, err := connect.NATS(natsURL, connect.NATSOptions{Name: "tether-dev", Logger: log})
 	if err != nil {
 		return err
 	}
@@ -236,7 +243,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	var agents []*agent.Agent
-	addrs := Addresses{REST: "http://" + api.HTTPAddr(), GRPC: api.GRPCAddr(), NATS: ns.ClientURL(), Database: dbURL, DataDir: opts.DataDir}
+	addrs := Addresses{REST: "http://" + api.HTTPAddr(), GRPC: api.GRPCAddr(), NATS: natsURL, Database: dbURL, DataDir: opts.DataDir}
 	for i := range opts.Hosts {
 		id := fmt.Sprintf("h%d", i+1)
 		sdkGRPC, sdkHTTP := "127.0.0.1:0", "127.0.0.1:0"

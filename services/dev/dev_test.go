@@ -95,7 +95,15 @@ func startStack(t *testing.T, hosts int) *stack {
 			t.Error("dev stack did not stop within 30s")
 		}
 	})
-	nc, err := nats.Connect(addrs.NATS)
+	s := &stack{t: t, ctx: ctx, addrs: addrs}
+	s.store = storeFor(t, s)
+	return s
+}
+
+// storeFor connects a test's own client to the stack's NATS.
+func storeFor(t *testing.T, s *stack) *natsjs.Store {
+	t.Helper()
+	nc, err := nats.Connect(s.addrs.NATS)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,11 +112,11 @@ func startStack(t *testing.T, hosts int) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := natsjs.New(ctx, js, natsjs.Options{})
+	store, err := natsjs.New(s.ctx, js, natsjs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &stack{t: t, ctx: ctx, addrs: addrs, store: store}
+	return store
 }
 
 func (s *stack) rest(method, path string, body any, out any) int {
