@@ -8,7 +8,7 @@ BIN          := $(CURDIR)/bin
 GENERATED    := proto services/apiserver/openapi
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test lint generate check-generate tools bench clean
+.PHONY: all build run test lint generate check-generate tools bench chaos clean
 
 all: build
 
@@ -44,6 +44,10 @@ check-generate: generate
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./events/natsjs/
 	$(GO) test -run '^$$' -bench Replay -benchtime 1x ./projections/postgres/
+
+## chaos: 200 real game servers, hangs and crashes for 3 minutes; prints detection figures
+chaos: build
+	$(BIN)/tether --log-level error chaos --json chaos.json
 
 ## tools: install buf (from npm) into .tools
 tools: $(BUF)

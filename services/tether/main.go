@@ -28,6 +28,7 @@ import (
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/apiserver"
+	"github.com/tetherhq/tether/services/chaos"
 	"github.com/tetherhq/tether/services/commands"
 	"github.com/tetherhq/tether/services/connect"
 	"github.com/tetherhq/tether/services/controller"
@@ -62,7 +63,7 @@ func rootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", envOr("TETHER_LOG_LEVEL", "info"), "debug, info, warn or error (env TETHER_LOG_LEVEL)")
 	root.PersistentFlags().StringVar(&g.natsURL, "nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server (env NATS_URL)")
 	root.PersistentFlags().StringVar(&g.dbURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL)")
-	root.AddCommand(devCommand(&g), apiserverCommand(&g), projectorCommand(&g), controllerCommand(&g), agentCommand(&g))
+	root.AddCommand(devCommand(&g), apiserverCommand(&g), projectorCommand(&g), controllerCommand(&g), agentCommand(&g), chaosCommand(&g))
 	return root
 }
 
@@ -290,6 +291,52 @@ func agentCommand(g *global) *cobra.Command {
 	f.DurationVar(&opts.StreamKeepalive, "sdk-keepalive", 10*time.Second, "keepalive ping interval on SDK connections")
 	f.IntVar(&opts.OutboxMax, "outbox-max", 100_000, "events kept on disk while NATS is unreachable")
 	_ = cmd.MarkFlagRequired("host-id") // the flag exists; the error is impossible
+	return cmd
+}
+
+func chaosCommand(g *global) *cobra.Command {
+	var opts chaos.Options
+	var jsonOut string
+	cmd := &cobra.Command{
+		Use:   "chaos",
+		Short: "Run the whole system with real game servers, inject hangs and crashes, print detection figures",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			opts.GameServer = filepath.Join(filepath.Dir(exe), "tether-gameserver")
+			if _, err := os.Stat(opts.GameServer); err != nil {
+				return fmt.Errorf("chaos needs the example game server: %w (build it with make build)", err)
+			}
+			opts.Logger, opts.DatabaseURL = log, g.dbURL
+			r, err := chaos.Run(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if err := r.Print(cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			if jsonOut != "" {
+				b, err := r.JSON()
+				if err != nil {
+					return err
+				}
+				return os.WriteFile(jsonOut, b, 0o644)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&opts.Servers, "servers", 200, "game servers (a quarter of them flap their SDK connection)")
+	f.IntVar(&opts.Hosts, "hosts", 4, "simulated hosts")
+	f.DurationVar(&opts.Duration, "duration", 3*time.Minute, "how long to inject faults")
+	f.DurationVar(&opts.FaultEvery, "fault-every", 2*time.Second, "time between two faults")
+	f.StringVar(&jsonOut, "json", "", "also write the report as JSON to this file")
 	return cmd
 }
 
