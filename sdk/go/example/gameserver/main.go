@@ -1,10 +1,30 @@
-// Command gameserver is Tether's example game server: a UDP (and TCP line)
-// echo server on $TETHER_PORT_GAME that uses the Go SDK, and that can be told
-// to misbehave, for tests, the simulator and the demo.
+// Command gameserver is Tether's example game server: a UDP echo server,
+// and a TCP line echo server on the same port number, on the port the
+// agent assigned ($TETHER_PORT_GAME), that uses the Go SDK: it connects,
+// heartbeats in the background, calls Ready (after --ready-delay), watches
+// its GameServer, and exits with code 0 on a shutdown notice or SIGTERM.
+//
+// It can be told to misbehave, for tests, the simulator and the demo:
+//
+//	--ready-delay D            wait D before calling Ready
+//	--exit-after D             exit on its own D after start, with --exit-code N (default 0)
+//	--crash-before-ready       exit 3 at once, before connecting or calling Ready
+//	--stop-heartbeat-after D   stop heartbeating D after start but keep running (a hang)
+//	--reconnect-every D        drop and re-open the SDK connection every D
+//	--ignore-sigterm           log SIGTERM and keep running
+//	--ignore-shutdown-notice   log the shutdown notice and keep running
+//
+// The agent sends the notice and SIGTERM together, so a server that should
+// be SIGKILLed at its deadline needs both --ignore-sigterm and
+// --ignore-shutdown-notice. Other flags: --heartbeat-interval D (default
+// 1s), --port-name NAME (default "game"), --listen-host HOST (default all
+// interfaces).
 //
 // Every flag can also be set through the environment as
-// TETHER_EXAMPLE_<FLAG> (upper case, dashes as underscores), so a fleet
-// template can choose a misbehaviour with env.
+// TETHER_EXAMPLE_<FLAG>, upper case with dashes as underscores (e.g.
+// TETHER_EXAMPLE_CRASH_BEFORE_READY=true), so a fleet template can pick a
+// misbehaviour with env; a flag on the command line wins over its variable.
+// Durations are Go durations ("1.5s"). It logs what it does to stdout.
 package main
 
 import (
@@ -13,10 +33,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -25,142 +47,240 @@ import (
 	sdk "github.com/tetherhq/tether/sdk/go"
 )
 
-// config is the example's behaviour.
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // could not start: no port, no SDK
+	exitUsage = 2
+	exitCrash = 3 // --crash-before-ready
+)
+
+// Timeouts of SDK calls.
+const (
+	connectTimeout = 30 * time.Second
+	readyTimeout   = 10 * time.Second
+	readyRetry     = time.Second
+)
+
+// envPrefix starts the environment variable of each flag.
+const envPrefix = "TETHER_EXAMPLE_"
+
+// config is what the flags ask for.
 type config struct {
-	readyDelay         time.Duration
-	exitAfter          time.Duration
-	exitCode           int
-	crashBeforeReady   bool
-	stopHeartbeatAfter time.Duration
-	reconnectEvery     time.Duration
-	ignoreSigterm      bool
+	readyDelay           time.Duration
+	exitAfter            time.Duration
+	exitCode             int
+	crashBeforeReady     bool
+	stopHeartbeatAfter   time.Duration
+	reconnectEvery       time.Duration
+	ignoreSigterm        bool
+	ignoreShutdownNotice bool
+	heartbeatInterval    time.Duration
+	portName             string
+	listenHost           string
 }
 
 func main() {
-	log := slog.New(slog.NewTextHandler(os.Stdout, nil)).With("game_server", os.Getenv(sdk.EnvGameServer))
-	cfg, err := parse(os.Args[1:])
+	log := slog.New(slog.NewTextHandler(os.Stdout, nil)).With("game_server", sdk.GameServerName(), "pid", os.Getpid())
+	cfg, err := parse(os.Args[1:], os.LookupEnv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(exitOK)
+	}
 	if err != nil {
 		log.Error("bad flags", "err", err)
-		os.Exit(2)
+		os.Exit(exitUsage)
 	}
-	os.Exit(run(log, cfg))
+	os.Exit(run(context.Background(), log, cfg))
 }
 
-func parse(args []string) (config, error) {
-	var c config
+// envName is the environment variable of a flag.
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parse reads the flags, each defaulting to its TETHER_EXAMPLE_ variable.
+func parse(args []string, lookupEnv func(string) (string, bool), usage io.Writer) (config, error) {
+	c := config{heartbeatInterval: sdk.DefaultHeartbeatInterval, portName: "game"}
 	fs := flag.NewFlagSet("gameserver", flag.ContinueOnError)
+	fs.SetOutput(usage)
 	fs.DurationVar(&c.readyDelay, "ready-delay", 0, "wait this long before calling Ready")
-	fs.DurationVar(&c.exitAfter, "exit-after", 0, "exit on its own after this long (0: never)")
-	fs.IntVar(&c.exitCode, "exit-code", 0, "exit code for --exit-after")
+	fs.DurationVar(&c.exitAfter, "exit-after", 0, "exit on its own this long after start, with --exit-code (0: never)")
+	fs.IntVar(&c.exitCode, "exit-code", 0, "exit code for --exit-after, 0-255")
 	fs.BoolVar(&c.crashBeforeReady, "crash-before-ready", false, "exit 3 at once, before Ready")
-	fs.DurationVar(&c.stopHeartbeatAfter, "stop-heartbeat-after", 0, "stop heartbeating after this long but keep running (a hang)")
-	fs.DurationVar(&c.reconnectEvery, "reconnect-every", 0, "drop and re-open the SDK connection this often")
-	fs.BoolVar(&c.ignoreSigterm, "ignore-sigterm", false, "ignore SIGTERM (the agent then kills at the deadline)")
+	fs.DurationVar(&c.stopHeartbeatAfter, "stop-heartbeat-after", 0, "stop heartbeating this long after start but keep running, a hang (0: never)")
+	fs.DurationVar(&c.reconnectEvery, "reconnect-every", 0, "drop and re-open the SDK connection this often (0: never)")
+	fs.BoolVar(&c.ignoreSigterm, "ignore-sigterm", false, "log SIGTERM and keep running")
+	fs.BoolVar(&c.ignoreShutdownNotice, "ignore-shutdown-notice", false, "log the shutdown notice and keep running")
+	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", c.heartbeatInterval, "time between heartbeats")
+	fs.StringVar(&c.portName, "port-name", c.portName, "name of the port to echo on, in the fleet template")
+	fs.StringVar(&c.listenHost, "listen-host", "", "address to listen on (empty: all interfaces)")
+	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
-		env := "TETHER_EXAMPLE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok {
-			_ = f.Value.Set(v) // a bad env value is caught when flags parse below fail the same way
-			f.DefValue = v
+		name := envName(f.Name)
+		v, ok := lookupEnv(name)
+		if !ok || envErr != nil {
+			return
 		}
+		if err := f.Value.Set(v); err != nil {
+			envErr = fmt.Errorf("$%s=%q: %w", name, v, err)
+			return
+		}
+		f.DefValue = v // --help shows what the environment chose
 	})
-	return c, fs.Parse(args)
+	if envErr != nil {
+		return config{}, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for name, d := range map[string]time.Duration{
+		"ready-delay": c.readyDelay, "exit-after": c.exitAfter,
+		"stop-heartbeat-after": c.stopHeartbeatAfter, "reconnect-every": c.reconnectEvery,
+	} {
+		if d < 0 {
+			return config{}, fmt.Errorf("--%s %s: negative", name, d)
+		}
+	}
+	if c.heartbeatInterval <= 0 {
+		return config{}, fmt.Errorf("--heartbeat-interval %s: not positive", c.heartbeatInterval)
+	}
+	if c.exitCode < 0 || c.exitCode > 255 {
+		return config{}, fmt.Errorf("--exit-code %d: not in 0-255", c.exitCode)
+	}
+	return c, nil
 }
 
-func run(log *slog.Logger, cfg config) int {
+// run is the game server; it returns the exit code.
+func run(ctx context.Context, log *slog.Logger, cfg config) int {
 	if cfg.crashBeforeReady {
-		log.Error("crashing before Ready, as asked")
-		return 3
+		log.Error("crashing before Ready, as asked", "exit_code", exitCrash)
+		return exitCrash
 	}
-	port := os.Getenv("TETHER_PORT_GAME")
-	if port == "" {
-		log.Error("TETHER_PORT_GAME is not set")
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	sigterm := make(chan os.Signal, 1)
-	signal.Notify(sigterm, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// From here on SIGTERM and SIGINT are ours to handle.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(signals)
 
-	udp, err := net.ListenPacket("udp", "0.0.0.0:"+port)
+	port, err := sdk.Port(cfg.portName)
 	if err != nil {
-		log.Error("listen UDP", "err", err)
-		return 1
+		log.Error("no game port", "err", err)
+		return exitError
 	}
-	defer udp.Close()
-	tcp, err := net.Listen("tcp", "0.0.0.0:"+port)
+	stopEcho, err := echo(log, net.JoinHostPort(cfg.listenHost, strconv.Itoa(port)))
 	if err != nil {
-		log.Error("listen TCP", "err", err)
-		return 1
+		log.Error("listen", "err", err)
+		return exitError
 	}
-	defer tcp.Close()
-	go echoUDP(udp)
-	go echoTCP(tcp)
+	defer stopEcho()
 
-	client, err := sdk.Connect(sdk.Options{Logger: log})
+	cctx, ccancel := context.WithTimeout(ctx, connectTimeout)
+	client, err := sdk.Connect(cctx, sdk.Options{HeartbeatInterval: cfg.heartbeatInterval, Logger: log})
+	ccancel()
 	if err != nil {
-		log.Error("connect SDK", "err", err)
-		return 1
+		log.Error("connect to the SDK", "err", err)
+		return exitError
 	}
-	defer client.Close()
-	go client.StartHeartbeat(ctx)
-	shutdown := make(chan *sdkv1.ShutdownNotice, 1)
+	defer func() {
+		if err := client.Close(); err != nil {
+			log.Warn("close SDK client", "err", err)
+		}
+	}()
+	log.Info("sdk connected")
+	stopHeartbeat := client.StartHeartbeat(ctx)
+	defer stopHeartbeat()
+
+	// The watch hands over the latest state; the loop below acts on it.
+	updates := make(chan *sdkv1.GameServer, 1)
 	go func() {
-		if err := client.Watch(ctx, func(gs *sdkv1.GameServer) {
-			if gs.GetShutdown() != nil {
-				select {
-				case shutdown <- gs.GetShutdown():
-				default:
-				}
+		err := client.Watch(ctx, func(gs *sdkv1.GameServer) {
+			select {
+			case <-updates: // replaced by the newer state
+			default:
 			}
-		}); err != nil {
+			updates <- gs
+		})
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, sdk.ErrClosed) {
 			log.Warn("watch ended", "err", err)
 		}
 	}()
 
-	select {
-	case <-ctx.Done():
-		return 0
-	case <-time.After(cfg.readyDelay):
-	}
-	if err := client.Ready(ctx); err != nil {
-		log.Error("ready", "err", err)
-		return 1
-	}
-	log.Info("ready", "port", port)
-
-	var exitTimer, hangTimer, reconnect <-chan time.Time
+	var (
+		readyTimer = time.NewTimer(cfg.readyDelay)
+		readyDone  = make(chan error, 1)
+		exitC      <-chan time.Time
+		hangC      <-chan time.Time
+		reconnectC <-chan time.Time
+		last       *sdkv1.GameServer
+		noticed    bool
+	)
+	defer readyTimer.Stop()
 	if cfg.exitAfter > 0 {
-		exitTimer = time.After(cfg.exitAfter)
+		t := time.NewTimer(cfg.exitAfter)
+		defer t.Stop()
+		exitC = t.C
 	}
 	if cfg.stopHeartbeatAfter > 0 {
-		hangTimer = time.After(cfg.stopHeartbeatAfter)
+		t := time.NewTimer(cfg.stopHeartbeatAfter)
+		defer t.Stop()
+		hangC = t.C
 	}
 	if cfg.reconnectEvery > 0 {
 		t := time.NewTicker(cfg.reconnectEvery)
 		defer t.Stop()
-		reconnect = t.C
+		reconnectC = t.C
 	}
 	for {
 		select {
-		case <-ctx.Done():
-			return 0
-		case n := <-shutdown:
-			log.Info("shutdown notice: exiting", "reason", n.GetReason(), "deadline", n.GetDeadline().AsTime())
-			return 0
-		case <-sigterm:
-			if cfg.ignoreSigterm {
+		case <-readyTimer.C:
+			go func() {
+				rctx, rcancel := context.WithTimeout(ctx, readyTimeout)
+				defer rcancel()
+				readyDone <- client.Ready(rctx)
+			}()
+		case err := <-readyDone:
+			if err != nil {
+				log.Warn("ready failed; retrying", "err", err, "retry_in", readyRetry)
+				readyTimer.Reset(readyRetry)
+				continue
+			}
+			log.Info("ready", "port", port)
+		case gs := <-updates:
+			if gs.GetState() != last.GetState() || gs.GetGameSession() != last.GetGameSession() {
+				log.Info("game server changed", "state", gs.GetState(), "game_session", gs.GetGameSession())
+			}
+			last = gs
+			n := gs.GetShutdown()
+			if n == nil || noticed {
+				continue
+			}
+			noticed = true
+			deadline := n.GetDeadline().AsTime()
+			if cfg.ignoreShutdownNotice {
+				log.Warn("shutdown notice ignored, as asked", "reason", n.GetReason(), "deadline", deadline)
+				continue
+			}
+			log.Info("shutdown notice: exiting", "reason", n.GetReason(), "deadline", deadline, "time_left", time.Until(deadline).Round(time.Millisecond))
+			return exitOK
+		case sig := <-signals:
+			if sig == syscall.SIGTERM && cfg.ignoreSigterm {
 				log.Warn("SIGTERM ignored, as asked")
 				continue
 			}
-			log.Info("SIGTERM: exiting")
-			return 0
-		case <-exitTimer:
-			log.Info("exiting on my own, as asked", "code", cfg.exitCode)
+			log.Info("signal: exiting", "signal", sig.String())
+			return exitOK
+		case <-exitC:
+			log.Info("exiting on my own, as asked", "exit_code", cfg.exitCode)
 			return cfg.exitCode
-		case <-hangTimer:
-			log.Warn("no more heartbeats, as asked")
+		case <-hangC:
+			log.Warn("heartbeats stopped, as asked; still running")
 			client.PauseHeartbeat()
-		case <-reconnect:
+		case <-reconnectC:
+			log.Info("dropping the SDK connection, as asked")
 			if err := client.Reconnect(); err != nil {
 				log.Error("reconnect", "err", err)
 			}
@@ -168,17 +288,41 @@ func run(log *slog.Logger, cfg config) int {
 	}
 }
 
+// echo serves UDP echo on addr and, on the same port number, TCP line echo
+// (the SDK does not say which protocol the template declared). It returns a
+// function that stops both.
+func echo(log *slog.Logger, addr string) (stop func(), err error) {
+	udp, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("UDP: %w", err)
+	}
+	go echoUDP(udp)
+	tcp, err := net.Listen("tcp", addr)
+	if err != nil {
+		_ = udp.Close() // Not serving after all; its close error adds nothing.
+		return nil, fmt.Errorf("TCP: %w", err)
+	}
+	go echoTCP(tcp)
+	log.Info("echoing", "udp", udp.LocalAddr().String(), "tcp", tcp.Addr().String())
+	return func() {
+		_ = udp.Close() // Exiting: nothing to do about a close error.
+		_ = tcp.Close()
+	}, nil
+}
+
+// echoUDP sends every datagram back to its sender until c is closed.
 func echoUDP(c net.PacketConn) {
-	buf := make([]byte, 2048)
+	buf := make([]byte, 64<<10)
 	for {
-		n, addr, err := c.ReadFrom(buf)
+		n, from, err := c.ReadFrom(buf)
 		if err != nil {
 			return
 		}
-		_, _ = c.WriteTo(buf[:n], addr) // best effort, like any UDP game server
+		_, _ = c.WriteTo(buf[:n], from) // Best effort, like any UDP game server.
 	}
 }
 
+// echoTCP sends every line back on its connection until l is closed.
 func echoTCP(l net.Listener) {
 	for {
 		conn, err := l.Accept()
@@ -187,14 +331,11 @@ func echoTCP(l net.Listener) {
 		}
 		go func() {
 			defer conn.Close()
-			s := bufio.NewScanner(conn)
-			for s.Scan() {
-				if _, err := fmt.Fprintln(conn, s.Text()); err != nil {
+			lines := bufio.NewScanner(conn)
+			for lines.Scan() {
+				if _, err := fmt.Fprintf(conn, "%s\n", lines.Bytes()); err != nil {
 					return
 				}
-			}
-			if err := s.Err(); err != nil && !errors.Is(err, net.ErrClosed) {
-				return
 			}
 		}()
 	}
