@@ -182,7 +182,8 @@ func (s *sdkServer) Ready(ctx context.Context, _ *sdkv1.ReadyRequest) (*sdkv1.Re
 
 // Health records one heartbeat.
 func (s *sdkServer) Health(ctx context.Context, _ *sdkv1.HealthRequest) (*sdkv1.HealthResponse, error) {
-	// The interceptor's seen() already counted this call as a heartbeat.
+	// Over REST too: a unary heartbeat holds no connection open, and counts.
+	serverOf(ctx).heartbeat(ctx)
 	return &sdkv1.HealthResponse{}, nil
 }
 
@@ -293,13 +294,12 @@ func (gs *gameServer) connectedLocked(ctx context.Context, transport string) {
 	}
 }
 
-// seen handles any unary call: it is a heartbeat (REST users hold no
-// connection open) and proves the SDK is connected.
+// seen handles any call carrying the token: it proves the SDK is
+// connected, whatever the connection. Only Health calls are heartbeats.
 func (gs *gameServer) seen(ctx context.Context, transport string) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	gs.connectedLocked(ctx, transport)
-	gs.heartbeatLocked(ctx)
 }
 
 func (gs *gameServer) streamOpened(ctx context.Context) {
@@ -307,7 +307,6 @@ func (gs *gameServer) streamOpened(ctx context.Context) {
 	defer gs.mu.Unlock()
 	gs.streams++
 	gs.connectedLocked(ctx, "grpc-stream")
-	gs.heartbeatLocked(ctx)
 }
 
 // streamClosed records a disconnect when the last open SDK stream ends.

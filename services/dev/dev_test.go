@@ -383,13 +383,25 @@ func fleetWithHealth(replicas int, env map[string]string) map[string]any {
 
 func TestHungServerIsDetectedTerminatedAndReplaced(t *testing.T) {
 	s := startStack(t, 1)
-	spec := fleetWithHealth(1, map[string]string{"TETHER_EXAMPLE_STOP_HEARTBEAT_AFTER": "500ms"})
-	if code := s.rest("POST", "/v1/fleets?fleetId=hung", spec, nil); code != http.StatusOK {
+	for _, tc := range []struct {
+		fleet string
+		env   map[string]string
+	}{
+		{"hung", map[string]string{"TETHER_EXAMPLE_STOP_HEARTBEAT_AFTER": "500ms"}},
+		// A live connection is not a heartbeat: reopening streams must not hide a hang.
+		{"hung-flappy", map[string]string{"TETHER_EXAMPLE_STOP_HEARTBEAT_AFTER": "500ms", "TETHER_EXAMPLE_RECONNECT_EVERY": "300ms"}},
+	} {
+		t.Run(tc.fleet, func(t *testing.T) { checkHungDetected(t, s, tc.fleet, tc.env) })
+	}
+}
+
+func checkHungDetected(t *testing.T, s *stack, fleet string, env map[string]string) {
+	if code := s.rest("POST", "/v1/fleets?fleetId="+fleet, fleetWithHealth(1, env), nil); code != http.StatusOK {
 		t.Fatalf("create fleet: %d", code)
 	}
 	var hung string
 	waitFor(t, 20*time.Second, "a server terminated for failed health", func() bool {
-		for _, g := range byState(s.gameServers("hung"), "TERMINATED") {
+		for _, g := range byState(s.gameServers(fleet), "TERMINATED") {
 			if g.Reason == "HEALTH_CHECK_FAILED" {
 				hung = g.Name
 				return true
@@ -441,7 +453,7 @@ func TestHungServerIsDetectedTerminatedAndReplaced(t *testing.T) {
 	}
 	// A replacement is scheduled (it will hang too, which is what it is told).
 	waitFor(t, 10*time.Second, "a replacement", func() bool {
-		for _, g := range s.gameServers("hung") {
+		for _, g := range s.gameServers(fleet) {
 			if g.Name != hung {
 				return true
 			}
