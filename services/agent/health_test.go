@@ -84,3 +84,26 @@ func TestHealthCheck(t *testing.T) {
 		})
 	}
 }
+
+// DESIGN.md §1 failure 1 on the injected clock: a process that drops and
+// re-opens its SDK connection every 2 s for 60 s, heartbeating all along,
+// never gets a verdict.
+func TestFlappingConnectionWithHeartbeatsNeverFails(t *testing.T) {
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	h := newHealthCheck(&eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3}, 30*time.Second, t0)
+	for ms := 0; ms <= 60_000; ms += 100 {
+		now := t0.Add(time.Duration(ms) * time.Millisecond)
+		switch {
+		case ms%2000 == 0:
+			h.disconnected(now)
+		case ms%2000 == 300:
+			h.connected()
+		}
+		if ms%1000 == 0 {
+			h.heartbeat(now)
+		}
+		if v := h.due(now); v != (verdict{}) {
+			t.Fatalf("t=%dms: verdict %+v for a heartbeating process", ms, v)
+		}
+	}
+}
