@@ -56,6 +56,7 @@ var gameServerTransitions = map[string]transition{
 	"HealthDegraded":       {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown}},
 	"HealthRecovered":      {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown}},
 	"LabelsChanged":        {from: live},
+	"ProcessSignalled":     {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown, unhealthy}},
 }
 
 // LifecycleName returns "READY" for LIFECYCLE_READY, "ABSENT" for unset.
@@ -149,6 +150,8 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 	case *eventsv1.ShutdownRequested:
 		next.Reason, next.Evidence = d.GetReason(), proto.CloneOf(d.GetEvidence())
 		next.ShutdownDeadline = d.GetDeadline()
+	case *eventsv1.ProcessSignalled:
+		// A fact about the process; the lifecycle moves when it exits.
 	case *eventsv1.ProcessExited:
 		next.Pid = 0
 	case *eventsv1.GameServerTerminated:
@@ -259,6 +262,12 @@ type RecordExit struct {
 	Exited *eventsv1.ProcessExited
 }
 
+// RecordSignal records a stop signal the agent sent the process.
+type RecordSignal struct {
+	// Signalled is the fact to record.
+	Signalled *eventsv1.ProcessSignalled
+}
+
 // MarkUnhealthy moves a server to UNHEALTHY.
 type MarkUnhealthy struct {
 	// Reason says why.
@@ -309,6 +318,7 @@ func (RecordSDKConnected) gameServerCommand()      {}
 func (RecordSDKDisconnected) gameServerCommand()   {}
 func (RequestShutdown) gameServerCommand()         {}
 func (RecordExit) gameServerCommand()              {}
+func (RecordSignal) gameServerCommand()            {}
 func (MarkUnhealthy) gameServerCommand()           {}
 func (Terminate) gameServerCommand()               {}
 func (SetLabels) gameServerCommand()               {}
@@ -376,6 +386,8 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 			return out, nil
 		}
 		return append(out, &eventsv1.GameServerTerminated{Reason: exitReason(state, c.Exited), Evidence: exitEvidence(state, c.Exited)}), nil
+	case RecordSignal:
+		return []proto.Message{proto.CloneOf(c.Signalled)}, nil
 	case MarkUnhealthy:
 		return []proto.Message{&eventsv1.GameServerUnhealthy{Reason: c.Reason, Evidence: proto.CloneOf(c.Evidence)}}, nil
 	case Terminate:

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
@@ -281,6 +282,52 @@ func TestStopCommandTerminatesWithTheShutdownReason(t *testing.T) {
 	}
 	if _, err := os.Stat("/proc/" + strconv.Itoa(int(started.GetPid()))); err == nil {
 		t.Fatalf("process %d still exists", started.GetPid())
+	}
+	if got := stopSteps(h.history(name)); got != "ShutdownRequested → ProcessSignalled(terminated) → ProcessExited → GameServerTerminated" {
+		t.Fatalf("termination steps: %s", got)
+	}
+}
+
+// stopSteps renders the termination steps of a history.
+func stopSteps(hist []events.Envelope) string {
+	var out []string
+	for _, e := range hist {
+		switch d := e.Data.(type) {
+		case *eventsv1.ShutdownRequested, *eventsv1.ProcessExited, *eventsv1.GameServerTerminated:
+			out = append(out, e.Type)
+		case *eventsv1.ProcessSignalled:
+			out = append(out, e.Type+"("+d.GetSignal()+")")
+		}
+	}
+	return strings.Join(out, " → ")
+}
+
+func TestProcessIgnoringSIGTERMIsKilledAtTheDeadline(t *testing.T) {
+	h := newHarness(t)
+	name := "fleets/arena/gameServers/gs-stubborn"
+	// The shell and its child both ignore SIGTERM (an ignored signal survives exec).
+	h.schedule(name, &eventsv1.GameServerTemplate{Command: "/bin/sh", Args: []string{"-c", "trap '' TERM; sleep 600"}})
+	h.waitEvent(name, "ProcessStarted")
+	last := h.history(name)
+	deadline := time.Now().Add(500 * time.Millisecond)
+	msgs, err := events.DecideGameServer(name, fold(t, last), events.RequestShutdown{Reason: eventsv1.Reason_REASON_FLEET_SCALED_DOWN, Deadline: deadline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.Append(h.ctx, events.MustSubject(name), last[len(last)-1].Sequence, events.New(name, time.Now(), msgs[0])); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.bus.Send(h.ctx, "h1", "tests", &agentv1.Command{Action: &agentv1.Command_Stop{Stop: &agentv1.StopGameServer{
+		GameServer: name, Reason: eventsv1.Reason_REASON_FLEET_SCALED_DOWN, Deadline: timestamppb.New(deadline)}}}); err != nil {
+		t.Fatal(err)
+	}
+	term := h.waitEvent(name, "GameServerTerminated").Data.(*eventsv1.GameServerTerminated)
+	if term.GetEvidence().GetSignal() != "killed" || term.GetReason() != eventsv1.Reason_REASON_FLEET_SCALED_DOWN {
+		t.Fatalf("terminated %s, evidence %v", term.GetReason(), term.GetEvidence())
+	}
+	want := "ShutdownRequested → ProcessSignalled(terminated) → ProcessSignalled(killed) → ProcessExited → GameServerTerminated"
+	if got := stopSteps(h.history(name)); got != want {
+		t.Fatalf("termination steps:\n got %s\nwant %s", got, want)
 	}
 }
 

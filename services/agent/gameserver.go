@@ -80,7 +80,11 @@ func (a *Agent) handle(ctx context.Context, cmd *agentv1.Command) error {
 			return nil
 		}
 		gs.refresh(ctx)
-		gs.stop(c.Stop.GetReason(), c.Stop.GetDeadline().AsTime())
+		deadline := a.opts.Now().Add(shutdownGrace)
+		if d := c.Stop.GetDeadline(); d != nil {
+			deadline = d.AsTime()
+		}
+		gs.stop(c.Stop.GetReason(), deadline)
 		return nil
 	}
 	return fmt.Errorf("agent: command %s has no action", cmd.GetId())
@@ -306,12 +310,34 @@ func (gs *gameServer) stop(reason eventsv1.Reason, deadline time.Time) {
 	if err := syscall.Kill(-pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		gs.log.Warn("SIGTERM failed", "pid", pid, "err", err)
 	}
+	gs.recordSignalLocked(syscall.SIGTERM, reason, deadline)
 	gs.killTimer = time.AfterFunc(time.Until(deadline), func() {
+		gs.mu.Lock()
+		defer gs.mu.Unlock()
+		if gs.proc == nil || gs.proc.Pid != pid {
+			return // it exited in time
+		}
 		gs.log.Warn("shutdown deadline passed; killing", "pid", pid)
 		if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			gs.log.Warn("SIGKILL failed", "pid", pid, "err", err)
 		}
+		gs.recordSignalLocked(syscall.SIGKILL, reason, deadline)
 	})
+}
+
+// recordSignalLocked records a stop signal sent to the process (each step
+// of a termination is an event).
+func (gs *gameServer) recordSignalLocked(sig syscall.Signal, reason eventsv1.Reason, deadline time.Time) {
+	if gs.state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
+		return // ended elsewhere (e.g. HOST_LOST): the process is only cleaned up
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), finalEventTimeout)
+	defer cancel()
+	if err := gs.recordLocked(ctx, events.RecordSignal{Signalled: &eventsv1.ProcessSignalled{
+		Signal: sig.String(), Reason: reason, Deadline: timestamppb.New(deadline),
+	}}); err != nil {
+		gs.log.Warn("record signal", "signal", sig.String(), "err", err)
+	}
 }
 
 // stopReason is the reason of the shutdown in progress.

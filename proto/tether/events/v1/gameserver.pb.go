@@ -1254,6 +1254,71 @@ func (x *ShutdownRequested) GetDeadline() *timestamppb.Timestamp {
 	return nil
 }
 
+// ProcessSignalled: the agent sent the process a signal to stop it: SIGTERM
+// with the shutdown notice, SIGKILL when the deadline passed.
+type ProcessSignalled struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Signal name, "terminated" (SIGTERM) or "killed" (SIGKILL).
+	Signal string `protobuf:"bytes,1,opt,name=signal,proto3" json:"signal,omitempty"`
+	// Why the server is stopping.
+	Reason Reason `protobuf:"varint,2,opt,name=reason,proto3,enum=tether.events.v1.Reason" json:"reason,omitempty"`
+	// The shutdown deadline in force.
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessSignalled) Reset() {
+	*x = ProcessSignalled{}
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessSignalled) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessSignalled) ProtoMessage() {}
+
+func (x *ProcessSignalled) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessSignalled.ProtoReflect.Descriptor instead.
+func (*ProcessSignalled) Descriptor() ([]byte, []int) {
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ProcessSignalled) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *ProcessSignalled) GetReason() Reason {
+	if x != nil {
+		return x.Reason
+	}
+	return Reason_REASON_UNSPECIFIED
+}
+
+func (x *ProcessSignalled) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
 // ProcessExited: the OS process ended.
 type ProcessExited struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1273,7 +1338,7 @@ type ProcessExited struct {
 
 func (x *ProcessExited) Reset() {
 	*x = ProcessExited{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[15]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1350,7 @@ func (x *ProcessExited) String() string {
 func (*ProcessExited) ProtoMessage() {}
 
 func (x *ProcessExited) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[15]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1363,7 @@ func (x *ProcessExited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessExited.ProtoReflect.Descriptor instead.
 func (*ProcessExited) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{15}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ProcessExited) GetExitCode() int32 {
@@ -1349,7 +1414,7 @@ type GameServerTerminated struct {
 
 func (x *GameServerTerminated) Reset() {
 	*x = GameServerTerminated{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[16]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1426,7 @@ func (x *GameServerTerminated) String() string {
 func (*GameServerTerminated) ProtoMessage() {}
 
 func (x *GameServerTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[16]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1439,7 @@ func (x *GameServerTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GameServerTerminated.ProtoReflect.Descriptor instead.
 func (*GameServerTerminated) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{16}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GameServerTerminated) GetReason() Reason {
@@ -1404,7 +1469,7 @@ type LabelsChanged struct {
 
 func (x *LabelsChanged) Reset() {
 	*x = LabelsChanged{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[17]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1481,7 @@ func (x *LabelsChanged) String() string {
 func (*LabelsChanged) ProtoMessage() {}
 
 func (x *LabelsChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[17]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1494,7 @@ func (x *LabelsChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelsChanged.ProtoReflect.Descriptor instead.
 func (*LabelsChanged) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{17}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LabelsChanged) GetSet() map[string]string {
@@ -1528,6 +1593,10 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\x11ShutdownRequested\x120\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x18.tether.events.v1.ReasonR\x06reason\x126\n" +
 	"\bevidence\x18\x02 \x01(\v2\x1a.tether.events.v1.EvidenceR\bevidence\x126\n" +
+	"\bdeadline\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"\x94\x01\n" +
+	"\x10ProcessSignalled\x12\x16\n" +
+	"\x06signal\x18\x01 \x01(\tR\x06signal\x120\n" +
+	"\x06reason\x18\x02 \x01(\x0e2\x18.tether.events.v1.ReasonR\x06reason\x126\n" +
 	"\bdeadline\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"\xb7\x01\n" +
 	"\rProcessExited\x12 \n" +
 	"\texit_code\x18\x01 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x16\n" +
@@ -1590,7 +1659,7 @@ func file_tether_events_v1_gameserver_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_events_v1_gameserver_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tether_events_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_tether_events_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_tether_events_v1_gameserver_proto_goTypes = []any{
 	(Reason)(0),                   // 0: tether.events.v1.Reason
 	(Lifecycle)(0),                // 1: tether.events.v1.Lifecycle
@@ -1610,47 +1679,50 @@ var file_tether_events_v1_gameserver_proto_goTypes = []any{
 	(*PlayerReservation)(nil),     // 15: tether.events.v1.PlayerReservation
 	(*GameServerAllocated)(nil),   // 16: tether.events.v1.GameServerAllocated
 	(*ShutdownRequested)(nil),     // 17: tether.events.v1.ShutdownRequested
-	(*ProcessExited)(nil),         // 18: tether.events.v1.ProcessExited
-	(*GameServerTerminated)(nil),  // 19: tether.events.v1.GameServerTerminated
-	(*LabelsChanged)(nil),         // 20: tether.events.v1.LabelsChanged
-	nil,                           // 21: tether.events.v1.GameServerScheduled.LabelsEntry
-	nil,                           // 22: tether.events.v1.GameServerAllocated.PropertiesEntry
-	nil,                           // 23: tether.events.v1.LabelsChanged.SetEntry
-	(Protocol)(0),                 // 24: tether.events.v1.Protocol
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
-	(*GameServerTemplate)(nil),    // 26: tether.events.v1.GameServerTemplate
-	(*HealthPolicy)(nil),          // 27: tether.events.v1.HealthPolicy
+	(*ProcessSignalled)(nil),      // 18: tether.events.v1.ProcessSignalled
+	(*ProcessExited)(nil),         // 19: tether.events.v1.ProcessExited
+	(*GameServerTerminated)(nil),  // 20: tether.events.v1.GameServerTerminated
+	(*LabelsChanged)(nil),         // 21: tether.events.v1.LabelsChanged
+	nil,                           // 22: tether.events.v1.GameServerScheduled.LabelsEntry
+	nil,                           // 23: tether.events.v1.GameServerAllocated.PropertiesEntry
+	nil,                           // 24: tether.events.v1.LabelsChanged.SetEntry
+	(Protocol)(0),                 // 25: tether.events.v1.Protocol
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*GameServerTemplate)(nil),    // 27: tether.events.v1.GameServerTemplate
+	(*HealthPolicy)(nil),          // 28: tether.events.v1.HealthPolicy
 }
 var file_tether_events_v1_gameserver_proto_depIdxs = []int32{
-	24, // 0: tether.events.v1.Port.protocol:type_name -> tether.events.v1.Protocol
-	25, // 1: tether.events.v1.ConnectionChange.time:type_name -> google.protobuf.Timestamp
+	25, // 0: tether.events.v1.Port.protocol:type_name -> tether.events.v1.Protocol
+	26, // 1: tether.events.v1.ConnectionChange.time:type_name -> google.protobuf.Timestamp
 	2,  // 2: tether.events.v1.ConnectionChange.kind:type_name -> tether.events.v1.DisconnectKind
-	25, // 3: tether.events.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	26, // 3: tether.events.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	4,  // 4: tether.events.v1.Evidence.connection_history:type_name -> tether.events.v1.ConnectionChange
-	26, // 5: tether.events.v1.GameServerScheduled.template:type_name -> tether.events.v1.GameServerTemplate
-	27, // 6: tether.events.v1.GameServerScheduled.health:type_name -> tether.events.v1.HealthPolicy
-	21, // 7: tether.events.v1.GameServerScheduled.labels:type_name -> tether.events.v1.GameServerScheduled.LabelsEntry
+	27, // 5: tether.events.v1.GameServerScheduled.template:type_name -> tether.events.v1.GameServerTemplate
+	28, // 6: tether.events.v1.GameServerScheduled.health:type_name -> tether.events.v1.HealthPolicy
+	22, // 7: tether.events.v1.GameServerScheduled.labels:type_name -> tether.events.v1.GameServerScheduled.LabelsEntry
 	3,  // 8: tether.events.v1.ProcessStarted.ports:type_name -> tether.events.v1.Port
 	2,  // 9: tether.events.v1.SdkDisconnected.kind:type_name -> tether.events.v1.DisconnectKind
-	25, // 10: tether.events.v1.SdkDisconnected.grace_deadline:type_name -> google.protobuf.Timestamp
-	25, // 11: tether.events.v1.GameServerReserved.until:type_name -> google.protobuf.Timestamp
-	25, // 12: tether.events.v1.HealthDegraded.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	25, // 13: tether.events.v1.HealthRecovered.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	26, // 10: tether.events.v1.SdkDisconnected.grace_deadline:type_name -> google.protobuf.Timestamp
+	26, // 11: tether.events.v1.GameServerReserved.until:type_name -> google.protobuf.Timestamp
+	26, // 12: tether.events.v1.HealthDegraded.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	26, // 13: tether.events.v1.HealthRecovered.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	0,  // 14: tether.events.v1.GameServerUnhealthy.reason:type_name -> tether.events.v1.Reason
 	5,  // 15: tether.events.v1.GameServerUnhealthy.evidence:type_name -> tether.events.v1.Evidence
-	22, // 16: tether.events.v1.GameServerAllocated.properties:type_name -> tether.events.v1.GameServerAllocated.PropertiesEntry
+	23, // 16: tether.events.v1.GameServerAllocated.properties:type_name -> tether.events.v1.GameServerAllocated.PropertiesEntry
 	15, // 17: tether.events.v1.GameServerAllocated.players:type_name -> tether.events.v1.PlayerReservation
 	0,  // 18: tether.events.v1.ShutdownRequested.reason:type_name -> tether.events.v1.Reason
 	5,  // 19: tether.events.v1.ShutdownRequested.evidence:type_name -> tether.events.v1.Evidence
-	25, // 20: tether.events.v1.ShutdownRequested.deadline:type_name -> google.protobuf.Timestamp
-	0,  // 21: tether.events.v1.GameServerTerminated.reason:type_name -> tether.events.v1.Reason
-	5,  // 22: tether.events.v1.GameServerTerminated.evidence:type_name -> tether.events.v1.Evidence
-	23, // 23: tether.events.v1.LabelsChanged.set:type_name -> tether.events.v1.LabelsChanged.SetEntry
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	26, // 20: tether.events.v1.ShutdownRequested.deadline:type_name -> google.protobuf.Timestamp
+	0,  // 21: tether.events.v1.ProcessSignalled.reason:type_name -> tether.events.v1.Reason
+	26, // 22: tether.events.v1.ProcessSignalled.deadline:type_name -> google.protobuf.Timestamp
+	0,  // 23: tether.events.v1.GameServerTerminated.reason:type_name -> tether.events.v1.Reason
+	5,  // 24: tether.events.v1.GameServerTerminated.evidence:type_name -> tether.events.v1.Evidence
+	24, // 25: tether.events.v1.LabelsChanged.set:type_name -> tether.events.v1.LabelsChanged.SetEntry
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_gameserver_proto_init() }
@@ -1660,14 +1732,14 @@ func file_tether_events_v1_gameserver_proto_init() {
 	}
 	file_tether_events_v1_fleet_proto_init()
 	file_tether_events_v1_gameserver_proto_msgTypes[2].OneofWrappers = []any{}
-	file_tether_events_v1_gameserver_proto_msgTypes[15].OneofWrappers = []any{}
+	file_tether_events_v1_gameserver_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_events_v1_gameserver_proto_rawDesc), len(file_tether_events_v1_gameserver_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
