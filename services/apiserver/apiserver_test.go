@@ -11,10 +11,14 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
@@ -39,6 +43,7 @@ type stack struct {
 }
 
 type stackOptions struct {
+	tracer        trace.TracerProvider
 	readWait      time.Duration
 	lateProjector bool // leave the projector stopped until startProjector
 }
@@ -57,14 +62,14 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proj, err := postgres.NewProjector(postgres.ProjectorOptions{Pool: pool, JetStream: js, Logger: log})
+	proj, err := postgres.NewProjector(postgres.ProjectorOptions{Pool: pool, JetStream: js, Logger: log, TracerProvider: o.tracer})
 	if err != nil {
 		t.Fatal(err)
 	}
 	api, err := apiserver.New(apiserver.Options{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
-		ReadWait: o.readWait, Logger: log,
+		ReadWait: o.readWait, Logger: log, TracerProvider: o.tracer,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -391,4 +396,46 @@ func TestCreateIsIdempotentByRequestID(t *testing.T) {
 	if other.status != http.StatusConflict || other.reason() != "ALREADY_EXISTS" {
 		t.Fatalf("another request id: want ALREADY_EXISTS, got %d %v", other.status, other.body)
 	}
+}
+
+// The trace context of the request that appended an event travels with the
+// event, and the projector's batch span links to it.
+func TestTraceContextTravelsWithTheEvent(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	s := newStack(t, stackOptions{tracer: tp})
+	created := s.do("POST", "/v1/fleets?fleetId=traced", arenaFleet(1))
+	if created.status != http.StatusOK {
+		t.Fatalf("create: %d %v", created.status, created.body)
+	}
+	hist, err := s.store.History(s.ctx, events.MustSubject("fleets/traced"), 0)
+	if err != nil || len(hist) != 1 {
+		t.Fatalf("history %v, %v", hist, err)
+	}
+	tp0 := hist[0].TraceParent
+	if tp0 == "" {
+		t.Fatal("the event carries no traceparent")
+	}
+	var serverTrace trace.TraceID
+	for _, sp := range rec.Ended() {
+		if sp.SpanKind() == trace.SpanKindServer && strings.Contains(sp.Name(), "CreateFleet") {
+			serverTrace = sp.SpanContext().TraceID()
+		}
+	}
+	if !serverTrace.IsValid() || !strings.Contains(tp0, serverTrace.String()) {
+		t.Fatalf("traceparent %q is not the CreateFleet server span's trace %s", tp0, serverTrace)
+	}
+	waitFor(t, 10*time.Second, "a projector batch span linked to the request", func() bool {
+		for _, sp := range rec.Ended() {
+			if sp.Name() != "projector.batch" {
+				continue
+			}
+			for _, l := range sp.Links() {
+				if l.SpanContext.TraceID() == serverTrace {
+					return true
+				}
+			}
+		}
+		return false
+	})
 }
