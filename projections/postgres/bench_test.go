@@ -103,12 +103,15 @@ func BenchmarkReplay(b *testing.B) {
 		rctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- p.Run(rctx) }()
+		tick := time.NewTicker(time.Millisecond)
 		for p.Checkpoint() < last {
-			if ctx.Err() != nil {
+			select {
+			case <-ctx.Done():
 				b.Fatalf("replay stuck at %d of %d", p.Checkpoint(), last)
+			case <-tick.C:
 			}
-			time.Sleep(time.Millisecond) // polling interval
 		}
+		tick.Stop()
 		total += time.Since(start)
 		stop()
 		if err := <-done; err != nil {

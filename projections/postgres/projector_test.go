@@ -21,6 +21,7 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
 	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
+	"github.com/tetherhq/tether/services/dev/wait"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -143,7 +144,7 @@ func (e *env) run(p *postgres.Projector) {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	want := e.lastSeq()
-	waitFor(e.t, 20*time.Second, fmt.Sprintf("checkpoint %d", want), func() bool { return p.Checkpoint() >= want })
+	wait.For(e.t, 20*time.Second, fmt.Sprintf("checkpoint %d", want), func() bool { return p.Checkpoint() >= want })
 	cancel()
 	if err := <-done; err != nil {
 		e.t.Fatalf("projector: %v", err)
@@ -195,17 +196,6 @@ func assertSameViews(t *testing.T, got, want *pgxpool.Pool) {
 		if !slices.Equal(g[table], w[table]) {
 			t.Errorf("table %s differs:\n got %d rows: %v\nwant %d rows: %v", table, len(g[table]), g[table], len(w[table]), w[table])
 		}
-	}
-}
-
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not a wait for an outcome
 	}
 }
 
@@ -274,7 +264,7 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- second.Run(ctx) }()
 	cons := mustConsumer(t, e, "crashy")
-	waitFor(t, 20*time.Second, "the redelivered batch to be acknowledged", func() bool {
+	wait.For(t, 20*time.Second, "the redelivered batch to be acknowledged", func() bool {
 		info, err := cons.Info(e.ctx)
 		return err == nil && info.AckFloor.Stream >= uint64(len(msgs)) && info.NumRedelivered == 0 && info.NumAckPending == 0
 	})
@@ -283,7 +273,7 @@ func TestCrashBetweenCommitAndAck(t *testing.T) {
 	e.append("fleets/arena/gameServers/gs-0", &eventsv1.HealthDegraded{MissedPeriods: 1, FailureThreshold: 3})
 	e.append("fleets/arena/gameServers/gs-0", &eventsv1.HealthRecovered{})
 	want := e.lastSeq()
-	waitFor(t, 20*time.Second, "the new events", func() bool { return second.Checkpoint() >= want })
+	wait.For(t, 20*time.Second, "the new events", func() bool { return second.Checkpoint() >= want })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/commands"
 	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
+	"github.com/tetherhq/tether/services/dev/wait"
 )
 
 // syncBuffer is a log sink safe for concurrent writers.
@@ -128,17 +129,17 @@ func (h *harness) history(name string) []events.Envelope {
 // waitEvent polls the stream until the server has an event of a type.
 func (h *harness) waitEvent(name, typ string) events.Envelope {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var found events.Envelope
+	wait.For(h.t, 10*time.Second, name+" to get "+typ, func() bool {
 		for _, e := range h.history(name) {
 			if e.Type == typ {
-				return e
+				found = e
+				return true
 			}
 		}
-		time.Sleep(10 * time.Millisecond) // polling interval
-	}
-	h.t.Fatalf("%s never got %s; history: %v", name, typ, h.history(name))
-	return events.Envelope{}
+		return false
+	})
+	return found
 }
 
 // processEnv reads a running process's environment from /proc.
@@ -358,16 +359,10 @@ func TestServerTerminatedElsewhereIsStopped(t *testing.T) {
 	if _, err := h.store.Append(h.ctx, events.MustSubject(name), hist[len(hist)-1].Sequence, events.New(name, time.Now(), msgs[0])); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if _, err := os.Stat("/proc/" + strconv.Itoa(int(started.GetPid()))); os.IsNotExist(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d of a terminated server still runs", started.GetPid())
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval
-	}
+	wait.For(t, 15*time.Second, "the process of the terminated server to end", func() bool {
+		_, err := os.Stat("/proc/" + strconv.Itoa(int(started.GetPid())))
+		return os.IsNotExist(err)
+	})
 	for _, e := range h.history(name)[len(hist)+1:] {
 		t.Fatalf("the agent wrote %s after the server was terminated", e.Type)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/commands"
 	"github.com/tetherhq/tether/services/dev/natsembed"
+	"github.com/tetherhq/tether/services/dev/wait"
 )
 
 // A process that dies while NATS is down is still recorded: its events wait
@@ -89,24 +90,12 @@ func TestEventsSurviveNATSBeingAway(t *testing.T) {
 
 	// NATS goes away; the process dies meanwhile.
 	ns.Shutdown()
-	deadline := time.Now().Add(10 * time.Second)
-	for nc.Status() == nats.CONNECTED {
-		if time.Now().After(deadline) {
-			t.Fatal("the client never noticed NATS was gone")
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval
-	}
+	wait.For(t, 10*time.Second, "the client to notice NATS is gone", func() bool { return nc.Status() != nats.CONNECTED })
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	outboxFile := a.OutboxLen // events kept on disk
-	deadline = time.Now().Add(10 * time.Second)
-	for outboxFile() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the exit was not kept in the outbox (%d entries)", outboxFile())
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval
-	}
+	wait.For(t, 10*time.Second, "the exit kept in the outbox", func() bool { return outboxFile() >= 2 })
 
 	// NATS returns on the same port with its store: the outbox drains.
 	ns2, err := natsembed.Start(natsembed.Options{StoreDir: storeDir, Port: atoi(t, port)})
@@ -118,13 +107,7 @@ func TestEventsSurviveNATSBeingAway(t *testing.T) {
 	if term.GetReason() != eventsv1.Reason_REASON_PROCESS_EXITED || term.GetEvidence().GetSignal() != "killed" {
 		t.Fatalf("terminated with %s %v", term.GetReason(), term.GetEvidence())
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for outboxFile() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("outbox not drained: %d entries", outboxFile())
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval
-	}
+	wait.For(t, 10*time.Second, "the outbox to drain", func() bool { return outboxFile() == 0 })
 	var types []string
 	for _, e := range h.history(name) {
 		types = append(types, e.Type)

@@ -26,6 +26,7 @@ import (
 	"github.com/tetherhq/tether/services/apiserver"
 	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
 	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
+	"github.com/tetherhq/tether/services/dev/wait"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -88,7 +89,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	if !o.lateProjector {
 		s.startProjector()
 	}
-	waitFor(t, 10*time.Second, "API healthy", func() bool {
+	wait.For(t, 10*time.Second, "API healthy", func() bool {
 		resp, err := http.Get(s.base + "/healthz")
 		if err != nil {
 			return false
@@ -105,18 +106,6 @@ func (s *stack) run(f func(context.Context) error) {
 }
 
 func (s *stack) startProjector() { s.run(s.projector.Run) }
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not a wait for an outcome
-	}
-}
 
 // response is a decoded REST reply.
 type response struct {
@@ -425,7 +414,7 @@ func TestTraceContextTravelsWithTheEvent(t *testing.T) {
 	if !serverTrace.IsValid() || !strings.Contains(tp0, serverTrace.String()) {
 		t.Fatalf("traceparent %q is not the CreateFleet server span's trace %s", tp0, serverTrace)
 	}
-	waitFor(t, 10*time.Second, "a projector batch span linked to the request", func() bool {
+	wait.For(t, 10*time.Second, "a projector batch span linked to the request", func() bool {
 		for _, sp := range rec.Ended() {
 			if sp.Name() != "projector.batch" {
 				continue

@@ -12,6 +12,7 @@ import (
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/controller"
+	"github.com/tetherhq/tether/services/dev/wait"
 	"github.com/tetherhq/tether/services/hostbeat"
 )
 
@@ -131,25 +132,25 @@ func TestHostLivenessUnreachableIsNotLost(t *testing.T) {
 	spec := &eventsv1.FleetSpec{Replicas: 2, Template: &eventsv1.GameServerTemplate{Command: "/bin/game"}}
 	events.NormalizeFleetSpec(spec)
 	w.append("fleets/arena", 0, &eventsv1.FleetCreated{Spec: spec})
-	waitFor(t, 10*time.Second, "2 servers on h1 (packed)", func() bool { on, _ := w.serversOn("arena"); return on["hosts/h1"] == 2 })
+	wait.For(t, 10*time.Second, "2 servers on h1 (packed)", func() bool { on, _ := w.serversOn("arena"); return on["hosts/h1"] == 2 })
 
 	// h1 goes silent briefly: unreachable, then online again; nothing replaced.
 	beats.on["h1"].Store(false)
-	waitFor(t, 10*time.Second, "h1 unreachable", func() bool { return count(w.hostEvents("hosts/h1"), "HostUnreachable") == 1 })
+	wait.For(t, 10*time.Second, "h1 unreachable", func() bool { return count(w.hostEvents("hosts/h1"), "HostUnreachable") == 1 })
 	views := postgres.NewViews(w.pool)
-	waitFor(t, 10*time.Second, "h1's servers shown with connection UNKNOWN", func() bool {
+	wait.For(t, 10*time.Second, "h1's servers shown with connection UNKNOWN", func() bool {
 		rows, err := views.ListGameServers(w.ctx, postgres.GameServerQuery{Host: "hosts/h1", Limit: 10})
 		return err == nil && len(rows) == 2 && rows[0].State.GetConnection() == eventsv1.ConnectionState_CONNECTION_STATE_UNKNOWN
 	})
 	beats.on["h1"].Store(true)
-	waitFor(t, 10*time.Second, "h1 online again", func() bool { return count(w.hostEvents("hosts/h1"), "HostOnline") == 1 })
+	wait.For(t, 10*time.Second, "h1 online again", func() bool { return count(w.hostEvents("hosts/h1"), "HostOnline") == 1 })
 	if on, lost := w.serversOn("arena"); on["hosts/h2"] != 0 || lost != 0 {
 		t.Fatalf("an unreachable host's servers were replaced: %v, %d lost", on, lost)
 	}
 
 	// Silent for good: lost, its servers terminated with HOST_LOST and replaced on h2.
 	beats.on["h1"].Store(false)
-	waitFor(t, 10*time.Second, "h1 lost and its servers replaced", func() bool {
+	wait.For(t, 10*time.Second, "h1 lost and its servers replaced", func() bool {
 		on, lost := w.serversOn("arena")
 		return lost == 2 && on["hosts/h2"] == 2
 	})

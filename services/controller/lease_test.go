@@ -19,6 +19,7 @@ import (
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
 	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
+	"github.com/tetherhq/tether/services/dev/wait"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -108,17 +109,6 @@ func (w *world) controller(id string) (c *controller.Controller, stop func()) {
 	return c, stop
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not a wait for an outcome
-	}
-}
-
 // scheduledBy counts GameServerScheduled events of a fleet by producer.
 func (w *world) scheduledBy(fleet string) map[string]int {
 	w.t.Helper()
@@ -140,7 +130,7 @@ func TestOnlyTheLeaderActsAndTheStandbyTakesOver(t *testing.T) {
 	w.append("hosts/h1", events.AnySequence, &eventsv1.HostRegistered{Capacity: 10, Address: "127.0.0.1"})
 	a, stopA := w.controller("ctl-a")
 	b, stopB := w.controller("ctl-b")
-	waitFor(t, 5*time.Second, "a leader", func() bool { return a.IsLeader() || b.IsLeader() })
+	wait.For(t, 5*time.Second, "a leader", func() bool { return a.IsLeader() || b.IsLeader() })
 	leader, standby, stopLeader := a, b, stopA
 	if b.IsLeader() {
 		leader, standby, stopLeader = b, a, stopB
@@ -152,17 +142,17 @@ func TestOnlyTheLeaderActsAndTheStandbyTakesOver(t *testing.T) {
 	spec := &eventsv1.FleetSpec{Replicas: 2, Template: &eventsv1.GameServerTemplate{Command: "/bin/game"}}
 	events.NormalizeFleetSpec(spec)
 	created := w.append("fleets/arena", 0, &eventsv1.FleetCreated{Spec: spec})
-	waitFor(t, 10*time.Second, "2 servers scheduled", func() bool { return w.scheduledBy("arena")["controllers/"+leader.ID()] == 2 })
+	wait.For(t, 10*time.Second, "2 servers scheduled", func() bool { return w.scheduledBy("arena")["controllers/"+leader.ID()] == 2 })
 	if n := w.scheduledBy("arena")["controllers/"+standby.ID()]; n != 0 {
 		t.Fatalf("the standby scheduled %d servers", n)
 	}
 
 	stopLeader()
-	waitFor(t, 10*time.Second, "the standby to take over", standby.IsLeader)
+	wait.For(t, 10*time.Second, "the standby to take over", standby.IsLeader)
 	more := proto.CloneOf(spec)
 	more.Replicas = 3
 	w.append("fleets/arena", created, &eventsv1.FleetUpdated{Spec: more, ChangedFields: []string{"replicas"}})
-	waitFor(t, 10*time.Second, "the new leader to schedule the third server", func() bool {
+	wait.For(t, 10*time.Second, "the new leader to schedule the third server", func() bool {
 		return w.scheduledBy("arena")["controllers/"+standby.ID()] == 1
 	})
 	if got := w.scheduledBy("arena"); got["controllers/"+leader.ID()] != 2 || len(got) != 2 {

@@ -25,6 +25,7 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/dev"
 	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
+	"github.com/tetherhq/tether/services/dev/wait"
 )
 
 // gameServerBin is the example game server, built once for the package.
@@ -187,17 +188,6 @@ func byState(list []gameServer, state string) []gameServer {
 	return out
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not a wait for an outcome
-	}
-}
-
 func fleetSpec(replicas int, env map[string]string) map[string]any {
 	return map[string]any{
 		"replicas": replicas,
@@ -263,7 +253,7 @@ func TestFleetRunsRealProcessesAndHealsAndScales(t *testing.T) {
 		t.Fatalf("create fleet: %d", code)
 	}
 	var ready []gameServer
-	waitFor(t, 10*time.Second, "3 READY game servers", func() bool {
+	wait.For(t, 10*time.Second, "3 READY game servers", func() bool {
 		ready = byState(s.gameServers("arena"), "READY")
 		return len(ready) == 3
 	})
@@ -282,7 +272,7 @@ func TestFleetRunsRealProcessesAndHealsAndScales(t *testing.T) {
 		t.Fatal(err)
 	}
 	var last events.Envelope
-	waitFor(t, 10*time.Second, "the killed server to be terminated", func() bool {
+	wait.For(t, 10*time.Second, "the killed server to be terminated", func() bool {
 		h := s.history(victim.Name)
 		last = h[len(h)-1]
 		return last.Type == "GameServerTerminated"
@@ -303,7 +293,7 @@ func TestFleetRunsRealProcessesAndHealsAndScales(t *testing.T) {
 	if term.GetReason() != eventsv1.Reason_REASON_PROCESS_EXITED || term.GetEvidence().GetSignal() != "killed" {
 		t.Fatalf("termination: reason %s evidence %v", term.GetReason(), term.GetEvidence())
 	}
-	waitFor(t, 10*time.Second, "the fleet back at 3 READY, without the killed server", func() bool {
+	wait.For(t, 10*time.Second, "the fleet back at 3 READY, without the killed server", func() bool {
 		ready = byState(s.gameServers("arena"), "READY")
 		for _, g := range ready {
 			if g.Name == victim.Name {
@@ -318,7 +308,7 @@ func TestFleetRunsRealProcessesAndHealsAndScales(t *testing.T) {
 		t.Fatalf("scale: %d", code)
 	}
 	var gone []gameServer
-	waitFor(t, 15*time.Second, "2 servers scaled down", func() bool {
+	wait.For(t, 15*time.Second, "2 servers scaled down", func() bool {
 		gone = nil
 		for _, g := range byState(s.gameServers("arena"), "TERMINATED") {
 			if g.Reason == "FLEET_SCALED_DOWN" {
@@ -343,7 +333,7 @@ func TestCrashBeforeReadyIsRestartedThenGivenUp(t *testing.T) {
 		t.Fatalf("create fleet: %d", code)
 	}
 	var first string
-	waitFor(t, 15*time.Second, "a server crashed before Ready", func() bool {
+	wait.For(t, 15*time.Second, "a server crashed before Ready", func() bool {
 		for _, g := range byState(s.gameServers("crashy"), "TERMINATED") {
 			if g.Reason == "PROCESS_CRASHED_BEFORE_READY" {
 				first = g.Name
@@ -400,7 +390,7 @@ func checkHungDetected(t *testing.T, s *stack, fleet string, env map[string]stri
 		t.Fatalf("create fleet: %d", code)
 	}
 	var hung string
-	waitFor(t, 20*time.Second, "a server terminated for failed health", func() bool {
+	wait.For(t, 20*time.Second, "a server terminated for failed health", func() bool {
 		for _, g := range byState(s.gameServers(fleet), "TERMINATED") {
 			if g.Reason == "HEALTH_CHECK_FAILED" {
 				hung = g.Name
@@ -452,7 +442,7 @@ func checkHungDetected(t *testing.T, s *stack, fleet string, env map[string]stri
 		t.Fatalf("terminated with %s", term.GetReason())
 	}
 	// A replacement is scheduled (it will hang too, which is what it is told).
-	waitFor(t, 10*time.Second, "a replacement", func() bool {
+	wait.For(t, 10*time.Second, "a replacement", func() bool {
 		for _, g := range s.gameServers(fleet) {
 			if g.Name != hung {
 				return true
@@ -471,20 +461,21 @@ func TestReconnectingServerIsNeverKilled(t *testing.T) {
 		t.Fatalf("create fleet: %d", code)
 	}
 	var ready []gameServer
-	waitFor(t, 10*time.Second, "2 READY servers", func() bool {
+	wait.For(t, 10*time.Second, "2 READY servers", func() bool {
 		ready = byState(s.gameServers("blinky"), "READY")
 		return len(ready) == 2
 	})
 	// Watch for longer than the grace window (2 s) and many health periods.
 	var disconnects int
-	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); {
+	wait.Holds(t, 6*time.Second, "every flapping server READY", func() bool {
 		for _, g := range s.gameServers("blinky") {
 			if g.State != "READY" {
-				t.Fatalf("%s left READY: %+v", g.Name, g)
+				t.Logf("%s left READY: %+v", g.Name, g)
+				return false
 			}
 		}
-		time.Sleep(100 * time.Millisecond) // observation interval of a bounded window
-	}
+		return true
+	})
 	for _, g := range ready {
 		if !alive(g.Pid) {
 			t.Fatalf("%s: process %d is gone", g.Name, g.Pid)

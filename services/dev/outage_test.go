@@ -14,6 +14,7 @@ import (
 	"github.com/tetherhq/tether/services/dev"
 	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
+	"github.com/tetherhq/tether/services/dev/wait"
 )
 
 // NATS stops for 10 s while a server crashes: afterwards every event is in
@@ -66,7 +67,7 @@ func TestNATSOutage(t *testing.T) {
 		t.Fatalf("create fleet: %d", code)
 	}
 	var before []gameServer
-	waitFor(t, 10*time.Second, "2 READY", func() bool {
+	wait.For(t, 10*time.Second, "2 READY", func() bool {
 		before = byState(s.gameServers("arena"), "READY")
 		return len(before) == 2
 	})
@@ -76,19 +77,13 @@ func TestNATSOutage(t *testing.T) {
 	if err := syscall.Kill(victim.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	outage := time.Now().Add(10 * time.Second)
-	for time.Now().Before(outage) {
-		if !alive(survivor.Pid) {
-			t.Fatal("the healthy server's process died during the outage")
-		}
-		time.Sleep(100 * time.Millisecond) // observation interval of a bounded window
-	}
+	wait.Holds(t, 10*time.Second, "the healthy server's process alive during the outage", func() bool { return alive(survivor.Pid) })
 	if ns2, err = natsembed.Start(natsembed.Options{StoreDir: storeDir, Port: port}); err != nil {
 		t.Fatal(err)
 	}
 	s.store = storeFor(t, s)
 
-	waitFor(t, 30*time.Second, "the crash recorded and replaced, and the views right", func() bool {
+	wait.For(t, 30*time.Second, "the crash recorded and replaced, and the views right", func() bool {
 		list := s.gameServers("arena")
 		var victimGone bool
 		for _, g := range list {

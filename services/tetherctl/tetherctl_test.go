@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tetherhq/tether/services/dev"
 	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
+	"github.com/tetherhq/tether/services/dev/wait"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -67,17 +69,12 @@ func mustRun(t *testing.T, addr string, args ...string) string {
 // eventually retries a command until its output contains want.
 func eventually(t *testing.T, addr, want string, args ...string) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out := mustRun(t, addr, args...)
-		if strings.Contains(out, want) {
-			return out
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tetherctl %v never printed %q; last:\n%s", args, want, out)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not a wait for an outcome
-	}
+	var out string
+	wait.For(t, 10*time.Second, fmt.Sprintf("tetherctl %v to print %q", args, want), func() bool {
+		out = mustRun(t, addr, args...)
+		return strings.Contains(out, want)
+	})
+	return out
 }
 
 func TestFleetLifecycle(t *testing.T) {
@@ -118,19 +115,13 @@ labels: {mode: ranked}
 	eventually(t, addr, "fleets/arena/gameServers/", "gameservers", "list", "--fleet", "arena")
 
 	mustRun(t, addr, "fleets", "delete", "arena")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := run(t, addr, "fleets", "get", "arena")
-		if err != nil {
-			if !strings.Contains(describe(err), "not found (NOT_FOUND)") {
-				t.Fatalf("get after delete: %v", describe(err))
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the deleted fleet is still found")
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not a wait for an outcome
+	var getErr error
+	wait.For(t, 10*time.Second, "the deleted fleet to be gone", func() bool {
+		_, getErr = run(t, addr, "fleets", "get", "arena")
+		return getErr != nil
+	})
+	if !strings.Contains(describe(getErr), "not found (NOT_FOUND)") {
+		t.Fatalf("get after delete: %v", describe(getErr))
 	}
 }
 
