@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -30,11 +31,15 @@ import (
 // eventStore is what the controller needs of the event store.
 type eventStore interface {
 	Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error)
+	// StreamLastSequence lets a new leader wait until the views include
+	// everything its predecessor wrote before it acts.
+	StreamLastSequence(ctx context.Context) (uint64, error)
 }
 
 // viewReader is what the controller reads from the views.
 type viewReader interface {
 	ListFleets(ctx context.Context, after string, limit int) ([]postgres.FleetRow, error)
+	Fleet(ctx context.Context, name string) (postgres.FleetRow, error)
 	LiveGameServers(ctx context.Context) ([]postgres.Row[*eventsv1.GameServerState], error)
 	Hosts(ctx context.Context, after string, limit int) ([]postgres.HostRow, error)
 }
@@ -76,7 +81,8 @@ type Options struct {
 	// after this long without a heartbeat; default 60s.
 	LostAfter time.Duration
 	// StartTimeout re-sends the start command of a server still SCHEDULED
-	// after this long; default 10s.
+	// (no ProcessStarted) this long after it was scheduled or its start
+	// command was last sent; default 10s.
 	StartTimeout time.Duration
 	// Logger; default discards.
 	Logger *slog.Logger
@@ -149,6 +155,14 @@ type Controller struct {
 	noRoomLogged map[string]time.Time // fleet → last "no host with room" log
 	beats        jetstream.KeyValue   // host heartbeats, opened on first use
 	seen         map[string]time.Time // host id → last heartbeat known while leader
+	startResent  map[string]time.Time // SCHEDULED server → last time its start command was re-sent
+	// written is the highest stream sequence the views must have applied
+	// before a pass may read them: our own last append, or on taking over,
+	// the stream's last sequence (the predecessor's writes).
+	written uint64
+	// caughtUp is set once written covers the stream as it was when this
+	// instance became leader.
+	caughtUp bool
 }
 
 // New builds a controller; Run starts it.
@@ -157,7 +171,8 @@ func New(opts Options) (*Controller, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	c := &Controller{opts: opts, log: opts.Logger.With("controller", opts.ID), producer: "controllers/" + opts.ID, noRoomLogged: map[string]time.Time{}, seen: map[string]time.Time{}}
+	c := &Controller{opts: opts, log: opts.Logger.With("controller", opts.ID), producer: "controllers/" + opts.ID,
+		noRoomLogged: map[string]time.Time{}, seen: map[string]time.Time{}, startResent: map[string]time.Time{}}
 	m := opts.MeterProvider.Meter("github.com/tetherhq/tether/services/controller")
 	var err error
 	if c.scheduled, err = m.Int64Counter("tether_controller_scheduled", metric.WithDescription("Game servers scheduled.")); err != nil {
@@ -171,7 +186,7 @@ func New(opts Options) (*Controller, error) {
 		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5)); err != nil {
 		return nil, err
 	}
-	if _, err = m.Int64ObservableGauge("tether_controller_leader", metric.WithDescription("1 while this instance holds the lease."),
+	if _, err = m.Int64ObservableGauge("tether_controller_leader", metric.WithDescription("1 while this instance holds the lease, else 0."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			if c.leader.Load() {
 				o.Observe(1)
@@ -220,8 +235,10 @@ func (c *Controller) Run(ctx context.Context) error {
 // lead reconciles while the lease holds.
 func (c *Controller) lead(ctx context.Context, l *lease) {
 	c.leader.Store(true)
-	c.seen = map[string]time.Time{} // every host gets a full grace from a new leader
-	c.log.Info("became leader")
+	c.seen = map[string]time.Time{}        // every host gets a full grace from a new leader
+	c.startResent = map[string]time.Time{} // and every SCHEDULED server a full start timeout
+	c.written, c.caughtUp = 0, false
+	c.log.Info("became leader", "lease_ttl", c.opts.LeaseTTL)
 	lctx, lost := context.WithCancel(ctx)
 	defer lost()
 	renewed := make(chan struct{})
@@ -236,6 +253,7 @@ func (c *Controller) lead(ctx context.Context, l *lease) {
 			case <-t.C:
 				if err := l.renew(lctx); err != nil {
 					if lctx.Err() == nil {
+						c.leader.Store(false)
 						c.log.Warn("lost leadership", "err", err)
 					}
 					lost()
@@ -279,8 +297,11 @@ type hostSlot struct {
 // Reconcile runs one pass over every fleet. Exported for tests that drive
 // passes by hand; Run calls it every Interval while leader.
 func (c *Controller) Reconcile(ctx context.Context) error {
-	start := c.opts.Now()
-	defer func() { c.passTime.Record(ctx, time.Since(start).Seconds()) }()
+	began := time.Now() // a duration: the monotonic clock, not Options.Now
+	defer func() { c.passTime.Record(context.WithoutCancel(ctx), time.Since(began).Seconds()) }()
+	if err := c.awaitViews(ctx); err != nil {
+		return err
+	}
 	fleets, err := c.allFleets(ctx)
 	if err != nil {
 		return err
@@ -293,8 +314,8 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var last uint64
-	note := func(seq uint64) { last = max(last, seq) }
+	wrote := false
+	note := func(seq uint64) { wrote, c.written = true, max(c.written, seq) }
 	status, err := c.checkHosts(ctx, hostRows, servers, note)
 	if err != nil {
 		return err
@@ -304,7 +325,11 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 		return err
 	}
 	byFleet := map[string][]postgres.Row[*eventsv1.GameServerState]{}
+	scheduled := map[string]bool{}
 	for _, s := range servers {
+		if s.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_SCHEDULED {
+			scheduled[s.State.GetName()] = true
+		}
 		fleet, _, err := events.ParseGameServerName(s.State.GetName())
 		if err != nil {
 			return err
@@ -320,9 +345,18 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 		}
 		delete(byFleet, f.State.GetName())
 	}
-	// What is left belongs to deleted fleets.
-	for fleet, rows := range byFleet {
-		for _, r := range rows {
+	// What is left belongs to fleets that are not live: deleted ones, or
+	// (read between the two queries) created since; the fleet row tells.
+	for _, fleet := range slices.Sorted(maps.Keys(byFleet)) {
+		f, err := c.opts.Views.Fleet(ctx, fleet)
+		if err != nil {
+			c.log.Error("read the fleet of live game servers", "fleet", fleet, "err", err)
+			continue
+		}
+		if !f.State.GetDeleted() {
+			continue
+		}
+		for _, r := range byFleet[fleet] {
 			if r.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN {
 				continue
 			}
@@ -331,12 +365,43 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 			}
 		}
 	}
-	if last > 0 {
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if err := c.opts.Freshness.WaitFor(wctx, last); err != nil {
-			return fmt.Errorf("wait for own writes: %w", err)
+	// Forget re-sends of servers that are no longer SCHEDULED.
+	for name := range c.startResent {
+		if !scheduled[name] {
+			delete(c.startResent, name)
 		}
+	}
+	if wrote {
+		return c.awaitViews(ctx)
+	}
+	return nil
+}
+
+// freshnessWait bounds a pass's wait for the views to show its own writes.
+const freshnessWait = 5 * time.Second
+
+// awaitViews waits (bounded) until the views include c.written, so that a
+// pass never decides on views that miss earlier decisions. If they stay
+// behind, the pass is skipped and the next one waits again.
+//
+// A new leader first reads the stream's last sequence: its predecessor may
+// have appended decisions the views do not show yet, and acting on such
+// views would, for one, schedule the same replicas twice.
+func (c *Controller) awaitViews(ctx context.Context) error {
+	if !c.caughtUp {
+		seq, err := c.opts.Store.StreamLastSequence(ctx)
+		if err != nil {
+			return fmt.Errorf("read the stream's position: %w", err)
+		}
+		c.written, c.caughtUp = max(c.written, seq), true
+	}
+	if c.written == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, freshnessWait)
+	defer cancel()
+	if err := c.opts.Freshness.WaitFor(wctx, c.written); err != nil {
+		return fmt.Errorf("wait for the views to include our writes: %w", err)
 	}
 	return nil
 }
@@ -403,10 +468,8 @@ func (c *Controller) reconcileFleet(ctx context.Context, f *eventsv1.FleetState,
 		case eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN:
 		default:
 			live = append(live, r)
-			if r.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_SCHEDULED && now.Sub(r.State.GetCreateTime().AsTime()) > c.opts.StartTimeout {
-				if err := c.sendStart(ctx, r.State.GetHost(), r.State.GetName(), f.GetSpec()); err != nil {
-					return err
-				}
+			if r.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_SCHEDULED {
+				c.resendStart(ctx, r.State, now)
 			}
 		}
 	}
@@ -428,7 +491,7 @@ func (c *Controller) reconcileFleet(ctx context.Context, f *eventsv1.FleetState,
 	if surplus := len(live) - want; surplus > 0 {
 		candidates := scaleDownOrder(live)
 		for _, r := range candidates[:min(surplus, len(candidates))] {
-			detail := fmt.Sprintf("fleet scaled to %d replicas", want)
+			detail := fmt.Sprintf("fleet scaled from %d to %d", len(live), want)
 			if err := c.shutdown(ctx, r, eventsv1.Reason_REASON_FLEET_SCALED_DOWN, detail, note); err != nil {
 				return err
 			}
@@ -513,8 +576,32 @@ func (c *Controller) sendStart(ctx context.Context, host, name string, spec *eve
 	}
 	return c.opts.Commands.Send(ctx, hostID, c.producer, &agentv1.Command{Action: &agentv1.Command_Start{Start: &agentv1.StartGameServer{
 		GameServer: name, Template: proto.CloneOf(spec.GetTemplate()), Health: proto.CloneOf(spec.GetHealth()),
-		SdkDisconnectGraceSeconds: spec.GetSdkDisconnectGraceSeconds(), Labels: spec.GetLabels(),
+		SdkDisconnectGraceSeconds: spec.GetSdkDisconnectGraceSeconds(), Labels: maps.Clone(spec.GetLabels()),
 	}}})
+}
+
+// resendStart sends a SCHEDULED server's start command again when neither
+// it was scheduled nor its command last re-sent within StartTimeout (the
+// command may have been lost, or the agent away; the agent ignores a
+// duplicate). The command is rebuilt from the server's own copy of the
+// template and policies, which a later fleet update does not change.
+func (c *Controller) resendStart(ctx context.Context, s *eventsv1.GameServerState, now time.Time) {
+	since := s.GetCreateTime().AsTime()
+	if t, ok := c.startResent[s.GetName()]; ok && t.After(since) {
+		since = t
+	}
+	if now.Sub(since) <= c.opts.StartTimeout {
+		return
+	}
+	spec := &eventsv1.FleetSpec{Template: s.GetTemplate(), Health: s.GetHealthPolicy(),
+		SdkDisconnectGraceSeconds: s.GetSdkDisconnectGraceSeconds(), Labels: s.GetLabels()}
+	if err := c.sendStart(ctx, s.GetHost(), s.GetName(), spec); err != nil {
+		c.log.Error("re-send start command", "game_server", s.GetName(), "err", err)
+		return
+	}
+	c.startResent[s.GetName()] = now
+	c.log.Warn("start command re-sent", "game_server", s.GetName(), "host", s.GetHost(),
+		"scheduled_at", s.GetCreateTime().AsTime(), "start_timeout", c.opts.StartTimeout)
 }
 
 // shutdown decides a server's shutdown, appends it guarded by the row's

@@ -1,161 +1,157 @@
 package controller_test
 
 import (
-	"context"
-	"log/slog"
-	"os"
+	"errors"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/events/natsjs"
-	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/commands"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
-	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
 	"github.com/tetherhq/tether/services/dev/wait"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// world is NATS, the views kept by a running projector, and the commands bus.
-type world struct {
-	t     *testing.T
-	ctx   context.Context
-	js    jetstream.JetStream
-	store *natsjs.Store
-	pool  *pgxpool.Pool
-	bus   *commands.Bus
-}
-
-func newWorld(t *testing.T) *world {
+// leaderOf waits for one of the controllers to lead and checks that only
+// one does; it returns the leader and the others.
+func leaderOf(t *testing.T, cs ...*ctl) (*ctl, []*ctl) {
 	t.Helper()
-	ns := natstest.Start(t)
-	_, js := natstest.Connect(t, ns)
-	ctx, cancel := context.WithCancel(context.Background())
-	store, err := natsjs.New(ctx, js, natsjs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bus, err := commands.New(ctx, js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proj, err := postgres.NewProjector(postgres.ProjectorOptions{Pool: pool, JetStream: js})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- proj.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("projector: %v", err)
-		}
-		pool.Close()
-	})
-	return &world{t: t, ctx: ctx, js: js, store: store, pool: pool, bus: bus}
-}
-
-func (w *world) append(name string, expected uint64, payload proto.Message) uint64 {
-	w.t.Helper()
-	seq, err := w.store.Append(w.ctx, events.MustSubject(name), expected, events.New(name, time.Now(), payload))
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	return seq
-}
-
-// controller starts a controller; stop cancels its Run and waits for it.
-func (w *world) controller(id string) (c *controller.Controller, stop func()) {
-	w.t.Helper()
-	fresh := postgres.NewFreshness(w.pool, nil)
-	ctx, cancel := context.WithCancel(w.ctx)
-	c, err := controller.New(controller.Options{
-		JetStream: w.js, Store: w.store, Views: postgres.NewViews(w.pool), Freshness: fresh, Commands: w.bus,
-		ID: id, LeaseTTL: time.Second, Interval: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	done := make(chan error, 2)
-	go func() { done <- fresh.Run(ctx) }()
-	go func() { done <- c.Run(ctx) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		for range 2 {
-			if err := <-done; err != nil {
-				w.t.Errorf("controller %s: %v", id, err)
+	wait.For(t, 5*time.Second, "a leader", func() bool {
+		for _, c := range cs {
+			if c.IsLeader() {
+				return true
 			}
 		}
-	}
-	w.t.Cleanup(stop)
-	return c, stop
-}
-
-// scheduledBy counts GameServerScheduled events of a fleet by producer.
-func (w *world) scheduledBy(fleet string) map[string]int {
-	w.t.Helper()
-	hist, err := w.store.History(w.ctx, events.FleetGameServersSubject(fleet), 0)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	out := map[string]int{}
-	for _, e := range hist {
-		if e.Type == "GameServerScheduled" {
-			out[e.Producer]++
+		return false
+	})
+	var leader *ctl
+	var others []*ctl
+	for _, c := range cs {
+		switch {
+		case !c.IsLeader():
+			others = append(others, c)
+		case leader != nil:
+			t.Fatalf("both %s and %s lead", leader.ID(), c.ID())
+		default:
+			leader = c
 		}
 	}
-	return out
+	return leader, others
+}
+
+// terminateOne ends one READY server of a fleet as its agent would report a
+// crash, and returns its name.
+func (w *world) terminateOne(fleet, host string) string {
+	w.t.Helper()
+	for name, l := range w.states(fleet) {
+		if l == eventsv1.Lifecycle_LIFECYCLE_READY {
+			code := int32(3)
+			if err := w.gameServerEvent(name, events.HostName(host), events.RecordExit{Exited: &eventsv1.ProcessExited{ExitCode: &code, Attempt: 1}}); err != nil {
+				w.t.Fatal(err)
+			}
+			return name
+		}
+	}
+	w.t.Fatal("no READY server to terminate")
+	return ""
 }
 
 func TestOnlyTheLeaderActsAndTheStandbyTakesOver(t *testing.T) {
 	w := newWorld(t)
-	w.append("hosts/h1", events.AnySequence, &eventsv1.HostRegistered{Capacity: 10, Address: "127.0.0.1"})
-	a, stopA := w.controller("ctl-a")
-	b, stopB := w.controller("ctl-b")
-	wait.For(t, 5*time.Second, "a leader", func() bool { return a.IsLeader() || b.IsLeader() })
-	leader, standby, stopLeader := a, b, stopA
-	if b.IsLeader() {
-		leader, standby, stopLeader = b, a, stopB
+	w.host("h1", 10)
+	w.beat("h1")
+	w.agent("h1", 100)
+	a, b := w.controller("ctl-a"), w.controller("ctl-b")
+	leader, others := leaderOf(t, a, b)
+	standby := others[0]
+
+	w.fleet("arena", testSpec(2, eventsv1.Scheduling_SCHEDULING_PACKED))
+	wait.For(t, 10*time.Second, "2 READY servers", func() bool { return w.countStates("arena", eventsv1.Lifecycle_LIFECYCLE_READY) == 2 })
+	if got := w.scheduledBy("arena"); got["controllers/"+leader.ID()] != 2 || len(got) != 1 {
+		t.Fatalf("scheduling events by producer: %v", got)
 	}
-	if standby.IsLeader() {
+	if leader.metric(t, "tether_controller_leader") != 1 || standby.metric(t, "tether_controller_leader") != 0 {
+		t.Fatal("tether_controller_leader gauge is not 1 on the leader and 0 on the standby")
+	}
+	if n := standby.metric(t, "tether_controller_pass_duration_seconds"); n != 0 {
+		t.Fatalf("the standby ran %v passes", n)
+	}
+
+	// The leader stops: it releases the lease, the standby takes over at
+	// once (well within the TTL) and replaces a crashed server.
+	stopped := time.Now()
+	leader.stop()
+	wait.For(t, 5*time.Second, "the standby to take over", standby.IsLeader)
+	if d := time.Since(stopped); d > 3*time.Second {
+		t.Fatalf("took over after %s", d)
+	}
+	crashed := w.terminateOne("arena", "h1")
+	wait.For(t, 10*time.Second, "the new leader to schedule a replacement", func() bool {
+		return w.scheduledBy("arena")["controllers/"+standby.ID()] == 1
+	})
+	wait.For(t, 10*time.Second, "2 READY servers again", func() bool { return w.countStates("arena", eventsv1.Lifecycle_LIFECYCLE_READY) == 2 })
+	if w.states("arena")[crashed] != eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
+		t.Fatalf("crashed server %s is %v", crashed, w.states("arena")[crashed])
+	}
+	standby.passes(t, 3)
+	if got := w.scheduledBy("arena"); got["controllers/"+leader.ID()] != 2 || got["controllers/"+standby.ID()] != 1 || len(got) != 2 {
+		t.Fatalf("scheduling events by producer: %v", got)
+	}
+}
+
+// A leader cut off from NATS cannot renew: it stops acting, and the standby
+// takes over once the lease expires (nothing released it).
+func TestLeaderCutOffLosesTheLease(t *testing.T) {
+	w := newWorld(t)
+	w.host("h1", 10)
+	w.beat("h1")
+	w.agent("h1", 100)
+	nc, js := natstest.Connect(t, w.ns)
+	a := w.controller("ctl-a", func(o *controller.Options) { o.JetStream = js })
+	leaderOf(t, a)
+	b := w.controller("ctl-b")
+	w.fleet("arena", testSpec(1, eventsv1.Scheduling_SCHEDULING_PACKED))
+	wait.For(t, 10*time.Second, "1 READY server", func() bool { return w.countStates("arena", eventsv1.Lifecycle_LIFECYCLE_READY) == 1 })
+	if b.IsLeader() {
 		t.Fatal("both controllers lead")
 	}
 
-	spec := &eventsv1.FleetSpec{Replicas: 2, Template: &eventsv1.GameServerTemplate{Command: "/bin/game"}}
-	events.NormalizeFleetSpec(spec)
-	created := w.append("fleets/arena", 0, &eventsv1.FleetCreated{Spec: spec})
-	wait.For(t, 10*time.Second, "2 servers scheduled", func() bool { return w.scheduledBy("arena")["controllers/"+leader.ID()] == 2 })
-	if n := w.scheduledBy("arena")["controllers/"+standby.ID()]; n != 0 {
-		t.Fatalf("the standby scheduled %d servers", n)
+	nc.Close()
+	wait.For(t, 5*time.Second, "ctl-a to lose leadership", func() bool { return !a.IsLeader() })
+	wait.For(t, 5*time.Second, "ctl-b to take over", b.IsLeader)
+	if a.IsLeader() {
+		t.Fatal("both controllers lead")
 	}
+	w.terminateOne("arena", "h1")
+	wait.For(t, 10*time.Second, "ctl-b to schedule a replacement", func() bool { return w.scheduledBy("arena")["controllers/ctl-b"] == 1 })
+}
 
-	stopLeader()
-	wait.For(t, 10*time.Second, "the standby to take over", standby.IsLeader)
-	more := proto.CloneOf(spec)
-	more.Replicas = 3
-	w.append("fleets/arena", created, &eventsv1.FleetUpdated{Spec: more, ChangedFields: []string{"replicas"}})
-	wait.For(t, 10*time.Second, "the new leader to schedule the third server", func() bool {
-		return w.scheduledBy("arena")["controllers/"+standby.ID()] == 1
-	})
-	if got := w.scheduledBy("arena"); got["controllers/"+leader.ID()] != 2 || len(got) != 2 {
-		t.Fatalf("scheduling events by producer: %v", got)
+// The lease is lost at once when its key is not ours any more, and a
+// leader that stops releases it so a standby need not wait for the TTL.
+func TestLeaseOverwrittenIsLost(t *testing.T) {
+	w := newWorld(t)
+	a := w.controller("ctl-a", func(o *controller.Options) { o.LeaseTTL = 3 * time.Second })
+	leaderOf(t, a)
+	kv, err := w.js.KeyValue(w.ctx, controller.LeaseBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(w.ctx, "controller")
+	if err != nil || string(e.Value()) != "ctl-a" {
+		t.Fatalf("lease key: %v %v", e, err)
+	}
+	if _, err := kv.Put(w.ctx, "controller", []byte("intruder")); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 5*time.Second, "ctl-a to lose leadership", func() bool { return !a.IsLeader() })
+	if err := kv.Delete(w.ctx, "controller"); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 5*time.Second, "ctl-a to lead again", a.IsLeader)
+	a.stop()
+	if _, err := kv.Get(w.ctx, "controller"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("lease not released: %v", err)
 	}
 }
