@@ -5,161 +5,145 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
 
-// gameServerName accepts a full name or FLEET/GS.
-func gameServerName(s string) string {
-	if strings.HasPrefix(s, "fleets/") {
-		return s
-	}
-	if fleet, gs, ok := strings.Cut(s, "/"); ok {
-		return "fleets/" + fleet + "/gameServers/" + gs
-	}
-	return s
+// gameServerQuery selects game servers: a fleet (all when empty) and
+// filter terms.
+type gameServerQuery struct {
+	fleet, state, host, health, connection string
+	// minSequence is the event sequence the views must have applied.
+	minSequence int64
 }
 
-func (c *cli) gameServersCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "gameservers", Aliases: []string{"gameserver", "gs"}, Short: "List, show and watch game servers"}
-	var fleet, state, host string
-	var interval time.Duration
-	list := &cobra.Command{
-		Use: "list [--fleet NAME] [--state READY] [--host h1]", Short: "List game servers", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			resp, err := c.listGameServers(cmd.Context(), fleet, state, host)
-			if err != nil {
-				return err
-			}
-			return c.render(resp, func(w *tabwriter.Writer) { gameServerTable(w, resp.GetGameServers()...) })
-		},
+// addFlags declares the selection flags on cmd.
+func (q *gameServerQuery) addFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&q.fleet, "fleet", "", "only this fleet (default all fleets)")
+	f.StringVar(&q.state, "state", "", "only this state: SCHEDULED, STARTING, READY, RESERVED, ALLOCATED, SHUTTING_DOWN, TERMINATED, UNHEALTHY")
+	f.StringVar(&q.host, "host", "", `only this host ("h1" or "hosts/h1")`)
+	f.StringVar(&q.health, "health", "", "only this health: HEALTHY, DEGRADED, FAILED")
+	f.StringVar(&q.connection, "connection", "", "only this SDK connection state: CONNECTED, DISCONNECTED, UNKNOWN")
+}
+
+// parent returns "fleets/{fleet}", or "fleets/-" for all fleets.
+func (q gameServerQuery) parent() string {
+	if q.fleet == "" {
+		return allFleetsParent
 	}
-	get := &cobra.Command{
-		Use: "get NAME", Short: "Show a game server with its reason and evidence", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			api, err := c.gameServers()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := c.call(cmd.Context())
-			defer cancel()
-			g, err := api.GetGameServer(ctx, &tetherv1.GetGameServerRequest{Name: gameServerName(args[0])})
-			if err != nil {
-				return fmt.Errorf("get: %w", err)
-			}
-			return c.render(g, func(w *tabwriter.Writer) { gameServerTable(w, g) })
-		},
+	return fleetName(q.fleet)
+}
+
+// filter returns the API filter string, e.g. "state=READY AND host=hosts/h1".
+func (q gameServerQuery) filter() string {
+	var terms []string
+	for _, t := range []struct{ field, value string }{
+		{"state", strings.ToUpper(q.state)},
+		{"host", q.host},
+		{"health", strings.ToUpper(q.health)},
+		{"connection", strings.ToUpper(q.connection)},
+	} {
+		if t.value == "" {
+			continue
+		}
+		if t.field == "host" {
+			t.value = hostName(t.value)
+		}
+		terms = append(terms, t.field+"="+t.value)
 	}
-	watch := &cobra.Command{
-		Use: "watch [--fleet NAME]", Short: "Print a line for every game server change, until Ctrl-C", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.watchGameServers(cmd.Context(), fleet, state, host, interval)
-		},
-	}
-	for _, sub := range []*cobra.Command{list, watch} {
-		sub.Flags().StringVar(&fleet, "fleet", "", "only this fleet")
-		sub.Flags().StringVar(&state, "state", "", "only this state (READY, ALLOCATED, …)")
-		sub.Flags().StringVar(&host, "host", "", "only this host")
-	}
-	watch.Flags().DurationVar(&interval, "interval", time.Second, "poll interval")
-	cmd.AddCommand(list, get, watch)
+	return strings.Join(terms, " AND ")
+}
+
+func (a *app) gameServersCommand() *cobra.Command {
+	cmd := group("gameservers", "List, show and watch game servers", "gameserver", "gs")
+	cmd.AddCommand(a.gameServersListCommand(), a.gameServersGetCommand(), a.gameServersWatchCommand())
 	return cmd
 }
 
-func (c *cli) listGameServers(ctx context.Context, fleet, state, host string) (*tetherv1.ListGameServersResponse, error) {
-	api, err := c.gameServers()
-	if err != nil {
-		return nil, err
-	}
-	parent := "fleets/-"
-	if fleet != "" {
-		parent = fleetName(fleet)
-	}
-	var terms []string
-	if state != "" {
-		terms = append(terms, "state="+strings.ToUpper(state))
-	}
-	if host != "" {
-		if !strings.HasPrefix(host, "hosts/") {
-			host = "hosts/" + host
-		}
-		terms = append(terms, "host="+host)
-	}
-	resp := &tetherv1.ListGameServersResponse{}
-	token := ""
-	for {
-		cctx, cancel := c.call(ctx)
-		page, err := api.ListGameServers(cctx, &tetherv1.ListGameServersRequest{
-			Parent: parent, Filter: strings.Join(terms, " AND "), PageSize: 1000, PageToken: token})
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("list: %w", err)
-		}
-		resp.GameServers = append(resp.GameServers, page.GetGameServers()...)
-		if token = page.GetNextPageToken(); token == "" {
-			return resp, nil
-		}
-	}
-}
-
-// summary is the line watch compares and prints.
-func summary(g *tetherv1.GameServer) string {
-	s := fmt.Sprintf("%s state=%s connection=%s health=%s", g.GetName(), g.GetState(), g.GetConnection().GetState(), g.GetHealth().GetState())
-	if g.GetReason() != "" {
-		s += " reason=" + g.GetReason()
-	}
-	return s
-}
-
-func (c *cli) watchGameServers(ctx context.Context, fleet, state, host string, interval time.Duration) error {
-	seen := map[string]string{}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for first := true; ; first = false {
-		resp, err := c.listGameServers(ctx, fleet, state, host)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		now := map[string]string{}
-		for _, g := range resp.GetGameServers() {
-			line := summary(g)
-			now[g.GetName()] = line
-			if seen[g.GetName()] != line {
-				fmt.Fprintf(c.out, "%s %s\n", time.Now().Format("15:04:05"), line)
-			}
-		}
-		if !first {
-			for name := range seen {
-				if _, ok := now[name]; !ok {
-					fmt.Fprintf(c.out, "%s %s gone from the list\n", time.Now().Format("15:04:05"), name)
+func (a *app) gameServersListCommand() *cobra.Command {
+	var q gameServerQuery
+	cmd := &cobra.Command{
+		Use:   "list [--fleet NAME] [--state STATE] [--host HOST]",
+		Short: "List game servers, of all fleets unless --fleet is given",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.withClient(func(c *client) error {
+				list, err := listGameServers(cmd.Context(), c, q)
+				if err != nil {
+					return err
 				}
+				return printList(a, "gameServers", list, func(w io.Writer) { a.gameServerTable(w, list...) })
+			})
+		},
+	}
+	q.addFlags(cmd)
+	addMinSequence(cmd, &q.minSequence)
+	return cmd
+}
+
+func (a *app) gameServersGetCommand() *cobra.Command {
+	var minSeq int64
+	cmd := &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show a game server (-o yaml for its evidence)",
+		Long:  "Show a game server; NAME is " + gameServerFormats + ".",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := gameServerName(args[0])
+			if err != nil {
+				return err
 			}
-		}
-		seen = now
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+			return a.withClient(func(c *client) error {
+				ctx, cancel := c.call(cmd.Context())
+				defer cancel()
+				g, err := c.gameServers.GetGameServer(ctx, &tetherv1.GetGameServerRequest{Name: name, MinSequence: minSeq})
+				if err != nil {
+					return c.apiError(name, err)
+				}
+				return a.print(g, func(w io.Writer) { a.gameServerTable(w, g) })
+			})
+		},
+	}
+	addMinSequence(cmd, &minSeq)
+	return cmd
+}
+
+// listGameServers reads every page of the game servers q selects.
+func listGameServers(ctx context.Context, c *client, q gameServerQuery) ([]*tetherv1.GameServer, error) {
+	req := &tetherv1.ListGameServersRequest{Parent: q.parent(), Filter: q.filter(), PageSize: pageSize, MinSequence: q.minSequence}
+	list, err := listAll(ctx, c, func(ctx context.Context, token string) ([]*tetherv1.GameServer, string, error) {
+		req.PageToken = token
+		resp, err := c.gameServers.ListGameServers(ctx, req)
+		return resp.GetGameServers(), resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		return nil, c.apiError("", err)
+	}
+	return list, nil
+}
+
+func (a *app) gameServerTable(w io.Writer, list ...*tetherv1.GameServer) {
+	row(w, "NAME", "STATE", "CONNECTION", "HEALTH", "HOST", "ADDRESS", "PORTS", "REASON", "AGE")
+	now := a.now()
+	for _, g := range list {
+		row(w, shortName(g.GetName()), enumName(g.GetState()), enumName(g.GetConnection().GetState()),
+			enumName(g.GetHealth().GetState()), orDash(shortName(g.GetHost())), orDash(g.GetAddress()),
+			orDash(ports(g.GetPorts())), orDash(g.GetReason()), age(now, g.GetCreateTime()))
 	}
 }
 
-func gameServerTable(w io.Writer, list ...*tetherv1.GameServer) {
-	fmt.Fprintln(w, "NAME\tSTATE\tCONNECTION\tHEALTH\tHOST\tADDRESS\tPORTS\tPID\tREASON\tAGE")
-	for _, g := range list {
-		var ports []string
-		for _, p := range g.GetPorts() {
-			ports = append(ports, fmt.Sprintf("%s:%d", p.GetName(), p.GetPort()))
+// ports renders assigned ports as "game:7001/UDP,query:7002/TCP".
+func ports(list []*tetherv1.Port) string {
+	out := make([]string, 0, len(list))
+	for _, p := range list {
+		proto := p.GetProtocol()
+		if proto == tetherv1.PortSpec_PROTOCOL_UNSPECIFIED {
+			proto = tetherv1.PortSpec_UDP // the documented default
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", g.GetName(), g.GetState(), g.GetConnection().GetState(),
-			g.GetHealth().GetState(), orDash(g.GetHost()), orDash(g.GetAddress()), orDash(strings.Join(ports, ",")),
-			g.GetPid(), orDash(g.GetReason()), age(g.GetCreateTime()))
+		out = append(out, fmt.Sprintf("%s:%d/%s", p.GetName(), p.GetPort(), proto))
 	}
+	return strings.Join(out, ",")
 }

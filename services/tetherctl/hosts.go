@@ -1,76 +1,77 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
-	"sort"
+	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
 
-func (c *cli) hostsCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "hosts", Aliases: []string{"host"}, Short: "List and show hosts"}
+func (a *app) hostsCommand() *cobra.Command {
+	cmd := group("hosts", "List and show hosts", "host")
+	var minSeq int64
 	list := &cobra.Command{
-		Use: "list", Short: "List hosts", Args: cobra.NoArgs,
+		Use:   "list",
+		Short: "List hosts with their slots and last heartbeat",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			api, err := c.hosts()
-			if err != nil {
-				return err
-			}
-			resp := &tetherv1.ListHostsResponse{}
-			token := ""
-			for {
-				ctx, cancel := c.call(cmd.Context())
-				page, err := api.ListHosts(ctx, &tetherv1.ListHostsRequest{PageSize: 1000, PageToken: token})
-				cancel()
+			return a.withClient(func(c *client) error {
+				hosts, err := listAll(cmd.Context(), c, func(ctx context.Context, token string) ([]*tetherv1.Host, string, error) {
+					resp, err := c.hosts.ListHosts(ctx, &tetherv1.ListHostsRequest{
+						PageSize: pageSize, PageToken: token, MinSequence: minSeq,
+					})
+					return resp.GetHosts(), resp.GetNextPageToken(), err
+				})
 				if err != nil {
-					return fmt.Errorf("list: %w", err)
+					return c.apiError("", err)
 				}
-				resp.Hosts = append(resp.Hosts, page.GetHosts()...)
-				if token = page.GetNextPageToken(); token == "" {
-					break
-				}
-			}
-			return c.render(resp, func(w *tabwriter.Writer) { hostTable(w, resp.GetHosts()...) })
+				return printList(a, "hosts", hosts, func(w io.Writer) { a.hostTable(w, hosts...) })
+			})
 		},
 	}
 	get := &cobra.Command{
-		Use: "get NAME", Short: "Show a host", Args: cobra.ExactArgs(1),
+		Use:   "get NAME",
+		Short: "Show a host",
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			api, err := c.hosts()
-			if err != nil {
-				return err
-			}
-			name := args[0]
-			if !strings.HasPrefix(name, "hosts/") {
-				name = "hosts/" + name
-			}
-			ctx, cancel := c.call(cmd.Context())
-			defer cancel()
-			h, err := api.GetHost(ctx, &tetherv1.GetHostRequest{Name: name})
-			if err != nil {
-				return fmt.Errorf("get: %w", err)
-			}
-			return c.render(h, func(w *tabwriter.Writer) { hostTable(w, h) })
+			name := hostName(args[0])
+			return a.withClient(func(c *client) error {
+				ctx, cancel := c.call(cmd.Context())
+				defer cancel()
+				h, err := c.hosts.GetHost(ctx, &tetherv1.GetHostRequest{Name: name, MinSequence: minSeq})
+				if err != nil {
+					return c.apiError(name, err)
+				}
+				return a.print(h, func(w io.Writer) { a.hostTable(w, h) })
+			})
 		},
 	}
+	addMinSequence(list, &minSeq)
+	addMinSequence(get, &minSeq)
 	cmd.AddCommand(list, get)
 	return cmd
 }
 
-func hostTable(w io.Writer, hosts ...*tetherv1.Host) {
-	fmt.Fprintln(w, "NAME\tSTATE\tUSED/CAPACITY\tADDRESS\tLABELS\tHEARTBEAT")
+func (a *app) hostTable(w io.Writer, hosts ...*tetherv1.Host) {
+	row(w, "NAME", "STATE", "USED/CAPACITY", "ADDRESS", "LABELS", "HEARTBEAT")
+	now := a.now()
 	for _, h := range hosts {
-		var labels []string
+		labels := make([]string, 0, len(h.GetLabels()))
 		for k, v := range h.GetLabels() {
 			labels = append(labels, k+"="+v)
 		}
-		sort.Strings(labels)
-		fmt.Fprintf(w, "%s\t%s\t%d/%d\t%s\t%s\t%s\n", h.GetName(), h.GetState(), h.GetAllocatedSlots(), h.GetCapacity(),
-			orDash(h.GetAddress()), orDash(strings.Join(labels, ",")), age(h.GetLastHeartbeatTime()))
+		slices.Sort(labels)
+		heartbeat := "-"
+		if t := h.GetLastHeartbeatTime(); t != nil {
+			heartbeat = age(now, t) + " ago"
+		}
+		row(w, shortName(h.GetName()), enumName(h.GetState()),
+			fmt.Sprintf("%d/%d", h.GetAllocatedSlots(), h.GetCapacity()),
+			orDash(h.GetAddress()), orDash(strings.Join(labels, ",")), heartbeat)
 	}
 }

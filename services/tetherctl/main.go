@@ -1,10 +1,18 @@
-// Command tetherctl is the command-line client of Tether's API for
-// operators: fleets, game servers and hosts, as tables or JSON/YAML.
+// Command tetherctl is the operators' command-line client of Tether's
+// control-plane API (DESIGN.md §6): it creates, scales and deletes fleets,
+// lists and watches game servers, and lists hosts, talking gRPC to an API
+// server and printing tables, JSON or YAML.
+//
+// Usage:
+//
+//	tetherctl [--addr HOST:PORT] [-o table|json|yaml] [--timeout 10s] COMMAND
+//
+// The address defaults to $TETHER_ADDR, else 127.0.0.1:7070. API errors are
+// printed as "error: MESSAGE (REASON)" and make tetherctl exit with status 1.
 package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -12,9 +20,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := newRoot(os.Stdout).ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", describe(err))
-		os.Exit(1)
-	}
+	code := execute(ctx, newRoot(os.Stdout), os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(code)
 }

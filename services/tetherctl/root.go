@@ -2,124 +2,122 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
-
-	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
 
-// cli holds the global flags and the API connection.
-type cli struct {
+// Defaults of the global flags.
+const (
+	defaultAddr    = "127.0.0.1:7070"
+	defaultTimeout = 10 * time.Second
+	// addrEnv names the environment variable that overrides defaultAddr.
+	addrEnv = "TETHER_ADDR"
+)
+
+// Output formats of -o/--output.
+const (
+	formatTable = "table"
+	formatJSON  = "json"
+	formatYAML  = "yaml"
+)
+
+// app holds the global flags and where results go. Commands are methods on
+// it; each dials its own client and closes it when done.
+type app struct {
 	out     io.Writer
 	addr    string
 	output  string
 	timeout time.Duration
-
-	conn *grpc.ClientConn
+	now     func() time.Time
 }
 
+// newRoot builds the tetherctl command tree, printing results to out
+// (diagnostics go to the command's error writer).
 func newRoot(out io.Writer) *cobra.Command {
-	c := &cli{out: out}
+	a := &app{out: out, now: time.Now}
 	root := &cobra.Command{
-		Use:           "tetherctl",
-		Short:         "Operate Tether: fleets, game servers and hosts",
+		Use:   "tetherctl",
+		Short: "Operate Tether: fleets, game servers and hosts",
+		Long: `tetherctl talks gRPC to a Tether API server.
+
+Names may be given short or in full: "arena" or "fleets/arena",
+"arena/gs-7f3k2" or "fleets/arena/gameServers/gs-7f3k2", "h1" or "hosts/h1".`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
-			switch c.output {
-			case "table", "json", "yaml":
-				return nil
+			switch a.output {
+			case formatTable, formatJSON, formatYAML:
+			default:
+				return fmt.Errorf("--output must be table, json or yaml, not %q", a.output)
 			}
-			return fmt.Errorf("--output must be table, json or yaml, not %q", c.output)
-		},
-		PersistentPostRunE: func(*cobra.Command, []string) error {
-			if c.conn != nil {
-				return c.conn.Close()
+			if a.timeout <= 0 {
+				return fmt.Errorf("--timeout must be positive, not %s", a.timeout)
 			}
 			return nil
 		},
 	}
 	root.SetOut(out)
-	addr := os.Getenv("TETHER_ADDR")
+	addr := os.Getenv(addrEnv)
 	if addr == "" {
-		addr = "127.0.0.1:7070"
+		addr = defaultAddr
 	}
 	f := root.PersistentFlags()
-	f.StringVar(&c.addr, "addr", addr, "API gRPC address (env TETHER_ADDR)")
-	f.StringVarP(&c.output, "output", "o", "table", "table, json or yaml")
-	f.DurationVar(&c.timeout, "timeout", 10*time.Second, "per-request timeout")
-	root.AddCommand(c.fleetsCommand(), c.gameServersCommand(), c.hostsCommand())
+	f.StringVar(&a.addr, "addr", addr, "API server gRPC address (default from $"+addrEnv+")")
+	f.StringVarP(&a.output, "output", "o", formatTable, "output format: table, json or yaml")
+	f.DurationVar(&a.timeout, "timeout", defaultTimeout, "time limit of each API request")
+	root.AddCommand(a.fleetsCommand(), a.gameServersCommand(), a.hostsCommand())
 	return root
 }
 
-func (c *cli) dial() (*grpc.ClientConn, error) {
-	if c.conn != nil {
-		return c.conn, nil
+// execute runs root with args and returns the process exit status: 0 on
+// success, 130 when interrupted, 1 on any other error, which it prints to
+// stderr as "error: ...".
+func execute(ctx context.Context, root *cobra.Command, args []string, stderr io.Writer) int {
+	root.SetArgs(args)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
 	}
-	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "interrupted")
+		return 130
+	}
+	fmt.Fprintf(stderr, "error: %v\n", err)
+	return 1
+}
+
+// group returns a command that only holds subcommands: alone it prints its
+// help, with an unknown subcommand it fails.
+func group(use, short string, aliases ...string) *cobra.Command {
+	return &cobra.Command{
+		Use:     use,
+		Aliases: aliases,
+		Short:   short,
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+}
+
+// addMinSequence declares --min-sequence on a read command.
+func addMinSequence(cmd *cobra.Command, seq *int64) {
+	cmd.Flags().Int64Var(seq, "min-sequence", 0,
+		"read views that have applied at least this event sequence (the \"sequence\" a write printed), waiting briefly if needed")
+}
+
+// withClient dials the API, runs f and closes the connection.
+func (a *app) withClient(f func(c *client) error) error {
+	c, err := dial(a.addr, a.timeout)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", c.addr, err)
+		return err
 	}
-	c.conn = conn
-	return conn, nil
-}
-
-func (c *cli) fleets() (tetherv1.FleetServiceClient, error) {
-	conn, err := c.dial()
-	if err != nil {
-		return nil, err
+	err = f(c)
+	if cerr := c.Close(); err == nil && cerr != nil {
+		return fmt.Errorf("close connection to %s: %w", a.addr, cerr)
 	}
-	return tetherv1.NewFleetServiceClient(conn), nil
-}
-
-func (c *cli) gameServers() (tetherv1.GameServerServiceClient, error) {
-	conn, err := c.dial()
-	if err != nil {
-		return nil, err
-	}
-	return tetherv1.NewGameServerServiceClient(conn), nil
-}
-
-func (c *cli) hosts() (tetherv1.HostServiceClient, error) {
-	conn, err := c.dial()
-	if err != nil {
-		return nil, err
-	}
-	return tetherv1.NewHostServiceClient(conn), nil
-}
-
-// call bounds one request by --timeout.
-func (c *cli) call(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, c.timeout)
-}
-
-// describe renders an API error readably: message, reason and field.
-func describe(err error) string {
-	st, ok := status.FromError(errors.Unwrap(err))
-	if !ok {
-		if st, ok = status.FromError(err); !ok {
-			return err.Error()
-		}
-	}
-	msg := st.Message()
-	for _, d := range st.Details() {
-		switch d := d.(type) {
-		case *errdetails.ErrorInfo:
-			msg += " (" + d.GetReason() + ")"
-		case *errdetails.BadRequest:
-			for _, v := range d.GetFieldViolations() {
-				msg += "\n  field " + v.GetField() + ": " + v.GetDescription()
-			}
-		}
-	}
-	return msg
+	return err
 }

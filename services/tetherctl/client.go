@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
+)
+
+// pageSize is what list commands ask for per page; they follow the page
+// tokens to the end.
+const pageSize = 500
+
+// client is a connection to one API server with its service stubs.
+type client struct {
+	addr        string
+	timeout     time.Duration
+	conn        *grpc.ClientConn
+	fleets      tetherv1.FleetServiceClient
+	gameServers tetherv1.GameServerServiceClient
+	hosts       tetherv1.HostServiceClient
+}
+
+// dial prepares a connection to addr; it connects on the first call. Each
+// call is bounded by timeout.
+func dial(addr string, timeout time.Duration) (*client, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", addr, err)
+	}
+	return &client{
+		addr:        addr,
+		timeout:     timeout,
+		conn:        conn,
+		fleets:      tetherv1.NewFleetServiceClient(conn),
+		gameServers: tetherv1.NewGameServerServiceClient(conn),
+		hosts:       tetherv1.NewHostServiceClient(conn),
+	}, nil
+}
+
+// Close closes the connection.
+func (c *client) Close() error { return c.conn.Close() }
+
+// call bounds one request by the timeout.
+func (c *client) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// newRequestID returns a fresh idempotency key for a mutating call, so the
+// events it writes carry it as their request and correlation id.
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms.
+	return "tetherctl-" + hex.EncodeToString(b[:])
+}
+
+// listAll follows page tokens: page fetches one page from a token and
+// returns its items and the next token.
+func listAll[T any](ctx context.Context, c *client, page func(ctx context.Context, token string) ([]T, string, error)) ([]T, error) {
+	var all []T
+	token := ""
+	for {
+		cctx, cancel := c.call(ctx)
+		items, next, err := page(cctx, token)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, items...)
+		if next == "" || next == token {
+			return all, nil
+		}
+		token = next
+	}
+}

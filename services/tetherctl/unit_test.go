@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
+)
+
+func TestNames(t *testing.T) {
+	for _, tc := range []struct {
+		name, got, want string
+	}{
+		{"fleet short", fleetName("arena"), "fleets/arena"},
+		{"fleet full", fleetName("fleets/arena"), "fleets/arena"},
+		{"fleet id", fleetID("fleets/arena"), "arena"},
+		{"host short", hostName("h1"), "hosts/h1"},
+		{"host full", hostName("hosts/h1"), "hosts/h1"},
+		{"short game server", shortName("fleets/arena/gameServers/gs-1"), "arena/gs-1"},
+		{"short fleet", shortName("fleets/arena"), "arena"},
+		{"short host", shortName("hosts/h1"), "h1"},
+		{"other name kept", shortName("gameSessions/x"), "gameSessions/x"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.name, tc.got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{"arena/gs-1", "fleets/arena/gameServers/gs-1", true},
+		{"fleets/arena/gameServers/gs-1", "fleets/arena/gameServers/gs-1", true},
+		{"gs-1", "", false},
+		{"arena/", "", false},
+		{"a/b/c", "", false},
+	} {
+		got, err := gameServerName(tc.in)
+		if got != tc.want || (err == nil) != tc.ok {
+			t.Errorf("gameServerName(%q) = %q, %v", tc.in, got, err)
+		}
+	}
+}
+
+func withDetails(t *testing.T, st *status.Status, details ...*errdetails.ErrorInfo) *status.Status {
+	t.Helper()
+	for _, d := range details {
+		var err error
+		if st, err = st.WithDetails(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
+}
+
+func TestCallErrorMessages(t *testing.T) {
+	info := func(reason string) *errdetails.ErrorInfo {
+		return &errdetails.ErrorInfo{Reason: reason, Domain: "tether.dev"}
+	}
+	badReplicas, err := withDetails(t, status.New(codes.InvalidArgument, "fleet.replicas: must not be negative"), info("INVALID_ARGUMENT")).
+		WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+			{Field: "fleet.replicas", Description: "fleet.replicas: must not be negative"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, resource string
+		st             *status.Status
+		want, reason   string
+	}{
+		{"not found names the resource", "fleets/x",
+			withDetails(t, status.New(codes.NotFound, "game server fleets/x: projections: not found"), info("NOT_FOUND")),
+			"fleets/x not found (NOT_FOUND)", "NOT_FOUND"},
+		{"invalid argument names the field", "fleets/x", badReplicas,
+			"fleet.replicas: must not be negative (INVALID_ARGUMENT, field fleet.replicas)", "INVALID_ARGUMENT"},
+		{"conflict", "fleets/x",
+			withDetails(t, status.New(codes.Aborted, "the resource changed concurrently; read it again and retry"), info("VERSION_CONFLICT")),
+			"the resource changed concurrently; read it again and retry (VERSION_CONFLICT)", "VERSION_CONFLICT"},
+		{"no error info: the code", "",
+			status.New(codes.Unimplemented, "unknown method"), "unknown method (UNIMPLEMENTED)", "UNIMPLEMENTED"},
+		{"server not reached", "",
+			status.New(codes.Unavailable, "connection refused"),
+			"cannot reach the API server at 127.0.0.1:7070: connection refused (UNAVAILABLE)", "UNAVAILABLE"},
+		{"views behind", "fleets/x",
+			withDetails(t, status.New(codes.Unavailable, "the views have not reached sequence 9 within 5s; retry later"), info("PROJECTION_BEHIND")),
+			"the views have not reached sequence 9 within 5s; retry later (PROJECTION_BEHIND)", "PROJECTION_BEHIND"},
+		{"client deadline", "",
+			status.New(codes.DeadlineExceeded, "context deadline exceeded"),
+			"no answer from the API server at 127.0.0.1:7070 in time (see --timeout) (DEADLINE_EXCEEDED)", "DEADLINE_EXCEEDED"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &client{addr: "127.0.0.1:7070"}
+			err := fmtWrap(c.apiError(tc.resource, tc.st.Err()))
+			if got := errors.Unwrap(err).Error(); got != tc.want {
+				t.Fatalf("message %q, want %q", got, tc.want)
+			}
+			var ce *callError
+			if !errors.As(err, &ce) || ce.Reason() != tc.reason {
+				t.Fatalf("reason of %v: want %s", err, tc.reason)
+			}
+			if status.Code(err) != tc.st.Code() {
+				t.Fatalf("status.Code = %s through the wrapping, want %s", status.Code(err), tc.st.Code())
+			}
+		})
+	}
+}
+
+// fmtWrap wraps like a caller would, to check the error survives wrapping.
+func fmtWrap(err error) error { return &wrapped{err} }
+
+type wrapped struct{ err error }
+
+func (w *wrapped) Error() string { return "wrapped: " + w.err.Error() }
+func (w *wrapped) Unwrap() error { return w.err }
+
+func TestParseFleetIgnoresOutputOnlyFields(t *testing.T) {
+	// The output of "fleets get -o yaml" can be fed back to create.
+	ff, err := parseFleet([]byte(`name: fleets/arena
+replicas: 2
+template: {command: /bin/game}
+status: {readyReplicas: 1}
+etag: "7"
+sequence: "7"
+createTime: "2026-01-02T03:04:05Z"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ff.id != "arena" || ff.fleet.GetReplicas() != 2 || ff.fleet.GetName() != "" || ff.fleet.GetStatus() != nil ||
+		ff.fleet.GetEtag() != "" || ff.fleet.GetSequence() != 0 || ff.fleet.GetCreateTime() != nil {
+		t.Fatalf("parsed %v, id %q", ff.fleet, ff.id)
+	}
+	// snake_case names are accepted as protojson accepts them.
+	if ff, err := parseFleet([]byte(`{"sdk_disconnect_grace_seconds": 9}`)); err != nil || ff.fleet.GetSdkDisconnectGraceSeconds() != 9 {
+		t.Fatalf("snake_case: %v %v", ff.fleet, err)
+	}
+	// The protojson error stays reachable under its readable message.
+	_, err = parseFleet([]byte("replicas: x\n"))
+	var pe *protojsonError
+	if !errors.As(err, &pe) || errors.Unwrap(pe) == nil || strings.HasPrefix(err.Error(), "proto") {
+		t.Fatalf("type error %v", err)
+	}
+}
+
+func TestAge(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		ago  time.Duration
+		want string
+	}{
+		{0, "0s"}, {-time.Minute, "0s"}, {90 * time.Second, "90s"}, {45 * time.Minute, "45m"},
+		{5 * time.Hour, "5h"}, {72 * time.Hour, "3d"},
+	} {
+		if got := age(now, timestamppb.New(now.Add(-tc.ago))); got != tc.want {
+			t.Errorf("age of %s = %q, want %q", tc.ago, got, tc.want)
+		}
+	}
+	if got := age(now, nil); got != "-" {
+		t.Errorf("age of unset = %q", got)
+	}
+}
+
+func gs(name string, state tetherv1.GameServer_State) *tetherv1.GameServer {
+	return &tetherv1.GameServer{Name: "fleets/arena/gameServers/" + name, Host: "hosts/h1", State: state}
+}
+
+func TestDiffGameServers(t *testing.T) {
+	known := map[string]*tetherv1.GameServer{}
+	for _, g := range []*tetherv1.GameServer{gs("a", tetherv1.GameServer_READY), gs("b", tetherv1.GameServer_READY), gs("c", tetherv1.GameServer_STARTING)} {
+		known[g.GetName()] = g
+	}
+	unhealthy := gs("b", tetherv1.GameServer_UNHEALTHY)
+	unhealthy.Reason = "HEALTH_CHECK_FAILED"
+	changes := diffGameServers(known, []*tetherv1.GameServer{
+		gs("a", tetherv1.GameServer_READY), unhealthy, gs("d", tetherv1.GameServer_SCHEDULED)})
+
+	var got []string
+	for _, ch := range changes {
+		got = append(got, ch.kind+" "+shortName(ch.gs.GetName())+" "+strings.Join(ch.details, ", "))
+	}
+	want := []string{
+		"CHANGED arena/b state READY -> UNHEALTHY, reason - -> HEALTH_CHECK_FAILED",
+		"GONE arena/c ",
+		"ADDED arena/d ",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("changes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if first := diffGameServers(nil, []*tetherv1.GameServer{gs("a", tetherv1.GameServer_READY)}); len(first) != 1 || first[0].kind != changeAdded {
+		t.Fatalf("first poll: %+v", first)
+	}
+}
+
+func TestPrintChangeFormats(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	ch := change{kind: changeChanged, gs: gs("a", tetherv1.GameServer_READY), details: []string{"state STARTING -> READY"}}
+	for _, tc := range []struct{ format, want string }{
+		{formatTable, "12:00:00 CHANGED arena/a state STARTING -> READY\n"},
+		{formatJSON, `{"type":"CHANGED","time":"2026-01-10T12:00:00Z","gameServer":{"name":"fleets/arena/gameServers/a","host":"hosts/h1","state":"READY"},"changes":["state STARTING -> READY"]}` + "\n"},
+		{formatYAML, "---\nchanges:\n- state STARTING -> READY\ngameServer:\n  host: hosts/h1\n  name: fleets/arena/gameServers/a\n  state: READY\ntime: \"2026-01-10T12:00:00Z\"\ntype: CHANGED\n"},
+	} {
+		t.Run(tc.format, func(t *testing.T) {
+			var out bytes.Buffer
+			a := &app{out: &out, output: tc.format}
+			if err := a.printChange(now, ch); err != nil {
+				t.Fatal(err)
+			}
+			got := out.String()
+			if tc.format == formatJSON {
+				// protojson varies its spacing on purpose.
+				var compact bytes.Buffer
+				if err := json.Compact(&compact, []byte(got)); err != nil {
+					t.Fatalf("not JSON: %v: %q", err, got)
+				}
+				got = compact.String() + "\n"
+			}
+			if got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
