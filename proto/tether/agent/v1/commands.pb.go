@@ -43,6 +43,7 @@ type Command struct {
 	//
 	//	*Command_Start
 	//	*Command_Stop
+	//	*Command_Refresh
 	Action        isCommand_Action `protobuf_oneof:"action"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -124,6 +125,15 @@ func (x *Command) GetStop() *StopGameServer {
 	return nil
 }
 
+func (x *Command) GetRefresh() *RefreshGameServer {
+	if x != nil {
+		if x, ok := x.Action.(*Command_Refresh); ok {
+			return x.Refresh
+		}
+	}
+	return nil
+}
+
 type isCommand_Action interface {
 	isCommand_Action()
 }
@@ -138,9 +148,65 @@ type Command_Stop struct {
 	Stop *StopGameServer `protobuf:"bytes,5,opt,name=stop,proto3,oneof"`
 }
 
+type Command_Refresh struct {
+	// Re-read a game server's events: another writer changed it (e.g. an
+	// allocation), and its process may need to know.
+	Refresh *RefreshGameServer `protobuf:"bytes,6,opt,name=refresh,proto3,oneof"`
+}
+
 func (*Command_Start) isCommand_Action() {}
 
 func (*Command_Stop) isCommand_Action() {}
+
+func (*Command_Refresh) isCommand_Action() {}
+
+// RefreshGameServer tells the agent that a game server's events changed
+// elsewhere; the agent re-reads them and pushes the new state to the
+// process's WatchGameServer streams.
+type RefreshGameServer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Game server resource name.
+	GameServer    string `protobuf:"bytes,1,opt,name=game_server,json=gameServer,proto3" json:"game_server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefreshGameServer) Reset() {
+	*x = RefreshGameServer{}
+	mi := &file_tether_agent_v1_commands_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefreshGameServer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefreshGameServer) ProtoMessage() {}
+
+func (x *RefreshGameServer) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_agent_v1_commands_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefreshGameServer.ProtoReflect.Descriptor instead.
+func (*RefreshGameServer) Descriptor() ([]byte, []int) {
+	return file_tether_agent_v1_commands_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RefreshGameServer) GetGameServer() string {
+	if x != nil {
+		return x.GameServer
+	}
+	return ""
+}
 
 // StartGameServer launches the process of a scheduled game server. Starting
 // a server the agent already runs is a no-op.
@@ -162,7 +228,7 @@ type StartGameServer struct {
 
 func (x *StartGameServer) Reset() {
 	*x = StartGameServer{}
-	mi := &file_tether_agent_v1_commands_proto_msgTypes[1]
+	mi := &file_tether_agent_v1_commands_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -174,7 +240,7 @@ func (x *StartGameServer) String() string {
 func (*StartGameServer) ProtoMessage() {}
 
 func (x *StartGameServer) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_agent_v1_commands_proto_msgTypes[1]
+	mi := &file_tether_agent_v1_commands_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -187,7 +253,7 @@ func (x *StartGameServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartGameServer.ProtoReflect.Descriptor instead.
 func (*StartGameServer) Descriptor() ([]byte, []int) {
-	return file_tether_agent_v1_commands_proto_rawDescGZIP(), []int{1}
+	return file_tether_agent_v1_commands_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *StartGameServer) GetGameServer() string {
@@ -241,7 +307,7 @@ type StopGameServer struct {
 
 func (x *StopGameServer) Reset() {
 	*x = StopGameServer{}
-	mi := &file_tether_agent_v1_commands_proto_msgTypes[2]
+	mi := &file_tether_agent_v1_commands_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -253,7 +319,7 @@ func (x *StopGameServer) String() string {
 func (*StopGameServer) ProtoMessage() {}
 
 func (x *StopGameServer) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_agent_v1_commands_proto_msgTypes[2]
+	mi := &file_tether_agent_v1_commands_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -266,7 +332,7 @@ func (x *StopGameServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopGameServer.ProtoReflect.Descriptor instead.
 func (*StopGameServer) Descriptor() ([]byte, []int) {
-	return file_tether_agent_v1_commands_proto_rawDescGZIP(), []int{2}
+	return file_tether_agent_v1_commands_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StopGameServer) GetGameServer() string {
@@ -294,15 +360,19 @@ var File_tether_agent_v1_commands_proto protoreflect.FileDescriptor
 
 const file_tether_agent_v1_commands_proto_rawDesc = "" +
 	"\n" +
-	"\x1etether/agent/v1/commands.proto\x12\x0ftether.agent.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ctether/events/v1/fleet.proto\x1a!tether/events/v1/gameserver.proto\"\xe7\x01\n" +
+	"\x1etether/agent/v1/commands.proto\x12\x0ftether.agent.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ctether/events/v1/fleet.proto\x1a!tether/events/v1/gameserver.proto\"\xa7\x02\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x129\n" +
 	"\n" +
 	"issue_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tissueTime\x12\x16\n" +
 	"\x06sender\x18\x03 \x01(\tR\x06sender\x128\n" +
 	"\x05start\x18\x04 \x01(\v2 .tether.agent.v1.StartGameServerH\x00R\x05start\x125\n" +
-	"\x04stop\x18\x05 \x01(\v2\x1f.tether.agent.v1.StopGameServerH\x00R\x04stopB\b\n" +
-	"\x06action\"\xee\x02\n" +
+	"\x04stop\x18\x05 \x01(\v2\x1f.tether.agent.v1.StopGameServerH\x00R\x04stop\x12>\n" +
+	"\arefresh\x18\x06 \x01(\v2\".tether.agent.v1.RefreshGameServerH\x00R\arefreshB\b\n" +
+	"\x06action\"4\n" +
+	"\x11RefreshGameServer\x12\x1f\n" +
+	"\vgame_server\x18\x01 \x01(\tR\n" +
+	"gameServer\"\xee\x02\n" +
 	"\x0fStartGameServer\x12\x1f\n" +
 	"\vgame_server\x18\x01 \x01(\tR\n" +
 	"gameServer\x12@\n" +
@@ -331,31 +401,33 @@ func file_tether_agent_v1_commands_proto_rawDescGZIP() []byte {
 	return file_tether_agent_v1_commands_proto_rawDescData
 }
 
-var file_tether_agent_v1_commands_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_tether_agent_v1_commands_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_tether_agent_v1_commands_proto_goTypes = []any{
 	(*Command)(nil),               // 0: tether.agent.v1.Command
-	(*StartGameServer)(nil),       // 1: tether.agent.v1.StartGameServer
-	(*StopGameServer)(nil),        // 2: tether.agent.v1.StopGameServer
-	nil,                           // 3: tether.agent.v1.StartGameServer.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
-	(*v1.GameServerTemplate)(nil), // 5: tether.events.v1.GameServerTemplate
-	(*v1.HealthPolicy)(nil),       // 6: tether.events.v1.HealthPolicy
-	(v1.Reason)(0),                // 7: tether.events.v1.Reason
+	(*RefreshGameServer)(nil),     // 1: tether.agent.v1.RefreshGameServer
+	(*StartGameServer)(nil),       // 2: tether.agent.v1.StartGameServer
+	(*StopGameServer)(nil),        // 3: tether.agent.v1.StopGameServer
+	nil,                           // 4: tether.agent.v1.StartGameServer.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*v1.GameServerTemplate)(nil), // 6: tether.events.v1.GameServerTemplate
+	(*v1.HealthPolicy)(nil),       // 7: tether.events.v1.HealthPolicy
+	(v1.Reason)(0),                // 8: tether.events.v1.Reason
 }
 var file_tether_agent_v1_commands_proto_depIdxs = []int32{
-	4, // 0: tether.agent.v1.Command.issue_time:type_name -> google.protobuf.Timestamp
-	1, // 1: tether.agent.v1.Command.start:type_name -> tether.agent.v1.StartGameServer
-	2, // 2: tether.agent.v1.Command.stop:type_name -> tether.agent.v1.StopGameServer
-	5, // 3: tether.agent.v1.StartGameServer.template:type_name -> tether.events.v1.GameServerTemplate
-	6, // 4: tether.agent.v1.StartGameServer.health:type_name -> tether.events.v1.HealthPolicy
-	3, // 5: tether.agent.v1.StartGameServer.labels:type_name -> tether.agent.v1.StartGameServer.LabelsEntry
-	7, // 6: tether.agent.v1.StopGameServer.reason:type_name -> tether.events.v1.Reason
-	4, // 7: tether.agent.v1.StopGameServer.deadline:type_name -> google.protobuf.Timestamp
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	5, // 0: tether.agent.v1.Command.issue_time:type_name -> google.protobuf.Timestamp
+	2, // 1: tether.agent.v1.Command.start:type_name -> tether.agent.v1.StartGameServer
+	3, // 2: tether.agent.v1.Command.stop:type_name -> tether.agent.v1.StopGameServer
+	1, // 3: tether.agent.v1.Command.refresh:type_name -> tether.agent.v1.RefreshGameServer
+	6, // 4: tether.agent.v1.StartGameServer.template:type_name -> tether.events.v1.GameServerTemplate
+	7, // 5: tether.agent.v1.StartGameServer.health:type_name -> tether.events.v1.HealthPolicy
+	4, // 6: tether.agent.v1.StartGameServer.labels:type_name -> tether.agent.v1.StartGameServer.LabelsEntry
+	8, // 7: tether.agent.v1.StopGameServer.reason:type_name -> tether.events.v1.Reason
+	5, // 8: tether.agent.v1.StopGameServer.deadline:type_name -> google.protobuf.Timestamp
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_tether_agent_v1_commands_proto_init() }
@@ -366,6 +438,7 @@ func file_tether_agent_v1_commands_proto_init() {
 	file_tether_agent_v1_commands_proto_msgTypes[0].OneofWrappers = []any{
 		(*Command_Start)(nil),
 		(*Command_Stop)(nil),
+		(*Command_Refresh)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -373,7 +446,7 @@ func file_tether_agent_v1_commands_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_agent_v1_commands_proto_rawDesc), len(file_tether_agent_v1_commands_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

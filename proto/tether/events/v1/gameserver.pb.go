@@ -787,11 +787,14 @@ func (x *SdkDisconnected) GetDetail() string {
 	return ""
 }
 
-// GameServerReady: the process called Ready.
+// GameServerReady: the process called Ready, or (reservation_ended) the
+// controller ended a reservation that was not followed by an allocation.
 type GameServerReady struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when a reservation's time ran out, not a Ready call.
+	ReservationEnded bool `protobuf:"varint,1,opt,name=reservation_ended,json=reservationEnded,proto3" json:"reservation_ended,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GameServerReady) Reset() {
@@ -822,6 +825,13 @@ func (x *GameServerReady) ProtoReflect() protoreflect.Message {
 // Deprecated: Use GameServerReady.ProtoReflect.Descriptor instead.
 func (*GameServerReady) Descriptor() ([]byte, []int) {
 	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GameServerReady) GetReservationEnded() bool {
+	if x != nil {
+		return x.ReservationEnded
+	}
+	return false
 }
 
 // GameServerReserved: the process called Reserve.
@@ -1127,7 +1137,9 @@ type GameServerAllocated struct {
 	// Seats in the game session; 0 means the fleet's policy.
 	MaxPlayers int32 `protobuf:"varint,3,opt,name=max_players,json=maxPlayers,proto3" json:"max_players,omitempty"`
 	// Players reserved by the allocation.
-	Players       []*PlayerReservation `protobuf:"bytes,4,rep,name=players,proto3" json:"players,omitempty"`
+	Players []*PlayerReservation `protobuf:"bytes,4,rep,name=players,proto3" json:"players,omitempty"`
+	// True when the game allocated itself through the SDK.
+	SelfAllocated bool `protobuf:"varint,5,opt,name=self_allocated,json=selfAllocated,proto3" json:"self_allocated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1188,6 +1200,13 @@ func (x *GameServerAllocated) GetPlayers() []*PlayerReservation {
 		return x.Players
 	}
 	return nil
+}
+
+func (x *GameServerAllocated) GetSelfAllocated() bool {
+	if x != nil {
+		return x.SelfAllocated
+	}
+	return false
 }
 
 // ShutdownRequested: the server was told to stop by a deadline.
@@ -1559,8 +1578,9 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\x0fSdkDisconnected\x124\n" +
 	"\x04kind\x18\x01 \x01(\x0e2 .tether.events.v1.DisconnectKindR\x04kind\x12A\n" +
 	"\x0egrace_deadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\rgraceDeadline\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"\x11\n" +
-	"\x0fGameServerReady\"F\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\">\n" +
+	"\x0fGameServerReady\x12+\n" +
+	"\x11reservation_ended\x18\x01 \x01(\bR\x10reservationEnded\"F\n" +
 	"\x12GameServerReserved\x120\n" +
 	"\x05until\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"\xd7\x01\n" +
 	"\x0eHealthDegraded\x12%\n" +
@@ -1578,7 +1598,7 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\tplayer_id\x18\x02 \x01(\tR\bplayerId\x12\x1f\n" +
 	"\vplayer_data\x18\x03 \x01(\tR\n" +
 	"playerData\x12\x12\n" +
-	"\x04slot\x18\x04 \x01(\x05R\x04slot\"\xae\x02\n" +
+	"\x04slot\x18\x04 \x01(\x05R\x04slot\"\xd5\x02\n" +
 	"\x13GameServerAllocated\x12!\n" +
 	"\fgame_session\x18\x01 \x01(\tR\vgameSession\x12U\n" +
 	"\n" +
@@ -1586,7 +1606,8 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"properties\x12\x1f\n" +
 	"\vmax_players\x18\x03 \x01(\x05R\n" +
 	"maxPlayers\x12=\n" +
-	"\aplayers\x18\x04 \x03(\v2#.tether.events.v1.PlayerReservationR\aplayers\x1a=\n" +
+	"\aplayers\x18\x04 \x03(\v2#.tether.events.v1.PlayerReservationR\aplayers\x12%\n" +
+	"\x0eself_allocated\x18\x05 \x01(\bR\rselfAllocated\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb5\x01\n" +

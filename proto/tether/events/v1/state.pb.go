@@ -485,7 +485,9 @@ type GameServerState struct {
 	// Recent connection changes (bounded), kept as evidence.
 	ConnectionHistory []*ConnectionChange `protobuf:"bytes,26,rep,name=connection_history,json=connectionHistory,proto3" json:"connection_history,omitempty"`
 	// True once the process called Ready at least once.
-	EverReady     bool `protobuf:"varint,27,opt,name=ever_ready,json=everReady,proto3" json:"ever_ready,omitempty"`
+	EverReady bool `protobuf:"varint,27,opt,name=ever_ready,json=everReady,proto3" json:"ever_ready,omitempty"`
+	// The allocation that placed the current game session, while ALLOCATED.
+	Allocation    *GameServerAllocated `protobuf:"bytes,28,opt,name=allocation,proto3" json:"allocation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -709,6 +711,13 @@ func (x *GameServerState) GetEverReady() bool {
 	return false
 }
 
+func (x *GameServerState) GetAllocation() *GameServerAllocated {
+	if x != nil {
+		return x.Allocation
+	}
+	return nil
+}
+
 var File_tether_events_v1_state_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_state_proto_rawDesc = "" +
@@ -743,7 +752,7 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"updateTime\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd6\v\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9d\f\n" +
 	"\x0fGameServerState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x129\n" +
@@ -777,7 +786,10 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"updateTime\x12Q\n" +
 	"\x12connection_history\x18\x1a \x03(\v2\".tether.events.v1.ConnectionChangeR\x11connectionHistory\x12\x1d\n" +
 	"\n" +
-	"ever_ready\x18\x1b \x01(\bR\teverReady\x1a9\n" +
+	"ever_ready\x18\x1b \x01(\bR\teverReady\x12E\n" +
+	"\n" +
+	"allocation\x18\x1c \x01(\v2%.tether.events.v1.GameServerAllocatedR\n" +
+	"allocation\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xac\x01\n" +
@@ -832,6 +844,7 @@ var file_tether_events_v1_state_proto_goTypes = []any{
 	(*GameServerTemplate)(nil),    // 14: tether.events.v1.GameServerTemplate
 	(*HealthPolicy)(nil),          // 15: tether.events.v1.HealthPolicy
 	(*ConnectionChange)(nil),      // 16: tether.events.v1.ConnectionChange
+	(*GameServerAllocated)(nil),   // 17: tether.events.v1.GameServerAllocated
 }
 var file_tether_events_v1_state_proto_depIdxs = []int32{
 	8,  // 0: tether.events.v1.FleetState.spec:type_name -> tether.events.v1.FleetSpec
@@ -860,11 +873,12 @@ var file_tether_events_v1_state_proto_depIdxs = []int32{
 	9,  // 23: tether.events.v1.GameServerState.create_time:type_name -> google.protobuf.Timestamp
 	9,  // 24: tether.events.v1.GameServerState.update_time:type_name -> google.protobuf.Timestamp
 	16, // 25: tether.events.v1.GameServerState.connection_history:type_name -> tether.events.v1.ConnectionChange
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	17, // 26: tether.events.v1.GameServerState.allocation:type_name -> tether.events.v1.GameServerAllocated
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_state_proto_init() }

@@ -28,6 +28,631 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Request of Reserve.
+type ReserveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long to stay reserved, 1 to 3600.
+	Seconds       int32 `protobuf:"varint,1,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveRequest) Reset() {
+	*x = ReserveRequest{}
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveRequest) ProtoMessage() {}
+
+func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
+func (*ReserveRequest) Descriptor() ([]byte, []int) {
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ReserveRequest) GetSeconds() int32 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
+// Response of Reserve.
+type ReserveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveResponse) Reset() {
+	*x = ReserveResponse{}
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveResponse) ProtoMessage() {}
+
+func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
+func (*ReserveResponse) Descriptor() ([]byte, []int) {
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{1}
+}
+
+// Request of Allocate.
+type AllocateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Properties of the new game session.
+	Properties    map[string]string `protobuf:"bytes,1,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocateRequest) Reset() {
+	*x = AllocateRequest{}
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocateRequest) ProtoMessage() {}
+
+func (x *AllocateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocateRequest.ProtoReflect.Descriptor instead.
+func (*AllocateRequest) Descriptor() ([]byte, []int) {
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AllocateRequest) GetProperties() map[string]string {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+// Response of Allocate.
+type AllocateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new game session's resource name.
+	GameSession   string `protobuf:"bytes,1,opt,name=game_session,json=gameSession,proto3" json:"game_session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocateResponse) Reset() {
+	*x = AllocateResponse{}
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocateResponse) ProtoMessage() {}
+
+func (x *AllocateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocateResponse.ProtoReflect.Descriptor instead.
+func (*AllocateResponse) Descriptor() ([]byte, []int) {
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AllocateResponse) GetGameSession() string {
+	if x != nil {
+		return x.GameSession
+	}
+	return ""
+}
+
+// Request of AcceptPlayer.
+type AcceptPlayerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Player session id ("ps-…") or its full resource name.
+	PlayerSessionId string `protobuf:"bytes,1,opt,name=player_session_id,json=playerSessionId,proto3" json:"player_session_id,omitempty"`
+	// The player session token the player got from the allocation or from
+	// a reconnect.
+	Token         string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcceptPlayerRequest) Reset() {
+	*x = AcceptPlayerRequest{}
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcceptPlayerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcceptPlayerRequest) ProtoMessage() {}
+
+func (x *AcceptPlayerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcceptPlayerRequest.ProtoReflect.Descriptor instead.
+func (*AcceptPlayerRequest) Descriptor() ([]byte, []int) {
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AcceptPlayerRequest) GetPlayerSessionId() string {
+	if x != nil {
+		return x.PlayerSessionId
+	}
+	return ""
+}
+
+func (x *AcceptPlayerRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+// Response of AcceptPlayer.
+type AcceptPlayerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Player id given by the matchmaker.
+	PlayerId string `protobuf:"bytes,1,opt,name=player_id,json=playerId,proto3" json:"player_id,omitempty"`
+	// Opaque player data.
+	PlayerData string `protobuf:"bytes,2,opt,name=player_data,json=playerData,proto3" json:"player_data,omitempty"`
+	// Seat number; the same after a reconnect.
+	Slot int32 `protobuf:"varint,3,opt,name=slot,proto3" json:"slot,omitempty"`
+	// True when the player came back within their reconnect window.
+	Reconnected bool `protobuf:"varint,4,opt,name=reconnected,proto3" json:"reconnected,omitempty"`
+	// Reconnects so far.
+	ReconnectCount int32 `protobuf:"varint,5,opt,name=reconnect_count,json=reconnectCount,proto3" json:"reconnect_count,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AcceptPlayerResponse) Reset() {
+	*x = AcceptPlayerResponse{}
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcceptPlayerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcceptPlayerResponse) ProtoMessage() {}
+
+func (x *AcceptPlayerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcceptPlayerResponse.ProtoReflect.Descriptor instead.
+func (*AcceptPlayerResponse) Descriptor() ([]byte, []int) {
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AcceptPlayerResponse) GetPlayerId() string {
+	if x != nil {
+		return x.PlayerId
+	}
+	return ""
+}
+
+func (x *AcceptPlayerResponse) GetPlayerData() string {
+	if x != nil {
+		return x.PlayerData
+	}
+	return ""
+}
+
+func (x *AcceptPlayerResponse) GetSlot() int32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *AcceptPlayerResponse) GetReconnected() bool {
+	if x != nil {
+		return x.Reconnected
+	}
+	return false
+}
+
+func (x *AcceptPlayerResponse) GetReconnectCount() int32 {
+	if x != nil {
+		return x.ReconnectCount
+	}
+	return 0
+}
+
+// Request of DisconnectPlayer.
+type DisconnectPlayerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Player session id.
+	PlayerSession string `protobuf:"bytes,1,opt,name=player_session,json=playerSession,proto3" json:"player_session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisconnectPlayerRequest) Reset() {
+	*x = DisconnectPlayerRequest{}
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisconnectPlayerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisconnectPlayerRequest) ProtoMessage() {}
+
+func (x *DisconnectPlayerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisconnectPlayerRequest.ProtoReflect.Descriptor instead.
+func (*DisconnectPlayerRequest) Descriptor() ([]byte, []int) {
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DisconnectPlayerRequest) GetPlayerSession() string {
+	if x != nil {
+		return x.PlayerSession
+	}
+	return ""
+}
+
+// Response of DisconnectPlayer.
+type DisconnectPlayerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// End of the reconnect window.
+	ReconnectDeadline *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=reconnect_deadline,json=reconnectDeadline,proto3" json:"reconnect_deadline,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *DisconnectPlayerResponse) Reset() {
+	*x = DisconnectPlayerResponse{}
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisconnectPlayerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisconnectPlayerResponse) ProtoMessage() {}
+
+func (x *DisconnectPlayerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisconnectPlayerResponse.ProtoReflect.Descriptor instead.
+func (*DisconnectPlayerResponse) Descriptor() ([]byte, []int) {
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *DisconnectPlayerResponse) GetReconnectDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReconnectDeadline
+	}
+	return nil
+}
+
+// Request of RemovePlayer.
+type RemovePlayerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Player session id.
+	PlayerSession string `protobuf:"bytes,1,opt,name=player_session,json=playerSession,proto3" json:"player_session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemovePlayerRequest) Reset() {
+	*x = RemovePlayerRequest{}
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemovePlayerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemovePlayerRequest) ProtoMessage() {}
+
+func (x *RemovePlayerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemovePlayerRequest.ProtoReflect.Descriptor instead.
+func (*RemovePlayerRequest) Descriptor() ([]byte, []int) {
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RemovePlayerRequest) GetPlayerSession() string {
+	if x != nil {
+		return x.PlayerSession
+	}
+	return ""
+}
+
+// Response of RemovePlayer.
+type RemovePlayerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemovePlayerResponse) Reset() {
+	*x = RemovePlayerResponse{}
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemovePlayerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemovePlayerResponse) ProtoMessage() {}
+
+func (x *RemovePlayerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemovePlayerResponse.ProtoReflect.Descriptor instead.
+func (*RemovePlayerResponse) Descriptor() ([]byte, []int) {
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{9}
+}
+
+// A player in the current game session.
+type Player struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Player session id.
+	PlayerSession string `protobuf:"bytes,1,opt,name=player_session,json=playerSession,proto3" json:"player_session,omitempty"`
+	// Player id.
+	PlayerId string `protobuf:"bytes,2,opt,name=player_id,json=playerId,proto3" json:"player_id,omitempty"`
+	// Seat number.
+	Slot          int32 `protobuf:"varint,3,opt,name=slot,proto3" json:"slot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Player) Reset() {
+	*x = Player{}
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Player) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Player) ProtoMessage() {}
+
+func (x *Player) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Player.ProtoReflect.Descriptor instead.
+func (*Player) Descriptor() ([]byte, []int) {
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Player) GetPlayerSession() string {
+	if x != nil {
+		return x.PlayerSession
+	}
+	return ""
+}
+
+func (x *Player) GetPlayerId() string {
+	if x != nil {
+		return x.PlayerId
+	}
+	return ""
+}
+
+func (x *Player) GetSlot() int32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+// The game session a server is allocated to.
+type GameSession struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "gameSessions/{game_session}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Properties given by the matchmaker.
+	Properties map[string]string `protobuf:"bytes,2,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Seats; 0 means unlimited.
+	MaxPlayers int32 `protobuf:"varint,3,opt,name=max_players,json=maxPlayers,proto3" json:"max_players,omitempty"`
+	// Players the allocation reserved seats for.
+	Players       []*Player `protobuf:"bytes,4,rep,name=players,proto3" json:"players,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GameSession) Reset() {
+	*x = GameSession{}
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GameSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GameSession) ProtoMessage() {}
+
+func (x *GameSession) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GameSession.ProtoReflect.Descriptor instead.
+func (*GameSession) Descriptor() ([]byte, []int) {
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GameSession) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GameSession) GetProperties() map[string]string {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+func (x *GameSession) GetMaxPlayers() int32 {
+	if x != nil {
+		return x.MaxPlayers
+	}
+	return 0
+}
+
+func (x *GameSession) GetPlayers() []*Player {
+	if x != nil {
+		return x.Players
+	}
+	return nil
+}
+
 // Request of Ready.
 type ReadyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -37,7 +662,7 @@ type ReadyRequest struct {
 
 func (x *ReadyRequest) Reset() {
 	*x = ReadyRequest{}
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[0]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -49,7 +674,7 @@ func (x *ReadyRequest) String() string {
 func (*ReadyRequest) ProtoMessage() {}
 
 func (x *ReadyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[0]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -62,7 +687,7 @@ func (x *ReadyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadyRequest.ProtoReflect.Descriptor instead.
 func (*ReadyRequest) Descriptor() ([]byte, []int) {
-	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{0}
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{12}
 }
 
 // Response of Ready.
@@ -74,7 +699,7 @@ type ReadyResponse struct {
 
 func (x *ReadyResponse) Reset() {
 	*x = ReadyResponse{}
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[1]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -86,7 +711,7 @@ func (x *ReadyResponse) String() string {
 func (*ReadyResponse) ProtoMessage() {}
 
 func (x *ReadyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[1]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -99,7 +724,7 @@ func (x *ReadyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadyResponse.ProtoReflect.Descriptor instead.
 func (*ReadyResponse) Descriptor() ([]byte, []int) {
-	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{1}
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{13}
 }
 
 // Request of Health.
@@ -111,7 +736,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[2]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -123,7 +748,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[2]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -136,7 +761,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{2}
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{14}
 }
 
 // Response of Health.
@@ -148,7 +773,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[3]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -160,7 +785,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[3]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -173,7 +798,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{3}
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{15}
 }
 
 // One heartbeat on a HealthStream.
@@ -185,7 +810,7 @@ type HealthStreamRequest struct {
 
 func (x *HealthStreamRequest) Reset() {
 	*x = HealthStreamRequest{}
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[4]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -197,7 +822,7 @@ func (x *HealthStreamRequest) String() string {
 func (*HealthStreamRequest) ProtoMessage() {}
 
 func (x *HealthStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[4]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -210,7 +835,7 @@ func (x *HealthStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthStreamRequest.ProtoReflect.Descriptor instead.
 func (*HealthStreamRequest) Descriptor() ([]byte, []int) {
-	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{4}
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{16}
 }
 
 // Response of HealthStream, sent when the stream ends.
@@ -222,7 +847,7 @@ type HealthStreamResponse struct {
 
 func (x *HealthStreamResponse) Reset() {
 	*x = HealthStreamResponse{}
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[5]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -234,7 +859,7 @@ func (x *HealthStreamResponse) String() string {
 func (*HealthStreamResponse) ProtoMessage() {}
 
 func (x *HealthStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[5]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -247,7 +872,7 @@ func (x *HealthStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthStreamResponse.ProtoReflect.Descriptor instead.
 func (*HealthStreamResponse) Descriptor() ([]byte, []int) {
-	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{5}
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{17}
 }
 
 // Request of Shutdown.
@@ -259,7 +884,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[6]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -271,7 +896,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[6]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -284,7 +909,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{6}
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{18}
 }
 
 // Response of Shutdown.
@@ -296,7 +921,7 @@ type ShutdownResponse struct {
 
 func (x *ShutdownResponse) Reset() {
 	*x = ShutdownResponse{}
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[7]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +933,7 @@ func (x *ShutdownResponse) String() string {
 func (*ShutdownResponse) ProtoMessage() {}
 
 func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[7]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +946,7 @@ func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{7}
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{19}
 }
 
 // Request of GetGameServer.
@@ -333,7 +958,7 @@ type GetGameServerRequest struct {
 
 func (x *GetGameServerRequest) Reset() {
 	*x = GetGameServerRequest{}
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[8]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -345,7 +970,7 @@ func (x *GetGameServerRequest) String() string {
 func (*GetGameServerRequest) ProtoMessage() {}
 
 func (x *GetGameServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[8]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -358,7 +983,7 @@ func (x *GetGameServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGameServerRequest.ProtoReflect.Descriptor instead.
 func (*GetGameServerRequest) Descriptor() ([]byte, []int) {
-	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{8}
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{20}
 }
 
 // Request of WatchGameServer.
@@ -370,7 +995,7 @@ type WatchGameServerRequest struct {
 
 func (x *WatchGameServerRequest) Reset() {
 	*x = WatchGameServerRequest{}
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[9]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +1007,7 @@ func (x *WatchGameServerRequest) String() string {
 func (*WatchGameServerRequest) ProtoMessage() {}
 
 func (x *WatchGameServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[9]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +1020,7 @@ func (x *WatchGameServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGameServerRequest.ProtoReflect.Descriptor instead.
 func (*WatchGameServerRequest) Descriptor() ([]byte, []int) {
-	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{9}
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{21}
 }
 
 // Request of SetLabel.
@@ -411,7 +1036,7 @@ type SetLabelRequest struct {
 
 func (x *SetLabelRequest) Reset() {
 	*x = SetLabelRequest{}
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[10]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +1048,7 @@ func (x *SetLabelRequest) String() string {
 func (*SetLabelRequest) ProtoMessage() {}
 
 func (x *SetLabelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[10]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +1061,7 @@ func (x *SetLabelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLabelRequest.ProtoReflect.Descriptor instead.
 func (*SetLabelRequest) Descriptor() ([]byte, []int) {
-	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{10}
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetLabelRequest) GetKey() string {
@@ -462,7 +1087,7 @@ type SetLabelResponse struct {
 
 func (x *SetLabelResponse) Reset() {
 	*x = SetLabelResponse{}
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[11]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +1099,7 @@ func (x *SetLabelResponse) String() string {
 func (*SetLabelResponse) ProtoMessage() {}
 
 func (x *SetLabelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[11]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +1112,7 @@ func (x *SetLabelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLabelResponse.ProtoReflect.Descriptor instead.
 func (*SetLabelResponse) Descriptor() ([]byte, []int) {
-	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{11}
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{23}
 }
 
 // A port assigned to the process.
@@ -503,7 +1128,7 @@ type Port struct {
 
 func (x *Port) Reset() {
 	*x = Port{}
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[12]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +1140,7 @@ func (x *Port) String() string {
 func (*Port) ProtoMessage() {}
 
 func (x *Port) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[12]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +1153,7 @@ func (x *Port) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Port.ProtoReflect.Descriptor instead.
 func (*Port) Descriptor() ([]byte, []int) {
-	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{12}
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Port) GetName() string {
@@ -558,7 +1183,7 @@ type ShutdownNotice struct {
 
 func (x *ShutdownNotice) Reset() {
 	*x = ShutdownNotice{}
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[13]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +1195,7 @@ func (x *ShutdownNotice) String() string {
 func (*ShutdownNotice) ProtoMessage() {}
 
 func (x *ShutdownNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[13]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +1208,7 @@ func (x *ShutdownNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNotice.ProtoReflect.Descriptor instead.
 func (*ShutdownNotice) Descriptor() ([]byte, []int) {
-	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{13}
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ShutdownNotice) GetDeadline() *timestamppb.Timestamp {
@@ -616,14 +1241,16 @@ type GameServer struct {
 	// Set once the server must stop.
 	Shutdown *ShutdownNotice `protobuf:"bytes,6,opt,name=shutdown,proto3" json:"shutdown,omitempty"`
 	// Current game session, when allocated.
-	GameSession   string `protobuf:"bytes,7,opt,name=game_session,json=gameSession,proto3" json:"game_session,omitempty"`
+	GameSession string `protobuf:"bytes,7,opt,name=game_session,json=gameSession,proto3" json:"game_session,omitempty"`
+	// The allocation, with the game session's data, when allocated.
+	Allocation    *GameSession `protobuf:"bytes,8,opt,name=allocation,proto3" json:"allocation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GameServer) Reset() {
 	*x = GameServer{}
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[14]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +1262,7 @@ func (x *GameServer) String() string {
 func (*GameServer) ProtoMessage() {}
 
 func (x *GameServer) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[14]
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +1275,7 @@ func (x *GameServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GameServer.ProtoReflect.Descriptor instead.
 func (*GameServer) Descriptor() ([]byte, []int) {
-	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{14}
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GameServer) GetName() string {
@@ -700,11 +1327,62 @@ func (x *GameServer) GetGameSession() string {
 	return ""
 }
 
+func (x *GameServer) GetAllocation() *GameSession {
+	if x != nil {
+		return x.Allocation
+	}
+	return nil
+}
+
 var File_tether_sdk_v1_sdk_proto protoreflect.FileDescriptor
 
 const file_tether_sdk_v1_sdk_proto_rawDesc = "" +
 	"\n" +
-	"\x17tether/sdk/v1/sdk.proto\x12\rtether.sdk.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x0e\n" +
+	"\x17tether/sdk/v1/sdk.proto\x12\rtether.sdk.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"*\n" +
+	"\x0eReserveRequest\x12\x18\n" +
+	"\aseconds\x18\x01 \x01(\x05R\aseconds\"\x11\n" +
+	"\x0fReserveResponse\"\xa0\x01\n" +
+	"\x0fAllocateRequest\x12N\n" +
+	"\n" +
+	"properties\x18\x01 \x03(\v2..tether.sdk.v1.AllocateRequest.PropertiesEntryR\n" +
+	"properties\x1a=\n" +
+	"\x0fPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"5\n" +
+	"\x10AllocateResponse\x12!\n" +
+	"\fgame_session\x18\x01 \x01(\tR\vgameSession\"W\n" +
+	"\x13AcceptPlayerRequest\x12*\n" +
+	"\x11player_session_id\x18\x01 \x01(\tR\x0fplayerSessionId\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"\xb3\x01\n" +
+	"\x14AcceptPlayerResponse\x12\x1b\n" +
+	"\tplayer_id\x18\x01 \x01(\tR\bplayerId\x12\x1f\n" +
+	"\vplayer_data\x18\x02 \x01(\tR\n" +
+	"playerData\x12\x12\n" +
+	"\x04slot\x18\x03 \x01(\x05R\x04slot\x12 \n" +
+	"\vreconnected\x18\x04 \x01(\bR\vreconnected\x12'\n" +
+	"\x0freconnect_count\x18\x05 \x01(\x05R\x0ereconnectCount\"@\n" +
+	"\x17DisconnectPlayerRequest\x12%\n" +
+	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\"e\n" +
+	"\x18DisconnectPlayerResponse\x12I\n" +
+	"\x12reconnect_deadline\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x11reconnectDeadline\"<\n" +
+	"\x13RemovePlayerRequest\x12%\n" +
+	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\"\x16\n" +
+	"\x14RemovePlayerResponse\"`\n" +
+	"\x06Player\x12%\n" +
+	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\x12\x1b\n" +
+	"\tplayer_id\x18\x02 \x01(\tR\bplayerId\x12\x12\n" +
+	"\x04slot\x18\x03 \x01(\x05R\x04slot\"\xfe\x01\n" +
+	"\vGameSession\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12J\n" +
+	"\n" +
+	"properties\x18\x02 \x03(\v2*.tether.sdk.v1.GameSession.PropertiesEntryR\n" +
+	"properties\x12\x1f\n" +
+	"\vmax_players\x18\x03 \x01(\x05R\n" +
+	"maxPlayers\x12/\n" +
+	"\aplayers\x18\x04 \x03(\v2\x15.tether.sdk.v1.PlayerR\aplayers\x1a=\n" +
+	"\x0fPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0e\n" +
 	"\fReadyRequest\"\x0f\n" +
 	"\rReadyResponse\"\x0f\n" +
 	"\rHealthRequest\"\x10\n" +
@@ -724,7 +1402,7 @@ const file_tether_sdk_v1_sdk_proto_rawDesc = "" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\"`\n" +
 	"\x0eShutdownNotice\x126\n" +
 	"\bdeadline\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xd3\x02\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x8f\x03\n" +
 	"\n" +
 	"GameServer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -733,10 +1411,14 @@ const file_tether_sdk_v1_sdk_proto_rawDesc = "" +
 	"\x05ports\x18\x04 \x03(\v2\x13.tether.sdk.v1.PortR\x05ports\x12=\n" +
 	"\x06labels\x18\x05 \x03(\v2%.tether.sdk.v1.GameServer.LabelsEntryR\x06labels\x129\n" +
 	"\bshutdown\x18\x06 \x01(\v2\x1d.tether.sdk.v1.ShutdownNoticeR\bshutdown\x12!\n" +
-	"\fgame_session\x18\a \x01(\tR\vgameSession\x1a9\n" +
+	"\fgame_session\x18\a \x01(\tR\vgameSession\x12:\n" +
+	"\n" +
+	"allocation\x18\b \x01(\v2\x1a.tether.sdk.v1.GameSessionR\n" +
+	"allocation\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xda\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xd2\n" +
+	"\n" +
 	"\n" +
 	"SDKService\x12\\\n" +
 	"\x05Ready\x12\x1b.tether.sdk.v1.ReadyRequest\x1a\x1c.tether.sdk.v1.ReadyResponse\"\x18\x82\xd3\xe4\x93\x02\x12:\x01*\"\r/v1/sdk/ready\x12`\n" +
@@ -745,7 +1427,12 @@ const file_tether_sdk_v1_sdk_proto_rawDesc = "" +
 	"\bShutdown\x12\x1e.tether.sdk.v1.ShutdownRequest\x1a\x1f.tether.sdk.v1.ShutdownResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/sdk/shutdown\x12k\n" +
 	"\rGetGameServer\x12#.tether.sdk.v1.GetGameServerRequest\x1a\x19.tether.sdk.v1.GameServer\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/sdk/gameserver\x12l\n" +
 	"\x0fWatchGameServer\x12%.tether.sdk.v1.WatchGameServerRequest\x1a\x19.tether.sdk.v1.GameServer\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/sdk/watch0\x01\x12l\n" +
-	"\bSetLabel\x12\x1e.tether.sdk.v1.SetLabelRequest\x1a\x1f.tether.sdk.v1.SetLabelResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\x1a\x14/v1/sdk/labels/{key}B6Z4github.com/tetherhq/tether/proto/tether/sdk/v1;sdkv1b\x06proto3"
+	"\bSetLabel\x12\x1e.tether.sdk.v1.SetLabelRequest\x1a\x1f.tether.sdk.v1.SetLabelResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\x1a\x14/v1/sdk/labels/{key}\x12d\n" +
+	"\aReserve\x12\x1d.tether.sdk.v1.ReserveRequest\x1a\x1e.tether.sdk.v1.ReserveResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/v1/sdk/reserve\x12h\n" +
+	"\bAllocate\x12\x1e.tether.sdk.v1.AllocateRequest\x1a\x1f.tether.sdk.v1.AllocateResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/sdk/allocate\x12z\n" +
+	"\fAcceptPlayer\x12\".tether.sdk.v1.AcceptPlayerRequest\x1a#.tether.sdk.v1.AcceptPlayerResponse\"!\x82\xd3\xe4\x93\x02\x1b:\x01*\"\x16/v1/sdk/players:accept\x12\x9b\x01\n" +
+	"\x10DisconnectPlayer\x12&.tether.sdk.v1.DisconnectPlayerRequest\x1a'.tether.sdk.v1.DisconnectPlayerResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/v1/sdk/players/{player_session}:disconnect\x12\x8b\x01\n" +
+	"\fRemovePlayer\x12\".tether.sdk.v1.RemovePlayerRequest\x1a#.tether.sdk.v1.RemovePlayerResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/sdk/players/{player_session}:removeB6Z4github.com/tetherhq/tether/proto/tether/sdk/v1;sdkv1b\x06proto3"
 
 var (
 	file_tether_sdk_v1_sdk_proto_rawDescOnce sync.Once
@@ -759,50 +1446,79 @@ func file_tether_sdk_v1_sdk_proto_rawDescGZIP() []byte {
 	return file_tether_sdk_v1_sdk_proto_rawDescData
 }
 
-var file_tether_sdk_v1_sdk_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_tether_sdk_v1_sdk_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_tether_sdk_v1_sdk_proto_goTypes = []any{
-	(*ReadyRequest)(nil),           // 0: tether.sdk.v1.ReadyRequest
-	(*ReadyResponse)(nil),          // 1: tether.sdk.v1.ReadyResponse
-	(*HealthRequest)(nil),          // 2: tether.sdk.v1.HealthRequest
-	(*HealthResponse)(nil),         // 3: tether.sdk.v1.HealthResponse
-	(*HealthStreamRequest)(nil),    // 4: tether.sdk.v1.HealthStreamRequest
-	(*HealthStreamResponse)(nil),   // 5: tether.sdk.v1.HealthStreamResponse
-	(*ShutdownRequest)(nil),        // 6: tether.sdk.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),       // 7: tether.sdk.v1.ShutdownResponse
-	(*GetGameServerRequest)(nil),   // 8: tether.sdk.v1.GetGameServerRequest
-	(*WatchGameServerRequest)(nil), // 9: tether.sdk.v1.WatchGameServerRequest
-	(*SetLabelRequest)(nil),        // 10: tether.sdk.v1.SetLabelRequest
-	(*SetLabelResponse)(nil),       // 11: tether.sdk.v1.SetLabelResponse
-	(*Port)(nil),                   // 12: tether.sdk.v1.Port
-	(*ShutdownNotice)(nil),         // 13: tether.sdk.v1.ShutdownNotice
-	(*GameServer)(nil),             // 14: tether.sdk.v1.GameServer
-	nil,                            // 15: tether.sdk.v1.GameServer.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 16: google.protobuf.Timestamp
+	(*ReserveRequest)(nil),           // 0: tether.sdk.v1.ReserveRequest
+	(*ReserveResponse)(nil),          // 1: tether.sdk.v1.ReserveResponse
+	(*AllocateRequest)(nil),          // 2: tether.sdk.v1.AllocateRequest
+	(*AllocateResponse)(nil),         // 3: tether.sdk.v1.AllocateResponse
+	(*AcceptPlayerRequest)(nil),      // 4: tether.sdk.v1.AcceptPlayerRequest
+	(*AcceptPlayerResponse)(nil),     // 5: tether.sdk.v1.AcceptPlayerResponse
+	(*DisconnectPlayerRequest)(nil),  // 6: tether.sdk.v1.DisconnectPlayerRequest
+	(*DisconnectPlayerResponse)(nil), // 7: tether.sdk.v1.DisconnectPlayerResponse
+	(*RemovePlayerRequest)(nil),      // 8: tether.sdk.v1.RemovePlayerRequest
+	(*RemovePlayerResponse)(nil),     // 9: tether.sdk.v1.RemovePlayerResponse
+	(*Player)(nil),                   // 10: tether.sdk.v1.Player
+	(*GameSession)(nil),              // 11: tether.sdk.v1.GameSession
+	(*ReadyRequest)(nil),             // 12: tether.sdk.v1.ReadyRequest
+	(*ReadyResponse)(nil),            // 13: tether.sdk.v1.ReadyResponse
+	(*HealthRequest)(nil),            // 14: tether.sdk.v1.HealthRequest
+	(*HealthResponse)(nil),           // 15: tether.sdk.v1.HealthResponse
+	(*HealthStreamRequest)(nil),      // 16: tether.sdk.v1.HealthStreamRequest
+	(*HealthStreamResponse)(nil),     // 17: tether.sdk.v1.HealthStreamResponse
+	(*ShutdownRequest)(nil),          // 18: tether.sdk.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),         // 19: tether.sdk.v1.ShutdownResponse
+	(*GetGameServerRequest)(nil),     // 20: tether.sdk.v1.GetGameServerRequest
+	(*WatchGameServerRequest)(nil),   // 21: tether.sdk.v1.WatchGameServerRequest
+	(*SetLabelRequest)(nil),          // 22: tether.sdk.v1.SetLabelRequest
+	(*SetLabelResponse)(nil),         // 23: tether.sdk.v1.SetLabelResponse
+	(*Port)(nil),                     // 24: tether.sdk.v1.Port
+	(*ShutdownNotice)(nil),           // 25: tether.sdk.v1.ShutdownNotice
+	(*GameServer)(nil),               // 26: tether.sdk.v1.GameServer
+	nil,                              // 27: tether.sdk.v1.AllocateRequest.PropertiesEntry
+	nil,                              // 28: tether.sdk.v1.GameSession.PropertiesEntry
+	nil,                              // 29: tether.sdk.v1.GameServer.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 30: google.protobuf.Timestamp
 }
 var file_tether_sdk_v1_sdk_proto_depIdxs = []int32{
-	16, // 0: tether.sdk.v1.ShutdownNotice.deadline:type_name -> google.protobuf.Timestamp
-	12, // 1: tether.sdk.v1.GameServer.ports:type_name -> tether.sdk.v1.Port
-	15, // 2: tether.sdk.v1.GameServer.labels:type_name -> tether.sdk.v1.GameServer.LabelsEntry
-	13, // 3: tether.sdk.v1.GameServer.shutdown:type_name -> tether.sdk.v1.ShutdownNotice
-	0,  // 4: tether.sdk.v1.SDKService.Ready:input_type -> tether.sdk.v1.ReadyRequest
-	2,  // 5: tether.sdk.v1.SDKService.Health:input_type -> tether.sdk.v1.HealthRequest
-	4,  // 6: tether.sdk.v1.SDKService.HealthStream:input_type -> tether.sdk.v1.HealthStreamRequest
-	6,  // 7: tether.sdk.v1.SDKService.Shutdown:input_type -> tether.sdk.v1.ShutdownRequest
-	8,  // 8: tether.sdk.v1.SDKService.GetGameServer:input_type -> tether.sdk.v1.GetGameServerRequest
-	9,  // 9: tether.sdk.v1.SDKService.WatchGameServer:input_type -> tether.sdk.v1.WatchGameServerRequest
-	10, // 10: tether.sdk.v1.SDKService.SetLabel:input_type -> tether.sdk.v1.SetLabelRequest
-	1,  // 11: tether.sdk.v1.SDKService.Ready:output_type -> tether.sdk.v1.ReadyResponse
-	3,  // 12: tether.sdk.v1.SDKService.Health:output_type -> tether.sdk.v1.HealthResponse
-	5,  // 13: tether.sdk.v1.SDKService.HealthStream:output_type -> tether.sdk.v1.HealthStreamResponse
-	7,  // 14: tether.sdk.v1.SDKService.Shutdown:output_type -> tether.sdk.v1.ShutdownResponse
-	14, // 15: tether.sdk.v1.SDKService.GetGameServer:output_type -> tether.sdk.v1.GameServer
-	14, // 16: tether.sdk.v1.SDKService.WatchGameServer:output_type -> tether.sdk.v1.GameServer
-	11, // 17: tether.sdk.v1.SDKService.SetLabel:output_type -> tether.sdk.v1.SetLabelResponse
-	11, // [11:18] is the sub-list for method output_type
-	4,  // [4:11] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	27, // 0: tether.sdk.v1.AllocateRequest.properties:type_name -> tether.sdk.v1.AllocateRequest.PropertiesEntry
+	30, // 1: tether.sdk.v1.DisconnectPlayerResponse.reconnect_deadline:type_name -> google.protobuf.Timestamp
+	28, // 2: tether.sdk.v1.GameSession.properties:type_name -> tether.sdk.v1.GameSession.PropertiesEntry
+	10, // 3: tether.sdk.v1.GameSession.players:type_name -> tether.sdk.v1.Player
+	30, // 4: tether.sdk.v1.ShutdownNotice.deadline:type_name -> google.protobuf.Timestamp
+	24, // 5: tether.sdk.v1.GameServer.ports:type_name -> tether.sdk.v1.Port
+	29, // 6: tether.sdk.v1.GameServer.labels:type_name -> tether.sdk.v1.GameServer.LabelsEntry
+	25, // 7: tether.sdk.v1.GameServer.shutdown:type_name -> tether.sdk.v1.ShutdownNotice
+	11, // 8: tether.sdk.v1.GameServer.allocation:type_name -> tether.sdk.v1.GameSession
+	12, // 9: tether.sdk.v1.SDKService.Ready:input_type -> tether.sdk.v1.ReadyRequest
+	14, // 10: tether.sdk.v1.SDKService.Health:input_type -> tether.sdk.v1.HealthRequest
+	16, // 11: tether.sdk.v1.SDKService.HealthStream:input_type -> tether.sdk.v1.HealthStreamRequest
+	18, // 12: tether.sdk.v1.SDKService.Shutdown:input_type -> tether.sdk.v1.ShutdownRequest
+	20, // 13: tether.sdk.v1.SDKService.GetGameServer:input_type -> tether.sdk.v1.GetGameServerRequest
+	21, // 14: tether.sdk.v1.SDKService.WatchGameServer:input_type -> tether.sdk.v1.WatchGameServerRequest
+	22, // 15: tether.sdk.v1.SDKService.SetLabel:input_type -> tether.sdk.v1.SetLabelRequest
+	0,  // 16: tether.sdk.v1.SDKService.Reserve:input_type -> tether.sdk.v1.ReserveRequest
+	2,  // 17: tether.sdk.v1.SDKService.Allocate:input_type -> tether.sdk.v1.AllocateRequest
+	4,  // 18: tether.sdk.v1.SDKService.AcceptPlayer:input_type -> tether.sdk.v1.AcceptPlayerRequest
+	6,  // 19: tether.sdk.v1.SDKService.DisconnectPlayer:input_type -> tether.sdk.v1.DisconnectPlayerRequest
+	8,  // 20: tether.sdk.v1.SDKService.RemovePlayer:input_type -> tether.sdk.v1.RemovePlayerRequest
+	13, // 21: tether.sdk.v1.SDKService.Ready:output_type -> tether.sdk.v1.ReadyResponse
+	15, // 22: tether.sdk.v1.SDKService.Health:output_type -> tether.sdk.v1.HealthResponse
+	17, // 23: tether.sdk.v1.SDKService.HealthStream:output_type -> tether.sdk.v1.HealthStreamResponse
+	19, // 24: tether.sdk.v1.SDKService.Shutdown:output_type -> tether.sdk.v1.ShutdownResponse
+	26, // 25: tether.sdk.v1.SDKService.GetGameServer:output_type -> tether.sdk.v1.GameServer
+	26, // 26: tether.sdk.v1.SDKService.WatchGameServer:output_type -> tether.sdk.v1.GameServer
+	23, // 27: tether.sdk.v1.SDKService.SetLabel:output_type -> tether.sdk.v1.SetLabelResponse
+	1,  // 28: tether.sdk.v1.SDKService.Reserve:output_type -> tether.sdk.v1.ReserveResponse
+	3,  // 29: tether.sdk.v1.SDKService.Allocate:output_type -> tether.sdk.v1.AllocateResponse
+	5,  // 30: tether.sdk.v1.SDKService.AcceptPlayer:output_type -> tether.sdk.v1.AcceptPlayerResponse
+	7,  // 31: tether.sdk.v1.SDKService.DisconnectPlayer:output_type -> tether.sdk.v1.DisconnectPlayerResponse
+	9,  // 32: tether.sdk.v1.SDKService.RemovePlayer:output_type -> tether.sdk.v1.RemovePlayerResponse
+	21, // [21:33] is the sub-list for method output_type
+	9,  // [9:21] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_tether_sdk_v1_sdk_proto_init() }
@@ -816,7 +1532,7 @@ func file_tether_sdk_v1_sdk_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_sdk_v1_sdk_proto_rawDesc), len(file_tether_sdk_v1_sdk_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

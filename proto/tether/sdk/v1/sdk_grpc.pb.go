@@ -24,13 +24,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SDKService_Ready_FullMethodName           = "/tether.sdk.v1.SDKService/Ready"
-	SDKService_Health_FullMethodName          = "/tether.sdk.v1.SDKService/Health"
-	SDKService_HealthStream_FullMethodName    = "/tether.sdk.v1.SDKService/HealthStream"
-	SDKService_Shutdown_FullMethodName        = "/tether.sdk.v1.SDKService/Shutdown"
-	SDKService_GetGameServer_FullMethodName   = "/tether.sdk.v1.SDKService/GetGameServer"
-	SDKService_WatchGameServer_FullMethodName = "/tether.sdk.v1.SDKService/WatchGameServer"
-	SDKService_SetLabel_FullMethodName        = "/tether.sdk.v1.SDKService/SetLabel"
+	SDKService_Ready_FullMethodName            = "/tether.sdk.v1.SDKService/Ready"
+	SDKService_Health_FullMethodName           = "/tether.sdk.v1.SDKService/Health"
+	SDKService_HealthStream_FullMethodName     = "/tether.sdk.v1.SDKService/HealthStream"
+	SDKService_Shutdown_FullMethodName         = "/tether.sdk.v1.SDKService/Shutdown"
+	SDKService_GetGameServer_FullMethodName    = "/tether.sdk.v1.SDKService/GetGameServer"
+	SDKService_WatchGameServer_FullMethodName  = "/tether.sdk.v1.SDKService/WatchGameServer"
+	SDKService_SetLabel_FullMethodName         = "/tether.sdk.v1.SDKService/SetLabel"
+	SDKService_Reserve_FullMethodName          = "/tether.sdk.v1.SDKService/Reserve"
+	SDKService_Allocate_FullMethodName         = "/tether.sdk.v1.SDKService/Allocate"
+	SDKService_AcceptPlayer_FullMethodName     = "/tether.sdk.v1.SDKService/AcceptPlayer"
+	SDKService_DisconnectPlayer_FullMethodName = "/tether.sdk.v1.SDKService/DisconnectPlayer"
+	SDKService_RemovePlayer_FullMethodName     = "/tether.sdk.v1.SDKService/RemovePlayer"
 )
 
 // SDKServiceClient is the client API for SDKService service.
@@ -53,6 +58,18 @@ type SDKServiceClient interface {
 	WatchGameServer(ctx context.Context, in *WatchGameServerRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GameServer], error)
 	// Sets one label on the server.
 	SetLabel(ctx context.Context, in *SetLabelRequest, opts ...grpc.CallOption) (*SetLabelResponse, error)
+	// Holds the server back from allocation for a number of seconds.
+	Reserve(ctx context.Context, in *ReserveRequest, opts ...grpc.CallOption) (*ReserveResponse, error)
+	// Allocates the server to a new game session of its own (self-allocation).
+	Allocate(ctx context.Context, in *AllocateRequest, opts ...grpc.CallOption) (*AllocateResponse, error)
+	// Accepts a player who presents a player session id and its token; a
+	// player whose window is still open reconnects to the same seat.
+	AcceptPlayer(ctx context.Context, in *AcceptPlayerRequest, opts ...grpc.CallOption) (*AcceptPlayerResponse, error)
+	// Reports that a player's connection was lost; their seat is kept for
+	// the fleet's reconnect window.
+	DisconnectPlayer(ctx context.Context, in *DisconnectPlayerRequest, opts ...grpc.CallOption) (*DisconnectPlayerResponse, error)
+	// Removes a player for good (they left the match).
+	RemovePlayer(ctx context.Context, in *RemovePlayerRequest, opts ...grpc.CallOption) (*RemovePlayerResponse, error)
 }
 
 type sDKServiceClient struct {
@@ -145,6 +162,56 @@ func (c *sDKServiceClient) SetLabel(ctx context.Context, in *SetLabelRequest, op
 	return out, nil
 }
 
+func (c *sDKServiceClient) Reserve(ctx context.Context, in *ReserveRequest, opts ...grpc.CallOption) (*ReserveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReserveResponse)
+	err := c.cc.Invoke(ctx, SDKService_Reserve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sDKServiceClient) Allocate(ctx context.Context, in *AllocateRequest, opts ...grpc.CallOption) (*AllocateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AllocateResponse)
+	err := c.cc.Invoke(ctx, SDKService_Allocate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sDKServiceClient) AcceptPlayer(ctx context.Context, in *AcceptPlayerRequest, opts ...grpc.CallOption) (*AcceptPlayerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcceptPlayerResponse)
+	err := c.cc.Invoke(ctx, SDKService_AcceptPlayer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sDKServiceClient) DisconnectPlayer(ctx context.Context, in *DisconnectPlayerRequest, opts ...grpc.CallOption) (*DisconnectPlayerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DisconnectPlayerResponse)
+	err := c.cc.Invoke(ctx, SDKService_DisconnectPlayer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sDKServiceClient) RemovePlayer(ctx context.Context, in *RemovePlayerRequest, opts ...grpc.CallOption) (*RemovePlayerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemovePlayerResponse)
+	err := c.cc.Invoke(ctx, SDKService_RemovePlayer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SDKServiceServer is the server API for SDKService service.
 // All implementations must embed UnimplementedSDKServiceServer
 // for forward compatibility.
@@ -165,6 +232,18 @@ type SDKServiceServer interface {
 	WatchGameServer(*WatchGameServerRequest, grpc.ServerStreamingServer[GameServer]) error
 	// Sets one label on the server.
 	SetLabel(context.Context, *SetLabelRequest) (*SetLabelResponse, error)
+	// Holds the server back from allocation for a number of seconds.
+	Reserve(context.Context, *ReserveRequest) (*ReserveResponse, error)
+	// Allocates the server to a new game session of its own (self-allocation).
+	Allocate(context.Context, *AllocateRequest) (*AllocateResponse, error)
+	// Accepts a player who presents a player session id and its token; a
+	// player whose window is still open reconnects to the same seat.
+	AcceptPlayer(context.Context, *AcceptPlayerRequest) (*AcceptPlayerResponse, error)
+	// Reports that a player's connection was lost; their seat is kept for
+	// the fleet's reconnect window.
+	DisconnectPlayer(context.Context, *DisconnectPlayerRequest) (*DisconnectPlayerResponse, error)
+	// Removes a player for good (they left the match).
+	RemovePlayer(context.Context, *RemovePlayerRequest) (*RemovePlayerResponse, error)
 	mustEmbedUnimplementedSDKServiceServer()
 }
 
@@ -195,6 +274,21 @@ func (UnimplementedSDKServiceServer) WatchGameServer(*WatchGameServerRequest, gr
 }
 func (UnimplementedSDKServiceServer) SetLabel(context.Context, *SetLabelRequest) (*SetLabelResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetLabel not implemented")
+}
+func (UnimplementedSDKServiceServer) Reserve(context.Context, *ReserveRequest) (*ReserveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reserve not implemented")
+}
+func (UnimplementedSDKServiceServer) Allocate(context.Context, *AllocateRequest) (*AllocateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Allocate not implemented")
+}
+func (UnimplementedSDKServiceServer) AcceptPlayer(context.Context, *AcceptPlayerRequest) (*AcceptPlayerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcceptPlayer not implemented")
+}
+func (UnimplementedSDKServiceServer) DisconnectPlayer(context.Context, *DisconnectPlayerRequest) (*DisconnectPlayerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DisconnectPlayer not implemented")
+}
+func (UnimplementedSDKServiceServer) RemovePlayer(context.Context, *RemovePlayerRequest) (*RemovePlayerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemovePlayer not implemented")
 }
 func (UnimplementedSDKServiceServer) mustEmbedUnimplementedSDKServiceServer() {}
 func (UnimplementedSDKServiceServer) testEmbeddedByValue()                    {}
@@ -325,6 +419,96 @@ func _SDKService_SetLabel_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SDKService_Reserve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReserveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SDKServiceServer).Reserve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SDKService_Reserve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SDKServiceServer).Reserve(ctx, req.(*ReserveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SDKService_Allocate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AllocateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SDKServiceServer).Allocate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SDKService_Allocate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SDKServiceServer).Allocate(ctx, req.(*AllocateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SDKService_AcceptPlayer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcceptPlayerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SDKServiceServer).AcceptPlayer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SDKService_AcceptPlayer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SDKServiceServer).AcceptPlayer(ctx, req.(*AcceptPlayerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SDKService_DisconnectPlayer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DisconnectPlayerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SDKServiceServer).DisconnectPlayer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SDKService_DisconnectPlayer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SDKServiceServer).DisconnectPlayer(ctx, req.(*DisconnectPlayerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SDKService_RemovePlayer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemovePlayerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SDKServiceServer).RemovePlayer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SDKService_RemovePlayer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SDKServiceServer).RemovePlayer(ctx, req.(*RemovePlayerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SDKService_ServiceDesc is the grpc.ServiceDesc for SDKService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -351,6 +535,26 @@ var SDKService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetLabel",
 			Handler:    _SDKService_SetLabel_Handler,
+		},
+		{
+			MethodName: "Reserve",
+			Handler:    _SDKService_Reserve_Handler,
+		},
+		{
+			MethodName: "Allocate",
+			Handler:    _SDKService_Allocate_Handler,
+		},
+		{
+			MethodName: "AcceptPlayer",
+			Handler:    _SDKService_AcceptPlayer_Handler,
+		},
+		{
+			MethodName: "DisconnectPlayer",
+			Handler:    _SDKService_DisconnectPlayer_Handler,
+		},
+		{
+			MethodName: "RemovePlayer",
+			Handler:    _SDKService_RemovePlayer_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
