@@ -81,7 +81,9 @@ type Options struct {
 	// MeterProvider; default no-op.
 	MeterProvider metric.MeterProvider
 	// StreamKeepalive is the interval of gRPC keepalive pings on SDK
-	// connections, so a vanished peer is noticed; default 10s.
+	// connections (at least 1s, grpc-go's floor) and how long a ping may go
+	// unacknowledged, so a vanished peer is noticed within interval+timeout
+	// and recorded as a keepalive timeout; default 10s.
 	StreamKeepalive time.Duration
 	// KillProcessesOnExit stops every game server when the agent stops, and
 	// makes them die with the agent (for `tether dev` and tests).

@@ -33,8 +33,9 @@ const shutdownGrace = 30 * time.Second
 // carries, whatever connection it arrives on.
 type sdkServer struct {
 	sdkv1.UnimplementedSDKServiceServer
-	a                *Agent
-	grpcLis, httpLis net.Listener
+	a       *Agent
+	grpcLis *watchedListener
+	httpLis net.Listener
 }
 
 func newSDKServer(a *Agent, grpcAddr, httpAddr string) (*sdkServer, error) {
@@ -47,23 +48,33 @@ func newSDKServer(a *Agent, grpcAddr, httpAddr string) (*sdkServer, error) {
 		_ = gl.Close() // Releasing a port on the error path.
 		return nil, fmt.Errorf("agent: listen SDK REST on %s: %w", httpAddr, err)
 	}
-	return &sdkServer{a: a, grpcLis: gl, httpLis: hl}, nil
+	return &sdkServer{a: a, grpcLis: newWatchedListener(gl), httpLis: hl}, nil
 }
 
 func (s *sdkServer) grpcAddr() string { return s.grpcLis.Addr().String() }
 func (s *sdkServer) httpAddr() string { return s.httpLis.Addr().String() }
 
+// minKeepaliveTime is grpc-go's floor for a server's keepalive ping interval.
+const minKeepaliveTime = time.Second
+
+// keepalive returns the SDK connections' keepalive ping interval and ack
+// timeout: StreamKeepalive each, the interval no shorter than grpc-go allows.
+func (s *sdkServer) keepalive() (time.Duration, time.Duration) {
+	ka := s.a.opts.StreamKeepalive
+	return max(ka, minKeepaliveTime), ka
+}
+
 // tokenKey carries the authenticated game server in a call's context.
 type tokenKey struct{}
 
 func (s *sdkServer) run(ctx context.Context) error {
-	ka := s.a.opts.StreamKeepalive
+	kaTime, kaTimeout := s.keepalive()
 	gs := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(s.authUnary),
 		grpc.ChainStreamInterceptor(s.authStream),
 		// Keepalive pings find a peer that vanished without closing (a
 		// half-open connection) within Time+Timeout (DESIGN.md §1 failure 2).
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: ka, Timeout: ka}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: kaTime, Timeout: kaTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 	)
 	sdkv1.RegisterSDKServiceServer(gs, s)
@@ -150,9 +161,14 @@ func (s *sdkServer) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 		gs.seen(ctx, "rest")
 		return handler(srv, &authedStream{ServerStream: ss, ctx: ctx})
 	}
+	// The connection is looked up while the stream is open (it is then
+	// too); how it ended tells a keepalive timeout from a reset.
+	conn := s.grpcLis.lookup(remoteOf(ctx))
 	gs.streamOpened(ctx)
 	err = handler(srv, &authedStream{ServerStream: ss, ctx: ctx})
-	gs.streamClosed(err, ss.Context().Err())
+	kaTime, kaTimeout := s.keepalive()
+	kind, detail := disconnectKind(err, ss.Context().Err(), conn, kaTime, kaTimeout)
+	gs.streamClosed(kind, detail)
 	return err
 }
 
@@ -309,8 +325,9 @@ func (gs *gameServer) streamOpened(ctx context.Context) {
 	gs.connectedLocked(ctx, "grpc-stream")
 }
 
-// streamClosed records a disconnect when the last open SDK stream ends.
-func (gs *gameServer) streamClosed(handlerErr, ctxErr error) {
+// streamClosed records a disconnect, of the kind the closing stream ended
+// with, when the last open SDK stream ends.
+func (gs *gameServer) streamClosed(kind eventsv1.DisconnectKind, detail string) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	gs.streams--
@@ -321,11 +338,6 @@ func (gs *gameServer) streamClosed(handlerErr, ctxErr error) {
 	case <-gs.done:
 		return // the process is gone; its exit is the story
 	default:
-	}
-	kind, detail := eventsv1.DisconnectKind_DISCONNECT_KIND_CLEAN_CLOSE, ""
-	if ctxErr != nil || handlerErr != nil {
-		kind = eventsv1.DisconnectKind_DISCONNECT_KIND_RESET
-		detail = fmt.Sprint(errors.Join(handlerErr, ctxErr))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), finalEventTimeout)
 	defer cancel()
