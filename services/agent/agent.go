@@ -13,6 +13,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -85,6 +87,11 @@ type Options struct {
 	// unacknowledged, so a vanished peer is noticed within interval+timeout
 	// and recorded as a keepalive timeout; default 10s.
 	StreamKeepalive time.Duration
+	// SkipHeartbeat, if set, is asked before each host heartbeat and
+	// suppresses it while it returns true: a fault-injection hook for tests
+	// and drills (a host that the control plane loses sight of while its
+	// processes run on). Nil always beats.
+	SkipHeartbeat func() bool
 	// KillProcessesOnExit stops every game server when the agent stops, and
 	// makes them die with the agent (for `tether dev` and tests).
 	KillProcessesOnExit bool
@@ -281,13 +288,22 @@ func (a *Agent) register(ctx context.Context) error {
 	return nil
 }
 
-// heartbeat refreshes the host's key in the heartbeat bucket.
+// heartbeat refreshes the host's key in the heartbeat bucket with the
+// host's inventory.
 func (a *Agent) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
 	t := time.NewTicker(a.opts.HeartbeatInterval)
 	defer t.Stop()
+	paused := false
 	for {
-		if err := hostbeat.Beat(ctx, kv, a.opts.HostID, a.opts.Now()); err != nil && ctx.Err() == nil {
-			a.log.Warn("host heartbeat failed", "err", err)
+		skip := a.opts.SkipHeartbeat != nil && a.opts.SkipHeartbeat()
+		if skip != paused {
+			paused = skip
+			a.log.Warn("host heartbeat paused by its hook", "paused", paused)
+		}
+		if !skip {
+			if err := hostbeat.Put(ctx, kv, a.opts.HostID, a.beat()); err != nil && ctx.Err() == nil {
+				a.log.Warn("host heartbeat failed", "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -295,6 +311,22 @@ func (a *Agent) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
 		case <-t.C:
 		}
 	}
+}
+
+// beat is the host's heartbeat now: the servers the agent supervises, then
+// how many events wait in the outbox. In that order: a server leaves the
+// agent only after its final events are in the stream or the outbox, so when
+// the count read after the list is 0, every server missing from the list has
+// its end in the stream.
+func (a *Agent) beat() hostbeat.Beat {
+	list := a.snapshot()
+	inv := &hostbeat.Inventory{Servers: make([]hostbeat.Server, 0, len(list))}
+	for _, gs := range list {
+		inv.Servers = append(inv.Servers, hostbeat.Server{Name: gs.name, Pid: int(gs.pid.Load())})
+	}
+	slices.SortFunc(inv.Servers, func(x, y hostbeat.Server) int { return strings.Compare(x.Name, y.Name) })
+	inv.Queued = a.outbox.len()
+	return hostbeat.Beat{Time: a.opts.Now(), Inventory: inv}
 }
 
 // evaluateHealth applies every server's health contract each interval.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -51,6 +52,7 @@ func (s *syncBuffer) String() string {
 type harness struct {
 	t     *testing.T
 	ctx   context.Context
+	js    jetstream.JetStream
 	store *natsjs.Store
 	bus   *commands.Bus
 	agent *agent.Agent
@@ -65,6 +67,12 @@ func newHarness(t *testing.T) *harness {
 // newHarnessWith sets the SDK stream keepalive (0: the default).
 func newHarnessWith(t *testing.T, keepalive time.Duration) *harness {
 	t.Helper()
+	return newHarnessOpts(t, func(o *agent.Options) { o.StreamKeepalive = keepalive })
+}
+
+// newHarnessOpts lets a test change the agent's options.
+func newHarnessOpts(t *testing.T, opts func(*agent.Options)) *harness {
+	t.Helper()
 	ns := natstest.Start(t)
 	_, js := natstest.Connect(t, ns)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -77,11 +85,13 @@ func newHarnessWith(t *testing.T, keepalive time.Duration) *harness {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	a, err := agent.New(agent.Options{
+	o := agent.Options{
 		HostID: "h1", JetStream: js, Store: store, Commands: bus, LogDir: t.TempDir(),
 		PortMin: 21000 + os.Getpid()%500*10, PortMax: 21000 + os.Getpid()%500*10 + 9,
-		KillProcessesOnExit: true, Logger: slog.New(slog.NewTextHandler(logs, nil)), SyncInterval: 100 * time.Millisecond, StreamKeepalive: keepalive,
-	})
+		KillProcessesOnExit: true, Logger: slog.New(slog.NewTextHandler(logs, nil)), SyncInterval: 100 * time.Millisecond,
+	}
+	opts(&o)
+	a, err := agent.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +103,7 @@ func newHarnessWith(t *testing.T, keepalive time.Duration) *harness {
 			t.Errorf("agent: %v", err)
 		}
 	})
-	return &harness{t: t, ctx: ctx, store: store, bus: bus, agent: a, logs: logs}
+	return &harness{t: t, ctx: ctx, js: js, store: store, bus: bus, agent: a, logs: logs}
 }
 
 // schedule appends GameServerScheduled for a server on h1 and sends the

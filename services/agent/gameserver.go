@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,6 +43,9 @@ type gameServer struct {
 	log     *slog.Logger
 	spec    *agentv1.StartGameServer
 	logPath string
+	// pid is the running process's id, 0 while none runs; read without mu
+	// (by the host heartbeat, which must not wait for a server's appends).
+	pid atomic.Int64
 
 	// mu guards everything below and serialises the server's appends.
 	mu        sync.Mutex
@@ -196,6 +200,7 @@ func (gs *gameServer) supervise(ctx context.Context) {
 		exited := exitFacts(state, attempt)
 		gs.mu.Lock()
 		gs.proc = nil
+		gs.pid.Store(0)
 		exited.BeforeReady = !gs.state.GetEverReady()
 		restart := exited.BeforeReady && !gs.stopping && attempt < gs.a.opts.MaxStartAttempts && ctx.Err() == nil
 		gs.mu.Unlock()
@@ -277,6 +282,7 @@ func (gs *gameServer) launch(attempt int) (*os.Process, error) {
 	}
 	gs.mu.Lock()
 	gs.proc = cmd.Process
+	gs.pid.Store(int64(cmd.Process.Pid))
 	gs.check = newHealthCheck(gs.spec.GetHealth(), time.Duration(gs.spec.GetSdkDisconnectGraceSeconds())*time.Second, gs.a.opts.Now())
 	gs.mu.Unlock()
 	gs.log.Info("game server process started", "pid", cmd.Process.Pid, "attempt", attempt, "log", gs.logPath)

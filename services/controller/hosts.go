@@ -17,7 +17,10 @@ import (
 // running and are not replaced: the control plane merely lost sight of
 // them); silent for LostAfter it becomes LOST and its live servers are
 // terminated with HOST_LOST, so the fleets replace them; a heartbeat brings
-// it back ONLINE. It returns the host statuses after its verdicts.
+// it back ONLINE once its agent has nothing queued for the stream, and the
+// servers the views place on it are checked against the inventory its
+// agent reports (checkInventory). It returns the host statuses after its
+// verdicts.
 func (c *Controller) checkHosts(ctx context.Context, hosts []postgres.HostRow, servers []postgres.Row[*eventsv1.GameServerState],
 	note func(uint64)) (map[string]eventsv1.HostStatus, error) {
 	if c.beats == nil {
@@ -27,7 +30,7 @@ func (c *Controller) checkHosts(ctx context.Context, hosts []postgres.HostRow, s
 		}
 		c.beats = kv
 	}
-	beats, err := hostbeat.Last(ctx, c.beats)
+	beats, err := hostbeat.Read(ctx, c.beats)
 	if err != nil {
 		return nil, err
 	}
@@ -40,8 +43,9 @@ func (c *Controller) checkHosts(ctx context.Context, hosts []postgres.HostRow, s
 		if err != nil {
 			return nil, err
 		}
-		if b, ok := beats[id]; ok && b.After(c.seen[id]) {
-			c.seen[id] = b
+		beat, beating := beats[id]
+		if beating && beat.Stored.After(c.seen[id]) {
+			c.seen[id] = beat.Stored
 		}
 		last, ok := c.seen[id]
 		if !ok {
@@ -56,6 +60,13 @@ func (c *Controller) checkHosts(ctx context.Context, hosts []postgres.HostRow, s
 		case st == eventsv1.HostStatus_HOST_STATUS_UNREACHABLE && silent > c.opts.LostAfter:
 			cmd = events.MarkHostLost{LastHeartbeat: last}
 		case (st == eventsv1.HostStatus_HOST_STATUS_UNREACHABLE || st == eventsv1.HostStatus_HOST_STATUS_LOST) && silent <= c.opts.UnreachableAfter:
+			if inv := beat.Inventory; inv != nil && inv.Queued > 0 {
+				// Its agent still publishes what it kept while away: the host
+				// is back when its facts are, so the views and the inventory
+				// agree. It beats, so it is not lost meanwhile.
+				c.log.Debug("host beats again; waiting for its queued events", "host", name, "queued", inv.Queued)
+				continue
+			}
 			cmd = events.MarkHostOnline{LastHeartbeat: last}
 		default:
 			continue
@@ -82,6 +93,7 @@ func (c *Controller) checkHosts(ctx context.Context, hosts []postgres.HostRow, s
 			status[name] = eventsv1.HostStatus_HOST_STATUS_UNREACHABLE
 		case "HostOnline":
 			status[name] = eventsv1.HostStatus_HOST_STATUS_ONLINE
+			c.checkInventory(ctx, name, beat, servers, note)
 		case "HostLost":
 			status[name] = eventsv1.HostStatus_HOST_STATUS_LOST
 			c.terminateLost(ctx, name, last, servers, note)
@@ -110,5 +122,65 @@ func (c *Controller) terminateLost(ctx context.Context, host string, last time.T
 		}
 		note(seq)
 		c.shutdowns.Add(ctx, 1)
+	}
+}
+
+// missingDetail opens the evidence of a server terminated because its host
+// came back without it.
+const missingDetail = "not in the host's inventory when it came back"
+
+// checkInventory compares the servers the views place on a host that just
+// came back with the inventory in its agent's beat. Servers in it carry on
+// untouched. A live server missing from it is no longer supervised there
+// (its process ended while the host was out of sight and the facts were
+// lost, e.g. with a full outbox), so it is terminated with PROCESS_EXITED
+// and the evidence, and its fleet replaces it. Only what the inventory can
+// speak for is judged: not SCHEDULED servers (their start may still be on
+// its way), nor servers whose last event is newer than the inventory; the
+// append is guarded by the server's sequence, so a server whose end (or any
+// other event) reached the stream since the views were read is left alone.
+func (c *Controller) checkInventory(ctx context.Context, host string, beat hostbeat.Beat, servers []postgres.Row[*eventsv1.GameServerState], note func(uint64)) {
+	inv := beat.Inventory
+	if inv == nil {
+		c.log.Info("host back without an inventory (an older agent); its servers are kept", "host", host)
+		return
+	}
+	list := make([]string, len(inv.Servers))
+	for i, s := range inv.Servers {
+		list[i] = fmt.Sprintf("%s (pid %d)", s.Name, s.Pid)
+	}
+	c.log.Info("host back with its inventory", "host", host, "inventory_time", beat.Time, "servers", list)
+	for _, r := range servers {
+		name := r.State.GetName()
+		if r.State.GetHost() != host || inv.Has(name) {
+			continue
+		}
+		switch r.State.GetLifecycle() {
+		case eventsv1.Lifecycle_LIFECYCLE_SCHEDULED, eventsv1.Lifecycle_LIFECYCLE_TERMINATED:
+			continue
+		}
+		if u := r.State.GetUpdateTime(); u != nil && u.AsTime().After(beat.Time) {
+			continue // changed since the inventory was taken
+		}
+		ev := &eventsv1.Evidence{RequestedBy: c.producer, Detail: fmt.Sprintf(
+			"%s: host %s reported %d game servers at %s, not this one (last known pid %d, %s)",
+			missingDetail, host, len(inv.Servers), beat.Time.Format(time.RFC3339Nano), r.State.GetPid(), events.LifecycleName(r.State.GetLifecycle()))}
+		msgs, err := events.DecideGameServer(name, r.State, events.Terminate{Reason: eventsv1.Reason_REASON_PROCESS_EXITED, Evidence: ev})
+		if err != nil {
+			c.log.Error("terminate server missing from its host's inventory", "game_server", name, "err", err)
+			continue
+		}
+		seq, err := c.opts.Store.Append(ctx, events.MustSubject(name), r.Sequence, c.envelopes(name, msgs)...)
+		if errors.Is(err, events.ErrConflict) {
+			c.log.Info("server missing from its host's inventory changed since the views were read; left to its events", "game_server", name)
+			continue
+		}
+		if err != nil {
+			c.log.Error("terminate server missing from its host's inventory", "game_server", name, "err", err)
+			continue
+		}
+		note(seq)
+		c.shutdowns.Add(ctx, 1)
+		c.log.Warn("game server missing from its host's inventory; terminated", "game_server", name, "host", host, "pid", r.State.GetPid())
 	}
 }

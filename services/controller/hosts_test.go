@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,8 +17,13 @@ import (
 	"github.com/tetherhq/tether/services/hostbeat"
 )
 
-// beater plays the agents' heartbeats; a host's beat can be switched off.
-type beater struct{ on map[string]*atomic.Bool }
+// beater plays the agents' heartbeats; a host's beat can be switched off,
+// and carries the inventory set for it (none by default, as an older
+// agent's).
+type beater struct {
+	on  map[string]*atomic.Bool
+	inv map[string]*atomic.Pointer[hostbeat.Inventory]
+}
 
 func (w *world) beat(hosts ...string) *beater {
 	w.t.Helper()
@@ -25,10 +31,11 @@ func (w *world) beat(hosts ...string) *beater {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	b := &beater{on: map[string]*atomic.Bool{}}
+	b := &beater{on: map[string]*atomic.Bool{}, inv: map[string]*atomic.Pointer[hostbeat.Inventory]{}}
 	for _, h := range hosts {
 		b.on[h] = &atomic.Bool{}
 		b.on[h].Store(true)
+		b.inv[h] = &atomic.Pointer[hostbeat.Inventory]{}
 	}
 	ctx, cancel := context.WithCancel(w.ctx)
 	done := make(chan struct{})
@@ -39,7 +46,7 @@ func (w *world) beat(hosts ...string) *beater {
 		for {
 			for h, on := range b.on {
 				if on.Load() {
-					if err := hostbeat.Beat(ctx, kv, h, time.Now()); err != nil && ctx.Err() == nil {
+					if err := hostbeat.Put(ctx, kv, h, hostbeat.Beat{Time: time.Now(), Inventory: b.inv[h].Load()}); err != nil && ctx.Err() == nil {
 						w.t.Errorf("beat %s: %v", h, err)
 					}
 				}
@@ -157,4 +164,99 @@ func TestHostLivenessUnreachableIsNotLost(t *testing.T) {
 	if got := w.hostEvents("hosts/h1"); count(got, "HostLost") != 1 || count(got, "HostUnreachable") != 2 {
 		t.Fatalf("h1 events: %v", got)
 	}
+}
+
+// inventoryOf lists servers as an agent reports them.
+func inventoryOf(queued int, names ...string) *hostbeat.Inventory {
+	inv := &hostbeat.Inventory{Servers: []hostbeat.Server{}, Queued: queued}
+	for _, n := range names {
+		inv.Servers = append(inv.Servers, hostbeat.Server{Name: n, Pid: 1000})
+	}
+	return inv
+}
+
+// A host that comes back reports its inventory: a live server the views
+// place on it that is missing from it is terminated (PROCESS_EXITED, with
+// the evidence) and replaced; the servers in it carry on with no new event.
+// While its agent still has events queued for the stream, the host beats
+// but is not back yet (and not lost either).
+func TestHostBackWithInventoryMissingAServer(t *testing.T) {
+	w := newWorld(t)
+	w.host("h1", 4)
+	w.host("h2", 4)
+	w.agent("h1", 10)
+	w.agent("h2", 10)
+	beats := w.beat("h1", "h2")
+	w.controller("c1", func(o *controller.Options) {
+		o.UnreachableAfter, o.LostAfter = 400*time.Millisecond, 1500*time.Millisecond
+	})
+	w.fleet("arena", testSpec(3, eventsv1.Scheduling_SCHEDULING_PACKED))
+	var names []string
+	wait.For(t, 10*time.Second, "3 READY servers on h1", func() bool {
+		rows, err := w.views.ListGameServers(w.ctx, postgres.GameServerQuery{Host: "hosts/h1", Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = names[:0]
+		for _, r := range rows {
+			if r.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_READY {
+				names = append(names, r.State.GetName())
+			}
+		}
+		return len(names) == 3
+	})
+	beats.inv["h1"].Store(inventoryOf(0, names...))
+	kept, missing := names[:2], names[2]
+	before := map[string]int{}
+	for _, n := range kept {
+		before[n] = len(w.history(n))
+	}
+
+	beats.on["h1"].Store(false)
+	wait.For(t, 10*time.Second, "h1 unreachable", func() bool { return count(w.hostEvents("hosts/h1"), "HostUnreachable") == 1 })
+
+	// Back, but its agent still publishes queued events: not online yet,
+	// and not lost although longer than LostAfter passes.
+	beats.inv["h1"].Store(inventoryOf(2, kept...))
+	beats.on["h1"].Store(true)
+	wait.Holds(t, 2*time.Second, "h1 unreachable while its agent's events are queued", func() bool {
+		got := w.hostEvents("hosts/h1")
+		return count(got, "HostOnline") == 0 && count(got, "HostLost") == 0
+	})
+	if w.countStates("arena", eventsv1.Lifecycle_LIFECYCLE_TERMINATED) != 0 {
+		t.Fatal("a server was terminated while its host's agent still had events queued")
+	}
+
+	// Queue drained: online, and the server it no longer has is replaced.
+	beats.inv["h1"].Store(inventoryOf(0, kept...))
+	wait.For(t, 10*time.Second, "h1 online", func() bool { return count(w.hostEvents("hosts/h1"), "HostOnline") == 1 })
+	wait.For(t, 10*time.Second, "the missing server terminated and replaced", func() bool {
+		st := w.states("arena")
+		return st[missing] == eventsv1.Lifecycle_LIFECYCLE_TERMINATED && w.countStates("arena", eventsv1.Lifecycle_LIFECYCLE_READY) == 3
+	})
+	h := w.history(missing)
+	term, ok := h[len(h)-1].Data.(*eventsv1.GameServerTerminated)
+	if !ok || term.GetReason() != eventsv1.Reason_REASON_PROCESS_EXITED ||
+		!strings.HasPrefix(term.GetEvidence().GetDetail(), "not in the host's inventory when it came back") ||
+		term.GetEvidence().GetRequestedBy() != "controllers/c1" {
+		t.Fatalf("the missing server ended with %s %v", h[len(h)-1].Type, h[len(h)-1].Data)
+	}
+	for _, n := range kept {
+		if got := w.history(n); len(got) != before[n] {
+			t.Fatalf("%s is in the inventory but got new events: %v", n, got[before[n]:])
+		}
+	}
+	if got := w.hostEvents("hosts/h1"); count(got, "HostLost") != 0 {
+		t.Fatalf("h1 events: %v", got)
+	}
+}
+
+// history returns a game server's events.
+func (w *world) history(name string) []events.Envelope {
+	w.t.Helper()
+	h, err := w.store.History(w.ctx, events.MustSubject(name), 0)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return h
 }

@@ -3,12 +3,19 @@
 // every few seconds, and the controller reads when each key was last
 // written. Only the transitions it concludes (unreachable, lost, online
 // again) become events.
+//
+// A beat also carries the agent's inventory: the game servers it supervises,
+// with their process ids, and how many of its events still wait in its outbox
+// for the stream. When an unreachable host comes back, the controller checks
+// the servers the views place on it against that inventory.
 package hostbeat
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,6 +28,48 @@ const Bucket = "TETHER_HOSTS"
 // time of the last write, so this only bounds the bucket's size.
 const keyTTL = 24 * time.Hour
 
+// Beat is one heartbeat of a host, as its agent writes it.
+type Beat struct {
+	// Time is when the agent wrote the beat, by the agent's clock.
+	Time time.Time `json:"time"`
+	// Inventory is what the agent supervises; nil when the beat has none
+	// (an older agent, whose beat is a bare timestamp).
+	Inventory *Inventory `json:"inventory,omitempty"`
+	// Stored is when the bucket stored the beat (the NATS server's clock);
+	// liveness is judged by it. Not part of the value.
+	Stored time.Time `json:"-"`
+}
+
+// Inventory is the game servers an agent supervises when it beats.
+type Inventory struct {
+	// Servers are the game servers the agent supervises, whether or not
+	// their process runs at this instant (e.g. between restarts).
+	Servers []Server `json:"servers"`
+	// Queued counts the agent's events not yet in the stream (its outbox).
+	// The inventory accounts for every server that left it only when this
+	// is 0: a server's final events are in the stream before it leaves the
+	// inventory, or still queued.
+	Queued int `json:"queued"`
+}
+
+// Server is one game server in an inventory.
+type Server struct {
+	// Name is the game server's resource name.
+	Name string `json:"name"`
+	// Pid is its process id, 0 while no process runs.
+	Pid int `json:"pid,omitempty"`
+}
+
+// Has reports whether the inventory lists a game server.
+func (inv *Inventory) Has(name string) bool {
+	for _, s := range inv.Servers {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // Open creates (or opens) the bucket.
 func Open(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -32,21 +81,26 @@ func Open(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, erro
 	return kv, nil
 }
 
-// Beat refreshes a host's key.
-func Beat(ctx context.Context, kv jetstream.KeyValue, host string, now time.Time) error {
-	if _, err := kv.Put(ctx, host, []byte(now.UTC().Format(time.RFC3339Nano))); err != nil {
+// Put writes a host's beat (a JSON object).
+func Put(ctx context.Context, kv jetstream.KeyValue, host string, b Beat) error {
+	data, err := json.Marshal(b)
+	if err != nil {
+		return fmt.Errorf("hostbeat: %s: %w", host, err)
+	}
+	if _, err := kv.Put(ctx, host, data); err != nil {
 		return fmt.Errorf("hostbeat: %s: %w", host, err)
 	}
 	return nil
 }
 
-// Last returns when each host's key was last written (server time).
-func Last(ctx context.Context, kv jetstream.KeyValue) (map[string]time.Time, error) {
+// Read returns each host's last beat. A value that is a bare timestamp (an
+// older agent's) or undecodable still counts as a beat, without inventory.
+func Read(ctx context.Context, kv jetstream.KeyValue) (map[string]Beat, error) {
 	keys, err := kv.ListKeys(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("hostbeat: list: %w", err)
 	}
-	out := map[string]time.Time{}
+	out := map[string]Beat{}
 	for k := range keys.Keys() {
 		e, err := kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -55,7 +109,37 @@ func Last(ctx context.Context, kv jetstream.KeyValue) (map[string]time.Time, err
 		if err != nil {
 			return nil, fmt.Errorf("hostbeat: get %s: %w", k, err)
 		}
-		out[k] = e.Created()
+		b := decode(e.Value())
+		b.Stored = e.Created()
+		out[k] = b
+	}
+	return out, nil
+}
+
+// decode reads a beat's value: a JSON object, or a bare RFC 3339 timestamp.
+func decode(v []byte) Beat {
+	var b Beat
+	if strings.HasPrefix(string(v), "{") {
+		if err := json.Unmarshal(v, &b); err == nil {
+			return b
+		}
+		return Beat{}
+	}
+	if t, err := time.Parse(time.RFC3339Nano, string(v)); err == nil {
+		b.Time = t
+	}
+	return b
+}
+
+// Last returns when each host's key was last written (server time).
+func Last(ctx context.Context, kv jetstream.KeyValue) (map[string]time.Time, error) {
+	beats, err := Read(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]time.Time, len(beats))
+	for k, b := range beats {
+		out[k] = b.Stored
 	}
 	return out, nil
 }

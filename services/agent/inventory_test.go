@@ -1,0 +1,82 @@
+package agent_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/events"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/agent"
+	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/hostbeat"
+)
+
+// The host heartbeat carries the agent's inventory (its servers with their
+// pids, and nothing queued), and SkipHeartbeat pauses it.
+func TestHeartbeatCarriesInventoryAndCanBePaused(t *testing.T) {
+	var paused atomic.Bool
+	h := newHarnessOpts(t, func(o *agent.Options) {
+		o.HeartbeatInterval = 50 * time.Millisecond
+		o.SkipHeartbeat = paused.Load
+	})
+	kv, err := hostbeat.Open(h.ctx, h.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() hostbeat.Beat {
+		beats, err := hostbeat.Read(h.ctx, kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return beats["h1"]
+	}
+	names := []string{"fleets/arena/gameServers/gs-inv-1", "fleets/arena/gameServers/gs-inv-2"}
+	pids := map[string]int{}
+	for _, n := range names {
+		h.schedule(n, &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}})
+		pids[n] = int(h.waitEvent(n, "ProcessStarted").Data.(*eventsv1.ProcessStarted).GetPid())
+	}
+	wait.For(t, 10*time.Second, "a beat listing both servers with their pids", func() bool {
+		inv := read().Inventory
+		if inv == nil || inv.Queued != 0 || len(inv.Servers) != 2 {
+			return false
+		}
+		for _, s := range inv.Servers {
+			if pids[s.Name] != s.Pid {
+				return false
+			}
+		}
+		return true
+	})
+
+	// The control plane ends one server; the agent's sync stops its
+	// process, and it leaves the inventory.
+	gone := names[0]
+	last := h.history(gone)
+	msgs, err := events.DecideGameServer(gone, fold(t, last), events.Terminate{Reason: eventsv1.Reason_REASON_HOST_LOST})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.Append(h.ctx, events.MustSubject(gone), last[len(last)-1].Sequence, events.New(gone, time.Now(), msgs[0])); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "a beat without the stopped server", func() bool {
+		inv := read().Inventory
+		return inv != nil && len(inv.Servers) == 1 && inv.Servers[0].Name == names[1]
+	})
+
+	// Paused: the stored beat stops advancing; resumed: it advances again.
+	paused.Store(true)
+	var stored time.Time
+	wait.For(t, 10*time.Second, "beats to stop", func() bool {
+		b := read()
+		if b.Stored.Equal(stored) && time.Since(b.Stored) > 300*time.Millisecond {
+			return true
+		}
+		stored = b.Stored
+		return false
+	})
+	paused.Store(false)
+	wait.For(t, 10*time.Second, "beats to resume", func() bool { return read().Stored.After(stored) })
+}
