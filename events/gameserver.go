@@ -130,12 +130,15 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 		next.ConnectionSince, next.GraceDeadline = at, d.GetGraceDeadline()
 		next.ConnectionHistory = appendConnection(next.ConnectionHistory, &eventsv1.ConnectionChange{Time: at, Kind: d.GetKind()})
 	case *eventsv1.GameServerReady:
-		next.EverReady = true
-		next.GameSession, next.ReservedUntil = "", nil
+		if !d.GetReservationEnded() {
+			next.EverReady = true
+		}
+		next.GameSession, next.ReservedUntil, next.Allocation = "", nil, nil
 	case *eventsv1.GameServerReserved:
 		next.ReservedUntil = d.GetUntil()
 	case *eventsv1.GameServerAllocated:
 		next.GameSession, next.ReservedUntil = d.GetGameSession(), nil
+		next.Allocation = proto.CloneOf(d)
 	case *eventsv1.HealthDegraded:
 		next.Health = eventsv1.HealthState_HEALTH_STATE_DEGRADED
 		next.MissedPeriods = d.GetMissedPeriods()
@@ -303,6 +306,26 @@ type RecordHeartbeatsResumed struct {
 	At time.Time
 }
 
+// Allocate places a new game session on a READY (or, for the game's own
+// SDK call, RESERVED) server.
+type Allocate struct {
+	// Allocated is the allocation to record.
+	Allocated *eventsv1.GameServerAllocated
+}
+
+// Reserve holds a READY server back from allocation until Until.
+type Reserve struct {
+	// Until is the end of the reservation.
+	Until time.Time
+}
+
+// EndReservation returns a RESERVED server whose reservation ended by Now
+// to READY; a no-op otherwise.
+type EndReservation struct {
+	// Now is the decision time.
+	Now time.Time
+}
+
 // SetLabels changes labels.
 type SetLabels struct {
 	// Set holds labels to add or change.
@@ -322,6 +345,9 @@ func (RecordSignal) gameServerCommand()            {}
 func (MarkUnhealthy) gameServerCommand()           {}
 func (Terminate) gameServerCommand()               {}
 func (SetLabels) gameServerCommand()               {}
+func (Allocate) gameServerCommand()                {}
+func (Reserve) gameServerCommand()                 {}
+func (EndReservation) gameServerCommand()          {}
 func (RecordMissedHeartbeats) gameServerCommand()  {}
 func (RecordHeartbeatsResumed) gameServerCommand() {}
 
@@ -361,6 +387,20 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 		return []proto.Message{proto.CloneOf(c.Started)}, nil
 	case MarkReady:
 		return []proto.Message{&eventsv1.GameServerReady{}}, nil
+	case Allocate:
+		switch l := state.GetLifecycle(); {
+		case l == ready, l == reserved && c.Allocated.GetSelfAllocated():
+		default:
+			return nil, &TransitionError{Aggregate: state.GetName(), From: LifecycleName(l), Event: "Allocate"}
+		}
+		return []proto.Message{proto.CloneOf(c.Allocated)}, nil
+	case Reserve:
+		return []proto.Message{&eventsv1.GameServerReserved{Until: timestamppb.New(c.Until)}}, nil
+	case EndReservation:
+		if state.GetLifecycle() != reserved || c.Now.Before(state.GetReservedUntil().AsTime()) {
+			return nil, nil
+		}
+		return []proto.Message{&eventsv1.GameServerReady{ReservationEnded: true}}, nil
 	case RecordSDKConnected:
 		// Only a no-op where SdkConnected is allowed: a terminated server
 		// refuses it even if it was connected when it ended.

@@ -257,6 +257,15 @@ func (s *Store) LastSequence(ctx context.Context, subject string) (uint64, error
 	return msg.Sequence, nil
 }
 
+// Event returns the event stored at a stream sequence (one direct get).
+func (s *Store) Event(ctx context.Context, seq uint64) (events.Envelope, error) {
+	msg, err := s.stream.GetMsg(ctx, seq)
+	if err != nil {
+		return events.Envelope{}, fmt.Errorf("natsjs: read event %d: %w", seq, err)
+	}
+	return decode(msg)
+}
+
 // StreamLastSequence returns the sequence of the last event in the stream,
 // 0 if it is empty.
 func (s *Store) StreamLastSequence(ctx context.Context) (uint64, error) {

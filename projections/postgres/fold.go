@@ -197,6 +197,29 @@ var gameServerTable = aggregateTable[*eventsv1.GameServerState]{
 	},
 }
 
+var gameSessionTable = aggregateTable[*eventsv1.GameSessionState]{
+	table: "game_sessions",
+	columns: []string{"name", "game_server", "fleet", "state", "player_count", "next_deadline",
+		"create_time", "update_time", "snapshot", "last_sequence"},
+	apply: events.ApplyGameSession,
+	row: func(s *eventsv1.GameSessionState, seq uint64) ([]any, error) {
+		snap, err := proto.Marshal(s)
+		if err != nil {
+			return nil, fmt.Errorf("encode game session %s: %w", s.GetName(), err)
+		}
+		fleet, _, err := events.ParseGameServerName(s.GetGameServer())
+		if err != nil {
+			return nil, err
+		}
+		var deadline any
+		if d := events.NextDeadline(s); !d.IsZero() {
+			deadline = d
+		}
+		return []any{s.GetName(), s.GetGameServer(), events.FleetName(fleet), events.GameSessionStatusName(s.GetStatus()),
+			int32(events.SeatsTaken(s)), deadline, s.GetCreateTime().AsTime(), s.GetUpdateTime().AsTime(), snap, int64(seq)}, nil
+	},
+}
+
 // enumName strips a protobuf enum prefix: "HOST_STATUS_ONLINE" → "ONLINE".
 // Unset values ("…_UNSPECIFIED") become "UNSPECIFIED".
 func enumName(s, prefix string) string {

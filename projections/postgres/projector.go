@@ -342,6 +342,7 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) error 
 		return fmt.Errorf("projector: lock checkpoint: %w", err)
 	}
 	fleets, hosts, servers := newFoldSet(fleetTable), newFoldSet(hostTable), newFoldSet(gameServerTable)
+	sessions := newFoldSet(gameSessionTable)
 	var envs []events.Envelope
 	var raw [][]byte
 	var kinds []string
@@ -373,6 +374,8 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) error 
 			hosts.want(env.Aggregate)
 		case events.KindGameServer:
 			servers.want(env.Aggregate)
+		case events.KindGameSession:
+			sessions.want(env.Aggregate)
 		}
 		envs = append(envs, env)
 		raw = append(raw, m.Data())
@@ -390,6 +393,9 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) error 
 	if err := servers.load(ctx, tx); err != nil {
 		return err
 	}
+	if err := sessions.load(ctx, tx); err != nil {
+		return err
+	}
 	for i, e := range envs {
 		var err error
 		switch kinds[i] {
@@ -399,6 +405,8 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) error 
 			err = hosts.apply(e)
 		case events.KindGameServer:
 			err = servers.apply(e)
+		case events.KindGameSession:
+			err = sessions.apply(e)
 		}
 		if err != nil {
 			dead = append(dead, deadLetter{seq: e.Sequence, subject: events.MustSubject(e.Aggregate), typ: e.Type, err: err, data: raw[i]})
@@ -406,7 +414,7 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) error 
 	}
 	for _, w := range []interface {
 		write(context.Context, pgx.Tx) error
-	}{fleets, hosts, servers} {
+	}{fleets, hosts, servers, sessions} {
 		if err := w.write(ctx, tx); err != nil {
 			return fmt.Errorf("projector: %w", err)
 		}
@@ -454,7 +462,7 @@ func decode(m jetstream.Msg) (events.Envelope, error) {
 		return events.Envelope{}, fmt.Errorf("%w: event %s on subject %s names aggregate %s", events.ErrUndecodable, env.ID, m.Subject(), env.Aggregate)
 	}
 	switch kindOf(m.Subject()) {
-	case events.KindFleet, events.KindHost, events.KindGameServer:
+	case events.KindFleet, events.KindHost, events.KindGameServer, events.KindGameSession:
 		return env, nil
 	}
 	return events.Envelope{}, fmt.Errorf("projector: no view for subject %s", m.Subject())

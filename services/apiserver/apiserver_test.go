@@ -27,6 +27,7 @@ import (
 	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
 	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
 	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/playertoken"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -41,12 +42,15 @@ type stack struct {
 	projector *postgres.Projector
 	errs      chan error
 	running   int
+	bases     []string          // every replica's REST base URL; base is bases[0]
+	tokens    *playertoken.Ring // the replicas' player-token keys
 }
 
 type stackOptions struct {
 	tracer        trace.TracerProvider
 	readWait      time.Duration
 	lateProjector bool // leave the projector stopped until startProjector
+	replicas      int  // API replicas over the same NATS and PostgreSQL; default 1
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -67,16 +71,24 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := apiserver.New(apiserver.Options{
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
-		ReadWait: o.readWait, Logger: log, TracerProvider: o.tracer,
-	})
+	tokens, err := playertoken.Parse(playertoken.NewKeySpec("test"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &stack{t: t, ctx: ctx, base: "http://" + api.HTTPAddr(), store: store, projector: proj, errs: make(chan error, 2)}
-	s.run(api.Run)
+	s := &stack{t: t, ctx: ctx, store: store, projector: proj, tokens: tokens, errs: make(chan error, 1+max(o.replicas, 1))}
+	for range max(o.replicas, 1) {
+		api, err := apiserver.New(apiserver.Options{
+			GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+			Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
+			Tokens: tokens, ReadWait: o.readWait, Logger: log, TracerProvider: o.tracer,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.bases = append(s.bases, "http://"+api.HTTPAddr())
+		s.run(api.Run)
+	}
+	s.base = s.bases[0]
 	t.Cleanup(func() {
 		cancel()
 		for range s.running {
@@ -90,7 +102,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		s.startProjector()
 	}
 	wait.For(t, 10*time.Second, "API healthy", func() bool {
-		resp, err := http.Get(s.base + "/healthz")
+		resp, err := http.Get(s.bases[len(s.bases)-1] + "/healthz")
 		if err != nil {
 			return false
 		}
@@ -115,6 +127,12 @@ type response struct {
 
 func (s *stack) do(method, path string, body any) response {
 	s.t.Helper()
+	return s.doAt(s.base, method, path, body)
+}
+
+// doAt calls one replica's REST API.
+func (s *stack) doAt(base, method, path string, body any) response {
+	s.t.Helper()
 	var r io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -123,7 +141,7 @@ func (s *stack) do(method, path string, body any) response {
 		}
 		r = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, s.base+path, r)
+	req, err := http.NewRequest(method, base+path, r)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -51,6 +51,7 @@ func toStatus(log *slog.Logger, method string, err error) *status.Status {
 		ae *apiError
 		ve *events.ValidationError
 		te *events.TransitionError
+		re *events.RefusedError
 	)
 	switch {
 	case errors.As(err, &ae):
@@ -62,6 +63,12 @@ func toStatus(log *slog.Logger, method string, err error) *status.Status {
 		ae = &apiError{code: codes.NotFound, reason: ReasonNotFound, msg: err.Error()}
 	case errors.Is(err, events.ErrConflict):
 		ae = &apiError{code: codes.Aborted, reason: ReasonVersionConflict, msg: "the resource changed concurrently; read it again and retry"}
+	case errors.As(err, &re):
+		code := codes.FailedPrecondition
+		if re.Reason == events.RefusedPlayerSessionUnknown {
+			code = codes.NotFound
+		}
+		ae = &apiError{code: code, reason: re.Reason, msg: re.Msg}
 	case errors.As(err, &te):
 		ae = &apiError{code: codes.FailedPrecondition, reason: ReasonInvalidTransition, msg: te.Error()}
 	case errors.Is(err, context.Canceled):

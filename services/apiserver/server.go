@@ -27,15 +27,24 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections/postgres"
+	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/services/apiserver/openapi"
+	"github.com/tetherhq/tether/services/playertoken"
 )
 
 // eventStore is what the API needs of the event store (events/natsjs).
 type eventStore interface {
 	Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error)
 	LastSequence(ctx context.Context, subject string) (uint64, error)
+	History(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)
+	Event(ctx context.Context, seq uint64) (events.Envelope, error)
+}
+
+// commandSender sends commands to host agents (services/commands).
+type commandSender interface {
+	Send(ctx context.Context, host, sender string, cmd *agentv1.Command) error
 }
 
 // viewReader is what the API needs of the views (projections/postgres).
@@ -47,6 +56,10 @@ type viewReader interface {
 	RequestSequence(ctx context.Context, aggregate, requestID string) (uint64, error)
 	Hosts(ctx context.Context, after string, limit int) ([]postgres.HostRow, error)
 	Host(ctx context.Context, name string) (postgres.HostRow, error)
+	GameSession(ctx context.Context, name string) (postgres.Row[*eventsv1.GameSessionState], error)
+	ListGameSessions(ctx context.Context, q postgres.GameSessionQuery) ([]postgres.Row[*eventsv1.GameSessionState], error)
+	AllocationCandidates(ctx context.Context, q postgres.AllocationQuery) ([]postgres.Row[*eventsv1.GameServerState], error)
+	AllocationByRequest(ctx context.Context, requestID string) (gameServer string, seq uint64, ok bool, err error)
 }
 
 // freshness waits until the views have applied a sequence.
@@ -69,6 +82,13 @@ type Options struct {
 	Views viewReader
 	// Freshness lets reads wait for a minimum sequence (required).
 	Freshness freshness
+	// Tokens signs player-session tokens (required).
+	Tokens *playertoken.Ring
+	// TokenTTL is how long a player-session token is valid; default 1h.
+	TokenTTL time.Duration
+	// Commands, when set, tells agents of allocations at once (otherwise
+	// they learn at their next periodic sync).
+	Commands commandSender
 	// ReplicaID names this replica in event producers; default a random id.
 	ReplicaID string
 	// ReadWait bounds how long a read waits for min_sequence; default 5s.
@@ -98,6 +118,9 @@ func (o *Options) setDefaults() {
 	if o.ReplicaID == "" {
 		o.ReplicaID = events.NewID("api")
 	}
+	if o.TokenTTL <= 0 {
+		o.TokenTTL = time.Hour
+	}
 	if o.ReadWait <= 0 {
 		o.ReadWait = 5 * time.Second
 	}
@@ -126,6 +149,8 @@ func (o *Options) validate() error {
 		return errors.New("apiserver: Views is required")
 	case o.Freshness == nil:
 		return errors.New("apiserver: Freshness is required")
+	case o.Tokens == nil:
+		return errors.New("apiserver: Tokens is required")
 	}
 	return nil
 }
@@ -184,6 +209,8 @@ func (s *Server) Run(ctx context.Context) error {
 	tetherv1.RegisterFleetServiceServer(gs, &fleetService{s: s})
 	tetherv1.RegisterGameServerServiceServer(gs, &gameServerService{s: s})
 	tetherv1.RegisterHostServiceServer(gs, &hostService{s: s})
+	tetherv1.RegisterAllocationServiceServer(gs, &allocationService{s: s})
+	tetherv1.RegisterGameSessionServiceServer(gs, &gameSessionService{s: s})
 
 	conn, err := grpc.NewClient(s.GRPCAddr(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -200,6 +227,8 @@ func (s *Server) Run(ctx context.Context) error {
 		tetherv1.RegisterFleetServiceHandler,
 		tetherv1.RegisterGameServerServiceHandler,
 		tetherv1.RegisterHostServiceHandler,
+		tetherv1.RegisterAllocationServiceHandler,
+		tetherv1.RegisterGameSessionServiceHandler,
 	} {
 		if err := register(ctx, gw, conn); err != nil {
 			return fmt.Errorf("apiserver: register gateway: %w", err)

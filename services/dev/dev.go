@@ -30,6 +30,7 @@ import (
 	"github.com/tetherhq/tether/services/commands"
 	"github.com/tetherhq/tether/services/connect"
 	"github.com/tetherhq/tether/services/controller"
+	"github.com/tetherhq/tether/services/playertoken"
 	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/dev/pgtemp"
 )
@@ -79,6 +80,9 @@ type Options struct {
 	MeterProvider metric.MeterProvider
 	// MetricsHandler is served at /metrics on the REST address.
 	MetricsHandler http.Handler
+	// PlayerTokenKeys signs and checks player-session tokens (playertoken.Parse
+	// format); default a fresh random key per run.
+	PlayerTokenKeys string
 	// DemoGameServer, when set, is the example game server binary: a demo
 	// fleet of 3 is created from it once everything serves.
 	DemoGameServer string
@@ -220,17 +224,24 @@ func Run(ctx context.Context, opts Options) error {
 		_ = grpcLis.Close() // Releasing a port on the error path; nothing to report.
 		return err
 	}
-	api, err := apiserver.New(apiserver.Options{
-		GRPCListener: grpcLis, HTTPListener: restLis,
-		Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
-		Logger: log.With("component", "apiserver"), TracerProvider: opts.TracerProvider,
-		MeterProvider: opts.MeterProvider, MetricsHandler: opts.MetricsHandler,
-	})
+	bus, err := commands.New(ctx, js)
 	if err != nil {
 		return err
 	}
-
-	bus, err := commands.New(ctx, js)
+	if opts.PlayerTokenKeys == "" {
+		opts.PlayerTokenKeys = playertoken.NewKeySpec("dev")
+	}
+	tokens, err := playertoken.Parse(opts.PlayerTokenKeys)
+	if err != nil {
+		return err
+	}
+	api, err := apiserver.New(apiserver.Options{
+		GRPCListener: grpcLis, HTTPListener: restLis,
+		Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
+		Tokens: tokens, Commands: bus,
+		Logger: log.With("component", "apiserver"), TracerProvider: opts.TracerProvider,
+		MeterProvider: opts.MeterProvider, MetricsHandler: opts.MetricsHandler,
+	})
 	if err != nil {
 		return err
 	}

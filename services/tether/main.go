@@ -33,6 +33,7 @@ import (
 	"github.com/tetherhq/tether/services/connect"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev"
+	"github.com/tetherhq/tether/services/playertoken"
 	"github.com/tetherhq/tether/services/telemetry"
 )
 
@@ -158,6 +159,7 @@ func tour(a dev.Addresses, demo bool) string {
 
 func apiserverCommand(g *global) *cobra.Command {
 	var opts apiserver.Options
+	var tokenKeys string
 	cmd := &cobra.Command{
 		Use:   "apiserver",
 		Short: "Serve the control-plane API (gRPC and REST)",
@@ -167,6 +169,15 @@ func apiserverCommand(g *global) *cobra.Command {
 				if err != nil {
 					return nil, err
 				}
+				tokens, err := playertoken.Parse(tokenKeys)
+				if err != nil {
+					return nil, fmt.Errorf("%w (set --player-token-keys or TETHER_PLAYER_TOKEN_KEYS; the agents need the same keys)", err)
+				}
+				bus, err := commands.New(ctx, d.js)
+				if err != nil {
+					return nil, err
+				}
+				opts.Tokens, opts.Commands = tokens, bus
 				opts.Store, opts.Views, opts.Freshness = store, postgres.NewViews(d.pool), postgres.NewFreshness(d.pool, d.log)
 				opts.Logger, opts.TracerProvider, opts.MeterProvider = d.log, d.tel.TracerProvider, d.tel.MeterProvider
 				opts.MetricsHandler = d.tel.MetricsHandler
@@ -179,6 +190,9 @@ func apiserverCommand(g *global) *cobra.Command {
 	f.StringVar(&opts.HTTPAddr, "http-addr", "127.0.0.1:7080", "REST listen address")
 	f.DurationVar(&opts.ReadWait, "read-wait", 5*time.Second, "longest a read waits for min_sequence")
 	f.DurationVar(&opts.Keepalive, "keepalive", 30*time.Second, "gRPC keepalive ping interval on idle connections")
+	f.StringVar(&tokenKeys, "player-token-keys", os.Getenv("TETHER_PLAYER_TOKEN_KEYS"),
+		"player-session token keys, \"id:base64secret[,id:base64secret…]\"; the first signs (env TETHER_PLAYER_TOKEN_KEYS)")
+	f.DurationVar(&opts.TokenTTL, "player-token-ttl", time.Hour, "how long a player-session token is valid")
 	return cmd
 }
 

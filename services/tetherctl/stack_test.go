@@ -19,6 +19,7 @@ import (
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/apiserver"
+	"github.com/tetherhq/tether/services/playertoken"
 	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
 	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
 )
@@ -52,9 +53,14 @@ func newStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tokens, err := playertoken.Parse(playertoken.NewKeySpec("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	api, err := apiserver.New(apiserver.Options{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log), Logger: log,
+		Tokens: tokens,
 	})
 	if err != nil {
 		t.Fatal(err)

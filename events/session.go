@@ -1,0 +1,477 @@
+package events
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+)
+
+// A game session and its player sessions are one aggregate on the game
+// session's subject: the game session is the consistency boundary for its
+// seats and for the race between a reconnect and the end of its window.
+
+// Reasons a game-session command is refused (RefusedError.Reason).
+const (
+	RefusedGameSessionEnded     = "GAME_SESSION_ENDED"
+	RefusedGameSessionFull      = "GAME_SESSION_FULL"
+	RefusedPlayerSessionUnknown = "PLAYER_SESSION_NOT_FOUND"
+	RefusedPlayerSessionExpired = "PLAYER_SESSION_EXPIRED"
+	RefusedPlayerSessionState   = "PLAYER_SESSION_STATE"
+)
+
+// RefusedError is a command the aggregate's state refuses for a reason a
+// client can act on, e.g. GAME_SESSION_FULL.
+type RefusedError struct {
+	// Reason is a machine-readable reason (the Refused… constants).
+	Reason string
+	// Msg is for humans.
+	Msg string
+}
+
+func (e *RefusedError) Error() string { return e.Msg }
+
+func refused(reason, format string, args ...any) error {
+	return &RefusedError{Reason: reason, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Player and game session status shorthands.
+const (
+	psReserved     = eventsv1.PlayerSessionStatus_PLAYER_SESSION_STATUS_RESERVED
+	psActive       = eventsv1.PlayerSessionStatus_PLAYER_SESSION_STATUS_ACTIVE
+	psDisconnected = eventsv1.PlayerSessionStatus_PLAYER_SESSION_STATUS_DISCONNECTED
+	psCompleted    = eventsv1.PlayerSessionStatus_PLAYER_SESSION_STATUS_COMPLETED
+	psTimedOut     = eventsv1.PlayerSessionStatus_PLAYER_SESSION_STATUS_TIMED_OUT
+	gsessActive    = eventsv1.GameSessionStatus_GAME_SESSION_STATUS_ACTIVE
+	gsessEnded     = eventsv1.GameSessionStatus_GAME_SESSION_STATUS_ENDED
+)
+
+// GameSessionName returns "gameSessions/{id}".
+func GameSessionName(id string) string { return gameSessionsCollection + "/" + id }
+
+// PlayerSessionName returns "gameSessions/{game_session}/playerSessions/{id}".
+func PlayerSessionName(gameSession, id string) string {
+	return GameSessionName(gameSession) + "/" + playerSessionsSegment + "/" + id
+}
+
+// ParseGameSessionName returns the id of "gameSessions/{game_session}".
+func ParseGameSessionName(name string) (string, error) {
+	return parseSingle(name, gameSessionsCollection)
+}
+
+// ParsePlayerSessionName returns the game session and player session ids of
+// "gameSessions/{game_session}/playerSessions/{player_session}".
+func ParsePlayerSessionName(name string) (gameSession, id string, err error) {
+	parts := strings.Split(name, "/")
+	if len(parts) != 4 || parts[0] != gameSessionsCollection || parts[2] != playerSessionsSegment {
+		return "", "", fmt.Errorf("%w: %q is not gameSessions/{game_session}/playerSessions/{player_session}", ErrInvalidName, name)
+	}
+	if err := CheckID(parts[1]); err != nil {
+		return "", "", err
+	}
+	if err := CheckID(parts[3]); err != nil {
+		return "", "", err
+	}
+	return parts[1], parts[3], nil
+}
+
+// PlayerSessionStatusName returns "ACTIVE" for PLAYER_SESSION_STATUS_ACTIVE.
+func PlayerSessionStatusName(s eventsv1.PlayerSessionStatus) string {
+	return trimEnumPrefix(s.String(), "PLAYER_SESSION_STATUS_")
+}
+
+// GameSessionStatusName returns "ACTIVE" for GAME_SESSION_STATUS_ACTIVE.
+func GameSessionStatusName(s eventsv1.GameSessionStatus) string {
+	return trimEnumPrefix(s.String(), "GAME_SESSION_STATUS_")
+}
+
+// FindPlayer returns the player session with this id (the last token of its
+// name) in a game session, or nil.
+func FindPlayer(s *eventsv1.GameSessionState, id string) *eventsv1.PlayerSessionState {
+	for _, p := range s.GetPlayers() {
+		if p.GetName() == PlayerSessionName(lastToken(s.GetName()), id) {
+			return p
+		}
+	}
+	return nil
+}
+
+// SeatHeld reports whether a player session still holds its seat.
+func SeatHeld(p *eventsv1.PlayerSessionState) bool {
+	switch p.GetStatus() {
+	case psReserved, psActive, psDisconnected:
+		return true
+	}
+	return false
+}
+
+// SeatsTaken counts the seats held in a game session.
+func SeatsTaken(s *eventsv1.GameSessionState) int {
+	n := 0
+	for _, p := range s.GetPlayers() {
+		if SeatHeld(p) {
+			n++
+		}
+	}
+	return n
+}
+
+// FreeSlots returns the n lowest seat numbers not held by anyone, or a
+// GAME_SESSION_FULL refusal when max players (if any) leaves fewer.
+func FreeSlots(s *eventsv1.GameSessionState, n int) ([]int32, error) {
+	held := map[int32]bool{}
+	for _, p := range s.GetPlayers() {
+		if SeatHeld(p) {
+			held[p.GetSlot()] = true
+		}
+	}
+	if max := int(s.GetPolicy().GetMaxPlayers()); max > 0 && len(held)+n > max {
+		return nil, refused(RefusedGameSessionFull, "game session %s has %d of %d seats taken; %d more do not fit", s.GetName(), len(held), max, n)
+	}
+	out := make([]int32, 0, n)
+	for slot := int32(0); len(out) < n; slot++ {
+		if !held[slot] {
+			out = append(out, slot)
+		}
+	}
+	return out, nil
+}
+
+func lastToken(name string) string { return name[strings.LastIndex(name, "/")+1:] }
+
+// gameSessionEvents lists the event types of the game session aggregate.
+var gameSessionEvents = []string{
+	"GameSessionCreated", "GameSessionEnded", "PlayerSessionReserved", "PlayerAccepted",
+	"PlayerDisconnected", "PlayerReconnected", "PlayerSessionCompleted", "PlayerSessionTimedOut",
+}
+
+// playerTransitions is the explicit transition table of player sessions
+// (DESIGN.md §3): the states each event may arrive in, and the state it
+// leads to.
+var playerTransitions = map[string]struct {
+	from []eventsv1.PlayerSessionStatus
+	to   eventsv1.PlayerSessionStatus
+}{
+	"PlayerAccepted":         {from: []eventsv1.PlayerSessionStatus{psReserved}, to: psActive},
+	"PlayerDisconnected":     {from: []eventsv1.PlayerSessionStatus{psActive}, to: psDisconnected},
+	"PlayerReconnected":      {from: []eventsv1.PlayerSessionStatus{psDisconnected}, to: psActive},
+	"PlayerSessionCompleted": {from: []eventsv1.PlayerSessionStatus{psReserved, psActive, psDisconnected}, to: psCompleted},
+	"PlayerSessionTimedOut":  {from: []eventsv1.PlayerSessionStatus{psReserved}, to: psTimedOut},
+}
+
+// ApplyGameSession folds one event into a game session's state and returns
+// the new state; the input is not modified. Events the state does not allow
+// are errors.
+func ApplyGameSession(state *eventsv1.GameSessionState, e Envelope) (*eventsv1.GameSessionState, error) {
+	if !slices.Contains(gameSessionEvents, e.Type) {
+		return nil, fmt.Errorf("events: %s is not a game session event", e.Type)
+	}
+	created := state.GetStatus() != eventsv1.GameSessionStatus_GAME_SESSION_STATUS_UNSPECIFIED
+	if created == (e.Type == "GameSessionCreated") {
+		return nil, &TransitionError{Aggregate: e.Aggregate, From: GameSessionStatusName(state.GetStatus()), Event: e.Type}
+	}
+	if state.GetStatus() == gsessEnded {
+		return nil, &TransitionError{Aggregate: e.Aggregate, From: "ENDED", Event: e.Type}
+	}
+	next := proto.CloneOf(state)
+	if next == nil {
+		next = &eventsv1.GameSessionState{}
+	}
+	at := timestamppb.New(e.Time)
+	gsessID := lastToken(e.Aggregate)
+	addSeat := func(seat *eventsv1.PlayerSeat) error {
+		if err := CheckID(seat.GetPlayerSession()); err != nil {
+			return err
+		}
+		if FindPlayer(next, seat.GetPlayerSession()) != nil {
+			return fmt.Errorf("events: %s: player session %s exists", e.Aggregate, seat.GetPlayerSession())
+		}
+		next.Players = append(next.Players, &eventsv1.PlayerSessionState{
+			Name: PlayerSessionName(gsessID, seat.GetPlayerSession()), PlayerId: seat.GetPlayerId(), PlayerData: seat.GetPlayerData(),
+			Slot: seat.GetSlot(), Status: psReserved, ReservationDeadline: seat.GetReservationDeadline(), CreateTime: at, UpdateTime: at,
+		})
+		return nil
+	}
+	switch d := e.Data.(type) {
+	case *eventsv1.GameSessionCreated:
+		next.Name, next.GameServer, next.Status = e.Aggregate, d.GetGameServer(), gsessActive
+		next.Properties = maps.Clone(d.GetProperties())
+		next.Policy = proto.CloneOf(d.GetPolicy())
+		next.AllocationRequestId = d.GetAllocationRequestId()
+		next.CreateTime = at
+		for _, seat := range d.GetPlayers() {
+			if err := addSeat(seat); err != nil {
+				return nil, err
+			}
+		}
+	case *eventsv1.GameSessionEnded:
+		next.Status, next.EndReason, next.ServerReason = gsessEnded, d.GetReason(), d.GetServerReason()
+		for _, p := range next.Players {
+			if SeatHeld(p) {
+				p.Status, p.EndReason, p.UpdateTime = psCompleted, eventsv1.PlayerSessionEndReason_PLAYER_SESSION_END_REASON_GAME_SESSION_ENDED, at
+				p.ReservationDeadline, p.ReconnectDeadline = nil, nil
+			}
+		}
+	case *eventsv1.PlayerSessionReserved:
+		if err := addSeat(d.GetSeat()); err != nil {
+			return nil, err
+		}
+	default:
+		id, ok := playerOf(e.Data)
+		if !ok {
+			return nil, fmt.Errorf("events: %s has payload %T", e.Type, e.Data)
+		}
+		p := FindPlayer(next, id)
+		if p == nil {
+			return nil, fmt.Errorf("events: %s: %s names unknown player session %q", e.Aggregate, e.Type, id)
+		}
+		row := playerTransitions[e.Type]
+		if !slices.Contains(row.from, p.GetStatus()) {
+			return nil, &TransitionError{Aggregate: p.GetName(), From: PlayerSessionStatusName(p.GetStatus()), Event: e.Type}
+		}
+		p.Status, p.UpdateTime = row.to, at
+		p.ReservationDeadline, p.ReconnectDeadline = nil, nil
+		switch d := e.Data.(type) {
+		case *eventsv1.PlayerDisconnected:
+			p.ReconnectDeadline = d.GetReconnectDeadline()
+		case *eventsv1.PlayerReconnected:
+			p.ReconnectCount++
+		case *eventsv1.PlayerSessionCompleted:
+			p.EndReason = d.GetReason()
+		}
+	}
+	next.UpdateTime = at
+	return next, nil
+}
+
+// playerOf returns the player session id a player event is about.
+func playerOf(m proto.Message) (string, bool) {
+	switch d := m.(type) {
+	case *eventsv1.PlayerAccepted:
+		return d.GetPlayerSession(), true
+	case *eventsv1.PlayerDisconnected:
+		return d.GetPlayerSession(), true
+	case *eventsv1.PlayerReconnected:
+		return d.GetPlayerSession(), true
+	case *eventsv1.PlayerSessionCompleted:
+		return d.GetPlayerSession(), true
+	case *eventsv1.PlayerSessionTimedOut:
+		return d.GetPlayerSession(), true
+	}
+	return "", false
+}
+
+// GameSessionCommand is a command on a game session; see the types below.
+type GameSessionCommand interface{ gameSessionCommand() }
+
+// CreateGameSession records the game session an allocation placed; its
+// data comes from the game server's GameServerAllocated.
+type CreateGameSession struct {
+	// Created is the event to record.
+	Created *eventsv1.GameSessionCreated
+}
+
+// ReservePlayer reserves the lowest free seat for a player.
+type ReservePlayer struct {
+	// PlayerSession is the new player session's id.
+	PlayerSession string
+	// PlayerID and PlayerData describe the player.
+	PlayerID, PlayerData string
+	// Now is the decision time; the reservation ends after the policy's timeout.
+	Now time.Time
+}
+
+// AcceptPlayer admits a player who presented a valid token: a RESERVED seat
+// becomes ACTIVE; a DISCONNECTED one within its window reconnects; an
+// ACTIVE one is accepted again without an event (a retried accept).
+type AcceptPlayer struct {
+	// PlayerSession is the player session id.
+	PlayerSession string
+	// Now is the decision time.
+	Now time.Time
+}
+
+// DisconnectPlayer records that the game server lost an ACTIVE player; the
+// seat is kept for the policy's reconnect window.
+type DisconnectPlayer struct {
+	// PlayerSession is the player session id.
+	PlayerSession string
+	// Now is the decision time.
+	Now time.Time
+}
+
+// RemovePlayer ends a player's session for good (reason LEFT).
+type RemovePlayer struct {
+	// PlayerSession is the player session id.
+	PlayerSession string
+}
+
+// ExpirePlayers fires the deadlines passed at Now: reservations not taken
+// time out, reconnect windows not used complete. Controllers run it.
+type ExpirePlayers struct {
+	// Now is the decision time.
+	Now time.Time
+}
+
+// EndGameSession ends the match.
+type EndGameSession struct {
+	// Reason says why.
+	Reason eventsv1.GameSessionEndReason
+	// ServerReason is the game server's reason, when it ended with it.
+	ServerReason eventsv1.Reason
+	// Detail is for humans.
+	Detail string
+}
+
+func (CreateGameSession) gameSessionCommand() {}
+func (ReservePlayer) gameSessionCommand()     {}
+func (AcceptPlayer) gameSessionCommand()      {}
+func (DisconnectPlayer) gameSessionCommand()  {}
+func (RemovePlayer) gameSessionCommand()      {}
+func (ExpirePlayers) gameSessionCommand()     {}
+func (EndGameSession) gameSessionCommand()    {}
+
+// DecideGameSession returns the events a command produces on a game
+// session, or why it is refused; state is nil for a session that does not
+// exist yet. The events are checked against the transition tables before
+// they are returned.
+func DecideGameSession(name string, state *eventsv1.GameSessionState, cmd GameSessionCommand) ([]proto.Message, error) {
+	out, err := decideGameSession(name, state, cmd)
+	if err != nil {
+		return nil, err
+	}
+	check := state
+	for _, m := range out {
+		if check, err = ApplyGameSession(check, Envelope{Aggregate: name, Type: TypeOf(m), Data: m}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func decideGameSession(name string, state *eventsv1.GameSessionState, cmd GameSessionCommand) ([]proto.Message, error) {
+	if _, ok := cmd.(CreateGameSession); !ok {
+		if state.GetStatus() == eventsv1.GameSessionStatus_GAME_SESSION_STATUS_UNSPECIFIED {
+			return nil, refused(RefusedGameSessionEnded, "game session %s does not exist", name)
+		}
+	}
+	ended := state.GetStatus() == gsessEnded
+	player := func(id string) (*eventsv1.PlayerSessionState, error) {
+		p := FindPlayer(state, id)
+		if p == nil {
+			return nil, refused(RefusedPlayerSessionUnknown, "player session %s is not in game session %s", id, name)
+		}
+		return p, nil
+	}
+	switch c := cmd.(type) {
+	case CreateGameSession:
+		if state.GetStatus() != eventsv1.GameSessionStatus_GAME_SESSION_STATUS_UNSPECIFIED {
+			return nil, nil // created already: a retry or a repair that lost the race
+		}
+		return []proto.Message{proto.CloneOf(c.Created)}, nil
+	case ReservePlayer:
+		if ended {
+			return nil, refused(RefusedGameSessionEnded, "game session %s has ended", name)
+		}
+		if c.PlayerID == "" {
+			return nil, Invalid("player_session.player_id", "must be set")
+		}
+		slots, err := FreeSlots(state, 1)
+		if err != nil {
+			return nil, err
+		}
+		timeout := time.Duration(state.GetPolicy().GetReservationTimeoutSeconds()) * time.Second
+		return []proto.Message{&eventsv1.PlayerSessionReserved{Seat: &eventsv1.PlayerSeat{
+			PlayerSession: c.PlayerSession, PlayerId: c.PlayerID, PlayerData: c.PlayerData, Slot: slots[0],
+			ReservationDeadline: timestamppb.New(c.Now.Add(timeout)),
+		}}}, nil
+	case AcceptPlayer:
+		p, err := player(c.PlayerSession)
+		if err != nil {
+			return nil, err
+		}
+		switch p.GetStatus() {
+		case psReserved:
+			// Like a reconnect window, a reservation ends at its deadline
+			// whether or not ExpirePlayers has run yet.
+			if d := p.GetReservationDeadline(); d != nil && c.Now.After(d.AsTime()) {
+				return nil, refused(RefusedPlayerSessionExpired, "player session %s: the reservation ended at %s", p.GetName(), d.AsTime().Format(time.RFC3339Nano))
+			}
+			return []proto.Message{&eventsv1.PlayerAccepted{PlayerSession: c.PlayerSession}}, nil
+		case psActive:
+			return nil, nil
+		case psDisconnected:
+			if c.Now.After(p.GetReconnectDeadline().AsTime()) {
+				return nil, refused(RefusedPlayerSessionExpired, "player session %s: the reconnect window ended at %s", p.GetName(), p.GetReconnectDeadline().AsTime().Format(time.RFC3339Nano))
+			}
+			return []proto.Message{&eventsv1.PlayerReconnected{PlayerSession: c.PlayerSession}}, nil
+		}
+		return nil, refused(RefusedPlayerSessionExpired, "player session %s is %s", p.GetName(), PlayerSessionStatusName(p.GetStatus()))
+	case DisconnectPlayer:
+		p, err := player(c.PlayerSession)
+		if err != nil {
+			return nil, err
+		}
+		switch p.GetStatus() {
+		case psActive:
+		case psDisconnected:
+			return nil, nil // reported twice
+		default:
+			return nil, refused(RefusedPlayerSessionState, "player session %s is %s, not ACTIVE", p.GetName(), PlayerSessionStatusName(p.GetStatus()))
+		}
+		window := time.Duration(state.GetPolicy().GetReconnectWindowSeconds()) * time.Second
+		return []proto.Message{&eventsv1.PlayerDisconnected{PlayerSession: c.PlayerSession, ReconnectDeadline: timestamppb.New(c.Now.Add(window))}}, nil
+	case RemovePlayer:
+		p, err := player(c.PlayerSession)
+		if err != nil {
+			return nil, err
+		}
+		if !SeatHeld(p) {
+			return nil, nil // ended already
+		}
+		return []proto.Message{&eventsv1.PlayerSessionCompleted{PlayerSession: c.PlayerSession, Reason: eventsv1.PlayerSessionEndReason_PLAYER_SESSION_END_REASON_LEFT}}, nil
+	case ExpirePlayers:
+		var out []proto.Message
+		for _, p := range state.GetPlayers() {
+			id := lastToken(p.GetName())
+			switch {
+			case p.GetStatus() == psReserved && p.GetReservationDeadline() != nil && c.Now.After(p.GetReservationDeadline().AsTime()):
+				out = append(out, &eventsv1.PlayerSessionTimedOut{PlayerSession: id})
+			case p.GetStatus() == psDisconnected && c.Now.After(p.GetReconnectDeadline().AsTime()):
+				out = append(out, &eventsv1.PlayerSessionCompleted{PlayerSession: id, Reason: eventsv1.PlayerSessionEndReason_PLAYER_SESSION_END_REASON_RECONNECT_WINDOW_EXPIRED})
+			}
+		}
+		return out, nil
+	case EndGameSession:
+		if ended {
+			return nil, nil
+		}
+		return []proto.Message{&eventsv1.GameSessionEnded{Reason: c.Reason, ServerReason: c.ServerReason, Detail: c.Detail}}, nil
+	}
+	return nil, fmt.Errorf("events: unknown game session command %T", cmd)
+}
+
+// NextDeadline returns the earliest reservation or reconnect deadline in a
+// game session, or the zero time when none is pending.
+func NextDeadline(s *eventsv1.GameSessionState) time.Time {
+	var next time.Time
+	for _, p := range s.GetPlayers() {
+		var d *timestamppb.Timestamp
+		switch p.GetStatus() {
+		case psReserved:
+			d = p.GetReservationDeadline()
+		case psDisconnected:
+			d = p.GetReconnectDeadline()
+		}
+		if d != nil && (next.IsZero() || d.AsTime().Before(next)) {
+			next = d.AsTime()
+		}
+	}
+	return next
+}

@@ -1,0 +1,178 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tetherhq/tether/projections"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+)
+
+// GameSession returns a game session (with its player sessions) or
+// projections.ErrNotFound.
+func (v *Views) GameSession(ctx context.Context, name string) (Row[*eventsv1.GameSessionState], error) {
+	rows, err := v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM game_sessions WHERE name = $1`, name)
+	if err != nil {
+		return Row[*eventsv1.GameSessionState]{}, fmt.Errorf("views: game session %s: %w", name, err)
+	}
+	list, err := scanRows[*eventsv1.GameSessionState](rows)
+	if err != nil {
+		return Row[*eventsv1.GameSessionState]{}, err
+	}
+	if len(list) == 0 {
+		return Row[*eventsv1.GameSessionState]{}, fmt.Errorf("game session %s: %w", name, projections.ErrNotFound)
+	}
+	return list[0], nil
+}
+
+// GameSessionQuery selects game sessions. Empty fields match everything.
+type GameSessionQuery struct {
+	// State is "ACTIVE" or "ENDED".
+	State string
+	// GameServer is a game server resource name.
+	GameServer string
+	// Fleet is a fleet resource name.
+	Fleet string
+	// After pages after this (create_time, name) position.
+	AfterTime time.Time
+	// AfterName is the name part of the paging position.
+	AfterName string
+	// Limit bounds the rows returned.
+	Limit int
+}
+
+// ListGameSessions returns game sessions matching q, newest first.
+func (v *Views) ListGameSessions(ctx context.Context, q GameSessionQuery) ([]Row[*eventsv1.GameSessionState], error) {
+	var where []string
+	var args []any
+	add := func(cond string, val any) {
+		args = append(args, val)
+		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if q.State != "" {
+		add("state = $%d", q.State)
+	}
+	if q.GameServer != "" {
+		add("game_server = $%d", q.GameServer)
+	}
+	if q.Fleet != "" {
+		add("fleet = $%d", q.Fleet)
+	}
+	if q.AfterName != "" {
+		args = append(args, q.AfterTime, q.AfterName)
+		where = append(where, fmt.Sprintf("(create_time, name) < ($%d, $%d)", len(args)-1, len(args)))
+	}
+	sql := `SELECT snapshot, last_sequence FROM game_sessions`
+	if len(where) > 0 {
+		sql += " WHERE " + strings.Join(where, " AND ")
+	}
+	args = append(args, q.Limit)
+	rows, err := v.pool.Query(ctx, sql+fmt.Sprintf(" ORDER BY create_time DESC, name DESC LIMIT $%d", len(args)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("views: list game sessions: %w", err)
+	}
+	return scanRows[*eventsv1.GameSessionState](rows)
+}
+
+// DueGameSessions returns ACTIVE game sessions with a reservation or
+// reconnect deadline at or before now, at most limit of them.
+func (v *Views) DueGameSessions(ctx context.Context, now time.Time, limit int) ([]Row[*eventsv1.GameSessionState], error) {
+	rows, err := v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM game_sessions
+WHERE next_deadline IS NOT NULL AND next_deadline <= $1 AND state = 'ACTIVE' ORDER BY next_deadline LIMIT $2`, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("views: due game sessions: %w", err)
+	}
+	return scanRows[*eventsv1.GameSessionState](rows)
+}
+
+// OrphanedGameSessions returns ACTIVE game sessions whose game server no
+// longer runs them (it was re-Readied, shut down, failed or terminated):
+// the controller ends them with the server's reason.
+func (v *Views) OrphanedGameSessions(ctx context.Context, limit int) ([]Row[*eventsv1.GameSessionState], error) {
+	rows, err := v.pool.Query(ctx, `SELECT s.snapshot, s.last_sequence FROM game_sessions s
+LEFT JOIN game_servers g ON g.name = s.game_server
+WHERE s.state = 'ACTIVE' AND (g.name IS NULL OR g.game_session <> s.name OR g.state <> 'ALLOCATED')
+ORDER BY s.create_time LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("views: orphaned game sessions: %w", err)
+	}
+	return scanRows[*eventsv1.GameSessionState](rows)
+}
+
+// UncreatedGameSessions returns ALLOCATED game servers whose game session
+// is not in the views although the allocation is older than olderThan: the
+// allocator stopped between its two appends, and the controller finishes
+// its work.
+func (v *Views) UncreatedGameSessions(ctx context.Context, olderThan time.Time, limit int) ([]Row[*eventsv1.GameServerState], error) {
+	rows, err := v.pool.Query(ctx, `SELECT g.snapshot, g.last_sequence FROM game_servers g
+WHERE g.state = 'ALLOCATED' AND g.game_session <> '' AND g.update_time < $1
+  AND NOT EXISTS (SELECT 1 FROM game_sessions s WHERE s.name = g.game_session)
+ORDER BY g.name LIMIT $2`, olderThan, limit)
+	if err != nil {
+		return nil, fmt.Errorf("views: uncreated game sessions: %w", err)
+	}
+	return scanRows[*eventsv1.GameServerState](rows)
+}
+
+// AllocationQuery selects READY game servers to allocate.
+type AllocationQuery struct {
+	// Fleet is a fleet resource name; empty for every fleet.
+	Fleet string
+	// MatchLabels must all be present with these values.
+	MatchLabels map[string]string
+	// Distributed prefers hosts with the fewest allocated servers; the
+	// default (packed) prefers the busiest hosts, to keep others free.
+	Distributed bool
+	// Exclude lists servers not to return (tried already).
+	Exclude []string
+	// Limit bounds the rows returned.
+	Limit int
+}
+
+// AllocationCandidates returns READY game servers matching q, best first.
+func (v *Views) AllocationCandidates(ctx context.Context, q AllocationQuery) ([]Row[*eventsv1.GameServerState], error) {
+	if q.MatchLabels == nil {
+		q.MatchLabels = map[string]string{} // not JSON null, which contains nothing
+	}
+	labels, err := json.Marshal(q.MatchLabels)
+	if err != nil {
+		return nil, fmt.Errorf("views: labels: %w", err)
+	}
+	if q.Exclude == nil {
+		q.Exclude = []string{}
+	}
+	order := "DESC"
+	if q.Distributed {
+		order = "ASC"
+	}
+	rows, err := v.pool.Query(ctx, `SELECT g.snapshot, g.last_sequence FROM game_servers g
+WHERE g.state = 'READY' AND ($1 = '' OR g.fleet = $1) AND g.labels @> $2::jsonb AND NOT g.name = ANY($3)
+ORDER BY (SELECT count(*) FROM game_servers a WHERE a.host = g.host AND a.state = 'ALLOCATED') `+order+`, g.name
+LIMIT $4`, q.Fleet, labels, q.Exclude, q.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("views: allocation candidates: %w", err)
+	}
+	return scanRows[*eventsv1.GameServerState](rows)
+}
+
+// AllocationByRequest returns the game server and stream sequence of the
+// projected GameServerAllocated written for an allocation request id, or
+// ok=false.
+func (v *Views) AllocationByRequest(ctx context.Context, requestID string) (gameServer string, seq uint64, ok bool, err error) {
+	var s int64
+	err = v.pool.QueryRow(ctx, `SELECT aggregate, sequence FROM events WHERE request_id = $1 AND type = 'GameServerAllocated' ORDER BY sequence LIMIT 1`,
+		requestID).Scan(&gameServer, &s)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", 0, false, nil
+	}
+	if err != nil {
+		return "", 0, false, fmt.Errorf("views: allocation request %s: %w", requestID, err)
+	}
+	return gameServer, uint64(s), true, nil
+}

@@ -1,0 +1,367 @@
+package apiserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections/postgres"
+	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
+)
+
+// ReasonNoReadyGameServer is the ErrorInfo reason of an allocation that
+// found no READY game server matching its selectors.
+const ReasonNoReadyGameServer = "NO_READY_GAME_SERVER"
+
+// Allocation tuning.
+const (
+	// allocCandidates is how many READY servers one query returns.
+	allocCandidates = 16
+	// allocSpread picks at random among the best few candidates, so that
+	// concurrent allocators (and replicas) rarely race for the same server.
+	allocSpread = 4
+	// allocAttempts bounds the appends one allocation tries.
+	allocAttempts = 32
+	// maxAllocPlayers bounds the players of one allocation.
+	maxAllocPlayers = 1000
+)
+
+// allocationService implements tetherv1.AllocationServiceServer.
+type allocationService struct {
+	tetherv1.UnimplementedAllocationServiceServer
+	s *Server
+}
+
+// AllocateGameServer picks a READY game server from the views and appends
+// GameServerAllocated to its subject, guarded by the sequence the views
+// showed: if anyone wrote to the server since, the append fails and the
+// allocator looks again, so no server is ever allocated twice. The game
+// session is then created on its own subject (GameSessionCreated; the
+// controller finishes this step if the replica stops between the two).
+func (a *allocationService) AllocateGameServer(ctx context.Context, req *tetherv1.AllocateGameServerRequest) (*tetherv1.AllocateGameServerResponse, error) {
+	s := a.s
+	fleet := ""
+	if req.GetParent() != "fleets/-" {
+		if _, err := events.ParseFleetName(req.GetParent()); err != nil {
+			return nil, invalidField("parent", err.Error())
+		}
+		fleet = req.GetParent()
+	}
+	distributed, err := parseScheduling(req.GetScheduling())
+	if err != nil {
+		return nil, err
+	}
+	if len(req.GetPlayers()) > maxAllocPlayers {
+		return nil, invalidField("players", fmt.Sprintf("at most %d players per allocation", maxAllocPlayers))
+	}
+	for i, p := range req.GetPlayers() {
+		if p.GetPlayerId() == "" {
+			return nil, invalidField(fmt.Sprintf("players[%d].player_id", i), "must be set")
+		}
+	}
+	if n := req.GetGameSession().GetMaxPlayers(); n < 0 || n > 0 && int(n) < len(req.GetPlayers()) {
+		return nil, invalidField("game_session.max_players", fmt.Sprintf("%d seats cannot hold %d players", n, len(req.GetPlayers())))
+	}
+	selectors := req.GetSelectors()
+	if req.GetSelector() != nil {
+		selectors = []*tetherv1.LabelSelector{req.GetSelector()}
+	}
+	if len(selectors) == 0 {
+		selectors = []*tetherv1.LabelSelector{{}}
+	}
+	if id := req.GetRequestId(); id != "" {
+		if gs, seq, ok, err := s.opts.Views.AllocationByRequest(ctx, id); err != nil {
+			return nil, err
+		} else if ok {
+			return a.replay(ctx, gs, seq)
+		}
+	}
+	policies := map[string]*eventsv1.PlayerSessionPolicy{}
+	attempts := 0
+	for _, sel := range selectors {
+		var tried []string
+		for attempts < allocAttempts {
+			cands, err := s.opts.Views.AllocationCandidates(ctx, postgres.AllocationQuery{
+				Fleet: fleet, MatchLabels: sel.GetMatchLabels(), Distributed: distributed, Exclude: tried, Limit: allocCandidates,
+			})
+			if err != nil {
+				return nil, err
+			}
+			if len(cands) == 0 {
+				break // next selector
+			}
+			c := cands[rand.IntN(min(allocSpread, len(cands)))]
+			name := c.State.GetName()
+			policy, err := a.policy(ctx, name, policies)
+			if err != nil {
+				return nil, err
+			}
+			state, seq := c.State, c.Sequence
+			for state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_READY && attempts < allocAttempts {
+				attempts++
+				resp, err := a.try(ctx, req, name, state, seq, policy)
+				if err == nil {
+					return resp, nil
+				}
+				if !errors.Is(err, events.ErrConflict) {
+					return nil, err
+				}
+				// Someone wrote to the server since the views saw it: fold
+				// what they wrote and try again if it is still READY.
+				if state, seq, err = a.catchUp(ctx, name, state, seq); err != nil {
+					return nil, err
+				}
+			}
+			tried = append(tried, name)
+		}
+	}
+	return nil, &apiError{code: codes.ResourceExhausted, reason: ReasonNoReadyGameServer,
+		msg: fmt.Sprintf("no READY game server in %s matches the selectors", req.GetParent())}
+}
+
+// parseScheduling reads the request's scheduling; true means DISTRIBUTED.
+func parseScheduling(s string) (bool, error) {
+	switch s {
+	case "", "PACKED":
+		return false, nil
+	case "DISTRIBUTED":
+		return true, nil
+	}
+	return false, invalidField("scheduling", fmt.Sprintf("%q: must be PACKED or DISTRIBUTED", s))
+}
+
+// policy returns the player-session policy of a game server's fleet.
+func (a *allocationService) policy(ctx context.Context, gameServer string, cache map[string]*eventsv1.PlayerSessionPolicy) (*eventsv1.PlayerSessionPolicy, error) {
+	fleet, _, err := events.ParseGameServerName(gameServer)
+	if err != nil {
+		return nil, err
+	}
+	if p, ok := cache[fleet]; ok {
+		return p, nil
+	}
+	f, err := a.s.opts.Views.Fleet(ctx, events.FleetName(fleet))
+	if err != nil {
+		return nil, err
+	}
+	p := f.State.GetSpec().GetPlayerSessions()
+	cache[fleet] = p
+	return p, nil
+}
+
+// catchUp folds the events appended to a game server after seq.
+func (a *allocationService) catchUp(ctx context.Context, name string, state *eventsv1.GameServerState, seq uint64) (*eventsv1.GameServerState, uint64, error) {
+	evs, err := a.s.opts.Store.History(ctx, events.MustSubject(name), seq+1)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, e := range evs {
+		if state, err = events.ApplyGameServer(state, e); err != nil {
+			return nil, 0, fmt.Errorf("fold %s: %w", name, err)
+		}
+		seq = e.Sequence
+	}
+	return state, seq, nil
+}
+
+// try allocates one game server, guarded by seq.
+func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameServerRequest, name string,
+	state *eventsv1.GameServerState, seq uint64, policy *eventsv1.PlayerSessionPolicy) (*tetherv1.AllocateGameServerResponse, error) {
+	s := a.s
+	gsess := events.NewID("gsess")
+	maxPlayers := req.GetGameSession().GetMaxPlayers()
+	if maxPlayers == 0 {
+		maxPlayers = policy.GetMaxPlayers()
+	}
+	alloc := &eventsv1.GameServerAllocated{
+		GameSession: events.GameSessionName(gsess), Properties: req.GetGameSession().GetProperties(), MaxPlayers: maxPlayers,
+	}
+	for i, p := range req.GetPlayers() {
+		alloc.Players = append(alloc.Players, &eventsv1.PlayerReservation{
+			PlayerSession: events.NewID("ps"), PlayerId: p.GetPlayerId(), PlayerData: p.GetPlayerData(), Slot: int32(i),
+		})
+	}
+	msgs, err := events.DecideGameServer(name, state, events.Allocate{Allocated: alloc})
+	if err != nil {
+		return nil, err
+	}
+	envs := s.envelopes(ctx, name, "", msgs)
+	now := envs[0].Time
+	if id := req.GetRequestId(); id != "" {
+		// The id does not depend on the server chosen: a concurrent retry
+		// that picked another server is de-duplicated by the stream.
+		sum := sha256.Sum256([]byte("allocate\x00" + id))
+		envs[0].ID, envs[0].RequestID, envs[0].CorrelationID = hex.EncodeToString(sum[:16]), id, id
+	}
+	got, err := s.opts.Store.Append(ctx, events.MustSubject(name), seq, envs...)
+	if err != nil {
+		return nil, err
+	}
+	var ok bool
+	if req.GetRequestId() != "" {
+		// The stream may hold another call's allocation under this request
+		// id (a concurrent retry): answer with what is stored.
+		stored, err := s.opts.Store.Event(ctx, got)
+		if err != nil {
+			return nil, err
+		}
+		if stored.Aggregate != name {
+			return a.replay(ctx, stored.Aggregate, got)
+		}
+		if alloc, ok = stored.Data.(*eventsv1.GameServerAllocated); !ok {
+			return nil, fmt.Errorf("allocation: event %d is %s, not the allocation of request %s", got, stored.Type, req.GetRequestId())
+		}
+		envs[0], now = stored, stored.Time
+	}
+	envs[0].Sequence = got
+	after, err := events.ApplyGameServer(state, envs[0])
+	if err != nil {
+		return nil, err
+	}
+	created := sessionCreated(name, alloc, policy, now, req.GetRequestId())
+	sessionSeq, err := a.createSession(ctx, envs[0], created)
+	if err != nil {
+		// The allocation stands; the controller creates the session from it.
+		s.log.Warn("allocation: game session not created yet; the controller will", "game_server", name, "game_session", alloc.GetGameSession(), "err", err)
+		sessionSeq = got
+	}
+	a.notify(ctx, after)
+	return a.response(after, got, created, max(got, sessionSeq)), nil
+}
+
+// sessionCreated is the GameSessionCreated that follows an allocation.
+func sessionCreated(gameServer string, alloc *eventsv1.GameServerAllocated, policy *eventsv1.PlayerSessionPolicy, now time.Time, requestID string) *eventsv1.GameSessionCreated {
+	c := &eventsv1.GameSessionCreated{
+		GameServer: gameServer, Properties: alloc.GetProperties(), AllocationRequestId: requestID,
+		Policy: &eventsv1.GameSessionPolicy{
+			MaxPlayers: alloc.GetMaxPlayers(), ReservationTimeoutSeconds: policy.GetReservationTimeoutSeconds(),
+			ReconnectWindowSeconds: policy.GetReconnectWindowSeconds(),
+		},
+	}
+	deadline := timestamppb.New(now.Add(time.Duration(policy.GetReservationTimeoutSeconds()) * time.Second))
+	for _, p := range alloc.GetPlayers() {
+		seat := &eventsv1.PlayerSeat{PlayerSession: p.GetPlayerSession(), PlayerId: p.GetPlayerId(), PlayerData: p.GetPlayerData(), Slot: p.GetSlot()}
+		if policy.GetReservationTimeoutSeconds() > 0 {
+			seat.ReservationDeadline = deadline
+		}
+		c.Players = append(c.Players, seat)
+	}
+	return c
+}
+
+// createSession appends GameSessionCreated as the first event of the game
+// session's subject. Its id derives from the allocation event's, so a
+// replica retrying and the controller repairing write it once.
+func (a *allocationService) createSession(ctx context.Context, allocated events.Envelope, created *eventsv1.GameSessionCreated) (uint64, error) {
+	name := allocated.Data.(*eventsv1.GameServerAllocated).GetGameSession()
+	env := events.New(name, allocated.Time, created)
+	env.ID = SessionCreatedID(allocated.ID)
+	env.Producer, env.RequestID = a.s.producer, allocated.RequestID
+	env.CorrelationID, env.CausationID = allocated.CorrelationID, allocated.ID
+	env.TraceParent, env.TraceState = allocated.TraceParent, allocated.TraceState
+	seq, err := a.s.opts.Store.Append(ctx, events.MustSubject(name), 0, env)
+	if errors.Is(err, events.ErrConflict) {
+		return a.s.opts.Store.LastSequence(ctx, events.MustSubject(name))
+	}
+	return seq, err
+}
+
+// SessionCreatedID is the event id of the GameSessionCreated that follows
+// the GameServerAllocated with id allocationID.
+func SessionCreatedID(allocationID string) string {
+	sum := sha256.Sum256([]byte("session-created\x00" + allocationID))
+	return hex.EncodeToString(sum[:16])
+}
+
+// notify tells the server's agent to re-read it, so that the game learns of
+// its allocation through WatchGameServer at once. A lost notice delays
+// that until the agent's periodic sync; it is logged, not returned.
+func (a *allocationService) notify(ctx context.Context, state *eventsv1.GameServerState) {
+	if a.s.opts.Commands == nil {
+		return
+	}
+	host, err := events.ParseHostName(state.GetHost())
+	if err != nil {
+		a.s.log.Warn("allocation: server has no valid host", "game_server", state.GetName(), "err", err)
+		return
+	}
+	cmd := &agentv1.Command{Action: &agentv1.Command_Refresh{Refresh: &agentv1.RefreshGameServer{GameServer: state.GetName()}}}
+	if err := a.s.opts.Commands.Send(ctx, host, a.s.producer, cmd); err != nil {
+		a.s.log.Warn("allocation: notify agent", "game_server", state.GetName(), "host", host, "err", err)
+	}
+}
+
+// replay answers a retried allocation with the first one's result, read
+// from the stream.
+func (a *allocationService) replay(ctx context.Context, gameServer string, seq uint64) (*tetherv1.AllocateGameServerResponse, error) {
+	s := a.s
+	env, err := s.opts.Store.Event(ctx, seq)
+	if err != nil {
+		return nil, err
+	}
+	alloc, ok := env.Data.(*eventsv1.GameServerAllocated)
+	if !ok || env.Aggregate != gameServer {
+		return nil, fmt.Errorf("allocation replay: event %d is %s on %s, not an allocation of %s", seq, env.Type, env.Aggregate, gameServer)
+	}
+	if err := s.waitFresh(ctx, seq); err != nil {
+		return nil, err
+	}
+	row, err := s.opts.Views.GameServer(ctx, gameServer)
+	if err != nil {
+		return nil, err
+	}
+	policy, err := a.policy(ctx, gameServer, map[string]*eventsv1.PlayerSessionPolicy{})
+	if err != nil {
+		return nil, err
+	}
+	created := sessionCreated(gameServer, alloc, policy, env.Time, env.RequestID)
+	// The server may have moved on since; the response shows it as it was
+	// right after the allocation, with its current process facts.
+	state := proto.CloneOf(row.State)
+	state.Lifecycle, state.GameSession, state.Allocation = eventsv1.Lifecycle_LIFECYCLE_ALLOCATED, alloc.GetGameSession(), alloc
+	return a.response(state, seq, created, row.Sequence), nil
+}
+
+// response builds the allocation's answer, with a token per player.
+func (a *allocationService) response(gs *eventsv1.GameServerState, gsSeq uint64, created *eventsv1.GameSessionCreated, seq uint64) *tetherv1.AllocateGameServerResponse {
+	s := a.s
+	name := gs.GetAllocation().GetGameSession()
+	now := s.opts.Now()
+	resp := &tetherv1.AllocateGameServerResponse{
+		GameServer: gameServerToAPI(gs, gsSeq),
+		GameSession: &tetherv1.GameSession{
+			Name: name, GameServer: gs.GetName(), State: tetherv1.GameSession_ACTIVE, Properties: created.GetProperties(),
+			MaxPlayers: created.GetPolicy().GetMaxPlayers(), PlayerCount: int32(len(created.GetPlayers())),
+			ReconnectWindowSeconds: created.GetPolicy().GetReconnectWindowSeconds(), Sequence: int64(seq),
+		},
+		Endpoint: endpointOf(gs),
+	}
+	id, _ := events.ParseGameSessionName(name) // built by this package: always valid
+	for _, p := range created.GetPlayers() {
+		psName := events.PlayerSessionName(id, p.GetPlayerSession())
+		resp.PlayerSessions = append(resp.PlayerSessions, &tetherv1.PlayerSession{
+			Name: psName, PlayerId: p.GetPlayerId(), PlayerData: p.GetPlayerData(), State: tetherv1.PlayerSession_RESERVED,
+			Slot: p.GetSlot(), ReservationDeadline: p.GetReservationDeadline(), Sequence: int64(seq),
+			Token: s.opts.Tokens.Sign(psName, now.Add(s.opts.TokenTTL)),
+		})
+	}
+	return resp
+}
+
+func endpointOf(gs *eventsv1.GameServerState) *tetherv1.Endpoint {
+	e := &tetherv1.Endpoint{Address: gs.GetAddress()}
+	for _, p := range gs.GetPorts() {
+		e.Ports = append(e.Ports, &tetherv1.Port{Name: p.GetName(), Port: p.GetPort(), Protocol: tetherv1.PortSpec_Protocol(p.GetProtocol())})
+	}
+	return e
+}

@@ -1,0 +1,274 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections/postgres"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
+)
+
+// gameSessionService implements tetherv1.GameSessionServiceServer.
+type gameSessionService struct {
+	tetherv1.UnimplementedGameSessionServiceServer
+	s *Server
+}
+
+func (g *gameSessionService) GetGameSession(ctx context.Context, req *tetherv1.GetGameSessionRequest) (*tetherv1.GameSession, error) {
+	if _, err := events.ParseGameSessionName(req.GetName()); err != nil {
+		return nil, invalidField("name", err.Error())
+	}
+	if err := g.s.waitFresh(ctx, uint64(max(req.GetMinSequence(), 0))); err != nil {
+		return nil, err
+	}
+	row, err := g.s.opts.Views.GameSession(ctx, req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	return gameSessionToAPI(row.State, row.Sequence), nil
+}
+
+func (g *gameSessionService) ListGameSessions(ctx context.Context, req *tetherv1.ListGameSessionsRequest) (*tetherv1.ListGameSessionsResponse, error) {
+	q, err := parseGameSessionFilter(req.GetFilter())
+	if err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	if tok := req.GetPageToken(); tok != "" {
+		after, err := decodePageToken(tok, req.GetFilter())
+		if err != nil {
+			return nil, err
+		}
+		at, name, ok := strings.Cut(after, " ")
+		t, perr := time.Parse(time.RFC3339Nano, at)
+		if !ok || perr != nil {
+			return nil, invalidField("page_token", "not a token of this list")
+		}
+		q.AfterTime, q.AfterName = t, name
+	}
+	if err := g.s.waitFresh(ctx, uint64(max(req.GetMinSequence(), 0))); err != nil {
+		return nil, err
+	}
+	q.Limit = size + 1
+	rows, err := g.s.opts.Views.ListGameSessions(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	resp := &tetherv1.ListGameSessionsResponse{}
+	for i, r := range rows {
+		if i == size {
+			prev := rows[i-1].State
+			resp.NextPageToken = encodePageToken(prev.GetCreateTime().AsTime().Format(time.RFC3339Nano)+" "+prev.GetName(), req.GetFilter())
+			break
+		}
+		resp.GameSessions = append(resp.GameSessions, gameSessionToAPI(r.State, r.Sequence))
+	}
+	return resp, nil
+}
+
+// parseGameSessionFilter parses "field=value" terms joined by " AND ";
+// fields state, gameServer, fleet.
+func parseGameSessionFilter(filter string) (postgres.GameSessionQuery, error) {
+	var q postgres.GameSessionQuery
+	if strings.TrimSpace(filter) == "" {
+		return q, nil
+	}
+	for term := range strings.SplitSeq(filter, " AND ") {
+		field, value, ok := strings.Cut(term, "=")
+		field, value = strings.TrimSpace(field), strings.Trim(strings.TrimSpace(value), `"`)
+		if !ok || value == "" {
+			return q, invalidField("filter", fmt.Sprintf("term %q is not field=value", strings.TrimSpace(term)))
+		}
+		switch field {
+		case "state":
+			if value != "ACTIVE" && value != "ENDED" {
+				return q, invalidField("filter", fmt.Sprintf("state=%s: value must be ACTIVE or ENDED", value))
+			}
+			q.State = value
+		case "gameServer":
+			if _, _, err := events.ParseGameServerName(value); err != nil {
+				return q, invalidField("filter", fmt.Sprintf("gameServer=%s: %v", value, err))
+			}
+			q.GameServer = value
+		case "fleet":
+			if _, err := events.ParseFleetName(value); err != nil {
+				return q, invalidField("filter", fmt.Sprintf("fleet=%s: %v", value, err))
+			}
+			q.Fleet = value
+		default:
+			return q, invalidField("filter", fmt.Sprintf("unknown field %q; use state, gameServer or fleet", field))
+		}
+	}
+	return q, nil
+}
+
+// playerSession reads a player session's game session from the views.
+func (g *gameSessionService) playerSession(ctx context.Context, name string, minSeq int64) (postgres.Row[*eventsv1.GameSessionState], *eventsv1.PlayerSessionState, error) {
+	gsess, ps, err := events.ParsePlayerSessionName(name)
+	if err != nil {
+		return postgres.Row[*eventsv1.GameSessionState]{}, nil, invalidField("name", err.Error())
+	}
+	if err := g.s.waitFresh(ctx, uint64(max(minSeq, 0))); err != nil {
+		return postgres.Row[*eventsv1.GameSessionState]{}, nil, err
+	}
+	row, err := g.s.opts.Views.GameSession(ctx, events.GameSessionName(gsess))
+	if err != nil {
+		return row, nil, err
+	}
+	p := events.FindPlayer(row.State, ps)
+	if p == nil {
+		return row, nil, &apiError{code: codes.NotFound, reason: ReasonNotFound, msg: fmt.Sprintf("player session %s not found", name)}
+	}
+	return row, p, nil
+}
+
+func (g *gameSessionService) GetPlayerSession(ctx context.Context, req *tetherv1.GetPlayerSessionRequest) (*tetherv1.PlayerSession, error) {
+	row, p, err := g.playerSession(ctx, req.GetName(), req.GetMinSequence())
+	if err != nil {
+		return nil, err
+	}
+	return playerSessionToAPI(p, row.Sequence), nil
+}
+
+func (g *gameSessionService) ListPlayerSessions(ctx context.Context, req *tetherv1.ListPlayerSessionsRequest) (*tetherv1.ListPlayerSessionsResponse, error) {
+	if _, err := events.ParseGameSessionName(req.GetParent()); err != nil {
+		return nil, invalidField("parent", err.Error())
+	}
+	if err := g.s.waitFresh(ctx, uint64(max(req.GetMinSequence(), 0))); err != nil {
+		return nil, err
+	}
+	row, err := g.s.opts.Views.GameSession(ctx, req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	resp := &tetherv1.ListPlayerSessionsResponse{}
+	for _, p := range row.State.GetPlayers() {
+		resp.PlayerSessions = append(resp.PlayerSessions, playerSessionToAPI(p, row.Sequence))
+	}
+	return resp, nil
+}
+
+// CreatePlayerSession reserves the lowest free seat in a running game
+// session, guarded by the game session's sequence.
+func (g *gameSessionService) CreatePlayerSession(ctx context.Context, req *tetherv1.CreatePlayerSessionRequest) (*tetherv1.PlayerSession, error) {
+	s := g.s
+	gsessID, err := events.ParseGameSessionName(req.GetParent())
+	if err != nil {
+		return nil, invalidField("parent", err.Error())
+	}
+	if req.GetPlayerSession().GetPlayerId() == "" {
+		return nil, invalidField("player_session.player_id", "must be set")
+	}
+	var state *eventsv1.GameSessionState
+	psID := events.NewID("ps")
+	res, err := s.write(ctx, req.GetParent(), req.GetRequestId(), "", func(ctx context.Context, last uint64) ([]proto.Message, error) {
+		row, err := s.opts.Views.GameSession(ctx, req.GetParent())
+		if err != nil {
+			return nil, err
+		}
+		state = row.State
+		return events.DecideGameSession(req.GetParent(), state, events.ReservePlayer{
+			PlayerSession: psID, PlayerID: req.GetPlayerSession().GetPlayerId(), PlayerData: req.GetPlayerSession().GetPlayerData(), Now: s.opts.Now(),
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if res.Replayed {
+		// The first call's seat: the player session its request reserved.
+		if err := s.waitFresh(ctx, res.Sequence); err != nil {
+			return nil, err
+		}
+		ev, err := s.opts.Store.Event(ctx, res.Sequence)
+		if err != nil {
+			return nil, err
+		}
+		r, ok := ev.Data.(*eventsv1.PlayerSessionReserved)
+		if !ok {
+			return nil, fmt.Errorf("create player session replay: event %d is %s", res.Sequence, ev.Type)
+		}
+		psID = r.GetSeat().GetPlayerSession()
+	}
+	row, p, err := g.playerSession(ctx, events.PlayerSessionName(gsessID, psID), int64(res.Sequence))
+	if err != nil {
+		return nil, err
+	}
+	out := playerSessionToAPI(p, row.Sequence)
+	out.Token = s.opts.Tokens.Sign(p.GetName(), s.opts.Now().Add(s.opts.TokenTTL))
+	return out, nil
+}
+
+// ReconnectPlayerSession gives a player who lost everything but their
+// player session id what they need to rejoin: endpoint, seat and a fresh
+// token. It writes nothing: the game server's AcceptPlayer records the
+// reconnect. The seat must still be held (RESERVED, ACTIVE — the server
+// may not have noticed the drop yet — or DISCONNECTED within its window).
+func (g *gameSessionService) ReconnectPlayerSession(ctx context.Context, req *tetherv1.ReconnectPlayerSessionRequest) (*tetherv1.ReconnectPlayerSessionResponse, error) {
+	s := g.s
+	row, p, err := g.playerSession(ctx, req.GetName(), 0)
+	if err != nil {
+		return nil, err
+	}
+	now := s.opts.Now()
+	expired := !events.SeatHeld(p) ||
+		p.GetStatus() == eventsv1.PlayerSessionStatus_PLAYER_SESSION_STATUS_DISCONNECTED && now.After(p.GetReconnectDeadline().AsTime())
+	if expired {
+		return nil, &apiError{code: codes.FailedPrecondition, reason: events.RefusedPlayerSessionExpired,
+			msg: fmt.Sprintf("player session %s can no longer reconnect (%s)", p.GetName(), describeEnd(p))}
+	}
+	gs, err := s.opts.Views.GameServer(ctx, row.State.GetGameServer())
+	if err != nil {
+		return nil, err
+	}
+	token := s.opts.Tokens.Sign(p.GetName(), now.Add(s.opts.TokenTTL))
+	out := playerSessionToAPI(p, row.Sequence)
+	out.Token = token
+	return &tetherv1.ReconnectPlayerSessionResponse{PlayerSession: out, Endpoint: endpointOf(gs.State), Token: token}, nil
+}
+
+// describeEnd says why a seat is gone, for error messages.
+func describeEnd(p *eventsv1.PlayerSessionState) string {
+	if p.GetStatus() == eventsv1.PlayerSessionStatus_PLAYER_SESSION_STATUS_DISCONNECTED {
+		return "reconnect window ended at " + p.GetReconnectDeadline().AsTime().Format(time.RFC3339)
+	}
+	s := events.PlayerSessionStatusName(p.GetStatus())
+	if r := p.GetEndReason(); r != eventsv1.PlayerSessionEndReason_PLAYER_SESSION_END_REASON_UNSPECIFIED {
+		s += ", " + strings.TrimPrefix(r.String(), "PLAYER_SESSION_END_REASON_")
+	}
+	return s
+}
+
+func gameSessionToAPI(s *eventsv1.GameSessionState, seq uint64) *tetherv1.GameSession {
+	g := &tetherv1.GameSession{
+		Name: s.GetName(), GameServer: s.GetGameServer(), State: tetherv1.GameSession_State(s.GetStatus()),
+		Properties: s.GetProperties(), MaxPlayers: s.GetPolicy().GetMaxPlayers(), PlayerCount: int32(events.SeatsTaken(s)),
+		ServerReason: events.ReasonName(s.GetServerReason()), ReconnectWindowSeconds: s.GetPolicy().GetReconnectWindowSeconds(),
+		CreateTime: s.GetCreateTime(), UpdateTime: s.GetUpdateTime(), Sequence: int64(seq),
+	}
+	if r := s.GetEndReason(); r != eventsv1.GameSessionEndReason_GAME_SESSION_END_REASON_UNSPECIFIED {
+		g.EndReason = strings.TrimPrefix(r.String(), "GAME_SESSION_END_REASON_")
+	}
+	return g
+}
+
+func playerSessionToAPI(p *eventsv1.PlayerSessionState, seq uint64) *tetherv1.PlayerSession {
+	out := &tetherv1.PlayerSession{
+		Name: p.GetName(), PlayerId: p.GetPlayerId(), PlayerData: p.GetPlayerData(), State: tetherv1.PlayerSession_State(p.GetStatus()),
+		Slot: p.GetSlot(), ReservationDeadline: p.GetReservationDeadline(), ReconnectDeadline: p.GetReconnectDeadline(),
+		ReconnectCount: p.GetReconnectCount(), CreateTime: p.GetCreateTime(), UpdateTime: p.GetUpdateTime(), Sequence: int64(seq),
+	}
+	if r := p.GetEndReason(); r != eventsv1.PlayerSessionEndReason_PLAYER_SESSION_END_REASON_UNSPECIFIED {
+		out.EndReason = strings.TrimPrefix(r.String(), "PLAYER_SESSION_END_REASON_")
+	}
+	return out
+}
