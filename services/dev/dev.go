@@ -30,9 +30,9 @@ import (
 	"github.com/tetherhq/tether/services/commands"
 	"github.com/tetherhq/tether/services/connect"
 	"github.com/tetherhq/tether/services/controller"
-	"github.com/tetherhq/tether/services/playertoken"
 	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/dev/pgtemp"
+	"github.com/tetherhq/tether/services/playertoken"
 )
 
 // Default ports of `tether dev`; each falls back to a free port if taken.

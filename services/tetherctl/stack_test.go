@@ -19,9 +19,9 @@ import (
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/apiserver"
-	"github.com/tetherhq/tether/services/playertoken"
 	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
 	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
+	"github.com/tetherhq/tether/services/playertoken"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
