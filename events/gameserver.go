@@ -94,6 +94,11 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 	if !slices.Contains(row.from, from) {
 		return nil, &TransitionError{Aggregate: e.Aggregate, From: LifecycleName(from), Event: e.Type}
 	}
+	// Only a reservation can end: from ALLOCATED this would free a server
+	// holding a match, from STARTING make one READY that never called Ready.
+	if r, ok := e.Data.(*eventsv1.GameServerReady); ok && r.GetReservationEnded() && from != reserved {
+		return nil, &TransitionError{Aggregate: e.Aggregate, From: LifecycleName(from), Event: e.Type}
+	}
 	next := proto.CloneOf(state)
 	if next == nil {
 		next = &eventsv1.GameServerState{}
