@@ -112,6 +112,7 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 		next.HealthPolicy = proto.CloneOf(d.GetHealth())
 		next.SdkDisconnectGraceSeconds = d.GetSdkDisconnectGraceSeconds()
 		next.Labels = cloneMap(d.GetLabels())
+		next.PlayerSessionPolicy = proto.CloneOf(d.GetPlayerSessions())
 		next.CreateTime = at
 	case *eventsv1.ProcessStarted:
 		next.Pid = d.GetPid()
@@ -387,6 +388,7 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 			Health:                    proto.CloneOf(s.GetHealth()),
 			SdkDisconnectGraceSeconds: s.GetSdkDisconnectGraceSeconds(),
 			Labels:                    cloneMap(s.GetLabels()),
+			PlayerSessions:            proto.CloneOf(s.GetPlayerSessions()),
 		}}, nil
 	case RecordProcessStart:
 		return []proto.Message{proto.CloneOf(c.Started)}, nil

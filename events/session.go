@@ -20,6 +20,7 @@ import (
 // Reasons a game-session command is refused (RefusedError.Reason).
 const (
 	RefusedGameSessionEnded     = "GAME_SESSION_ENDED"
+	RefusedGameSessionUnknown   = "GAME_SESSION_NOT_FOUND"
 	RefusedGameSessionFull      = "GAME_SESSION_FULL"
 	RefusedPlayerSessionUnknown = "PLAYER_SESSION_NOT_FOUND"
 	RefusedPlayerSessionExpired = "PLAYER_SESSION_EXPIRED"
@@ -358,7 +359,7 @@ func DecideGameSession(name string, state *eventsv1.GameSessionState, cmd GameSe
 func decideGameSession(name string, state *eventsv1.GameSessionState, cmd GameSessionCommand) ([]proto.Message, error) {
 	if _, ok := cmd.(CreateGameSession); !ok {
 		if state.GetStatus() == eventsv1.GameSessionStatus_GAME_SESSION_STATUS_UNSPECIFIED {
-			return nil, refused(RefusedGameSessionEnded, "game session %s does not exist", name)
+			return nil, refused(RefusedGameSessionUnknown, "game session %s does not exist", name)
 		}
 	}
 	ended := state.GetStatus() == gsessEnded

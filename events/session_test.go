@@ -539,8 +539,8 @@ func TestGameSessionCommandsOnMissingSession(t *testing.T) {
 					t.Errorf("events = %v, want none", types(out))
 				}
 				re := asRefusedError(t, err)
-				if re.Reason != events.RefusedGameSessionEnded || !strings.Contains(re.Error(), gsessName) {
-					t.Errorf("refused %q: %q; want %s naming %s", re.Reason, re.Error(), events.RefusedGameSessionEnded, gsessName)
+				if re.Reason != events.RefusedGameSessionUnknown || !strings.Contains(re.Error(), gsessName) {
+					t.Errorf("refused %q: %q; want %s naming %s", re.Reason, re.Error(), events.RefusedGameSessionUnknown, gsessName)
 				}
 			})
 		}

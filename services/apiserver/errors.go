@@ -65,7 +65,7 @@ func toStatus(log *slog.Logger, method string, err error) *status.Status {
 		ae = &apiError{code: codes.Aborted, reason: ReasonVersionConflict, msg: "the resource changed concurrently; read it again and retry"}
 	case errors.As(err, &re):
 		code := codes.FailedPrecondition
-		if re.Reason == events.RefusedPlayerSessionUnknown {
+		if re.Reason == events.RefusedPlayerSessionUnknown || re.Reason == events.RefusedGameSessionUnknown {
 			code = codes.NotFound
 		}
 		ae = &apiError{code: code, reason: re.Reason, msg: re.Msg}

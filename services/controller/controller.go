@@ -42,6 +42,10 @@ type viewReader interface {
 	Fleet(ctx context.Context, name string) (postgres.FleetRow, error)
 	LiveGameServers(ctx context.Context) ([]postgres.Row[*eventsv1.GameServerState], error)
 	Hosts(ctx context.Context, after string, limit int) ([]postgres.HostRow, error)
+	GameServer(ctx context.Context, name string) (postgres.Row[*eventsv1.GameServerState], error)
+	DueGameSessions(ctx context.Context, now time.Time, limit int) ([]postgres.Row[*eventsv1.GameSessionState], error)
+	OrphanedGameSessions(ctx context.Context, limit int) ([]postgres.Row[*eventsv1.GameSessionState], error)
+	UncreatedGameSessions(ctx context.Context, olderThan time.Time, limit int) ([]postgres.Row[*eventsv1.GameServerState], error)
 }
 
 // freshness waits until the views have applied a sequence.
@@ -364,6 +368,9 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 				c.log.Error("shut down server of a deleted fleet", "game_server", r.State.GetName(), "err", err)
 			}
 		}
+	}
+	if err := c.reconcileSessions(ctx, servers, note); err != nil {
+		c.log.Error("reconcile game sessions", "err", err)
 	}
 	// Forget re-sends of servers that are no longer SCHEDULED.
 	for name := range c.startResent {

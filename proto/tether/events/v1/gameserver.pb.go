@@ -516,9 +516,11 @@ type GameServerScheduled struct {
 	// SDK disconnect grace copied from the fleet.
 	SdkDisconnectGraceSeconds int32 `protobuf:"varint,4,opt,name=sdk_disconnect_grace_seconds,json=sdkDisconnectGraceSeconds,proto3" json:"sdk_disconnect_grace_seconds,omitempty"`
 	// Labels copied from the fleet.
-	Labels        map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Labels map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Player-session policy copied from the fleet.
+	PlayerSessions *PlayerSessionPolicy `protobuf:"bytes,6,opt,name=player_sessions,json=playerSessions,proto3" json:"player_sessions,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GameServerScheduled) Reset() {
@@ -582,6 +584,13 @@ func (x *GameServerScheduled) GetSdkDisconnectGraceSeconds() int32 {
 func (x *GameServerScheduled) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
+	}
+	return nil
+}
+
+func (x *GameServerScheduled) GetPlayerSessions() *PlayerSessionPolicy {
+	if x != nil {
+		return x.PlayerSessions
 	}
 	return nil
 }
@@ -1556,13 +1565,14 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\x06detail\x18\n" +
 	" \x01(\tR\x06detailB\f\n" +
 	"\n" +
-	"_exit_code\"\xea\x02\n" +
+	"_exit_code\"\xba\x03\n" +
 	"\x13GameServerScheduled\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12@\n" +
 	"\btemplate\x18\x02 \x01(\v2$.tether.events.v1.GameServerTemplateR\btemplate\x126\n" +
 	"\x06health\x18\x03 \x01(\v2\x1e.tether.events.v1.HealthPolicyR\x06health\x12?\n" +
 	"\x1csdk_disconnect_grace_seconds\x18\x04 \x01(\x05R\x19sdkDisconnectGraceSeconds\x12I\n" +
-	"\x06labels\x18\x05 \x03(\v21.tether.events.v1.GameServerScheduled.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x05 \x03(\v21.tether.events.v1.GameServerScheduled.LabelsEntryR\x06labels\x12N\n" +
+	"\x0fplayer_sessions\x18\x06 \x01(\v2%.tether.events.v1.PlayerSessionPolicyR\x0eplayerSessions\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9f\x01\n" +
@@ -1711,6 +1721,7 @@ var file_tether_events_v1_gameserver_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
 	(*GameServerTemplate)(nil),    // 27: tether.events.v1.GameServerTemplate
 	(*HealthPolicy)(nil),          // 28: tether.events.v1.HealthPolicy
+	(*PlayerSessionPolicy)(nil),   // 29: tether.events.v1.PlayerSessionPolicy
 }
 var file_tether_events_v1_gameserver_proto_depIdxs = []int32{
 	25, // 0: tether.events.v1.Port.protocol:type_name -> tether.events.v1.Protocol
@@ -1721,29 +1732,30 @@ var file_tether_events_v1_gameserver_proto_depIdxs = []int32{
 	27, // 5: tether.events.v1.GameServerScheduled.template:type_name -> tether.events.v1.GameServerTemplate
 	28, // 6: tether.events.v1.GameServerScheduled.health:type_name -> tether.events.v1.HealthPolicy
 	22, // 7: tether.events.v1.GameServerScheduled.labels:type_name -> tether.events.v1.GameServerScheduled.LabelsEntry
-	3,  // 8: tether.events.v1.ProcessStarted.ports:type_name -> tether.events.v1.Port
-	2,  // 9: tether.events.v1.SdkDisconnected.kind:type_name -> tether.events.v1.DisconnectKind
-	26, // 10: tether.events.v1.SdkDisconnected.grace_deadline:type_name -> google.protobuf.Timestamp
-	26, // 11: tether.events.v1.GameServerReserved.until:type_name -> google.protobuf.Timestamp
-	26, // 12: tether.events.v1.HealthDegraded.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	26, // 13: tether.events.v1.HealthRecovered.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	0,  // 14: tether.events.v1.GameServerUnhealthy.reason:type_name -> tether.events.v1.Reason
-	5,  // 15: tether.events.v1.GameServerUnhealthy.evidence:type_name -> tether.events.v1.Evidence
-	23, // 16: tether.events.v1.GameServerAllocated.properties:type_name -> tether.events.v1.GameServerAllocated.PropertiesEntry
-	15, // 17: tether.events.v1.GameServerAllocated.players:type_name -> tether.events.v1.PlayerReservation
-	0,  // 18: tether.events.v1.ShutdownRequested.reason:type_name -> tether.events.v1.Reason
-	5,  // 19: tether.events.v1.ShutdownRequested.evidence:type_name -> tether.events.v1.Evidence
-	26, // 20: tether.events.v1.ShutdownRequested.deadline:type_name -> google.protobuf.Timestamp
-	0,  // 21: tether.events.v1.ProcessSignalled.reason:type_name -> tether.events.v1.Reason
-	26, // 22: tether.events.v1.ProcessSignalled.deadline:type_name -> google.protobuf.Timestamp
-	0,  // 23: tether.events.v1.GameServerTerminated.reason:type_name -> tether.events.v1.Reason
-	5,  // 24: tether.events.v1.GameServerTerminated.evidence:type_name -> tether.events.v1.Evidence
-	24, // 25: tether.events.v1.LabelsChanged.set:type_name -> tether.events.v1.LabelsChanged.SetEntry
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	29, // 8: tether.events.v1.GameServerScheduled.player_sessions:type_name -> tether.events.v1.PlayerSessionPolicy
+	3,  // 9: tether.events.v1.ProcessStarted.ports:type_name -> tether.events.v1.Port
+	2,  // 10: tether.events.v1.SdkDisconnected.kind:type_name -> tether.events.v1.DisconnectKind
+	26, // 11: tether.events.v1.SdkDisconnected.grace_deadline:type_name -> google.protobuf.Timestamp
+	26, // 12: tether.events.v1.GameServerReserved.until:type_name -> google.protobuf.Timestamp
+	26, // 13: tether.events.v1.HealthDegraded.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	26, // 14: tether.events.v1.HealthRecovered.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	0,  // 15: tether.events.v1.GameServerUnhealthy.reason:type_name -> tether.events.v1.Reason
+	5,  // 16: tether.events.v1.GameServerUnhealthy.evidence:type_name -> tether.events.v1.Evidence
+	23, // 17: tether.events.v1.GameServerAllocated.properties:type_name -> tether.events.v1.GameServerAllocated.PropertiesEntry
+	15, // 18: tether.events.v1.GameServerAllocated.players:type_name -> tether.events.v1.PlayerReservation
+	0,  // 19: tether.events.v1.ShutdownRequested.reason:type_name -> tether.events.v1.Reason
+	5,  // 20: tether.events.v1.ShutdownRequested.evidence:type_name -> tether.events.v1.Evidence
+	26, // 21: tether.events.v1.ShutdownRequested.deadline:type_name -> google.protobuf.Timestamp
+	0,  // 22: tether.events.v1.ProcessSignalled.reason:type_name -> tether.events.v1.Reason
+	26, // 23: tether.events.v1.ProcessSignalled.deadline:type_name -> google.protobuf.Timestamp
+	0,  // 24: tether.events.v1.GameServerTerminated.reason:type_name -> tether.events.v1.Reason
+	5,  // 25: tether.events.v1.GameServerTerminated.evidence:type_name -> tether.events.v1.Evidence
+	24, // 26: tether.events.v1.LabelsChanged.set:type_name -> tether.events.v1.LabelsChanged.SetEntry
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_gameserver_proto_init() }

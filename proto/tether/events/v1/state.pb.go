@@ -487,9 +487,11 @@ type GameServerState struct {
 	// True once the process called Ready at least once.
 	EverReady bool `protobuf:"varint,27,opt,name=ever_ready,json=everReady,proto3" json:"ever_ready,omitempty"`
 	// The allocation that placed the current game session, while ALLOCATED.
-	Allocation    *GameServerAllocated `protobuf:"bytes,28,opt,name=allocation,proto3" json:"allocation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Allocation *GameServerAllocated `protobuf:"bytes,28,opt,name=allocation,proto3" json:"allocation,omitempty"`
+	// Player-session policy, copied from the fleet when scheduled.
+	PlayerSessionPolicy *PlayerSessionPolicy `protobuf:"bytes,29,opt,name=player_session_policy,json=playerSessionPolicy,proto3" json:"player_session_policy,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *GameServerState) Reset() {
@@ -718,6 +720,13 @@ func (x *GameServerState) GetAllocation() *GameServerAllocated {
 	return nil
 }
 
+func (x *GameServerState) GetPlayerSessionPolicy() *PlayerSessionPolicy {
+	if x != nil {
+		return x.PlayerSessionPolicy
+	}
+	return nil
+}
+
 var File_tether_events_v1_state_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_state_proto_rawDesc = "" +
@@ -752,7 +761,7 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"updateTime\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9d\f\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf8\f\n" +
 	"\x0fGameServerState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x129\n" +
@@ -789,7 +798,8 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"ever_ready\x18\x1b \x01(\bR\teverReady\x12E\n" +
 	"\n" +
 	"allocation\x18\x1c \x01(\v2%.tether.events.v1.GameServerAllocatedR\n" +
-	"allocation\x1a9\n" +
+	"allocation\x12Y\n" +
+	"\x15player_session_policy\x18\x1d \x01(\v2%.tether.events.v1.PlayerSessionPolicyR\x13playerSessionPolicy\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xac\x01\n" +
@@ -845,6 +855,7 @@ var file_tether_events_v1_state_proto_goTypes = []any{
 	(*HealthPolicy)(nil),          // 15: tether.events.v1.HealthPolicy
 	(*ConnectionChange)(nil),      // 16: tether.events.v1.ConnectionChange
 	(*GameServerAllocated)(nil),   // 17: tether.events.v1.GameServerAllocated
+	(*PlayerSessionPolicy)(nil),   // 18: tether.events.v1.PlayerSessionPolicy
 }
 var file_tether_events_v1_state_proto_depIdxs = []int32{
 	8,  // 0: tether.events.v1.FleetState.spec:type_name -> tether.events.v1.FleetSpec
@@ -874,11 +885,12 @@ var file_tether_events_v1_state_proto_depIdxs = []int32{
 	9,  // 24: tether.events.v1.GameServerState.update_time:type_name -> google.protobuf.Timestamp
 	16, // 25: tether.events.v1.GameServerState.connection_history:type_name -> tether.events.v1.ConnectionChange
 	17, // 26: tether.events.v1.GameServerState.allocation:type_name -> tether.events.v1.GameServerAllocated
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	18, // 27: tether.events.v1.GameServerState.player_session_policy:type_name -> tether.events.v1.PlayerSessionPolicy
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_state_proto_init() }
