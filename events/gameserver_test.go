@@ -360,6 +360,7 @@ func TestScheduleGameServer(t *testing.T) {
 		HealthPolicy:              spec.GetHealth(),
 		SdkDisconnectGraceSeconds: 30,
 		Labels:                    map[string]string{"region": "eu"},
+		PlayerSessionPolicy:       spec.GetPlayerSessions(),
 		CreateTime:                tsAt(1),
 		UpdateTime:                tsAt(1),
 	}
