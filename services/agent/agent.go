@@ -27,6 +27,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/hostbeat"
+	"github.com/tetherhq/tether/services/playertoken"
 )
 
 // eventStore is what the agent needs of the event store (events/natsjs).
@@ -92,6 +93,10 @@ type Options struct {
 	// and drills (a host that the control plane loses sight of while its
 	// processes run on). Nil always beats.
 	SkipHeartbeat func() bool
+	// Tokens checks the player-session tokens players present
+	// (AcceptPlayer); the API signs them with the same keys. Without it,
+	// AcceptPlayer is refused.
+	Tokens *playertoken.Ring
 	// KillProcessesOnExit stops every game server when the agent stops, and
 	// makes them die with the agent (for `tether dev` and tests).
 	KillProcessesOnExit bool
@@ -190,6 +195,8 @@ type Agent struct {
 	outbox   *outbox
 
 	outboxFull metric.Int64Counter
+
+	sessions sessions // game sessions of its servers, for player calls
 
 	mu      sync.Mutex
 	servers map[string]*gameServer // by resource name

@@ -90,6 +90,14 @@ func (a *Agent) handle(ctx context.Context, cmd *agentv1.Command) error {
 		}
 		gs.stop(c.Stop.GetReason(), deadline)
 		return nil
+	case *agentv1.Command_Refresh:
+		a.mu.Lock()
+		gs := a.servers[c.Refresh.GetGameServer()]
+		a.mu.Unlock()
+		if gs != nil {
+			gs.refresh(ctx)
+		}
+		return nil
 	}
 	return fmt.Errorf("agent: command %s has no action", cmd.GetId())
 }
@@ -558,6 +566,7 @@ func (gs *gameServer) view() *sdkv1.GameServer {
 	v := &sdkv1.GameServer{
 		Name: gs.name, State: events.LifecycleName(gs.state.GetLifecycle()), Address: gs.state.GetAddress(),
 		Labels: gs.state.GetLabels(), Shutdown: gs.notice, GameSession: gs.state.GetGameSession(),
+		Allocation: allocationView(gs.state.GetAllocation()),
 	}
 	for _, p := range gs.state.GetPorts() {
 		v.Ports = append(v.Ports, &sdkv1.Port{Name: p.GetName(), Port: p.GetPort()})

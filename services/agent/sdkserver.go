@@ -267,7 +267,16 @@ func (s *sdkServer) SetLabel(ctx context.Context, req *sdkv1.SetLabelRequest) (*
 func sdkError(err error) error {
 	var te *events.TransitionError
 	var ve *events.ValidationError
+	var re *events.RefusedError
+	if _, ok := status.FromError(err); ok {
+		return err // decided already, e.g. UNAVAILABLE while NATS is away
+	}
 	switch {
+	case errors.As(err, &re):
+		if re.Reason == events.RefusedPlayerSessionUnknown || re.Reason == events.RefusedGameSessionUnknown {
+			return status.Error(codes.NotFound, re.Reason+": "+re.Msg)
+		}
+		return status.Error(codes.FailedPrecondition, re.Reason+": "+re.Msg)
 	case errors.As(err, &te):
 		return status.Error(codes.FailedPrecondition, te.Error())
 	case errors.As(err, &ve):

@@ -268,7 +268,7 @@ func Run(ctx context.Context, opts Options) error {
 			SDKAddr: sdkGRPC, SDKHTTPAddr: sdkHTTP,
 			PortMin: opts.GamePortBase + 100*i, PortMax: opts.GamePortBase + 100*i + 99,
 			LogDir: filepath.Join(opts.LogDir, id), JetStream: js, Store: store, Commands: bus,
-			KillProcessesOnExit: true, Logger: log.With("component", "agent"),
+			KillProcessesOnExit: true, Logger: log.With("component", "agent"), Tokens: tokens,
 		})
 		if err != nil {
 			return err

@@ -257,6 +257,7 @@ func controllerCommand(g *global) *cobra.Command {
 func agentCommand(g *global) *cobra.Command {
 	var opts agent.Options
 	var labels map[string]string
+	var tokenKeys string
 	cmd := &cobra.Command{
 		Use:   "agent --host-id ID",
 		Short: "Run the host agent: launch and supervise game servers, serve the local SDK",
@@ -285,6 +286,13 @@ func agentCommand(g *global) *cobra.Command {
 			}
 			opts.JetStream, opts.Store, opts.Commands, opts.Labels = js, store, bus, labels
 			opts.Logger, opts.MeterProvider = log, tel.MeterProvider
+			if tokenKeys != "" {
+				if opts.Tokens, err = playertoken.Parse(tokenKeys); err != nil {
+					return err
+				}
+			} else {
+				log.Warn("no player-token keys: AcceptPlayer is refused (set --player-token-keys or TETHER_PLAYER_TOKEN_KEYS)")
+			}
 			a, err := agent.New(opts)
 			if err != nil {
 				return err
@@ -294,6 +302,8 @@ func agentCommand(g *global) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.HostID, "host-id", "", "this host's id (required)")
+	f.StringVar(&tokenKeys, "player-token-keys", os.Getenv("TETHER_PLAYER_TOKEN_KEYS"),
+		"player-session token keys, the API's (env TETHER_PLAYER_TOKEN_KEYS)")
 	f.IntVar(&opts.Capacity, "capacity", 10, "game server slots")
 	f.StringToStringVar(&labels, "labels", nil, "host labels, e.g. region=eu,zone=a")
 	f.StringVar(&opts.Address, "address", "127.0.0.1", "address game clients use to reach this host")

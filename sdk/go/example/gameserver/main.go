@@ -25,6 +25,13 @@
 // TETHER_EXAMPLE_CRASH_BEFORE_READY=true), so a fleet template can pick a
 // misbehaviour with env; a flag on the command line wins over its variable.
 // Durations are Go durations ("1.5s"). It logs what it does to stdout.
+//
+// Players: a TCP connection whose first line is "JOIN <player-session> <token>"
+// is a player. The server calls AcceptPlayer and answers "WELCOME <player-id>
+// slot=<n> reconnected=<true|false>" (then echoes lines) or "REFUSED <why>"
+// and closes. When a player's connection drops the server calls
+// DisconnectPlayer (the seat waits for the reconnect window); the line
+// "LEAVE" calls RemovePlayer and closes the connection.
 package main
 
 import (
@@ -40,6 +47,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -171,7 +179,8 @@ func run(ctx context.Context, log *slog.Logger, cfg config) int {
 		log.Error("no game port", "err", err)
 		return exitError
 	}
-	stopEcho, err := echo(log, net.JoinHostPort(cfg.listenHost, strconv.Itoa(port)))
+	lobby := &lobby{log: log}
+	stopEcho, err := echo(log, net.JoinHostPort(cfg.listenHost, strconv.Itoa(port)), lobby)
 	if err != nil {
 		log.Error("listen", "err", err)
 		return exitError
@@ -191,6 +200,7 @@ func run(ctx context.Context, log *slog.Logger, cfg config) int {
 		}
 	}()
 	log.Info("sdk connected")
+	lobby.client.Store(client)
 	stopHeartbeat := client.StartHeartbeat(ctx)
 	defer stopHeartbeat()
 
@@ -291,7 +301,7 @@ func run(ctx context.Context, log *slog.Logger, cfg config) int {
 // echo serves UDP echo on addr and, on the same port number, TCP line echo
 // (the SDK does not say which protocol the template declared). It returns a
 // function that stops both.
-func echo(log *slog.Logger, addr string) (stop func(), err error) {
+func echo(log *slog.Logger, addr string, players *lobby) (stop func(), err error) {
 	udp, err := net.ListenPacket("udp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("UDP: %w", err)
@@ -302,7 +312,7 @@ func echo(log *slog.Logger, addr string) (stop func(), err error) {
 		_ = udp.Close() // Not serving after all; its close error adds nothing.
 		return nil, fmt.Errorf("TCP: %w", err)
 	}
-	go echoTCP(tcp)
+	go echoTCP(tcp, players)
 	log.Info("echoing", "udp", udp.LocalAddr().String(), "tcp", tcp.Addr().String())
 	return func() {
 		_ = udp.Close() // Exiting: nothing to do about a close error.
@@ -322,8 +332,9 @@ func echoUDP(c net.PacketConn) {
 	}
 }
 
-// echoTCP sends every line back on its connection until l is closed.
-func echoTCP(l net.Listener) {
+// echoTCP sends every line back on its connection until l is closed; a
+// connection that starts with JOIN is a player's (see lobby).
+func echoTCP(l net.Listener, players *lobby) {
 	for {
 		conn, err := l.Accept()
 		if err != nil {
@@ -332,11 +343,84 @@ func echoTCP(l net.Listener) {
 		go func() {
 			defer conn.Close()
 			lines := bufio.NewScanner(conn)
+			first := true
+			var player string
 			for lines.Scan() {
-				if _, err := fmt.Fprintf(conn, "%s\n", lines.Bytes()); err != nil {
+				line := lines.Text()
+				if first && strings.HasPrefix(line, "JOIN ") {
+					reply, ok := players.join(line)
+					if _, err := fmt.Fprintln(conn, reply); err != nil || !ok {
+						return
+					}
+					player = strings.Fields(line)[1]
+					first = false
+					continue
+				}
+				first = false
+				if player != "" && line == "LEAVE" {
+					players.leave(player)
 					return
 				}
+				if _, err := fmt.Fprintf(conn, "%s\n", line); err != nil {
+					break
+				}
+			}
+			if player != "" {
+				players.dropped(player)
 			}
 		}()
 	}
+}
+
+// lobby turns player connections into SDK player calls.
+type lobby struct {
+	log    *slog.Logger
+	client atomic.Pointer[sdk.Client] // nil until the SDK is connected
+}
+
+// playerCallTimeout bounds one player call to the agent.
+const playerCallTimeout = 5 * time.Second
+
+// join handles "JOIN <player-session> <token>".
+func (l *lobby) join(line string) (reply string, ok bool) {
+	f := strings.Fields(line)
+	c := l.client.Load()
+	switch {
+	case len(f) != 3:
+		return "REFUSED usage: JOIN <player-session> <token>", false
+	case c == nil:
+		return "REFUSED not connected to the agent yet", false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), playerCallTimeout)
+	defer cancel()
+	p, err := c.AcceptPlayer(ctx, f[1], f[2])
+	if err != nil {
+		l.log.Warn("player refused", "player_session", f[1], "err", err)
+		return "REFUSED " + err.Error(), false
+	}
+	l.log.Info("player joined", "player_session", f[1], "player", p.GetPlayerId(), "slot", p.GetSlot(), "reconnected", p.GetReconnected())
+	return fmt.Sprintf("WELCOME %s slot=%d reconnected=%t", p.GetPlayerId(), p.GetSlot(), p.GetReconnected()), true
+}
+
+// dropped reports a player whose connection ended without LEAVE.
+func (l *lobby) dropped(playerSession string) {
+	ctx, cancel := context.WithTimeout(context.Background(), playerCallTimeout)
+	defer cancel()
+	deadline, err := l.client.Load().DisconnectPlayer(ctx, playerSession)
+	if err != nil {
+		l.log.Warn("report player disconnect", "player_session", playerSession, "err", err)
+		return
+	}
+	l.log.Info("player dropped; seat kept", "player_session", playerSession, "reconnect_deadline", deadline)
+}
+
+// leave removes a player for good.
+func (l *lobby) leave(playerSession string) {
+	ctx, cancel := context.WithTimeout(context.Background(), playerCallTimeout)
+	defer cancel()
+	if err := l.client.Load().RemovePlayer(ctx, playerSession); err != nil {
+		l.log.Warn("remove player", "player_session", playerSession, "err", err)
+		return
+	}
+	l.log.Info("player left", "player_session", playerSession)
 }

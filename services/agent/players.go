@@ -1,0 +1,253 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tetherhq/tether/events"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
+)
+
+// maxReserveSeconds bounds an SDK Reserve.
+const maxReserveSeconds = 3600
+
+// session is the agent's copy of one game session aggregate, folded from
+// the stream. Its mutex serialises the agent's decisions on it; other
+// writers (the controller firing deadlines, the API adding players) are
+// caught by the append guard.
+type session struct {
+	mu    sync.Mutex
+	name  string
+	state *eventsv1.GameSessionState
+	seq   uint64
+}
+
+// sessions caches the game sessions of the agent's servers.
+type sessions struct {
+	mu sync.Mutex
+	m  map[string]*session
+}
+
+func (ss *sessions) get(name string) *session {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.m == nil {
+		ss.m = map[string]*session{}
+	}
+	s, ok := ss.m[name]
+	if !ok {
+		s = &session{name: name}
+		ss.m[name] = s
+	}
+	return s
+}
+
+// forget drops the cached sessions of a server that is finished.
+func (ss *sessions) forget(gameSession string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	delete(ss.m, gameSession)
+}
+
+// refreshLocked folds what was appended to the session since seq.
+func (s *session) refreshLocked(ctx context.Context, store eventStore) error {
+	hist, err := store.History(ctx, events.MustSubject(s.name), s.seq+1)
+	if err != nil {
+		return err
+	}
+	for _, e := range hist {
+		next, err := events.ApplyGameSession(s.state, e)
+		if err != nil {
+			return fmt.Errorf("fold %s at %d: %w", s.name, e.Sequence, err)
+		}
+		s.state, s.seq = next, e.Sequence
+	}
+	return nil
+}
+
+// decide runs a command on the game session: refresh, decide, append
+// guarded by the last sequence; on a conflict, refresh and decide again.
+// Player calls need the stream: while NATS is away they fail (UNAVAILABLE)
+// rather than queue, because the game must know whether the seat is theirs.
+func (a *Agent) decideSession(ctx context.Context, name string, cmd events.GameSessionCommand) (*eventsv1.GameSessionState, []proto.Message, error) {
+	s := a.sessions.get(name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for range maxRecordAttempts {
+		if err := s.refreshLocked(ctx, a.opts.Store); err != nil {
+			return nil, nil, status.Errorf(codes.Unavailable, "read game session %s: %v", name, err)
+		}
+		msgs, err := events.DecideGameSession(name, s.state, cmd)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(msgs) == 0 {
+			return s.state, nil, nil
+		}
+		now := a.opts.Now()
+		envs := make([]events.Envelope, len(msgs))
+		for i, m := range msgs {
+			envs[i] = events.New(name, now, m)
+			envs[i].Producer = a.producer
+			envs[i].CorrelationID = envs[0].ID
+		}
+		seq, err := a.opts.Store.Append(ctx, events.MustSubject(name), s.seq, envs...)
+		if errors.Is(err, events.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, status.Errorf(codes.Unavailable, "record on game session %s: %v", name, err)
+		}
+		for _, e := range envs {
+			if s.state, err = events.ApplyGameSession(s.state, e); err != nil {
+				return nil, nil, fmt.Errorf("fold own event: %w", err)
+			}
+		}
+		s.seq = seq
+		if s.state.GetStatus() == eventsv1.GameSessionStatus_GAME_SESSION_STATUS_ENDED {
+			a.sessions.forget(name)
+		}
+		return s.state, msgs, nil
+	}
+	return nil, nil, fmt.Errorf("agent: %s: %w after %d attempts", name, events.ErrConflict, maxRecordAttempts)
+}
+
+// playerSessionOf resolves a player session id ("ps-…") or full name
+// against the server's current game session.
+func (gs *gameServer) playerSessionOf(id string) (gameSession, psID string, err error) {
+	gs.mu.Lock()
+	current := gs.state.GetGameSession()
+	gs.mu.Unlock()
+	if current == "" {
+		return "", "", status.Error(codes.FailedPrecondition, "the game server has no game session: it is not allocated")
+	}
+	if strings.Contains(id, "/") {
+		g, p, err := events.ParsePlayerSessionName(id)
+		if err != nil {
+			return "", "", status.Error(codes.InvalidArgument, err.Error())
+		}
+		if events.GameSessionName(g) != current {
+			return "", "", status.Errorf(codes.FailedPrecondition, "player session %s is not in this server's game session %s", id, current)
+		}
+		return current, p, nil
+	}
+	if err := events.CheckID(id); err != nil {
+		return "", "", status.Errorf(codes.InvalidArgument, "player session id: %v", err)
+	}
+	return current, id, nil
+}
+
+// Reserve holds the server back from allocation for a while.
+func (s *sdkServer) Reserve(ctx context.Context, req *sdkv1.ReserveRequest) (*sdkv1.ReserveResponse, error) {
+	if n := req.GetSeconds(); n < 1 || n > maxReserveSeconds {
+		return nil, status.Errorf(codes.InvalidArgument, "seconds must be 1 to %d, not %d", maxReserveSeconds, n)
+	}
+	until := s.a.opts.Now().Add(time.Duration(req.GetSeconds()) * time.Second)
+	if err := serverOf(ctx).record(ctx, events.Reserve{Until: until}); err != nil {
+		return nil, sdkError(err)
+	}
+	return &sdkv1.ReserveResponse{}, nil
+}
+
+// Allocate allocates the server to a game session of its own making.
+func (s *sdkServer) Allocate(ctx context.Context, req *sdkv1.AllocateRequest) (*sdkv1.AllocateResponse, error) {
+	gs := serverOf(ctx)
+	gs.mu.Lock()
+	policy := proto.CloneOf(gs.state.GetPlayerSessionPolicy())
+	gs.mu.Unlock()
+	name := events.GameSessionName(events.NewID("gsess"))
+	alloc := &eventsv1.GameServerAllocated{GameSession: name, Properties: req.GetProperties(), MaxPlayers: policy.GetMaxPlayers(), SelfAllocated: true}
+	if err := gs.record(ctx, events.Allocate{Allocated: alloc}); err != nil {
+		return nil, sdkError(err)
+	}
+	created := &eventsv1.GameSessionCreated{GameServer: gs.name, Properties: req.GetProperties(), Policy: &eventsv1.GameSessionPolicy{
+		MaxPlayers: policy.GetMaxPlayers(), ReservationTimeoutSeconds: policy.GetReservationTimeoutSeconds(),
+		ReconnectWindowSeconds: policy.GetReconnectWindowSeconds(),
+	}}
+	if _, _, err := s.a.decideSession(ctx, name, events.CreateGameSession{Created: created}); err != nil {
+		// The allocation stands; the controller creates the session from it.
+		gs.log.Warn("self-allocation: game session not created yet; the controller will", "game_session", name, "err", err)
+	}
+	gs.log.Info("game server allocated itself", "game_session", name)
+	return &sdkv1.AllocateResponse{GameSession: name}, nil
+}
+
+// AcceptPlayer admits a player who presents their player session's token:
+// a reserved seat becomes theirs, a disconnected one within its window is
+// theirs again (same slot).
+func (s *sdkServer) AcceptPlayer(ctx context.Context, req *sdkv1.AcceptPlayerRequest) (*sdkv1.AcceptPlayerResponse, error) {
+	gs := serverOf(ctx)
+	gsess, psID, err := gs.playerSessionOf(req.GetPlayerSessionId())
+	if err != nil {
+		return nil, err
+	}
+	if s.a.opts.Tokens == nil {
+		return nil, status.Error(codes.FailedPrecondition, "this agent has no player-token keys (tether agent --player-token-keys)")
+	}
+	gsessID, _ := events.ParseGameSessionName(gsess) // the server's own game session: valid
+	psName := events.PlayerSessionName(gsessID, psID)
+	if err := s.a.opts.Tokens.Verify(req.GetToken(), psName, s.a.opts.Now()); err != nil {
+		gs.log.Warn("player token refused", "player_session", psName, "err", err)
+		return nil, status.Errorf(codes.PermissionDenied, "token refused for %s: %v", psName, err)
+	}
+	state, msgs, err := s.a.decideSession(ctx, gsess, events.AcceptPlayer{PlayerSession: psID, Now: s.a.opts.Now()})
+	if err != nil {
+		return nil, sdkError(err)
+	}
+	p := events.FindPlayer(state, psID)
+	reconnected := len(msgs) == 1 && events.TypeOf(msgs[0]) == "PlayerReconnected"
+	gs.log.Info("player accepted", "player_session", psName, "player", p.GetPlayerId(), "slot", p.GetSlot(), "reconnects", p.GetReconnectCount())
+	return &sdkv1.AcceptPlayerResponse{PlayerId: p.GetPlayerId(), PlayerData: p.GetPlayerData(), Slot: p.GetSlot(),
+		Reconnected: reconnected, ReconnectCount: p.GetReconnectCount()}, nil
+}
+
+// DisconnectPlayer reports a player's connection lost; the seat waits for
+// the reconnect window.
+func (s *sdkServer) DisconnectPlayer(ctx context.Context, req *sdkv1.DisconnectPlayerRequest) (*sdkv1.DisconnectPlayerResponse, error) {
+	gs := serverOf(ctx)
+	gsess, psID, err := gs.playerSessionOf(req.GetPlayerSession())
+	if err != nil {
+		return nil, err
+	}
+	state, _, err := s.a.decideSession(ctx, gsess, events.DisconnectPlayer{PlayerSession: psID, Now: s.a.opts.Now()})
+	if err != nil {
+		return nil, sdkError(err)
+	}
+	p := events.FindPlayer(state, psID)
+	gs.log.Info("player disconnected", "player_session", p.GetName(), "reconnect_deadline", p.GetReconnectDeadline().AsTime())
+	return &sdkv1.DisconnectPlayerResponse{ReconnectDeadline: p.GetReconnectDeadline()}, nil
+}
+
+// RemovePlayer ends a player's session for good.
+func (s *sdkServer) RemovePlayer(ctx context.Context, req *sdkv1.RemovePlayerRequest) (*sdkv1.RemovePlayerResponse, error) {
+	gs := serverOf(ctx)
+	gsess, psID, err := gs.playerSessionOf(req.GetPlayerSession())
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := s.a.decideSession(ctx, gsess, events.RemovePlayer{PlayerSession: psID}); err != nil {
+		return nil, sdkError(err)
+	}
+	return &sdkv1.RemovePlayerResponse{}, nil
+}
+
+// allocationView is the allocation as the SDK shows it.
+func allocationView(a *eventsv1.GameServerAllocated) *sdkv1.GameSession {
+	if a == nil {
+		return nil
+	}
+	v := &sdkv1.GameSession{Name: a.GetGameSession(), Properties: a.GetProperties(), MaxPlayers: a.GetMaxPlayers()}
+	for _, p := range a.GetPlayers() {
+		v.Players = append(v.Players, &sdkv1.Player{PlayerSession: p.GetPlayerSession(), PlayerId: p.GetPlayerId(), Slot: p.GetSlot()})
+	}
+	return v
+}
