@@ -1,0 +1,237 @@
+package dev_test
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/services/dev/wait"
+)
+
+// allocation is the REST shape of an allocation response that tests read.
+type allocation struct {
+	GameServer struct {
+		Name string `json:"name"`
+	} `json:"gameServer"`
+	GameSession struct {
+		Name string `json:"name"`
+	} `json:"gameSession"`
+	Endpoint struct {
+		Address string `json:"address"`
+		Ports   []struct {
+			Name string `json:"name"`
+			Port int    `json:"port"`
+		} `json:"ports"`
+	} `json:"endpoint"`
+	PlayerSessions []playerSession `json:"playerSessions"`
+}
+
+// playerSession is the REST shape of a player session.
+type playerSession struct {
+	Name           string `json:"name"`
+	PlayerID       string `json:"playerId"`
+	State          string `json:"state"`
+	Slot           int    `json:"slot"`
+	Token          string `json:"token"`
+	ReconnectCount int    `json:"reconnectCount"`
+	EndReason      string `json:"endReason"`
+}
+
+// gameSession is the REST shape of a game session.
+type gameSession struct {
+	Name         string `json:"name"`
+	State        string `json:"state"`
+	EndReason    string `json:"endReason"`
+	ServerReason string `json:"serverReason"`
+}
+
+func (s *stack) allocate(fleet string, players ...string) allocation {
+	s.t.Helper()
+	var ps []any
+	for _, p := range players {
+		ps = append(ps, map[string]any{"playerId": p, "playerData": "data-of-" + p})
+	}
+	var out allocation
+	if code := s.rest("POST", "/v1/fleets/"+fleet+"/gameServers:allocate", map[string]any{"players": ps}, &out); code != http.StatusOK {
+		s.t.Fatalf("allocate: %d", code)
+	}
+	return out
+}
+
+func (s *stack) playerSession(name string) playerSession {
+	s.t.Helper()
+	var out playerSession
+	if code := s.rest("GET", "/v1/"+name, nil, &out); code != http.StatusOK {
+		s.t.Fatalf("get %s: %d", name, code)
+	}
+	return out
+}
+
+// player is a game client's TCP connection to the example game server.
+type player struct {
+	conn  net.Conn
+	lines *bufio.Scanner
+}
+
+// join connects to the endpoint and presents a player session and token;
+// it returns the server's answer line.
+func join(t *testing.T, a allocation, playerSession, token string) (*player, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", net.JoinHostPort(a.Endpoint.Address, fmt.Sprint(a.Endpoint.Ports[0].Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintf(conn, "JOIN %s %s\n", playerSession, token); err != nil {
+		t.Fatal(err)
+	}
+	p := &player{conn: conn, lines: bufio.NewScanner(conn)}
+	if !p.lines.Scan() {
+		t.Fatalf("no answer to JOIN: %v", p.lines.Err())
+	}
+	return p, p.lines.Text()
+}
+
+func psID(t *testing.T, name string) string {
+	t.Helper()
+	_, id, err := events.ParsePlayerSessionName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// The player flow against a real example game server process: allocate
+// with two players, both accepted; one drops and reconnects within the
+// window to the same seat; a second drop past the window ends with
+// RECONNECT_WINDOW_EXPIRED and :reconnect answers PLAYER_SESSION_EXPIRED;
+// forged and other-session tokens are refused.
+func TestPlayersJoinDropAndRejoin(t *testing.T) {
+	s := startStack(t, 1)
+	spec := fleetSpec(1, nil)
+	spec["playerSessions"] = map[string]any{"maxPlayers": 4, "reservationTimeoutSeconds": 60, "reconnectWindowSeconds": 3}
+	if code := s.rest("POST", "/v1/fleets?fleetId=arena", spec, nil); code != http.StatusOK {
+		t.Fatalf("create fleet: %d", code)
+	}
+	wait.For(t, 15*time.Second, "a READY game server", func() bool { return len(byState(s.gameServers("arena"), "READY")) == 1 })
+
+	a := s.allocate("arena", "p1", "p2")
+	if len(a.PlayerSessions) != 2 || len(a.Endpoint.Ports) == 0 {
+		t.Fatalf("allocation: %+v", a)
+	}
+	p1, p2 := a.PlayerSessions[0], a.PlayerSessions[1]
+
+	// Forged and other-session tokens are refused before anyone joins.
+	if _, reply := join(t, a, psID(t, p1.Name), p2.Token); !strings.HasPrefix(reply, "REFUSED") {
+		t.Fatalf("p1 with p2's token: %q", reply)
+	}
+	if _, reply := join(t, a, psID(t, p1.Name), "k.1.forged"); !strings.HasPrefix(reply, "REFUSED") {
+		t.Fatalf("p1 with a forged token: %q", reply)
+	}
+
+	_, reply := join(t, a, psID(t, p1.Name), p1.Token)
+	if reply != "WELCOME p1 slot=0 reconnected=false" {
+		t.Fatalf("p1 join: %q", reply)
+	}
+	conn2, reply := join(t, a, psID(t, p2.Name), p2.Token)
+	if reply != "WELCOME p2 slot=1 reconnected=false" {
+		t.Fatalf("p2 join: %q", reply)
+	}
+	wait.For(t, 5*time.Second, "both players ACTIVE", func() bool {
+		return s.playerSession(p1.Name).State == "ACTIVE" && s.playerSession(p2.Name).State == "ACTIVE"
+	})
+
+	// p2 drops; the seat is kept.
+	conn2.conn.Close()
+	wait.For(t, 5*time.Second, "p2 DISCONNECTED", func() bool { return s.playerSession(p2.Name).State == "DISCONNECTED" })
+
+	// p2's client lost everything but the player session id: one call gets
+	// the endpoint, the seat and a fresh token.
+	var rec struct {
+		PlayerSession playerSession `json:"playerSession"`
+		Token         string        `json:"token"`
+		Endpoint      struct {
+			Address string `json:"address"`
+		} `json:"endpoint"`
+	}
+	if code := s.rest("POST", "/v1/"+p2.Name+":reconnect", map[string]any{}, &rec); code != http.StatusOK {
+		t.Fatalf("reconnect: %d", code)
+	}
+	if rec.PlayerSession.Slot != 1 || rec.Endpoint.Address != a.Endpoint.Address || rec.Token == "" {
+		t.Fatalf("reconnect answer: %+v", rec)
+	}
+	conn2, reply = join(t, a, psID(t, p2.Name), rec.Token)
+	if reply != "WELCOME p2 slot=1 reconnected=true" {
+		t.Fatalf("p2 rejoin: %q", reply)
+	}
+	wait.For(t, 5*time.Second, "p2 ACTIVE again", func() bool {
+		p := s.playerSession(p2.Name)
+		return p.State == "ACTIVE" && p.ReconnectCount == 1 && p.Slot == 1
+	})
+
+	// A second drop, and the window passes.
+	conn2.conn.Close()
+	wait.For(t, 10*time.Second, "p2 COMPLETED by the window", func() bool {
+		p := s.playerSession(p2.Name)
+		return p.State == "COMPLETED" && p.EndReason == "RECONNECT_WINDOW_EXPIRED"
+	})
+	var errBody struct {
+		Details []struct {
+			Reason string `json:"reason"`
+		} `json:"details"`
+	}
+	if code := s.rest("POST", "/v1/"+p2.Name+":reconnect", map[string]any{}, &errBody); code != http.StatusBadRequest ||
+		len(errBody.Details) == 0 || errBody.Details[0].Reason != "PLAYER_SESSION_EXPIRED" {
+		t.Fatalf("reconnect after the window: %d %+v", code, errBody)
+	}
+	if _, reply := join(t, a, psID(t, p2.Name), rec.Token); !strings.HasPrefix(reply, "REFUSED") {
+		t.Fatalf("join after the window: %q", reply)
+	}
+	if p := s.playerSession(p1.Name); p.State != "ACTIVE" {
+		t.Fatalf("p1 is %s, want ACTIVE throughout", p.State)
+	}
+
+	// The history of the game session tells the whole story.
+	h := s.history(a.GameSession.Name)
+	want := "GameSessionCreated → PlayerAccepted → PlayerAccepted → PlayerDisconnected → PlayerReconnected → PlayerDisconnected → PlayerSessionCompleted"
+	if got := types(h); got != want {
+		t.Fatalf("game session history:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// An allocated game server that hangs is still replaced, and its game
+// session ends with the server's reason; its players' sessions complete.
+func TestAllocatedServerFailureEndsItsSession(t *testing.T) {
+	s := startStack(t, 1)
+	spec := fleetSpec(1, map[string]string{"TETHER_EXAMPLE_STOP_HEARTBEAT_AFTER": "3s"})
+	spec["health"] = map[string]any{"initialDelaySeconds": 1, "periodSeconds": 1, "failureThreshold": 2}
+	if code := s.rest("POST", "/v1/fleets?fleetId=arena", spec, nil); code != http.StatusOK {
+		t.Fatalf("create fleet: %d", code)
+	}
+	wait.For(t, 15*time.Second, "a READY game server", func() bool { return len(byState(s.gameServers("arena"), "READY")) == 1 })
+	a := s.allocate("arena", "p1")
+	wait.For(t, 20*time.Second, "the game session ended with the server's reason", func() bool {
+		var g gameSession
+		return s.rest("GET", "/v1/"+a.GameSession.Name, nil, &g) == http.StatusOK &&
+			g.State == "ENDED" && g.EndReason == "SERVER_ENDED" && g.ServerReason == "HEALTH_CHECK_FAILED"
+	})
+	if p := s.playerSession(a.PlayerSessions[0].Name); p.State != "COMPLETED" || p.EndReason != "GAME_SESSION_ENDED" {
+		t.Fatalf("player session: %+v", p)
+	}
+	wait.For(t, 20*time.Second, "a replacement", func() bool {
+		for _, g := range s.gameServers("arena") {
+			if g.Name != a.GameServer.Name && (g.State == "READY" || g.State == "STARTING") {
+				return true
+			}
+		}
+		return false
+	})
+}
