@@ -57,16 +57,25 @@ func (s *stack) allocate(fleet string, players ...string) allocation {
 		ps = append(ps, map[string]any{"playerId": p, "playerData": "data-of-" + p})
 	}
 	var out allocation
-	if code := s.rest("POST", "/v1/fleets/"+fleet+"/gameServers:allocate", map[string]any{"players": ps}, &out); code != http.StatusOK {
+	body := map[string]any{"players": ps, "gameSession": map[string]any{"properties": map[string]string{"map": "dust"}}}
+	if code := s.rest("POST", "/v1/fleets/"+fleet+"/gameServers:allocate", body, &out); code != http.StatusOK {
 		s.t.Fatalf("allocate: %d", code)
 	}
 	return out
 }
 
+// playerSession reads a player session; before the views have it, the
+// zero value (its game session is projected a moment after the allocation
+// returns).
 func (s *stack) playerSession(name string) playerSession {
 	s.t.Helper()
 	var out playerSession
-	if code := s.rest("GET", "/v1/"+name, nil, &out); code != http.StatusOK {
+	switch code := s.rest("GET", "/v1/"+name, nil, &out); code {
+	case http.StatusOK:
+		return out
+	case http.StatusNotFound:
+		return playerSession{}
+	default:
 		s.t.Fatalf("get %s: %d", name, code)
 	}
 	return out
@@ -100,6 +109,27 @@ func join(t *testing.T, a allocation, playerSession, token string) (*player, str
 	return p, p.lines.Text()
 }
 
+// serverState asks the example game server what WatchGameServer told it.
+func serverState(t *testing.T, a allocation) string {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", net.JoinHostPort(a.Endpoint.Address, fmt.Sprint(a.Endpoint.Ports[0].Port)), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintln(conn, "STATE"); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(conn)
+	if !lines.Scan() {
+		t.Fatalf("no answer to STATE: %v", lines.Err())
+	}
+	return lines.Text()
+}
+
 func psID(t *testing.T, name string) string {
 	t.Helper()
 	_, id, err := events.ParsePlayerSessionName(name)
@@ -127,6 +157,9 @@ func TestPlayersJoinDropAndRejoin(t *testing.T) {
 	if len(a.PlayerSessions) != 2 || len(a.Endpoint.Ports) == 0 {
 		t.Fatalf("allocation: %+v", a)
 	}
+	// The game learns of its allocation through WatchGameServer.
+	wantState := "STATE ALLOCATED " + a.GameSession.Name + " players=2 map=dust"
+	wait.For(t, 5*time.Second, "the game server to see its allocation", func() bool { return serverState(t, a) == wantState })
 	p1, p2 := a.PlayerSessions[0], a.PlayerSessions[1]
 
 	// Forged and other-session tokens are refused before anyone joins.

@@ -31,7 +31,9 @@
 // slot=<n> reconnected=<true|false>" (then echoes lines) or "REFUSED <why>"
 // and closes. When a player's connection drops the server calls
 // DisconnectPlayer (the seat waits for the reconnect window); the line
-// "LEAVE" calls RemovePlayer and closes the connection.
+// "LEAVE" calls RemovePlayer and closes the connection. A connection whose
+// first line is "STATE" gets the server's state as WatchGameServer last
+// told it ("STATE ALLOCATED gameSessions/… players=2 map=dust").
 package main
 
 import (
@@ -45,6 +47,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -264,6 +267,7 @@ func run(ctx context.Context, log *slog.Logger, cfg config) int {
 				log.Info("game server changed", "state", gs.GetState(), "game_session", gs.GetGameSession())
 			}
 			last = gs
+			lobby.state.Store(gs)
 			n := gs.GetShutdown()
 			if n == nil || noticed {
 				continue
@@ -356,6 +360,10 @@ func echoTCP(l net.Listener, players *lobby) {
 					first = false
 					continue
 				}
+				if first && line == "STATE" {
+					_, _ = fmt.Fprintln(conn, players.describe()) // the client may be gone; nothing to do then
+					return
+				}
 				first = false
 				if player != "" && line == "LEAVE" {
 					players.leave(player)
@@ -375,7 +383,29 @@ func echoTCP(l net.Listener, players *lobby) {
 // lobby turns player connections into SDK player calls.
 type lobby struct {
 	log    *slog.Logger
-	client atomic.Pointer[sdk.Client] // nil until the SDK is connected
+	client atomic.Pointer[sdk.Client]       // nil until the SDK is connected
+	state  atomic.Pointer[sdkv1.GameServer] // latest from WatchGameServer
+}
+
+// describe answers "STATE": "STATE <state> <game session or -> players=<n>
+// <property>=<value>…", as WatchGameServer last told it.
+func (l *lobby) describe() string {
+	gs := l.state.Load()
+	session := gs.GetGameSession()
+	if session == "" {
+		session = "-"
+	}
+	out := fmt.Sprintf("STATE %s %s players=%d", gs.GetState(), session, len(gs.GetAllocation().GetPlayers()))
+	props := gs.GetAllocation().GetProperties()
+	keys := make([]string, 0, len(props))
+	for k := range props {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		out += " " + k + "=" + props[k]
+	}
+	return out
 }
 
 // playerCallTimeout bounds one player call to the agent.
