@@ -25,6 +25,8 @@ type client struct {
 	fleets      tetherv1.FleetServiceClient
 	gameServers tetherv1.GameServerServiceClient
 	hosts       tetherv1.HostServiceClient
+	allocation  tetherv1.AllocationServiceClient
+	sessions    tetherv1.GameSessionServiceClient
 }
 
 // dial prepares a connection to addr; it connects on the first call. Each
@@ -41,6 +43,8 @@ func dial(addr string, timeout time.Duration) (*client, error) {
 		fleets:      tetherv1.NewFleetServiceClient(conn),
 		gameServers: tetherv1.NewGameServerServiceClient(conn),
 		hosts:       tetherv1.NewHostServiceClient(conn),
+		allocation:  tetherv1.NewAllocationServiceClient(conn),
+		sessions:    tetherv1.NewGameSessionServiceClient(conn),
 	}, nil
 }
 

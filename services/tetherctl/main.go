@@ -1,7 +1,8 @@
 // Command tetherctl is the operators' command-line client of Tether's
 // control-plane API (DESIGN.md §6): it creates, scales and deletes fleets,
-// lists and watches game servers, and lists hosts, talking gRPC to an API
-// server and printing tables, JSON or YAML.
+// lists and watches game servers, lists hosts, allocates game servers and
+// shows and manages game and player sessions, talking gRPC to an API server
+// and printing tables, JSON or YAML.
 //
 // Usage:
 //

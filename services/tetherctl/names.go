@@ -12,6 +12,11 @@ const (
 	gameServersInfix  = "/gameServers/"
 	allFleetsParent   = "fleets/-"
 	gameServerFormats = `FLEET/GAMESERVER or fleets/FLEET/gameServers/GAMESERVER`
+
+	gameSessionsPrefix   = "gameSessions/"
+	playerSessionsInfix  = "/playerSessions/"
+	gameSessionFormats   = `GAMESESSION or gameSessions/GAMESESSION`
+	playerSessionFormats = `GAMESESSION/PLAYERSESSION or gameSessions/GAMESESSION/playerSessions/PLAYERSESSION`
 )
 
 // fleetName accepts "arena" or "fleets/arena" and returns "fleets/arena".
@@ -46,8 +51,37 @@ func gameServerName(s string) (string, error) {
 	return fleetsPrefix + fleet + gameServersInfix + gs, nil
 }
 
+// gameSessionName accepts "gsess-1" or "gameSessions/gsess-1" and returns
+// the full name.
+func gameSessionName(s string) (string, error) {
+	id := strings.TrimPrefix(s, gameSessionsPrefix)
+	if id == "" || strings.Contains(id, "/") {
+		return "", fmt.Errorf("game session name %q: want %s", s, gameSessionFormats)
+	}
+	return gameSessionsPrefix + id, nil
+}
+
+// playerSessionName accepts
+// "gameSessions/gsess-1/playerSessions/ps-1" or the short form
+// "gsess-1/ps-1" and returns the full name.
+func playerSessionName(s string) (string, error) {
+	if rest, ok := strings.CutPrefix(s, gameSessionsPrefix); ok {
+		gsess, ps, ok := strings.Cut(rest, playerSessionsInfix)
+		if !ok || gsess == "" || ps == "" || strings.Contains(gsess, "/") || strings.Contains(ps, "/") {
+			return "", fmt.Errorf("player session name %q: want %s", s, playerSessionFormats)
+		}
+		return s, nil
+	}
+	gsess, ps, ok := strings.Cut(s, "/")
+	if !ok || gsess == "" || ps == "" || strings.Contains(ps, "/") {
+		return "", fmt.Errorf("player session name %q: want %s", s, playerSessionFormats)
+	}
+	return gameSessionsPrefix + gsess + playerSessionsInfix + ps, nil
+}
+
 // shortName renders a resource name the way the commands accept it short:
-// "arena", "arena/gs-1", "h1". Names of another shape are kept.
+// "arena", "arena/gs-1", "h1", "gsess-1", "gsess-1/ps-1". Names of another
+// shape are kept.
 func shortName(name string) string {
 	if rest, ok := strings.CutPrefix(name, fleetsPrefix); ok {
 		if fleet, gs, ok := strings.Cut(rest, gameServersInfix); ok {
@@ -56,6 +90,12 @@ func shortName(name string) string {
 		return rest
 	}
 	if rest, ok := strings.CutPrefix(name, hostsPrefix); ok {
+		return rest
+	}
+	if rest, ok := strings.CutPrefix(name, gameSessionsPrefix); ok {
+		if gsess, ps, ok := strings.Cut(rest, playerSessionsInfix); ok {
+			return gsess + "/" + ps
+		}
 		return rest
 	}
 	return name

@@ -41,11 +41,13 @@ func newRoot(out io.Writer) *cobra.Command {
 	a := &app{out: out, now: time.Now}
 	root := &cobra.Command{
 		Use:   "tetherctl",
-		Short: "Operate Tether: fleets, game servers and hosts",
+		Short: "Operate Tether: fleets, game servers, hosts, allocations and sessions",
 		Long: `tetherctl talks gRPC to a Tether API server.
 
 Names may be given short or in full: "arena" or "fleets/arena",
-"arena/gs-7f3k2" or "fleets/arena/gameServers/gs-7f3k2", "h1" or "hosts/h1".`,
+"arena/gs-7f3k2" or "fleets/arena/gameServers/gs-7f3k2", "h1" or "hosts/h1",
+"gsess-1" or "gameSessions/gsess-1", "gsess-1/ps-1" or
+"gameSessions/gsess-1/playerSessions/ps-1".`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
@@ -69,7 +71,8 @@ Names may be given short or in full: "arena" or "fleets/arena",
 	f.StringVar(&a.addr, "addr", addr, "API server gRPC address (default from $"+addrEnv+")")
 	f.StringVarP(&a.output, "output", "o", formatTable, "output format: table, json or yaml")
 	f.DurationVar(&a.timeout, "timeout", defaultTimeout, "time limit of each API request")
-	root.AddCommand(a.fleetsCommand(), a.gameServersCommand(), a.hostsCommand())
+	root.AddCommand(a.fleetsCommand(), a.gameServersCommand(), a.hostsCommand(),
+		a.allocateCommand(), a.sessionsCommand(), a.playersCommand())
 	return root
 }
 

@@ -28,7 +28,9 @@ func TestNames(t *testing.T) {
 		{"short game server", shortName("fleets/arena/gameServers/gs-1"), "arena/gs-1"},
 		{"short fleet", shortName("fleets/arena"), "arena"},
 		{"short host", shortName("hosts/h1"), "h1"},
-		{"other name kept", shortName("gameSessions/x"), "gameSessions/x"},
+		{"short game session", shortName("gameSessions/gsess-1"), "gsess-1"},
+		{"short player session", shortName("gameSessions/gsess-1/playerSessions/ps-1"), "gsess-1/ps-1"},
+		{"other name kept", shortName("operations/x"), "operations/x"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s: got %q, want %q", tc.name, tc.got, tc.want)
@@ -47,6 +49,172 @@ func TestNames(t *testing.T) {
 		got, err := gameServerName(tc.in)
 		if got != tc.want || (err == nil) != tc.ok {
 			t.Errorf("gameServerName(%q) = %q, %v", tc.in, got, err)
+		}
+	}
+}
+
+func TestSessionNames(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		parse func(string) (string, error)
+		in    string
+		want  string
+		ok    bool
+	}{
+		{"game session short", gameSessionName, "gsess-1", "gameSessions/gsess-1", true},
+		{"game session full", gameSessionName, "gameSessions/gsess-1", "gameSessions/gsess-1", true},
+		{"game session empty", gameSessionName, "gameSessions/", "", false},
+		{"game session with a slash", gameSessionName, "gsess-1/ps-1", "", false},
+		{"player session short", playerSessionName, "gsess-1/ps-1", "gameSessions/gsess-1/playerSessions/ps-1", true},
+		{"player session full", playerSessionName, "gameSessions/gsess-1/playerSessions/ps-1", "gameSessions/gsess-1/playerSessions/ps-1", true},
+		{"player session alone", playerSessionName, "ps-1", "", false},
+		{"player session half", playerSessionName, "gsess-1/", "", false},
+		{"player session too deep", playerSessionName, "a/b/c", "", false},
+		{"player session of a session", playerSessionName, "gameSessions/gsess-1", "", false},
+		{"player session wrong collection", playerSessionName, "gameSessions/gsess-1/players/ps-1", "", false},
+		{"player session empty id", playerSessionName, "gameSessions/gsess-1/playerSessions/", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.parse(tc.in)
+			if got != tc.want || (err == nil) != tc.ok {
+				t.Fatalf("%q: got %q, %v", tc.in, got, err)
+			}
+		})
+	}
+}
+
+func TestParsePlayers(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   []string
+		want string // "id:data" joined by " ", or the error
+	}{
+		{"none", nil, ""},
+		{"id only", []string{"p1"}, "p1:"},
+		{"data after the first =", []string{"p1=elo=1500,eu", "p2="}, "p1:elo=1500,eu p2:"},
+		{"no id", []string{"=x"}, `--player "=x": want ID or ID=DATA`},
+		{"empty", []string{""}, `--player "": want ID or ID=DATA`},
+		{"twice", []string{"p1", "p1=x"}, "--player p1 given twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			players, err := parsePlayers(tc.in)
+			var got []string
+			for _, p := range players {
+				got = append(got, p.GetPlayerId()+":"+p.GetPlayerData())
+			}
+			if err != nil {
+				got = []string{err.Error()}
+			}
+			if strings.Join(got, " ") != tc.want {
+				t.Fatalf("got %q, want %q", strings.Join(got, " "), tc.want)
+			}
+		})
+	}
+}
+
+func TestParseSelectors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   []string
+		want string // selectors as "k=v,…" joined by " | ", or the error
+	}{
+		{"none", nil, ""},
+		{"one label", []string{"mode=ranked"}, "mode=ranked"},
+		{"in order, labels sorted", []string{"region=eu,mode=ranked", "mode=ranked", ""}, "mode=ranked,region=eu | mode=ranked | "},
+		{"spaces around pairs", []string{" a=1 , b=2 "}, "a=1,b=2"},
+		{"empty value", []string{"tier="}, "tier="},
+		{"no =", []string{"mode"}, `--selector "mode": want KEY=VALUE`},
+		{"no key", []string{"=ranked"}, `--selector "=ranked": want KEY=VALUE`},
+		{"trailing comma", []string{"mode=ranked,"}, `--selector "": want KEY=VALUE`},
+		{"key twice", []string{"a=1,a=2"}, `--selector: key "a" given twice`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sels, err := parseSelectors(tc.in)
+			var got []string
+			for _, s := range sels {
+				got = append(got, keyValues(s.GetMatchLabels()))
+			}
+			if err != nil {
+				got = []string{err.Error()}
+			}
+			if strings.Join(got, " | ") != tc.want {
+				t.Fatalf("got %q, want %q", strings.Join(got, " | "), tc.want)
+			}
+		})
+	}
+}
+
+func TestAllocateRequest(t *testing.T) {
+	req, err := allocateFlags{
+		players: []string{"p1=d"}, selectors: []string{"mode=ranked"}, properties: []string{"map=dust"},
+		scheduling: "distributed", requestID: "r1", maxPlayers: 4,
+	}.request("-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.GetParent() != "fleets/-" || req.GetRequestId() != "r1" || req.GetScheduling() != "DISTRIBUTED" ||
+		req.GetSelector() != nil || len(req.GetSelectors()) != 1 || req.GetSelectors()[0].GetMatchLabels()["mode"] != "ranked" ||
+		req.GetGameSession().GetProperties()["map"] != "dust" || req.GetGameSession().GetMaxPlayers() != 4 ||
+		len(req.GetPlayers()) != 1 || req.GetPlayers()[0].GetPlayerData() != "d" {
+		t.Fatalf("request %v", req)
+	}
+	if req, err := (allocateFlags{}).request("fleets/arena"); err != nil || req.GetParent() != "fleets/arena" ||
+		len(req.GetSelectors()) != 0 || len(req.GetPlayers()) != 0 || req.GetGameSession().GetProperties() != nil {
+		t.Fatalf("bare request %v, %v", req, err)
+	}
+	for _, f := range []allocateFlags{
+		{maxPlayers: -1}, {properties: []string{"map"}}, {players: []string{"=x"}}, {selectors: []string{"x"}},
+	} {
+		if _, err := f.request("arena"); err == nil {
+			t.Errorf("%+v: no error", f)
+		}
+	}
+}
+
+func TestRetryHint(t *testing.T) {
+	c := &client{addr: "127.0.0.1:7070"}
+	for _, tc := range []struct {
+		name string
+		err  error
+		hint bool
+	}{
+		{"refused", c.apiError("fleets/-", withDetails(t, status.New(codes.ResourceExhausted, "no READY game server"),
+			&errdetails.ErrorInfo{Reason: "NO_READY_GAME_SERVER"}).Err()), false},
+		{"invalid", c.apiError("fleets/-", status.New(codes.InvalidArgument, "bad").Err()), false},
+		{"timeout", c.apiError("fleets/-", status.New(codes.DeadlineExceeded, "context deadline exceeded").Err()), true},
+		{"unreachable", c.apiError("fleets/-", status.New(codes.Unavailable, "connection refused").Err()), true},
+		{"not a status", c.apiError("fleets/-", errors.New("boom")), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := retryHint(tc.err, "r1")
+			if hint := strings.Contains(err.Error(), "retry with --request-id r1"); hint != tc.hint {
+				t.Fatalf("%q: hint %v, want %v", err, hint, tc.hint)
+			}
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("%v does not wrap %v", err, tc.err)
+			}
+		})
+	}
+}
+
+func TestEndpointAndSeats(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		got  string
+		want string
+	}{
+		{"no ports", endpoint(&tetherv1.Endpoint{Address: "10.0.0.1"}), "10.0.0.1"},
+		{"unset", endpoint(nil), "-"},
+		{"ports", endpoint(&tetherv1.Endpoint{Address: "10.0.0.1", Ports: []*tetherv1.Port{
+			{Name: "game", Port: 7001}, {Name: "query", Port: 7002, Protocol: tetherv1.PortSpec_TCP}}}),
+			"10.0.0.1:7001 (game/UDP), 10.0.0.1:7002 (query/TCP)"},
+		{"seats", seats(&tetherv1.GameSession{PlayerCount: 2, MaxPlayers: 8}), "2/8"},
+		{"unlimited seats", seats(&tetherv1.GameSession{PlayerCount: 2}), "2/-"},
+		{"end reason", endReason(&tetherv1.GameSession{EndReason: "SERVER_READY_AGAIN"}), "SERVER_READY_AGAIN"},
+		{"end reason with the server's", endReason(&tetherv1.GameSession{EndReason: "SERVER_ENDED", ServerReason: "HOST_LOST"}), "SERVER_ENDED(HOST_LOST)"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.name, tc.got, tc.want)
 		}
 	}
 }
