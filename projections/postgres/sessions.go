@@ -151,9 +151,12 @@ func (v *Views) AllocationCandidates(ctx context.Context, q AllocationQuery) ([]
 	if q.Distributed {
 		order = "ASC"
 	}
-	rows, err := v.pool.Query(ctx, `SELECT g.snapshot, g.last_sequence FROM game_servers g
+	// Hosts are ranked by their ALLOCATED servers, counted once per query.
+	rows, err := v.pool.Query(ctx, `WITH busy AS (
+  SELECT host, count(*) AS n FROM game_servers WHERE state = 'ALLOCATED' GROUP BY host)
+SELECT g.snapshot, g.last_sequence FROM game_servers g LEFT JOIN busy b ON b.host = g.host
 WHERE g.state = 'READY' AND ($1 = '' OR g.fleet = $1) AND g.labels @> $2::jsonb AND NOT g.name = ANY($3)
-ORDER BY (SELECT count(*) FROM game_servers a WHERE a.host = g.host AND a.state = 'ALLOCATED') `+order+`, g.name
+ORDER BY coalesce(b.n, 0) `+order+`, g.host, g.name
 LIMIT $4`, q.Fleet, labels, q.Exclude, q.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("views: allocation candidates: %w", err)

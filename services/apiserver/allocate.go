@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -24,15 +23,16 @@ import (
 // found no READY game server matching its selectors.
 const ReasonNoReadyGameServer = "NO_READY_GAME_SERVER"
 
+// ReasonAllocationContended is the ErrorInfo reason of an allocation that
+// lost too many races for servers in a row (retry it).
+const ReasonAllocationContended = "ALLOCATION_CONTENDED"
+
 // Allocation tuning.
 const (
-	// allocCandidates is how many READY servers one query returns.
-	allocCandidates = 16
-	// allocSpread picks at random among the best few candidates, so that
-	// concurrent allocators (and replicas) rarely race for the same server.
-	allocSpread = 4
 	// allocAttempts bounds the appends one allocation tries.
-	allocAttempts = 32
+	allocAttempts = 64
+	// policyTTL is how long a replica reuses a fleet's player-session policy.
+	policyTTL = time.Second
 	// maxAllocPlayers bounds the players of one allocation.
 	maxAllocPlayers = 1000
 )
@@ -74,6 +74,9 @@ func (a *allocationService) AllocateGameServer(ctx context.Context, req *tetherv
 		return nil, invalidField("game_session.max_players", fmt.Sprintf("%d seats cannot hold %d players", n, len(req.GetPlayers())))
 	}
 	selectors := req.GetSelectors()
+	if req.GetSelector() != nil && len(selectors) > 0 {
+		return nil, invalidField("selectors", "give selector or selectors, not both")
+	}
 	if req.GetSelector() != nil {
 		selectors = []*tetherv1.LabelSelector{req.GetSelector()}
 	}
@@ -87,24 +90,30 @@ func (a *allocationService) AllocateGameServer(ctx context.Context, req *tetherv
 			return a.replay(ctx, gs, seq)
 		}
 	}
-	policies := map[string]*eventsv1.PlayerSessionPolicy{}
+	if fleet != "" {
+		if _, err := a.policy(ctx, fleet); err != nil {
+			return nil, err // NOT_FOUND for a fleet that does not exist
+		}
+	}
 	attempts := 0
 	for _, sel := range selectors {
-		var tried []string
+		q := postgres.AllocationQuery{Fleet: fleet, MatchLabels: sel.GetMatchLabels(), Distributed: distributed}
 		for attempts < allocAttempts {
-			cands, err := s.opts.Views.AllocationCandidates(ctx, postgres.AllocationQuery{
-				Fleet: fleet, MatchLabels: sel.GetMatchLabels(), Distributed: distributed, Exclude: tried, Limit: allocCandidates,
-			})
+			c, ok, err := s.candidates.take(ctx, q)
 			if err != nil {
 				return nil, err
 			}
-			if len(cands) == 0 {
+			if !ok {
 				break // next selector
 			}
-			c := cands[rand.IntN(min(allocSpread, len(cands)))]
 			name := c.State.GetName()
-			policy, err := a.policy(ctx, name, policies)
+			fleetID, _, err := events.ParseGameServerName(name)
 			if err != nil {
+				return nil, err
+			}
+			policy, err := a.policy(ctx, events.FleetName(fleetID))
+			if err != nil {
+				s.candidates.release(name)
 				return nil, err
 			}
 			state, seq := c.State, c.Sequence
@@ -115,6 +124,7 @@ func (a *allocationService) AllocateGameServer(ctx context.Context, req *tetherv
 					return resp, nil
 				}
 				if !errors.Is(err, events.ErrConflict) {
+					s.candidates.release(name)
 					return nil, err
 				}
 				// Someone wrote to the server since the views saw it: fold
@@ -123,8 +133,11 @@ func (a *allocationService) AllocateGameServer(ctx context.Context, req *tetherv
 					return nil, err
 				}
 			}
-			tried = append(tried, name)
 		}
+	}
+	if attempts >= allocAttempts {
+		return nil, &apiError{code: codes.Aborted, reason: ReasonAllocationContended,
+			msg: fmt.Sprintf("%d allocation attempts lost races with other writers; retry with the same request id", attempts)}
 	}
 	return nil, &apiError{code: codes.ResourceExhausted, reason: ReasonNoReadyGameServer,
 		msg: fmt.Sprintf("no READY game server in %s matches the selectors", req.GetParent())}
@@ -141,22 +154,36 @@ func parseScheduling(s string) (bool, error) {
 	return false, invalidField("scheduling", fmt.Sprintf("%q: must be PACKED or DISTRIBUTED", s))
 }
 
-// policy returns the player-session policy of a game server's fleet.
-func (a *allocationService) policy(ctx context.Context, gameServer string, cache map[string]*eventsv1.PlayerSessionPolicy) (*eventsv1.PlayerSessionPolicy, error) {
-	fleet, _, err := events.ParseGameServerName(gameServer)
+// policy returns the player-session policy of a fleet (a resource name),
+// from a replica-wide cache of policyTTL; a deleted or unknown fleet is
+// NOT_FOUND.
+func (a *allocationService) policy(ctx context.Context, fleet string) (*eventsv1.PlayerSessionPolicy, error) {
+	s := a.s
+	now := s.opts.Now()
+	s.policyMu.Lock()
+	c, ok := s.policies[fleet]
+	s.policyMu.Unlock()
+	if ok && now.Sub(c.read) < policyTTL {
+		return c.policy, nil
+	}
+	f, err := s.opts.Views.Fleet(ctx, fleet)
 	if err != nil {
 		return nil, err
 	}
-	if p, ok := cache[fleet]; ok {
-		return p, nil
-	}
-	f, err := a.s.opts.Views.Fleet(ctx, events.FleetName(fleet))
-	if err != nil {
-		return nil, err
+	if f.State.GetDeleted() {
+		return nil, &apiError{code: codes.NotFound, reason: ReasonNotFound, msg: fmt.Sprintf("fleet %s was deleted", fleet)}
 	}
 	p := f.State.GetSpec().GetPlayerSessions()
-	cache[fleet] = p
+	s.policyMu.Lock()
+	s.policies[fleet] = cachedPolicy{policy: p, read: now}
+	s.policyMu.Unlock()
 	return p, nil
+}
+
+// cachedPolicy is a fleet's player-session policy as read at a time.
+type cachedPolicy struct {
+	policy *eventsv1.PlayerSessionPolicy
+	read   time.Time
 }
 
 // catchUp folds the events appended to a game server after seq.
@@ -320,7 +347,11 @@ func (a *allocationService) replay(ctx context.Context, gameServer string, seq u
 	if err != nil {
 		return nil, err
 	}
-	policy, err := a.policy(ctx, gameServer, map[string]*eventsv1.PlayerSessionPolicy{})
+	fleetID, _, err := events.ParseGameServerName(gameServer)
+	if err != nil {
+		return nil, err
+	}
+	policy, err := a.policy(ctx, events.FleetName(fleetID))
 	if err != nil {
 		return nil, err
 	}

@@ -206,7 +206,9 @@ func TestAllocateSelectorsAndErrors(t *testing.T) {
 		{"no server matches", "/v1/fleets/arena/gameServers:allocate",
 			map[string]any{"selector": map[string]any{"matchLabels": map[string]string{"mode": "casual"}}},
 			http.StatusTooManyRequests, "NO_READY_GAME_SERVER"},
-		{"unknown fleet", "/v1/fleets/nope/gameServers:allocate", map[string]any{}, http.StatusTooManyRequests, "NO_READY_GAME_SERVER"},
+		{"unknown fleet", "/v1/fleets/nope/gameServers:allocate", map[string]any{}, http.StatusNotFound, "NOT_FOUND"},
+		{"selector and selectors", "/v1/fleets/arena/gameServers:allocate", map[string]any{
+			"selector": map[string]any{}, "selectors": []any{map[string]any{}}}, http.StatusBadRequest, "INVALID_ARGUMENT"},
 		{"bad scheduling", "/v1/fleets/arena/gameServers:allocate", map[string]any{"scheduling": "RANDOM"}, http.StatusBadRequest, "INVALID_ARGUMENT"},
 		{"player without id", "/v1/fleets/arena/gameServers:allocate", map[string]any{"players": []any{map[string]any{}}}, http.StatusBadRequest, "INVALID_ARGUMENT"},
 		{"more players than seats", "/v1/fleets/arena/gameServers:allocate", map[string]any{

@@ -35,7 +35,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // stack is one API replica over real NATS JetStream and PostgreSQL, with a
 // projector that a test may start late.
 type stack struct {
-	t         *testing.T
+	t         testing.TB
 	ctx       context.Context
 	base      string
 	store     *natsjs.Store
@@ -43,6 +43,7 @@ type stack struct {
 	errs      chan error
 	running   int
 	bases     []string          // every replica's REST base URL; base is bases[0]
+	grpcAddrs []string          // every replica's gRPC address
 	tokens    *playertoken.Ring // the replicas' player-token keys
 }
 
@@ -53,7 +54,7 @@ type stackOptions struct {
 	replicas      int  // API replicas over the same NATS and PostgreSQL; default 1
 }
 
-func newStack(t *testing.T, o stackOptions) *stack {
+func newStack(t testing.TB, o stackOptions) *stack {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -86,6 +87,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 			t.Fatal(err)
 		}
 		s.bases = append(s.bases, "http://"+api.HTTPAddr())
+		s.grpcAddrs = append(s.grpcAddrs, api.GRPCAddr())
 		s.run(api.Run)
 	}
 	s.base = s.bases[0]

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -163,6 +164,11 @@ type Server struct {
 	prop     propagation.TextMapPropagator
 
 	grpcLis, httpLis net.Listener
+
+	candidates *candidatePool // READY servers to allocate
+
+	policyMu sync.Mutex
+	policies map[string]cachedPolicy // fleet → player-session policy
 }
 
 // New builds a server and binds its listeners, so the addresses are known
@@ -172,7 +178,8 @@ func New(opts Options) (*Server, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, log: opts.Logger, producer: "apiservers/" + opts.ReplicaID, prop: propagation.TraceContext{}}
+	s := &Server{opts: opts, log: opts.Logger, producer: "apiservers/" + opts.ReplicaID, prop: propagation.TraceContext{},
+		candidates: newCandidatePool(opts.Views, opts.Now), policies: map[string]cachedPolicy{}}
 	var err error
 	if s.grpcLis = opts.GRPCListener; s.grpcLis == nil {
 		if s.grpcLis, err = net.Listen("tcp", opts.GRPCAddr); err != nil {

@@ -215,7 +215,7 @@ func (g *gameSessionService) CreatePlayerSession(ctx context.Context, req *tethe
 // may not have noticed the drop yet — or DISCONNECTED within its window).
 func (g *gameSessionService) ReconnectPlayerSession(ctx context.Context, req *tetherv1.ReconnectPlayerSessionRequest) (*tetherv1.ReconnectPlayerSessionResponse, error) {
 	s := g.s
-	row, p, err := g.playerSession(ctx, req.GetName(), 0)
+	row, p, err := g.playerSession(ctx, req.GetName(), req.GetMinSequence())
 	if err != nil {
 		return nil, err
 	}
@@ -231,9 +231,7 @@ func (g *gameSessionService) ReconnectPlayerSession(ctx context.Context, req *te
 		return nil, err
 	}
 	token := s.opts.Tokens.Sign(p.GetName(), now.Add(s.opts.TokenTTL))
-	out := playerSessionToAPI(p, row.Sequence)
-	out.Token = token
-	return &tetherv1.ReconnectPlayerSessionResponse{PlayerSession: out, Endpoint: endpointOf(gs.State), Token: token}, nil
+	return &tetherv1.ReconnectPlayerSessionResponse{PlayerSession: playerSessionToAPI(p, row.Sequence), Endpoint: endpointOf(gs.State), Token: token}, nil
 }
 
 // describeEnd says why a seat is gone, for error messages.

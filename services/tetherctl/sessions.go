@@ -287,15 +287,8 @@ it fails with PLAYER_SESSION_EXPIRED.`,
 			return a.withClient(func(c *client) error {
 				ctx, cancel := c.call(cmd.Context())
 				defer cancel()
-				if minSeq > 0 {
-					// The call itself cannot wait for the views, so a read
-					// does (e.g. right after the allocation that made the seat).
-					if _, err := c.sessions.GetPlayerSession(ctx, &tetherv1.GetPlayerSessionRequest{Name: name, MinSequence: minSeq}); err != nil {
-						return c.apiError(name, err)
-					}
-				}
 				resp, err := c.sessions.ReconnectPlayerSession(ctx, &tetherv1.ReconnectPlayerSessionRequest{
-					Name: name, RequestId: newRequestID(),
+					Name: name, RequestId: newRequestID(), MinSequence: minSeq,
 				})
 				if err != nil {
 					return c.apiError(name, err)

@@ -687,7 +687,8 @@ type PlayerSession struct {
 	// Seat number; stays with the player across reconnects.
 	Slot int32 `protobuf:"varint,5,opt,name=slot,proto3" json:"slot,omitempty"`
 	// Token the player presents to the game server (only in responses that
-	// issue one).
+	// issue one: allocation and CreatePlayerSession; a reconnect returns its
+	// token beside the player session).
 	Token string `protobuf:"bytes,6,opt,name=token,proto3" json:"token,omitempty"`
 	// End of the reservation, while RESERVED.
 	ReservationDeadline *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=reservation_deadline,json=reservationDeadline,proto3" json:"reservation_deadline,omitempty"`
@@ -1238,7 +1239,10 @@ type ReconnectPlayerSessionRequest struct {
 	// "gameSessions/{game_session}/playerSessions/{player_session}".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// For the caller's logs; the call writes nothing.
-	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Wait (bounded) until the views have applied this stream sequence (e.g.
+	// the allocation's game session sequence).
+	MinSequence   int64 `protobuf:"varint,3,opt,name=min_sequence,json=minSequence,proto3" json:"min_sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1285,6 +1289,13 @@ func (x *ReconnectPlayerSessionRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *ReconnectPlayerSessionRequest) GetMinSequence() int64 {
+	if x != nil {
+		return x.MinSequence
+	}
+	return 0
 }
 
 // Response of ReconnectPlayerSession.
@@ -1474,11 +1485,12 @@ const file_tether_v1_session_proto_rawDesc = "" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12?\n" +
 	"\x0eplayer_session\x18\x02 \x01(\v2\x18.tether.v1.PlayerSessionR\rplayerSession\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"R\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"u\n" +
 	"\x1dReconnectPlayerSessionRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xa8\x01\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12!\n" +
+	"\fmin_sequence\x18\x03 \x01(\x03R\vminSequence\"\xa8\x01\n" +
 	"\x1eReconnectPlayerSessionResponse\x12?\n" +
 	"\x0eplayer_session\x18\x01 \x01(\v2\x18.tether.v1.PlayerSessionR\rplayerSession\x12/\n" +
 	"\bendpoint\x18\x02 \x01(\v2\x13.tether.v1.EndpointR\bendpoint\x12\x14\n" +
