@@ -152,23 +152,11 @@ func (s *Store) Append(ctx context.Context, subject string, expected uint64, evs
 	// predecessors stored.
 	msgs := make([]*nats.Msg, len(evs))
 	for i, e := range evs {
-		data, err := e.Marshal()
+		m, err := message(subject, e)
 		if err != nil {
-			return 0, fmt.Errorf("natsjs: append to %s: %w", subject, err)
+			return 0, err
 		}
-		if e.ID == "" {
-			return 0, fmt.Errorf("natsjs: append %s to %s: event has no id", e.Type, subject)
-		}
-		h := nats.Header{}
-		h.Set(jetstream.MsgIDHeader, e.ID)
-		h.Set(HeaderType, e.Type)
-		if e.TraceParent != "" {
-			h.Set(HeaderTraceParent, e.TraceParent)
-		}
-		if e.TraceState != "" {
-			h.Set(HeaderTraceState, e.TraceState)
-		}
-		msgs[i] = &nats.Msg{Subject: subject, Data: data, Header: h}
+		msgs[i] = m
 	}
 
 	guard := expected
@@ -183,6 +171,35 @@ func (s *Store) Append(ctx context.Context, subject string, expected uint64, evs
 		guard = seq
 	}
 	return guard, nil
+}
+
+// TryAppend appends one event guarded by expected, like Append, but on a
+// failed guard it returns events.ErrConflict at once, without looking
+// whether the event was stored by an earlier try: for callers that read
+// the subject's last event after a conflict anyway (allocation), that look
+// is a second read of the same thing, and on a large stream it is the
+// expensive part of a conflict. duplicate is true when the stream already
+// held an event with this id (within its duplicate window, on any
+// subject): seq is then that event's.
+func (s *Store) TryAppend(ctx context.Context, subject string, expected uint64, e events.Envelope) (seq uint64, duplicate bool, err error) {
+	if err := checkSubject(subject); err != nil {
+		return 0, false, err
+	}
+	msg, err := message(subject, e)
+	if err != nil {
+		return 0, false, err
+	}
+	if expected != events.AnySequence {
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
+	}
+	ack, err := s.js.PublishMsg(ctx, msg)
+	if err == nil {
+		return ack.Sequence, ack.Duplicate, nil
+	}
+	if isConflict(err) {
+		return 0, false, fmt.Errorf("%w: %s is no longer at sequence %d: %w", events.ErrConflict, subject, expected, err)
+	}
+	return 0, false, fmt.Errorf("natsjs: append %s %s to %s: %w", e.Type, e.ID, subject, err)
 }
 
 // publish appends one event guarded by guard and returns its sequence.
@@ -206,6 +223,27 @@ func (s *Store) publish(ctx context.Context, msg *nats.Msg, guard uint64, e even
 		return seq, nil
 	}
 	return 0, fmt.Errorf("%w: %s is no longer at sequence %d: %w", events.ErrConflict, msg.Subject, guard, err)
+}
+
+// message encodes an event as the message that stores it.
+func message(subject string, e events.Envelope) (*nats.Msg, error) {
+	data, err := e.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: append to %s: %w", subject, err)
+	}
+	if e.ID == "" {
+		return nil, fmt.Errorf("natsjs: append %s to %s: event has no id", e.Type, subject)
+	}
+	h := nats.Header{}
+	h.Set(jetstream.MsgIDHeader, e.ID)
+	h.Set(HeaderType, e.Type)
+	if e.TraceParent != "" {
+		h.Set(HeaderTraceParent, e.TraceParent)
+	}
+	if e.TraceState != "" {
+		h.Set(HeaderTraceState, e.TraceState)
+	}
+	return &nats.Msg{Subject: subject, Data: data, Header: h}, nil
 }
 
 // isConflict reports whether a publish error is a failed expected-sequence
@@ -264,6 +302,20 @@ func (s *Store) Event(ctx context.Context, seq uint64) (events.Envelope, error) 
 		return events.Envelope{}, fmt.Errorf("natsjs: read event %d: %w", seq, err)
 	}
 	return decode(msg)
+}
+
+// LastEvent returns the last event on a subject (one direct get), or
+// ok=false when it has none.
+func (s *Store) LastEvent(ctx context.Context, subject string) (events.Envelope, bool, error) {
+	msg, err := s.stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return events.Envelope{}, false, nil
+	}
+	if err != nil {
+		return events.Envelope{}, false, fmt.Errorf("natsjs: last event of %s: %w", subject, err)
+	}
+	e, err := decode(msg)
+	return e, err == nil, err
 }
 
 // StreamLastSequence returns the sequence of the last event in the stream,

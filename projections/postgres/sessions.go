@@ -1,10 +1,13 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -129,13 +132,16 @@ type AllocationQuery struct {
 	// Distributed prefers hosts with the fewest allocated servers; the
 	// default (packed) prefers the busiest hosts, to keep others free.
 	Distributed bool
-	// Exclude lists servers not to return (tried already).
-	Exclude []string
 	// Limit bounds the rows returned.
 	Limit int
 }
 
-// AllocationCandidates returns READY game servers matching q, best first.
+// AllocationCandidates returns READY game servers matching q, best first:
+// on the hosts with the most ALLOCATED servers (packed) or the fewest
+// (distributed), then by host and name. It ranks hosts with two small
+// aggregate queries and reads the rows of only as many hosts as the limit
+// needs; a single join ranking every READY row left the plan at the mercy
+// of the table's statistics (a nested loop over all of them when stale).
 func (v *Views) AllocationCandidates(ctx context.Context, q AllocationQuery) ([]Row[*eventsv1.GameServerState], error) {
 	if q.MatchLabels == nil {
 		q.MatchLabels = map[string]string{} // not JSON null, which contains nothing
@@ -144,24 +150,75 @@ func (v *Views) AllocationCandidates(ctx context.Context, q AllocationQuery) ([]
 	if err != nil {
 		return nil, fmt.Errorf("views: labels: %w", err)
 	}
-	if q.Exclude == nil {
-		q.Exclude = []string{}
+	const match = `state = 'READY' AND ($1 = '' OR fleet = $1) AND labels @> $2::jsonb`
+	type host struct {
+		name        string
+		ready, busy int
 	}
-	order := "DESC"
-	if q.Distributed {
-		order = "ASC"
-	}
-	// Hosts are ranked by their ALLOCATED servers, counted once per query.
-	rows, err := v.pool.Query(ctx, `WITH busy AS (
-  SELECT host, count(*) AS n FROM game_servers WHERE state = 'ALLOCATED' GROUP BY host)
-SELECT g.snapshot, g.last_sequence FROM game_servers g LEFT JOIN busy b ON b.host = g.host
-WHERE g.state = 'READY' AND ($1 = '' OR g.fleet = $1) AND g.labels @> $2::jsonb AND NOT g.name = ANY($3)
-ORDER BY coalesce(b.n, 0) `+order+`, g.host, g.name
-LIMIT $4`, q.Fleet, labels, q.Exclude, q.Limit)
+	var hosts []*host
+	byName := map[string]*host{}
+	rows, err := v.pool.Query(ctx, `SELECT host, count(*) FROM game_servers WHERE `+match+` GROUP BY host`, q.Fleet, labels)
 	if err != nil {
 		return nil, fmt.Errorf("views: allocation candidates: %w", err)
 	}
-	return scanRows[*eventsv1.GameServerState](rows)
+	for rows.Next() {
+		h := &host{}
+		if err := rows.Scan(&h.name, &h.ready); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("views: allocation candidates: %w", err)
+		}
+		hosts = append(hosts, h)
+		byName[h.name] = h
+	}
+	if err := rows.Err(); err != nil || len(hosts) == 0 {
+		return nil, err
+	}
+	rows, err = v.pool.Query(ctx, `SELECT host, count(*) FROM game_servers WHERE state = 'ALLOCATED' AND host = ANY($1) GROUP BY host`, slices.Collect(maps.Keys(byName)))
+	if err != nil {
+		return nil, fmt.Errorf("views: allocation candidates: %w", err)
+	}
+	for rows.Next() {
+		var name string
+		var n int
+		if err := rows.Scan(&name, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("views: allocation candidates: %w", err)
+		}
+		byName[name].busy = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(hosts, func(a, b *host) int {
+		if c := cmp.Compare(b.busy, a.busy); c != 0 && !q.Distributed {
+			return c
+		} else if c != 0 {
+			return -c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	var pick []string
+	rank := map[string]int{}
+	for n := 0; n < q.Limit && len(pick) < len(hosts); {
+		h := hosts[len(pick)]
+		rank[h.name] = len(pick)
+		pick = append(pick, h.name)
+		n += h.ready
+	}
+	// The picked hosts hold at least Limit rows, and at most one host's more.
+	rows, err = v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM game_servers WHERE `+match+` AND host = ANY($3)
+ORDER BY host, name`, q.Fleet, labels, pick)
+	if err != nil {
+		return nil, fmt.Errorf("views: allocation candidates: %w", err)
+	}
+	out, err := scanRows[*eventsv1.GameServerState](rows)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(out, func(a, b Row[*eventsv1.GameServerState]) int {
+		return cmp.Compare(rank[a.State.GetHost()], rank[b.State.GetHost()])
+	})
+	return out[:min(len(out), q.Limit)], nil
 }
 
 // AllocationByRequest returns the game server and stream sequence of the
@@ -169,7 +226,8 @@ LIMIT $4`, q.Fleet, labels, q.Exclude, q.Limit)
 // ok=false.
 func (v *Views) AllocationByRequest(ctx context.Context, requestID string) (gameServer string, seq uint64, ok bool, err error) {
 	var s int64
-	err = v.pool.QueryRow(ctx, `SELECT aggregate, sequence FROM events WHERE request_id = $1 AND type = 'GameServerAllocated' ORDER BY sequence LIMIT 1`,
+	err = v.pool.QueryRow(ctx, `SELECT aggregate, sequence FROM events
+WHERE request_id = $1 AND request_id <> '' AND type = 'GameServerAllocated' ORDER BY sequence LIMIT 1`,
 		requestID).Scan(&gameServer, &s)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", 0, false, nil

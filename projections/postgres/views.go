@@ -282,7 +282,7 @@ func scanRows[S proto.Message](rows pgx.Rows) ([]Row[S], error) {
 // an API request id on an aggregate, or 0 if none is projected yet.
 func (v *Views) RequestSequence(ctx context.Context, aggregate, requestID string) (uint64, error) {
 	var seq int64
-	err := v.pool.QueryRow(ctx, `SELECT max(sequence) FROM events WHERE request_id = $1 AND aggregate = $2 HAVING max(sequence) IS NOT NULL`,
+	err := v.pool.QueryRow(ctx, `SELECT max(sequence) FROM events WHERE request_id = $1 AND request_id <> '' AND aggregate = $2 HAVING max(sequence) IS NOT NULL`,
 		requestID, aggregate).Scan(&seq)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil

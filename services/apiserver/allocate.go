@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -30,7 +31,7 @@ const ReasonAllocationContended = "ALLOCATION_CONTENDED"
 // Allocation tuning.
 const (
 	// allocAttempts bounds the appends one allocation tries.
-	allocAttempts = 64
+	allocAttempts = 256
 	// policyTTL is how long a replica reuses a fleet's player-session policy.
 	policyTTL = time.Second
 	// maxAllocPlayers bounds the players of one allocation.
@@ -186,9 +187,23 @@ type cachedPolicy struct {
 	read   time.Time
 }
 
-// catchUp folds the events appended to a game server after seq.
+// catchUp folds the events appended to a game server after seq. Most
+// conflicts are another allocation of the same server: when the last event
+// alone shows the server is no longer READY, that one direct get decides.
 func (a *allocationService) catchUp(ctx context.Context, name string, state *eventsv1.GameServerState, seq uint64) (*eventsv1.GameServerState, uint64, error) {
-	evs, err := a.s.opts.Store.History(ctx, events.MustSubject(name), seq+1)
+	subject := events.MustSubject(name)
+	last, ok, err := a.s.opts.Store.LastEvent(ctx, subject)
+	if err != nil {
+		return nil, 0, err
+	}
+	if ok && last.Sequence > seq {
+		if row, known := gameServerTransition(last.Type); known && !slices.Contains(row, eventsv1.Lifecycle_LIFECYCLE_READY) {
+			taken := proto.CloneOf(state)
+			taken.Lifecycle = eventsv1.Lifecycle_LIFECYCLE_UNSPECIFIED // not READY; exact state unknown
+			return taken, last.Sequence, nil
+		}
+	}
+	evs, err := a.s.opts.Store.History(ctx, subject, seq+1)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -199,6 +214,24 @@ func (a *allocationService) catchUp(ctx context.Context, name string, state *eve
 		seq = e.Sequence
 	}
 	return state, seq, nil
+}
+
+// gameServerTransition returns the lifecycle states an event of this type
+// leads to: those it can leave a server in.
+func gameServerTransition(eventType string) ([]eventsv1.Lifecycle, bool) {
+	switch eventType {
+	case "GameServerAllocated":
+		return []eventsv1.Lifecycle{eventsv1.Lifecycle_LIFECYCLE_ALLOCATED}, true
+	case "GameServerReserved":
+		return []eventsv1.Lifecycle{eventsv1.Lifecycle_LIFECYCLE_RESERVED}, true
+	case "ShutdownRequested":
+		return []eventsv1.Lifecycle{eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN}, true
+	case "GameServerUnhealthy":
+		return []eventsv1.Lifecycle{eventsv1.Lifecycle_LIFECYCLE_UNHEALTHY}, true
+	case "GameServerTerminated":
+		return []eventsv1.Lifecycle{eventsv1.Lifecycle_LIFECYCLE_TERMINATED}, true
+	}
+	return nil, false
 }
 
 // try allocates one game server, guarded by seq.
@@ -230,14 +263,25 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 		sum := sha256.Sum256([]byte("allocate\x00" + id))
 		envs[0].ID, envs[0].RequestID, envs[0].CorrelationID = hex.EncodeToString(sum[:16]), id, id
 	}
-	got, err := s.opts.Store.Append(ctx, events.MustSubject(name), seq, envs...)
-	if err != nil {
+	subject := events.MustSubject(name)
+	got, dup, err := s.opts.Store.TryAppend(ctx, subject, seq, envs[0])
+	if errors.Is(err, events.ErrConflict) && req.GetRequestId() != "" {
+		// Stored already by a concurrent retry of this request (same
+		// event id), unless someone else's event is last.
+		last, ok, lerr := s.opts.Store.LastEvent(ctx, subject)
+		if lerr != nil {
+			return nil, lerr
+		}
+		if !ok || last.ID != envs[0].ID {
+			return nil, err
+		}
+		got, dup = last.Sequence, true
+	} else if err != nil {
 		return nil, err
 	}
-	var ok bool
-	if req.GetRequestId() != "" {
-		// The stream may hold another call's allocation under this request
-		// id (a concurrent retry): answer with what is stored.
+	if dup {
+		// Another call with this request id stored its allocation first,
+		// maybe on another server: answer with what is stored.
 		stored, err := s.opts.Store.Event(ctx, got)
 		if err != nil {
 			return nil, err
@@ -245,6 +289,7 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 		if stored.Aggregate != name {
 			return a.replay(ctx, stored.Aggregate, got)
 		}
+		var ok bool
 		if alloc, ok = stored.Data.(*eventsv1.GameServerAllocated); !ok {
 			return nil, fmt.Errorf("allocation: event %d is %s, not the allocation of request %s", got, stored.Type, req.GetRequestId())
 		}

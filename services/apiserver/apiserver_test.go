@@ -42,8 +42,9 @@ type stack struct {
 	projector *postgres.Projector
 	errs      chan error
 	running   int
-	bases     []string          // every replica's REST base URL; base is bases[0]
-	grpcAddrs []string          // every replica's gRPC address
+	bases     []string // every replica's REST base URL; base is bases[0]
+	grpcAddrs []string // every replica's gRPC address
+	dbURL     string
 	tokens    *playertoken.Ring // the replicas' player-token keys
 }
 
@@ -64,7 +65,9 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
+	// As many connections as `tether apiserver` opens (connect.Postgres).
+	dbURL := pgtest.NewDatabase(t)
+	pool, err := pgxpool.New(ctx, dbURL+"&pool_max_conns=20")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +79,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &stack{t: t, ctx: ctx, store: store, projector: proj, tokens: tokens, errs: make(chan error, 1+max(o.replicas, 1))}
+	s := &stack{t: t, ctx: ctx, store: store, projector: proj, tokens: tokens, dbURL: dbURL, errs: make(chan error, 1+max(o.replicas, 1))}
 	for range max(o.replicas, 1) {
 		api, err := apiserver.New(apiserver.Options{
 			GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",

@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -22,7 +23,7 @@ const (
 	// candidateSpread picks at random among the best few, so that
 	// concurrent allocations (and replicas, which read the same views)
 	// rarely race for the same server.
-	candidateSpread = 16
+	candidateSpread = 64
 	// claimTTL keeps a server this replica tried out of its lists until the
 	// views show what became of it.
 	claimTTL = 5 * time.Second
@@ -39,6 +40,7 @@ type candidatePool struct {
 		AllocationCandidates(ctx context.Context, q postgres.AllocationQuery) ([]postgres.Row[*eventsv1.GameServerState], error)
 	}
 	now func() time.Time
+	log *slog.Logger
 
 	mu      sync.Mutex
 	lists   map[string]*candidateList
@@ -47,57 +49,120 @@ type candidatePool struct {
 
 // candidateList is one query's READY servers, best first.
 type candidateList struct {
-	rows    []postgres.Row[*eventsv1.GameServerState]
-	fetched time.Time
+	rows       []postgres.Row[*eventsv1.GameServerState]
+	fetched    time.Time
+	refreshing chan struct{} // closed when the read in flight ends; nil if none
 }
 
 func newCandidatePool(views interface {
 	AllocationCandidates(ctx context.Context, q postgres.AllocationQuery) ([]postgres.Row[*eventsv1.GameServerState], error)
-}, now func() time.Time) *candidatePool {
-	return &candidatePool{views: views, now: now, lists: map[string]*candidateList{}, claimed: map[string]time.Time{}}
+}, now func() time.Time, log *slog.Logger) *candidatePool {
+	return &candidatePool{views: views, now: now, log: log, lists: map[string]*candidateList{}, claimed: map[string]time.Time{}}
 }
 
 // take returns a READY server for q and claims it, or ok=false when the
-// views (read afresh) hold none that this replica has not claimed.
+// views (read afresh) hold none that this replica has not claimed. One
+// caller at a time reads the views for a query; the others take from the
+// list they have, stale or not, and wait only when it is empty.
 func (p *candidatePool) take(ctx context.Context, q postgres.AllocationQuery) (row postgres.Row[*eventsv1.GameServerState], ok bool, err error) {
-	key, err := json.Marshal(q)
+	b, err := json.Marshal(q)
 	if err != nil {
 		return row, false, err
 	}
-	for fresh := false; ; fresh = true {
+	key := string(b)
+	for {
 		p.mu.Lock()
 		now := p.now()
-		l := p.lists[string(key)]
-		if l != nil && now.Sub(l.fetched) < candidateTTL || fresh {
-			if row, ok = p.pickLocked(l, now); ok || fresh {
-				p.mu.Unlock()
-				return row, ok, nil
-			}
+		l := p.lists[key]
+		if l == nil {
+			l = &candidateList{}
+			p.lists[key] = l
 		}
-		exclude := p.claimedLocked(now)
+		if row, ok = p.pickLocked(l, now); ok {
+			if now.Sub(l.fetched) >= candidateTTL && l.refreshing == nil {
+				l.refreshing = make(chan struct{})
+				go func() { // stale: read again meanwhile
+					q.Limit = candidateFetch
+					if _, err := p.refresh(context.WithoutCancel(ctx), key, q, l); err != nil {
+						// The old list serves on; the next take reads again.
+						p.log.Warn("allocation candidates: read views", "err", err)
+					}
+				}()
+			}
+			p.mu.Unlock()
+			return row, true, nil
+		}
+		// Empty: wait for a read that started after we looked, or start one.
+		wait := l.refreshing
+		if wait == nil {
+			p.mu.Unlock()
+			return p.takeFresh(ctx, key, q, l)
+		}
 		p.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return row, false, ctx.Err()
+		}
+	}
+}
 
-		q.Exclude, q.Limit = exclude, candidateFetch
-		rows, err := p.views.AllocationCandidates(ctx, q)
+// takeFresh reads the views and picks from what they show. If everything
+// read is claimed (the views lag behind allocations this replica knows
+// of), it reads once more past the claimed servers before it concludes
+// there is none.
+func (p *candidatePool) takeFresh(ctx context.Context, key string, q postgres.AllocationQuery, l *candidateList) (postgres.Row[*eventsv1.GameServerState], bool, error) {
+	asked := q
+	q.Limit = candidateFetch
+	for range 2 {
+		p.mu.Lock()
+		if l.refreshing != nil {
+			p.mu.Unlock()
+			return p.take(ctx, asked) // another caller is reading; use its result
+		}
+		l.refreshing = make(chan struct{})
+		p.mu.Unlock()
+		n, err := p.refresh(ctx, key, q, l)
 		if err != nil {
-			return row, false, err
+			return postgres.Row[*eventsv1.GameServerState]{}, false, err
 		}
 		p.mu.Lock()
-		for k, old := range p.lists {
-			if now.Sub(old.fetched) > claimTTL {
-				delete(p.lists, k) // a selector nobody asked for lately
-			}
-		}
-		p.lists[string(key)] = &candidateList{rows: rows, fetched: now}
+		row, ok := p.pickLocked(l, p.now())
+		claimed := len(p.claimed)
 		p.mu.Unlock()
+		if ok || n < q.Limit {
+			return row, ok, nil
+		}
+		q.Limit = candidateFetch + claimed
 	}
+	return postgres.Row[*eventsv1.GameServerState]{}, false, nil
+}
+
+// refresh reads the views for q into l, wakes its waiters and returns how
+// many rows it read. Claimed servers are filtered when picking, not in the
+// query, which stays cheap.
+func (p *candidatePool) refresh(ctx context.Context, key string, q postgres.AllocationQuery, l *candidateList) (int, error) {
+	started := p.now()
+	rows, err := p.views.AllocationCandidates(ctx, q)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(l.refreshing)
+	l.refreshing = nil
+	if err != nil {
+		return 0, err
+	}
+	l.rows, l.fetched = rows, started
+	p.forgetClaimsLocked(started)
+	for k, old := range p.lists {
+		if k != key && old.refreshing == nil && started.Sub(old.fetched) > claimTTL {
+			delete(p.lists, k) // a selector nobody asked for lately
+		}
+	}
+	return len(rows), nil
 }
 
 // pickLocked takes a random one of the best unclaimed servers of l.
 func (p *candidatePool) pickLocked(l *candidateList, now time.Time) (postgres.Row[*eventsv1.GameServerState], bool) {
-	if l == nil {
-		return postgres.Row[*eventsv1.GameServerState]{}, false
-	}
 	l.rows = slices.DeleteFunc(l.rows, func(r postgres.Row[*eventsv1.GameServerState]) bool {
 		return now.Before(p.claimed[r.State.GetName()])
 	})
@@ -111,17 +176,13 @@ func (p *candidatePool) pickLocked(l *candidateList, now time.Time) (postgres.Ro
 	return row, true
 }
 
-// claimedLocked lists the servers claimed now, forgetting expired claims.
-func (p *candidatePool) claimedLocked(now time.Time) []string {
-	out := make([]string, 0, len(p.claimed))
+// forgetClaimsLocked drops expired claims.
+func (p *candidatePool) forgetClaimsLocked(now time.Time) {
 	for name, until := range p.claimed {
-		if now.Before(until) {
-			out = append(out, name)
-		} else {
+		if !now.Before(until) {
 			delete(p.claimed, name)
 		}
 	}
-	return out
 }
 
 // release hands a claimed server back at once: the allocation did not take

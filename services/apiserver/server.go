@@ -41,6 +41,8 @@ type eventStore interface {
 	LastSequence(ctx context.Context, subject string) (uint64, error)
 	History(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)
 	Event(ctx context.Context, seq uint64) (events.Envelope, error)
+	LastEvent(ctx context.Context, subject string) (events.Envelope, bool, error)
+	TryAppend(ctx context.Context, subject string, expected uint64, e events.Envelope) (seq uint64, duplicate bool, err error)
 }
 
 // commandSender sends commands to host agents (services/commands).
@@ -179,7 +181,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{opts: opts, log: opts.Logger, producer: "apiservers/" + opts.ReplicaID, prop: propagation.TraceContext{},
-		candidates: newCandidatePool(opts.Views, opts.Now), policies: map[string]cachedPolicy{}}
+		candidates: newCandidatePool(opts.Views, opts.Now, opts.Logger), policies: map[string]cachedPolicy{}}
 	var err error
 	if s.grpcLis = opts.GRPCListener; s.grpcLis == nil {
 		if s.grpcLis, err = net.Listen("tcp", opts.GRPCAddr); err != nil {

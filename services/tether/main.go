@@ -408,7 +408,7 @@ func runService(ctx context.Context, g *global, name string, build func(context.
 		return err
 	}
 	defer nc.Close()
-	pool, err := connect.Postgres(ctx, g.dbURL, 0, log)
+	pool, err := connect.Postgres(ctx, g.dbURL, 20, log)
 	if err != nil {
 		return err
 	}
