@@ -16,8 +16,8 @@ import (
 // lagViews serves a fixed READY list, best first, as views that have not
 // caught up with this replica's allocations.
 type lagViews struct {
-	mu    sync.Mutex
-	rows  []postgres.Row[*eventsv1.GameServerState]
+	mu   sync.Mutex
+	rows []postgres.Row[*eventsv1.GameServerState]
 }
 
 func (v *lagViews) AllocationCandidates(_ context.Context, q postgres.AllocationQuery) ([]postgres.Row[*eventsv1.GameServerState], error) {
