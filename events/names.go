@@ -39,6 +39,12 @@ const (
 	playerSessionsSegment  = "playerSessions"
 )
 
+// StandaloneFleet is the reserved fleet id under which game servers that
+// belong to no fleet are named ("fleets/standalone/gameServers/{id}"): no
+// fleet of that id can be created, nothing replaces them, and a failed one
+// stays UNHEALTHY until it is deleted.
+const StandaloneFleet = "standalone"
+
 // FleetName returns "fleets/{id}".
 func FleetName(id string) string { return fleetsCollection + "/" + id }
 

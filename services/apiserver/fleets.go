@@ -26,6 +26,9 @@ func (f *fleetService) CreateFleet(ctx context.Context, req *tetherv1.CreateFlee
 	if err := events.CheckID(req.GetFleetId()); err != nil {
 		return nil, invalidField("fleet_id", err.Error())
 	}
+	if req.GetFleetId() == events.StandaloneFleet {
+		return nil, invalidField("fleet_id", fmt.Sprintf("%q is reserved for game servers that belong to no fleet", events.StandaloneFleet))
+	}
 	name := events.FleetName(req.GetFleetId())
 	spec := specFromAPI(req.GetFleet())
 	return f.writeFleet(ctx, name, req.GetRequestId(), "", func(state *eventsv1.FleetState) ([]proto.Message, error) {

@@ -5,9 +5,16 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections/postgres"
+	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
 
@@ -129,4 +136,146 @@ func parseGameServerFilter(filter string) (postgres.GameServerQuery, error) {
 		}
 	}
 	return q, nil
+}
+
+// defaultShutdownGrace is the deadline of an API shutdown that names none.
+const defaultShutdownGrace = 30 * time.Second
+
+// CreateGameServer creates a standalone game server (no fleet): it is
+// scheduled on a host here, and started by its agent.
+func (g *gameServerService) CreateGameServer(ctx context.Context, req *tetherv1.CreateGameServerRequest) (*tetherv1.GameServer, error) {
+	s := g.s
+	if req.GetParent() != events.FleetName(events.StandaloneFleet) {
+		return nil, invalidField("parent", fmt.Sprintf("game servers of a fleet are created by the fleet; standalone ones under %s", events.FleetName(events.StandaloneFleet)))
+	}
+	if err := events.CheckID(req.GetGameServerId()); err != nil {
+		return nil, invalidField("game_server_id", err.Error())
+	}
+	if s.opts.Commands == nil {
+		return nil, &apiError{code: codes.FailedPrecondition, reason: "NO_COMMAND_BUS", msg: "this API replica cannot reach agents (no command bus)"}
+	}
+	spec := specFromAPI(req.GetSpec())
+	events.NormalizeFleetSpec(spec)
+	if err := events.ValidateFleetSpec(spec); err != nil {
+		return nil, err
+	}
+	name := events.GameServerName(events.StandaloneFleet, req.GetGameServerId())
+	host, err := g.placeStandalone(ctx, req.GetHost())
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.write(ctx, name, req.GetRequestId(), "", func(ctx context.Context, last uint64) ([]proto.Message, error) {
+		if last > 0 {
+			return nil, &apiError{code: codes.AlreadyExists, reason: ReasonAlreadyExists, msg: fmt.Sprintf("%s already exists", name)}
+		}
+		return events.DecideGameServer(name, nil, events.ScheduleGameServer{Host: host, Spec: spec})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !res.Replayed {
+		hostID, _ := events.ParseHostName(host) // from the hosts view: valid
+		cmd := &agentv1.Command{Action: &agentv1.Command_Start{Start: &agentv1.StartGameServer{
+			GameServer: name, Template: spec.GetTemplate(), Health: spec.GetHealth(),
+			SdkDisconnectGraceSeconds: spec.GetSdkDisconnectGraceSeconds(), Labels: spec.GetLabels(),
+		}}}
+		if err := s.opts.Commands.Send(ctx, hostID, s.producer, cmd); err != nil {
+			return nil, fmt.Errorf("start %s on %s: %w", name, host, err)
+		}
+		s.log.Info("standalone game server scheduled", "game_server", name, "host", host)
+	}
+	return g.GetGameServer(ctx, &tetherv1.GetGameServerRequest{Name: name, MinSequence: int64(res.Sequence)})
+}
+
+// placeStandalone picks the host of a standalone server: the one asked for,
+// if it is ONLINE, else the ONLINE host with the most free slots.
+func (g *gameServerService) placeStandalone(ctx context.Context, want string) (string, error) {
+	if want != "" {
+		if _, err := events.ParseHostName(want); err != nil {
+			return "", invalidField("host", err.Error())
+		}
+		h, err := g.s.opts.Views.Host(ctx, want)
+		if err != nil {
+			return "", err
+		}
+		if h.State.GetStatus() != eventsv1.HostStatus_HOST_STATUS_ONLINE {
+			return "", &apiError{code: codes.FailedPrecondition, reason: "HOST_NOT_ONLINE", msg: fmt.Sprintf("%s is not ONLINE", want)}
+		}
+		return want, nil
+	}
+	best, room := "", int32(0)
+	after := ""
+	for {
+		hosts, err := g.s.opts.Views.Hosts(ctx, after, 500)
+		if err != nil {
+			return "", err
+		}
+		for _, h := range hosts {
+			if free := h.State.GetCapacity() - h.Used; h.State.GetStatus() == eventsv1.HostStatus_HOST_STATUS_ONLINE && free > room {
+				best, room = h.State.GetName(), free
+			}
+		}
+		if len(hosts) < 500 {
+			break
+		}
+		after = hosts[len(hosts)-1].State.GetName()
+	}
+	if best == "" {
+		return "", &apiError{code: codes.ResourceExhausted, reason: "NO_HOST_WITH_ROOM", msg: "no ONLINE host has a free slot"}
+	}
+	return best, nil
+}
+
+// ShutdownGameServer asks a game server to stop by a deadline and tells
+// its agent.
+func (g *gameServerService) ShutdownGameServer(ctx context.Context, req *tetherv1.ShutdownGameServerRequest) (*tetherv1.GameServer, error) {
+	grace := defaultShutdownGrace
+	if n := req.GetGraceSeconds(); n < 0 || n > 3600 {
+		return nil, invalidField("grace_seconds", "must be 0 to 3600")
+	} else if n > 0 {
+		grace = time.Duration(n) * time.Second
+	}
+	return g.shutdown(ctx, req.GetName(), req.GetRequestId(), grace, req.GetDetail())
+}
+
+// DeleteGameServer shuts a game server down with the default grace.
+func (g *gameServerService) DeleteGameServer(ctx context.Context, req *tetherv1.DeleteGameServerRequest) (*tetherv1.GameServer, error) {
+	return g.shutdown(ctx, req.GetName(), req.GetRequestId(), defaultShutdownGrace, "deleted through the API")
+}
+
+func (g *gameServerService) shutdown(ctx context.Context, name, requestID string, grace time.Duration, detail string) (*tetherv1.GameServer, error) {
+	s := g.s
+	if _, _, err := events.ParseGameServerName(name); err != nil {
+		return nil, invalidField("name", err.Error())
+	}
+	deadline := s.opts.Now().Add(grace)
+	var host string
+	res, err := s.write(ctx, name, requestID, "", func(ctx context.Context, last uint64) ([]proto.Message, error) {
+		row, err := s.opts.Views.GameServer(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		host = row.State.GetHost()
+		return events.DecideGameServer(name, row.State, events.RequestShutdown{
+			Reason: eventsv1.Reason_REASON_SHUTDOWN_REQUESTED_BY_API, Deadline: deadline,
+			Evidence: &eventsv1.Evidence{RequestedBy: s.producer, Detail: detail},
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Events) > 0 && s.opts.Commands != nil {
+		hostID, err := events.ParseHostName(host)
+		if err != nil {
+			return nil, err
+		}
+		cmd := &agentv1.Command{Action: &agentv1.Command_Stop{Stop: &agentv1.StopGameServer{
+			GameServer: name, Reason: eventsv1.Reason_REASON_SHUTDOWN_REQUESTED_BY_API, Deadline: timestamppb.New(deadline),
+		}}}
+		if err := s.opts.Commands.Send(ctx, hostID, s.producer, cmd); err != nil {
+			// Recorded; the agent's periodic sync stops it.
+			s.log.Warn("shutdown: tell the agent", "game_server", name, "err", err)
+		}
+	}
+	return g.GetGameServer(ctx, &tetherv1.GetGameServerRequest{Name: name, MinSequence: int64(res.Sequence)})
 }

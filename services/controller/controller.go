@@ -352,6 +352,9 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	// What is left belongs to fleets that are not live: deleted ones, or
 	// (read between the two queries) created since; the fleet row tells.
 	for _, fleet := range slices.Sorted(maps.Keys(byFleet)) {
+		if fleet == events.FleetName(events.StandaloneFleet) {
+			continue // no fleet: never replaced; a failed one stays UNHEALTHY until deleted
+		}
 		f, err := c.opts.Views.Fleet(ctx, fleet)
 		if err != nil {
 			c.log.Error("read the fleet of live game servers", "fleet", fleet, "err", err)

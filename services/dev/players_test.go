@@ -268,3 +268,49 @@ func TestAllocatedServerFailureEndsItsSession(t *testing.T) {
 		return false
 	})
 }
+
+// A game server that belongs to no fleet stays UNHEALTHY, process and all,
+// until it is deleted; nothing replaces it.
+func TestStandaloneServerStaysUnhealthyUntilDeleted(t *testing.T) {
+	s := startStack(t, 1)
+	spec := fleetSpec(0, map[string]string{"TETHER_EXAMPLE_STOP_HEARTBEAT_AFTER": "1s"})
+	spec["health"] = map[string]any{"initialDelaySeconds": 1, "periodSeconds": 1, "failureThreshold": 2}
+	name := "fleets/standalone/gameServers/debug-1"
+	wait.For(t, 10*time.Second, "an ONLINE host", func() bool {
+		var hosts struct {
+			Hosts []struct {
+				State string `json:"state"`
+			} `json:"hosts"`
+		}
+		return s.rest("GET", "/v1/hosts", nil, &hosts) == http.StatusOK && len(hosts.Hosts) > 0 && hosts.Hosts[0].State == "ONLINE"
+	})
+	if code := s.rest("POST", "/v1/fleets/standalone/gameServers?gameServerId=debug-1", spec, nil); code != http.StatusOK {
+		t.Fatalf("create standalone game server: %d", code)
+	}
+	if code := s.rest("POST", "/v1/fleets?fleetId=standalone", fleetSpec(1, nil), nil); code != http.StatusBadRequest {
+		t.Fatalf("a fleet named standalone: %d, want 400", code)
+	}
+	var g gameServer
+	wait.For(t, 15*time.Second, "the standalone server UNHEALTHY", func() bool {
+		return s.rest("GET", "/v1/"+name, nil, &g) == http.StatusOK && g.State == "UNHEALTHY"
+	})
+	if g.Reason != "HEALTH_CHECK_FAILED" || !alive(g.Pid) {
+		t.Fatalf("unhealthy server: reason %q, pid %d alive %v", g.Reason, g.Pid, alive(g.Pid))
+	}
+	pid := g.Pid
+	wait.Holds(t, 3*time.Second, "it stays UNHEALTHY with its process", func() bool {
+		return s.rest("GET", "/v1/"+name, nil, &g) == http.StatusOK && g.State == "UNHEALTHY" && alive(pid)
+	})
+	if n := len(s.gameServers("standalone")); n != 1 {
+		t.Fatalf("%d standalone servers, want 1 (nothing replaces it)", n)
+	}
+	if code := s.rest("DELETE", "/v1/"+name, nil, nil); code != http.StatusOK {
+		t.Fatalf("delete: %d", code)
+	}
+	wait.For(t, 40*time.Second, "the deleted server TERMINATED", func() bool {
+		return s.rest("GET", "/v1/"+name, nil, &g) == http.StatusOK && g.State == "TERMINATED"
+	})
+	if g.Reason != "SHUTDOWN_REQUESTED_BY_API" || alive(pid) {
+		t.Fatalf("deleted server: reason %q, process alive %v", g.Reason, alive(pid))
+	}
+}

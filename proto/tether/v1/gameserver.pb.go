@@ -77,7 +77,7 @@ func (x ConnectionStatus_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConnectionStatus_State.Descriptor instead.
 func (ConnectionStatus_State) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{1, 0}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{4, 0}
 }
 
 // Health state.
@@ -134,7 +134,7 @@ func (x HealthStatus_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HealthStatus_State.Descriptor instead.
 func (HealthStatus_State) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{2, 0}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{5, 0}
 }
 
 // Lifecycle state.
@@ -211,7 +211,218 @@ func (x GameServer_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GameServer_State.Descriptor instead.
 func (GameServer_State) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{4, 0}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{7, 0}
+}
+
+// Request of CreateGameServer.
+type CreateGameServerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "fleets/standalone".
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// Id of the new game server.
+	GameServerId string `protobuf:"bytes,2,opt,name=game_server_id,json=gameServerId,proto3" json:"game_server_id,omitempty"`
+	// What to run: template, health, sdk_disconnect_grace_seconds,
+	// player_sessions and labels are read; the rest is ignored.
+	Spec *Fleet `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	// Host to run it on ("hosts/h1"); default the ONLINE host with most room.
+	Host string `protobuf:"bytes,4,opt,name=host,proto3" json:"host,omitempty"`
+	// Makes the call idempotent.
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateGameServerRequest) Reset() {
+	*x = CreateGameServerRequest{}
+	mi := &file_tether_v1_gameserver_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateGameServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateGameServerRequest) ProtoMessage() {}
+
+func (x *CreateGameServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_gameserver_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateGameServerRequest.ProtoReflect.Descriptor instead.
+func (*CreateGameServerRequest) Descriptor() ([]byte, []int) {
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CreateGameServerRequest) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+func (x *CreateGameServerRequest) GetGameServerId() string {
+	if x != nil {
+		return x.GameServerId
+	}
+	return ""
+}
+
+func (x *CreateGameServerRequest) GetSpec() *Fleet {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *CreateGameServerRequest) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *CreateGameServerRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// Request of ShutdownGameServer.
+type ShutdownGameServerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "fleets/{fleet}/gameServers/{game_server}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Seconds between the notice and SIGKILL; default 30.
+	GraceSeconds int32 `protobuf:"varint,2,opt,name=grace_seconds,json=graceSeconds,proto3" json:"grace_seconds,omitempty"`
+	// Why, for the evidence (free text).
+	Detail string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	// Makes the call idempotent.
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShutdownGameServerRequest) Reset() {
+	*x = ShutdownGameServerRequest{}
+	mi := &file_tether_v1_gameserver_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShutdownGameServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShutdownGameServerRequest) ProtoMessage() {}
+
+func (x *ShutdownGameServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_gameserver_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShutdownGameServerRequest.ProtoReflect.Descriptor instead.
+func (*ShutdownGameServerRequest) Descriptor() ([]byte, []int) {
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ShutdownGameServerRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ShutdownGameServerRequest) GetGraceSeconds() int32 {
+	if x != nil {
+		return x.GraceSeconds
+	}
+	return 0
+}
+
+func (x *ShutdownGameServerRequest) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *ShutdownGameServerRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// Request of DeleteGameServer.
+type DeleteGameServerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "fleets/{fleet}/gameServers/{game_server}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Makes the call idempotent.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteGameServerRequest) Reset() {
+	*x = DeleteGameServerRequest{}
+	mi := &file_tether_v1_gameserver_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteGameServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteGameServerRequest) ProtoMessage() {}
+
+func (x *DeleteGameServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_gameserver_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteGameServerRequest.ProtoReflect.Descriptor instead.
+func (*DeleteGameServerRequest) Descriptor() ([]byte, []int) {
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DeleteGameServerRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteGameServerRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // An assigned port.
@@ -229,7 +440,7 @@ type Port struct {
 
 func (x *Port) Reset() {
 	*x = Port{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[0]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -241,7 +452,7 @@ func (x *Port) String() string {
 func (*Port) ProtoMessage() {}
 
 func (x *Port) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[0]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -254,7 +465,7 @@ func (x *Port) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Port.ProtoReflect.Descriptor instead.
 func (*Port) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{0}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Port) GetName() string {
@@ -293,7 +504,7 @@ type ConnectionStatus struct {
 
 func (x *ConnectionStatus) Reset() {
 	*x = ConnectionStatus{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[1]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -305,7 +516,7 @@ func (x *ConnectionStatus) String() string {
 func (*ConnectionStatus) ProtoMessage() {}
 
 func (x *ConnectionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[1]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -318,7 +529,7 @@ func (x *ConnectionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionStatus.ProtoReflect.Descriptor instead.
 func (*ConnectionStatus) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{1}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ConnectionStatus) GetState() ConnectionStatus_State {
@@ -357,7 +568,7 @@ type HealthStatus struct {
 
 func (x *HealthStatus) Reset() {
 	*x = HealthStatus{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[2]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +580,7 @@ func (x *HealthStatus) String() string {
 func (*HealthStatus) ProtoMessage() {}
 
 func (x *HealthStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[2]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +593,7 @@ func (x *HealthStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthStatus.ProtoReflect.Descriptor instead.
 func (*HealthStatus) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{2}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HealthStatus) GetState() HealthStatus_State {
@@ -433,7 +644,7 @@ type Evidence struct {
 
 func (x *Evidence) Reset() {
 	*x = Evidence{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[3]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +656,7 @@ func (x *Evidence) String() string {
 func (*Evidence) ProtoMessage() {}
 
 func (x *Evidence) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[3]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +669,7 @@ func (x *Evidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
 func (*Evidence) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{3}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Evidence) GetLastHeartbeatTime() *timestamppb.Timestamp {
@@ -565,7 +776,7 @@ type GameServer struct {
 
 func (x *GameServer) Reset() {
 	*x = GameServer{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[4]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +788,7 @@ func (x *GameServer) String() string {
 func (*GameServer) ProtoMessage() {}
 
 func (x *GameServer) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[4]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +801,7 @@ func (x *GameServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GameServer.ProtoReflect.Descriptor instead.
 func (*GameServer) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{4}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GameServer) GetName() string {
@@ -718,7 +929,7 @@ type ListGameServersRequest struct {
 
 func (x *ListGameServersRequest) Reset() {
 	*x = ListGameServersRequest{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[5]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +941,7 @@ func (x *ListGameServersRequest) String() string {
 func (*ListGameServersRequest) ProtoMessage() {}
 
 func (x *ListGameServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[5]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +954,7 @@ func (x *ListGameServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGameServersRequest.ProtoReflect.Descriptor instead.
 func (*ListGameServersRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{5}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListGameServersRequest) GetParent() string {
@@ -794,7 +1005,7 @@ type ListGameServersResponse struct {
 
 func (x *ListGameServersResponse) Reset() {
 	*x = ListGameServersResponse{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[6]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +1017,7 @@ func (x *ListGameServersResponse) String() string {
 func (*ListGameServersResponse) ProtoMessage() {}
 
 func (x *ListGameServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[6]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +1030,7 @@ func (x *ListGameServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGameServersResponse.ProtoReflect.Descriptor instead.
 func (*ListGameServersResponse) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{6}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListGameServersResponse) GetGameServers() []*GameServer {
@@ -849,7 +1060,7 @@ type GetGameServerRequest struct {
 
 func (x *GetGameServerRequest) Reset() {
 	*x = GetGameServerRequest{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[7]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +1072,7 @@ func (x *GetGameServerRequest) String() string {
 func (*GetGameServerRequest) ProtoMessage() {}
 
 func (x *GetGameServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[7]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +1085,7 @@ func (x *GetGameServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGameServerRequest.ProtoReflect.Descriptor instead.
 func (*GetGameServerRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{7}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetGameServerRequest) GetName() string {
@@ -895,7 +1106,24 @@ var File_tether_v1_gameserver_proto protoreflect.FileDescriptor
 
 const file_tether_v1_gameserver_proto_rawDesc = "" +
 	"\n" +
-	"\x1atether/v1/gameserver.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15tether/v1/fleet.proto\"h\n" +
+	"\x1atether/v1/gameserver.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15tether/v1/fleet.proto\"\xb0\x01\n" +
+	"\x17CreateGameServerRequest\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\x12$\n" +
+	"\x0egame_server_id\x18\x02 \x01(\tR\fgameServerId\x12$\n" +
+	"\x04spec\x18\x03 \x01(\v2\x10.tether.v1.FleetR\x04spec\x12\x12\n" +
+	"\x04host\x18\x04 \x01(\tR\x04host\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\"\x8b\x01\n" +
+	"\x19ShutdownGameServerRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rgrace_seconds\x18\x02 \x01(\x05R\fgraceSeconds\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"L\n" +
+	"\x17DeleteGameServerRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"h\n" +
 	"\x04Port\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\x128\n" +
@@ -979,10 +1207,13 @@ const file_tether_v1_gameserver_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"M\n" +
 	"\x14GetGameServerRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
-	"\fmin_sequence\x18\x02 \x01(\x03R\vminSequence2\x8d\x02\n" +
+	"\fmin_sequence\x18\x02 \x01(\x03R\vminSequence2\x92\x05\n" +
 	"\x11GameServerService\x12\x83\x01\n" +
 	"\x0fListGameServers\x12!.tether.v1.ListGameServersRequest\x1a\".tether.v1.ListGameServersResponse\")\x82\xd3\xe4\x93\x02#\x12!/v1/{parent=fleets/*}/gameServers\x12r\n" +
-	"\rGetGameServer\x12\x1f.tether.v1.GetGameServerRequest\x1a\x15.tether.v1.GameServer\")\x82\xd3\xe4\x93\x02#\x12!/v1/{name=fleets/*/gameServers/*}B5Z3github.com/tetherhq/tether/proto/tether/v1;tetherv1b\x06proto3"
+	"\rGetGameServer\x12\x1f.tether.v1.GetGameServerRequest\x1a\x15.tether.v1.GameServer\")\x82\xd3\xe4\x93\x02#\x12!/v1/{name=fleets/*/gameServers/*}\x12~\n" +
+	"\x10CreateGameServer\x12\".tether.v1.CreateGameServerRequest\x1a\x15.tether.v1.GameServer\"/\x82\xd3\xe4\x93\x02):\x04spec\"!/v1/{parent=fleets/*}/gameServers\x12\x88\x01\n" +
+	"\x12ShutdownGameServer\x12$.tether.v1.ShutdownGameServerRequest\x1a\x15.tether.v1.GameServer\"5\x82\xd3\xe4\x93\x02/:\x01*\"*/v1/{name=fleets/*/gameServers/*}:shutdown\x12x\n" +
+	"\x10DeleteGameServer\x12\".tether.v1.DeleteGameServerRequest\x1a\x15.tether.v1.GameServer\")\x82\xd3\xe4\x93\x02#*!/v1/{name=fleets/*/gameServers/*}B5Z3github.com/tetherhq/tether/proto/tether/v1;tetherv1b\x06proto3"
 
 var (
 	file_tether_v1_gameserver_proto_rawDescOnce sync.Once
@@ -997,49 +1228,60 @@ func file_tether_v1_gameserver_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_v1_gameserver_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tether_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_tether_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_tether_v1_gameserver_proto_goTypes = []any{
-	(ConnectionStatus_State)(0),     // 0: tether.v1.ConnectionStatus.State
-	(HealthStatus_State)(0),         // 1: tether.v1.HealthStatus.State
-	(GameServer_State)(0),           // 2: tether.v1.GameServer.State
-	(*Port)(nil),                    // 3: tether.v1.Port
-	(*ConnectionStatus)(nil),        // 4: tether.v1.ConnectionStatus
-	(*HealthStatus)(nil),            // 5: tether.v1.HealthStatus
-	(*Evidence)(nil),                // 6: tether.v1.Evidence
-	(*GameServer)(nil),              // 7: tether.v1.GameServer
-	(*ListGameServersRequest)(nil),  // 8: tether.v1.ListGameServersRequest
-	(*ListGameServersResponse)(nil), // 9: tether.v1.ListGameServersResponse
-	(*GetGameServerRequest)(nil),    // 10: tether.v1.GetGameServerRequest
-	nil,                             // 11: tether.v1.GameServer.LabelsEntry
-	(PortSpec_Protocol)(0),          // 12: tether.v1.PortSpec.Protocol
-	(*timestamppb.Timestamp)(nil),   // 13: google.protobuf.Timestamp
+	(ConnectionStatus_State)(0),       // 0: tether.v1.ConnectionStatus.State
+	(HealthStatus_State)(0),           // 1: tether.v1.HealthStatus.State
+	(GameServer_State)(0),             // 2: tether.v1.GameServer.State
+	(*CreateGameServerRequest)(nil),   // 3: tether.v1.CreateGameServerRequest
+	(*ShutdownGameServerRequest)(nil), // 4: tether.v1.ShutdownGameServerRequest
+	(*DeleteGameServerRequest)(nil),   // 5: tether.v1.DeleteGameServerRequest
+	(*Port)(nil),                      // 6: tether.v1.Port
+	(*ConnectionStatus)(nil),          // 7: tether.v1.ConnectionStatus
+	(*HealthStatus)(nil),              // 8: tether.v1.HealthStatus
+	(*Evidence)(nil),                  // 9: tether.v1.Evidence
+	(*GameServer)(nil),                // 10: tether.v1.GameServer
+	(*ListGameServersRequest)(nil),    // 11: tether.v1.ListGameServersRequest
+	(*ListGameServersResponse)(nil),   // 12: tether.v1.ListGameServersResponse
+	(*GetGameServerRequest)(nil),      // 13: tether.v1.GetGameServerRequest
+	nil,                               // 14: tether.v1.GameServer.LabelsEntry
+	(*Fleet)(nil),                     // 15: tether.v1.Fleet
+	(PortSpec_Protocol)(0),            // 16: tether.v1.PortSpec.Protocol
+	(*timestamppb.Timestamp)(nil),     // 17: google.protobuf.Timestamp
 }
 var file_tether_v1_gameserver_proto_depIdxs = []int32{
-	12, // 0: tether.v1.Port.protocol:type_name -> tether.v1.PortSpec.Protocol
-	0,  // 1: tether.v1.ConnectionStatus.state:type_name -> tether.v1.ConnectionStatus.State
-	13, // 2: tether.v1.ConnectionStatus.since:type_name -> google.protobuf.Timestamp
-	13, // 3: tether.v1.ConnectionStatus.grace_deadline:type_name -> google.protobuf.Timestamp
-	1,  // 4: tether.v1.HealthStatus.state:type_name -> tether.v1.HealthStatus.State
-	13, // 5: tether.v1.HealthStatus.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	13, // 6: tether.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	2,  // 7: tether.v1.GameServer.state:type_name -> tether.v1.GameServer.State
-	4,  // 8: tether.v1.GameServer.connection:type_name -> tether.v1.ConnectionStatus
-	5,  // 9: tether.v1.GameServer.health:type_name -> tether.v1.HealthStatus
-	3,  // 10: tether.v1.GameServer.ports:type_name -> tether.v1.Port
-	6,  // 11: tether.v1.GameServer.evidence:type_name -> tether.v1.Evidence
-	11, // 12: tether.v1.GameServer.labels:type_name -> tether.v1.GameServer.LabelsEntry
-	13, // 13: tether.v1.GameServer.create_time:type_name -> google.protobuf.Timestamp
-	13, // 14: tether.v1.GameServer.update_time:type_name -> google.protobuf.Timestamp
-	7,  // 15: tether.v1.ListGameServersResponse.game_servers:type_name -> tether.v1.GameServer
-	8,  // 16: tether.v1.GameServerService.ListGameServers:input_type -> tether.v1.ListGameServersRequest
-	10, // 17: tether.v1.GameServerService.GetGameServer:input_type -> tether.v1.GetGameServerRequest
-	9,  // 18: tether.v1.GameServerService.ListGameServers:output_type -> tether.v1.ListGameServersResponse
-	7,  // 19: tether.v1.GameServerService.GetGameServer:output_type -> tether.v1.GameServer
-	18, // [18:20] is the sub-list for method output_type
-	16, // [16:18] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	15, // 0: tether.v1.CreateGameServerRequest.spec:type_name -> tether.v1.Fleet
+	16, // 1: tether.v1.Port.protocol:type_name -> tether.v1.PortSpec.Protocol
+	0,  // 2: tether.v1.ConnectionStatus.state:type_name -> tether.v1.ConnectionStatus.State
+	17, // 3: tether.v1.ConnectionStatus.since:type_name -> google.protobuf.Timestamp
+	17, // 4: tether.v1.ConnectionStatus.grace_deadline:type_name -> google.protobuf.Timestamp
+	1,  // 5: tether.v1.HealthStatus.state:type_name -> tether.v1.HealthStatus.State
+	17, // 6: tether.v1.HealthStatus.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	17, // 7: tether.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	2,  // 8: tether.v1.GameServer.state:type_name -> tether.v1.GameServer.State
+	7,  // 9: tether.v1.GameServer.connection:type_name -> tether.v1.ConnectionStatus
+	8,  // 10: tether.v1.GameServer.health:type_name -> tether.v1.HealthStatus
+	6,  // 11: tether.v1.GameServer.ports:type_name -> tether.v1.Port
+	9,  // 12: tether.v1.GameServer.evidence:type_name -> tether.v1.Evidence
+	14, // 13: tether.v1.GameServer.labels:type_name -> tether.v1.GameServer.LabelsEntry
+	17, // 14: tether.v1.GameServer.create_time:type_name -> google.protobuf.Timestamp
+	17, // 15: tether.v1.GameServer.update_time:type_name -> google.protobuf.Timestamp
+	10, // 16: tether.v1.ListGameServersResponse.game_servers:type_name -> tether.v1.GameServer
+	11, // 17: tether.v1.GameServerService.ListGameServers:input_type -> tether.v1.ListGameServersRequest
+	13, // 18: tether.v1.GameServerService.GetGameServer:input_type -> tether.v1.GetGameServerRequest
+	3,  // 19: tether.v1.GameServerService.CreateGameServer:input_type -> tether.v1.CreateGameServerRequest
+	4,  // 20: tether.v1.GameServerService.ShutdownGameServer:input_type -> tether.v1.ShutdownGameServerRequest
+	5,  // 21: tether.v1.GameServerService.DeleteGameServer:input_type -> tether.v1.DeleteGameServerRequest
+	12, // 22: tether.v1.GameServerService.ListGameServers:output_type -> tether.v1.ListGameServersResponse
+	10, // 23: tether.v1.GameServerService.GetGameServer:output_type -> tether.v1.GameServer
+	10, // 24: tether.v1.GameServerService.CreateGameServer:output_type -> tether.v1.GameServer
+	10, // 25: tether.v1.GameServerService.ShutdownGameServer:output_type -> tether.v1.GameServer
+	10, // 26: tether.v1.GameServerService.DeleteGameServer:output_type -> tether.v1.GameServer
+	22, // [22:27] is the sub-list for method output_type
+	17, // [17:22] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_tether_v1_gameserver_proto_init() }
@@ -1048,14 +1290,14 @@ func file_tether_v1_gameserver_proto_init() {
 		return
 	}
 	file_tether_v1_fleet_proto_init()
-	file_tether_v1_gameserver_proto_msgTypes[3].OneofWrappers = []any{}
+	file_tether_v1_gameserver_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_v1_gameserver_proto_rawDesc), len(file_tether_v1_gameserver_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   9,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

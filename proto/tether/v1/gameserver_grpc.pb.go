@@ -19,8 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	GameServerService_ListGameServers_FullMethodName = "/tether.v1.GameServerService/ListGameServers"
-	GameServerService_GetGameServer_FullMethodName   = "/tether.v1.GameServerService/GetGameServer"
+	GameServerService_ListGameServers_FullMethodName    = "/tether.v1.GameServerService/ListGameServers"
+	GameServerService_GetGameServer_FullMethodName      = "/tether.v1.GameServerService/GetGameServer"
+	GameServerService_CreateGameServer_FullMethodName   = "/tether.v1.GameServerService/CreateGameServer"
+	GameServerService_ShutdownGameServer_FullMethodName = "/tether.v1.GameServerService/ShutdownGameServer"
+	GameServerService_DeleteGameServer_FullMethodName   = "/tether.v1.GameServerService/DeleteGameServer"
 )
 
 // GameServerServiceClient is the client API for GameServerService service.
@@ -33,6 +36,18 @@ type GameServerServiceClient interface {
 	ListGameServers(ctx context.Context, in *ListGameServersRequest, opts ...grpc.CallOption) (*ListGameServersResponse, error)
 	// Gets one game server.
 	GetGameServer(ctx context.Context, in *GetGameServerRequest, opts ...grpc.CallOption) (*GameServer, error)
+	// Creates a standalone game server: one that belongs to no fleet (parent
+	// "fleets/standalone", a reserved id). Nothing replaces it, and when it
+	// fails it stays UNHEALTHY, process and all, for debugging, until it is
+	// deleted. Game servers of a fleet are created by the fleet.
+	CreateGameServer(ctx context.Context, in *CreateGameServerRequest, opts ...grpc.CallOption) (*GameServer, error)
+	// Shuts a game server down gracefully: a shutdown notice with a deadline,
+	// SIGTERM, then SIGKILL at the deadline (reason SHUTDOWN_REQUESTED_BY_API).
+	// A fleet replaces it; a standalone server is gone.
+	ShutdownGameServer(ctx context.Context, in *ShutdownGameServerRequest, opts ...grpc.CallOption) (*GameServer, error)
+	// Deletes a game server: the same as ShutdownGameServer, for standalone
+	// servers kept for debugging.
+	DeleteGameServer(ctx context.Context, in *DeleteGameServerRequest, opts ...grpc.CallOption) (*GameServer, error)
 }
 
 type gameServerServiceClient struct {
@@ -63,6 +78,36 @@ func (c *gameServerServiceClient) GetGameServer(ctx context.Context, in *GetGame
 	return out, nil
 }
 
+func (c *gameServerServiceClient) CreateGameServer(ctx context.Context, in *CreateGameServerRequest, opts ...grpc.CallOption) (*GameServer, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GameServer)
+	err := c.cc.Invoke(ctx, GameServerService_CreateGameServer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gameServerServiceClient) ShutdownGameServer(ctx context.Context, in *ShutdownGameServerRequest, opts ...grpc.CallOption) (*GameServer, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GameServer)
+	err := c.cc.Invoke(ctx, GameServerService_ShutdownGameServer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gameServerServiceClient) DeleteGameServer(ctx context.Context, in *DeleteGameServerRequest, opts ...grpc.CallOption) (*GameServer, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GameServer)
+	err := c.cc.Invoke(ctx, GameServerService_DeleteGameServer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GameServerServiceServer is the server API for GameServerService service.
 // All implementations must embed UnimplementedGameServerServiceServer
 // for forward compatibility.
@@ -73,6 +118,18 @@ type GameServerServiceServer interface {
 	ListGameServers(context.Context, *ListGameServersRequest) (*ListGameServersResponse, error)
 	// Gets one game server.
 	GetGameServer(context.Context, *GetGameServerRequest) (*GameServer, error)
+	// Creates a standalone game server: one that belongs to no fleet (parent
+	// "fleets/standalone", a reserved id). Nothing replaces it, and when it
+	// fails it stays UNHEALTHY, process and all, for debugging, until it is
+	// deleted. Game servers of a fleet are created by the fleet.
+	CreateGameServer(context.Context, *CreateGameServerRequest) (*GameServer, error)
+	// Shuts a game server down gracefully: a shutdown notice with a deadline,
+	// SIGTERM, then SIGKILL at the deadline (reason SHUTDOWN_REQUESTED_BY_API).
+	// A fleet replaces it; a standalone server is gone.
+	ShutdownGameServer(context.Context, *ShutdownGameServerRequest) (*GameServer, error)
+	// Deletes a game server: the same as ShutdownGameServer, for standalone
+	// servers kept for debugging.
+	DeleteGameServer(context.Context, *DeleteGameServerRequest) (*GameServer, error)
 	mustEmbedUnimplementedGameServerServiceServer()
 }
 
@@ -88,6 +145,15 @@ func (UnimplementedGameServerServiceServer) ListGameServers(context.Context, *Li
 }
 func (UnimplementedGameServerServiceServer) GetGameServer(context.Context, *GetGameServerRequest) (*GameServer, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetGameServer not implemented")
+}
+func (UnimplementedGameServerServiceServer) CreateGameServer(context.Context, *CreateGameServerRequest) (*GameServer, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateGameServer not implemented")
+}
+func (UnimplementedGameServerServiceServer) ShutdownGameServer(context.Context, *ShutdownGameServerRequest) (*GameServer, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShutdownGameServer not implemented")
+}
+func (UnimplementedGameServerServiceServer) DeleteGameServer(context.Context, *DeleteGameServerRequest) (*GameServer, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteGameServer not implemented")
 }
 func (UnimplementedGameServerServiceServer) mustEmbedUnimplementedGameServerServiceServer() {}
 func (UnimplementedGameServerServiceServer) testEmbeddedByValue()                           {}
@@ -146,6 +212,60 @@ func _GameServerService_GetGameServer_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GameServerService_CreateGameServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateGameServerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GameServerServiceServer).CreateGameServer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GameServerService_CreateGameServer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GameServerServiceServer).CreateGameServer(ctx, req.(*CreateGameServerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GameServerService_ShutdownGameServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShutdownGameServerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GameServerServiceServer).ShutdownGameServer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GameServerService_ShutdownGameServer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GameServerServiceServer).ShutdownGameServer(ctx, req.(*ShutdownGameServerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GameServerService_DeleteGameServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteGameServerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GameServerServiceServer).DeleteGameServer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GameServerService_DeleteGameServer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GameServerServiceServer).DeleteGameServer(ctx, req.(*DeleteGameServerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GameServerService_ServiceDesc is the grpc.ServiceDesc for GameServerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -160,6 +280,18 @@ var GameServerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetGameServer",
 			Handler:    _GameServerService_GetGameServer_Handler,
+		},
+		{
+			MethodName: "CreateGameServer",
+			Handler:    _GameServerService_CreateGameServer_Handler,
+		},
+		{
+			MethodName: "ShutdownGameServer",
+			Handler:    _GameServerService_ShutdownGameServer_Handler,
+		},
+		{
+			MethodName: "DeleteGameServer",
+			Handler:    _GameServerService_DeleteGameServer_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
