@@ -458,6 +458,29 @@ func decideGameSession(name string, state *eventsv1.GameSessionState, cmd GameSe
 	return nil, fmt.Errorf("events: unknown game session command %T", cmd)
 }
 
+// SessionCreated is the GameSessionCreated that follows an allocation of
+// gameServer: the allocation's game session, properties and seats, with the
+// fleet's policy (reservations end after its timeout from now; max players
+// from the allocation).
+func SessionCreated(gameServer string, alloc *eventsv1.GameServerAllocated, policy *eventsv1.PlayerSessionPolicy, now time.Time, requestID string) *eventsv1.GameSessionCreated {
+	c := &eventsv1.GameSessionCreated{
+		GameServer: gameServer, Properties: maps.Clone(alloc.GetProperties()), AllocationRequestId: requestID,
+		Policy: &eventsv1.GameSessionPolicy{
+			MaxPlayers: alloc.GetMaxPlayers(), ReservationTimeoutSeconds: policy.GetReservationTimeoutSeconds(),
+			ReconnectWindowSeconds: policy.GetReconnectWindowSeconds(),
+		},
+	}
+	var deadline *timestamppb.Timestamp
+	if t := policy.GetReservationTimeoutSeconds(); t > 0 {
+		deadline = timestamppb.New(now.Add(time.Duration(t) * time.Second))
+	}
+	for _, p := range alloc.GetPlayers() {
+		c.Players = append(c.Players, &eventsv1.PlayerSeat{PlayerSession: p.GetPlayerSession(), PlayerId: p.GetPlayerId(),
+			PlayerData: p.GetPlayerData(), Slot: p.GetSlot(), ReservationDeadline: deadline})
+	}
+	return c
+}
+
 // NextDeadline returns the earliest reservation or reconnect deadline in a
 // game session, or the zero time when none is pending.
 func NextDeadline(s *eventsv1.GameSessionState) time.Time {

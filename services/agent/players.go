@@ -169,10 +169,7 @@ func (s *sdkServer) Allocate(ctx context.Context, req *sdkv1.AllocateRequest) (*
 	if err := gs.record(ctx, events.Allocate{Allocated: alloc}); err != nil {
 		return nil, sdkError(err)
 	}
-	created := &eventsv1.GameSessionCreated{GameServer: gs.name, Properties: req.GetProperties(), Policy: &eventsv1.GameSessionPolicy{
-		MaxPlayers: policy.GetMaxPlayers(), ReservationTimeoutSeconds: policy.GetReservationTimeoutSeconds(),
-		ReconnectWindowSeconds: policy.GetReconnectWindowSeconds(),
-	}}
+	created := events.SessionCreated(gs.name, alloc, policy, s.a.opts.Now(), "")
 	if _, _, err := s.a.decideSession(ctx, name, events.CreateGameSession{Created: created}); err != nil {
 		// The allocation stands; the controller creates the session from it.
 		gs.log.Warn("self-allocation: game session not created yet; the controller will", "game_session", name, "err", err)

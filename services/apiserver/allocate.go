@@ -11,7 +11,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections/postgres"
@@ -300,7 +299,7 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 	if err != nil {
 		return nil, err
 	}
-	created := sessionCreated(name, alloc, policy, now, req.GetRequestId())
+	created := events.SessionCreated(name, alloc, policy, now, req.GetRequestId())
 	sessionSeq, err := a.createSession(ctx, envs[0], created)
 	if err != nil {
 		// The allocation stands; the controller creates the session from it.
@@ -309,26 +308,6 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 	}
 	a.notify(ctx, after)
 	return a.response(after, got, created, max(got, sessionSeq)), nil
-}
-
-// sessionCreated is the GameSessionCreated that follows an allocation.
-func sessionCreated(gameServer string, alloc *eventsv1.GameServerAllocated, policy *eventsv1.PlayerSessionPolicy, now time.Time, requestID string) *eventsv1.GameSessionCreated {
-	c := &eventsv1.GameSessionCreated{
-		GameServer: gameServer, Properties: alloc.GetProperties(), AllocationRequestId: requestID,
-		Policy: &eventsv1.GameSessionPolicy{
-			MaxPlayers: alloc.GetMaxPlayers(), ReservationTimeoutSeconds: policy.GetReservationTimeoutSeconds(),
-			ReconnectWindowSeconds: policy.GetReconnectWindowSeconds(),
-		},
-	}
-	deadline := timestamppb.New(now.Add(time.Duration(policy.GetReservationTimeoutSeconds()) * time.Second))
-	for _, p := range alloc.GetPlayers() {
-		seat := &eventsv1.PlayerSeat{PlayerSession: p.GetPlayerSession(), PlayerId: p.GetPlayerId(), PlayerData: p.GetPlayerData(), Slot: p.GetSlot()}
-		if policy.GetReservationTimeoutSeconds() > 0 {
-			seat.ReservationDeadline = deadline
-		}
-		c.Players = append(c.Players, seat)
-	}
-	return c
 }
 
 // createSession appends GameSessionCreated as the first event of the game
@@ -400,7 +379,7 @@ func (a *allocationService) replay(ctx context.Context, gameServer string, seq u
 	if err != nil {
 		return nil, err
 	}
-	created := sessionCreated(gameServer, alloc, policy, env.Time, env.RequestID)
+	created := events.SessionCreated(gameServer, alloc, policy, env.Time, env.RequestID)
 	// The server may have moved on since; the response shows it as it was
 	// right after the allocation, with its current process facts.
 	state := proto.CloneOf(row.State)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections/postgres"
@@ -101,18 +100,7 @@ func (c *Controller) createSession(ctx context.Context, gs *eventsv1.GameServerS
 	if err != nil {
 		return err
 	}
-	policy := f.State.GetSpec().GetPlayerSessions()
-	created := &eventsv1.GameSessionCreated{GameServer: gs.GetName(), Properties: alloc.GetProperties(), Policy: &eventsv1.GameSessionPolicy{
-		MaxPlayers: alloc.GetMaxPlayers(), ReservationTimeoutSeconds: policy.GetReservationTimeoutSeconds(),
-		ReconnectWindowSeconds: policy.GetReconnectWindowSeconds(),
-	}}
-	for _, p := range alloc.GetPlayers() {
-		seat := &eventsv1.PlayerSeat{PlayerSession: p.GetPlayerSession(), PlayerId: p.GetPlayerId(), PlayerData: p.GetPlayerData(), Slot: p.GetSlot()}
-		if t := policy.GetReservationTimeoutSeconds(); t > 0 {
-			seat.ReservationDeadline = timestamppb.New(now.Add(time.Duration(t) * time.Second))
-		}
-		created.Players = append(created.Players, seat)
-	}
+	created := events.SessionCreated(gs.GetName(), alloc, f.State.GetSpec().GetPlayerSessions(), now, "")
 	name := alloc.GetGameSession()
 	msgs, err := events.DecideGameSession(name, nil, events.CreateGameSession{Created: created})
 	if err != nil {
