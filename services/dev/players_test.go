@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/events"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/dev/wait"
 )
 
@@ -112,7 +113,13 @@ func join(t *testing.T, a allocation, playerSession, token string) (*player, str
 // serverState asks the example game server what WatchGameServer told it.
 func serverState(t *testing.T, a allocation) string {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", net.JoinHostPort(a.Endpoint.Address, fmt.Sprint(a.Endpoint.Ports[0].Port)), 5*time.Second)
+	return tell(t, a.Endpoint.Address, a.Endpoint.Ports[0].Port, "STATE")
+}
+
+// tell sends the example game server one first line and returns its answer.
+func tell(t *testing.T, address string, port int, line string) string {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", net.JoinHostPort(address, fmt.Sprint(port)), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,12 +127,12 @@ func serverState(t *testing.T, a allocation) string {
 	if err := conn.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fmt.Fprintln(conn, "STATE"); err != nil {
+	if _, err := fmt.Fprintln(conn, line); err != nil {
 		t.Fatal(err)
 	}
 	lines := bufio.NewScanner(conn)
 	if !lines.Scan() {
-		t.Fatalf("no answer to STATE: %v", lines.Err())
+		t.Fatalf("no answer to %s: %v", line, lines.Err())
 	}
 	return lines.Text()
 }
@@ -312,5 +319,78 @@ func TestStandaloneServerStaysUnhealthyUntilDeleted(t *testing.T) {
 	})
 	if g.Reason != "SHUTDOWN_REQUESTED_BY_API" || alive(pid) {
 		t.Fatalf("deleted server: reason %q, process alive %v", g.Reason, alive(pid))
+	}
+}
+
+// The game's own SDK calls: a reserved server is not allocatable until its
+// reservation ends; calling Ready after a match ends the game session
+// (SERVER_READY_AGAIN); self-allocation creates a game session.
+func TestReserveReadyAgainAndSelfAllocation(t *testing.T) {
+	s := startStack(t, 1)
+	if code := s.rest("POST", "/v1/fleets?fleetId=arena", fleetSpec(1, nil), nil); code != http.StatusOK {
+		t.Fatalf("create fleet: %d", code)
+	}
+	var g gameServer
+	wait.For(t, 15*time.Second, "a READY game server", func() bool {
+		ready := byState(s.gameServers("arena"), "READY")
+		if len(ready) == 1 {
+			g = ready[0]
+		}
+		return len(ready) == 1
+	})
+	say := func(line string) string { return tell(t, g.Address, g.Ports[0].Port, line) }
+	state := func() string {
+		var now gameServer
+		s.rest("GET", "/v1/"+g.Name, nil, &now)
+		return now.State
+	}
+
+	if reply := say("RESERVE 4"); reply != "OK" {
+		t.Fatalf("RESERVE: %q", reply)
+	}
+	wait.For(t, 5*time.Second, "RESERVED", func() bool { return state() == "RESERVED" })
+	if code := s.rest("POST", "/v1/fleets/arena/gameServers:allocate", map[string]any{}, nil); code != http.StatusTooManyRequests {
+		t.Fatalf("allocating the reserved fleet's only server: %d, want 429", code)
+	}
+	wait.For(t, 10*time.Second, "READY again when the reservation ends", func() bool { return state() == "READY" })
+
+	a := s.allocate("arena", "p1")
+	wait.For(t, 5*time.Second, "the game session in the views", func() bool {
+		return s.rest("GET", "/v1/"+a.GameSession.Name, nil, nil) == http.StatusOK
+	})
+	if reply := say("READY"); reply != "OK" {
+		t.Fatalf("READY: %q", reply)
+	}
+	wait.For(t, 10*time.Second, "the game session ended by Ready", func() bool {
+		var gs gameSession
+		return s.rest("GET", "/v1/"+a.GameSession.Name, nil, &gs) == http.StatusOK && gs.State == "ENDED" && gs.EndReason == "SERVER_READY_AGAIN"
+	})
+	if p := s.playerSession(a.PlayerSessions[0].Name); p.State != "COMPLETED" || p.EndReason != "GAME_SESSION_ENDED" {
+		t.Fatalf("player session after Ready: %+v", p)
+	}
+
+	reply := say("ALLOCATE")
+	session, ok := strings.CutPrefix(reply, "OK ")
+	if !ok {
+		t.Fatalf("ALLOCATE: %q", reply)
+	}
+	wait.For(t, 5*time.Second, "self-allocated with its game session", func() bool {
+		var gs gameSession
+		return state() == "ALLOCATED" && s.rest("GET", "/v1/"+session, nil, &gs) == http.StatusOK && gs.State == "ACTIVE"
+	})
+	want := "GameServerReserved → GameServerReady → GameServerAllocated → GameServerReady → GameServerAllocated"
+	var lifecycle []string
+	for _, e := range s.history(g.Name) {
+		switch e.Type {
+		case "GameServerReserved", "GameServerAllocated":
+			lifecycle = append(lifecycle, e.Type)
+		case "GameServerReady":
+			if len(lifecycle) > 0 || e.Data.(*eventsv1.GameServerReady).GetReservationEnded() {
+				lifecycle = append(lifecycle, e.Type)
+			}
+		}
+	}
+	if got := strings.Join(lifecycle, " → "); got != want {
+		t.Fatalf("lifecycle after the first Ready:\n%s\nwant\n%s", got, want)
 	}
 }

@@ -33,7 +33,9 @@
 // DisconnectPlayer (the seat waits for the reconnect window); the line
 // "LEAVE" calls RemovePlayer and closes the connection. A connection whose
 // first line is "STATE" gets the server's state as WatchGameServer last
-// told it ("STATE ALLOCATED gameSessions/… players=2 map=dust").
+// told it ("STATE ALLOCATED gameSessions/… players=2 map=dust"). A first
+// line "READY", "ALLOCATE" or "RESERVE <seconds>" makes the game make that
+// SDK call (to try re-Ready, self-allocation and reservations by hand).
 package main
 
 import (
@@ -364,6 +366,10 @@ func echoTCP(l net.Listener, players *lobby) {
 					_, _ = fmt.Fprintln(conn, players.describe()) // the client may be gone; nothing to do then
 					return
 				}
+				if first && isOperatorCommand(line) {
+					_, _ = fmt.Fprintln(conn, players.operate(line)) // as above
+					return
+				}
 				first = false
 				if player != "" && line == "LEAVE" {
 					players.leave(player)
@@ -430,6 +436,46 @@ func (l *lobby) join(line string) (reply string, ok bool) {
 	}
 	l.log.Info("player joined", "player_session", f[1], "player", p.GetPlayerId(), "slot", p.GetSlot(), "reconnected", p.GetReconnected())
 	return fmt.Sprintf("WELCOME %s slot=%d reconnected=%t", p.GetPlayerId(), p.GetSlot(), p.GetReconnected()), true
+}
+
+// isOperatorCommand tells the lines that make the game itself call the SDK.
+func isOperatorCommand(line string) bool {
+	return line == "READY" || line == "ALLOCATE" || strings.HasPrefix(line, "RESERVE ")
+}
+
+// operate makes the game call the SDK as a game would on its own:
+// "READY" (back to READY after a match: the game session ends),
+// "ALLOCATE" (self-allocation), "RESERVE <seconds>". It answers "OK …" or
+// "ERROR <why>".
+func (l *lobby) operate(line string) string {
+	c := l.client.Load()
+	if c == nil {
+		return "ERROR not connected to the agent yet"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), playerCallTimeout)
+	defer cancel()
+	var err error
+	reply := "OK"
+	switch {
+	case line == "READY":
+		err = c.Ready(ctx)
+	case line == "ALLOCATE":
+		var session string
+		session, err = c.Allocate(ctx, map[string]string{"by": "game"})
+		reply = "OK " + session
+	default:
+		secs, perr := strconv.Atoi(strings.TrimPrefix(line, "RESERVE "))
+		if perr != nil {
+			return "ERROR usage: RESERVE <seconds>"
+		}
+		err = c.Reserve(ctx, time.Duration(secs)*time.Second)
+	}
+	if err != nil {
+		l.log.Warn("operator command failed", "command", line, "err", err)
+		return "ERROR " + err.Error()
+	}
+	l.log.Info("operator command", "command", line, "reply", reply)
+	return reply
 }
 
 // dropped reports a player whose connection ended without LEAVE.
