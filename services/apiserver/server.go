@@ -220,6 +220,7 @@ func (s *Server) Run(ctx context.Context) error {
 	tetherv1.RegisterHostServiceServer(gs, &hostService{s: s})
 	tetherv1.RegisterAllocationServiceServer(gs, &allocationService{s: s})
 	tetherv1.RegisterGameSessionServiceServer(gs, &gameSessionService{s: s})
+	tetherv1.RegisterHistoryServiceServer(gs, &historyService{s: s})
 
 	conn, err := grpc.NewClient(s.GRPCAddr(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -238,6 +239,7 @@ func (s *Server) Run(ctx context.Context) error {
 		tetherv1.RegisterHostServiceHandler,
 		tetherv1.RegisterAllocationServiceHandler,
 		tetherv1.RegisterGameSessionServiceHandler,
+		tetherv1.RegisterHistoryServiceHandler,
 	} {
 		if err := register(ctx, gw, conn); err != nil {
 			return fmt.Errorf("apiserver: register gateway: %w", err)
