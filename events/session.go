@@ -224,7 +224,7 @@ func ApplyGameSession(state *eventsv1.GameSessionState, e Envelope) (*eventsv1.G
 			return nil, err
 		}
 	default:
-		id, ok := playerOf(e.Data)
+		id, ok := PlayerSessionOf(e.Data)
 		if !ok {
 			return nil, fmt.Errorf("events: %s has payload %T", e.Type, e.Data)
 		}
@@ -251,8 +251,8 @@ func ApplyGameSession(state *eventsv1.GameSessionState, e Envelope) (*eventsv1.G
 	return next, nil
 }
 
-// playerOf returns the player session id a player event is about.
-func playerOf(m proto.Message) (string, bool) {
+// PlayerSessionOf returns the player session id a player event is about.
+func PlayerSessionOf(m proto.Message) (string, bool) {
 	switch d := m.(type) {
 	case *eventsv1.PlayerAccepted:
 		return d.GetPlayerSession(), true

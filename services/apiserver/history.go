@@ -1,6 +1,21 @@
 package apiserver
 
 import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tetherhq/tether/events"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
 
@@ -10,4 +25,373 @@ import (
 type historyService struct {
 	tetherv1.UnimplementedHistoryServiceServer
 	s *Server
+}
+
+// Explain's chain holds at most this many events (the latest).
+const maxChain = 50
+
+// resource is a resource name resolved to where its history lives and how
+// it folds.
+type resource struct {
+	name    string
+	subject string
+	// player is the player session id when the resource is a player
+	// session: its events are those of its game session that concern it.
+	player string
+	kind   string
+}
+
+// resolve maps a resource name to its history.
+func resolve(name string) (resource, error) {
+	r := resource{name: name}
+	switch {
+	case strings.HasPrefix(name, "gameSessions/") && strings.Contains(name, "/playerSessions/"):
+		gsess, ps, err := events.ParsePlayerSessionName(name)
+		if err != nil {
+			return r, invalidField("name", err.Error())
+		}
+		r.subject, r.player, r.kind = events.MustSubject(events.GameSessionName(gsess)), ps, events.KindPlayerSession
+		return r, nil
+	}
+	subject, err := events.Subject(name)
+	if err != nil {
+		return r, invalidField("name", err.Error())
+	}
+	r.subject = subject
+	r.kind, _, _ = strings.Cut(strings.TrimPrefix(subject, events.SubjectPrefix+"."), ".")
+	return r, nil
+}
+
+// concerns reports whether an event of the resource's subject is about it
+// (always, except for a player session within its game session's history).
+func (r resource) concerns(e events.Envelope) bool {
+	if r.player == "" {
+		return true
+	}
+	switch d := e.Data.(type) {
+	case *eventsv1.GameSessionCreated:
+		return slices.ContainsFunc(d.GetPlayers(), func(p *eventsv1.PlayerSeat) bool { return p.GetPlayerSession() == r.player })
+	case *eventsv1.PlayerSessionReserved:
+		return d.GetSeat().GetPlayerSession() == r.player
+	case *eventsv1.GameSessionEnded:
+		return true // completes every seat still held
+	}
+	id, ok := events.PlayerSessionOf(e.Data)
+	return ok && id == r.player
+}
+
+// history reads the resource's events from the stream, oldest first.
+func (h *historyService) history(ctx context.Context, r resource, from uint64) ([]events.Envelope, error) {
+	all, err := h.s.opts.Store.History(ctx, r.subject, from)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, e := range all {
+		if r.concerns(e) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// folded is a resource's state as a proto message, with what is needed to
+// explain it.
+type folded struct {
+	state    proto.Message // nil before the first event
+	status   string
+	reason   string
+	evidence proto.Message
+}
+
+// fold folds events into the resource's state.
+func (r resource) fold(evs []events.Envelope) (folded, error) {
+	var f folded
+	switch r.kind {
+	case events.KindFleet:
+		var s *eventsv1.FleetState
+		for _, e := range evs {
+			var err error
+			if s, err = events.ApplyFleet(s, e); err != nil {
+				return f, fmt.Errorf("fold %s at %d: %w", r.name, e.Sequence, err)
+			}
+		}
+		if s != nil {
+			f.state, f.status = s, "ACTIVE"
+			if s.GetDeleted() {
+				f.status = "DELETED"
+			}
+		}
+	case events.KindHost:
+		var s *eventsv1.HostState
+		for _, e := range evs {
+			var err error
+			if s, err = events.ApplyHost(s, e); err != nil {
+				return f, fmt.Errorf("fold %s at %d: %w", r.name, e.Sequence, err)
+			}
+		}
+		if s != nil {
+			f.state, f.status = s, strings.TrimPrefix(s.GetStatus().String(), "HOST_STATUS_")
+		}
+	case events.KindGameServer:
+		var s *eventsv1.GameServerState
+		for _, e := range evs {
+			var err error
+			if s, err = events.ApplyGameServer(s, e); err != nil {
+				return f, fmt.Errorf("fold %s at %d: %w", r.name, e.Sequence, err)
+			}
+		}
+		if s != nil {
+			f.state, f.status, f.reason = s, events.LifecycleName(s.GetLifecycle()), events.ReasonName(s.GetReason())
+			if s.GetEvidence() != nil {
+				f.evidence = s.GetEvidence()
+			}
+		}
+	case events.KindGameSession, events.KindPlayerSession:
+		var s *eventsv1.GameSessionState
+		for _, e := range evs {
+			var err error
+			if s, err = events.ApplyGameSession(s, e); err != nil {
+				return f, fmt.Errorf("fold %s at %d: %w", r.name, e.Sequence, err)
+			}
+		}
+		if s == nil {
+			break
+		}
+		if r.player == "" {
+			f.state, f.status = s, events.GameSessionStatusName(s.GetStatus())
+			if s.GetEndReason() != eventsv1.GameSessionEndReason_GAME_SESSION_END_REASON_UNSPECIFIED {
+				f.reason = strings.TrimPrefix(s.GetEndReason().String(), "GAME_SESSION_END_REASON_")
+				if sr := events.ReasonName(s.GetServerReason()); sr != "" {
+					f.reason += "(" + sr + ")"
+				}
+			}
+			break
+		}
+		if p := events.FindPlayer(s, r.player); p != nil {
+			f.state, f.status = p, events.PlayerSessionStatusName(p.GetStatus())
+			if p.GetEndReason() != eventsv1.PlayerSessionEndReason_PLAYER_SESSION_END_REASON_UNSPECIFIED {
+				f.reason = strings.TrimPrefix(p.GetEndReason().String(), "PLAYER_SESSION_END_REASON_")
+			}
+		}
+	default:
+		return f, invalidField("name", fmt.Sprintf("%s has no history", r.name))
+	}
+	return f, nil
+}
+
+// ListEvents returns a resource's events, oldest first, filtered by time
+// and type, a page at a time.
+func (h *historyService) ListEvents(ctx context.Context, req *tetherv1.ListEventsRequest) (*tetherv1.ListEventsResponse, error) {
+	r, err := resolve(req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0 || size > 1000:
+		return nil, invalidField("page_size", "must be 0 to 1000")
+	case size == 0:
+		size = 100
+	}
+	var from uint64
+	if tok := req.GetPageToken(); tok != "" {
+		after, err := decodePageToken(tok, req.GetName())
+		if err != nil {
+			return nil, err
+		}
+		seq, err := strconv.ParseUint(after, 10, 64)
+		if err != nil {
+			return nil, invalidField("page_token", "not a token of this list")
+		}
+		from = seq + 1
+	}
+	evs, err := h.history(ctx, r, from)
+	if err != nil {
+		return nil, err
+	}
+	resp := &tetherv1.ListEventsResponse{}
+	for _, e := range evs {
+		if req.GetStartTime() != nil && e.Time.Before(req.GetStartTime().AsTime()) ||
+			req.GetEndTime() != nil && !e.Time.Before(req.GetEndTime().AsTime()) ||
+			len(req.GetTypes()) > 0 && !slices.Contains(req.GetTypes(), e.Type) {
+			continue
+		}
+		if len(resp.Events) == size {
+			resp.NextPageToken = encodePageToken(strconv.FormatInt(resp.Events[size-1].GetSequence(), 10), req.GetName())
+			break
+		}
+		ev, err := eventToAPI(e)
+		if err != nil {
+			return nil, err
+		}
+		resp.Events = append(resp.Events, ev)
+	}
+	return resp, nil
+}
+
+// GetStateAt folds a resource's history up to a time or a sequence.
+func (h *historyService) GetStateAt(ctx context.Context, req *tetherv1.GetStateAtRequest) (*tetherv1.StateAt, error) {
+	r, err := resolve(req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetTime() == nil && req.GetSequence() <= 0 {
+		return nil, invalidField("time", "give a time or a sequence")
+	}
+	evs, err := h.history(ctx, r, 0)
+	if err != nil {
+		return nil, err
+	}
+	cut := len(evs)
+	for i, e := range evs {
+		if req.GetSequence() > 0 && e.Sequence > uint64(req.GetSequence()) || req.GetTime() != nil && e.Time.After(req.GetTime().AsTime()) {
+			cut = i
+			break
+		}
+	}
+	f, err := r.fold(evs[:cut])
+	if err != nil {
+		return nil, err
+	}
+	out := &tetherv1.StateAt{Name: r.name, EventCount: int32(cut)}
+	if cut > 0 {
+		last := evs[cut-1]
+		out.Sequence, out.Time = int64(last.Sequence), timestamppb.New(last.Time)
+	}
+	if f.state != nil {
+		if out.State, err = toStruct(f.state); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Explain says why a resource is in its state: the reason and evidence of
+// its last transition and the events that led there.
+func (h *historyService) Explain(ctx context.Context, req *tetherv1.ExplainRequest) (*tetherv1.Explanation, error) {
+	r, err := resolve(req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	evs, err := h.history(ctx, r, 0)
+	if err != nil {
+		return nil, err
+	}
+	if len(evs) == 0 {
+		return nil, &apiError{code: codes.NotFound, reason: ReasonNotFound, msg: fmt.Sprintf("%s has no history", r.name)}
+	}
+	f, err := r.fold(evs)
+	if err != nil {
+		return nil, err
+	}
+	out := &tetherv1.Explanation{Name: r.name, State: f.status, Reason: f.reason, HistoryLength: int32(len(evs))}
+	if f.evidence != nil {
+		if out.Evidence, err = toStruct(f.evidence); err != nil {
+			return nil, err
+		}
+	}
+	for _, e := range chain(evs) {
+		ev, err := eventToAPI(e)
+		if err != nil {
+			return nil, err
+		}
+		out.Events = append(out.Events, ev)
+	}
+	out.Summary = summarize(r.name, f, out.Events)
+	return out, nil
+}
+
+// settled lists the event types after which a resource was last fine: an
+// explanation's chain starts after the last of them.
+var settled = []string{
+	"GameServerScheduled", "ProcessStarted", "GameServerReady", "GameServerReserved", "GameServerAllocated", "HealthRecovered",
+	"HostRegistered", "HostOnline", "FleetCreated", "GameSessionCreated", "PlayerAccepted", "PlayerReconnected",
+}
+
+// chain returns the events that led to the resource's state: those after
+// the last event that left it fine, or that event itself when the resource
+// is fine now; at most maxChain, the latest.
+func chain(evs []events.Envelope) []events.Envelope {
+	start := 0
+	for i := len(evs) - 1; i >= 0; i-- {
+		if slices.Contains(settled, evs[i].Type) {
+			start = i + 1
+			if start == len(evs) {
+				start = i // fine now: the event that made it so
+			}
+			break
+		}
+	}
+	return evs[max(start, len(evs)-maxChain):]
+}
+
+// summarize says in one sentence why the resource is in its state.
+func summarize(name string, f folded, chain []*tetherv1.Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s is %s", name, f.status)
+	if f.reason != "" {
+		fmt.Fprintf(&b, " because of %s", f.reason)
+	}
+	if ev, ok := f.evidence.(*eventsv1.Evidence); ok {
+		var facts []string
+		if ev.GetMissedPeriods() > 0 {
+			facts = append(facts, fmt.Sprintf("%d heartbeat periods of %d s missed (threshold %d)", ev.GetMissedPeriods(), ev.GetPeriodSeconds(), ev.GetFailureThreshold()))
+		}
+		if ev.GetLastHeartbeatTime() != nil {
+			facts = append(facts, "last heartbeat "+ev.GetLastHeartbeatTime().AsTime().Format(time.RFC3339Nano))
+		}
+		if ev.ExitCode != nil {
+			facts = append(facts, fmt.Sprintf("exit code %d", ev.GetExitCode()))
+		}
+		if ev.GetSignal() != "" {
+			facts = append(facts, "signal "+ev.GetSignal())
+		}
+		if ev.GetRequestedBy() != "" {
+			facts = append(facts, "requested by "+ev.GetRequestedBy())
+		}
+		if ev.GetDetail() != "" {
+			facts = append(facts, ev.GetDetail())
+		}
+		if len(facts) > 0 {
+			b.WriteString(": " + strings.Join(facts, "; "))
+		}
+	}
+	if len(chain) > 0 {
+		types := make([]string, len(chain))
+		for i, e := range chain {
+			types[i] = e.GetType()
+		}
+		b.WriteString(". Events: " + strings.Join(types, " → "))
+	}
+	return b.String()
+}
+
+// eventToAPI converts a stored envelope for the API, its payload as JSON.
+func eventToAPI(e events.Envelope) (*tetherv1.Event, error) {
+	out := &tetherv1.Event{
+		Sequence: int64(e.Sequence), Id: e.ID, Type: e.Type, Aggregate: e.Aggregate, Time: timestamppb.New(e.Time),
+		Producer: e.Producer, RequestId: e.RequestID, CorrelationId: e.CorrelationID, CausationId: e.CausationID,
+	}
+	if e.Data != nil {
+		data, err := toStruct(e.Data)
+		if err != nil {
+			return nil, fmt.Errorf("event %d: %w", e.Sequence, err)
+		}
+		out.Data = data
+	}
+	return out, nil
+}
+
+// toStruct renders a message as its protojson object.
+func toStruct(m proto.Message) (*structpb.Struct, error) {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode %T: %w", m, err)
+	}
+	s := &structpb.Struct{}
+	if err := protojson.Unmarshal(b, s); err != nil {
+		return nil, fmt.Errorf("decode %T as JSON: %w", m, err)
+	}
+	return s, nil
 }
