@@ -17,7 +17,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/services/dev/wait"
 )
@@ -164,6 +166,41 @@ func BenchmarkReconnect(b *testing.B) {
 		lat.add(time.Since(t0))
 	}
 	b.StopTimer()
+	b.ReportMetric(lat.quantile(0.50), "p50-ms")
+	b.ReportMetric(lat.quantile(0.99), "p99-ms")
+}
+
+// BenchmarkExplain measures :explain through the REST gateway for a game
+// server with 1,000 events in its history (TETHER_BENCH_HISTORY): its
+// history is read from the stream and folded on every call.
+func BenchmarkExplain(b *testing.B) {
+	n := benchInt(b, "TETHER_BENCH_HISTORY", 1000)
+	s := newStack(b, stackOptions{})
+	name := "fleets/arena/gameServers/gs-long"
+	msgs := hungServer()
+	var history []proto.Message
+	history = append(history, msgs[:4]...) // scheduled, started, connected, ready
+	for len(history) < n-len(msgs[4:]) {
+		history = append(history, &eventsv1.HealthDegraded{MissedPeriods: 1, FailureThreshold: 3, PeriodSeconds: 5}, &eventsv1.HealthRecovered{})
+	}
+	history = append(history, msgs[4:]...)
+	s.appendAt(name, times(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC), len(history), time.Second), history...)
+	lat := &latencies{}
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		resp, err := http.Get(s.base + "/v1/" + name + ":explain")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("explain: %d", resp.StatusCode)
+		}
+		resp.Body.Close()
+		lat.add(time.Since(t0))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(len(history)), "events")
 	b.ReportMetric(lat.quantile(0.50), "p50-ms")
 	b.ReportMetric(lat.quantile(0.99), "p99-ms")
 }
