@@ -8,7 +8,7 @@ BIN          := $(CURDIR)/bin
 GENERATED    := proto services/apiserver/openapi
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test lint generate check-generate tools bench chaos clean
+.PHONY: all build run test lint breaking baseline generate check-generate tools bench chaos clean
 
 all: build
 
@@ -30,6 +30,15 @@ lint: $(BUF)
 	$(BUF) lint
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+## breaking: buf breaking against the protos of the last release
+## (proto/releases/baseline.binpb; `make baseline` records a new one at a release)
+breaking: $(BUF)
+	$(BUF) breaking --against proto/releases/baseline.binpb
+
+## baseline: record the current protos as the last release's
+baseline: $(BUF)
+	$(BUF) build -o proto/releases/baseline.binpb
 
 ## generate: regenerate protobuf, gRPC, gateway and OpenAPI code
 generate: $(BUF)
