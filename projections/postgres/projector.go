@@ -1,10 +1,12 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -60,7 +62,44 @@ type ProjectorOptions struct {
 	TracerProvider trace.TracerProvider
 	// MeterProvider; default no-op.
 	MeterProvider metric.MeterProvider
+	// Scratch marks a projector whose pool writes tables other than the live
+	// views (a rebuild or a check): it announces no checkpoints on
+	// CheckpointChannel, so no reader takes its progress for the views'.
+	Scratch bool
+	// StopOnPoison makes a poison event fail its batch with a *PoisonError
+	// (and Run return it) instead of going to the dead letters: a rebuild
+	// stops loudly rather than swap in views that lack an event.
+	StopOnPoison bool
+	// Upcast, when set, rewrites stored event bytes before they are decoded
+	// (see Upcaster).
+	Upcast Upcaster
 }
+
+// Upcaster rewrites the stored bytes of an event that the current code could
+// not otherwise read (an older encoding, a producer's bug) into an envelope
+// it can, as the event is read: the stream itself is never changed. It
+// returns data unchanged for events it does not handle. Deploying one is how
+// an undecodable dead letter gets fixed (RetryDeadLetter).
+type Upcaster func(subject string, data []byte) []byte
+
+// PoisonError is the error of a batch that holds an event the projector
+// cannot apply, when ProjectorOptions.StopOnPoison is set.
+type PoisonError struct {
+	// Sequence, Subject and Type identify the event.
+	Sequence uint64
+	Subject  string
+	Type     string
+	// Err is why it cannot be applied.
+	Err error
+}
+
+// Error implements error.
+func (e *PoisonError) Error() string {
+	return fmt.Sprintf("poison event at sequence %d (subject %s, type %q): %v", e.Sequence, e.Subject, e.Type, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *PoisonError) Unwrap() error { return e.Err }
 
 func (o *ProjectorOptions) setDefaults() {
 	if o.Stream == "" {
@@ -224,6 +263,9 @@ func (p *Projector) applyWithRetry(ctx context.Context, batch []jetstream.Msg) e
 		if err == nil {
 			break
 		}
+		if _, ok := errors.AsType[*PoisonError](err); ok {
+			return err
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -360,7 +402,11 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) error 
 			continue // already applied: a redelivery
 		}
 		last = seq
-		env, err := decode(m)
+		data := m.Data()
+		if p.opts.Upcast != nil {
+			data = p.opts.Upcast(m.Subject(), data)
+		}
+		env, err := decode(m.Subject(), data)
 		if err != nil {
 			dead = append(dead, deadLetter{seq: seq, subject: m.Subject(), typ: m.Headers().Get(natsjs.HeaderType), err: err, data: m.Data()})
 			continue
@@ -378,7 +424,7 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) error 
 			sessions.want(env.Aggregate)
 		}
 		envs = append(envs, env)
-		raw = append(raw, m.Data())
+		raw = append(raw, data)
 		kinds = append(kinds, kind)
 	}
 	if last == uint64(cp) {
@@ -419,6 +465,10 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) error 
 			return fmt.Errorf("projector: %w", err)
 		}
 	}
+	if p.opts.StopOnPoison && len(dead) > 0 {
+		first := slices.MinFunc(dead, func(a, b deadLetter) int { return cmp.Compare(a.seq, b.seq) })
+		return &PoisonError{Sequence: first.seq, Subject: first.subject, Type: first.typ, Err: first.err}
+	}
 	b := &pgx.Batch{}
 	for _, d := range dead {
 		b.Queue(`INSERT INTO dead_letters (sequence, subject, type, error, data) VALUES ($1, $2, $3, $4, $5)
@@ -426,7 +476,9 @@ ON CONFLICT (sequence) DO NOTHING`, int64(d.seq), d.subject, d.typ, d.err.Error(
 		p.log.Warn("projector dead-lettered an event", "sequence", d.seq, "subject", d.subject, "type", d.typ, "err", d.err)
 	}
 	b.Queue(`UPDATE projector_checkpoints SET sequence = $2, update_time = now() WHERE partition = $1`, p.opts.Partition, int64(last))
-	b.Queue(`SELECT pg_notify($1, $2)`, CheckpointChannel, strconv.FormatUint(last, 10))
+	if !p.opts.Scratch {
+		b.Queue(`SELECT pg_notify($1, $2)`, CheckpointChannel, strconv.FormatUint(last, 10))
+	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("projector: write views: %w", err)
 	}
@@ -447,25 +499,25 @@ ON CONFLICT (sequence) DO NOTHING`, int64(d.seq), d.subject, d.typ, d.err.Error(
 	return nil
 }
 
-// decode unmarshals a message and checks that its subject names the
-// envelope's aggregate.
-func decode(m jetstream.Msg) (events.Envelope, error) {
-	env, err := events.Unmarshal(m.Data())
+// decode unmarshals a message (already upcast, if there is an Upcaster)
+// and checks that its subject names the envelope's aggregate.
+func decode(subject string, data []byte) (events.Envelope, error) {
+	env, err := events.Unmarshal(data)
 	if err != nil {
 		return events.Envelope{}, err
 	}
-	name, err := events.NameFromSubject(m.Subject())
+	name, err := events.NameFromSubject(subject)
 	if err != nil {
 		return events.Envelope{}, err
 	}
 	if name != env.Aggregate {
-		return events.Envelope{}, fmt.Errorf("%w: event %s on subject %s names aggregate %s", events.ErrUndecodable, env.ID, m.Subject(), env.Aggregate)
+		return events.Envelope{}, fmt.Errorf("%w: event %s on subject %s names aggregate %s", events.ErrUndecodable, env.ID, subject, env.Aggregate)
 	}
-	switch kindOf(m.Subject()) {
+	switch kindOf(subject) {
 	case events.KindFleet, events.KindHost, events.KindGameServer, events.KindGameSession:
 		return env, nil
 	}
-	return events.Envelope{}, fmt.Errorf("projector: no view for subject %s", m.Subject())
+	return events.Envelope{}, fmt.Errorf("projector: no view for subject %s", subject)
 }
 
 // kindOf returns the aggregate kind token of an event subject.
