@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"sigs.k8s.io/yaml"
+
+	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
+)
+
+// auditNameFormats says which names the audit commands take.
+const auditNameFormats = `fleets/FLEET, hosts/HOST, FLEET/GAMESERVER, GAMESESSION, GAMESESSION/PLAYERSESSION, or any full resource name`
+
+// auditName turns what an operator typed into a resource name.
+func auditName(s string) (string, error) {
+	switch {
+	case strings.HasPrefix(s, fleetsPrefix) || strings.HasPrefix(s, hostsPrefix) || strings.HasPrefix(s, gameSessionsPrefix):
+		return s, nil
+	case strings.HasPrefix(s, "gsess-") && strings.Contains(s, "/"):
+		return playerSessionName(s)
+	case strings.HasPrefix(s, "gsess-"):
+		return gameSessionName(s)
+	case strings.Count(s, "/") == 1:
+		return gameServerName(s)
+	}
+	return "", fmt.Errorf("%q: give %s", s, auditNameFormats)
+}
+
+// auditReadCommands are the audit commands that read a resource's history.
+func (a *app) auditReadCommands() []*cobra.Command {
+	return []*cobra.Command{a.auditHistoryCommand(), a.auditExplainCommand(), a.auditStateCommand()}
+}
+
+func (a *app) auditHistoryCommand() *cobra.Command {
+	var types []string
+	var from, to string
+	cmd := &cobra.Command{
+		Use:   "history NAME",
+		Short: "List a resource's events, oldest first",
+		Long: "List the events of a resource, read from the event stream; NAME is " + auditNameFormats + `.
+Times are shown with their offset from the first event listed.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := auditName(args[0])
+			if err != nil {
+				return err
+			}
+			req := &tetherv1.ListEventsRequest{Name: name, Types: types, PageSize: 1000}
+			if req.StartTime, err = parseTimeFlag("from", from); err != nil {
+				return err
+			}
+			if req.EndTime, err = parseTimeFlag("to", to); err != nil {
+				return err
+			}
+			return a.withClient(func(c *client) error {
+				history := tetherv1.NewHistoryServiceClient(c.conn)
+				evs, err := listAll(cmd.Context(), c, func(ctx context.Context, token string) ([]*tetherv1.Event, string, error) {
+					req.PageToken = token
+					resp, err := history.ListEvents(ctx, req)
+					return resp.GetEvents(), resp.GetNextPageToken(), err
+				})
+				if err != nil {
+					return c.apiError(name, err)
+				}
+				return printList(a, "events", evs, func(w io.Writer) { timeline(w, evs, false) })
+			})
+		},
+	}
+	cmd.Flags().StringSliceVar(&types, "type", nil, "only these event types (repeat or comma-separate)")
+	cmd.Flags().StringVar(&from, "from", "", "only events at or after this time (RFC 3339, or a duration ago such as 10m)")
+	cmd.Flags().StringVar(&to, "to", "", "only events before this time (RFC 3339, or a duration ago)")
+	return cmd
+}
+
+func (a *app) auditExplainCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "explain NAME",
+		Short: "Why a resource is in its state: reason, evidence and the events that led there",
+		Long: "Explain a resource's state from its history: the reason and evidence of its last\ntransition and the chain of events that led there, with times relative to the\nlast one; NAME is " + auditNameFormats + ".",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := auditName(args[0])
+			if err != nil {
+				return err
+			}
+			return a.withClient(func(c *client) error {
+				ctx, cancel := c.call(cmd.Context())
+				defer cancel()
+				x, err := tetherv1.NewHistoryServiceClient(c.conn).Explain(ctx, &tetherv1.ExplainRequest{Name: name})
+				if err != nil {
+					return c.apiError(name, err)
+				}
+				return a.print(x, func(w io.Writer) { explainText(w, x, a.highlight()) })
+			})
+		},
+	}
+}
+
+func (a *app) auditStateCommand() *cobra.Command {
+	var at string
+	var seq int64
+	cmd := &cobra.Command{
+		Use:   "state NAME --at TIME",
+		Short: "A resource as it was at a time (or a stream sequence), folded from its history",
+		Long:  "Show a resource as it was, folded from its events up to --at (RFC 3339, or a duration\nago such as 10m) or up to --sequence; NAME is " + auditNameFormats + ".",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := auditName(args[0])
+			if err != nil {
+				return err
+			}
+			req := &tetherv1.GetStateAtRequest{Name: name, Sequence: seq}
+			if req.Time, err = parseTimeFlag("at", at); err != nil {
+				return err
+			}
+			if req.Time == nil && seq <= 0 {
+				return fmt.Errorf("give --at TIME or --sequence N")
+			}
+			return a.withClient(func(c *client) error {
+				ctx, cancel := c.call(cmd.Context())
+				defer cancel()
+				st, err := tetherv1.NewHistoryServiceClient(c.conn).GetStateAt(ctx, req)
+				if err != nil {
+					return c.apiError(name, err)
+				}
+				if a.output == formatTable {
+					if st.GetEventCount() == 0 {
+						_, err := fmt.Fprintf(a.out, "%s did not exist yet at that point.\n", name)
+						return err
+					}
+					raw, err := protojson.Marshal(st.GetState())
+					if err != nil {
+						return fmt.Errorf("encode state: %w", err)
+					}
+					y, err := yaml.JSONToYAML(raw)
+					if err != nil {
+						return fmt.Errorf("convert to YAML: %w", err)
+					}
+					_, err = fmt.Fprintf(a.out, "%s after %d events (the last: sequence %d at %s):\n%s", name, st.GetEventCount(), st.GetSequence(),
+						st.GetTime().AsTime().Format(time.RFC3339Nano), y)
+					return err
+				}
+				return a.print(st, nil)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&at, "at", "", "the time (RFC 3339, or a duration ago such as 10m)")
+	cmd.Flags().Int64Var(&seq, "sequence", 0, "fold up to this stream sequence instead")
+	return cmd
+}
+
+// parseTimeFlag reads an RFC 3339 time or a duration ago; empty is nil.
+func parseTimeFlag(flag, v string) (*timestamppb.Timestamp, error) {
+	if v == "" {
+		return nil, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return timestamppb.New(t), nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return timestamppb.New(time.Now().Add(-d)), nil
+	}
+	return nil, fmt.Errorf("--%s %q: give an RFC 3339 time (2026-11-23T10:00:00Z) or a duration ago (10m)", flag, v)
+}
+
+// highlight reports whether the reason may be set off in bold: output to a
+// terminal.
+func (a *app) highlight() bool {
+	f, ok := a.out.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// explainText writes an explanation for humans: the verdict with its reason
+// set off, the evidence, and the chain as a timeline relative to its end.
+func explainText(w io.Writer, x *tetherv1.Explanation, bold bool) {
+	reason := x.GetReason()
+	if reason == "" {
+		reason = "-"
+	}
+	if bold {
+		reason = "\x1b[1m" + reason + "\x1b[0m"
+	}
+	fmt.Fprintf(w, "%s is %s\n", x.GetName(), x.GetState())
+	fmt.Fprintf(w, "Reason:    >> %s <<\n", reason)
+	for _, k := range slices.Sorted(maps.Keys(x.GetEvidence().GetFields())) {
+		v, _ := protojson.Marshal(x.GetEvidence().GetFields()[k])
+		fmt.Fprintf(w, "Evidence:  %s = %s\n", k, v)
+	}
+	fmt.Fprintf(w, "History:   %d events; the %d that led here:\n\n", x.GetHistoryLength(), len(x.GetEvents()))
+	timeline(w, x.GetEvents(), true)
+	if x.GetSummary() != "" {
+		fmt.Fprintf(w, "\n%s\n", x.GetSummary())
+	}
+}
+
+// timeline writes events one a line: offset (from the first event, or to
+// the last with fromEnd), sequence, type, producer and the payload.
+func timeline(w io.Writer, evs []*tetherv1.Event, fromEnd bool) {
+	if len(evs) == 0 {
+		fmt.Fprintln(w, "(no events)")
+		return
+	}
+	ref := evs[0].GetTime().AsTime()
+	if fromEnd {
+		ref = evs[len(evs)-1].GetTime().AsTime()
+	}
+	row(w, "OFFSET", "SEQ", "TYPE", "PRODUCER", "DATA")
+	for _, e := range evs {
+		d := e.GetTime().AsTime().Sub(ref)
+		data, _ := protojson.Marshal(e.GetData()) // a Struct always encodes
+		row(w, fmt.Sprintf("%+.3fs", d.Seconds()), fmt.Sprint(e.GetSequence()), e.GetType(), orDash(e.GetProducer()), clip(string(data), 100))
+	}
+}
+
+// clip shortens s to n runes with an ellipsis.
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
