@@ -55,6 +55,7 @@ bench:
 	$(GO) test -run '^$$' -bench Replay -benchtime 1x ./projections/postgres/
 	TETHER_BENCH_ALLOCATIONS=10000 $(GO) test -run '^$$' -bench Allocate -benchtime 1x -count 3 ./services/apiserver/
 	$(GO) test -run '^$$' -bench Reconnect -benchtime 3000x -count 3 ./services/apiserver/
+	$(GO) test -run '^$$' -bench Explain -benchtime 200x -count 3 ./services/apiserver/
 
 ## chaos: 200 real game servers, hangs and crashes for 3 minutes; prints detection figures
 chaos: build
