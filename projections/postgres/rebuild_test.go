@@ -190,6 +190,13 @@ func TestRebuildWhileWritingAndReading(t *testing.T) {
 	last := e.lastSeq()
 	wait.For(t, 20*time.Second, "the live projector after the swap", func() bool { return live.Checkpoint() >= last })
 	assertSameViews(t, pool, e.freshReplay())
+	rep, err := postgres.Check(e.ctx, postgres.ReplayOptions{Pool: pool, JetStream: e.js, BatchSize: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Differences) != 0 || rep.Sequence < last || rep.Rows == 0 {
+		t.Errorf("check after the rebuild: %+v", rep)
+	}
 }
 
 func sliceContainsInOrder[T comparable](got, want []T) bool {
