@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -101,10 +99,17 @@ type Options struct {
 	// Keepalive is the interval of HTTP/2 pings on idle gRPC connections,
 	// below common load-balancer idle timeouts (default 30s).
 	Keepalive time.Duration
-	// ProjectionPool and JetStream, when both set, serve the ProjectionService
-	// (status, rebuild, check, dead letters; the pool of the live views).
-	ProjectionPool *pgxpool.Pool
-	JetStream      jetstream.JetStream
+	// Watch streams stored events for WatchEvents; default Store when it
+	// can (events/natsjs.Store does). Without one WatchEvents answers
+	// UNIMPLEMENTED.
+	Watch eventWatcher
+	// WatchBuffer bounds the events a watch holds for its client; default
+	// DefaultWatchBuffer.
+	WatchBuffer int
+	// WatchStall is how long a watch waits for a client that reads nothing
+	// while events wait for it, before it ends the watch with
+	// RESOURCE_EXHAUSTED; default DefaultWatchStall.
+	WatchStall time.Duration
 	// MetricsHandler, when set, is served at /metrics on the HTTP address.
 	MetricsHandler http.Handler
 	// Logger; default discards.
@@ -135,6 +140,15 @@ func (o *Options) setDefaults() {
 	}
 	if o.Keepalive <= 0 {
 		o.Keepalive = 30 * time.Second
+	}
+	if w, ok := o.Store.(eventWatcher); ok && o.Watch == nil {
+		o.Watch = w
+	}
+	if o.WatchBuffer <= 0 {
+		o.WatchBuffer = DefaultWatchBuffer
+	}
+	if o.WatchStall <= 0 {
+		o.WatchStall = DefaultWatchStall
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -227,7 +241,6 @@ func (s *Server) Run(ctx context.Context) error {
 	tetherv1.RegisterAllocationServiceServer(gs, &allocationService{s: s})
 	tetherv1.RegisterGameSessionServiceServer(gs, &gameSessionService{s: s})
 	tetherv1.RegisterHistoryServiceServer(gs, &historyService{s: s})
-	tetherv1.RegisterProjectionServiceServer(gs, &projectionService{s: s})
 
 	conn, err := grpc.NewClient(s.GRPCAddr(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -247,7 +260,6 @@ func (s *Server) Run(ctx context.Context) error {
 		tetherv1.RegisterAllocationServiceHandler,
 		tetherv1.RegisterGameSessionServiceHandler,
 		tetherv1.RegisterHistoryServiceHandler,
-		tetherv1.RegisterProjectionServiceHandler,
 	} {
 		if err := register(ctx, gw, conn); err != nil {
 			return fmt.Errorf("apiserver: register gateway: %w", err)

@@ -236,9 +236,9 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	api, err := apiserver.New(apiserver.Options{
-		GRPCListener: grpcLis, HTTPListener: restLis, ProjectionPool: pool, JetStream: js,
+		GRPCListener: grpcLis, HTTPListener: restLis,
 		Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
-		Tokens: tokens, Commands: bus,
+		Tokens: tokens, Commands: bus, Watch: store,
 		Logger: log.With("component", "apiserver"), TracerProvider: opts.TracerProvider,
 		MeterProvider: opts.MeterProvider, MetricsHandler: opts.MetricsHandler,
 	})

@@ -603,7 +603,16 @@ type WatchEventsRequest struct {
 	// Only events written by this host's agent or about it ("hosts/h1").
 	Host string `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
 	// Only these types.
-	Types         []string `protobuf:"bytes,4,rep,name=types,proto3" json:"types,omitempty"`
+	Types []string `protobuf:"bytes,4,rep,name=types,proto3" json:"types,omitempty"`
+	// Start with the first event stored at or after this time, instead of
+	// after after_sequence (set one or neither). Stored time is the stream's
+	// timestamp of the event, which grows with its sequence; an event's own
+	// time is when its producer saw it happen, and may be earlier.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// End the stream, with OK, after the last event stored before this time,
+	// instead of waiting for new events (an export). Events stored after the
+	// call started are never included, whatever this time.
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -666,6 +675,20 @@ func (x *WatchEventsRequest) GetTypes() []string {
 	return nil
 }
 
+func (x *WatchEventsRequest) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *WatchEventsRequest) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
 var File_tether_v1_history_proto protoreflect.FileDescriptor
 
 const file_tether_v1_history_proto_rawDesc = "" +
@@ -716,12 +739,15 @@ const file_tether_v1_history_proto_rawDesc = "" +
 	"\bevidence\x18\x04 \x01(\v2\x17.google.protobuf.StructR\bevidence\x12\x18\n" +
 	"\asummary\x18\x05 \x01(\tR\asummary\x12(\n" +
 	"\x06events\x18\x06 \x03(\v2\x10.tether.v1.EventR\x06events\x12%\n" +
-	"\x0ehistory_length\x18\a \x01(\x05R\rhistoryLength\"{\n" +
+	"\x0ehistory_length\x18\a \x01(\x05R\rhistoryLength\"\xed\x01\n" +
 	"\x12WatchEventsRequest\x12%\n" +
 	"\x0eafter_sequence\x18\x01 \x01(\x03R\rafterSequence\x12\x14\n" +
 	"\x05fleet\x18\x02 \x01(\tR\x05fleet\x12\x12\n" +
 	"\x04host\x18\x03 \x01(\tR\x04host\x12\x14\n" +
-	"\x05types\x18\x04 \x03(\tR\x05types2\xbc\x04\n" +
+	"\x05types\x18\x04 \x03(\tR\x05types\x129\n" +
+	"\n" +
+	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime2\xbc\x04\n" +
 	"\x0eHistoryService\x12\x91\x02\n" +
 	"\n" +
 	"ListEvents\x12\x1c.tether.v1.ListEventsRequest\x1a\x1d.tether.v1.ListEventsResponse\"\xc5\x01\x82\xd3\xe4\x93\x02\xbe\x01Z*\x12(/v1/{name=fleets/*/gameServers/*}/eventsZ\x1b\x12\x19/v1/{name=hosts/*}/eventsZ\"\x12 /v1/{name=gameSessions/*}/eventsZ3\x121/v1/{name=gameSessions/*/playerSessions/*}/events\x12\x1a/v1/{name=fleets/*}/events\x12]\n" +
@@ -766,19 +792,21 @@ var file_tether_v1_history_proto_depIdxs = []int32{
 	8,  // 7: tether.v1.StateAt.time:type_name -> google.protobuf.Timestamp
 	9,  // 8: tether.v1.Explanation.evidence:type_name -> google.protobuf.Struct
 	0,  // 9: tether.v1.Explanation.events:type_name -> tether.v1.Event
-	1,  // 10: tether.v1.HistoryService.ListEvents:input_type -> tether.v1.ListEventsRequest
-	3,  // 11: tether.v1.HistoryService.GetStateAt:input_type -> tether.v1.GetStateAtRequest
-	5,  // 12: tether.v1.HistoryService.Explain:input_type -> tether.v1.ExplainRequest
-	7,  // 13: tether.v1.HistoryService.WatchEvents:input_type -> tether.v1.WatchEventsRequest
-	2,  // 14: tether.v1.HistoryService.ListEvents:output_type -> tether.v1.ListEventsResponse
-	4,  // 15: tether.v1.HistoryService.GetStateAt:output_type -> tether.v1.StateAt
-	6,  // 16: tether.v1.HistoryService.Explain:output_type -> tether.v1.Explanation
-	0,  // 17: tether.v1.HistoryService.WatchEvents:output_type -> tether.v1.Event
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	8,  // 10: tether.v1.WatchEventsRequest.start_time:type_name -> google.protobuf.Timestamp
+	8,  // 11: tether.v1.WatchEventsRequest.end_time:type_name -> google.protobuf.Timestamp
+	1,  // 12: tether.v1.HistoryService.ListEvents:input_type -> tether.v1.ListEventsRequest
+	3,  // 13: tether.v1.HistoryService.GetStateAt:input_type -> tether.v1.GetStateAtRequest
+	5,  // 14: tether.v1.HistoryService.Explain:input_type -> tether.v1.ExplainRequest
+	7,  // 15: tether.v1.HistoryService.WatchEvents:input_type -> tether.v1.WatchEventsRequest
+	2,  // 16: tether.v1.HistoryService.ListEvents:output_type -> tether.v1.ListEventsResponse
+	4,  // 17: tether.v1.HistoryService.GetStateAt:output_type -> tether.v1.StateAt
+	6,  // 18: tether.v1.HistoryService.Explain:output_type -> tether.v1.Explanation
+	0,  // 19: tether.v1.HistoryService.WatchEvents:output_type -> tether.v1.Event
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_tether_v1_history_proto_init() }

@@ -1,0 +1,155 @@
+package natsjs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tetherhq/tether/events"
+)
+
+// watchPull bounds the messages a watch's consumer pulls ahead of its
+// reader: the memory a watch holds in this package.
+const watchPull = 256
+
+// watchInactive is how long the server keeps a watch's consumer after its
+// reader went away without deleting it (a crash, a lost connection).
+const watchInactive = 30 * time.Second
+
+// Watch streams the events stored after sequence after on subjects
+// (wildcards allowed; none means every event), in stream order, each with
+// its Sequence set, without a gap or a duplicate: it reads through an
+// ordered consumer, which the nats.go client recreates after the last
+// delivered sequence when it detects a gap or loses its consumer.
+//
+// With until = 0 it waits for new events until ctx ends or the consumer
+// fails; with until > 0 it ends after the last event at or below until
+// that is already stored, without waiting. until must not exceed the
+// stream's last sequence, or Watch may wait for events above it.
+//
+// An event that cannot be decoded is yielded as an error wrapping
+// events.ErrUndecodable (the envelope then carries only its Sequence and
+// Aggregate): the caller may go on iterating past it. Any other error ends
+// the iteration. An ended ctx ends it without an error.
+func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []string) iter.Seq2[events.Envelope, error] {
+	return func(yield func(events.Envelope, error) bool) {
+		if len(subjects) == 0 {
+			subjects = []string{events.SubjectPrefix + ".>"}
+		}
+		if until > 0 {
+			if until <= after {
+				return
+			}
+			// A consumer with nothing to deliver below until would wait
+			// for events above it; look first.
+			some, err := s.anyBetween(ctx, after, until, subjects)
+			if err != nil || !some {
+				if err != nil && ctx.Err() == nil {
+					yield(events.Envelope{}, err)
+				}
+				return
+			}
+		}
+		cons, err := s.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+			FilterSubjects:    subjects,
+			DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+			OptStartSeq:       after + 1,
+			InactiveThreshold: watchInactive,
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				yield(events.Envelope{}, fmt.Errorf("natsjs: watch %v after %d: %w", subjects, after, err))
+			}
+			return
+		}
+		msgs, err := cons.Messages(jetstream.PullMaxMessages(watchPull))
+		if err != nil {
+			if ctx.Err() == nil {
+				yield(events.Envelope{}, fmt.Errorf("natsjs: watch %v after %d: %w", subjects, after, err))
+			}
+			return
+		}
+		defer msgs.Stop()
+		for {
+			m, err := msgs.Next(jetstream.NextContext(ctx))
+			if err != nil {
+				if ctx.Err() == nil {
+					yield(events.Envelope{}, fmt.Errorf("natsjs: watch %v: %w", subjects, err))
+				}
+				return
+			}
+			meta, err := m.Metadata()
+			if err != nil {
+				yield(events.Envelope{}, fmt.Errorf("natsjs: watch %v: %w", subjects, err))
+				return
+			}
+			seq := meta.Sequence.Stream
+			if until > 0 && seq > until {
+				return
+			}
+			env, err := unmarshal(m.Data(), m.Subject(), seq)
+			if err != nil {
+				env = events.Envelope{Sequence: seq}
+				env.Aggregate, _ = events.NameFromSubject(m.Subject())
+			}
+			if !yield(env, err) {
+				return
+			}
+			// NumPending counts the stored events on the subjects after
+			// this one: none left means every event up to until was seen.
+			if until > 0 && (seq >= until || meta.NumPending == 0) {
+				return
+			}
+		}
+	}
+}
+
+// anyBetween reports whether an event on one of subjects has a sequence in
+// (after, until]: one direct get per subject.
+func (s *Store) anyBetween(ctx context.Context, after, until uint64, subjects []string) (bool, error) {
+	for _, subj := range subjects {
+		m, err := s.stream.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("natsjs: look for events on %s after %d: %w", subj, after, err)
+		}
+		if m.Sequence <= until {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// SequenceAt returns the sequence of the first event stored at or after t
+// (by the stream's timestamps, which grow with sequences), or the stream's
+// last sequence + 1 when every event was stored before t. It binary-searches
+// with direct gets: about log2(events) of them.
+func (s *Store) SequenceAt(ctx context.Context, t time.Time) (uint64, error) {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("natsjs: stream info: %w", err)
+	}
+	lo, hi := info.State.FirstSeq, info.State.LastSeq+1 // the answer is in [lo, hi]
+	if info.State.Msgs == 0 {
+		return hi, nil
+	}
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		m, err := s.stream.GetMsg(ctx, mid)
+		if err != nil {
+			return 0, fmt.Errorf("natsjs: read event %d for its time: %w", mid, err)
+		}
+		if m.Time.Before(t) {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
+}

@@ -1,0 +1,181 @@
+package natsjs_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/events"
+)
+
+// watched is one item a watch yielded.
+type watched struct {
+	seq uint64
+	err error
+}
+
+// startWatch ranges over a watch in a goroutine; the channel closes when
+// the iteration ends.
+func startWatch(ctx context.Context, e env, after, until uint64, subjects ...string) <-chan watched {
+	ch := make(chan watched, 100)
+	go func() {
+		defer close(ch)
+		for ev, err := range e.store.Watch(ctx, after, until, subjects) {
+			ch <- watched{ev.Sequence, err}
+		}
+	}()
+	return ch
+}
+
+// next waits for the watch's next item.
+func next(t *testing.T, ch <-chan watched) watched {
+	t.Helper()
+	select {
+	case w, ok := <-ch:
+		if !ok {
+			t.Fatal("the watch ended")
+		}
+		return w
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event from the watch in 10s")
+	}
+	return watched{}
+}
+
+// drain collects a bounded watch to its end.
+func drain(t *testing.T, ch <-chan watched) []uint64 {
+	t.Helper()
+	var seqs []uint64
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case w, ok := <-ch:
+			if !ok {
+				return seqs
+			}
+			if w.err != nil {
+				t.Fatalf("watch error: %v", w.err)
+			}
+			seqs = append(seqs, w.seq)
+		case <-deadline:
+			t.Fatalf("the bounded watch did not end in 10s; got %v", seqs)
+		}
+	}
+}
+
+func TestWatchLive(t *testing.T) {
+	e := newEnv(t)
+	a1 := e.append(t, fleetSubject("a"), events.AnySequence, fleetCreated("a", 1))
+	e.append(t, fleetSubject("b"), events.AnySequence, fleetCreated("b", 1))
+	a2 := e.append(t, fleetSubject("a"), events.AnySequence, fleetCreated("a", 2))
+
+	ctx, cancel := context.WithCancel(e.ctx)
+	ch := startWatch(ctx, e, a1, 0, fleetSubject("a"), fleetSubject("c"))
+	if w := next(t, ch); w.err != nil || w.seq != a2 {
+		t.Fatalf("first event %+v, want sequence %d", w, a2)
+	}
+	// Live: events stored after the watch started arrive, in order, others
+	// are left out.
+	e.append(t, fleetSubject("b"), events.AnySequence, fleetCreated("b", 2))
+	c1 := e.append(t, fleetSubject("c"), events.AnySequence, fleetCreated("c", 1))
+	a3 := e.append(t, fleetSubject("a"), events.AnySequence, fleetCreated("a", 3))
+	for _, want := range []uint64{c1, a3} {
+		if w := next(t, ch); w.err != nil || w.seq != want {
+			t.Fatalf("event %+v, want sequence %d", w, want)
+		}
+	}
+	cancel()
+	for w := range ch {
+		if w.err != nil {
+			t.Fatalf("a cancelled watch yielded %v", w.err)
+		}
+	}
+}
+
+func TestWatchBounded(t *testing.T) {
+	e := newEnv(t)
+	var a, b []uint64 // sequences of fleets a and b
+	for i := range 6 {
+		if i%3 == 2 {
+			b = append(b, e.append(t, fleetSubject("b"), events.AnySequence, fleetCreated("b", 1)))
+		} else {
+			a = append(a, e.append(t, fleetSubject("a"), events.AnySequence, fleetCreated("a", 1)))
+		}
+	}
+	last := b[1] // 6
+	tests := []struct {
+		name         string
+		after, until uint64
+		subjects     []string
+		want         []uint64
+	}{
+		{"everything", 0, last, nil, []uint64{1, 2, 3, 4, 5, 6}},
+		{"a middle range", 1, 4, nil, []uint64{2, 3, 4}},
+		{"one subject", 0, last, []string{fleetSubject("a")}, a},
+		{"one subject up to one of another", 0, b[0], []string{fleetSubject("a")}, a[:2]},
+		{"none of the subject in range", a[3], last, []string{fleetSubject("a")}, nil},
+		{"no such subject", 0, last, []string{fleetSubject("z")}, nil},
+		{"empty range", 4, 4, nil, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := drain(t, startWatch(e.ctx, e, tc.after, tc.until, tc.subjects...))
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWatchUndecodable(t *testing.T) {
+	e := newEnv(t)
+	first := e.append(t, fleetSubject("p"), events.AnySequence, fleetCreated("p", 1))
+	ack, err := e.js.Publish(e.ctx, fleetSubject("p"), []byte("not an envelope"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := e.append(t, fleetSubject("p"), events.AnySequence, fleetCreated("p", 2))
+	var got []watched
+	for ev, err := range e.store.Watch(e.ctx, 0, last, nil) {
+		got = append(got, watched{ev.Sequence, err})
+		if err != nil && ev.Aggregate != events.FleetName("p") {
+			t.Errorf("the undecodable event names %q, want its aggregate", ev.Aggregate)
+		}
+	}
+	if len(got) != 3 || got[0] != (watched{first, nil}) || got[1].seq != ack.Sequence ||
+		!errors.Is(got[1].err, events.ErrUndecodable) || got[2] != (watched{last, nil}) {
+		t.Fatalf("got %+v; want the poison as an error between the two good events", got)
+	}
+}
+
+func TestSequenceAt(t *testing.T) {
+	e := newEnv(t)
+	if seq, err := e.store.SequenceAt(e.ctx, time.Now()); err != nil || seq != 1 {
+		t.Fatalf("empty stream: %d, %v; want 1", seq, err)
+	}
+	var stored []time.Time
+	for i := range 20 {
+		seq := e.append(t, fleetSubject("t"), events.AnySequence, fleetCreated("t", int32(i)))
+		m, err := e.store.Stream().GetMsg(e.ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, m.Time)
+	}
+	for i, ts := range stored {
+		if seq, err := e.store.SequenceAt(e.ctx, ts); err != nil || seq != uint64(i+1) {
+			t.Fatalf("at the time of event %d: %d, %v", i+1, seq, err)
+		}
+		if i > 0 && !stored[i-1].Before(ts) {
+			continue // same timestamp as its predecessor: no time between
+		}
+		if seq, err := e.store.SequenceAt(e.ctx, ts.Add(-time.Nanosecond)); err != nil || seq != uint64(i+1) {
+			t.Fatalf("just before event %d: %d, %v", i+1, seq, err)
+		}
+	}
+	if seq, err := e.store.SequenceAt(e.ctx, stored[19].Add(time.Nanosecond)); err != nil || seq != 21 {
+		t.Fatalf("after the last event: %d, %v; want 21", seq, err)
+	}
+}

@@ -1,0 +1,273 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/tetherhq/tether/events"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
+)
+
+// ReasonWatchFellBehind is the ErrorInfo reason of a watch ended because
+// its client stopped reading (RESOURCE_EXHAUSTED).
+const ReasonWatchFellBehind = "WATCH_FELL_BEHIND"
+
+// WatchAfterSequenceHeader is the response header (gRPC metadata; REST
+// "Grpc-Metadata-Tether-After-Sequence") in which WatchEvents says after
+// which sequence it starts: the after_sequence a client resumes with when
+// it received no event yet, e.g. after starting with 0 ("from now").
+const WatchAfterSequenceHeader = "tether-after-sequence"
+
+// Defaults of Options.WatchBuffer and Options.WatchStall.
+const (
+	DefaultWatchBuffer = 1024
+	DefaultWatchStall  = 10 * time.Second
+)
+
+// eventWatcher streams events as they are stored (events/natsjs.Store).
+type eventWatcher interface {
+	Watch(ctx context.Context, after, until uint64, subjects []string) iter.Seq2[events.Envelope, error]
+	SequenceAt(ctx context.Context, t time.Time) (uint64, error)
+	StreamLastSequence(ctx context.Context) (uint64, error)
+}
+
+// watchFilter is a WatchEvents request's selection.
+type watchFilter struct {
+	// subjects narrow what the store reads; nil reads every event.
+	subjects []string
+	// host, when set, keeps events written by that host or about it.
+	host  string
+	types map[string]bool
+}
+
+func (f watchFilter) match(e events.Envelope) bool {
+	if f.host != "" && e.Producer != f.host && e.Aggregate != f.host {
+		return false
+	}
+	return len(f.types) == 0 || f.types[e.Type]
+}
+
+// parseWatchFilter validates a request's filters.
+func parseWatchFilter(req *tetherv1.WatchEventsRequest) (watchFilter, error) {
+	var f watchFilter
+	if fleet := req.GetFleet(); fleet != "" {
+		id, ok := strings.CutPrefix(fleet, "fleets/")
+		if !ok || events.CheckID(id) != nil {
+			return f, invalidField("fleet", fmt.Sprintf("%q is not a fleet name (fleets/{fleet})", fleet))
+		}
+		f.subjects = []string{events.MustSubject(fleet), events.FleetGameServersSubject(id)}
+	}
+	if host := req.GetHost(); host != "" {
+		id, ok := strings.CutPrefix(host, "hosts/")
+		if !ok || events.CheckID(id) != nil {
+			return f, invalidField("host", fmt.Sprintf("%q is not a host name (hosts/{host})", host))
+		}
+		f.host = host
+	}
+	pkg := (&eventsv1.Envelope{}).ProtoReflect().Descriptor().ParentFile().Package()
+	for _, t := range req.GetTypes() {
+		if _, err := protoregistry.GlobalTypes.FindMessageByName(pkg.Append(protoreflect.Name(t))); err != nil || t == "" {
+			return f, invalidField("types", fmt.Sprintf("%q is not an event type", t))
+		}
+		if f.types == nil {
+			f.types = map[string]bool{}
+		}
+		f.types[t] = true
+	}
+	return f, nil
+}
+
+// watchRange resolves where a watch starts (after) and, for a bounded one
+// (end_time set), the last sequence it may deliver (until; bounded=true).
+func watchRange(ctx context.Context, w eventWatcher, req *tetherv1.WatchEventsRequest) (after, until uint64, bounded bool, err error) {
+	switch {
+	case req.GetAfterSequence() < 0:
+		return 0, 0, false, invalidField("after_sequence", "must not be negative")
+	case req.GetStartTime() != nil && req.GetAfterSequence() != 0:
+		return 0, 0, false, invalidField("start_time", "set start_time or after_sequence, not both")
+	case req.GetEndTime() != nil && req.GetStartTime() == nil && req.GetAfterSequence() == 0:
+		return 0, 0, false, invalidField("end_time", "needs start_time or after_sequence")
+	case req.GetStartTime() != nil:
+		first, err := w.SequenceAt(ctx, req.GetStartTime().AsTime())
+		if err != nil {
+			return 0, 0, false, err
+		}
+		after = first - 1
+	case req.GetAfterSequence() > 0:
+		after = uint64(req.GetAfterSequence())
+	default:
+		if after, err = w.StreamLastSequence(ctx); err != nil {
+			return 0, 0, false, err
+		}
+	}
+	if req.GetEndTime() == nil {
+		return after, 0, false, nil
+	}
+	head, err := w.StreamLastSequence(ctx)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	end, err := w.SequenceAt(ctx, req.GetEndTime().AsTime())
+	if err != nil {
+		return 0, 0, false, err
+	}
+	return after, min(head, end-1), true, nil
+}
+
+// WatchEvents streams events as they are stored, oldest first, from after
+// after_sequence (0: from now; or from start_time), filtered by fleet, host
+// and types, until the client goes away, or, with end_time, until the
+// events stored before end_time have been sent. A client resuming with the
+// last sequence it received gets the next matching event: no gap, no
+// duplicate. The response header WatchAfterSequenceHeader says where the
+// watch starts.
+//
+// Idle watches: gRPC clients get HTTP/2 pings every Options.Keepalive, so
+// no load balancer sees an idle flow and neither side keeps a half-open
+// one. REST clients (newline-delimited JSON through the gateway, GET
+// /v1/events:watch) get no pings: behind a load balancer with an idle
+// timeout they must expect the stream to end and reconnect with
+// after_sequence set to the last sequence they received.
+//
+// Memory: the server pulls events no faster than the client reads them and
+// holds at most Options.WatchBuffer of them (plus the store's pull batch).
+// A client that reads nothing for Options.WatchStall while events wait for
+// it gets RESOURCE_EXHAUSTED (reason WATCH_FELL_BEHIND) saying the
+// after_sequence to resume with. Events the server cannot decode are logged
+// and skipped.
+func (h *historyService) WatchEvents(req *tetherv1.WatchEventsRequest, stream grpc.ServerStreamingServer[tetherv1.Event]) error {
+	w := h.s.opts.Watch
+	if w == nil {
+		return &apiError{code: codes.Unimplemented, reason: "UNIMPLEMENTED", msg: "this API server has no event watch configured"}
+	}
+	f, err := parseWatchFilter(req)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	after, until, bounded, err := watchRange(ctx, w, req)
+	if err != nil {
+		return err
+	}
+	if err := stream.SendHeader(metadata.Pairs(WatchAfterSequenceHeader, strconv.FormatUint(after, 10))); err != nil {
+		return fmt.Errorf("watch: send header: %w", err)
+	}
+	h.s.log.Debug("watch started", "after", after, "until", until, "fleet", req.GetFleet(), "host", req.GetHost(), "types", req.GetTypes())
+	if bounded && until <= after {
+		return nil
+	}
+	return h.pump(ctx, w.Watch(ctx, after, until, f.subjects), f, after, stream.Send)
+}
+
+// pump sends the matching events of evs through send from a goroutine,
+// holding at most WatchBuffer of them, and returns when evs ends and every
+// event was sent, or at the first error.
+func (h *historyService) pump(ctx context.Context, evs iter.Seq2[events.Envelope, error], f watchFilter, after uint64,
+	send func(*tetherv1.Event) error) error {
+	opts := h.s.opts
+	out := make(chan *tetherv1.Event, opts.WatchBuffer)
+	stop := make(chan struct{})
+	var sent atomic.Uint64 // last sequence handed to the transport
+	sent.Store(after)
+	senderDone := make(chan error, 1)
+	go func() {
+		senderDone <- func() error {
+			for {
+				select {
+				case <-stop:
+					return nil
+				case ev, ok := <-out:
+					if !ok {
+						return nil
+					}
+					if err := send(ev); err != nil {
+						return fmt.Errorf("watch: send event %d: %w", ev.GetSequence(), err)
+					}
+					sent.Store(uint64(ev.GetSequence()))
+				}
+			}
+		}()
+	}()
+	// On an early return the sender may be blocked in send to a client
+	// that reads nothing; ending the RPC unblocks it.
+	defer close(stop)
+
+	fellBehind := func() error {
+		n := sent.Load()
+		h.s.log.Warn("watch client fell behind", "after_sequence", n, "buffer", opts.WatchBuffer, "stall", opts.WatchStall)
+		return &apiError{code: codes.ResourceExhausted, reason: ReasonWatchFellBehind, msg: fmt.Sprintf(
+			"fell behind; resume with after_sequence=%d (the client read no event for %s while %d waited)", n, opts.WatchStall, opts.WatchBuffer)}
+	}
+	for e, err := range evs {
+		if errors.Is(err, events.ErrUndecodable) {
+			h.s.log.Warn("watch skips an undecodable event", "sequence", e.Sequence, "aggregate", e.Aggregate, "err", err)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !f.match(e) {
+			continue
+		}
+		ev, err := eventToAPI(e)
+		if err != nil {
+			h.s.log.Error("watch skips an event it cannot convert", "sequence", e.Sequence, "err", err)
+			continue
+		}
+		select {
+		case out <- ev:
+			continue
+		default:
+		}
+		timer := time.NewTimer(opts.WatchStall)
+		select {
+		case out <- ev:
+			timer.Stop()
+		case err := <-senderDone:
+			timer.Stop()
+			return err
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+			return fellBehind()
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// A bounded watch ended: wait until everything is sent, as long as the
+	// client keeps reading.
+	close(out)
+	last := sent.Load()
+	tick := time.NewTicker(opts.WatchStall)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-senderDone:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			if n := sent.Load(); n != last {
+				last = n
+				continue
+			}
+			return fellBehind()
+		}
+	}
+}
