@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -110,6 +112,10 @@ type Options struct {
 	// while events wait for it, before it ends the watch with
 	// RESOURCE_EXHAUSTED; default DefaultWatchStall.
 	WatchStall time.Duration
+	// ProjectionPool and JetStream, when both set, serve the ProjectionService
+	// (status, rebuild, check, dead letters; the pool of the live views).
+	ProjectionPool *pgxpool.Pool
+	JetStream      jetstream.JetStream
 	// MetricsHandler, when set, is served at /metrics on the HTTP address.
 	MetricsHandler http.Handler
 	// Logger; default discards.
@@ -241,6 +247,7 @@ func (s *Server) Run(ctx context.Context) error {
 	tetherv1.RegisterAllocationServiceServer(gs, &allocationService{s: s})
 	tetherv1.RegisterGameSessionServiceServer(gs, &gameSessionService{s: s})
 	tetherv1.RegisterHistoryServiceServer(gs, &historyService{s: s})
+	tetherv1.RegisterProjectionServiceServer(gs, &projectionService{s: s})
 
 	conn, err := grpc.NewClient(s.GRPCAddr(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -260,6 +267,7 @@ func (s *Server) Run(ctx context.Context) error {
 		tetherv1.RegisterAllocationServiceHandler,
 		tetherv1.RegisterGameSessionServiceHandler,
 		tetherv1.RegisterHistoryServiceHandler,
+		tetherv1.RegisterProjectionServiceHandler,
 	} {
 		if err := register(ctx, gw, conn); err != nil {
 			return fmt.Errorf("apiserver: register gateway: %w", err)

@@ -236,7 +236,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	api, err := apiserver.New(apiserver.Options{
-		GRPCListener: grpcLis, HTTPListener: restLis,
+		GRPCListener: grpcLis, HTTPListener: restLis, ProjectionPool: pool, JetStream: js,
 		Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
 		Tokens: tokens, Commands: bus, Watch: store,
 		Logger: log.With("component", "apiserver"), TracerProvider: opts.TracerProvider,

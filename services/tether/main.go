@@ -178,6 +178,7 @@ func apiserverCommand(g *global) *cobra.Command {
 					return nil, err
 				}
 				opts.Tokens, opts.Commands = tokens, bus
+				opts.ProjectionPool, opts.JetStream = d.pool, d.js
 				opts.Store, opts.Views, opts.Freshness = store, postgres.NewViews(d.pool), postgres.NewFreshness(d.pool, d.log)
 				opts.Watch = store
 				opts.Logger, opts.TracerProvider, opts.MeterProvider = d.log, d.tel.TracerProvider, d.tel.MeterProvider

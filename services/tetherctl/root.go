@@ -71,6 +71,7 @@ Names may be given short or in full: "arena" or "fleets/arena",
 	f.StringVar(&a.addr, "addr", addr, "API server gRPC address (default from $"+addrEnv+")")
 	f.StringVarP(&a.output, "output", "o", formatTable, "output format: table, json or yaml")
 	f.DurationVar(&a.timeout, "timeout", defaultTimeout, "time limit of each API request")
+	root.AddCommand(a.projectionsCommand(), a.statusCommand())
 	root.AddCommand(a.fleetsCommand(), a.gameServersCommand(), a.hostsCommand(),
 		a.allocateCommand(), a.sessionsCommand(), a.playersCommand(), a.auditCommand())
 	return root
