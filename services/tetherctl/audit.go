@@ -86,8 +86,8 @@ func (a *app) auditExplainCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "explain NAME",
 		Short: "Why a resource is in its state: reason, evidence and the events that led there",
-		Long: "Explain a resource's state from its history: the reason and evidence of its last\ntransition and the chain of events that led there, with times relative to the\nlast one; NAME is " + auditNameFormats + ".",
-		Args: cobra.ExactArgs(1),
+		Long:  "Explain a resource's state from its history: the reason and evidence of its last\ntransition and the chain of events that led there, with times relative to the\nlast one; NAME is " + auditNameFormats + ".",
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := auditName(args[0])
 			if err != nil {
