@@ -208,6 +208,9 @@ func (p *Projector) Lag() uint64 {
 func (p *Projector) Run(ctx context.Context) error {
 	cons, err := p.Consumer(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: nothing was applied
+		}
 		return err
 	}
 	cp := p.checkpoint.Load()

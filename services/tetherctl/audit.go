@@ -56,10 +56,10 @@ Times are shown with their offset from the first event listed.`,
 				return err
 			}
 			req := &tetherv1.ListEventsRequest{Name: name, Types: types, PageSize: 1000}
-			if req.StartTime, err = parseTimeFlag("from", from); err != nil {
+			if req.StartTime, err = a.parseTime("from", from); err != nil {
 				return err
 			}
-			if req.EndTime, err = parseTimeFlag("to", to); err != nil {
+			if req.EndTime, err = a.parseTime("to", to); err != nil {
 				return err
 			}
 			return a.withClient(func(c *client) error {
@@ -120,7 +120,7 @@ func (a *app) auditStateCommand() *cobra.Command {
 				return err
 			}
 			req := &tetherv1.GetStateAtRequest{Name: name, Sequence: seq}
-			if req.Time, err = parseTimeFlag("at", at); err != nil {
+			if req.Time, err = a.parseTime("at", at); err != nil {
 				return err
 			}
 			if req.Time == nil && seq <= 0 {
@@ -159,8 +159,9 @@ func (a *app) auditStateCommand() *cobra.Command {
 	return cmd
 }
 
-// parseTimeFlag reads an RFC 3339 time or a duration ago; empty is nil.
-func parseTimeFlag(flag, v string) (*timestamppb.Timestamp, error) {
+// parseTime reads a time flag: RFC 3339, or a duration before now (10m);
+// empty is nil.
+func (a *app) parseTime(flag, v string) (*timestamppb.Timestamp, error) {
 	if v == "" {
 		return nil, nil
 	}
@@ -168,7 +169,7 @@ func parseTimeFlag(flag, v string) (*timestamppb.Timestamp, error) {
 		return timestamppb.New(t), nil
 	}
 	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-		return timestamppb.New(time.Now().Add(-d)), nil
+		return timestamppb.New(a.now().Add(-d)), nil
 	}
 	return nil, fmt.Errorf("--%s %q: give an RFC 3339 time (2026-11-23T10:00:00Z) or a duration ago (10m)", flag, v)
 }

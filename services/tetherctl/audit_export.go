@@ -31,13 +31,13 @@ gap and no duplicate.`,
 			if from == "" {
 				return fmt.Errorf("--from is required")
 			}
-			start, err := a.exportTime("from", from)
+			start, err := a.parseTime("from", from)
 			if err != nil {
 				return err
 			}
 			end := timestamppb.New(a.now())
 			if to != "" {
-				if end, err = a.exportTime("to", to); err != nil {
+				if end, err = a.parseTime("to", to); err != nil {
 					return err
 				}
 			}
@@ -59,15 +59,4 @@ gap and no duplicate.`,
 	f.StringVar(&to, "to", "", "end of the range, excluded: RFC 3339, or a duration ago (default now)")
 	f.StringVar(&fleet, "fleet", "", "only events of this fleet and its game servers")
 	return cmd
-}
-
-// exportTime reads an RFC 3339 time or a duration before now.
-func (a *app) exportTime(flag, v string) (*timestamppb.Timestamp, error) {
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return timestamppb.New(t), nil
-	}
-	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-		return timestamppb.New(a.now().Add(-d)), nil
-	}
-	return nil, fmt.Errorf("--%s %q: give an RFC 3339 time (2026-11-23T10:00:00Z) or a duration ago (90m)", flag, v)
 }
