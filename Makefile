@@ -53,6 +53,7 @@ check-generate: generate
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./events/natsjs/
 	$(GO) test -run '^$$' -bench Replay -benchtime 1x ./projections/postgres/
+	$(GO) test -run '^$$' -bench LiveLag -benchtime 1x -count 5 ./projections/postgres/
 	TETHER_BENCH_ALLOCATIONS=10000 $(GO) test -run '^$$' -bench Allocate -benchtime 1x -count 3 ./services/apiserver/
 	$(GO) test -run '^$$' -bench Reconnect -benchtime 3000x -count 3 ./services/apiserver/
 	$(GO) test -run '^$$' -bench Explain -benchtime 200x -count 3 ./services/apiserver/
