@@ -222,7 +222,9 @@ func BenchmarkLiveLag(b *testing.B) {
 	<-observed
 	b.StopTimer()
 	slices.Sort(lat)
-	q := func(f float64) float64 { return float64(lat[min(len(lat)-1, int(f*float64(len(lat))))]) / float64(time.Millisecond) }
+	q := func(f float64) float64 {
+		return float64(lat[min(len(lat)-1, int(f*float64(len(lat))))]) / float64(time.Millisecond)
+	}
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
 	b.ReportMetric(q(0.50), "p50-ms")
 	b.ReportMetric(q(0.99), "p99-ms")

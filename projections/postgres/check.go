@@ -98,6 +98,9 @@ func Check(ctx context.Context, opts ReplayOptions) (CheckReport, error) {
 		}
 		r.progress(PhaseReplay, first, false)
 	}
+	if err := r.proj.FlushViews(ctx); err != nil {
+		return CheckReport{}, err
+	}
 
 	tx, err := opts.Pool.Begin(ctx)
 	if err != nil {

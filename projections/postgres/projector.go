@@ -26,6 +26,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
 // CheckpointChannel is the PostgreSQL NOTIFY channel on which the projector
@@ -157,6 +158,8 @@ type Projector struct {
 	checkpoint atomic.Uint64 // last committed sequence
 	pending    atomic.Uint64 // stream messages not yet delivered, from the last message's metadata
 	delivered  atomic.Uint64 // last delivered sequence
+
+	held *heldViews // states kept in memory during a replay (HoldViews); nil when live
 }
 
 // NewProjector builds a projector; Run starts it.
@@ -369,7 +372,7 @@ type deadLetter struct {
 // ApplyBatch applies stream messages to the views in one transaction and
 // advances the checkpoint; it does not acknowledge them. Messages at or below
 // the checkpoint are skipped. Exported for tests that redeliver batches.
-func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) error {
+func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err error) {
 	start := time.Now()
 	ctx, span := p.tracer.Start(ctx, "projector.batch", trace.WithLinks(traceLinks(msgs)...),
 		trace.WithAttributes(attribute.Int("tether.batch.size", len(msgs))))
@@ -388,6 +391,15 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) error 
 	}
 	fleets, hosts, servers := newFoldSet(fleetTable), newFoldSet(hostTable), newFoldSet(gameServerTable)
 	sessions := newFoldSet(gameSessionTable)
+	held := p.held
+	if held != nil {
+		fleets, hosts, servers, sessions = held.fleets, held.hosts, held.servers, held.sessions
+		defer func() {
+			if err != nil {
+				held.broken = err // its states may hold part of a failed batch
+			}
+		}()
+	}
 	var envs []events.Envelope
 	var raw [][]byte
 	var kinds []string
@@ -433,17 +445,14 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) error 
 	if last == uint64(cp) {
 		return nil // the whole batch was applied before
 	}
-	if err := fleets.load(ctx, tx); err != nil {
-		return err
-	}
-	if err := hosts.load(ctx, tx); err != nil {
-		return err
-	}
-	if err := servers.load(ctx, tx); err != nil {
-		return err
-	}
-	if err := sessions.load(ctx, tx); err != nil {
-		return err
+	if held == nil { // held states start from empty tables and live in memory
+		for _, l := range []interface {
+			load(context.Context, pgx.Tx) error
+		}{fleets, hosts, servers, sessions} {
+			if err := l.load(ctx, tx); err != nil {
+				return err
+			}
+		}
 	}
 	for i, e := range envs {
 		var err error
@@ -461,11 +470,13 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) error 
 			dead = append(dead, deadLetter{seq: e.Sequence, subject: events.MustSubject(e.Aggregate), typ: e.Type, err: err, data: raw[i]})
 		}
 	}
-	for _, w := range []interface {
-		write(context.Context, pgx.Tx) error
-	}{fleets, hosts, servers, sessions} {
-		if err := w.write(ctx, tx); err != nil {
-			return fmt.Errorf("projector: %w", err)
+	if held == nil {
+		for _, w := range []interface {
+			write(context.Context, pgx.Tx) error
+		}{fleets, hosts, servers, sessions} {
+			if err := w.write(ctx, tx); err != nil {
+				return fmt.Errorf("projector: %w", err)
+			}
 		}
 	}
 	if p.opts.StopOnPoison && len(dead) > 0 {
@@ -577,4 +588,53 @@ func optionalTime(ts *timestamppb.Timestamp) *time.Time {
 	}
 	t := ts.AsTime()
 	return &t
+}
+
+// heldViews are folded states a replay keeps in memory instead of writing
+// them batch by batch (see HoldViews).
+type heldViews struct {
+	fleets   *foldSet[*eventsv1.FleetState]
+	hosts    *foldSet[*eventsv1.HostState]
+	servers  *foldSet[*eventsv1.GameServerState]
+	sessions *foldSet[*eventsv1.GameSessionState]
+	broken   error // a batch failed after folding into them
+}
+
+// HoldViews makes the projector keep folded states in memory across batches
+// and write the view rows only at FlushViews; events and the checkpoint are
+// still written per batch. For a replay into empty tables (a rebuild): each
+// aggregate's row is then written once instead of once per batch that
+// touches it. Not for a live projector, whose readers need every batch.
+func (p *Projector) HoldViews() {
+	p.held = &heldViews{fleets: newFoldSet(fleetTable), hosts: newFoldSet(hostTable),
+		servers: newFoldSet(gameServerTable), sessions: newFoldSet(gameSessionTable)}
+}
+
+// FlushViews writes the held states in one transaction and returns the
+// projector to writing each batch's rows.
+func (p *Projector) FlushViews(ctx context.Context) error {
+	held := p.held
+	if held == nil {
+		return nil
+	}
+	p.held = nil
+	if held.broken != nil {
+		return fmt.Errorf("projector: held views are incomplete after a failed batch: %w", held.broken)
+	}
+	tx, err := p.opts.Pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("projector: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // No-op after commit.
+	for _, w := range []interface {
+		write(context.Context, pgx.Tx) error
+	}{held.fleets, held.hosts, held.servers, held.sessions} {
+		if err := w.write(ctx, tx); err != nil {
+			return fmt.Errorf("projector: flush held views: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("projector: flush held views: %w", err)
+	}
+	return nil
 }

@@ -170,6 +170,9 @@ type replay struct {
 	opts    ReplayOptions
 	live    string // the live views' schema
 	release func() // advisory lock
+	// indexes are the scratch tables' secondary indexes, created once the
+	// replay is done: maintaining them row by row would slow it down.
+	indexes []string
 	pool    *pgxpool.Pool
 	proj    *Projector
 	feed    *feed
@@ -207,7 +210,7 @@ func startReplay(ctx context.Context, opts ReplayOptions, stopOnPoison bool) (_ 
 	if err := opts.Pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&r.live); err != nil {
 		return nil, fmt.Errorf("projections: replay: current schema: %w", err)
 	}
-	if err := createScratch(ctx, opts.Pool, r.live, opts.Schema); err != nil {
+	if r.indexes, err = createScratch(ctx, opts.Pool, r.live, opts.Schema); err != nil {
 		return nil, err
 	}
 	if _, err := opts.Pool.Exec(ctx, `INSERT INTO `+opts.Schema+`.projector_checkpoints (partition, sequence) VALUES ($1, 0)`,
@@ -226,6 +229,7 @@ func startReplay(ctx context.Context, opts ReplayOptions, stopOnPoison bool) (_ 
 	}); err != nil {
 		return nil, err
 	}
+	r.proj.HoldViews() // the scratch tables start empty: rows are written once, when the replay is done
 	if r.feed, err = openFeed(ctx, opts.JetStream, opts.Stream, opts.BatchSize); err != nil {
 		return nil, err
 	}
@@ -344,6 +348,12 @@ func Rebuild(ctx context.Context, opts ReplayOptions) (RebuildResult, error) {
 	replayed := time.Since(r.start)
 	rate := float64(r.proj.Checkpoint()) / max(replayed.Seconds(), 1e-9)
 	log.Info("rebuild replayed the stream", "events", r.proj.Checkpoint(), "duration", replayed, "events_per_second", int(rate))
+	if err := r.proj.FlushViews(ctx); err != nil {
+		return RebuildResult{}, err
+	}
+	if err := r.createIndexes(ctx); err != nil {
+		return RebuildResult{}, err
+	}
 
 	// Catch up until a batch finds little left, then swap; a swap that
 	// cannot get its locks in time is rolled back and tried again.
@@ -450,21 +460,34 @@ func isLockTimeout(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "40P01")
 }
 
+// createIndexes builds the scratch tables' secondary indexes.
+func (r *replay) createIndexes(ctx context.Context) error {
+	for _, stmt := range r.indexes {
+		if _, err := r.opts.Pool.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("projections: %s: %w", stmt, err)
+		}
+	}
+	r.indexes = nil
+	return nil
+}
+
 // createScratch creates schema scratch afresh with empty copies of the live
-// view tables: columns, defaults, storage parameters, constraints and
-// indexes under the same names, so the tables can take the live ones' place.
-func createScratch(ctx context.Context, pool *pgxpool.Pool, live, scratch string) error {
+// view tables: columns, defaults, storage parameters and constraints under
+// the same names, so the tables can take the live ones' place. It returns
+// the statements that create the secondary indexes (same names), for after
+// the tables are filled.
+func createScratch(ctx context.Context, pool *pgxpool.Pool, live, scratch string) (indexes []string, err error) {
 	if _, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+scratch+` CASCADE`); err != nil {
-		return fmt.Errorf("projections: drop schema %s: %w", scratch, err)
+		return nil, fmt.Errorf("projections: drop schema %s: %w", scratch, err)
 	}
 	if _, err := pool.Exec(ctx, `CREATE SCHEMA `+scratch); err != nil {
-		return fmt.Errorf("projections: create schema %s: %w", scratch, err)
+		return nil, fmt.Errorf("projections: create schema %s: %w", scratch, err)
 	}
 	for _, t := range viewTables {
 		src := live + "." + t
 		var opts []string
 		if err := pool.QueryRow(ctx, `SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = $1::regclass`, src).Scan(&opts); err != nil {
-			return fmt.Errorf("projections: options of %s: %w", src, err)
+			return nil, fmt.Errorf("projections: options of %s: %w", src, err)
 		}
 		with := ""
 		if len(opts) > 0 {
@@ -480,29 +503,30 @@ SELECT pg_get_indexdef(i.indexrelid)
 FROM pg_index i WHERE i.indrelid = $1::regclass
   AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)`, src, scratch+"."+t)
 		if err != nil {
-			return fmt.Errorf("projections: indexes of %s: %w", src, err)
+			return nil, fmt.Errorf("projections: indexes of %s: %w", src, err)
 		}
 		defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
-			return fmt.Errorf("projections: indexes of %s: %w", src, err)
+			return nil, fmt.Errorf("projections: indexes of %s: %w", src, err)
 		}
 		for _, d := range defs {
 			if strings.HasPrefix(d, "CREATE") {
 				on := " ON " + src + " "
 				if !strings.Contains(d, on) {
-					return fmt.Errorf("projections: cannot copy index of %s: %s", src, d)
+					return nil, fmt.Errorf("projections: cannot copy index of %s: %s", src, d)
 				}
-				d = strings.Replace(d, on, " ON "+scratch+"."+t+" ", 1)
+				indexes = append(indexes, strings.Replace(d, on, " ON "+scratch+"."+t+" ", 1))
+				continue
 			}
 			stmts = append(stmts, d)
 		}
 		for _, s := range stmts {
 			if _, err := pool.Exec(ctx, s); err != nil {
-				return fmt.Errorf("projections: %s: %w", s, err)
+				return nil, fmt.Errorf("projections: %s: %w", s, err)
 			}
 		}
 	}
-	return nil
+	return indexes, nil
 }
 
 // feed reads the whole stream from sequence 1 through an ordered consumer.
