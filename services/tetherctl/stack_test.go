@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/nats-io/nats.go/jetstream"
 	"io"
 	"log/slog"
 	"os"
@@ -33,6 +34,7 @@ type stack struct {
 	ctx   context.Context
 	addr  string
 	store *natsjs.Store
+	js    jetstream.JetStream
 }
 
 func newStack(t *testing.T) *stack {
@@ -60,7 +62,7 @@ func newStack(t *testing.T) *stack {
 	api, err := apiserver.New(apiserver.Options{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log), Logger: log,
-		Tokens: tokens,
+		Tokens: tokens, ProjectionPool: pool, JetStream: js,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +79,7 @@ func newStack(t *testing.T) *stack {
 		}
 		pool.Close()
 	})
-	return &stack{t: t, ctx: ctx, addr: api.GRPCAddr(), store: store}
+	return &stack{t: t, ctx: ctx, addr: api.GRPCAddr(), store: store, js: js}
 }
 
 // result is one tetherctl run.
