@@ -42,10 +42,11 @@ server if this command is interrupted.`,
 				if err != nil {
 					return c.apiError("", err)
 				}
+				// The bar is drawn once the target is known: a bar of unknown
+				// length animates from a goroutine of its own, which would
+				// go on writing after an error is printed.
 				var bar *progressbar.ProgressBar
-				if a.output == formatTable && !quiet {
-					bar = newRebuildBar(cmd.ErrOrStderr())
-				}
+				showBar := a.output == formatTable && !quiet
 				var last *tetherv1.RebuildProgress
 				for {
 					p, err := stream.Recv()
@@ -60,6 +61,9 @@ server if this command is interrupted.`,
 						return c.apiError("", err)
 					}
 					last = p
+					if bar == nil && showBar && p.GetTarget() > 0 {
+						bar = newRebuildBar(cmd.ErrOrStderr(), p.GetTarget())
+					}
 					if bar != nil {
 						updateRebuildBar(bar, p)
 					}
@@ -87,8 +91,8 @@ server if this command is interrupted.`,
 
 // newRebuildBar draws a rebuild's progress: applied of target events, the
 // events/s and the time left.
-func newRebuildBar(w io.Writer) *progressbar.ProgressBar {
-	return progressbar.NewOptions64(-1,
+func newRebuildBar(w io.Writer, target int64) *progressbar.ProgressBar {
+	return progressbar.NewOptions64(target,
 		progressbar.OptionSetWriter(w),
 		progressbar.OptionSetDescription("PREPARE"),
 		progressbar.OptionShowCount(),
