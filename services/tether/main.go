@@ -34,6 +34,7 @@ import (
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev"
 	"github.com/tetherhq/tether/services/playertoken"
+	"github.com/tetherhq/tether/services/profiling"
 	"github.com/tetherhq/tether/services/telemetry"
 )
 
@@ -48,9 +49,10 @@ func main() {
 
 // global holds flags shared by every subcommand.
 type global struct {
-	logLevel string
-	natsURL  string
-	dbURL    string
+	logLevel  string
+	natsURL   string
+	dbURL     string
+	pprofAddr string
 }
 
 func rootCommand() *cobra.Command {
@@ -64,8 +66,33 @@ func rootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", envOr("TETHER_LOG_LEVEL", "info"), "debug, info, warn or error (env TETHER_LOG_LEVEL)")
 	root.PersistentFlags().StringVar(&g.natsURL, "nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server (env NATS_URL)")
 	root.PersistentFlags().StringVar(&g.dbURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL)")
+	root.PersistentFlags().StringVar(&g.pprofAddr, "pprof-addr", os.Getenv("TETHER_PPROF_ADDR"),
+		"serve Go runtime profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060; off when empty (env TETHER_PPROF_ADDR)")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return g.startProfiling(cmd.Context()) }
 	root.AddCommand(devCommand(&g), apiserverCommand(&g), projectorCommand(&g), controllerCommand(&g), agentCommand(&g), chaosCommand(&g))
 	return root
+}
+
+// startProfiling serves the runtime profiles while the command runs, if
+// --pprof-addr asks for them.
+func (g *global) startProfiling(ctx context.Context) error {
+	if g.pprofAddr == "" {
+		return nil
+	}
+	log, err := g.logger()
+	if err != nil {
+		return err
+	}
+	l, err := profiling.Listen(g.pprofAddr)
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := profiling.Serve(ctx, l, log); err != nil {
+			log.Error("profiling endpoints stopped", "err", err)
+		}
+	}()
+	return nil
 }
 
 func envOr(key, def string) string {
