@@ -49,14 +49,9 @@ check-generate: generate
 	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run make generate and commit"; exit 1; }
 	@untracked=$$(git status --porcelain -- $(GENERATED)); if [ -n "$$untracked" ]; then echo "$$untracked"; echo "generated files not committed"; exit 1; fi
 
-## bench: the benchmarks behind docs/benchmarks.md
-bench:
-	$(GO) test -run '^$$' -bench . -benchtime 3s ./events/natsjs/
-	$(GO) test -run '^$$' -bench Replay -benchtime 1x ./projections/postgres/
-	$(GO) test -run '^$$' -bench LiveLag -benchtime 1x -count 5 ./projections/postgres/
-	TETHER_BENCH_ALLOCATIONS=10000 $(GO) test -run '^$$' -bench Allocate -benchtime 1x -count 3 ./services/apiserver/
-	$(GO) test -run '^$$' -bench Reconnect -benchtime 3000x -count 3 ./services/apiserver/
-	$(GO) test -run '^$$' -bench Explain -benchtime 200x -count 3 ./services/apiserver/
+## bench: every DESIGN.md §8 target, median of 3 runs, met or not (one table; JSON in bench.json)
+bench: build
+	$(GO) run ./services/benchtable --json bench.json
 
 ## chaos: 200 real game servers, hangs and crashes for 3 minutes; prints detection figures
 chaos: build

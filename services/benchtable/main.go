@@ -1,0 +1,293 @@
+// Command benchtable runs Tether's benchmark suite and prints one table: each
+// DESIGN.md §8 target, the median of repeated runs, and whether it is met.
+// It writes the runs and medians as JSON too, for comparing commits.
+//
+//	go run ./services/benchtable [--json bench.json] [--runs 3] [--quick] [--skip chaos]
+//
+// It runs `go test -bench` in this module (so it needs the source tree) and
+// `bin/tether chaos` (make build first; `make bench` does both). --quick
+// shrinks every benchmark for a smoke run; its figures are not comparable.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// bench is one benchmark run: a `go test -bench` invocation.
+type bench struct {
+	name  string   // Benchmark function name
+	pkg   string   // package path
+	env   []string // environment, KEY=VALUE
+	time  string   // -benchtime
+	quick []string // env for --quick
+}
+
+// target is one row of the table: a metric of a benchmark against a bound.
+type target struct {
+	What   string  `json:"what"`
+	Bench  string  `json:"bench"`
+	Metric string  `json:"metric"`
+	Bound  float64 `json:"bound"`
+	AtMost bool    `json:"atMost"` // the value must be ≤ bound (else ≥)
+	Unit   string  `json:"unit"`
+}
+
+// result is what a target measured.
+type result struct {
+	target
+	Runs   []float64 `json:"runs"`
+	Median float64   `json:"median"`
+	Met    bool      `json:"met"`
+	Note   string    `json:"note,omitempty"`
+}
+
+var benches = []bench{
+	{name: "BenchmarkAllocate", pkg: "./services/apiserver/", env: []string{"TETHER_BENCH_ALLOCATIONS=10000"}, time: "1x",
+		quick: []string{"TETHER_BENCH_ALLOCATIONS=500"}},
+	{name: "BenchmarkReplay", pkg: "./projections/postgres/", time: "1x", quick: []string{"TETHER_BENCH_EVENTS=20000"}},
+	{name: "BenchmarkLiveLag", pkg: "./projections/postgres/", time: "1x", quick: []string{"TETHER_BENCH_SECONDS=2"}},
+	{name: "BenchmarkRebuild", pkg: "./projections/postgres/", env: []string{"TETHER_BENCH_EVENTS=1000000"}, time: "1x",
+		quick: []string{"TETHER_BENCH_EVENTS=20000"}},
+	{name: "BenchmarkReconnect", pkg: "./services/apiserver/", time: "3000x", quick: []string{}},
+	{name: "BenchmarkExplain", pkg: "./services/apiserver/", time: "200x", quick: []string{"TETHER_BENCH_HISTORY=200"}},
+}
+
+var targets = []target{
+	{"allocations sustained (2 API replicas)", "BenchmarkAllocate", "allocs/s", 5000, false, "/s"},
+	{"allocation p99", "BenchmarkAllocate", "p99-ms", 20, true, "ms"},
+	{"projection throughput (replay from sequence 1)", "BenchmarkReplay", "events/s", 20000, false, "/s"},
+	{"live projection p99 publish→view lag at 5,000/s", "BenchmarkLiveLag", "p99-ms", 50, true, "ms"},
+	{"rebuild rate (1,000,000 events)", "BenchmarkRebuild", "events/s", 50000, false, "/s"},
+	{"player reconnect p99", "BenchmarkReconnect", "p99-ms", 5, true, "ms"},
+	{"explain, 1,000-event history, p99", "BenchmarkExplain", "p99-ms", 100, true, "ms"},
+	{"hung process detected p99 (chaos; contract 4 s at its settings)", "chaos", "hang-p99-s", 4, true, "s"},
+	{"crashed process seen p99 (chaos)", "chaos", "crash-p99-ms", 100, true, "ms"},
+	{"false terminations (chaos)", "chaos", "false-terminations", 0, true, ""},
+	{"missed detections (chaos)", "chaos", "missed-detections", 0, true, ""},
+}
+
+func main() {
+	jsonOut := flag.String("json", "bench.json", "write runs and medians here")
+	runs := flag.Int("runs", 3, "runs of each benchmark; the median is reported")
+	quick := flag.Bool("quick", false, "small sizes, for a smoke run (figures not comparable)")
+	skip := flag.String("skip", "", "comma-separated benchmarks to skip (e.g. chaos,BenchmarkRebuild)")
+	flag.Parse()
+	skipped := strings.Split(*skip, ",")
+	measured := map[string]map[string][]float64{} // bench → metric → runs
+	for _, b := range benches {
+		if slices.Contains(skipped, b.name) {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "== %s (%d runs)\n", b.name, *runs)
+		m, err := runBench(b, *runs, *quick)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "benchtable: %s: %v\n", b.name, err)
+			os.Exit(1)
+		}
+		measured[b.name] = m
+	}
+	if !slices.Contains(skipped, "chaos") {
+		fmt.Fprintf(os.Stderr, "== chaos\n")
+		m, err := runChaos(*quick)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "benchtable: chaos: %v\n", err)
+			os.Exit(1)
+		}
+		measured["chaos"] = m
+	}
+	results := evaluate(measured)
+	if err := printTable(os.Stdout, results); err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(1)
+	}
+	if *jsonOut != "" {
+		b, err := json.MarshalIndent(map[string]any{"time": time.Now().UTC(), "commit": commit(), "quick": *quick, "results": results}, "", "  ")
+		if err == nil {
+			err = os.WriteFile(*jsonOut, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "benchtable: write JSON:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// runBench runs one benchmark runs times and collects its metrics.
+func runBench(b bench, runs int, quick bool) (map[string][]float64, error) {
+	args := []string{"test", "-run", "^$", "-bench", "^" + b.name + "$", "-benchtime", b.time, "-count", strconv.Itoa(runs), "-timeout", "30m", b.pkg}
+	cmd := exec.Command("go", args...)
+	cmd.Env = append(os.Environ(), b.env...)
+	if quick {
+		cmd.Env = append(cmd.Env, b.quick...)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, io.Discard
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, tail(out.String(), 20))
+	}
+	m := parseBench(&out, b.name)
+	if len(m) == 0 {
+		return nil, fmt.Errorf("no result lines for %s in:\n%s", b.name, tail(out.String(), 20))
+	}
+	return m, nil
+}
+
+// parseBench reads `go test -bench` output: "BenchmarkX-2  1  123 ns/op  4.5 p99-ms …".
+func parseBench(r io.Reader, name string) map[string][]float64 {
+	out := map[string][]float64{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || (f[0] != name && !strings.HasPrefix(f[0], name+"-")) {
+			continue
+		}
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				break
+			}
+			out[f[i+1]] = append(out[f[i+1]], v)
+		}
+	}
+	return out
+}
+
+// chaosReport is the part of `tether chaos --json` read here.
+type chaosReport struct {
+	MissedDetections, FalseTerminations int
+	HangDetectP99, CrashDetectP99       time.Duration
+}
+
+// runChaos runs the chaos drill once (real game server processes).
+func runChaos(quick bool) (map[string][]float64, error) {
+	f, err := os.CreateTemp("", "tether-chaos-*.json")
+	if err != nil {
+		return nil, err
+	}
+	path := f.Name()
+	f.Close()
+	defer os.Remove(path)
+	args := []string{"--log-level", "error", "chaos", "--json", path, "--servers", "100", "--hosts", "4", "--duration", "60s", "--fault-every", "2s"}
+	if quick {
+		args = []string{"--log-level", "error", "chaos", "--json", path, "--servers", "20", "--hosts", "2", "--duration", "10s", "--fault-every", "1s"}
+	}
+	cmd := exec.Command("bin/tether", args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("bin/tether %s: %w (run make build first)\n%s", strings.Join(args, " "), err, tail(out.String(), 20))
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r chaosReport
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("chaos report: %w", err)
+	}
+	return map[string][]float64{
+		"hang-p99-s":         {r.HangDetectP99.Seconds()},
+		"crash-p99-ms":       {float64(r.CrashDetectP99) / float64(time.Millisecond)},
+		"false-terminations": {float64(r.FalseTerminations)},
+		"missed-detections":  {float64(r.MissedDetections)},
+	}, nil
+}
+
+// evaluate takes each target's median and says whether it is met.
+func evaluate(measured map[string]map[string][]float64) []result {
+	var out []result
+	for _, t := range targets {
+		r := result{target: t}
+		runs := measured[t.Bench][t.Metric]
+		if len(runs) == 0 {
+			r.Note = "not run"
+			out = append(out, r)
+			continue
+		}
+		r.Runs, r.Median = runs, median(runs)
+		r.Met = r.Median >= t.Bound
+		if t.AtMost {
+			r.Met = r.Median <= t.Bound
+		}
+		out = append(out, r)
+	}
+	out = append(out, result{target: target{What: "scale: 100,000 simulated game servers on 10,000 hosts"}, Note: "not run: needs the simulator (issue 7)"})
+	return out
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func printTable(w io.Writer, results []result) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TARGET\tBOUND\tMEDIAN\tRUNS\tVERDICT")
+	for _, r := range results {
+		if r.Note != "" {
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t%s\n", r.What, bound(r.target), r.Note)
+			continue
+		}
+		var runs []string
+		for _, v := range r.Runs {
+			runs = append(runs, num(v))
+		}
+		verdict := "met"
+		if !r.Met {
+			verdict = "falls short"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s%s\t%s\t%s\n", r.What, bound(r.target), num(r.Median), r.Unit, strings.Join(runs, " "), verdict)
+	}
+	return tw.Flush()
+}
+
+func bound(t target) string {
+	if t.Bench == "" {
+		return "-"
+	}
+	op := "≥"
+	if t.AtMost {
+		op = "≤"
+	}
+	return op + " " + num(t.Bound) + t.Unit
+}
+
+func num(v float64) string {
+	switch {
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+func commit() string {
+	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+

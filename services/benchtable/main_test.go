@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestParseBench(t *testing.T) {
+	out := `goos: linux
+BenchmarkAllocate-2   	       1	4748687195 ns/op	      2106 allocs/s	         9.598 p50-ms	        81.01 p99-ms	        41.00 refused
+BenchmarkAllocate-2   	       1	4902187367 ns/op	      2040 allocs/s	        10.00 p50-ms	       102.8 p99-ms	         6.000 refused
+BenchmarkAllocateOther-2 1 5 ns/op 7 allocs/s
+PASS
+`
+	m := parseBench(strings.NewReader(out), "BenchmarkAllocate")
+	if got := m["allocs/s"]; len(got) != 2 || got[0] != 2106 || got[1] != 2040 {
+		t.Fatalf("allocs/s = %v", got)
+	}
+	if got := m["p99-ms"]; len(got) != 2 || got[1] != 102.8 {
+		t.Fatalf("p99-ms = %v", got)
+	}
+}
+
+func TestEvaluateAndPrint(t *testing.T) {
+	measured := map[string]map[string][]float64{
+		"BenchmarkAllocate": {"allocs/s": {2106, 2040, 2189}, "p99-ms": {81, 102.8, 79}},
+		"BenchmarkExplain":  {"p99-ms": {15.7, 16, 17.6}},
+		"chaos":             {"false-terminations": {0}},
+	}
+	results := evaluate(measured)
+	byWhat := map[string]result{}
+	for _, r := range results {
+		byWhat[r.What] = r
+	}
+	if r := byWhat["allocations sustained (2 API replicas)"]; r.Median != 2106 || r.Met {
+		t.Fatalf("allocations: %+v", r)
+	}
+	if r := byWhat["explain, 1,000-event history, p99"]; r.Median != 16 || !r.Met {
+		t.Fatalf("explain: %+v", r)
+	}
+	if r := byWhat["false terminations (chaos)"]; !r.Met {
+		t.Fatalf("false terminations: %+v", r)
+	}
+	if r := byWhat["rebuild rate (1,000,000 events)"]; r.Note != "not run" {
+		t.Fatalf("rebuild: %+v", r)
+	}
+	var buf bytes.Buffer
+	if err := printTable(&buf, results); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"falls short", "met", "not run", "≥ 5000/s", "≤ 100ms"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Fatalf("table lacks %q:\n%s", want, buf.String())
+		}
+	}
+	if median([]float64{3, 1, 2, 4}) != 2.5 {
+		t.Fatal("median of an even count")
+	}
+}
