@@ -24,6 +24,7 @@ import (
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/apiserver"
+	"github.com/tetherhq/tether/services/commands"
 	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
 	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
 	"github.com/tetherhq/tether/services/dev/wait"
@@ -79,12 +80,18 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Agents' command stream, as in production: an allocation tells the
+	// server's agent (nobody consumes them here).
+	bus, err := commands.New(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := &stack{t: t, ctx: ctx, store: store, projector: proj, tokens: tokens, dbURL: dbURL, errs: make(chan error, 1+max(o.replicas, 1))}
 	for range max(o.replicas, 1) {
 		api, err := apiserver.New(apiserver.Options{
 			GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 			Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
-			Tokens: tokens, ReadWait: o.readWait, Logger: log, TracerProvider: o.tracer,
+			Tokens: tokens, Commands: bus, ReadWait: o.readWait, Logger: log, TracerProvider: o.tracer,
 		})
 		if err != nil {
 			t.Fatal(err)
