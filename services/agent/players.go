@@ -78,7 +78,12 @@ func (s *session) refreshLocked(ctx context.Context, store eventStore) error {
 // guarded by the last sequence; on a conflict, refresh and decide again.
 // Player calls need the stream: while NATS is away they fail (UNAVAILABLE)
 // rather than queue, because the game must know whether the seat is theirs.
-func (a *Agent) decideSession(ctx context.Context, name string, cmd events.GameSessionCommand) (*eventsv1.GameSessionState, []proto.Message, error) {
+//
+// create, if not nil, gives the GameSessionCreated to record first when the
+// session does not exist yet: its allocator stopped between the server's
+// append and the session's (the controller would create it too, seconds
+// later; the player should not wait for that).
+func (a *Agent) decideSession(ctx context.Context, name string, cmd events.GameSessionCommand, create func() *eventsv1.GameSessionCreated) (*eventsv1.GameSessionState, []proto.Message, error) {
 	s := a.sessions.get(name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -86,7 +91,11 @@ func (a *Agent) decideSession(ctx context.Context, name string, cmd events.GameS
 		if err := s.refreshLocked(ctx, a.opts.Store); err != nil {
 			return nil, nil, status.Errorf(codes.Unavailable, "read game session %s: %v", name, err)
 		}
-		msgs, err := events.DecideGameSession(name, s.state, cmd)
+		todo, creating := cmd, s.state == nil && create != nil
+		if creating {
+			todo = events.CreateGameSession{Created: create()}
+		}
+		msgs, err := events.DecideGameSession(name, s.state, todo)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -113,12 +122,30 @@ func (a *Agent) decideSession(ctx context.Context, name string, cmd events.GameS
 			}
 		}
 		s.seq = seq
+		if creating {
+			a.log.Warn("game session created by the agent: its allocator stopped before it", "game_session", name)
+			continue // now the player's command
+		}
 		if s.state.GetStatus() == eventsv1.GameSessionStatus_GAME_SESSION_STATUS_ENDED {
 			a.sessions.forget(name)
 		}
 		return s.state, msgs, nil
 	}
 	return nil, nil, fmt.Errorf("agent: %s: %w after %d attempts", name, events.ErrConflict, maxRecordAttempts)
+}
+
+// sessionFromAllocation returns how to create the game session gsess from
+// the server's allocation, or nil when the server's allocation is another.
+func (gs *gameServer) sessionFromAllocation(gsess string) func() *eventsv1.GameSessionCreated {
+	gs.mu.Lock()
+	alloc, policy := gs.state.GetAllocation(), gs.state.GetPlayerSessionPolicy()
+	gs.mu.Unlock()
+	if alloc.GetGameSession() != gsess {
+		return nil
+	}
+	return func() *eventsv1.GameSessionCreated {
+		return events.SessionCreated(gs.name, alloc, policy, gs.a.opts.Now(), "")
+	}
 }
 
 // playerSessionOf resolves a player session id ("ps-…") or full name
@@ -170,7 +197,7 @@ func (s *sdkServer) Allocate(ctx context.Context, req *sdkv1.AllocateRequest) (*
 		return nil, sdkError(err)
 	}
 	created := events.SessionCreated(gs.name, alloc, policy, s.a.opts.Now(), "")
-	if _, _, err := s.a.decideSession(ctx, name, events.CreateGameSession{Created: created}); err != nil {
+	if _, _, err := s.a.decideSession(ctx, name, events.CreateGameSession{Created: created}, nil); err != nil {
 		// The allocation stands; the controller creates the session from it.
 		gs.log.Warn("self-allocation: game session not created yet; the controller will", "game_session", name, "err", err)
 	}
@@ -196,7 +223,7 @@ func (s *sdkServer) AcceptPlayer(ctx context.Context, req *sdkv1.AcceptPlayerReq
 		gs.log.Warn("player token refused", "player_session", psName, "err", err)
 		return nil, status.Errorf(codes.PermissionDenied, "token refused for %s: %v", psName, err)
 	}
-	state, msgs, err := s.a.decideSession(ctx, gsess, events.AcceptPlayer{PlayerSession: psID, Now: s.a.opts.Now()})
+	state, msgs, err := s.a.decideSession(ctx, gsess, events.AcceptPlayer{PlayerSession: psID, Now: s.a.opts.Now()}, gs.sessionFromAllocation(gsess))
 	if err != nil {
 		return nil, sdkError(err)
 	}
@@ -215,7 +242,7 @@ func (s *sdkServer) DisconnectPlayer(ctx context.Context, req *sdkv1.DisconnectP
 	if err != nil {
 		return nil, err
 	}
-	state, _, err := s.a.decideSession(ctx, gsess, events.DisconnectPlayer{PlayerSession: psID, Now: s.a.opts.Now()})
+	state, _, err := s.a.decideSession(ctx, gsess, events.DisconnectPlayer{PlayerSession: psID, Now: s.a.opts.Now()}, gs.sessionFromAllocation(gsess))
 	if err != nil {
 		return nil, sdkError(err)
 	}
@@ -231,7 +258,7 @@ func (s *sdkServer) RemovePlayer(ctx context.Context, req *sdkv1.RemovePlayerReq
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := s.a.decideSession(ctx, gsess, events.RemovePlayer{PlayerSession: psID}); err != nil {
+	if _, _, err := s.a.decideSession(ctx, gsess, events.RemovePlayer{PlayerSession: psID}, gs.sessionFromAllocation(gsess)); err != nil {
 		return nil, sdkError(err)
 	}
 	return &sdkv1.RemovePlayerResponse{}, nil

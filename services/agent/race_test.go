@@ -60,7 +60,7 @@ func TestReconnectRacesWindowExpiry(t *testing.T) {
 		start := make(chan struct{})
 		wg.Go(func() {
 			<-start
-			_, msgs, err := a.decideSession(ctx, name, events.AcceptPlayer{PlayerSession: ps, Now: deadline})
+			_, msgs, err := a.decideSession(ctx, name, events.AcceptPlayer{PlayerSession: ps, Now: deadline}, nil)
 			var re *events.RefusedError
 			switch {
 			case err == nil:

@@ -59,21 +59,26 @@ type stack struct {
 	ctx   context.Context
 	addrs dev.Addresses
 	store *natsjs.Store
+	js    jetstream.JetStream // the test's own client of the stack's NATS
 }
 
-func startStack(t *testing.T, hosts int) *stack {
+func startStack(t *testing.T, hosts int, configure ...func(*dev.Options)) *stack {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan dev.Addresses, 1)
 	done := make(chan error, 1)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
-		done <- dev.Run(ctx, dev.Options{
+		opts := dev.Options{
 			DataDir: t.TempDir(), GRPCPort: -1, RESTPort: -1, NATSPort: -1, SDKPort: -1,
 			GamePortBase: 20000 + (os.Getpid()%200)*100, Hosts: hosts, HostCapacity: 4,
 			DatabaseURL: pgtest.NewDatabase(t), Logger: log,
 			Ready: func(a dev.Addresses) { ready <- a },
-		})
+		}
+		for _, c := range configure {
+			c(&opts)
+		}
+		done <- dev.Run(ctx, opts)
 	}()
 	var addrs dev.Addresses
 	select {
@@ -113,6 +118,7 @@ func storeFor(t *testing.T, s *stack) *natsjs.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.js = js
 	store, err := natsjs.New(s.ctx, js, natsjs.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,11 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/events"
+	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/commands"
+	"github.com/tetherhq/tether/services/dev"
+	"github.com/tetherhq/tether/services/playertoken"
 	"github.com/tetherhq/tether/services/dev/wait"
 )
 
@@ -135,6 +139,18 @@ func tell(t *testing.T, address string, port int, line string) string {
 		t.Fatalf("no answer to %s: %v", line, lines.Err())
 	}
 	return lines.Text()
+}
+
+// endpointOf is where a game server's players connect.
+func endpointOf(g gameServer) (e struct {
+	Address string `json:"address"`
+	Ports   []struct {
+		Name string `json:"name"`
+		Port int    `json:"port"`
+	} `json:"ports"`
+}) {
+	e.Address, e.Ports = g.Address, g.Ports
+	return e
 }
 
 func psID(t *testing.T, name string) string {
@@ -392,5 +408,58 @@ func TestReserveReadyAgainAndSelfAllocation(t *testing.T) {
 	}
 	if got := strings.Join(lifecycle, " → "); got != want {
 		t.Fatalf("lifecycle after the first Ready:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// An allocator that stops between its two appends leaves an ALLOCATED
+// server without its game session: the first player to arrive does not
+// wait for the controller's repair; the agent creates the session from the
+// server's allocation and admits the player.
+func TestPlayerJoinsWhenTheAllocatorStoppedHalfway(t *testing.T) {
+	keys := playertoken.NewKeySpec("test")
+	s := startStack(t, 1, func(o *dev.Options) { o.PlayerTokenKeys = keys })
+	ring, err := playertoken.Parse(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := s.rest("POST", "/v1/fleets?fleetId=arena", fleetSpec(1, nil), nil); code != http.StatusOK {
+		t.Fatalf("create fleet: %d", code)
+	}
+	var g gameServer
+	wait.For(t, 15*time.Second, "a READY game server", func() bool {
+		ready := byState(s.gameServers("arena"), "READY")
+		if len(ready) == 1 {
+			g = ready[0]
+		}
+		return len(ready) == 1
+	})
+	// The allocator's first append only, as an API replica that died
+	// right after it would leave it.
+	gsess := events.GameSessionName("gsess-halfway")
+	h := s.history(g.Name)
+	alloc := events.New(g.Name, time.Now(), &eventsv1.GameServerAllocated{GameSession: gsess,
+		Players: []*eventsv1.PlayerReservation{{PlayerSession: "ps-first", PlayerId: "first", Slot: 0}}})
+	if _, err := s.store.Append(s.ctx, events.MustSubject(g.Name), h[len(h)-1].Sequence, alloc); err != nil {
+		t.Fatal(err)
+	}
+	bus, err := commands.New(s.ctx, s.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Send(s.ctx, "h1", "tests", &agentv1.Command{Action: &agentv1.Command_Refresh{
+		Refresh: &agentv1.RefreshGameServer{GameServer: g.Name}}}); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 3*time.Second, "the game server to see its allocation", func() bool {
+		return strings.HasPrefix(tell(t, g.Address, g.Ports[0].Port, "STATE"), "STATE ALLOCATED "+gsess)
+	})
+	token := ring.Sign(events.PlayerSessionName("gsess-halfway", "ps-first"), time.Now().Add(time.Hour))
+	_, reply := join(t, allocation{Endpoint: endpointOf(g)}, "ps-first", token)
+	if reply != "WELCOME first slot=0 reconnected=false" {
+		t.Fatalf("join: %q", reply)
+	}
+	created := s.history(gsess)
+	if len(created) < 2 || created[0].Type != "GameSessionCreated" || created[0].Producer != "hosts/h1" || created[1].Type != "PlayerAccepted" {
+		t.Fatalf("game session history: %s (first by %q)", types(created), created[0].Producer)
 	}
 }
