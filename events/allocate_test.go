@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
@@ -318,5 +319,32 @@ func TestReserveEndAllocateCycle(t *testing.T) {
 		if s.wantLifecycle == ALLOCATED && g.state.GetGameSession() != gsessName {
 			t.Errorf("%s: game session %q", s.name, g.state.GetGameSession())
 		}
+	}
+}
+
+// A process exit's evidence carries the agent's last heartbeat when it
+// knows it (heartbeats are not events), else the last one the events show.
+func TestExitEvidenceLastHeartbeat(t *testing.T) {
+	connected := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	state := &eventsv1.GameServerState{Name: gsName, Lifecycle: eventsv1.Lifecycle_LIFECYCLE_READY, EverReady: true,
+		LastHeartbeatTime: timestamppb.New(connected)}
+	for _, tt := range []struct {
+		name string
+		beat time.Time
+		want time.Time
+	}{
+		{"agent knows", connected.Add(42 * time.Second), connected.Add(42 * time.Second)},
+		{"agent does not know", time.Time{}, connected},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := events.DecideGameServer(gsName, state, events.RecordExit{Exited: &eventsv1.ProcessExited{Signal: "killed", Attempt: 1}, LastHeartbeat: tt.beat})
+			if err != nil {
+				t.Fatal(err)
+			}
+			term := out[len(out)-1].(*eventsv1.GameServerTerminated)
+			if got := term.GetEvidence().GetLastHeartbeatTime().AsTime(); !got.Equal(tt.want) {
+				t.Fatalf("last heartbeat %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

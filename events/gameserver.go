@@ -269,6 +269,10 @@ type RequestShutdown struct {
 type RecordExit struct {
 	// Exited is the fact to record.
 	Exited *eventsv1.ProcessExited
+	// LastHeartbeat is the process's last heartbeat as its agent saw it,
+	// for the evidence (heartbeats are not events); zero: the last known
+	// from the server's events.
+	LastHeartbeat time.Time
 }
 
 // RecordSignal records a stop signal the agent sent the process.
@@ -432,7 +436,11 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 		if c.Exited.GetWillRestart() {
 			return out, nil
 		}
-		return append(out, &eventsv1.GameServerTerminated{Reason: exitReason(state, c.Exited), Evidence: exitEvidence(state, c.Exited)}), nil
+		ev := exitEvidence(state, c.Exited)
+		if !c.LastHeartbeat.IsZero() {
+			ev.LastHeartbeatTime = timestamppb.New(c.LastHeartbeat)
+		}
+		return append(out, &eventsv1.GameServerTerminated{Reason: exitReason(state, c.Exited), Evidence: ev}), nil
 	case RecordSignal:
 		return []proto.Message{proto.CloneOf(c.Signalled)}, nil
 	case MarkUnhealthy:

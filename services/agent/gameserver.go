@@ -211,6 +211,10 @@ func (gs *gameServer) supervise(ctx context.Context) {
 		gs.pid.Store(0)
 		exited.BeforeReady = !gs.state.GetEverReady()
 		restart := exited.BeforeReady && !gs.stopping && attempt < gs.a.opts.MaxStartAttempts && ctx.Err() == nil
+		var lastBeat time.Time // the real last heartbeat; events only record connects and misses
+		if gs.check != nil {
+			lastBeat = gs.check.lastBeat
+		}
 		gs.mu.Unlock()
 		exited.WillRestart = restart
 		gs.log.Info("game server process exited", "pid", proc.Pid, "exit_code", exited.ExitCode, "signal", exited.GetSignal(), "attempt", attempt, "restart", restart)
@@ -219,10 +223,10 @@ func (gs *gameServer) supervise(ctx context.Context) {
 				gs.log.Info("process of a server already terminated elsewhere has ended")
 				return
 			}
-			gs.recordDetached(events.RecordExit{Exited: exited})
+			gs.recordDetached(events.RecordExit{Exited: exited, LastHeartbeat: lastBeat})
 			return
 		}
-		if err := gs.record(ctx, events.RecordExit{Exited: exited}); err != nil {
+		if err := gs.record(ctx, events.RecordExit{Exited: exited, LastHeartbeat: lastBeat}); err != nil {
 			gs.log.Error("record process exit", "err", err)
 		}
 		select {
