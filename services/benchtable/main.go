@@ -2,7 +2,7 @@
 // DESIGN.md §8 target, the median of repeated runs, and whether it is met.
 // It writes the runs and medians as JSON too, for comparing commits.
 //
-//	go run ./services/benchtable [--json bench.json] [--runs 3] [--quick] [--skip chaos]
+//	go run ./services/benchtable [--json bench.json] [--runs 3] [--quick] [--skip chaos] [--cpuprofile DIR]
 //
 // It runs `go test -bench` in this module (so it needs the source tree) and
 // `bin/tether chaos` (make build first; `make bench` does both). --quick
@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,7 +84,14 @@ func main() {
 	runs := flag.Int("runs", 3, "runs of each benchmark; the median is reported")
 	quick := flag.Bool("quick", false, "small sizes, for a smoke run (figures not comparable)")
 	skip := flag.String("skip", "", "comma-separated benchmarks to skip (e.g. chaos,BenchmarkRebuild)")
+	profiles := flag.String("cpuprofile", "", "write a CPU profile of each benchmark's runs to DIR/<benchmark>.prof (read with go tool pprof)")
 	flag.Parse()
+	if *profiles != "" {
+		if err := os.MkdirAll(*profiles, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "benchtable:", err)
+			os.Exit(1)
+		}
+	}
 	skipped := strings.Split(*skip, ",")
 	measured := map[string]map[string][]float64{} // bench → metric → runs
 	for _, b := range benches {
@@ -91,7 +99,7 @@ func main() {
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "== %s (%d runs)\n", b.name, *runs)
-		m, err := runBench(b, *runs, *quick)
+		m, err := runBench(b, *runs, *quick, *profiles)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "benchtable: %s: %v\n", b.name, err)
 			os.Exit(1)
@@ -125,8 +133,17 @@ func main() {
 }
 
 // runBench runs one benchmark runs times and collects its metrics.
-func runBench(b bench, runs int, quick bool) (map[string][]float64, error) {
-	args := []string{"test", "-run", "^$", "-bench", "^" + b.name + "$", "-benchtime", b.time, "-count", strconv.Itoa(runs), "-timeout", "30m", b.pkg}
+func runBench(b bench, runs int, quick bool, profiles string) (map[string][]float64, error) {
+	args := []string{"test", "-run", "^$", "-bench", "^" + b.name + "$", "-benchtime", b.time, "-count", strconv.Itoa(runs), "-timeout", "30m"}
+	if profiles != "" {
+		prof, err := filepath.Abs(filepath.Join(profiles, b.name+".prof"))
+		if err != nil {
+			return nil, err
+		}
+		// The test binary is kept beside it: pprof needs it for symbols.
+		args = append(args, "-cpuprofile", prof, "-o", strings.TrimSuffix(prof, ".prof")+".test")
+	}
+	args = append(args, b.pkg)
 	cmd := exec.Command("go", args...)
 	cmd.Env = append(os.Environ(), b.env...)
 	if quick {
