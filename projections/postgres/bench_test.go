@@ -20,16 +20,7 @@ import (
 )
 
 // benchEvents is the stream size of BenchmarkReplay (env TETHER_BENCH_EVENTS).
-func benchEvents(b *testing.B) int {
-	if v := os.Getenv("TETHER_BENCH_EVENTS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			b.Fatalf("TETHER_BENCH_EVENTS: %v", err)
-		}
-		return n
-	}
-	return 200_000
-}
+func benchEvents(b *testing.B) int { return benchEnvInt(b, "TETHER_BENCH_EVENTS", 200_000) }
 
 // fillStream publishes n events for n/100 game servers, interleaved
 // round-robin so every batch touches many aggregates (the projector's worst
@@ -123,17 +114,9 @@ func BenchmarkReplay(b *testing.B) {
 	b.ReportMetric(float64(last), "events")
 }
 
-// benchBatch is the projector batch size of BenchmarkReplay (env TETHER_BENCH_BATCH).
-func benchBatch(b *testing.B) int {
-	if v := os.Getenv("TETHER_BENCH_BATCH"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			b.Fatalf("TETHER_BENCH_BATCH: %v", err)
-		}
-		return n
-	}
-	return 0 // the projector's default
-}
+// benchBatch is the projector batch size of BenchmarkReplay (env
+// TETHER_BENCH_BATCH); 0, the default, is the projector's own.
+func benchBatch(b *testing.B) int { return benchEnvInt(b, "TETHER_BENCH_BATCH", 0) }
 
 // BenchmarkLiveLag measures the live projection's publish→view lag: events
 // are published at TETHER_BENCH_RATE per second (default 5,000) for

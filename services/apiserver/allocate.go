@@ -195,12 +195,10 @@ func (a *allocationService) catchUp(ctx context.Context, name string, state *eve
 	if err != nil {
 		return nil, 0, err
 	}
-	if ok && last.Sequence > seq {
-		if row, known := gameServerTransition(last.Type); known && !slices.Contains(row, eventsv1.Lifecycle_LIFECYCLE_READY) {
-			taken := proto.CloneOf(state)
-			taken.Lifecycle = eventsv1.Lifecycle_LIFECYCLE_UNSPECIFIED // not READY; exact state unknown
-			return taken, last.Sequence, nil
-		}
+	if ok && last.Sequence > seq && slices.Contains(leavesReady, last.Type) {
+		taken := proto.CloneOf(state)
+		taken.Lifecycle = eventsv1.Lifecycle_LIFECYCLE_UNSPECIFIED // not READY; exact state unknown
+		return taken, last.Sequence, nil
 	}
 	evs, err := a.s.opts.Store.History(ctx, subject, seq+1)
 	if err != nil {
@@ -215,23 +213,9 @@ func (a *allocationService) catchUp(ctx context.Context, name string, state *eve
 	return state, seq, nil
 }
 
-// gameServerTransition returns the lifecycle states an event of this type
-// leads to: those it can leave a server in.
-func gameServerTransition(eventType string) ([]eventsv1.Lifecycle, bool) {
-	switch eventType {
-	case "GameServerAllocated":
-		return []eventsv1.Lifecycle{eventsv1.Lifecycle_LIFECYCLE_ALLOCATED}, true
-	case "GameServerReserved":
-		return []eventsv1.Lifecycle{eventsv1.Lifecycle_LIFECYCLE_RESERVED}, true
-	case "ShutdownRequested":
-		return []eventsv1.Lifecycle{eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN}, true
-	case "GameServerUnhealthy":
-		return []eventsv1.Lifecycle{eventsv1.Lifecycle_LIFECYCLE_UNHEALTHY}, true
-	case "GameServerTerminated":
-		return []eventsv1.Lifecycle{eventsv1.Lifecycle_LIFECYCLE_TERMINATED}, true
-	}
-	return nil, false
-}
+// leavesReady lists the events after which a game server is not READY,
+// whatever came before them.
+var leavesReady = []string{"GameServerAllocated", "GameServerReserved", "ShutdownRequested", "GameServerUnhealthy", "GameServerTerminated"}
 
 // try allocates one game server, guarded by seq.
 func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameServerRequest, name string,

@@ -141,6 +141,24 @@ func tell(t *testing.T, address string, port int, line string) string {
 	return lines.Text()
 }
 
+// soleReadyServer creates a fleet of one example game server and returns
+// it once READY.
+func (s *stack) soleReadyServer(fleet string) gameServer {
+	s.t.Helper()
+	if code := s.rest("POST", "/v1/fleets?fleetId="+fleet, fleetSpec(1, nil), nil); code != http.StatusOK {
+		s.t.Fatalf("create fleet: %d", code)
+	}
+	var g gameServer
+	wait.For(s.t, 15*time.Second, "a READY game server", func() bool {
+		ready := byState(s.gameServers(fleet), "READY")
+		if len(ready) == 1 {
+			g = ready[0]
+		}
+		return len(ready) == 1
+	})
+	return g
+}
+
 // endpointOf is where a game server's players connect.
 func endpointOf(g gameServer) (e struct {
 	Address string `json:"address"`
@@ -343,17 +361,7 @@ func TestStandaloneServerStaysUnhealthyUntilDeleted(t *testing.T) {
 // (SERVER_READY_AGAIN); self-allocation creates a game session.
 func TestReserveReadyAgainAndSelfAllocation(t *testing.T) {
 	s := startStack(t, 1)
-	if code := s.rest("POST", "/v1/fleets?fleetId=arena", fleetSpec(1, nil), nil); code != http.StatusOK {
-		t.Fatalf("create fleet: %d", code)
-	}
-	var g gameServer
-	wait.For(t, 15*time.Second, "a READY game server", func() bool {
-		ready := byState(s.gameServers("arena"), "READY")
-		if len(ready) == 1 {
-			g = ready[0]
-		}
-		return len(ready) == 1
-	})
+	g := s.soleReadyServer("arena")
 	say := func(line string) string { return tell(t, g.Address, g.Ports[0].Port, line) }
 	state := func() string {
 		var now gameServer
@@ -422,17 +430,7 @@ func TestPlayerJoinsWhenTheAllocatorStoppedHalfway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code := s.rest("POST", "/v1/fleets?fleetId=arena", fleetSpec(1, nil), nil); code != http.StatusOK {
-		t.Fatalf("create fleet: %d", code)
-	}
-	var g gameServer
-	wait.For(t, 15*time.Second, "a READY game server", func() bool {
-		ready := byState(s.gameServers("arena"), "READY")
-		if len(ready) == 1 {
-			g = ready[0]
-		}
-		return len(ready) == 1
-	})
+	g := s.soleReadyServer("arena")
 	// The allocator's first append only, as an API replica that died
 	// right after it would leave it.
 	gsess := events.GameSessionName("gsess-halfway")
