@@ -74,8 +74,12 @@ type Options struct {
 	// HealthEvalInterval is how often the health contract is evaluated; default 200ms.
 	HealthEvalInterval time.Duration
 	// SyncInterval is how often the agent re-reads its servers' histories to
-	// catch decisions it missed (e.g. servers terminated while its host was
-	// lost); default 5s.
+	// catch decisions it missed, as a backstop; default 60s. It also re-reads
+	// them at once whenever its host heartbeat resumes after a gap (failed,
+	// paused or late puts), which is when the control plane may have judged
+	// the host lost and terminated its servers. Each re-read is one NATS
+	// request per server, so at 10,000 hosts of 10 servers a 5 s period
+	// would cost the NATS server 20,000 requests/s (docs/scaling.md).
 	SyncInterval time.Duration
 	// OutboxDir keeps events while NATS is unreachable; default LogDir/outbox.
 	OutboxDir string
@@ -97,6 +101,13 @@ type Options struct {
 	// (AcceptPlayer); the API signs them with the same keys. Without it,
 	// AcceptPlayer is refused.
 	Tokens *playertoken.Ring
+	// Processes starts game server processes; default OSProcesses. The
+	// fleet simulator gives simulated ones.
+	Processes Processes
+	// LocalSDKOnly serves the SDK only in this process (Agent.LocalSDK),
+	// binding no listeners: for the fleet simulator, which runs thousands
+	// of agents in one process. SDKAddr and SDKHTTPAddr are then ignored.
+	LocalSDKOnly bool
 	// KillProcessesOnExit stops every game server when the agent stops, and
 	// makes them die with the agent (for `tether dev` and tests).
 	KillProcessesOnExit bool
@@ -143,7 +154,7 @@ func (o *Options) setDefaults() {
 		o.HealthEvalInterval = 200 * time.Millisecond
 	}
 	if o.SyncInterval <= 0 {
-		o.SyncInterval = 5 * time.Second
+		o.SyncInterval = 60 * time.Second
 	}
 	if o.OutboxDir == "" {
 		o.OutboxDir = filepath.Join(o.LogDir, "outbox")
@@ -156,6 +167,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.StreamKeepalive <= 0 {
 		o.StreamKeepalive = 10 * time.Second
+	}
+	if o.Processes == nil {
+		o.Processes = OSProcesses{}
 	}
 	if o.Version == "" {
 		o.Version = "dev"
@@ -198,6 +212,10 @@ type Agent struct {
 
 	sessions sessions // game sessions of its servers, for player calls
 
+	// resumed is signalled when the host heartbeat resumes after a gap, so
+	// that servers are re-read from the stream at once (syncServers).
+	resumed chan struct{}
+
 	mu      sync.Mutex
 	servers map[string]*gameServer // by resource name
 	tokens  map[string]*gameServer // by process token
@@ -222,6 +240,7 @@ func New(opts Options) (*Agent, error) {
 		ports:    newPortPool(opts.PortMin, opts.PortMax),
 		servers:  map[string]*gameServer{},
 		tokens:   map[string]*gameServer{},
+		resumed:  make(chan struct{}, 1),
 	}
 	if a.outbox, err = openOutbox(opts.OutboxDir, opts.OutboxMax); err != nil {
 		return nil, err
@@ -239,6 +258,10 @@ func New(opts Options) (*Agent, error) {
 		})); err != nil {
 		return nil, err
 	}
+	if opts.LocalSDKOnly {
+		a.sdk = &sdkServer{a: a}
+		return a, nil
+	}
 	sdk, err := newSDKServer(a, opts.SDKAddr, opts.SDKHTTPAddr)
 	if err != nil {
 		return nil, err
@@ -247,10 +270,10 @@ func New(opts Options) (*Agent, error) {
 	return a, nil
 }
 
-// SDKAddr returns the local SDK's gRPC address.
+// SDKAddr returns the local SDK's gRPC address ("" with LocalSDKOnly).
 func (a *Agent) SDKAddr() string { return a.sdk.grpcAddr() }
 
-// SDKHTTPAddr returns the local SDK's REST address.
+// SDKHTTPAddr returns the local SDK's REST address ("" with LocalSDKOnly).
 func (a *Agent) SDKHTTPAddr() string { return a.sdk.httpAddr() }
 
 // Run registers the host and serves until ctx ends.
@@ -296,11 +319,14 @@ func (a *Agent) register(ctx context.Context) error {
 }
 
 // heartbeat refreshes the host's key in the heartbeat bucket with the
-// host's inventory.
+// host's inventory. A put that succeeds after a gap (puts failed, were
+// paused, or came late: more than three intervals since the last good one)
+// asks syncServers to re-read every server at once.
 func (a *Agent) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
 	t := time.NewTicker(a.opts.HeartbeatInterval)
 	defer t.Stop()
 	paused := false
+	var lastPut time.Time
 	for {
 		skip := a.opts.SkipHeartbeat != nil && a.opts.SkipHeartbeat()
 		if skip != paused {
@@ -308,8 +334,20 @@ func (a *Agent) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
 			a.log.Warn("host heartbeat paused by its hook", "paused", paused)
 		}
 		if !skip {
-			if err := hostbeat.Put(ctx, kv, a.opts.HostID, a.beat()); err != nil && ctx.Err() == nil {
-				a.log.Warn("host heartbeat failed", "err", err)
+			if err := hostbeat.Put(ctx, kv, a.opts.HostID, a.beat()); err != nil {
+				if ctx.Err() == nil {
+					a.log.Warn("host heartbeat failed", "err", err)
+				}
+			} else {
+				now := time.Now() // a duration: the monotonic clock, not Options.Now
+				if !lastPut.IsZero() && now.Sub(lastPut) > 3*a.opts.HeartbeatInterval {
+					a.log.Info("host heartbeat resumed after a gap; re-reading servers", "gap", now.Sub(lastPut).Round(time.Millisecond))
+					select {
+					case a.resumed <- struct{}{}:
+					default: // a re-read is pending already
+					}
+				}
+				lastPut = now
 			}
 		}
 		select {
@@ -439,10 +477,11 @@ func (a *Agent) rebuildResynced(ctx context.Context) {
 	}
 }
 
-// syncServers re-reads each server's history every SyncInterval. A server
-// the control plane terminated (HOST_LOST while this host was out of sight)
-// or told to stop while the stop command was lost is stopped here, so no
-// replaced server keeps running beside its replacement.
+// syncServers re-reads each server's history every SyncInterval, and when
+// the host heartbeat resumes after a gap. A server the control plane
+// terminated (HOST_LOST while this host was out of sight) or told to stop
+// while the stop command was lost is stopped here, so no replaced server
+// keeps running beside its replacement.
 func (a *Agent) syncServers(ctx context.Context) error {
 	t := time.NewTicker(a.opts.SyncInterval)
 	defer t.Stop()
@@ -451,6 +490,7 @@ func (a *Agent) syncServers(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-a.resumed:
 		}
 		list := a.snapshot()
 		for _, gs := range list {

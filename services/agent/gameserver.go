@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -52,7 +51,7 @@ type gameServer struct {
 	state     *eventsv1.GameServerState
 	seq       uint64 // last stream sequence folded into state
 	ports     []int
-	proc      *os.Process
+	proc      Process
 	attempt   int
 	stopping  bool
 	notice    *sdkv1.ShutdownNotice
@@ -201,11 +200,17 @@ func (gs *gameServer) supervise(ctx context.Context) {
 			gs.recordDetached(events.Terminate{Reason: eventsv1.Reason_REASON_PROCESS_START_FAILED, Evidence: &eventsv1.Evidence{Detail: err.Error(), StartAttempts: int32(attempt)}})
 			return
 		}
-		state, werr := proc.Wait()
+		end, werr := proc.Wait()
 		if werr != nil {
 			gs.log.Error("wait for game server process", "err", werr)
 		}
-		exited := exitFacts(state, attempt)
+		exited := exitFacts(end, attempt)
+		if ctx.Err() != nil && !gs.a.opts.KillProcessesOnExit {
+			// The agent is stopping and leaves its processes be: it no longer
+			// supervises them, and records nothing more of them.
+			gs.log.Info("agent stopping; process end not recorded", "pid", proc.Pid())
+			return
+		}
 		gs.mu.Lock()
 		gs.proc = nil
 		gs.pid.Store(0)
@@ -217,7 +222,7 @@ func (gs *gameServer) supervise(ctx context.Context) {
 		}
 		gs.mu.Unlock()
 		exited.WillRestart = restart
-		gs.log.Info("game server process exited", "pid", proc.Pid, "exit_code", exited.ExitCode, "signal", exited.GetSignal(), "attempt", attempt, "restart", restart)
+		gs.log.Info("game server process exited", "pid", proc.Pid(), "exit_code", exited.ExitCode, "signal", exited.GetSignal(), "attempt", attempt, "restart", restart)
 		if !restart {
 			if gs.lifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
 				gs.log.Info("process of a server already terminated elsewhere has ended")
@@ -241,22 +246,18 @@ func (gs *gameServer) supervise(ctx context.Context) {
 }
 
 // exitFacts turns a process's end into a ProcessExited payload.
-func exitFacts(state *os.ProcessState, attempt int) *eventsv1.ProcessExited {
+func exitFacts(end ProcessExit, attempt int) *eventsv1.ProcessExited {
 	x := &eventsv1.ProcessExited{Attempt: int32(attempt)}
-	if state == nil {
-		x.Signal = "unknown"
+	if end.Signal != "" {
+		x.Signal = end.Signal
 		return x
 	}
-	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		x.Signal = ws.Signal().String()
-		return x
-	}
-	x.ExitCode = proto.Int32(int32(state.ExitCode()))
+	x.ExitCode = proto.Int32(int32(end.Code))
 	return x
 }
 
 // launch starts the process and records ProcessStarted.
-func (gs *gameServer) launch(attempt int) (*os.Process, error) {
+func (gs *gameServer) launch(attempt int) (Process, error) {
 	t := gs.spec.GetTemplate()
 	env := map[string]string{
 		"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
@@ -275,33 +276,24 @@ func (gs *gameServer) launch(attempt int) (*os.Process, error) {
 	for i, arg := range t.GetArgs() {
 		args[i] = os.Expand(arg, func(k string) string { return env[k] })
 	}
-	logFile, err := os.OpenFile(gs.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	proc, err := gs.a.opts.Processes.Start(ProcessSpec{
+		GameServer: gs.name, Command: t.GetCommand(), Args: args, Env: env, LogPath: gs.logPath,
+		DieWithAgent: gs.a.opts.KillProcessesOnExit,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("open log: %w", err)
-	}
-	defer logFile.Close()
-	cmd := exec.Command(t.GetCommand(), args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if gs.a.opts.KillProcessesOnExit {
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
+	pid := proc.Pid()
 	gs.mu.Lock()
-	gs.proc = cmd.Process
-	gs.pid.Store(int64(cmd.Process.Pid))
+	gs.proc = proc
+	gs.pid.Store(int64(pid))
 	gs.check = newHealthCheck(gs.spec.GetHealth(), time.Duration(gs.spec.GetSdkDisconnectGraceSeconds())*time.Second, gs.a.opts.Now())
 	gs.mu.Unlock()
-	gs.log.Info("game server process started", "pid", cmd.Process.Pid, "attempt", attempt, "log", gs.logPath)
+	gs.log.Info("game server process started", "pid", pid, "attempt", attempt, "log", gs.logPath)
 	gs.recordDetached(events.RecordProcessStart{Started: &eventsv1.ProcessStarted{
-		Pid: int32(cmd.Process.Pid), Address: gs.a.opts.Address, Ports: ports, LogPath: gs.logPath, Attempt: int32(attempt),
+		Pid: int32(pid), Address: gs.a.opts.Address, Ports: ports, LogPath: gs.logPath, Attempt: int32(attempt),
 	}})
-	return cmd.Process, nil
+	return proc, nil
 }
 
 // envName turns a port name into its environment suffix: "game-udp" → "GAME_UDP".
@@ -323,21 +315,21 @@ func (gs *gameServer) stop(reason eventsv1.Reason, deadline time.Time) {
 	if gs.proc == nil {
 		return
 	}
-	pid := gs.proc.Pid
+	proc := gs.proc
 	gs.log.Info("stopping game server", "reason", events.ReasonName(reason), "deadline", deadline)
-	if err := syscall.Kill(-pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-		gs.log.Warn("SIGTERM failed", "pid", pid, "err", err)
+	if err := proc.Signal(syscall.SIGTERM); err != nil {
+		gs.log.Warn("SIGTERM failed", "pid", proc.Pid(), "err", err)
 	}
 	gs.recordSignalLocked(syscall.SIGTERM, reason, deadline)
 	gs.killTimer = time.AfterFunc(time.Until(deadline), func() {
 		gs.mu.Lock()
 		defer gs.mu.Unlock()
-		if gs.proc == nil || gs.proc.Pid != pid {
+		if gs.proc != proc {
 			return // it exited in time
 		}
-		gs.log.Warn("shutdown deadline passed; killing", "pid", pid)
-		if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			gs.log.Warn("SIGKILL failed", "pid", pid, "err", err)
+		gs.log.Warn("shutdown deadline passed; killing", "pid", proc.Pid())
+		if err := proc.Signal(syscall.SIGKILL); err != nil {
+			gs.log.Warn("SIGKILL failed", "pid", proc.Pid(), "err", err)
 		}
 		gs.recordSignalLocked(syscall.SIGKILL, reason, deadline)
 	})

@@ -51,8 +51,19 @@ func newSDKServer(a *Agent, grpcAddr, httpAddr string) (*sdkServer, error) {
 	return &sdkServer{a: a, grpcLis: newWatchedListener(gl), httpLis: hl}, nil
 }
 
-func (s *sdkServer) grpcAddr() string { return s.grpcLis.Addr().String() }
-func (s *sdkServer) httpAddr() string { return s.httpLis.Addr().String() }
+func (s *sdkServer) grpcAddr() string {
+	if s.grpcLis == nil {
+		return "" // in-process only
+	}
+	return s.grpcLis.Addr().String()
+}
+
+func (s *sdkServer) httpAddr() string {
+	if s.httpLis == nil {
+		return ""
+	}
+	return s.httpLis.Addr().String()
+}
 
 // minKeepaliveTime is grpc-go's floor for a server's keepalive ping interval.
 const minKeepaliveTime = time.Second
@@ -68,6 +79,9 @@ func (s *sdkServer) keepalive() (time.Duration, time.Duration) {
 type tokenKey struct{}
 
 func (s *sdkServer) run(ctx context.Context) error {
+	if s.grpcLis == nil {
+		return nil // in-process only (LocalSDK): nothing to serve
+	}
 	kaTime, kaTimeout := s.keepalive()
 	gs := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(s.authUnary),

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
@@ -88,6 +90,29 @@ type Options struct {
 	DemoGameServer string
 	// Ready, if set, is called once everything serves.
 	Ready func(Addresses)
+	// Started, if set, is called once everything serves, with the running
+	// components (the fleet simulator drives and measures them).
+	Started func(*Stack)
+	// AgentOptions, if set, adjusts host i's agent options (0-based) before
+	// the agent is built: the fleet simulator gives simulated processes.
+	AgentOptions func(i int, o *agent.Options)
+	// ControllerOptions, if set, adjusts the controller's options.
+	ControllerOptions func(o *controller.Options)
+}
+
+// Stack is a running dev stack's components, for code that drives them in
+// the same process (the fleet simulator). Everything in it is stopped when
+// Run returns.
+type Stack struct {
+	Addresses
+	// Store is the event store.
+	Store *natsjs.Store
+	// JetStream is the stack's JetStream context.
+	JetStream jetstream.JetStream
+	// Pool is the projection database's pool.
+	Pool *pgxpool.Pool
+	// Agents are the host agents, host i+1 at index i.
+	Agents []*agent.Agent
 }
 
 // Addresses tells a user where the stack listens.
@@ -246,10 +271,14 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	ctlFresh := postgres.NewFreshness(pool, log)
-	ctl, err := controller.New(controller.Options{
+	ctlOpts := controller.Options{
 		JetStream: js, Store: store, Views: postgres.NewViews(pool), Freshness: ctlFresh,
 		Commands: bus, Logger: log.With("component", "controller"), MeterProvider: opts.MeterProvider,
-	})
+	}
+	if opts.ControllerOptions != nil {
+		opts.ControllerOptions(&ctlOpts)
+	}
+	ctl, err := controller.New(ctlOpts)
 	if err != nil {
 		return err
 	}
@@ -262,14 +291,18 @@ func Run(ctx context.Context, opts Options) error {
 			sdkGRPC = net.JoinHostPort(opts.Host, strconv.Itoa(portOrFree(log, "SDK "+id, opts.Host, opts.SDKPort+2*i)))
 			sdkHTTP = net.JoinHostPort(opts.Host, strconv.Itoa(portOrFree(log, "SDK REST "+id, opts.Host, opts.SDKPort+2*i+1)))
 		}
-		a, err := agent.New(agent.Options{
+		agentOpts := agent.Options{
 			HostID: id, Capacity: opts.HostCapacity, Address: opts.Host,
 			Labels:  map[string]string{"zone": fmt.Sprintf("dev-%c", 'a'+rune(i%3))},
 			SDKAddr: sdkGRPC, SDKHTTPAddr: sdkHTTP,
 			PortMin: opts.GamePortBase + 100*i, PortMax: opts.GamePortBase + 100*i + 99,
 			LogDir: filepath.Join(opts.LogDir, id), JetStream: js, Store: store, Commands: bus,
 			KillProcessesOnExit: true, Logger: log.With("component", "agent"), Tokens: tokens,
-		})
+		}
+		if opts.AgentOptions != nil {
+			opts.AgentOptions(i, &agentOpts)
+		}
+		a, err := agent.New(agentOpts)
 		if err != nil {
 			return err
 		}
@@ -292,6 +325,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	if opts.Ready != nil {
 		opts.Ready(addrs)
+	}
+	if opts.Started != nil {
+		opts.Started(&Stack{Addresses: addrs, Store: store, JetStream: js, Pool: pool, Agents: agents})
 	}
 	return g.Wait()
 }

@@ -1,0 +1,140 @@
+package agent
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
+)
+
+// localTransport names calls made through LocalSDK in connection events.
+const localTransport = "local"
+
+// LocalSDK is the agent's SDK for game server processes that live in the
+// agent's own OS process (the fleet simulator's): the very handlers the
+// gRPC and REST SDK serve, called directly with the process token instead
+// of over a loopback connection. A call with the token proves the SDK
+// connected, as any SDK call does; Health is a heartbeat; Connect holds a
+// connection open the way a HealthStream or WatchGameServer stream does, so
+// its end is recorded as an SDK disconnect of the kind the caller gives.
+type LocalSDK struct{ s *sdkServer }
+
+// LocalSDK returns the in-process SDK. It works whether or not the agent
+// also binds SDK listeners.
+func (a *Agent) LocalSDK() *LocalSDK { return &LocalSDK{s: a.sdk} }
+
+// call authenticates a token and returns the context the handlers expect.
+func (l *LocalSDK) call(ctx context.Context, token string) (context.Context, *gameServer, error) {
+	gs := l.s.a.byToken(token)
+	if token == "" || gs == nil {
+		return nil, nil, status.Error(codes.Unauthenticated, "missing or unknown game server token")
+	}
+	gs.seen(ctx, localTransport)
+	return context.WithValue(ctx, tokenKey{}, gs), gs, nil
+}
+
+// Ready marks the server READY.
+func (l *LocalSDK) Ready(ctx context.Context, token string) error {
+	ctx, _, err := l.call(ctx, token)
+	if err != nil {
+		return err
+	}
+	_, err = l.s.Ready(ctx, &sdkv1.ReadyRequest{})
+	return err
+}
+
+// Health records one heartbeat.
+func (l *LocalSDK) Health(ctx context.Context, token string) error {
+	ctx, _, err := l.call(ctx, token)
+	if err != nil {
+		return err
+	}
+	_, err = l.s.Health(ctx, &sdkv1.HealthRequest{})
+	return err
+}
+
+// Shutdown asks for the server to be stopped (the game has ended).
+func (l *LocalSDK) Shutdown(ctx context.Context, token string) error {
+	ctx, _, err := l.call(ctx, token)
+	if err != nil {
+		return err
+	}
+	_, err = l.s.Shutdown(ctx, &sdkv1.ShutdownRequest{})
+	return err
+}
+
+// GetGameServer returns the server as the agent knows it.
+func (l *LocalSDK) GetGameServer(ctx context.Context, token string) (*sdkv1.GameServer, error) {
+	ctx, _, err := l.call(ctx, token)
+	if err != nil {
+		return nil, err
+	}
+	return l.s.GetGameServer(ctx, &sdkv1.GetGameServerRequest{})
+}
+
+// AcceptPlayer admits a player presenting their player session's token.
+func (l *LocalSDK) AcceptPlayer(ctx context.Context, token string, req *sdkv1.AcceptPlayerRequest) (*sdkv1.AcceptPlayerResponse, error) {
+	ctx, _, err := l.call(ctx, token)
+	if err != nil {
+		return nil, err
+	}
+	return l.s.AcceptPlayer(ctx, req)
+}
+
+// DisconnectPlayer reports a player's connection lost.
+func (l *LocalSDK) DisconnectPlayer(ctx context.Context, token string, req *sdkv1.DisconnectPlayerRequest) (*sdkv1.DisconnectPlayerResponse, error) {
+	ctx, _, err := l.call(ctx, token)
+	if err != nil {
+		return nil, err
+	}
+	return l.s.DisconnectPlayer(ctx, req)
+}
+
+// RemovePlayer ends a player's session for good.
+func (l *LocalSDK) RemovePlayer(ctx context.Context, token string, req *sdkv1.RemovePlayerRequest) (*sdkv1.RemovePlayerResponse, error) {
+	ctx, _, err := l.call(ctx, token)
+	if err != nil {
+		return nil, err
+	}
+	return l.s.RemovePlayer(ctx, req)
+}
+
+// Allocate allocates the server to a game session of its own making.
+func (l *LocalSDK) Allocate(ctx context.Context, token string, req *sdkv1.AllocateRequest) (*sdkv1.AllocateResponse, error) {
+	ctx, _, err := l.call(ctx, token)
+	if err != nil {
+		return nil, err
+	}
+	return l.s.Allocate(ctx, req)
+}
+
+// LocalConn is an SDK connection held open through LocalSDK.Connect.
+type LocalConn struct {
+	gs     *gameServer
+	closed bool
+}
+
+// Connect opens a held SDK connection for the process with token, as a
+// HealthStream does over gRPC.
+func (l *LocalSDK) Connect(ctx context.Context, token string) (*LocalConn, error) {
+	gs := l.s.a.byToken(token)
+	if token == "" || gs == nil {
+		return nil, status.Error(codes.Unauthenticated, "missing or unknown game server token")
+	}
+	gs.streamOpened(ctx)
+	return &LocalConn{gs: gs}, nil
+}
+
+// Close ends the connection the way kind says (a clean close, a reset, a
+// keepalive timeout); the agent records the disconnect when no other SDK
+// connection of the process remains. Closing twice does nothing.
+func (c *LocalConn) Close(kind eventsv1.DisconnectKind, detail string) {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	c.gs.streamClosed(kind, detail)
+}

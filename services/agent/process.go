@@ -1,0 +1,103 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+// Processes starts game server processes. The agent's default, OSProcesses,
+// runs real operating-system processes; the fleet simulator (services/sim)
+// supplies simulated ones, so that one machine can stand in for thousands
+// of hosts while every other line of the agent runs as in production.
+type Processes interface {
+	// Start starts one game server process.
+	Start(spec ProcessSpec) (Process, error)
+}
+
+// ProcessSpec is what a game server process is started with.
+type ProcessSpec struct {
+	// GameServer is the server's resource name.
+	GameServer string
+	// Command and Args come from the fleet's template, with ${VAR}s expanded.
+	Command string
+	Args    []string
+	// Env is the whole environment: the template's, PATH and HOME, and
+	// Tether's (TETHER_GAMESERVER, TETHER_GAMESERVER_TOKEN, TETHER_SDK_ADDR,
+	// TETHER_SDK_HTTP, TETHER_PORT_<NAME>).
+	Env map[string]string
+	// LogPath receives the process's stdout and stderr.
+	LogPath string
+	// DieWithAgent asks that the process be killed if the agent dies.
+	DieWithAgent bool
+}
+
+// Process is one started game server process.
+type Process interface {
+	// Pid is the process id; the agent reports it in events and in the host
+	// inventory.
+	Pid() int
+	// Signal sends sig to the process and every process of its group; a
+	// process that is gone already is not an error.
+	Signal(sig syscall.Signal) error
+	// Wait blocks until the process has ended and tells how.
+	Wait() (ProcessExit, error)
+}
+
+// ProcessExit is how a process ended: by a signal (Signal is its name, e.g.
+// "killed"), or with an exit code.
+type ProcessExit struct {
+	Code   int
+	Signal string
+}
+
+// OSProcesses starts real processes, each in a process group of its own so
+// that a stop reaches the children it spawned.
+type OSProcesses struct{}
+
+// Start starts the command with its output appended to spec.LogPath.
+func (OSProcesses) Start(spec ProcessSpec) (Process, error) {
+	logFile, err := os.OpenFile(spec.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(spec.Command, spec.Args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	for k, v := range spec.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if spec.DieWithAgent {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return osProcess{cmd.Process}, nil
+}
+
+// osProcess is a started OS process.
+type osProcess struct{ p *os.Process }
+
+func (o osProcess) Pid() int { return o.p.Pid }
+
+func (o osProcess) Signal(sig syscall.Signal) error {
+	if err := syscall.Kill(-o.p.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	return nil
+}
+
+func (o osProcess) Wait() (ProcessExit, error) {
+	state, err := o.p.Wait()
+	if err != nil || state == nil {
+		return ProcessExit{Signal: "unknown"}, err
+	}
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return ProcessExit{Signal: ws.Signal().String()}, nil
+	}
+	return ProcessExit{Code: state.ExitCode()}, nil
+}

@@ -1,0 +1,346 @@
+package sim
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/services/commands"
+	"github.com/tetherhq/tether/services/hostbeat"
+)
+
+// checkpoint is the projector's checkpoint: the last stream sequence the
+// views include.
+func (w *world) checkpoint(ctx context.Context) (uint64, error) {
+	var seq int64
+	err := w.stack.Pool.QueryRow(ctx, `SELECT coalesce(max(sequence), 0) FROM projector_checkpoints`).Scan(&seq)
+	return uint64(seq), err
+}
+
+// sampleLag measures, once a second until ctx ends, how long the views take
+// to include everything in the stream at the moment of the sample: the
+// publish→view lag of the newest event, which bounds every other's.
+func (w *world) sampleLag(ctx context.Context, into *latencies) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		target, err := w.stack.Store.StreamLastSequence(ctx)
+		if err != nil {
+			continue // ctx ending, or NATS busy: no sample
+		}
+		began := time.Now()
+		for ctx.Err() == nil && time.Since(began) < time.Minute {
+			cp, err := w.checkpoint(ctx)
+			if err == nil && cp >= target {
+				into.add(time.Since(began))
+				break
+			}
+			sleepCtx(ctx, 2*time.Millisecond)
+		}
+	}
+}
+
+// memory tracks the peak Go heap in use per component (from the runtime's
+// heap profile) and the peak proportional memory of PostgreSQL's processes.
+type memory struct {
+	mu       sync.Mutex
+	heapPeak map[string]int64
+	pgPeak   int64
+}
+
+// sample takes one heap profile and one PostgreSQL reading.
+func (m *memory) sample() {
+	heap := heapByComponent()
+	pg := postgresPSS()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.heapPeak == nil {
+		m.heapPeak = map[string]int64{}
+	}
+	for k, v := range heap {
+		m.heapPeak[k] = max(m.heapPeak[k], v)
+	}
+	m.pgPeak = max(m.pgPeak, pg)
+}
+
+// run samples every 5 s until ctx ends.
+func (m *memory) run(ctx context.Context) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		m.sample()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// components, most specific first: a heap sample belongs to the first whose
+// code is on its allocation stack (an agent's NATS client buffers are the
+// agent's; the API's view queries are the API's).
+var components = []struct{ name, pkg string }{
+	{"API server", "tether/services/apiserver."},
+	{"controller", "tether/services/controller."},
+	{"simulated hosts (agents, processes)", "tether/services/agent."},
+	{"simulated hosts (agents, processes)", "tether/services/sim."},
+	{"projector", "tether/projections/postgres."},
+	{"NATS server", "nats-server/v2/"},
+	{"NATS client", "nats.go"},
+}
+
+// heapByComponent attributes the live heap to components by allocation
+// stack, scaling the runtime's sampled records as pprof does.
+func heapByComponent() map[string]int64 {
+	runtime.GC() // the profile describes the heap as of the last GC
+	n, _ := runtime.MemProfile(nil, true)
+	recs := make([]runtime.MemProfileRecord, n+64)
+	n, _ = runtime.MemProfile(recs, true)
+	rate := float64(runtime.MemProfileRate)
+	out := map[string]int64{}
+	for _, r := range recs[:n] {
+		bytes, objs := r.InUseBytes(), r.InUseObjects()
+		if bytes <= 0 || objs <= 0 {
+			continue
+		}
+		scale := 1.0
+		if rate > 1 {
+			avg := float64(bytes) / float64(objs)
+			scale = 1 / (1 - math.Exp(-avg/rate))
+		}
+		out[componentOf(r.Stack())] += int64(float64(bytes) * scale)
+	}
+	return out
+}
+
+func componentOf(stack []uintptr) string {
+	var funcs []string
+	frames := runtime.CallersFrames(stack)
+	for {
+		f, more := frames.Next()
+		funcs = append(funcs, f.Function)
+		if !more {
+			break
+		}
+	}
+	for _, c := range components {
+		for _, fn := range funcs {
+			if strings.Contains(fn, c.pkg) {
+				return c.name
+			}
+		}
+	}
+	return "other (runtime, gRPC, pgx pools)"
+}
+
+// postgresPSS sums the proportional set size (shared memory counted once)
+// of the PostgreSQL processes descended from this process.
+func postgresPSS() int64 {
+	self := os.Getpid()
+	parent := map[int]int{}
+	var pg []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*") // a failed glob reads as no processes
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join(d, "stat"))
+		if err != nil {
+			continue // the process ended meanwhile
+		}
+		// pid (comm) state ppid …; comm may hold spaces, so split after ')'.
+		s := string(stat)
+		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || close < open {
+			continue
+		}
+		fields := strings.Fields(s[close+1:])
+		if len(fields) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(fields[1])
+		parent[pid] = ppid
+		if s[open+1:close] == "postgres" {
+			pg = append(pg, pid)
+		}
+	}
+	var total int64
+	for _, pid := range pg {
+		for p, hops := pid, 0; p > 1 && hops < 16; p, hops = parent[p], hops+1 {
+			if p == self {
+				total += pssOf(pid)
+				break
+			}
+		}
+	}
+	return total
+}
+
+// pssOf reads a process's Pss from /proc/<pid>/smaps_rollup, in bytes.
+func pssOf(pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "Pss:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// peakRSS is this process's peak resident set (VmHWM), in bytes.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// tableSizes lists the projection tables with their rows and total size
+// (indexes and TOAST included), largest first.
+func (w *world) tableSizes(ctx context.Context) ([]TableSize, error) {
+	rows, err := w.stack.Pool.Query(ctx, `
+SELECT c.relname, pg_total_relation_size(c.oid)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = current_schema() AND c.relkind = 'r'
+ORDER BY 2 DESC`)
+	if err != nil {
+		return nil, fmt.Errorf("sim: table sizes: %w", err)
+	}
+	defer rows.Close()
+	var out []TableSize
+	for rows.Next() {
+		var t TableSize
+		if err := rows.Scan(&t.Name, &t.Bytes); err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for i := range out {
+		// The names come from pg_class; quoting keeps odd ones safe.
+		q := fmt.Sprintf(`SELECT count(*) FROM %q`, out[i].Name)
+		if err := w.stack.Pool.QueryRow(ctx, q).Scan(&out[i].Rows); err != nil {
+			return nil, fmt.Errorf("sim: count %s: %w", out[i].Name, err)
+		}
+	}
+	return out, nil
+}
+
+// streamSizes reads the JetStream streams' message counts and bytes.
+func (w *world) streamSizes(ctx context.Context) ([]StreamSize, error) {
+	var out []StreamSize
+	for _, name := range []string{events.StreamName, commands.StreamName, "KV_" + hostbeat.Bucket} {
+		s, err := w.stack.JetStream.Stream(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("sim: stream %s: %w", name, err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("sim: stream %s: %w", name, err)
+		}
+		out = append(out, StreamSize{Name: name, Messages: info.State.Msgs, Bytes: info.State.Bytes, Subjects: info.State.NumSubjects})
+	}
+	return out, nil
+}
+
+// histogram is a cumulative histogram read from the simulation's meter.
+type histogram struct {
+	count  uint64
+	sum    float64
+	bounds []float64
+	counts []uint64
+}
+
+// readHistogram collects the named float histogram (summed over attributes).
+func (w *world) readHistogram(ctx context.Context, name string) (histogram, error) {
+	var rm metricdata.ResourceMetrics
+	if err := w.meter.Collect(ctx, &rm); err != nil {
+		return histogram{}, err
+	}
+	var h histogram
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			data, ok := m.Data.(metricdata.Histogram[float64])
+			if !ok {
+				return histogram{}, fmt.Errorf("sim: %s is a %T, not a float histogram", name, m.Data)
+			}
+			for _, dp := range data.DataPoints {
+				h.count += dp.Count
+				h.sum += dp.Sum
+				if h.bounds == nil {
+					h.bounds = slices.Clone(dp.Bounds)
+					h.counts = make([]uint64, len(dp.BucketCounts))
+				}
+				for i, c := range dp.BucketCounts {
+					if i < len(h.counts) {
+						h.counts[i] += c
+					}
+				}
+			}
+		}
+	}
+	return h, nil
+}
+
+// since is the histogram of what was recorded after an earlier reading:
+// the mean, and the upper bound of the highest bucket that got a record (a
+// max, to bucket precision; +Inf reads as the largest finite bound).
+func (h histogram) since(earlier histogram) (n uint64, mean, maxBound float64) {
+	n = h.count - earlier.count
+	if n == 0 {
+		return 0, 0, 0
+	}
+	mean = (h.sum - earlier.sum) / float64(n)
+	for i := len(h.counts) - 1; i >= 0; i-- {
+		var before uint64
+		if i < len(earlier.counts) {
+			before = earlier.counts[i]
+		}
+		if h.counts[i] > before {
+			if i < len(h.bounds) {
+				maxBound = h.bounds[i]
+			} else if len(h.bounds) > 0 {
+				maxBound = math.Inf(1)
+			}
+			break
+		}
+	}
+	return n, mean, maxBound
+}

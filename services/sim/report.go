@@ -1,0 +1,171 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is what a simulation measured and found. Durations are in
+// milliseconds, sizes in bytes.
+type Report struct {
+	Hosts                  int     `json:"hosts"`
+	GameServers            int     `json:"game_servers"`
+	Fleets                 int     `json:"fleets"`
+	ReadySeconds           float64 `json:"ready_seconds"`             // from start until every server was READY
+	SteadySeconds          float64 `json:"steady_seconds"`            // length of the steady phase
+	SteadyEvents           uint64  `json:"steady_events"`             // events appended in the steady phase
+	EventsPerSecond        float64 `json:"events_per_second"`         // their rate
+	StartupEventsPerSecond float64 `json:"startup_events_per_second"` // rate while the fleets came up
+
+	ProjectionLag Latency `json:"projection_lag_ms"` // publish→view lag samples (steady phase)
+
+	ControllerPasses     uint64  `json:"controller_passes"`       // reconcile passes in the steady phase
+	ControllerPassMeanMs float64 `json:"controller_pass_mean_ms"` // their mean duration
+	ControllerPassMaxMs  float64 `json:"controller_pass_max_ms"`  // their max, to histogram-bucket precision
+
+	Allocations       int64   `json:"allocations"`
+	AllocationErrors  int64   `json:"allocation_errors"`
+	NoReadyServer     int64   `json:"no_ready_server"`
+	AllocationLatency Latency `json:"allocation_latency_ms"`
+	ReconnectLatency  Latency `json:"reconnect_latency_ms"`
+	PlayersJoined     int64   `json:"players_joined"`
+	PlayersDropped    int64   `json:"players_dropped"`
+	PlayersRejoined   int64   `json:"players_rejoined"`
+	PlayersLeft       int64   `json:"players_left"`
+	MatchesEnded      int64   `json:"matches_ended"`
+	MatchesLost       int64   `json:"matches_lost"` // their server failed: an injected fault
+	PlayerErrors      int64   `json:"player_errors"`
+	LastPlayerError   string  `json:"last_player_error,omitempty"`
+
+	Crashes           int     `json:"crashes"`
+	Hangs             int     `json:"hangs"`
+	Flaps             int     `json:"sdk_resets"`
+	Partitions        int     `json:"host_partitions"`
+	SlowStarts        int64   `json:"slow_starts"`
+	CrashDetection    Latency `json:"crash_detection_ms"` // injection → GameServerTerminated/ProcessExited
+	HangDetection     Latency `json:"hang_detection_ms"`  // injection → GameServerUnhealthy
+	HangBoundMs       float64 `json:"hang_bound_ms"`      // period × threshold + 1 s
+	MissedDetections  int     `json:"missed_detections"`
+	FalseTerminations int     `json:"false_terminations"`
+
+	PublishedByAgents int64  `json:"published_by_agents"` // counted as the agents appended them
+	InStreamByAgents  int64  `json:"in_stream_by_agents"` // counted in the stream by producer
+	AppliedByAgents   int64  `json:"applied_by_agents"`   // counted in the projector's events table
+	InStream          uint64 `json:"in_stream"`           // every event, whoever produced it
+	Applied           int64  `json:"applied"`
+	DeadLetters       int64  `json:"dead_letters"`
+
+	Tables          []TableSize      `json:"tables"`
+	Streams         []StreamSize     `json:"streams"`
+	HeapPeak        map[string]int64 `json:"heap_peak_bytes"`        // Go heap in use, by component, peak of 5 s samples
+	ProcessPeakRSS  int64            `json:"process_peak_rss_bytes"` // this process (everything but PostgreSQL)
+	PostgresPeakPSS int64            `json:"postgres_peak_pss_bytes"`
+
+	// Failures lists what made the run fail (lost events, false
+	// terminations, missed detections, a system that did not settle).
+	Failures []string `json:"failures"`
+}
+
+// Latency summarises durations in milliseconds.
+type Latency struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// TableSize is one projection table.
+type TableSize struct {
+	Name  string `json:"name"`
+	Rows  int64  `json:"rows"`
+	Bytes int64  `json:"bytes"`
+}
+
+// StreamSize is one JetStream stream.
+type StreamSize struct {
+	Name     string `json:"name"`
+	Messages uint64 `json:"messages"`
+	Bytes    uint64 `json:"bytes"`
+	Subjects uint64 `json:"subjects"`
+}
+
+func summarize(d []time.Duration) Latency {
+	if len(d) == 0 {
+		return Latency{}
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	ms := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
+	at := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
+	return Latency{N: len(s), P50: ms(at(0.50)), P99: ms(at(0.99)), Max: ms(s[len(s)-1])}
+}
+
+// OK reports whether the run found nothing wrong.
+func (r *Report) OK() bool { return len(r.Failures) == 0 }
+
+// Print writes the report as tables.
+func (r *Report) Print(out io.Writer) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	row := func(k string, v string, args ...any) { fmt.Fprintf(tw, "%s\t"+v+"\n", append([]any{k}, args...)...) }
+	lat := func(l Latency) string {
+		return fmt.Sprintf("p50 %.1f ms, p99 %.1f ms, max %.1f ms (n=%d)", l.P50, l.P99, l.Max, l.N)
+	}
+	fmt.Fprintln(tw, "SCALE\t")
+	row("game servers / hosts / fleets", "%d / %d / %d", r.GameServers, r.Hosts, r.Fleets)
+	row("all READY after", "%.1f s (%.0f events/s while coming up)", r.ReadySeconds, r.StartupEventsPerSecond)
+	row("steady phase", "%.0f s, %d events, %.0f events/s", r.SteadySeconds, r.SteadyEvents, r.EventsPerSecond)
+	row("publish→view lag", "%s", lat(r.ProjectionLag))
+	row("controller pass (all fleets)", "mean %.0f ms, max ≤ %.0f ms (%d passes)", r.ControllerPassMeanMs, r.ControllerPassMaxMs, r.ControllerPasses)
+	row("allocation latency", "%s", lat(r.AllocationLatency))
+	row("allocations", "%d ok, %d no READY server, %d errors", r.Allocations, r.NoReadyServer, r.AllocationErrors)
+	row("reconnect latency", "%s", lat(r.ReconnectLatency))
+	row("players", "%d joined, %d dropped, %d rejoined, %d left; %d errors", r.PlayersJoined, r.PlayersDropped, r.PlayersRejoined, r.PlayersLeft, r.PlayerErrors)
+	row("matches", "%d ended by their game, %d lost to injected faults", r.MatchesEnded, r.MatchesLost)
+	fmt.Fprintln(tw, "\t")
+	fmt.Fprintln(tw, "FAULTS\t")
+	row("injected", "%d crashes, %d hangs, %d SDK resets, %d host partitions, %d slow starts", r.Crashes, r.Hangs, r.Flaps, r.Partitions, r.SlowStarts)
+	row("crash detection", "%s", lat(r.CrashDetection))
+	row("hang detection", "%s; bound %.0f ms", lat(r.HangDetection), r.HangBoundMs)
+	row("missed detections", "%d", r.MissedDetections)
+	row("false terminations", "%d", r.FalseTerminations)
+	fmt.Fprintln(tw, "\t")
+	fmt.Fprintln(tw, "EVENTS\t")
+	row("published by simulated agents", "%d", r.PublishedByAgents)
+	row("in the stream, by agents", "%d", r.InStreamByAgents)
+	row("applied by the projector, by agents", "%d", r.AppliedByAgents)
+	row("in the stream / applied, all producers", "%d / %d (%d dead letters)", r.InStream, r.Applied, r.DeadLetters)
+	fmt.Fprintln(tw, "\t")
+	fmt.Fprintln(tw, "SIZES\t")
+	for _, s := range r.Streams {
+		row("stream "+s.Name, "%d messages, %s, %d subjects", s.Messages, mib(int64(s.Bytes)), s.Subjects)
+	}
+	for _, t := range r.Tables {
+		row("table "+t.Name, "%d rows, %s", t.Rows, mib(t.Bytes))
+	}
+	fmt.Fprintln(tw, "\t")
+	fmt.Fprintln(tw, "MEMORY (peak)\t")
+	keys := make([]string, 0, len(r.HeapPeak))
+	for k := range r.HeapPeak {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return int(r.HeapPeak[b] - r.HeapPeak[a]) })
+	for _, k := range keys {
+		row("Go heap: "+k, "%s", mib(r.HeapPeak[k]))
+	}
+	row("tether process RSS", "%s", mib(r.ProcessPeakRSS))
+	row("PostgreSQL (PSS, all processes)", "%s", mib(r.PostgresPeakPSS))
+	tw.Flush()
+	if r.OK() {
+		fmt.Fprintln(out, "\nresult: OK: no lost events, no false terminations, every injected fault detected")
+		return
+	}
+	fmt.Fprintln(out, "\nresult: FAILED")
+	for _, f := range r.Failures {
+		fmt.Fprintln(out, "  -", f)
+	}
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

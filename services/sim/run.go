@@ -1,0 +1,402 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tetherhq/tether/events"
+)
+
+// controllerPassMetric is the controller's pass-duration histogram.
+const controllerPassMetric = "tether_controller_pass_duration_seconds"
+
+// run carries out the phases and the audit.
+func (w *world) run(ctx context.Context) (*Report, error) {
+	o := w.opts
+	total := o.Hosts * o.ServersPerHost
+	rep := &Report{Hosts: o.Hosts, GameServers: total, Fleets: o.Fleets}
+	var mem memory
+	memCtx, stopMem := context.WithCancel(ctx)
+	defer stopMem()
+	var bg sync.WaitGroup
+	bg.Go(func() { mem.run(memCtx) })
+
+	// Phase 1: fleets come up.
+	began := time.Now()
+	startSeq, err := w.stack.Store.StreamLastSequence(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.createFleets(ctx); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(o.Progress, "fleets created: %d servers in %d fleets on %d hosts; waiting for READY\n", total, o.Fleets, o.Hosts)
+	if err := w.waitFor(ctx, o.ReadyTimeout, func(s reading) bool { return s.ready == total }); err != nil {
+		return nil, fmt.Errorf("sim: the fleets did not come up: %w", err)
+	}
+	rep.ReadySeconds = time.Since(began).Seconds()
+	readySeq, err := w.stack.Store.StreamLastSequence(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.StartupEventsPerSecond = float64(readySeq-startSeq) / rep.ReadySeconds
+	fmt.Fprintf(o.Progress, "all %d servers READY after %.1f s\n", total, rep.ReadySeconds)
+
+	// Phase 2: steady state with misbehaviour and matches.
+	passesBefore, err := w.readHistogram(ctx, controllerPassMetric)
+	if err != nil {
+		return nil, err
+	}
+	lag := &latencies{}
+	steadyCtx, endSteady := context.WithTimeout(ctx, o.Duration)
+	steadyBegan := time.Now()
+	var steady sync.WaitGroup
+	steady.Go(func() { w.injectFaults(steadyCtx) })
+	steady.Go(func() { w.mm.run(steadyCtx) })
+	steady.Go(func() { w.sampleLag(steadyCtx, lag) })
+	steady.Go(func() { w.progress(steadyCtx, "steady") })
+	fmt.Fprintf(o.Progress, "steady phase: %s of faults, matches and players\n", o.Duration)
+	steady.Wait()
+	endSteady()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	rep.SteadySeconds = time.Since(steadyBegan).Seconds()
+	steadySeq, err := w.stack.Store.StreamLastSequence(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.SteadyEvents = steadySeq - readySeq
+	rep.EventsPerSecond = float64(rep.SteadyEvents) / rep.SteadySeconds
+	rep.ProjectionLag = lag.summary()
+	passesAfter, err := w.readHistogram(ctx, controllerPassMetric)
+	if err != nil {
+		return nil, err
+	}
+	n, mean, maxBound := passesAfter.since(passesBefore)
+	rep.ControllerPasses, rep.ControllerPassMeanMs, rep.ControllerPassMaxMs = n, mean*1000, maxBound*1000
+
+	// Phase 3: settle.
+	fmt.Fprintln(o.Progress, "settling: matches finish, partitions heal, failed servers are replaced")
+	w.mm.wait()
+	w.partitions.Wait()
+	injected, flapped, ended, cuts := w.faults.snapshot()
+	settleErr := w.waitFor(ctx, o.SettleTimeout, func(s reading) bool {
+		return s.ready == total && s.caughtUp && w.allEnded(ctx, injected)
+	})
+	if settleErr != nil {
+		rep.Failures = append(rep.Failures, "did not settle: "+settleErr.Error())
+	}
+	stopMem()
+	bg.Wait()
+
+	// Phase 4: audit.
+	fmt.Fprintln(o.Progress, "auditing the stream and the views")
+	if err := w.audit(ctx, rep, injected, flapped, ended); err != nil {
+		return nil, err
+	}
+	rep.Partitions = cuts
+	rep.SlowStarts = w.count.slowStarts.Load()
+	mm := w.mm
+	rep.Allocations, rep.AllocationErrors, rep.NoReadyServer = mm.allocated.Load(), mm.allocErrors.Load(), mm.noServer.Load()
+	rep.AllocationLatency, rep.ReconnectLatency = mm.allocLatency.summary(), mm.reconnectLatency.summary()
+	rep.PlayersJoined, rep.PlayersDropped, rep.PlayersRejoined, rep.PlayersLeft = mm.joined.Load(), mm.dropped.Load(), mm.rejoined.Load(), mm.left.Load()
+	rep.MatchesEnded, rep.MatchesLost, rep.PlayerErrors = mm.matchesEnded.Load(), mm.matchesLost.Load(), mm.playerErrors.Load()
+	if s, ok := mm.lastErr.Load().(string); ok {
+		rep.LastPlayerError = s
+	}
+	if rep.AllocationErrors > 0 {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("%d allocations failed with an error (last: %s)", rep.AllocationErrors, rep.LastPlayerError))
+	}
+	if rep.PlayerErrors > 0 {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("%d player calls failed on healthy servers (last: %s)", rep.PlayerErrors, rep.LastPlayerError))
+	}
+	mem.mu.Lock()
+	rep.HeapPeak, rep.PostgresPeakPSS = mem.heapPeak, mem.pgPeak
+	mem.mu.Unlock()
+	rep.ProcessPeakRSS = peakRSS()
+	if rep.Tables, err = w.tableSizes(ctx); err != nil {
+		return nil, err
+	}
+	if rep.Streams, err = w.streamSizes(ctx); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// reading is a reading of the views.
+type reading struct {
+	ready, live int
+	caughtUp    bool
+	stream, cp  uint64
+}
+
+func (w *world) status(ctx context.Context) (reading, error) {
+	var s reading
+	err := w.stack.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'READY'), count(*) FILTER (WHERE state <> 'TERMINATED') FROM game_servers`).Scan(&s.ready, &s.live)
+	if err != nil {
+		return s, err
+	}
+	if s.stream, err = w.stack.Store.StreamLastSequence(ctx); err != nil {
+		return s, err
+	}
+	if s.cp, err = w.checkpoint(ctx); err != nil {
+		return s, err
+	}
+	s.caughtUp = s.cp >= s.stream
+	return s, nil
+}
+
+// waitFor polls the views every 500 ms until done holds, printing progress
+// every ProgressEvery, for at most timeout.
+func (w *world) waitFor(ctx context.Context, timeout time.Duration, done func(reading) bool) error {
+	deadline := time.Now().Add(timeout)
+	lastPrint := time.Now()
+	var last reading
+	for {
+		s, err := w.status(ctx)
+		if err == nil {
+			last = s
+			if done(s) {
+				return nil
+			}
+		} else if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Since(lastPrint) >= w.opts.ProgressEvery {
+			fmt.Fprintf(w.opts.Progress, "  %d READY, %d live, stream at %d, views at %d\n", last.ready, last.live, last.stream, last.cp)
+			lastPrint = time.Now()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("still %d READY of %d live, views at %d of %d after %s", last.ready, last.live, last.cp, last.stream, timeout)
+		}
+		if !sleepCtx(ctx, 500*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+// progress prints a status line every ProgressEvery until ctx ends.
+func (w *world) progress(ctx context.Context, phase string) {
+	t := time.NewTicker(w.opts.ProgressEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s, err := w.status(ctx)
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(w.opts.Progress, "  %s: %d READY, %d live, stream at %d, views at %d; %d matches allocated\n",
+			phase, s.ready, s.live, s.stream, s.cp, w.mm.allocated.Load())
+	}
+}
+
+// allEnded reports whether every server given a crash or hang is
+// TERMINATED in the views.
+func (w *world) allEnded(ctx context.Context, injected map[string]injection) bool {
+	if len(injected) == 0 {
+		return true
+	}
+	names := make([]string, 0, len(injected))
+	for n := range injected {
+		names = append(names, n)
+	}
+	var open int
+	err := w.stack.Pool.QueryRow(ctx, `SELECT count(*) FROM game_servers WHERE name = ANY($1) AND state <> 'TERMINATED'`, names).Scan(&open)
+	return err == nil && open == 0
+}
+
+// expectedReasons are the reasons a server may end with, by what the
+// simulation did to it.
+var expectedReasons = map[fault][]string{
+	faultCrash: {"PROCESS_EXITED"},
+	faultHang:  {"HEALTH_CHECK_FAILED"},
+}
+
+// audit counts events three ways and judges every server that ended.
+func (w *world) audit(ctx context.Context, rep *Report, injected map[string]injection, flapped map[string]int, ended map[string]time.Time) error {
+	pool := w.stack.Pool
+	// The count is taken while nothing publishes (a settled system's agents
+	// only beat, outside the stream); it is taken again if the agents'
+	// tally moved meanwhile.
+	for range 5 {
+		published := w.count.published.Load()
+		last, err := w.stack.Store.StreamLastSequence(ctx)
+		if err != nil {
+			return err
+		}
+		if err := w.waitApplied(ctx, last); err != nil {
+			return err
+		}
+		if rep.InStream, rep.InStreamByAgents, err = w.countStream(ctx, last); err != nil {
+			return err
+		}
+		if err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE producer LIKE 'hosts/%') FROM events WHERE sequence <= $1`, int64(last)).
+			Scan(&rep.Applied, &rep.AppliedByAgents); err != nil {
+			return fmt.Errorf("sim: count applied events: %w", err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM dead_letters WHERE sequence <= $1`, int64(last)).Scan(&rep.DeadLetters); err != nil {
+			return fmt.Errorf("sim: count dead letters: %w", err)
+		}
+		rep.PublishedByAgents = published
+		if w.count.published.Load() == published {
+			break
+		}
+	}
+	if rep.PublishedByAgents != rep.InStreamByAgents || rep.InStreamByAgents != rep.AppliedByAgents {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("lost events: agents published %d, the stream holds %d of theirs, the projector applied %d",
+			rep.PublishedByAgents, rep.InStreamByAgents, rep.AppliedByAgents))
+	}
+	if int64(rep.InStream) != rep.Applied+rep.DeadLetters {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("the stream holds %d events, the projector applied %d (+%d dead letters)", rep.InStream, rep.Applied, rep.DeadLetters))
+	}
+
+	// Every server that ended or is failing, against what was done to it.
+	rows, err := pool.Query(ctx, `SELECT name, state, reason FROM game_servers WHERE state IN ('UNHEALTHY', 'SHUTTING_DOWN', 'TERMINATED')`)
+	if err != nil {
+		return fmt.Errorf("sim: read ended servers: %w", err)
+	}
+	defer rows.Close()
+	var falses []string
+	for rows.Next() {
+		var name, state, reason string
+		if err := rows.Scan(&name, &state, &reason); err != nil {
+			return err
+		}
+		var want []string
+		if inj, ok := injected[name]; ok {
+			want = expectedReasons[inj.kind]
+		} else if _, ok := ended[name]; ok {
+			want = []string{"SHUTDOWN_REQUESTED_BY_GAME"}
+		}
+		if !contains(want, reason) {
+			rep.FalseTerminations++
+			if len(falses) < 10 {
+				falses = append(falses, fmt.Sprintf("%s %s %s (SDK resets: %d)", name, state, reason, flapped[name]))
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if rep.FalseTerminations > 0 {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("%d false terminations, e.g. %s", rep.FalseTerminations, strings.Join(falses, "; ")))
+	}
+
+	// Detection: each injected fault against the event that recorded it.
+	var crashes, hangs []time.Duration
+	for name, inj := range injected {
+		typ := "GameServerTerminated"
+		if inj.kind == faultHang {
+			typ = "GameServerUnhealthy"
+			rep.Hangs++
+		} else {
+			rep.Crashes++
+		}
+		var at time.Time
+		err := pool.QueryRow(ctx, `SELECT min(occur_time) FROM events WHERE aggregate = $1 AND type = $2`, name, typ).Scan(&at)
+		if err != nil || at.IsZero() {
+			rep.MissedDetections++
+			continue
+		}
+		if inj.kind == faultHang {
+			hangs = append(hangs, at.Sub(inj.at))
+		} else {
+			crashes = append(crashes, at.Sub(inj.at))
+		}
+	}
+	for _, n := range flapped {
+		rep.Flaps += n
+	}
+	rep.CrashDetection, rep.HangDetection = summarize(crashes), summarize(hangs)
+	rep.HangBoundMs = float64((w.opts.HealthPeriod*time.Duration(w.opts.FailureThreshold) + time.Second).Milliseconds())
+	if rep.MissedDetections > 0 {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("%d injected faults never detected", rep.MissedDetections))
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// waitApplied waits (at most a minute) until the views include seq.
+func (w *world) waitApplied(ctx context.Context, seq uint64) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cp, err := w.checkpoint(ctx)
+		if err != nil {
+			return err
+		}
+		if cp >= seq {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sim: the views stayed at %d, short of %d", cp, seq)
+		}
+		if !sleepCtx(ctx, 10*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+// countStream reads the event stream up to sequence last and counts its
+// events: all, and those the simulated agents produced.
+func (w *world) countStream(ctx context.Context, last uint64) (all uint64, byAgents int64, err error) {
+	if last == 0 {
+		return 0, 0, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	cons, err := w.stack.JetStream.OrderedConsumer(rctx, events.StreamName, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return 0, 0, fmt.Errorf("sim: read the stream: %w", err)
+	}
+	for {
+		batch, err := cons.Fetch(4096, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return 0, 0, fmt.Errorf("sim: read the stream: %w", err)
+		}
+		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				return 0, 0, err
+			}
+			if md.Sequence.Stream > last {
+				return all, byAgents, nil
+			}
+			all++
+			e, err := events.Unmarshal(m.Data())
+			if err != nil {
+				return 0, 0, fmt.Errorf("sim: event %d: %w", md.Sequence.Stream, err)
+			}
+			if strings.HasPrefix(e.Producer, "hosts/") {
+				byAgents++
+			}
+			if md.Sequence.Stream == last {
+				return all, byAgents, nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return 0, 0, fmt.Errorf("sim: read the stream: %w", err)
+		}
+		if rctx.Err() != nil {
+			return 0, 0, fmt.Errorf("sim: read the stream: %w", rctx.Err())
+		}
+	}
+}

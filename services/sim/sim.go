@@ -1,0 +1,311 @@
+// Package sim is Tether's fleet simulator (`tether sim`): thousands of
+// simulated hosts, each a real host agent whose game server processes are
+// simulated in this process, driving the real control plane (embedded NATS
+// JetStream, a throwaway PostgreSQL, the projector, the API server and the
+// controller, as `tether dev` runs them). Simulated processes speak the SDK
+// through the agent's in-process SDK (agent.LocalSDK): the same handlers,
+// health contract and events as over gRPC, without a socket per server.
+//
+// A run has four phases: fleets are created and come up READY; a steady
+// phase injects misbehaviour (crashes, hangs, SDK connection resets, short
+// host partitions, slow starts) while a matchmaker allocates matches whose
+// players join, drop, reconnect and leave; injection stops and the system
+// settles; then the run is audited: every event the simulated agents
+// published must be in the stream and applied by the projector, and every
+// game server that ended must have ended for a fault the simulator caused.
+// A run is sped up by shortening periods (health, heartbeats, timeouts),
+// never by skipping logic.
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/services/agent"
+	"github.com/tetherhq/tether/services/controller"
+	"github.com/tetherhq/tether/services/dev"
+)
+
+// Options configure a simulation. Rates are per second across the whole
+// fleet.
+type Options struct {
+	// Hosts is the number of simulated hosts; default 100.
+	Hosts int
+	// ServersPerHost is each host's capacity; the fleets fill every slot;
+	// default 10.
+	ServersPerHost int
+	// Fleets splits the servers into this many fleets; default 10.
+	Fleets int
+	// HealthPeriod is the game servers' heartbeat period (whole seconds);
+	// default 2s. FailureThreshold missed periods make one unhealthy;
+	// default 3.
+	HealthPeriod     time.Duration
+	FailureThreshold int
+	// SDKGrace is how long a server may stay disconnected from the SDK;
+	// default 10s.
+	SDKGrace time.Duration
+	// HostHeartbeat is the agents' host heartbeat interval; default 2s.
+	HostHeartbeat time.Duration
+	// UnreachableAfter and LostAfter are the controller's host verdicts;
+	// defaults 10s and 60s.
+	UnreachableAfter, LostAfter time.Duration
+	// ShutdownGrace is the controller's stop deadline; default 5s.
+	ShutdownGrace time.Duration
+	// StartDelay is a simulated process's start-up time before Ready;
+	// default 200ms (jittered ±50%).
+	StartDelay time.Duration
+	// SlowStartFraction of starts take SlowStart instead; defaults 0.05 and 3s.
+	SlowStartFraction float64
+	SlowStart         time.Duration
+	// CrashRate, HangRate and FlapRate are faults per second, each on a
+	// random READY or ALLOCATED server; defaults 1, 0.5 and 2.
+	CrashRate, HangRate, FlapRate float64
+	// FlapPause bounds how long a reset SDK connection stays down; it must
+	// stay under SDKGrace; default SDKGrace/3.
+	FlapPause time.Duration
+	// PartitionRate is host partitions per second: the host's heartbeat
+	// pauses for PartitionLength, shorter than LostAfter, so nothing may
+	// be terminated; defaults 0.1 and UnreachableAfter+2s.
+	PartitionRate   float64
+	PartitionLength time.Duration
+	// AllocationRate is matches per second; default 10.
+	AllocationRate float64
+	// PlayersPerMatch is seats reserved per match; default 4.
+	PlayersPerMatch int
+	// DropFraction of players drop once and reconnect; default 0.25.
+	DropFraction float64
+	// MatchLength is how long a match lasts before its players leave and
+	// its server shuts itself down; default 15s.
+	MatchLength time.Duration
+	// ReadyTimeout bounds the wait for every server to be READY; default 15m.
+	ReadyTimeout time.Duration
+	// Duration is the steady phase; default 60s.
+	Duration time.Duration
+	// SettleTimeout bounds the settle phase; default 5m.
+	SettleTimeout time.Duration
+	// DataDir holds the run's NATS store and logs; default a new temporary
+	// directory, removed afterwards.
+	DataDir string
+	// Logger gets the components' logs; default discards.
+	Logger *slog.Logger
+	// Progress gets one line per phase and a status line every
+	// ProgressEvery (default 10s); default discards.
+	Progress      io.Writer
+	ProgressEvery time.Duration
+}
+
+func (o *Options) setDefaults() {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if o.Hosts <= 0 {
+		o.Hosts = 100
+	}
+	if o.ServersPerHost <= 0 {
+		o.ServersPerHost = 10
+	}
+	if o.Fleets <= 0 {
+		o.Fleets = 10
+	}
+	o.Fleets = min(o.Fleets, o.Hosts*o.ServersPerHost)
+	def(&o.HealthPeriod, 2*time.Second)
+	o.HealthPeriod = max(o.HealthPeriod.Round(time.Second), time.Second)
+	if o.FailureThreshold <= 0 {
+		o.FailureThreshold = 3
+	}
+	def(&o.SDKGrace, 10*time.Second)
+	o.SDKGrace = max(o.SDKGrace.Round(time.Second), time.Second)
+	def(&o.HostHeartbeat, 2*time.Second)
+	def(&o.UnreachableAfter, 10*time.Second)
+	def(&o.LostAfter, 60*time.Second)
+	def(&o.ShutdownGrace, 5*time.Second)
+	def(&o.StartDelay, 200*time.Millisecond)
+	def(&o.SlowStart, 3*time.Second)
+	def(&o.FlapPause, o.SDKGrace/3)
+	def(&o.PartitionLength, o.UnreachableAfter+2*time.Second)
+	if o.PlayersPerMatch <= 0 {
+		o.PlayersPerMatch = 4
+	}
+	def(&o.MatchLength, 15*time.Second)
+	def(&o.ReadyTimeout, 15*time.Minute)
+	def(&o.Duration, 60*time.Second)
+	def(&o.SettleTimeout, 5*time.Minute)
+	def(&o.ProgressEvery, 10*time.Second)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+}
+
+// DefaultRates fills in the default misbehaviour and load rates; zero rates
+// in Options mean "none", so a caller that wants the defaults asks for them.
+func (o *Options) DefaultRates() {
+	o.CrashRate, o.HangRate, o.FlapRate = 1, 0.5, 2
+	o.PartitionRate, o.SlowStartFraction = 0.1, 0.05
+	o.AllocationRate, o.DropFraction = 10, 0.25
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.FlapPause >= o.SDKGrace:
+		return fmt.Errorf("sim: flap pause %s must be shorter than the SDK grace %s", o.FlapPause, o.SDKGrace)
+	case o.PartitionLength >= o.LostAfter:
+		return fmt.Errorf("sim: partition length %s must be shorter than LostAfter %s (a longer one loses the host and replaces its servers)", o.PartitionLength, o.LostAfter)
+	case o.Hosts > 250*250:
+		return fmt.Errorf("sim: at most %d hosts (one loopback address each)", 250*250)
+	case o.CrashRate < 0 || o.HangRate < 0 || o.FlapRate < 0 || o.PartitionRate < 0 || o.AllocationRate < 0:
+		return errors.New("sim: rates must not be negative")
+	case o.SlowStartFraction < 0 || o.SlowStartFraction > 1 || o.DropFraction < 0 || o.DropFraction > 1:
+		return errors.New("sim: fractions must be within 0 and 1")
+	}
+	return nil
+}
+
+// world is one simulation's shared state.
+type world struct {
+	opts       Options
+	log        *slog.Logger
+	ctx        context.Context // ends when the simulation stops
+	stack      *dev.Stack
+	conn       *grpc.ClientConn
+	hosts      []*host
+	procs      sync.Map // game server name → *process
+	pids       atomic.Int64
+	count      counters
+	faults     *ledger
+	meter      *sdkmetric.ManualReader
+	paused     []atomic.Bool  // host i's heartbeat is paused (a partition)
+	partitions sync.WaitGroup // partitions in progress
+	mm         *matchmaker
+}
+
+// Run runs a simulation and returns its report. An error means the run
+// could not be carried out; a run that found lost events or false
+// terminations returns its report with Report.Failures filled in.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if opts.DataDir == "" {
+		dir, err := os.MkdirTemp("", "tether-sim-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		opts.DataDir = dir
+	}
+	w := &world{opts: opts, log: opts.Logger, faults: newLedger(), meter: sdkmetric.NewManualReader()}
+	w.paused = make([]atomic.Bool, opts.Hosts)
+	for i := range opts.Hosts {
+		w.hosts = append(w.hosts, &host{w: w, id: hostID(i)})
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(w.meter))
+	w.mm = newMatchmaker(w)
+	defer func() { _ = mp.Shutdown(context.Background()) }() // only a manual reader to release
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	w.ctx = runCtx
+	started := make(chan *dev.Stack, 1)
+	devDone := make(chan error, 1)
+	fmt.Fprintf(opts.Progress, "starting the control plane and %d simulated hosts\n", opts.Hosts)
+	go func() {
+		devDone <- dev.Run(runCtx, dev.Options{
+			DataDir: opts.DataDir, Fresh: true, GRPCPort: -1, RESTPort: -1, NATSPort: -1, SDKPort: -1,
+			Hosts: opts.Hosts, HostCapacity: opts.ServersPerHost, Logger: opts.Logger, MeterProvider: mp,
+			AgentOptions:      w.agentOptions,
+			ControllerOptions: w.controllerOptions,
+			Started:           func(s *dev.Stack) { started <- s },
+		})
+	}()
+	select {
+	case w.stack = <-started:
+	case err := <-devDone:
+		return nil, fmt.Errorf("sim: the control plane did not start: %w", err)
+	}
+	for i, a := range w.stack.Agents {
+		w.hosts[i].agent, w.hosts[i].sdk = a, a.LocalSDK()
+	}
+	conn, err := grpc.NewClient(w.stack.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	w.conn = conn
+
+	rep, runErr := w.run(runCtx)
+	stop()
+	if err := <-devDone; err != nil && runErr == nil && !errors.Is(err, context.Canceled) {
+		runErr = fmt.Errorf("sim: control plane: %w", err)
+	}
+	return rep, runErr
+}
+
+// hostID names host i (0-based) as `tether dev` does.
+func hostID(i int) string { return fmt.Sprintf("h%d", i+1) }
+
+// hostAddress gives host i a loopback address of its own (127.1.0.1,
+// 127.1.0.2, …), so each has its own port range, as separate machines do.
+func hostAddress(i int) string { return fmt.Sprintf("127.1.%d.%d", i/250, i%250+1) }
+
+// agentOptions turns dev's agent for host i into a simulated host.
+func (w *world) agentOptions(i int, o *agent.Options) {
+	h := w.hosts[i]
+	o.Processes = h
+	o.LocalSDKOnly = true
+	o.KillProcessesOnExit = false // a stopping simulation records no exits
+	o.Address = hostAddress(i)
+	o.PortMin, o.PortMax = 7000, 7000+4*w.opts.ServersPerHost
+	o.LogDir = filepath.Join(w.opts.DataDir, "hosts", h.id)
+	o.HeartbeatInterval = w.opts.HostHeartbeat
+	o.HealthEvalInterval = 500 * time.Millisecond
+	o.Store = countingStore{inner: o.Store, n: &w.count.published}
+	o.SkipHeartbeat = w.paused[i].Load
+	o.Labels = map[string]string{"zone": fmt.Sprintf("zone-%c", 'a'+rune(i%3))}
+}
+
+// controllerOptions applies the simulation's periods to the controller.
+func (w *world) controllerOptions(o *controller.Options) {
+	o.UnreachableAfter, o.LostAfter, o.ShutdownGrace = w.opts.UnreachableAfter, w.opts.LostAfter, w.opts.ShutdownGrace
+}
+
+// countingStore counts the events an agent appended to the stream.
+type countingStore struct {
+	inner interface {
+		Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error)
+		History(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)
+	}
+	n *atomic.Int64
+}
+
+// Append appends and counts what was stored.
+func (c countingStore) Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error) {
+	seq, err := c.inner.Append(ctx, subject, expected, evs...)
+	if err == nil {
+		c.n.Add(int64(len(evs)))
+	}
+	return seq, err
+}
+
+// History reads.
+func (c countingStore) History(ctx context.Context, subject string, from uint64) ([]events.Envelope, error) {
+	return c.inner.History(ctx, subject, from)
+}
