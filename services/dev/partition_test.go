@@ -82,7 +82,7 @@ func startPartitionStack(t *testing.T, hosts ...string) *partitionStack {
 		a, err := agent.New(agent.Options{
 			HostID: id, Capacity: 4, PortMin: base + 10*i, PortMax: base + 10*i + 9,
 			LogDir: filepath.Join(t.TempDir(), id), JetStream: js, Store: store, Commands: bus,
-			HeartbeatInterval: 100 * time.Millisecond, SyncInterval: 300 * time.Millisecond,
+			HeartbeatInterval: 100 * time.Millisecond, // SyncInterval default (60s): the heartbeat's resumption triggers the re-read
 			SkipHeartbeat: paused.Load, KillProcessesOnExit: true, Logger: log.With("component", "agent"),
 		})
 		if err != nil {
@@ -242,7 +242,7 @@ func TestHostPartitionWithRealAgents(t *testing.T) {
 		}
 		// Its heartbeat resumes: the host is online again, and none of the
 		// replaced servers' processes runs beside its replacement (the
-		// agent's periodic sync stops them).
+		// agent re-reads its servers when its heartbeat resumes, and stops them).
 		s.paused["h2"].Store(false)
 		wait.For(t, 10*time.Second, "h2 online again", func() bool { return s.hostEvents("h2", "HostOnline") == 1 })
 		for name, st := range h2 {
