@@ -82,8 +82,10 @@ func startPartitionStack(t *testing.T, hosts ...string) *partitionStack {
 		a, err := agent.New(agent.Options{
 			HostID: id, Capacity: 4, PortMin: base + 10*i, PortMax: base + 10*i + 9,
 			LogDir: filepath.Join(t.TempDir(), id), JetStream: js, Store: store, Commands: bus,
-			HeartbeatInterval: 100 * time.Millisecond, // SyncInterval default (60s): the heartbeat's resumption triggers the re-read
-			SkipHeartbeat: paused.Load, KillProcessesOnExit: true, Logger: log.With("component", "agent"),
+			// SyncInterval stays at its default (60s): the heartbeat's
+			// resumption is what triggers the re-read of the servers.
+			HeartbeatInterval: 100 * time.Millisecond,
+			SkipHeartbeat:     paused.Load, KillProcessesOnExit: true, Logger: log.With("component", "agent"),
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -69,7 +69,7 @@ func rootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.pprofAddr, "pprof-addr", os.Getenv("TETHER_PPROF_ADDR"),
 		"serve Go runtime profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060; off when empty (env TETHER_PPROF_ADDR)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return g.startProfiling(cmd.Context()) }
-	root.AddCommand(devCommand(&g), apiserverCommand(&g), projectorCommand(&g), controllerCommand(&g), agentCommand(&g), chaosCommand(&g))
+	root.AddCommand(devCommand(&g), apiserverCommand(&g), projectorCommand(&g), controllerCommand(&g), agentCommand(&g), chaosCommand(&g), simCommand(&g))
 	return root
 }
 
