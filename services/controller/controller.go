@@ -26,6 +26,7 @@ import (
 	"github.com/tetherhq/tether/projections/postgres"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/hostbeat"
 )
 
 // eventStore is what the controller needs of the event store.
@@ -157,7 +158,7 @@ type Controller struct {
 	passTime  metric.Float64Histogram
 
 	noRoomLogged map[string]time.Time // fleet → last "no host with room" log
-	beats        jetstream.KeyValue   // host heartbeats, opened on first use
+	beats        *hostbeat.Tracker    // host heartbeats, tracked while leader from the first pass
 	seen         map[string]time.Time // host id → last heartbeat known while leader
 	startResent  map[string]time.Time // SCHEDULED server → last time its start command was re-sent
 	// written is the highest stream sequence the views must have applied
@@ -242,6 +243,7 @@ func (c *Controller) lead(ctx context.Context, l *lease) {
 	c.seen = map[string]time.Time{}        // every host gets a full grace from a new leader
 	c.startResent = map[string]time.Time{} // and every SCHEDULED server a full start timeout
 	c.written, c.caughtUp = 0, false
+	defer c.stopBeats() // started by the first pass, with the leadership's context
 	c.log.Info("became leader", "lease_ttl", c.opts.LeaseTTL)
 	lctx, lost := context.WithCancel(ctx)
 	defer lost()

@@ -23,14 +23,7 @@ import (
 // verdicts.
 func (c *Controller) checkHosts(ctx context.Context, hosts []postgres.HostRow, servers []postgres.Row[*eventsv1.GameServerState],
 	note func(uint64)) (map[string]eventsv1.HostStatus, error) {
-	if c.beats == nil {
-		kv, err := hostbeat.Open(ctx, c.opts.JetStream)
-		if err != nil {
-			return nil, err
-		}
-		c.beats = kv
-	}
-	beats, err := hostbeat.Read(ctx, c.beats)
+	beats, err := c.readBeats(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -100,6 +93,50 @@ func (c *Controller) checkHosts(ctx context.Context, hosts []postgres.HostRow, s
 		}
 	}
 	return status, nil
+}
+
+// beatsWait bounds a pass's wait for the heartbeat tracker to hold every
+// beat in the bucket (on a new tracker, its initial values).
+const beatsWait = 5 * time.Second
+
+// readBeats returns every host's last beat. It reads them from a tracker of
+// the bucket (one round trip instead of one per host), started on first use
+// with the pass's context, so it lives as long as the leadership: lead
+// stops it. A pass never reads a map the tracker cannot vouch for, nor one
+// still filling: a tracker that has not caught up with the bucket within
+// beatsWait fails the pass, as a failed Read did, and is kept (its watcher
+// resumes on its own, or ends); one that has ended (its watcher failed, or
+// a previous leadership's context ended) is replaced.
+func (c *Controller) readBeats(ctx context.Context) (map[string]hostbeat.Beat, error) {
+	if c.beats != nil {
+		if err := c.beats.Err(); err != nil {
+			if !errors.Is(err, hostbeat.ErrStopped) {
+				c.log.Warn("host heartbeat tracker ended; starting another", "err", err)
+			}
+			c.stopBeats()
+		}
+	}
+	if c.beats == nil {
+		t, err := hostbeat.Track(ctx, c.opts.JetStream)
+		if err != nil {
+			return nil, err
+		}
+		c.beats = t
+	}
+	wctx, cancel := context.WithTimeout(ctx, beatsWait)
+	defer cancel()
+	return c.beats.Beats(wctx)
+}
+
+// stopBeats stops the heartbeat tracker, if any.
+func (c *Controller) stopBeats() {
+	if c.beats == nil {
+		return
+	}
+	if err := c.beats.Stop(); err != nil {
+		c.log.Warn("stop the host heartbeat tracker", "err", err)
+	}
+	c.beats = nil
 }
 
 // terminateLost ends every live server of a lost host with HOST_LOST.

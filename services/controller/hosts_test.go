@@ -2,8 +2,11 @@ package controller_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -261,4 +264,97 @@ func (w *world) history(name string) []events.Envelope {
 		w.t.Fatal(err)
 	}
 	return h
+}
+
+// A new leader's passes see every beat in the bucket, never a tracker still
+// filling: a host UNREACHABLE whose last beat (the last of thousands in the
+// bucket) is older than UnreachableAfter stays so, where a host not in the
+// beats would get a first sight's grace and be brought back ONLINE. The
+// tracker ends with the leadership.
+func TestNewLeaderSeesEveryBeat(t *testing.T) {
+	w := newWorld(t)
+	w.host("h1", 4) // unreachable, silent
+	w.append("hosts/h1", events.AnySequence, &eventsv1.HostUnreachable{})
+	w.host("h2", 4) // online, never beats: unreachable after its grace
+	kv, err := hostbeat.Open(w.ctx, w.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(hostbeat.Beat{Time: time.Now(), Inventory: inventoryOf(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3000 {
+		if _, err := w.js.PublishAsync(fmt.Sprintf("$KV.%s.other-%d", hostbeat.Bucket, i), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-w.js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		t.Fatal("publishing the beats timed out")
+	}
+	if err := hostbeat.Put(w.ctx, kv, "h1", hostbeat.Beat{Time: time.Now(), Inventory: inventoryOf(0)}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(w.ctx, "h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const unreachable = 500 * time.Millisecond
+	wait.For(t, 10*time.Second, "h1's beat older than UnreachableAfter", func() bool { return time.Since(e.Created()) > unreachable })
+
+	c := w.controller("c1", func(o *controller.Options) { o.UnreachableAfter, o.LostAfter = unreachable, time.Minute })
+	wait.For(t, 10*time.Second, "h2 unreachable", func() bool { return count(w.hostEvents("hosts/h2"), "HostUnreachable") == 1 })
+	if got := w.hostEvents("hosts/h1"); count(got, "HostOnline") != 0 {
+		t.Fatalf("h1, silent, was brought back: %v", got)
+	}
+	c.stop()
+	wait.For(t, 10*time.Second, "no heartbeat tracker left running", func() bool { return trackers() == 0 })
+}
+
+// A tracker ends with the context of the pass that started it (under Run,
+// the leadership's); the next pass starts another.
+func TestHostBeatsTrackerRestarts(t *testing.T) {
+	w := newWorld(t)
+	w.host("h1", 4)
+	w.beat("h1")
+	fresh := postgres.NewFreshness(w.pool, nil)
+	fctx, stopFresh := context.WithCancel(w.ctx)
+	freshDone := make(chan error, 1)
+	go func() { freshDone <- fresh.Run(fctx) }()
+	t.Cleanup(func() {
+		stopFresh()
+		if err := <-freshDone; err != nil {
+			t.Errorf("freshness: %v", err)
+		}
+	})
+	c, err := controller.New(controller.Options{JetStream: w.js, Store: w.store, Views: w.views, Freshness: fresh, Commands: w.bus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		ctx, cancel := context.WithCancel(w.ctx)
+		err := c.Reconcile(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("pass %d: %v", i, err)
+		}
+	}
+	wait.For(t, 10*time.Second, "no heartbeat tracker left running", func() bool { return trackers() == 0 })
+	if got := w.hostEvents("hosts/h1"); len(got) != 1 {
+		t.Fatalf("h1 events: %v", got)
+	}
+}
+
+// trackers counts the running heartbeat trackers.
+func trackers() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "hostbeat.(*Tracker).run(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }

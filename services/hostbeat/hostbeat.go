@@ -2,7 +2,9 @@
 // §4): each agent refreshes its host's key in a JetStream key-value bucket
 // every few seconds, and the controller reads when each key was last
 // written. Only the transitions it concludes (unreachable, lost, online
-// again) become events.
+// again) become events. The controller reads the bucket each pass through
+// a Tracker, which follows it with one watcher, instead of Read, which
+// costs a round trip per host.
 //
 // A beat also carries the agent's inventory: the game servers it supervises,
 // with their process ids, and how many of its events still wait in its outbox
@@ -95,6 +97,8 @@ func Put(ctx context.Context, kv jetstream.KeyValue, host string, b Beat) error 
 
 // Read returns each host's last beat. A value that is a bare timestamp (an
 // older agent's) or undecodable still counts as a beat, without inventory.
+// It lists the keys, then gets each: one round trip per host; a reader that
+// reads often uses a Tracker.
 func Read(ctx context.Context, kv jetstream.KeyValue) (map[string]Beat, error) {
 	keys, err := kv.ListKeys(ctx)
 	if err != nil {

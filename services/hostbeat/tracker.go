@@ -1,0 +1,351 @@
+package hostbeat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrStopped is the error of a tracker stopped by its owner: Stop was
+// called or the context given to Track ended.
+var ErrStopped = errors.New("hostbeat: tracker stopped")
+
+// ErrWatchEnded is the error of a tracker whose bucket watcher ended on its
+// own (its connection closed, or its consumer could not be recreated):
+// it no longer follows the bucket, and a new tracker is needed.
+var ErrWatchEnded = errors.New("hostbeat: bucket watcher ended")
+
+// probeEvery is how often Beats, while it waits for the tracker to reach
+// the bucket's last revision, checks which revisions are left to deliver (a
+// value removed before the watcher delivered it never is).
+const probeEvery = 200 * time.Millisecond
+
+// stopDrain bounds how long a stopping tracker drains its watcher for the
+// subscription to close.
+const stopDrain = 5 * time.Second
+
+// A Tracker keeps each host's last beat in memory, fed by a single watcher
+// of the bucket, which delivers every current value and then each change:
+// reading every beat costs one round trip (Beats) instead of one per host.
+// It runs until Stop is called or the context given to Track ends.
+//
+// A Tracker never serves a map it cannot vouch for: Beats waits until the
+// tracker has applied every value the bucket held when it was called, and
+// once the watcher has ended, every call returns an error (Err), so the owner
+// starts a new tracker.
+type Tracker struct {
+	stream jetstream.Stream // the bucket's stream
+	cancel context.CancelFunc
+	ctx    context.Context
+	done   chan struct{} // closed when run returns
+	loaded chan struct{} // closed once the initial values are applied
+
+	mu       sync.Mutex
+	beats    map[string]Beat // host id → last beat
+	rev      uint64          // highest bucket revision applied
+	ttl      time.Duration   // the bucket's TTL: older beats have expired
+	err      error           // why the tracker ended; nil while it runs
+	stopErr  error           // the watcher's Stop error, for Stop
+	changed  chan struct{}   // closed (and replaced) when rev or err changes, if waiting
+	awaiting bool            // someone waits on changed
+}
+
+// Track opens the bucket and starts tracking it until ctx ends or Stop is
+// called. It returns once the watch is being set up; Wait or Beats wait for
+// the initial values.
+func Track(ctx context.Context, js jetstream.JetStream) (*Tracker, error) {
+	kv, err := Open(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	st, err := js.Stream(ctx, streamName)
+	if err != nil {
+		return nil, fmt.Errorf("hostbeat: bucket stream: %w", err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	t := &Tracker{
+		stream: st, ctx: rctx, cancel: cancel, done: make(chan struct{}), loaded: make(chan struct{}),
+		beats: map[string]Beat{}, ttl: st.CachedInfo().Config.MaxAge, changed: make(chan struct{}),
+	}
+	go t.run(rctx, kv)
+	return t, nil
+}
+
+// streamName is the bucket's stream, by the key-value naming convention.
+const streamName = "KV_" + Bucket
+
+// allKeys is the subject filter of every key of the bucket.
+const allKeys = "$KV." + Bucket + ".>"
+
+// run applies the watcher's entries until ctx ends or the watcher does.
+func (t *Tracker) run(ctx context.Context, kv jetstream.KeyValue) {
+	defer close(t.done)
+	// The watcher's subscription ends with ctx as well.
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			t.end(ErrStopped)
+		} else {
+			t.end(fmt.Errorf("%w: watch: %w", ErrWatchEnded, err))
+		}
+		return
+	}
+	updates := w.Updates()
+	for {
+		select {
+		case <-ctx.Done():
+			t.end(ErrStopped)
+			err := w.Stop()
+			switch {
+			case errors.Is(err, nats.ErrBadSubscription), errors.Is(err, nats.ErrConsumerNotFound):
+				err = nil // already unsubscribed, as ctx ended
+			case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining):
+				err = nil // ending with its connection
+			}
+			t.mu.Lock()
+			t.stopErr = err
+			t.mu.Unlock()
+			// The subscription delivers no more once its pending callback
+			// returns; it closes updates then.
+			drain := time.NewTimer(stopDrain)
+			defer drain.Stop()
+			for {
+				select {
+				case _, ok := <-updates:
+					if !ok {
+						return
+					}
+				case <-drain.C:
+					return
+				}
+			}
+		case e, ok := <-updates:
+			if !ok {
+				if ctx.Err() != nil {
+					t.end(ErrStopped) // unsubscribed as ctx ended
+				} else {
+					t.end(ErrWatchEnded)
+				}
+				return
+			}
+			if e == nil {
+				close(t.loaded)
+				t.mu.Lock()
+				t.signalLocked()
+				t.mu.Unlock()
+				continue
+			}
+			t.apply(e)
+		}
+	}
+}
+
+// apply records one entry of the watcher.
+func (t *Tracker) apply(e jetstream.KeyValueEntry) {
+	var b Beat
+	put := e.Operation() == jetstream.KeyValuePut
+	if put {
+		b = decode(e.Value())
+		b.Stored = e.Created()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if put {
+		t.beats[e.Key()] = b
+	} else { // KeyValueDelete, KeyValuePurge
+		delete(t.beats, e.Key())
+	}
+	t.rev = max(t.rev, e.Revision())
+	t.signalLocked()
+}
+
+// end records why the tracker ended, unless it already has.
+func (t *Tracker) end(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err == nil {
+		t.err = err
+	}
+	t.signalLocked()
+}
+
+// signalLocked wakes the waiters on changed; t.mu is held.
+func (t *Tracker) signalLocked() {
+	if t.awaiting {
+		close(t.changed)
+		t.changed, t.awaiting = make(chan struct{}), false
+	}
+}
+
+// errLocked returns why the tracker ended, or ErrStopped if its context
+// ended and run has not noticed yet; t.mu is held.
+func (t *Tracker) errLocked() error {
+	if t.err != nil {
+		return t.err
+	}
+	if t.ctx.Err() != nil {
+		return ErrStopped
+	}
+	return nil
+}
+
+// Err returns nil while the tracker follows the bucket, and why it stopped
+// afterwards: ErrStopped, or an error wrapping ErrWatchEnded.
+func (t *Tracker) Err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.errLocked()
+}
+
+// Wait blocks until the tracker holds every value the bucket had when the
+// watch began, and returns nil; or returns the tracker's error (Err), or
+// ctx's if it ends first.
+func (t *Tracker) Wait(ctx context.Context) error {
+	select {
+	case <-t.loaded:
+		return t.Err()
+	default:
+	}
+	t.mu.Lock()
+	ch := t.waitLocked()
+	t.mu.Unlock()
+	for {
+		select {
+		case <-t.loaded:
+			return t.Err()
+		case <-ctx.Done():
+			return fmt.Errorf("hostbeat: wait for the initial beats: %w", ctx.Err())
+		case <-ch:
+		}
+		t.mu.Lock()
+		if err := t.errLocked(); err != nil {
+			t.mu.Unlock()
+			return err
+		}
+		ch = t.waitLocked()
+		t.mu.Unlock()
+	}
+}
+
+// waitLocked returns a channel closed at the next change; t.mu is held.
+func (t *Tracker) waitLocked() <-chan struct{} {
+	t.awaiting = true
+	return t.changed
+}
+
+// Beats returns each host's last beat, as Read does, from memory: a beat
+// whose key was deleted or purged is absent, as is one older than the
+// bucket's TTL (expired; the watcher reports no expiry). It first asks the
+// bucket for its last revision (one round trip) and waits until the tracker
+// has applied it (or, if that revision was removed before the tracker got
+// it, the next one still in the bucket), so the map holds every beat stored
+// before the call that is still in the bucket. It returns an error if the
+// tracker has ended (Err), or if ctx ends before it has caught up (a stalled
+// watcher never does). The map is the caller's; the Inventory pointers in it
+// are shared and must not be modified.
+func (t *Tracker) Beats(ctx context.Context) (map[string]Beat, error) {
+	if err := t.Err(); err != nil {
+		return nil, err
+	}
+	info, err := t.stream.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("hostbeat: bucket state: %w", err)
+	}
+	target := info.State.LastSeq
+	if info.State.Msgs == 0 {
+		target = 0 // every value expired or purged: nothing to wait for
+	}
+	probe := time.NewTimer(probeEvery)
+	defer probe.Stop()
+	for {
+		t.mu.Lock()
+		if err := t.errLocked(); err != nil {
+			t.mu.Unlock()
+			return nil, err
+		}
+		if isLoaded(t.loaded) && t.rev >= target {
+			out := t.snapshotLocked(info.Config.MaxAge)
+			t.mu.Unlock()
+			return out, nil
+		}
+		rev, ch := t.rev, t.waitLocked()
+		t.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("hostbeat: tracker behind the bucket (revision %d of %d): %w", rev, target, ctx.Err())
+		case <-ch:
+		case <-probe.C:
+			// The target revision may have been removed before the watcher
+			// delivered it (superseded by a newer beat of its host, or a
+			// purged delete marker): it never will. Wait for what exists.
+			m, err := t.stream.GetMsg(ctx, rev+1, jetstream.WithGetMsgSubject(allKeys))
+			switch {
+			case errors.Is(err, jetstream.ErrMsgNotFound):
+				target = rev // the tracker has every value in the bucket
+			case err != nil:
+				return nil, fmt.Errorf("hostbeat: bucket state: %w", err)
+			case m.Sequence > target:
+				// Nothing up to the target is left to deliver; what
+				// replaced it comes next. A stalled watcher never gets there.
+				target = m.Sequence
+			}
+			probe.Reset(probeEvery)
+		}
+	}
+}
+
+// snapshotLocked copies the beats, forgetting those older than ttl; t.mu
+// is held.
+func (t *Tracker) snapshotLocked(ttl time.Duration) map[string]Beat {
+	if ttl > 0 {
+		t.ttl = ttl
+	}
+	out := make(map[string]Beat, len(t.beats))
+	if t.ttl <= 0 {
+		maps.Copy(out, t.beats)
+		return out
+	}
+	expired := time.Now().Add(-t.ttl)
+	for k, b := range t.beats {
+		if b.Stored.Before(expired) {
+			delete(t.beats, k)
+			continue
+		}
+		out[k] = b
+	}
+	return out
+}
+
+// isLoaded reports whether the initial values are applied (ch is loaded).
+func isLoaded(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop stops the tracker and waits for it to end. It returns an error only
+// if the watcher could not be stopped cleanly; Err then returns ErrStopped
+// (unless the watcher had ended before).
+func (t *Tracker) Stop() error {
+	t.cancel()
+	<-t.done
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopErr != nil {
+		return fmt.Errorf("hostbeat: stop the watcher: %w", t.stopErr)
+	}
+	return nil
+}
+
+// Done returns a channel closed once the tracker has ended (its watcher
+// stopped or failed).
+func (t *Tracker) Done() <-chan struct{} { return t.done }

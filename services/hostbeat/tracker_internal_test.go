@@ -1,0 +1,112 @@
+package hostbeat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
+)
+
+// Wait returns only once the tracker holds every value the bucket had when
+// it started (read here without Beats, which would wait on its own).
+func TestTrackerWaitLoadsInitialValues(t *testing.T) {
+	_, js := natstest.Connect(t, natstest.Start(t))
+	kv, err := Open(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const hosts = 1000
+	for i := range hosts {
+		if err := Put(t.Context(), kv, fmt.Sprintf("h%d", i), Beat{Time: time.Unix(int64(i), 0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr, err := Track(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := tr.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := tr.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	tr.mu.Lock()
+	n, last := len(tr.beats), tr.beats[fmt.Sprintf("h%d", hosts-1)]
+	tr.mu.Unlock()
+	if n != hosts || !last.Time.Equal(time.Unix(hosts-1, 0)) {
+		t.Fatalf("after Wait: %d beats, the last %+v", n, last)
+	}
+}
+
+// Beats leaves out what the bucket has expired: the watcher does not tell.
+func TestTrackerForgetsExpiredBeats(t *testing.T) {
+	now := time.Now()
+	tr := &Tracker{beats: map[string]Beat{
+		"old":   {Stored: now.Add(-2 * time.Hour)},
+		"fresh": {Stored: now.Add(-time.Minute)},
+	}}
+	got := tr.snapshotLocked(time.Hour)
+	if _, ok := got["fresh"]; len(got) != 1 || !ok {
+		t.Fatalf("snapshot %+v", got)
+	}
+	if _, ok := tr.beats["old"]; ok {
+		t.Fatal("an expired beat is kept")
+	}
+	if got := (&Tracker{beats: map[string]Beat{"old": {Stored: now.Add(-2 * time.Hour)}}}).snapshotLocked(0); len(got) != 1 {
+		t.Fatalf("no TTL: snapshot %+v", got)
+	}
+}
+
+// A tracker whose watcher stalls serves no more beats, even when every
+// revision it misses is superseded before it could get it (as a host's beat
+// is by its next one): Beats waits, then fails.
+func TestTrackerStalledServesNothing(t *testing.T) {
+	_, js := natstest.Connect(t, natstest.Start(t))
+	kv, err := Open(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(t.Context(), streamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Put(t.Context(), kv, "h1", Beat{}); err != nil {
+		t.Fatal(err)
+	}
+	// A tracker that applied nothing and hears nothing more.
+	loaded := make(chan struct{})
+	close(loaded)
+	tr := &Tracker{stream: st, ctx: t.Context(), loaded: loaded, beats: map[string]Beat{"h1": {Stored: time.Now()}}, changed: make(chan struct{})}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { // h1 beats on, each beat replacing the last
+		defer close(done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for ctx.Err() == nil {
+			if err := Put(ctx, kv, "h1", Beat{}); err != nil && ctx.Err() == nil {
+				t.Error(err)
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
+		}
+	}()
+	bctx, bcancel := context.WithTimeout(t.Context(), 3*probeEvery)
+	defer bcancel()
+	got, err := tr.Beats(bctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a stalled tracker served %+v, %v", got, err)
+	}
+	cancel()
+	<-done
+}
