@@ -1,11 +1,21 @@
 // Package commands carries controller → agent commands (start and stop a
-// game server) on the TETHER_COMMANDS work-queue stream, one subject per
-// host: tether.cmd.host.<host> (DESIGN.md §4). Each host's agent consumes its
+// game server) on the TETHER_COMMANDS stream, one subject per host:
+// tether.cmd.host.<host> (DESIGN.md §4). Each host's agent consumes its
 // subject with a durable consumer, so commands wait while an agent is away.
+//
+// The stream keeps commands for CommandTTL under limits retention, not as a
+// work queue: a work queue (or interest retention) makes the server look,
+// on every acknowledgement, through every consumer of the stream for one
+// still interested in the message, so each command costs O(hosts) there: at
+// 10,000 hosts that scan dominated the NATS server's CPU (docs/scaling.md).
+// Under limits retention an acknowledgement only moves its own consumer's
+// ack floor. A durable consumer still gets each command once; a command
+// nobody consumed expires.
 package commands
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,6 +31,16 @@ import (
 // StreamName is the commands stream.
 const StreamName = "TETHER_COMMANDS"
 
+// CommandTTL is how long a command waits for its agent. An older one is
+// moot: the controller re-sends the start of a server still SCHEDULED after
+// its start timeout, a host silent for a minute is judged lost and its
+// servers replaced, and an agent re-reads its servers' histories (so it
+// learns of stops) when its heartbeat resumes.
+const CommandTTL = time.Hour
+
+// MaxHosts bounds the hosts (agents' durable consumers) the stream serves.
+const MaxHosts = 1 << 20
+
 // subjectPrefix starts every command subject.
 const subjectPrefix = "tether.cmd.host."
 
@@ -33,17 +53,37 @@ type Bus struct {
 	stream jetstream.Stream
 }
 
-// New creates or updates the commands stream.
-func New(ctx context.Context, js jetstream.JetStream) (*Bus, error) {
-	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+// streamConfig is the commands stream's configuration.
+func streamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
 		Name:        StreamName,
-		Description: "Tether commands to host agents (work queue, one subject per host)",
+		Description: "Tether commands to host agents (one subject per host; each agent's durable consumer reads its own)",
 		Subjects:    []string{subjectPrefix + "*"},
-		Retention:   jetstream.WorkQueuePolicy,
+		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Duplicates:  10 * time.Minute,
-		MaxAge:      24 * time.Hour,
-	})
+		MaxAge:      CommandTTL,
+		// One durable consumer per host: without a limit of its own, the
+		// stream would take nats-server's default of 1,000 consumers.
+		MaxConsumers: MaxHosts,
+	}
+}
+
+// New creates or updates the commands stream. A stream made by an earlier
+// version (a work queue, with the server's default consumer limit) cannot
+// change its retention or consumer limit in place: it is replaced (its pending commands are lost; the controller re-sends starts,
+// and agents re-read their servers), and agents must be restarted after
+// the control plane, to consume from the new stream.
+func New(ctx context.Context, js jetstream.JetStream) (*Bus, error) {
+	cfg := streamConfig()
+	if old, err := js.Stream(ctx, StreamName); err == nil && (old.CachedInfo().Config.Retention != cfg.Retention || old.CachedInfo().Config.MaxConsumers != cfg.MaxConsumers) {
+		if err := js.DeleteStream(ctx, StreamName); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("commands: replace the %s stream of an earlier version: %w", old.CachedInfo().Config.Retention, err)
+		}
+	} else if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("commands: look up stream: %w", err)
+	}
+	stream, err := js.CreateOrUpdateStream(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("commands: create stream: %w", err)
 	}

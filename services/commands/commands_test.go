@@ -1,0 +1,179 @@
+package commands_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
+	"github.com/tetherhq/tether/services/commands"
+	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
+)
+
+// take fetches what a host's durable consumer has pending, acknowledging
+// each command.
+func take(t testing.TB, ctx context.Context, bus *commands.Bus, host string) []string {
+	t.Helper()
+	cons, err := bus.Consumer(ctx, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(100, jetstream.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for m := range batch.Messages() {
+		cmd, err := commands.Decode(m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, cmd.GetStart().GetGameServer())
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func start(name string) *agentv1.Command {
+	return &agentv1.Command{Action: &agentv1.Command_Start{Start: &agentv1.StartGameServer{GameServer: name}}}
+}
+
+// Each host's consumer gets its own commands, each once: an acknowledged
+// command is not delivered again, even to the consumer made anew after an
+// agent restart, and the stream keeps commands for CommandTTL (limits
+// retention, not a work queue: docs/scaling.md).
+func TestEachCommandOnceToItsHost(t *testing.T) {
+	ctx := t.Context()
+	_, js := natstest.Connect(t, natstest.Start(t))
+	bus, err := commands.New(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ host, server string }{{"h1", "a"}, {"h2", "b"}, {"h1", "c"}} {
+		if err := bus.Send(ctx, c.host, "test", start(c.server)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := take(t, ctx, bus, "h1"); fmt.Sprint(got) != "[a c]" {
+		t.Fatalf("h1 got %v, want [a c]", got)
+	}
+	if got := take(t, ctx, bus, "h1"); len(got) != 0 {
+		t.Fatalf("h1 got %v again after acknowledging them", got)
+	}
+	if got := take(t, ctx, bus, "h2"); fmt.Sprint(got) != "[b]" {
+		t.Fatalf("h2 got %v, want [b]", got)
+	}
+	s, err := js.Stream(ctx, commands.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.Retention != jetstream.LimitsPolicy || cfg.MaxAge != commands.CommandTTL || cfg.MaxConsumers != commands.MaxHosts {
+		t.Fatalf("stream retention %s, max age %s, max consumers %d; want limits, %s, %d", cfg.Retention, cfg.MaxAge, cfg.MaxConsumers, commands.CommandTTL, commands.MaxHosts)
+	}
+	// More hosts than nats-server's default consumer limit (1,000) each get
+	// their consumer.
+	for i := range 1100 {
+		if _, err := bus.Consumer(ctx, fmt.Sprintf("x%d", i)); err != nil {
+			t.Fatalf("consumer %d: %v", i+1, err)
+		}
+	}
+}
+
+// A commands stream an earlier version made as a work queue is replaced.
+func TestReplacesAnOldWorkQueueStream(t *testing.T) {
+	ctx := t.Context()
+	_, js := natstest.Connect(t, natstest.Start(t))
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: commands.StreamName, Subjects: []string{"tether.cmd.host.*"}, Retention: jetstream.WorkQueuePolicy,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bus, err := commands.New(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, commands.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := s.CachedInfo().Config.Retention; r != jetstream.LimitsPolicy {
+		t.Fatalf("retention %s, want limits", r)
+	}
+	if err := bus.Send(ctx, "h1", "test", start("a")); err != nil {
+		t.Fatal(err)
+	}
+	if got := take(t, ctx, bus, "h1"); fmt.Sprint(got) != "[a]" {
+		t.Fatalf("h1 got %v", got)
+	}
+	// Opening it again leaves it be.
+	if _, err := commands.New(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("the stream holds %d commands after a second New, want the 1 sent", info.State.Msgs)
+	}
+}
+
+// BenchmarkCommandAck measures one command's send, delivery and
+// acknowledgement with TETHER_BENCH_HOSTS (default 2,000) host consumers on
+// the stream, under the retention in use and under a work queue (the
+// earlier design), whose acknowledgements scan every consumer.
+func BenchmarkCommandAck(b *testing.B) {
+	hosts := 2000
+	if v := os.Getenv("TETHER_BENCH_HOSTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("TETHER_BENCH_HOSTS=%q: a positive number", v)
+		}
+		hosts = n
+	}
+	for _, retention := range []jetstream.RetentionPolicy{jetstream.LimitsPolicy, jetstream.WorkQueuePolicy} {
+		b.Run(retention.String(), func(b *testing.B) {
+			ctx := context.Background()
+			_, js := natstest.Connect(b, natstest.Start(b))
+			stream, err := js.CreateStream(ctx, jetstream.StreamConfig{
+				Name: commands.StreamName, Subjects: []string{"tether.cmd.host.*"}, Retention: retention, Storage: jetstream.FileStorage,
+				MaxConsumers: commands.MaxHosts,
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range hosts {
+				if _, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+					Durable: fmt.Sprintf("agent-h%d", i), FilterSubject: commands.Subject(fmt.Sprintf("h%d", i)), AckPolicy: jetstream.AckExplicitPolicy,
+				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cons, err := stream.Consumer(ctx, "agent-h0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := js.Publish(ctx, commands.Subject("h0"), []byte("x")); err != nil {
+					b.Fatal(err)
+				}
+				m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := m.DoubleAck(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
