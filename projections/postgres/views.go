@@ -196,6 +196,19 @@ func scanGameServers(rows pgx.Rows) ([]Row[*eventsv1.GameServerState], error) {
 	return out, rows.Err()
 }
 
+// GameServersChangedSince returns the game servers whose last event is
+// after stream sequence after, TERMINATED ones included (so a reader that
+// keeps the live servers in memory drops them), in sequence order. The
+// projector commits in stream order, so a reader that asks again with the
+// largest sequence it got misses no change.
+func (v *Views) GameServersChangedSince(ctx context.Context, after uint64) ([]Row[*eventsv1.GameServerState], error) {
+	rows, err := v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM game_servers WHERE last_sequence > $1 ORDER BY last_sequence`, int64(after))
+	if err != nil {
+		return nil, fmt.Errorf("views: game servers changed since %d: %w", after, err)
+	}
+	return scanRows[*eventsv1.GameServerState](rows)
+}
+
 // LiveGameServers returns every game server not yet TERMINATED, ordered by name.
 func (v *Views) LiveGameServers(ctx context.Context) ([]Row[*eventsv1.GameServerState], error) {
 	rows, err := v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM game_servers WHERE state <> 'TERMINATED' ORDER BY name`)

@@ -42,6 +42,7 @@ type viewReader interface {
 	ListFleets(ctx context.Context, after string, limit int) ([]postgres.FleetRow, error)
 	Fleet(ctx context.Context, name string) (postgres.FleetRow, error)
 	LiveGameServers(ctx context.Context) ([]postgres.Row[*eventsv1.GameServerState], error)
+	GameServersChangedSince(ctx context.Context, after uint64) ([]postgres.Row[*eventsv1.GameServerState], error)
 	Hosts(ctx context.Context, after string, limit int) ([]postgres.HostRow, error)
 	GameServer(ctx context.Context, name string) (postgres.Row[*eventsv1.GameServerState], error)
 	DueGameSessions(ctx context.Context, now time.Time, limit int) ([]postgres.Row[*eventsv1.GameSessionState], error)
@@ -161,6 +162,7 @@ type Controller struct {
 	beats        *hostbeat.Tracker    // host heartbeats, tracked while leader from the first pass
 	seen         map[string]time.Time // host id → last heartbeat known while leader
 	startResent  map[string]time.Time // SCHEDULED server → last time its start command was re-sent
+	live         liveServers          // the live game servers, kept between passes
 	// written is the highest stream sequence the views must have applied
 	// before a pass may read them: our own last append, or on taking over,
 	// the stream's last sequence (the predecessor's writes).
@@ -242,6 +244,7 @@ func (c *Controller) lead(ctx context.Context, l *lease) {
 	c.leader.Store(true)
 	c.seen = map[string]time.Time{}        // every host gets a full grace from a new leader
 	c.startResent = map[string]time.Time{} // and every SCHEDULED server a full start timeout
+	c.live.reset()                         // and reads the views whole
 	c.written, c.caughtUp = 0, false
 	defer c.stopBeats() // started by the first pass, with the leadership's context
 	c.log.Info("became leader", "lease_ttl", c.opts.LeaseTTL)
@@ -312,7 +315,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	servers, err := c.opts.Views.LiveGameServers(ctx)
+	servers, err := c.live.read(ctx, c.opts.Views)
 	if err != nil {
 		return err
 	}
