@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -278,15 +279,21 @@ func (a *Agent) SDKHTTPAddr() string { return a.sdk.httpAddr() }
 
 // Run registers the host and serves until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
-	if err := a.register(ctx); err != nil {
+	if err := a.untilDone(ctx, "register the host", func() error { return a.register(ctx) }); err != nil {
 		return err
 	}
-	kv, err := hostbeat.Open(ctx, a.opts.JetStream)
-	if err != nil {
+	var kv jetstream.KeyValue
+	if err := a.untilDone(ctx, "open the heartbeat bucket", func() (err error) {
+		kv, err = hostbeat.Open(ctx, a.opts.JetStream)
+		return err
+	}); err != nil {
 		return err
 	}
-	cons, err := a.opts.Commands.Consumer(ctx, a.opts.HostID)
-	if err != nil {
+	var cons jetstream.Consumer
+	if err := a.untilDone(ctx, "open the command consumer", func() (err error) {
+		cons, err = a.opts.Commands.Consumer(ctx, a.opts.HostID)
+		return err
+	}); err != nil {
 		return err
 	}
 	a.log.Info("agent started", "sdk", a.SDKAddr(), "sdk_http", a.SDKHTTPAddr(), "capacity", a.opts.Capacity)
@@ -297,12 +304,37 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return a.evaluateHealth(gctx) })
 	g.Go(func() error { return a.syncServers(gctx) })
 	g.Go(func() error { return a.publishOutbox(gctx) })
-	err = g.Wait()
+	err := g.Wait()
 	if a.opts.KillProcessesOnExit {
 		a.stopAll()
 	}
 	a.wg.Wait()
 	return errors.Join(err, a.outbox.close())
+}
+
+// untilDone retries a start-up step with jittered, doubling backoff (up to
+// 5 s) until it succeeds or ctx ends: an agent waits out a control plane
+// that is away or busy (thousands of agents starting at once after an
+// outage) instead of exiting.
+func (a *Agent) untilDone(ctx context.Context, what string, step func() error) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := step()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("agent: %s: %w", what, err)
+		}
+		wait := backoff/2 + rand.N(backoff)
+		a.log.Warn("agent start-up step failed; retrying", "step", what, "err", err, "retry_in", wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent: %s: %w", what, err)
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
 }
 
 // register announces the host and its capacity.
@@ -378,17 +410,19 @@ func (a *Agent) beat() hostbeat.Beat {
 func (a *Agent) evaluateHealth(ctx context.Context) error {
 	t := time.NewTicker(a.opts.HealthEvalInterval)
 	defer t.Stop()
+	var list []*gameServer // reused: this runs every 200 ms on every host
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		list := a.snapshot()
+		list = a.snapshotInto(list)
 		now := a.opts.Now()
 		for _, gs := range list {
 			gs.evaluate(ctx, now)
 		}
+		clear(list) // hold no finished server until the next tick
 	}
 }
 
@@ -447,14 +481,18 @@ func (a *Agent) publishOutbox(ctx context.Context) error {
 func (a *Agent) OutboxLen() int { return a.outbox.len() }
 
 // snapshot lists the servers the agent supervises now.
-func (a *Agent) snapshot() []*gameServer {
+func (a *Agent) snapshot() []*gameServer { return a.snapshotInto(nil) }
+
+// snapshotInto lists the servers the agent supervises now into buf's
+// storage, for loops that run often.
+func (a *Agent) snapshotInto(buf []*gameServer) []*gameServer {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	list := make([]*gameServer, 0, len(a.servers))
+	buf = buf[:0]
 	for _, gs := range a.servers {
-		list = append(list, gs)
+		buf = append(buf, gs)
 	}
-	return list
+	return buf
 }
 
 // natsUp reports whether the NATS connection is up right now; while it is

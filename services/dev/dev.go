@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
@@ -95,7 +96,11 @@ type Options struct {
 	Started func(*Stack)
 	// AgentOptions, if set, adjusts host i's agent options (0-based) before
 	// the agent is built: the fleet simulator gives simulated processes.
-	AgentOptions func(i int, o *agent.Options)
+	AgentOptions func(i int, o *agent.Options) error
+	// AgentStartSpread spreads the agents' starts evenly over this long
+	// instead of starting them at once (thousands of simulated hosts); 0
+	// starts them together.
+	AgentStartSpread time.Duration
 	// ControllerOptions, if set, adjusts the controller's options.
 	ControllerOptions func(o *controller.Options)
 }
@@ -300,7 +305,9 @@ func Run(ctx context.Context, opts Options) error {
 			KillProcessesOnExit: true, Logger: log.With("component", "agent"), Tokens: tokens,
 		}
 		if opts.AgentOptions != nil {
-			opts.AgentOptions(i, &agentOpts)
+			if err := opts.AgentOptions(i, &agentOpts); err != nil {
+				return fmt.Errorf("dev: host %s: %w", id, err)
+			}
 		}
 		a, err := agent.New(agentOpts)
 		if err != nil {
@@ -315,8 +322,17 @@ func Run(ctx context.Context, opts Options) error {
 	g.Go(func() error { return api.Run(ctx) })
 	g.Go(func() error { return ctlFresh.Run(ctx) })
 	g.Go(func() error { return ctl.Run(ctx) })
-	for _, a := range agents {
-		g.Go(func() error { return a.Run(ctx) })
+	for i, a := range agents {
+		g.Go(func() error {
+			if d := opts.AgentStartSpread * time.Duration(i) / time.Duration(len(agents)); d > 0 {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(d):
+				}
+			}
+			return a.Run(ctx)
+		})
 	}
 	if opts.DemoGameServer != "" {
 		if err := createDemoFleet(ctx, addrs.REST, opts.DemoGameServer); err != nil {

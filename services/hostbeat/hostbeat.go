@@ -72,8 +72,16 @@ func (inv *Inventory) Has(name string) bool {
 	return false
 }
 
-// Open creates (or opens) the bucket.
+// Open opens the bucket, creating it if it does not exist. Opening an
+// existing bucket is one stream-info request; creating or updating one
+// rewrites the stream's configuration on the server, which ten thousand
+// agents starting at once made the NATS server's bottleneck.
 func Open(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	if kv, err := js.KeyValue(ctx, Bucket); err == nil {
+		return kv, nil
+	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("hostbeat: bucket: %w", err)
+	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: Bucket, Description: "Host heartbeats: one key per host, refreshed by its agent", TTL: keyTTL, History: 1,
 	})

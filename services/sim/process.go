@@ -143,8 +143,14 @@ func (p *process) Wait() (agent.ProcessExit, error) {
 	} else {
 		p.ready.Store(true)
 	}
-	period := w.opts.HealthPeriod
-	beat := time.NewTimer(jitter(period))
+	// One heartbeat at once, then one every HeartbeatInterval (±10%, so
+	// that processes do not beat in lockstep), as the SDK's StartHeartbeat.
+	if err := sdk.Health(ctx, p.token); err != nil && ctx.Err() == nil {
+		w.count.sdkErrors.Add(1)
+	}
+	interval := w.opts.HeartbeatInterval
+	next := func() time.Duration { return interval*9/10 + time.Duration(rand.Int64N(int64(interval/5)+1)) }
+	beat := time.NewTimer(next())
 	defer beat.Stop()
 	for {
 		select {
@@ -177,7 +183,7 @@ func (p *process) Wait() (agent.ProcessExit, error) {
 					w.count.sdkErrors.Add(1)
 				}
 			}
-			beat.Reset(period)
+			beat.Reset(next())
 		}
 	}
 }

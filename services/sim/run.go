@@ -159,18 +159,29 @@ func (w *world) waitFor(ctx context.Context, timeout time.Duration, done func(re
 	deadline := time.Now().Add(timeout)
 	lastPrint := time.Now()
 	var last reading
+	var lastErr error
 	for {
 		s, err := w.status(ctx)
 		if err == nil {
-			last = s
+			last, lastErr = s, nil
 			if done(s) {
 				return nil
 			}
 		} else if ctx.Err() != nil {
 			return ctx.Err()
+		} else {
+			lastErr = err
+		}
+		select {
+		case <-w.stackDone:
+			return fmt.Errorf("the control plane stopped: %w", w.stackErr)
+		default:
 		}
 		if time.Since(lastPrint) >= w.opts.ProgressEvery {
 			fmt.Fprintf(w.opts.Progress, "  %d READY, %d live, stream at %d, views at %d\n", last.ready, last.live, last.stream, last.cp)
+			if lastErr != nil {
+				fmt.Fprintf(w.opts.Progress, "  (could not read the status: %v)\n", lastErr)
+			}
 			lastPrint = time.Now()
 		}
 		if time.Now().After(deadline) {

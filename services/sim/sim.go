@@ -29,12 +29,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/services/agent"
+	"github.com/tetherhq/tether/services/commands"
+	"github.com/tetherhq/tether/services/connect"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev"
 )
@@ -54,6 +59,10 @@ type Options struct {
 	// default 3.
 	HealthPeriod     time.Duration
 	FailureThreshold int
+	// HeartbeatInterval is how often a simulated process heartbeats (the
+	// SDK's StartHeartbeat cadence); default HealthPeriod/2, so a beat late
+	// by less than half a period is not a missed one.
+	HeartbeatInterval time.Duration
 	// SDKGrace is how long a server may stay disconnected from the SDK;
 	// default 10s.
 	SDKGrace time.Duration
@@ -90,6 +99,9 @@ type Options struct {
 	// MatchLength is how long a match lasts before its players leave and
 	// its server shuts itself down; default 15s.
 	MatchLength time.Duration
+	// HostStartSpread spreads the hosts' agent starts over this long, as
+	// hosts come up over time; default 2 ms per host.
+	HostStartSpread time.Duration
 	// ReadyTimeout bounds the wait for every server to be READY; default 15m.
 	ReadyTimeout time.Duration
 	// Duration is the steady phase; default 60s.
@@ -128,6 +140,7 @@ func (o *Options) setDefaults() {
 	if o.FailureThreshold <= 0 {
 		o.FailureThreshold = 3
 	}
+	def(&o.HeartbeatInterval, o.HealthPeriod/2)
 	def(&o.SDKGrace, 10*time.Second)
 	o.SDKGrace = max(o.SDKGrace.Round(time.Second), time.Second)
 	def(&o.HostHeartbeat, 2*time.Second)
@@ -142,6 +155,7 @@ func (o *Options) setDefaults() {
 		o.PlayersPerMatch = 4
 	}
 	def(&o.MatchLength, 15*time.Second)
+	def(&o.HostStartSpread, time.Duration(o.Hosts)*2*time.Millisecond)
 	def(&o.ReadyTimeout, 15*time.Minute)
 	def(&o.Duration, 60*time.Second)
 	def(&o.SettleTimeout, 5*time.Minute)
@@ -164,6 +178,8 @@ func (o *Options) DefaultRates() {
 
 func (o *Options) validate() error {
 	switch {
+	case o.HeartbeatInterval >= o.HealthPeriod:
+		return fmt.Errorf("sim: heartbeat interval %s must be shorter than the health period %s (a process beating once a period misses one at every delay)", o.HeartbeatInterval, o.HealthPeriod)
 	case o.FlapPause >= o.SDKGrace:
 		return fmt.Errorf("sim: flap pause %s must be shorter than the SDK grace %s", o.FlapPause, o.SDKGrace)
 	case o.PartitionLength >= o.LostAfter:
@@ -193,7 +209,11 @@ type world struct {
 	meter      *sdkmetric.ManualReader
 	paused     []atomic.Bool  // host i's heartbeat is paused (a partition)
 	partitions sync.WaitGroup // partitions in progress
+	stackDone  chan struct{}  // closed when the control plane has stopped
+	stackErr   error          // why, once stackDone is closed
 	mm         *matchmaker
+	connsMu    sync.Mutex
+	conns      map[int]*natsConn // the simulated hosts' NATS connections
 }
 
 // Run runs a simulation and returns its report. An error means the run
@@ -212,7 +232,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		defer os.RemoveAll(dir)
 		opts.DataDir = dir
 	}
-	w := &world{opts: opts, log: opts.Logger, faults: newLedger(), meter: sdkmetric.NewManualReader()}
+	w := &world{opts: opts, log: opts.Logger, faults: newLedger(), meter: sdkmetric.NewManualReader(), conns: map[int]*natsConn{}}
+	defer w.closeConns()
 	w.paused = make([]atomic.Bool, opts.Hosts)
 	for i := range opts.Hosts {
 		w.hosts = append(w.hosts, &host{w: w, id: hostID(i)})
@@ -227,11 +248,18 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	started := make(chan *dev.Stack, 1)
 	devDone := make(chan error, 1)
 	fmt.Fprintf(opts.Progress, "starting the control plane and %d simulated hosts\n", opts.Hosts)
+	w.stackDone = make(chan struct{})
 	go func() {
-		devDone <- dev.Run(runCtx, dev.Options{
+		var err error
+		defer func() {
+			w.stackErr = err
+			close(w.stackDone)
+			devDone <- err
+		}()
+		err = dev.Run(runCtx, dev.Options{
 			DataDir: opts.DataDir, Fresh: true, GRPCPort: -1, RESTPort: -1, NATSPort: -1, SDKPort: -1,
 			Hosts: opts.Hosts, HostCapacity: opts.ServersPerHost, Logger: opts.Logger, MeterProvider: mp,
-			AgentOptions:      w.agentOptions,
+			AgentOptions: w.agentOptions, AgentStartSpread: opts.HostStartSpread,
 			ControllerOptions: w.controllerOptions,
 			Started:           func(s *dev.Stack) { started <- s },
 		})
@@ -266,8 +294,67 @@ func hostID(i int) string { return fmt.Sprintf("h%d", i+1) }
 // 127.1.0.2, …), so each has its own port range, as separate machines do.
 func hostAddress(i int) string { return fmt.Sprintf("127.1.%d.%d", i/250, i%250+1) }
 
+// hostsPerConn is how many simulated hosts share one NATS connection. Real
+// agents each have their own; one connection for ten thousand agents (their
+// command subscriptions, appends and heartbeats) is more than one socket
+// and one client's reader keep up with.
+const hostsPerConn = 100
+
+// natsConn is one NATS connection of the simulated hosts, with the event
+// store and command bus bound to it.
+type natsConn struct {
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	store *natsjs.Store
+	bus   *commands.Bus
+}
+
+// connFor returns the NATS connection of host i, making it on first use.
+func (w *world) connFor(i int, url string) (*natsConn, error) {
+	w.connsMu.Lock()
+	defer w.connsMu.Unlock()
+	k := i / hostsPerConn
+	if c := w.conns[k]; c != nil {
+		return c, nil
+	}
+	nc, js, err := connect.NATS(url, connect.NATSOptions{Name: fmt.Sprintf("tether-sim-hosts-%d", k), Logger: w.log})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, time.Minute)
+	defer cancel()
+	store, err := natsjs.New(ctx, js, natsjs.Options{Logger: w.log})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	bus, err := commands.New(ctx, js)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c := &natsConn{nc: nc, js: js, store: store, bus: bus}
+	w.conns[k] = c
+	return c, nil
+}
+
+// closeConns closes the simulated hosts' NATS connections.
+func (w *world) closeConns() {
+	w.connsMu.Lock()
+	defer w.connsMu.Unlock()
+	for k, c := range w.conns {
+		c.nc.Close()
+		delete(w.conns, k)
+	}
+}
+
 // agentOptions turns dev's agent for host i into a simulated host.
-func (w *world) agentOptions(i int, o *agent.Options) {
+func (w *world) agentOptions(i int, o *agent.Options) error {
+	c, err := w.connFor(i, o.JetStream.Conn().ConnectedUrl())
+	if err != nil {
+		return err
+	}
+	o.JetStream, o.Commands = c.js, c.bus
 	h := w.hosts[i]
 	o.Processes = h
 	o.LocalSDKOnly = true
@@ -276,10 +363,11 @@ func (w *world) agentOptions(i int, o *agent.Options) {
 	o.PortMin, o.PortMax = 7000, 7000+4*w.opts.ServersPerHost
 	o.LogDir = filepath.Join(w.opts.DataDir, "hosts", h.id)
 	o.HeartbeatInterval = w.opts.HostHeartbeat
-	o.HealthEvalInterval = 500 * time.Millisecond
-	o.Store = countingStore{inner: o.Store, n: &w.count.published}
+	o.HealthEvalInterval = time.Second // within the detection bound's 1 s
+	o.Store = countingStore{inner: c.store, n: &w.count.published}
 	o.SkipHeartbeat = w.paused[i].Load
 	o.Labels = map[string]string{"zone": fmt.Sprintf("zone-%c", 'a'+rune(i%3))}
+	return nil
 }
 
 // controllerOptions applies the simulation's periods to the controller.

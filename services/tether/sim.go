@@ -84,6 +84,7 @@ ended must have ended for a fault the simulator injected. It prints a table
 	f.IntVar(&opts.Fleets, "fleets", 10, "fleets sharing the servers")
 	f.DurationVar(&opts.Duration, "duration", time.Minute, "length of the steady phase (faults, matches, players)")
 	f.DurationVar(&opts.HealthPeriod, "health-period", 2*time.Second, "game server heartbeat period (whole seconds)")
+	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", 0, "how often a simulated process heartbeats (default: half the health period)")
 	f.IntVar(&opts.FailureThreshold, "failure-threshold", 3, "missed heartbeat periods that make a server unhealthy")
 	f.DurationVar(&opts.SDKGrace, "sdk-grace", 10*time.Second, "how long a server may stay disconnected from the SDK")
 	f.DurationVar(&opts.HostHeartbeat, "host-heartbeat", 2*time.Second, "agents' host heartbeat interval")
