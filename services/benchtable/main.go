@@ -2,10 +2,11 @@
 // DESIGN.md §8 target, the median of repeated runs, and whether it is met.
 // It writes the runs and medians as JSON too, for comparing commits.
 //
-//	go run ./services/benchtable [--json bench.json] [--runs 3] [--quick] [--skip chaos] [--cpuprofile DIR]
+//	go run ./services/benchtable [--json bench.json] [--runs 3] [--quick] [--skip chaos,sim] [--cpuprofile DIR]
 //
-// It runs `go test -bench` in this module (so it needs the source tree) and
-// `bin/tether chaos` (make build first; `make bench` does both). --quick
+// It runs `go test -bench` in this module (so it needs the source tree),
+// `bin/tether chaos` and, once, the scale run `bin/tether sim` (make build
+// first; `make bench` does both). --quick
 // shrinks every benchmark for a smoke run; its figures are not comparable.
 package main
 
@@ -16,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,7 +79,25 @@ var targets = []target{
 	{"crashed process seen p99 (chaos)", "chaos", "crash-p99-ms", 100, true, "ms"},
 	{"false terminations (chaos)", "chaos", "false-terminations", 0, true, ""},
 	{"missed detections (chaos)", "chaos", "missed-detections", 0, true, ""},
+	{"scale: 100,000 simulated game servers on 10,000 hosts, audit passed", "sim", "audit-ok", 1, false, ""},
+	{"scale: events lost (published by agents − applied)", "sim", "lost-events", 0, true, ""},
+	{"scale: false terminations", "sim", "false-terminations", 0, true, ""},
+	{"scale: missed detections", "sim", "missed-detections", 0, true, ""},
+	{"scale: publish→view lag p99 in the steady phase", "sim", "lag-p99-ms", 50, true, "ms"},
+	{"scale: allocation p99 under that load", "sim", "alloc-p99-ms", 20, true, "ms"},
+	{"scale: hung process detected, max (contract 16 s at its settings)", "sim", "hang-max-s", 16, true, "s"},
+	{"scale: steady-state events/s", "sim", "events/s", math.NaN(), false, "/s"},
+	{"scale: controller pass over every fleet, mean", "sim", "pass-mean-ms", math.NaN(), false, "ms"},
+	{"scale: all READY after", "sim", "ready-s", math.NaN(), false, "s"},
+	{"scale: peak RSS of the tether process (all but PostgreSQL)", "sim", "rss-mib", math.NaN(), false, " MiB"},
 }
+
+// scaleArgs are the scale run's: every DESIGN.md §8 scale figure comes from
+// it (docs/scaling.md explains each setting).
+var scaleArgs = []string{"--hosts", "10000", "--servers-per-host", "10", "--fleets", "10", "--duration", "120s", "--health-period", "5s"}
+
+// quickScaleArgs shrink it for --quick.
+var quickScaleArgs = []string{"--hosts", "50", "--servers-per-host", "10", "--fleets", "5", "--duration", "15s", "--health-period", "2s"}
 
 func main() {
 	jsonOut := flag.String("json", "bench.json", "write runs and medians here")
@@ -114,6 +134,15 @@ func main() {
 			os.Exit(1)
 		}
 		measured["chaos"] = m
+	}
+	if !slices.Contains(skipped, "sim") {
+		fmt.Fprintf(os.Stderr, "== sim (the scale run, once)\n")
+		m, err := runSim(*quick, *profiles)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "benchtable: sim: %v\n", err)
+			os.Exit(1)
+		}
+		measured["sim"] = m
 	}
 	results := evaluate(measured)
 	if err := printTable(os.Stdout, results); err != nil {
@@ -222,6 +251,70 @@ func runChaos(quick bool) (map[string][]float64, error) {
 	}, nil
 }
 
+// simReport is the part of `tether sim --json` read here.
+type simReport struct {
+	ReadySeconds         float64               `json:"ready_seconds"`
+	EventsPerSecond      float64               `json:"events_per_second"`
+	ProjectionLag        struct{ P99 float64 } `json:"projection_lag_ms"`
+	AllocationLatency    struct{ P99 float64 } `json:"allocation_latency_ms"`
+	HangDetection        struct{ Max float64 } `json:"hang_detection_ms"`
+	ControllerPassMeanMs float64               `json:"controller_pass_mean_ms"`
+	PublishedByAgents    int64                 `json:"published_by_agents"`
+	AppliedByAgents      int64                 `json:"applied_by_agents"`
+	FalseTerminations    int                   `json:"false_terminations"`
+	MissedDetections     int                   `json:"missed_detections"`
+	ProcessPeakRSS       int64                 `json:"process_peak_rss_bytes"`
+	Failures             []string              `json:"failures"`
+}
+
+// runSim runs the scale simulation once (it takes minutes; its audit is
+// pass or fail, its figures one run's).
+func runSim(quick bool, profiles string) (map[string][]float64, error) {
+	f, err := os.CreateTemp("", "tether-sim-*.json")
+	if err != nil {
+		return nil, err
+	}
+	path := f.Name()
+	f.Close()
+	defer os.Remove(path)
+	args := append([]string{"--log-level", "error", "sim", "--json", path, "--progress-every", "30s"}, scaleArgs...)
+	if quick {
+		args = append([]string{"--log-level", "error", "sim", "--json", path}, quickScaleArgs...)
+	}
+	if profiles != "" {
+		args = append(args, "--cpuprofile", filepath.Join(profiles, "sim.prof"))
+	}
+	cmd := exec.Command("bin/tether", args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, io.MultiWriter(&out, os.Stderr)
+	runErr := cmd.Run()
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) == 0 {
+		return nil, fmt.Errorf("bin/tether %s: %v (run make build first)\n%s", strings.Join(args, " "), runErr, tail(out.String(), 20))
+	}
+	var r simReport
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("sim report: %w", err)
+	}
+	ok := 0.0
+	if len(r.Failures) == 0 {
+		ok = 1
+	}
+	return map[string][]float64{
+		"audit-ok":           {ok},
+		"lost-events":        {float64(r.PublishedByAgents - r.AppliedByAgents)},
+		"false-terminations": {float64(r.FalseTerminations)},
+		"missed-detections":  {float64(r.MissedDetections)},
+		"lag-p99-ms":         {r.ProjectionLag.P99},
+		"alloc-p99-ms":       {r.AllocationLatency.P99},
+		"hang-max-s":         {r.HangDetection.Max / 1000},
+		"events/s":           {r.EventsPerSecond},
+		"pass-mean-ms":       {r.ControllerPassMeanMs},
+		"ready-s":            {r.ReadySeconds},
+		"rss-mib":            {float64(r.ProcessPeakRSS) / (1 << 20)},
+	}, nil
+}
+
 // evaluate takes each target's median and says whether it is met.
 func evaluate(measured map[string]map[string][]float64) []result {
 	var out []result
@@ -234,13 +327,16 @@ func evaluate(measured map[string]map[string][]float64) []result {
 			continue
 		}
 		r.Runs, r.Median = runs, median(runs)
-		r.Met = r.Median >= t.Bound
-		if t.AtMost {
+		switch {
+		case math.IsNaN(t.Bound):
+			r.Met = true // reported, no target
+		case t.AtMost:
 			r.Met = r.Median <= t.Bound
+		default:
+			r.Met = r.Median >= t.Bound
 		}
 		out = append(out, r)
 	}
-	out = append(out, result{target: target{What: "scale: 100,000 simulated game servers on 10,000 hosts"}, Note: "not run: needs the simulator (issue 7)"})
 	return out
 }
 
@@ -266,7 +362,10 @@ func printTable(w io.Writer, results []result) error {
 			runs = append(runs, num(v))
 		}
 		verdict := "met"
-		if !r.Met {
+		switch {
+		case math.IsNaN(r.Bound):
+			verdict = "reported"
+		case !r.Met:
 			verdict = "falls short"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s%s\t%s\t%s\n", r.What, bound(r.target), num(r.Median), r.Unit, strings.Join(runs, " "), verdict)
@@ -275,7 +374,7 @@ func printTable(w io.Writer, results []result) error {
 }
 
 func bound(t target) string {
-	if t.Bench == "" {
+	if t.Bench == "" || math.IsNaN(t.Bound) {
 		return "-"
 	}
 	op := "≥"

@@ -121,20 +121,29 @@ func (m *matchmaker) match(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
+	// The match is over: unless the server failed (an injected fault ends
+	// it), its game removes the players and shuts it down, even after a
+	// player's failure, so that no server stays ALLOCATED for ever.
 	p := m.process(server)
-	if lost.Load() || p == nil || !m.w.faults.matchEnding(server, time.Now()) {
+	if p == nil || !m.w.faults.matchEnding(server, time.Now()) {
 		m.matchesLost.Add(1)
 		return
 	}
 	for _, ps := range resp.GetPlayerSessions() {
 		if err := p.remove(ctx, ps.GetName()); err != nil {
-			m.fail("remove "+ps.GetName(), err)
+			if !lost.Load() {
+				m.fail("remove "+ps.GetName(), err)
+			}
 			continue
 		}
 		m.left.Add(1)
 	}
 	if err := p.shutdown(ctx); err != nil {
 		m.fail("shutdown "+server, err)
+		return
+	}
+	if lost.Load() {
+		m.matchesLost.Add(1)
 		return
 	}
 	m.matchesEnded.Add(1)

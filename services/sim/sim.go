@@ -108,6 +108,10 @@ type Options struct {
 	Duration time.Duration
 	// SettleTimeout bounds the settle phase; default 5m.
 	SettleTimeout time.Duration
+	// OnReport, if set, gets the report as soon as the audit is done,
+	// before the control plane and its thousands of agents are stopped
+	// (which takes a while at scale).
+	OnReport func(*Report)
 	// DataDir holds the run's NATS store and logs; default a new temporary
 	// directory, removed afterwards.
 	DataDir string
@@ -280,6 +284,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	w.conn = conn
 
 	rep, runErr := w.run(runCtx)
+	if runErr == nil && opts.OnReport != nil {
+		opts.OnReport(rep)
+	}
+	fmt.Fprintln(opts.Progress, "stopping the control plane and the simulated hosts")
 	stop()
 	if err := <-devDone; err != nil && runErr == nil && !errors.Is(err, context.Canceled) {
 		runErr = fmt.Errorf("sim: control plane: %w", err)
