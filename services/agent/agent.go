@@ -213,6 +213,9 @@ type Agent struct {
 
 	sessions sessions // game sessions of its servers, for player calls
 
+	// beatList is the heartbeat loop's reused server list.
+	beatList []*gameServer
+
 	// resumed is signalled when the host heartbeat resumes after a gap, so
 	// that servers are re-read from the stream at once (syncServers).
 	resumed chan struct{}
@@ -396,7 +399,9 @@ func (a *Agent) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
 // the count read after the list is 0, every server missing from the list has
 // its end in the stream.
 func (a *Agent) beat() hostbeat.Beat {
-	list := a.snapshot()
+	a.beatList = a.snapshotInto(a.beatList)
+	list := a.beatList
+	defer clear(list)
 	inv := &hostbeat.Inventory{Servers: make([]hostbeat.Server, 0, len(list))}
 	for _, gs := range list {
 		inv.Servers = append(inv.Servers, hostbeat.Server{Name: gs.name, Pid: int(gs.pid.Load())})

@@ -94,7 +94,8 @@ var targets = []target{
 
 // scaleArgs are the scale run's: every DESIGN.md §8 scale figure comes from
 // it (docs/scaling.md explains each setting).
-var scaleArgs = []string{"--hosts", "10000", "--servers-per-host", "10", "--fleets", "10", "--duration", "120s", "--health-period", "5s"}
+var scaleArgs = []string{"--hosts", "10000", "--servers-per-host", "10", "--fleets", "10", "--duration", "60s",
+	"--health-period", "5s", "--host-heartbeat", "5s", "--unreachable-after", "15s"}
 
 // quickScaleArgs shrink it for --quick.
 var quickScaleArgs = []string{"--hosts", "50", "--servers-per-host", "10", "--fleets", "5", "--duration", "15s", "--health-period", "2s"}

@@ -288,7 +288,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		opts.OnReport(rep)
 	}
 	fmt.Fprintln(opts.Progress, "stopping the control plane and the simulated hosts")
+	stopping := time.Now()
 	stop()
+	defer func() { fmt.Fprintf(opts.Progress, "stopped in %.1f s\n", time.Since(stopping).Seconds()) }()
 	if err := <-devDone; err != nil && runErr == nil && !errors.Is(err, context.Canceled) {
 		runErr = fmt.Errorf("sim: control plane: %w", err)
 	}
