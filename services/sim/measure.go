@@ -321,7 +321,8 @@ func (w *world) readHistogram(ctx context.Context, name string) (histogram, erro
 
 // since is the histogram of what was recorded after an earlier reading:
 // the mean, and the upper bound of the highest bucket that got a record (a
-// max, to bucket precision; +Inf reads as the largest finite bound).
+// max, to bucket precision). A record past the last bound gives that bound
+// negated: "more than" it (JSON has no infinity).
 func (h histogram) since(earlier histogram) (n uint64, mean, maxBound float64) {
 	n = h.count - earlier.count
 	if n == 0 {
@@ -337,7 +338,8 @@ func (h histogram) since(earlier histogram) (n uint64, mean, maxBound float64) {
 			if i < len(h.bounds) {
 				maxBound = h.bounds[i]
 			} else if len(h.bounds) > 0 {
-				maxBound = math.Inf(1)
+				// Past the last bound: report it, negated, for "more than".
+				maxBound = -h.bounds[len(h.bounds)-1]
 			}
 			break
 		}

@@ -118,7 +118,11 @@ func (r *Report) Print(out io.Writer) {
 	row("all READY after", "%.1f s (%.0f events/s while coming up)", r.ReadySeconds, r.StartupEventsPerSecond)
 	row("steady phase", "%.0f s, %d events, %.0f events/s", r.SteadySeconds, r.SteadyEvents, r.EventsPerSecond)
 	row("publish→view lag", "%s", lat(r.ProjectionLag))
-	row("controller pass (all fleets)", "mean %.0f ms, max ≤ %.0f ms (%d passes)", r.ControllerPassMeanMs, r.ControllerPassMaxMs, r.ControllerPasses)
+	passMax := fmt.Sprintf("max ≤ %.0f ms", r.ControllerPassMaxMs)
+	if r.ControllerPassMaxMs < 0 {
+		passMax = fmt.Sprintf("max > %.0f ms", -r.ControllerPassMaxMs)
+	}
+	row("controller pass (all fleets)", "mean %.0f ms, %s (%d passes)", r.ControllerPassMeanMs, passMax, r.ControllerPasses)
 	row("allocation latency", "%s", lat(r.AllocationLatency))
 	row("allocations", "%d ok, %d no READY server, %d errors", r.Allocations, r.NoReadyServer, r.AllocationErrors)
 	row("reconnect latency", "%s", lat(r.ReconnectLatency))
