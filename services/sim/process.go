@@ -129,22 +129,15 @@ func (p *process) Wait() (agent.ProcessExit, error) {
 		startup = w.opts.SlowStart
 		w.count.slowStarts.Add(1)
 	}
-	if !p.sleep(ctx, jitter(startup)) {
-		return p.ended(ctx)
-	}
+	// Like the SDK's example game server: connect, heartbeat in the
+	// background from the start (one at once, then every HeartbeatInterval
+	// ±10%, so that processes do not beat in lockstep), and say Ready once
+	// the start-up time has passed, without holding up the heartbeats.
 	conn, err := sdk.Connect(ctx, p.token)
 	if err != nil {
 		return agent.ProcessExit{Code: 2}, nil // the agent forgot it: exit as a real one would
 	}
 	p.setConn(conn)
-	if err := sdk.Ready(ctx, p.token); err != nil {
-		w.count.sdkErrors.Add(1)
-		w.log.Warn("simulated server: Ready refused", "game_server", p.name, "err", err)
-	} else {
-		p.ready.Store(true)
-	}
-	// One heartbeat at once, then one every HeartbeatInterval (±10%, so
-	// that processes do not beat in lockstep), as the SDK's StartHeartbeat.
 	if err := sdk.Health(ctx, p.token); err != nil && ctx.Err() == nil {
 		w.count.sdkErrors.Add(1)
 	}
@@ -152,6 +145,9 @@ func (p *process) Wait() (agent.ProcessExit, error) {
 	next := func() time.Duration { return interval*9/10 + time.Duration(rand.Int64N(int64(interval/5)+1)) }
 	beat := time.NewTimer(next())
 	defer beat.Stop()
+	readyAt := time.NewTimer(jitter(startup))
+	defer readyAt.Stop()
+	readied := make(chan error, 1)
 	for {
 		select {
 		case <-ctx.Done():
@@ -176,6 +172,17 @@ func (p *process) Wait() (agent.ProcessExit, error) {
 				p.mu.Unlock()
 			case faultFlap:
 				p.flap(ctx)
+			}
+		case <-readyAt.C:
+			go func() { readied <- sdk.Ready(ctx, p.token) }()
+		case err := <-readied:
+			if err != nil {
+				if ctx.Err() == nil {
+					w.count.sdkErrors.Add(1)
+					w.log.Warn("simulated server: Ready refused", "game_server", p.name, "err", err)
+				}
+			} else if !p.isHung() {
+				p.ready.Store(true)
 			}
 		case <-beat.C:
 			if !p.isHung() {
