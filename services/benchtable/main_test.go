@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -56,5 +57,33 @@ func TestEvaluateAndPrint(t *testing.T) {
 	}
 	if median([]float64{3, 1, 2, 4}) != 2.5 {
 		t.Fatal("median of an even count")
+	}
+}
+
+// A figure reported without a target is printed as such and survives the
+// JSON the table is saved as.
+func TestReportedFigures(t *testing.T) {
+	results := evaluate(map[string]map[string][]float64{"sim": {"events/s": {133}}})
+	var found bool
+	for _, r := range results {
+		if r.Metric == "events/s" && r.Bench == "sim" {
+			found = true
+			if !r.Reported || !r.Met || r.Median != 133 {
+				t.Fatalf("reported figure: %+v", r)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no scale events/s row")
+	}
+	if _, err := json.Marshal(results); err != nil {
+		t.Fatalf("results do not encode: %v", err)
+	}
+	var b strings.Builder
+	if err := printTable(&b, results); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "reported") {
+		t.Fatalf("table has no reported verdict:\n%s", b.String())
 	}
 }
