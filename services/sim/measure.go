@@ -177,7 +177,10 @@ func postgresPSS() int64 {
 		if len(fields) < 2 {
 			continue
 		}
-		ppid, _ := strconv.Atoi(fields[1])
+		ppid, err := strconv.Atoi(fields[1])
+		if err != nil {
+			continue // not a stat line this reader understands: not counted
+		}
 		parent[pid] = ppid
 		if s[open+1:close] == "postgres" {
 			pg = append(pg, pid)
@@ -205,11 +208,20 @@ func pssOf(pid int) int64 {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if rest, ok := strings.CutPrefix(sc.Text(), "Pss:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb * 1024
+			return kiloBytes(rest)
 		}
 	}
 	return 0
+}
+
+// kiloBytes reads a /proc size such as "  1234 kB" in bytes; 0 (unknown) if
+// the kernel wrote something else.
+func kiloBytes(field string) int64 {
+	kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(field), "kB")), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return kb * 1024
 }
 
 // peakRSS is this process's peak resident set (VmHWM), in bytes.
@@ -220,8 +232,7 @@ func peakRSS() int64 {
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb * 1024
+			return kiloBytes(rest)
 		}
 	}
 	return 0

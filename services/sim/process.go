@@ -206,7 +206,7 @@ func (p *process) ended(context.Context) (agent.ProcessExit, error) {
 func (p *process) flap(ctx context.Context) {
 	w := p.h.w
 	p.closeConn(eventsv1.DisconnectKind_DISCONNECT_KIND_RESET, "simulated connection reset")
-	if !p.sleep(ctx, time.Duration(rand.Int64N(int64(w.opts.FlapPause)+1))) {
+	if !sleepCtx(ctx, time.Duration(rand.Int64N(int64(w.opts.FlapPause)+1))) {
 		return
 	}
 	conn, err := p.h.sdk.Connect(ctx, p.token)
@@ -216,18 +216,6 @@ func (p *process) flap(ctx context.Context) {
 	p.setConn(conn)
 	if err := p.h.sdk.Health(ctx, p.token); err != nil && ctx.Err() == nil {
 		w.count.sdkErrors.Add(1)
-	}
-}
-
-// sleep waits d, or less if the simulation ends (false then).
-func (p *process) sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

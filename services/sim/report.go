@@ -45,6 +45,7 @@ type Report struct {
 	Flaps             int     `json:"sdk_resets"`
 	Partitions        int     `json:"host_partitions"`
 	SlowStarts        int64   `json:"slow_starts"`
+	SDKErrors         int64   `json:"sdk_errors"`         // SDK calls of simulated processes the agent refused (e.g. Ready on a server stopped meanwhile)
 	CrashDetection    Latency `json:"crash_detection_ms"` // injection → GameServerTerminated/ProcessExited
 	HangDetection     Latency `json:"hang_detection_ms"`  // injection → GameServerUnhealthy
 	HangBoundMs       float64 `json:"hang_bound_ms"`      // period × threshold + 1 s
@@ -133,6 +134,7 @@ func (r *Report) Print(out io.Writer) {
 	row("injected", "%d crashes, %d hangs, %d SDK resets, %d host partitions, %d slow starts", r.Crashes, r.Hangs, r.Flaps, r.Partitions, r.SlowStarts)
 	row("crash detection", "%s", lat(r.CrashDetection))
 	row("hang detection", "%s; bound %.0f ms", lat(r.HangDetection), r.HangBoundMs)
+	row("SDK calls refused", "%d", r.SDKErrors)
 	row("missed detections", "%d", r.MissedDetections)
 	row("false terminations", "%d", r.FalseTerminations)
 	fmt.Fprintln(tw, "\t")

@@ -103,6 +103,7 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	}
 	rep.Partitions = cuts
 	rep.SlowStarts = w.count.slowStarts.Load()
+	rep.SDKErrors = w.count.sdkErrors.Load()
 	mm := w.mm
 	rep.Allocations, rep.AllocationErrors, rep.NoReadyServer = mm.allocated.Load(), mm.allocErrors.Load(), mm.noServer.Load()
 	rep.AllocationLatency, rep.ReconnectLatency = mm.allocLatency.summary(), mm.reconnectLatency.summary()
@@ -205,6 +206,7 @@ func (w *world) progress(ctx context.Context, phase string) {
 		}
 		s, err := w.status(ctx)
 		if err != nil {
+			fmt.Fprintf(w.opts.Progress, "  %s: could not read the status: %v\n", phase, err)
 			continue
 		}
 		fmt.Fprintf(w.opts.Progress, "  %s: %d READY, %d live, stream at %d, views at %d; %d matches allocated\n",
