@@ -206,7 +206,9 @@ func (w *world) progress(ctx context.Context, phase string) {
 		}
 		s, err := w.status(ctx)
 		if err != nil {
-			fmt.Fprintf(w.opts.Progress, "  %s: could not read the status: %v\n", phase, err)
+			if ctx.Err() == nil { // not merely the phase ending mid-read
+				fmt.Fprintf(w.opts.Progress, "  %s: could not read the status: %v\n", phase, err)
+			}
 			continue
 		}
 		fmt.Fprintf(w.opts.Progress, "  %s: %d READY, %d live, stream at %d, views at %d; %d matches allocated\n",

@@ -26,7 +26,7 @@ func TestSmokeSimulation(t *testing.T) {
 		HealthPeriod: time.Second, FailureThreshold: 2, SDKGrace: 3 * time.Second,
 		HostHeartbeat: 250 * time.Millisecond, UnreachableAfter: 2 * time.Second, LostAfter: 30 * time.Second,
 		ShutdownGrace: 2 * time.Second, SlowStart: 1500 * time.Millisecond, PartitionLength: 3 * time.Second,
-		CrashRate: 1, HangRate: 0.5, FlapRate: 3, PartitionRate: 0.3, SlowStartFraction: 0.1,
+		CrashRate: 1, HangRate: 0.5, FlapRate: 3, PartitionRate: 0.5, SlowStartFraction: 0.1,
 		AllocationRate: 5, DropFraction: 0.5, MatchLength: 4 * time.Second,
 		Duration: 20 * time.Second, ReadyTimeout: 2 * time.Minute, SettleTimeout: 2 * time.Minute,
 		Progress: testWriter{t}, ProgressEvery: 5 * time.Second,
