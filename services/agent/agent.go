@@ -213,9 +213,6 @@ type Agent struct {
 
 	sessions sessions // game sessions of its servers, for player calls
 
-	// beatList is the heartbeat loop's reused server list.
-	beatList []*gameServer
-
 	// resumed is signalled when the host heartbeat resumes after a gap, so
 	// that servers are re-read from the stream at once (syncServers).
 	resumed chan struct{}
@@ -362,6 +359,7 @@ func (a *Agent) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
 	defer t.Stop()
 	paused := false
 	var lastPut time.Time
+	var list []*gameServer // reused by beat: this runs every few seconds on every host
 	for {
 		skip := a.opts.SkipHeartbeat != nil && a.opts.SkipHeartbeat()
 		if skip != paused {
@@ -369,7 +367,9 @@ func (a *Agent) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
 			a.log.Warn("host heartbeat paused by its hook", "paused", paused)
 		}
 		if !skip {
-			if err := hostbeat.Put(ctx, kv, a.opts.HostID, a.beat()); err != nil {
+			var b hostbeat.Beat
+			b, list = a.beat(list)
+			if err := hostbeat.Put(ctx, kv, a.opts.HostID, b); err != nil {
 				if ctx.Err() == nil {
 					a.log.Warn("host heartbeat failed", "err", err)
 				}
@@ -397,18 +397,18 @@ func (a *Agent) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
 // how many events wait in the outbox. In that order: a server leaves the
 // agent only after its final events are in the stream or the outbox, so when
 // the count read after the list is 0, every server missing from the list has
-// its end in the stream.
-func (a *Agent) beat() hostbeat.Beat {
-	a.beatList = a.snapshotInto(a.beatList)
-	list := a.beatList
-	defer clear(list)
+// its end in the stream. buf is storage for the server list, returned for
+// the next beat.
+func (a *Agent) beat(buf []*gameServer) (hostbeat.Beat, []*gameServer) {
+	list := a.snapshotInto(buf)
+	defer clear(list) // hold no finished server until the next beat
 	inv := &hostbeat.Inventory{Servers: make([]hostbeat.Server, 0, len(list))}
 	for _, gs := range list {
 		inv.Servers = append(inv.Servers, hostbeat.Server{Name: gs.name, Pid: int(gs.pid.Load())})
 	}
 	slices.SortFunc(inv.Servers, func(x, y hostbeat.Server) int { return strings.Compare(x.Name, y.Name) })
 	inv.Queued = a.outbox.len()
-	return hostbeat.Beat{Time: a.opts.Now(), Inventory: inv}
+	return hostbeat.Beat{Time: a.opts.Now(), Inventory: inv}, list
 }
 
 // evaluateHealth applies every server's health contract each interval.

@@ -26,11 +26,21 @@ type LocalSDK struct{ s *sdkServer }
 // also binds SDK listeners.
 func (a *Agent) LocalSDK() *LocalSDK { return &LocalSDK{s: a.sdk} }
 
-// call authenticates a token and returns the context the handlers expect.
-func (l *LocalSDK) call(ctx context.Context, token string) (context.Context, *gameServer, error) {
+// server finds the game server a process token belongs to.
+func (l *LocalSDK) server(token string) (*gameServer, error) {
 	gs := l.s.a.byToken(token)
 	if token == "" || gs == nil {
-		return nil, nil, status.Error(codes.Unauthenticated, "missing or unknown game server token")
+		return nil, status.Error(codes.Unauthenticated, "missing or unknown game server token")
+	}
+	return gs, nil
+}
+
+// call authenticates a token, notes the call as any SDK call is noted, and
+// returns the context the handlers expect.
+func (l *LocalSDK) call(ctx context.Context, token string) (context.Context, *gameServer, error) {
+	gs, err := l.server(token)
+	if err != nil {
+		return nil, nil, err
 	}
 	gs.seen(ctx, localTransport)
 	return context.WithValue(ctx, tokenKey{}, gs), gs, nil
@@ -50,9 +60,9 @@ func (l *LocalSDK) Ready(ctx context.Context, token string) error {
 // the call a fleet makes most (every server, every few seconds), so it
 // allocates nothing.
 func (l *LocalSDK) Health(ctx context.Context, token string) error {
-	gs := l.s.a.byToken(token)
-	if token == "" || gs == nil {
-		return status.Error(codes.Unauthenticated, "missing or unknown game server token")
+	gs, err := l.server(token)
+	if err != nil {
+		return err
 	}
 	gs.seen(ctx, localTransport)
 	gs.heartbeat(ctx)
@@ -123,9 +133,9 @@ type LocalConn struct {
 // Connect opens a held SDK connection for the process with token, as a
 // HealthStream does over gRPC.
 func (l *LocalSDK) Connect(ctx context.Context, token string) (*LocalConn, error) {
-	gs := l.s.a.byToken(token)
-	if token == "" || gs == nil {
-		return nil, status.Error(codes.Unauthenticated, "missing or unknown game server token")
+	gs, err := l.server(token)
+	if err != nil {
+		return nil, err
 	}
 	gs.streamOpened(ctx)
 	return &LocalConn{gs: gs}, nil

@@ -14,6 +14,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -220,30 +221,13 @@ type chaosReport struct {
 
 // runChaos runs the chaos drill once (real game server processes).
 func runChaos(quick bool) (map[string][]float64, error) {
-	f, err := os.CreateTemp("", "tether-chaos-*.json")
-	if err != nil {
-		return nil, err
-	}
-	path := f.Name()
-	f.Close()
-	defer os.Remove(path)
-	args := []string{"--log-level", "error", "chaos", "--json", path, "--servers", "100", "--hosts", "4", "--duration", "60s", "--fault-every", "2s"}
+	args := []string{"--log-level", "error", "chaos", "--servers", "100", "--hosts", "4", "--duration", "60s", "--fault-every", "2s"}
 	if quick {
-		args = []string{"--log-level", "error", "chaos", "--json", path, "--servers", "20", "--hosts", "2", "--duration", "10s", "--fault-every", "1s"}
-	}
-	cmd := exec.Command("bin/tether", args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("bin/tether %s: %w (run make build first)\n%s", strings.Join(args, " "), err, tail(out.String(), 20))
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
+		args = []string{"--log-level", "error", "chaos", "--servers", "20", "--hosts", "2", "--duration", "10s", "--fault-every", "1s"}
 	}
 	var r chaosReport
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("chaos report: %w", err)
+	if err := runTether(args, false, nil, &r); err != nil {
+		return nil, err
 	}
 	return map[string][]float64{
 		"hang-p99-s":         {r.HangDetectP99.Seconds()},
@@ -272,31 +256,18 @@ type simReport struct {
 // runSim runs the scale simulation once (it takes minutes; its audit is
 // pass or fail, its figures one run's).
 func runSim(quick bool, profiles string) (map[string][]float64, error) {
-	f, err := os.CreateTemp("", "tether-sim-*.json")
-	if err != nil {
-		return nil, err
-	}
-	path := f.Name()
-	f.Close()
-	defer os.Remove(path)
-	args := append([]string{"--log-level", "error", "sim", "--json", path, "--progress-every", "30s"}, scaleArgs...)
+	args := append([]string{"--log-level", "error", "sim", "--progress-every", "30s"}, scaleArgs...)
 	if quick {
-		args = append([]string{"--log-level", "error", "sim", "--json", path}, quickScaleArgs...)
+		args = append([]string{"--log-level", "error", "sim"}, quickScaleArgs...)
 	}
 	if profiles != "" {
 		args = append(args, "--cpuprofile", filepath.Join(profiles, "sim.prof"))
 	}
-	cmd := exec.Command("bin/tether", args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, io.MultiWriter(&out, os.Stderr)
-	runErr := cmd.Run()
-	b, err := os.ReadFile(path)
-	if err != nil || len(b) == 0 {
-		return nil, fmt.Errorf("bin/tether %s: %v (run make build first)\n%s", strings.Join(args, " "), runErr, tail(out.String(), 20))
-	}
+	// The simulator exits 1 when its audit fails, with its report written:
+	// the table shows the failure.
 	var r simReport
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("sim report: %w", err)
+	if err := runTether(args, true, os.Stderr, &r); err != nil {
+		return nil, err
 	}
 	ok := 0.0
 	if len(r.Failures) == 0 {
@@ -315,6 +286,47 @@ func runSim(quick bool, profiles string) (map[string][]float64, error) {
 		"ready-s":            {r.ReadySeconds},
 		"rss-mib":            {float64(r.ProcessPeakRSS) / (1 << 20)},
 	}, nil
+}
+
+// runTether runs bin/tether with args and --json FILE, and decodes the
+// report it writes into into. A run that exits non-zero fails, unless
+// reportOnFailure and it wrote its report. progress, if set, also gets the
+// command's stderr as it comes.
+func runTether(args []string, reportOnFailure bool, progress io.Writer, into any) error {
+	f, err := os.CreateTemp("", "tether-bench-*.json")
+	if err != nil {
+		return err
+	}
+	path := f.Name()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	defer os.Remove(path)
+	args = append(args, "--json", path)
+	cmd := exec.Command("bin/tether", args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if progress != nil {
+		cmd.Stderr = io.MultiWriter(&out, progress)
+	}
+	runErr := cmd.Run()
+	failed := func(err error) error {
+		return fmt.Errorf("bin/tether %s: %w (run make build first)\n%s", strings.Join(args, " "), err, tail(out.String(), 20))
+	}
+	if runErr != nil && !reportOnFailure {
+		return failed(runErr)
+	}
+	b, err := os.ReadFile(path)
+	if err == nil && len(b) == 0 {
+		err = errors.New("no report written")
+	}
+	if err != nil {
+		return failed(errors.Join(runErr, err))
+	}
+	if err := json.Unmarshal(b, into); err != nil {
+		return fmt.Errorf("report of bin/tether %s: %w", strings.Join(args, " "), err)
+	}
+	return nil
 }
 
 // evaluate takes each target's median and says whether it is met.

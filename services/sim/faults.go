@@ -53,6 +53,14 @@ func (l *ledger) struck(name string, at time.Time) {
 	}
 }
 
+// faulted reports whether a server was given a crash or hang.
+func (l *ledger) faulted(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.injected[name]
+	return ok
+}
+
 // release forgets a claim whose fault could not be delivered.
 func (l *ledger) release(name string) {
 	l.mu.Lock()

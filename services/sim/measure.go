@@ -111,12 +111,20 @@ var components = []struct{ name, pkg string }{
 // stack, scaling the runtime's sampled records as pprof does.
 func heapByComponent() map[string]int64 {
 	runtime.GC() // the profile describes the heap as of the last GC
-	n, _ := runtime.MemProfile(nil, true)
-	recs := make([]runtime.MemProfileRecord, n+64)
-	n, _ = runtime.MemProfile(recs, true)
+	var recs []runtime.MemProfileRecord
+	for {
+		// ok is false when the profile grew past recs since the size was
+		// read: read it again, a little bigger.
+		n, ok := runtime.MemProfile(recs, true)
+		if ok {
+			recs = recs[:n]
+			break
+		}
+		recs = make([]runtime.MemProfileRecord, n+64)
+	}
 	rate := float64(runtime.MemProfileRate)
 	out := map[string]int64{}
-	for _, r := range recs[:n] {
+	for _, r := range recs {
 		bytes, objs := r.InUseBytes(), r.InUseObjects()
 		if bytes <= 0 || objs <= 0 {
 			continue

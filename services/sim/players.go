@@ -151,12 +151,7 @@ func (m *matchmaker) match(ctx context.Context) {
 
 // serverFailed reports whether the simulation gave the server a fault (a
 // player's error is then expected).
-func (m *matchmaker) serverFailed(server string) bool {
-	m.w.faults.mu.Lock()
-	defer m.w.faults.mu.Unlock()
-	_, ok := m.w.faults.injected[server]
-	return ok
-}
+func (m *matchmaker) serverFailed(server string) bool { return m.w.faults.faulted(server) }
 
 // process finds a running simulated process by game server name.
 func (m *matchmaker) process(server string) *process {

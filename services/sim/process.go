@@ -26,10 +26,9 @@ const (
 // host is one simulated host: the agent's process starter and the game
 // server processes it runs.
 type host struct {
-	w     *world
-	id    string
-	agent *agent.Agent // set once the agent is built
-	sdk   *agent.LocalSDK
+	w   *world
+	id  string
+	sdk *agent.LocalSDK // set once the agent is built
 
 	mu    sync.Mutex
 	procs map[string]*process // running, by game server name
@@ -151,7 +150,7 @@ func (p *process) Wait() (agent.ProcessExit, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return p.ended(ctx)
+			return simulationEnded, nil
 		case sig := <-p.signals:
 			if sig == syscall.SIGKILL {
 				return agent.ProcessExit{Signal: "killed"}, nil
@@ -195,11 +194,9 @@ func (p *process) Wait() (agent.ProcessExit, error) {
 	}
 }
 
-// ended is how a process ends when the simulation stops: the agent is
-// stopping too and records nothing more of it.
-func (p *process) ended(context.Context) (agent.ProcessExit, error) {
-	return agent.ProcessExit{Signal: "killed"}, nil
-}
+// simulationEnded is how a process ends when the simulation stops: the
+// agent is stopping too and records nothing more of it.
+var simulationEnded = agent.ProcessExit{Signal: "killed"}
 
 // flap drops the SDK connection (a reset, as when a proxy or the network
 // blinks) and reconnects after a pause shorter than the disconnect grace.

@@ -36,7 +36,8 @@ type Report struct {
 	PlayersRejoined   int64   `json:"players_rejoined"`
 	PlayersLeft       int64   `json:"players_left"`
 	MatchesEnded      int64   `json:"matches_ended"`
-	MatchesLost       int64   `json:"matches_lost"` // cut short: their server failed (an injected fault) or a player call did
+	MatchesSkipped    int64   `json:"matches_skipped"` // not started: the matchmaker had its maximum in flight
+	MatchesLost       int64   `json:"matches_lost"`    // cut short: their server failed (an injected fault) or a player call did
 	PlayerErrors      int64   `json:"player_errors"`
 	LastPlayerError   string  `json:"last_player_error,omitempty"`
 
@@ -128,7 +129,7 @@ func (r *Report) Print(out io.Writer) {
 	row("allocations", "%d ok, %d no READY server, %d errors", r.Allocations, r.NoReadyServer, r.AllocationErrors)
 	row("reconnect latency", "%s", lat(r.ReconnectLatency))
 	row("players", "%d joined, %d dropped, %d rejoined, %d left; %d errors", r.PlayersJoined, r.PlayersDropped, r.PlayersRejoined, r.PlayersLeft, r.PlayerErrors)
-	row("matches", "%d played to the end, %d cut short (a failed server or player call)", r.MatchesEnded, r.MatchesLost)
+	row("matches", "%d played to the end, %d cut short (a failed server or player call), %d not started (too many in flight)", r.MatchesEnded, r.MatchesLost, r.MatchesSkipped)
 	fmt.Fprintln(tw, "\t")
 	fmt.Fprintln(tw, "FAULTS\t")
 	row("injected", "%d crashes, %d hangs, %d SDK resets, %d host partitions, %d slow starts", r.Crashes, r.Hangs, r.Flaps, r.Partitions, r.SlowStarts)

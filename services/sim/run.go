@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -109,6 +110,7 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	rep.AllocationLatency, rep.ReconnectLatency = mm.allocLatency.summary(), mm.reconnectLatency.summary()
 	rep.PlayersJoined, rep.PlayersDropped, rep.PlayersRejoined, rep.PlayersLeft = mm.joined.Load(), mm.dropped.Load(), mm.rejoined.Load(), mm.left.Load()
 	rep.MatchesEnded, rep.MatchesLost, rep.PlayerErrors = mm.matchesEnded.Load(), mm.matchesLost.Load(), mm.playerErrors.Load()
+	rep.MatchesSkipped = mm.skipped.Load()
 	if s, ok := mm.lastErr.Load().(string); ok {
 		rep.LastPlayerError = s
 	}
@@ -294,7 +296,7 @@ func (w *world) audit(ctx context.Context, rep *Report, injected map[string]inje
 		} else if _, ok := ended[name]; ok {
 			want = []string{"SHUTDOWN_REQUESTED_BY_GAME"}
 		}
-		if !contains(want, reason) {
+		if !slices.Contains(want, reason) {
 			rep.FalseTerminations++
 			if len(falses) < 10 {
 				falses = append(falses, fmt.Sprintf("%s %s %s (SDK resets: %d)", name, state, reason, flapped[name]))
@@ -339,15 +341,6 @@ func (w *world) audit(ctx context.Context, rep *Report, injected map[string]inje
 		rep.Failures = append(rep.Failures, fmt.Sprintf("%d injected faults never detected", rep.MissedDetections))
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // waitApplied waits (at most a minute) until the views include seq.

@@ -250,17 +250,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	defer stop()
 	w.ctx = runCtx
 	started := make(chan *dev.Stack, 1)
-	devDone := make(chan error, 1)
 	fmt.Fprintf(opts.Progress, "starting the control plane and %d simulated hosts\n", opts.Hosts)
 	w.stackDone = make(chan struct{})
 	go func() {
-		var err error
-		defer func() {
-			w.stackErr = err
-			close(w.stackDone)
-			devDone <- err
-		}()
-		err = dev.Run(runCtx, dev.Options{
+		defer close(w.stackDone)
+		w.stackErr = dev.Run(runCtx, dev.Options{
 			DataDir: opts.DataDir, Fresh: true, GRPCPort: -1, RESTPort: -1, NATSPort: -1, SDKPort: -1,
 			Hosts: opts.Hosts, HostCapacity: opts.ServersPerHost, Logger: opts.Logger, MeterProvider: mp,
 			AgentOptions: w.agentOptions, AgentStartSpread: opts.HostStartSpread,
@@ -270,11 +264,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}()
 	select {
 	case w.stack = <-started:
-	case err := <-devDone:
-		return nil, fmt.Errorf("sim: the control plane did not start: %w", err)
+	case <-w.stackDone:
+		return nil, fmt.Errorf("sim: the control plane did not start: %w", w.stackErr)
 	}
 	for i, a := range w.stack.Agents {
-		w.hosts[i].agent, w.hosts[i].sdk = a, a.LocalSDK()
+		w.hosts[i].sdk = a.LocalSDK()
 	}
 	conn, err := grpc.NewClient(w.stack.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -291,7 +285,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	stopping := time.Now()
 	stop()
 	defer func() { fmt.Fprintf(opts.Progress, "stopped in %.1f s\n", time.Since(stopping).Seconds()) }()
-	if err := <-devDone; err != nil && runErr == nil && !errors.Is(err, context.Canceled) {
+	<-w.stackDone
+	if err := w.stackErr; err != nil && runErr == nil && !errors.Is(err, context.Canceled) {
 		runErr = fmt.Errorf("sim: control plane: %w", err)
 	}
 	return rep, runErr
