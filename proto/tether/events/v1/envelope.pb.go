@@ -54,9 +54,13 @@ type Envelope struct {
 	// Version of the envelope and payload schema the producer wrote.
 	SchemaVersion int32 `protobuf:"varint,11,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
 	// The payload: one of the messages of this package.
-	Data          *anypb.Any `protobuf:"bytes,12,opt,name=data,proto3" json:"data,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Data *anypb.Any `protobuf:"bytes,12,opt,name=data,proto3" json:"data,omitempty"`
+	// Digest of the API request's content (SHA-256 of a canonical encoding,
+	// hex), set with request_id: a retry that reuses the request id with
+	// different content is refused instead of answered with the first result.
+	RequestFingerprint string `protobuf:"bytes,13,opt,name=request_fingerprint,json=requestFingerprint,proto3" json:"request_fingerprint,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Envelope) Reset() {
@@ -173,11 +177,18 @@ func (x *Envelope) GetData() *anypb.Any {
 	return nil
 }
 
+func (x *Envelope) GetRequestFingerprint() string {
+	if x != nil {
+		return x.RequestFingerprint
+	}
+	return ""
+}
+
 var File_tether_events_v1_envelope_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_envelope_proto_rawDesc = "" +
 	"\n" +
-	"\x1ftether/events/v1/envelope.proto\x12\x10tether.events.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9f\x03\n" +
+	"\x1ftether/events/v1/envelope.proto\x12\x10tether.events.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x03\n" +
 	"\bEnvelope\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1c\n" +
@@ -195,7 +206,8 @@ const file_tether_events_v1_envelope_proto_rawDesc = "" +
 	" \x01(\tR\n" +
 	"tracestate\x12%\n" +
 	"\x0eschema_version\x18\v \x01(\x05R\rschemaVersion\x12(\n" +
-	"\x04data\x18\f \x01(\v2\x14.google.protobuf.AnyR\x04dataB<Z:github.com/tetherhq/tether/proto/tether/events/v1;eventsv1b\x06proto3"
+	"\x04data\x18\f \x01(\v2\x14.google.protobuf.AnyR\x04data\x12/\n" +
+	"\x13request_fingerprint\x18\r \x01(\tR\x12requestFingerprintB<Z:github.com/tetherhq/tether/proto/tether/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_tether_events_v1_envelope_proto_rawDescOnce sync.Once

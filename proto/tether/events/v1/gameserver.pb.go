@@ -52,6 +52,10 @@ const (
 	Reason_REASON_PROCESS_START_FAILED Reason = 11
 	// The host agent was stopped and took its game servers with it.
 	Reason_REASON_HOST_SHUTDOWN Reason = 12
+	// The host agent restarted and did not take the server back: the new agent
+	// knows none of its predecessor's processes, so it stopped the process if
+	// it still ran (evidence: its pid and whether it was still running).
+	Reason_REASON_AGENT_RESTARTED Reason = 13
 )
 
 // Enum value maps for Reason.
@@ -70,6 +74,7 @@ var (
 		10: "REASON_FLEET_DELETED",
 		11: "REASON_PROCESS_START_FAILED",
 		12: "REASON_HOST_SHUTDOWN",
+		13: "REASON_AGENT_RESTARTED",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":                  0,
@@ -85,6 +90,7 @@ var (
 		"REASON_FLEET_DELETED":                10,
 		"REASON_PROCESS_START_FAILED":         11,
 		"REASON_HOST_SHUTDOWN":                12,
+		"REASON_AGENT_RESTARTED":              13,
 	}
 )
 
@@ -1645,7 +1651,7 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\x1a6\n" +
 	"\bSetEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x9d\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xb9\x03\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aREASON_HEALTH_CHECK_FAILED\x10\x01\x12\x19\n" +
@@ -1660,7 +1666,8 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\x14REASON_FLEET_DELETED\x10\n" +
 	"\x12\x1f\n" +
 	"\x1bREASON_PROCESS_START_FAILED\x10\v\x12\x18\n" +
-	"\x14REASON_HOST_SHUTDOWN\x10\f*\xed\x01\n" +
+	"\x14REASON_HOST_SHUTDOWN\x10\f\x12\x1a\n" +
+	"\x16REASON_AGENT_RESTARTED\x10\r*\xed\x01\n" +
 	"\tLifecycle\x12\x19\n" +
 	"\x15LIFECYCLE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13LIFECYCLE_SCHEDULED\x10\x01\x12\x16\n" +

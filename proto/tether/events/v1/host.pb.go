@@ -34,9 +34,14 @@ type HostRegistered struct {
 	// Version of the agent binary.
 	AgentVersion string `protobuf:"bytes,4,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	// Address of the agent's local SDK endpoint.
-	SdkAddress    string `protobuf:"bytes,5,opt,name=sdk_address,json=sdkAddress,proto3" json:"sdk_address,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SdkAddress string `protobuf:"bytes,5,opt,name=sdk_address,json=sdkAddress,proto3" json:"sdk_address,omitempty"`
+	// Random id of the agent process that registered. A new one means the
+	// agent restarted: it supervises none of the processes its predecessor
+	// started, and the servers whose last event precedes this registration
+	// are no longer looked after by anyone.
+	AgentIncarnation string `protobuf:"bytes,6,opt,name=agent_incarnation,json=agentIncarnation,proto3" json:"agent_incarnation,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *HostRegistered) Reset() {
@@ -100,6 +105,13 @@ func (x *HostRegistered) GetAgentVersion() string {
 func (x *HostRegistered) GetSdkAddress() string {
 	if x != nil {
 		return x.SdkAddress
+	}
+	return ""
+}
+
+func (x *HostRegistered) GetAgentIncarnation() string {
+	if x != nil {
+		return x.AgentIncarnation
 	}
 	return ""
 }
@@ -330,14 +342,15 @@ var File_tether_events_v1_host_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_host_proto_rawDesc = "" +
 	"\n" +
-	"\x1btether/events/v1/host.proto\x12\x10tether.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8d\x02\n" +
+	"\x1btether/events/v1/host.proto\x12\x10tether.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xba\x02\n" +
 	"\x0eHostRegistered\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x05R\bcapacity\x12D\n" +
 	"\x06labels\x18\x02 \x03(\v2,.tether.events.v1.HostRegistered.LabelsEntryR\x06labels\x12\x18\n" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12#\n" +
 	"\ragent_version\x18\x04 \x01(\tR\fagentVersion\x12\x1f\n" +
 	"\vsdk_address\x18\x05 \x01(\tR\n" +
-	"sdkAddress\x1a9\n" +
+	"sdkAddress\x12+\n" +
+	"\x11agent_incarnation\x18\x06 \x01(\tR\x10agentIncarnation\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"X\n" +

@@ -316,9 +316,14 @@ type HostState struct {
 	// Time of HostRegistered.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Time of the last event.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Agent incarnation of the last HostRegistered.
+	AgentIncarnation string `protobuf:"bytes,12,opt,name=agent_incarnation,json=agentIncarnation,proto3" json:"agent_incarnation,omitempty"`
+	// Stream sequence of the last HostRegistered: a live game server on this
+	// host whose last event is older was started by an earlier agent.
+	RegisteredSequence uint64 `protobuf:"varint,13,opt,name=registered_sequence,json=registeredSequence,proto3" json:"registered_sequence,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *HostState) Reset() {
@@ -426,6 +431,20 @@ func (x *HostState) GetUpdateTime() *timestamppb.Timestamp {
 		return x.UpdateTime
 	}
 	return nil
+}
+
+func (x *HostState) GetAgentIncarnation() string {
+	if x != nil {
+		return x.AgentIncarnation
+	}
+	return ""
+}
+
+func (x *HostState) GetRegisteredSequence() uint64 {
+	if x != nil {
+		return x.RegisteredSequence
+	}
+	return 0
 }
 
 // GameServerState is a game server folded from its events: three separate
@@ -742,7 +761,7 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\vupdate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12;\n" +
 	"\vdelete_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"deleteTime\"\xaf\x04\n" +
+	"deleteTime\"\x8d\x05\n" +
 	"\tHostState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1c.tether.events.v1.HostStatusR\x06status\x12\x1a\n" +
@@ -758,7 +777,9 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x1a9\n" +
+	"updateTime\x12+\n" +
+	"\x11agent_incarnation\x18\f \x01(\tR\x10agentIncarnation\x12/\n" +
+	"\x13registered_sequence\x18\r \x01(\x04R\x12registeredSequence\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf8\f\n" +
