@@ -12,7 +12,10 @@ import (
 
 // ApplyHost folds one event into a host's state and returns the new state;
 // the input is not modified. Events the host's status does not allow are
-// errors. A registered host may register again (an agent restart).
+// errors. A registered host may register again (an agent restart): the
+// registration's stream sequence is kept (RegisteredSequence), so a live
+// game server whose last event is older is known to belong to an earlier
+// agent of the host, which the new one does not supervise.
 func ApplyHost(state *eventsv1.HostState, e Envelope) (*eventsv1.HostState, error) {
 	next := proto.CloneOf(state)
 	if next == nil {
@@ -31,6 +34,7 @@ func ApplyHost(state *eventsv1.HostState, e Envelope) (*eventsv1.HostState, erro
 		}
 		next.Capacity, next.Labels, next.Address = d.GetCapacity(), cloneMap(d.GetLabels()), d.GetAddress()
 		next.AgentVersion, next.SdkAddress = d.GetAgentVersion(), d.GetSdkAddress()
+		next.AgentIncarnation, next.RegisteredSequence = d.GetAgentIncarnation(), e.Sequence
 		next.LastHeartbeatTime = at
 		next.Status = onlineStatus(next.Draining)
 	case *eventsv1.HostOnline:

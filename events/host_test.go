@@ -187,3 +187,32 @@ func TestApplyHostForeignEvent(t *testing.T) {
 		t.Errorf("err = %v, want a plain error, not a TransitionError", err)
 	}
 }
+
+func TestApplyHostKeepsTheRegistration(t *testing.T) {
+	first := events.New(hostName, at(0), &eventsv1.HostRegistered{Capacity: 8, AgentIncarnation: "a1"})
+	first.Sequence = 10
+	state, err := events.ApplyHost(nil, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state.GetRegisteredSequence() != 10 || state.GetAgentIncarnation() != "a1" {
+		t.Fatalf("after the first registration: sequence %d, incarnation %q; want 10, a1", state.GetRegisteredSequence(), state.GetAgentIncarnation())
+	}
+	lost := events.New(hostName, at(1), &eventsv1.HostUnreachable{LastHeartbeatTime: tsAt(1)})
+	lost.Sequence = 11
+	if state, err = events.ApplyHost(state, lost); err != nil {
+		t.Fatal(err)
+	}
+	if state.GetRegisteredSequence() != 10 {
+		t.Errorf("a liveness event moved the registration to %d", state.GetRegisteredSequence())
+	}
+	again := events.New(hostName, at(2), &eventsv1.HostRegistered{Capacity: 8, AgentIncarnation: "a2"})
+	again.Sequence = 42
+	if state, err = events.ApplyHost(state, again); err != nil {
+		t.Fatal(err)
+	}
+	if state.GetRegisteredSequence() != 42 || state.GetAgentIncarnation() != "a2" || state.GetStatus() != eventsv1.HostStatus_HOST_STATUS_ONLINE {
+		t.Errorf("after the agent restarted: sequence %d, incarnation %q, %v; want 42, a2, ONLINE",
+			state.GetRegisteredSequence(), state.GetAgentIncarnation(), state.GetStatus())
+	}
+}

@@ -150,7 +150,12 @@ func (v *Views) AllocationCandidates(ctx context.Context, q AllocationQuery) ([]
 	if err != nil {
 		return nil, fmt.Errorf("views: labels: %w", err)
 	}
-	const match = `state = 'READY' AND ($1 = '' OR fleet = $1) AND labels @> $2::jsonb`
+	// A READY row whose last event precedes its host's last registration
+	// belongs to an agent that has since restarted: nobody supervises its
+	// process any more, and the controller is about to terminate it
+	// (AGENT_RESTARTED). It is never a candidate.
+	const match = `state = 'READY' AND ($1 = '' OR fleet = $1) AND labels @> $2::jsonb
+AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host AND h.registered_sequence > game_servers.last_sequence)`
 	type host struct {
 		name        string
 		ready, busy int

@@ -1,0 +1,52 @@
+package postgres_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/projections/postgres"
+)
+
+// TestAllocationSkipsServersOfARestartedAgent: once a host's agent
+// registers again (it restarted and supervises none of its predecessor's
+// processes), the READY servers whose last event precedes the registration
+// are no allocation candidates; a server with an event after it is.
+func TestAllocationSkipsServersOfARestartedAgent(t *testing.T) {
+	e := newEnv(t)
+	e.scenario(4) // gs-0 and gs-1 READY on hosts/h1; gs-2, gs-3 terminated
+	e.append("hosts/h1", &eventsv1.HostRegistered{Capacity: 100, Address: "127.0.0.1", AgentIncarnation: "second"})
+	// gs-1 hears from the new agent after the registration (say it was
+	// reclaimed); gs-0 does not.
+	e.append("fleets/arena/gameServers/gs-1", &eventsv1.LabelsChanged{Set: map[string]string{"seen": "again"}})
+	pool := e.pool()
+	e.run(e.projector(pool, "registration", time.Minute, 7))
+	v := postgres.NewViews(pool)
+
+	host, err := v.Host(e.ctx, "hosts/h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host.State.GetRegisteredSequence() == 0 || host.State.GetAgentIncarnation() != "second" {
+		t.Fatalf("host registration not folded: sequence %d, incarnation %q", host.State.GetRegisteredSequence(), host.State.GetAgentIncarnation())
+	}
+	got, err := v.AllocationCandidates(e.ctx, postgres.AllocationQuery{Fleet: "fleets/arena", Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range got {
+		names = append(names, r.State.GetName())
+	}
+	if want := []string{"fleets/arena/gameServers/gs-1"}; !slices.Equal(names, want) {
+		t.Fatalf("candidates after the agent registered again = %v, want %v", names, want)
+	}
+	ready, err := v.ListGameServers(e.ctx, postgres.GameServerQuery{Fleet: "fleets/arena", State: "READY", Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ready) != 2 {
+		t.Fatalf("READY rows = %d, want 2 (the view shows them; only allocation skips one)", len(ready))
+	}
+}
