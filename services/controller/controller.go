@@ -329,6 +329,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.terminateOrphans(ctx, hostRows, servers, note)
 	hosts, err := roomOn(hostRows, status)
 	if err != nil {
 		return err

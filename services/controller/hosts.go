@@ -221,3 +221,57 @@ func (c *Controller) checkInventory(ctx context.Context, host string, beat hostb
 		c.log.Warn("game server missing from its host's inventory; terminated", "game_server", name, "host", host, "pid", r.State.GetPid())
 	}
 }
+
+// restartedDetail opens the evidence of a server terminated because its
+// host's agent restarted without it.
+const restartedDetail = "its host's agent restarted"
+
+// terminateOrphans ends the live game servers whose host's agent restarted
+// since their last event (DESIGN.md §4): an agent that starts supervises
+// none of its predecessor's processes. It stops those it recorded in its
+// data directory and terminates them itself before it registers; the rest
+// (a lost data directory, a process started in the moment before the
+// crash) are found here: a server that is neither SCHEDULED (its start may
+// still come from the command stream, and the new agent will run it) nor
+// TERMINATED, whose last event precedes its host's last registration, has
+// nobody looking after it. It is terminated with AGENT_RESTARTED and the
+// evidence, and its fleet replaces it. The append is guarded by the
+// server's sequence, so one that heard from anyone since is left alone.
+func (c *Controller) terminateOrphans(ctx context.Context, hosts []postgres.HostRow, servers []postgres.Row[*eventsv1.GameServerState], note func(uint64)) {
+	registered := make(map[string]*eventsv1.HostState, len(hosts))
+	for _, h := range hosts {
+		registered[h.State.GetName()] = h.State
+	}
+	for _, r := range servers {
+		h := registered[r.State.GetHost()]
+		if h == nil || r.Sequence >= h.GetRegisteredSequence() {
+			continue
+		}
+		switch r.State.GetLifecycle() {
+		case eventsv1.Lifecycle_LIFECYCLE_SCHEDULED, eventsv1.Lifecycle_LIFECYCLE_TERMINATED:
+			continue
+		}
+		name := r.State.GetName()
+		ev := &eventsv1.Evidence{RequestedBy: c.producer, Detail: fmt.Sprintf(
+			"%s: %s registered again at sequence %d (agent %s) after this server's last event (sequence %d, %s, pid %d); the new agent does not supervise it",
+			restartedDetail, h.GetName(), h.GetRegisteredSequence(), h.GetAgentIncarnation(), r.Sequence,
+			events.LifecycleName(r.State.GetLifecycle()), r.State.GetPid())}
+		msgs, err := events.DecideGameServer(name, r.State, events.Terminate{Reason: eventsv1.Reason_REASON_AGENT_RESTARTED, Evidence: ev})
+		if err != nil {
+			c.log.Error("terminate server of a restarted agent", "game_server", name, "err", err)
+			continue
+		}
+		seq, err := c.opts.Store.Append(ctx, events.MustSubject(name), r.Sequence, c.envelopes(name, msgs)...)
+		if errors.Is(err, events.ErrConflict) {
+			c.log.Info("server of a restarted agent changed since the views were read; left to its events", "game_server", name)
+			continue
+		}
+		if err != nil {
+			c.log.Error("terminate server of a restarted agent", "game_server", name, "err", err)
+			continue
+		}
+		note(seq)
+		c.shutdowns.Add(ctx, 1)
+		c.log.Warn("game server of a restarted agent terminated", "game_server", name, "host", h.GetName(), "pid", r.State.GetPid())
+	}
+}
