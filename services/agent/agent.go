@@ -205,6 +205,11 @@ type Agent struct {
 	log      *slog.Logger
 	host     string // resource name
 	producer string
+	// incarnation is a random id of this agent process, in its host's
+	// registration and its process records: a new one tells the control
+	// plane that the host's earlier processes are nobody's now.
+	incarnation string
+	records     processRecords // the processes it started (orphans.go)
 	ports    *portPool
 	sdk      *sdkServer
 	outbox   *outbox
@@ -236,8 +241,10 @@ func New(opts Options) (*Agent, error) {
 	a := &Agent{
 		opts:     opts,
 		log:      opts.Logger.With("host", opts.HostID),
-		host:     events.HostName(opts.HostID),
-		producer: events.HostName(opts.HostID),
+		host:        events.HostName(opts.HostID),
+		producer:    events.HostName(opts.HostID),
+		incarnation: events.NewID("agent"),
+		records:     processRecords{dir: filepath.Join(opts.LogDir, "processes")},
 		ports:    newPortPool(opts.PortMin, opts.PortMax),
 		servers:  map[string]*gameServer{},
 		tokens:   map[string]*gameServer{},
@@ -277,8 +284,12 @@ func (a *Agent) SDKAddr() string { return a.sdk.grpcAddr() }
 // SDKHTTPAddr returns the local SDK's REST address ("" with LocalSDKOnly).
 func (a *Agent) SDKHTTPAddr() string { return a.sdk.httpAddr() }
 
-// Run registers the host and serves until ctx ends.
+// Run reclaims what an earlier agent of the host left (orphans.go),
+// registers the host and serves until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
+	if err := a.untilDone(ctx, "reclaim an earlier agent's processes", func() error { return a.reclaim(ctx) }); err != nil {
+		return err
+	}
 	if err := a.untilDone(ctx, "register the host", func() error { return a.register(ctx) }); err != nil {
 		return err
 	}
@@ -296,7 +307,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	a.log.Info("agent started", "sdk", a.SDKAddr(), "sdk_http", a.SDKHTTPAddr(), "capacity", a.opts.Capacity)
+	a.log.Info("agent started", "incarnation", a.incarnation, "sdk", a.SDKAddr(), "sdk_http", a.SDKHTTPAddr(), "capacity", a.opts.Capacity)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.sdk.run(gctx) })
 	g.Go(func() error { return a.heartbeat(gctx, kv) })
@@ -341,7 +352,7 @@ func (a *Agent) untilDone(ctx context.Context, what string, step func() error) e
 func (a *Agent) register(ctx context.Context) error {
 	e := events.New(a.host, a.opts.Now(), &eventsv1.HostRegistered{
 		Capacity: int32(a.opts.Capacity), Labels: a.opts.Labels, Address: a.opts.Address,
-		AgentVersion: a.opts.Version, SdkAddress: a.SDKAddr(),
+		AgentVersion: a.opts.Version, SdkAddress: a.SDKAddr(), AgentIncarnation: a.incarnation,
 	})
 	e.Producer = a.producer
 	if _, err := a.opts.Store.Append(ctx, events.MustSubject(a.host), events.AnySequence, e); err != nil {

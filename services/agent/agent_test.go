@@ -3,6 +3,7 @@ package agent_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -57,6 +58,10 @@ type harness struct {
 	bus   *commands.Bus
 	agent *agent.Agent
 	logs  *syncBuffer
+	// crash stops the agent's work without waiting for its supervisors,
+	// whose processes run on (as after kill -9); done yields Run's error.
+	crash func()
+	done  chan error
 }
 
 func newHarness(t *testing.T) *harness {
@@ -76,6 +81,7 @@ func newHarnessOpts(t *testing.T, opts func(*agent.Options)) *harness {
 	ns := natstest.Start(t)
 	_, js := natstest.Connect(t, ns)
 	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	store, err := natsjs.New(ctx, js, natsjs.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -84,9 +90,18 @@ func newHarnessOpts(t *testing.T, opts func(*agent.Options)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h := &harness{t: t, ctx: ctx, js: js, store: store, bus: bus}
+	h.startAgent(opts)
+	return h
+}
+
+// startAgent runs an agent for host h1 on the harness's NATS.
+func (h *harness) startAgent(opts func(*agent.Options)) {
+	t := h.t
+	t.Helper()
 	logs := &syncBuffer{}
 	o := agent.Options{
-		HostID: "h1", JetStream: js, Store: store, Commands: bus, LogDir: t.TempDir(),
+		HostID: "h1", JetStream: h.js, Store: h.store, Commands: h.bus, LogDir: t.TempDir(),
 		PortMin: 21000 + os.Getpid()%500*10, PortMax: 21000 + os.Getpid()%500*10 + 9,
 		KillProcessesOnExit: true, Logger: slog.New(slog.NewTextHandler(logs, nil)), SyncInterval: 100 * time.Millisecond,
 	}
@@ -95,15 +110,46 @@ func newHarnessOpts(t *testing.T, opts func(*agent.Options)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	actx, cancel := context.WithCancel(h.ctx)
 	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	go func() { done <- a.Run(actx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("agent: %v", err)
 		}
 	})
-	return &harness{t: t, ctx: ctx, js: js, store: store, bus: bus, agent: a, logs: logs}
+	h.agent, h.logs, h.crash, h.done = a, logs, cancel, done
+}
+
+// restart starts another agent for the same host on the same NATS, with
+// its own options (the first one is crashed or stopped beforehand).
+func (h *harness) restart(opts func(*agent.Options)) *harness {
+	h.t.Helper()
+	next := &harness{t: h.t, ctx: h.ctx, js: h.js, store: h.store, bus: h.bus}
+	next.startAgent(opts)
+	return next
+}
+
+// waitHostRegistered waits until the host has registered n times and
+// returns those events.
+func (h *harness) waitHostRegistered(n int) []events.Envelope {
+	h.t.Helper()
+	var regs []events.Envelope
+	wait.For(h.t, 15*time.Second, fmt.Sprintf("%d host registrations", n), func() bool {
+		hist, err := h.store.History(h.ctx, events.MustSubject("hosts/h1"), 0)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		regs = regs[:0]
+		for _, e := range hist {
+			if e.Type == "HostRegistered" {
+				regs = append(regs, e)
+			}
+		}
+		return len(regs) >= n
+	})
+	return regs
 }
 
 // schedule appends GameServerScheduled for a server on h1 and sends the

@@ -204,6 +204,7 @@ func (gs *gameServer) supervise(ctx context.Context) {
 		if werr != nil {
 			gs.log.Error("wait for game server process", "err", werr)
 		}
+		gs.forgetProcess()
 		exited := exitFacts(end, attempt)
 		if ctx.Err() != nil && !gs.a.opts.KillProcessesOnExit {
 			// The agent is stopping and leaves its processes be: it no longer
@@ -222,7 +223,7 @@ func (gs *gameServer) supervise(ctx context.Context) {
 		}
 		gs.mu.Unlock()
 		exited.WillRestart = restart
-		gs.log.Info("game server process exited", "pid", proc.Pid(), "exit_code", exited.ExitCode, "signal", exited.GetSignal(), "attempt", attempt, "restart", restart)
+		gs.log.Info("game server process exited", "pid", proc.Pid(), "exit", describeExit(end), "attempt", attempt, "restart", restart)
 		if !restart {
 			if gs.lifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
 				gs.log.Info("process of a server already terminated elsewhere has ended")
@@ -284,6 +285,7 @@ func (gs *gameServer) launch(attempt int) (Process, error) {
 		return nil, err
 	}
 	pid := proc.Pid()
+	gs.recordProcess(pid)
 	gs.mu.Lock()
 	gs.proc = proc
 	gs.pid.Store(int64(pid))
@@ -294,6 +296,15 @@ func (gs *gameServer) launch(attempt int) (Process, error) {
 		Pid: int32(pid), Address: gs.a.opts.Address, Ports: ports, LogPath: gs.logPath, Attempt: int32(attempt),
 	}})
 	return proc, nil
+}
+
+// describeExit says how a process ended, for logs: "exit code 3" or
+// "signal killed".
+func describeExit(end ProcessExit) string {
+	if end.Signal != "" {
+		return "signal " + end.Signal
+	}
+	return "exit code " + strconv.Itoa(end.Code)
 }
 
 // envName turns a port name into its environment suffix: "game-udp" → "GAME_UDP".

@@ -1,11 +1,15 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
 )
 
 // Processes starts game server processes. The agent's default, OSProcesses,
@@ -100,4 +104,65 @@ func (o osProcess) Wait() (ProcessExit, error) {
 		return ProcessExit{Signal: ws.Signal().String()}, nil
 	}
 	return ProcessExit{Code: state.ExitCode()}, nil
+}
+
+// Identity is the machine's boot id and the process's start time in clock
+// ticks since that boot (field 22 of /proc/<pid>/stat), which a later
+// process reusing the pid, in this boot or after a reboot, does not have;
+// "" if no such process runs (a zombie has ended).
+func (OSProcesses) Identity(pid int) string {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	// "pid (comm) state ppid …": comm may hold spaces and parentheses, so
+	// the fields are counted from the last ')'.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return ""
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	const state, startTime = 0, 19 // fields 3 and 22 of the whole line
+	if len(fields) <= startTime || fields[state] == "Z" || fields[state] == "X" {
+		return ""
+	}
+	return strings.TrimSpace(string(boot)) + "/" + fields[startTime]
+}
+
+// orphanPoll is how often StopOrphan looks whether the process has gone.
+const orphanPoll = 20 * time.Millisecond
+
+// StopOrphan stops the process group of pid if the process still has
+// identity id: SIGTERM, then SIGKILL once grace has passed without it
+// ending, then a wait of at most grace more for it to go.
+func (p OSProcesses) StopOrphan(ctx context.Context, pid int, id string, grace time.Duration) (bool, error) {
+	if id == "" || p.Identity(pid) != id {
+		return false, nil
+	}
+	gone := func(limit time.Duration) bool {
+		deadline := time.Now().Add(limit)
+		for p.Identity(pid) == id {
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return false
+			}
+			time.Sleep(orphanPoll)
+		}
+		return true
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		if err := syscall.Kill(-pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return true, fmt.Errorf("signal %s: %w", sig, err)
+		}
+		if gone(grace) {
+			return true, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return true, err
+		}
+	}
+	return true, fmt.Errorf("process %d still runs %s after SIGKILL", pid, grace)
 }

@@ -1,0 +1,186 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/agent"
+	"github.com/tetherhq/tether/services/dev/wait"
+)
+
+// running reports whether a process is alive (not gone, not a zombie).
+func running(pid int) bool {
+	return agent.OSProcesses{}.Identity(pid) != ""
+}
+
+// TestRestartedAgentStopsAndTerminatesItsPredecessorsServers: an agent
+// dies without stopping its processes (kill -9 leaves them running), and a
+// new agent starts on the host with the same data directory. Before it
+// registers, the new agent stops the process the old one left and
+// terminates its server with AGENT_RESTARTED and the evidence; only then
+// does its HostRegistered (with a new incarnation) reach the stream.
+func TestRestartedAgentStopsAndTerminatesItsPredecessorsServers(t *testing.T) {
+	logDir := t.TempDir()
+	keep := func(o *agent.Options) { o.LogDir, o.KillProcessesOnExit = logDir, false }
+	old := newHarnessOpts(t, keep)
+	name := "fleets/arena/gameServers/gs-orphan"
+	old.schedule(name, &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}})
+	pid := int(old.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted).GetPid())
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) }) // whatever happens below
+
+	// The old agent dies: its work stops, its process runs on, unsupervised.
+	old.crash()
+	if !running(pid) {
+		t.Fatalf("the process %d did not outlive its agent", pid)
+	}
+	before := len(old.history(name))
+
+	// A new agent on the same host and data directory.
+	renewed := old.restart(keep)
+	reg := renewed.waitHostRegistered(2)
+	wait.For(t, 15*time.Second, "the orphaned process to be stopped", func() bool { return !running(pid) })
+	hist := renewed.history(name)
+	if len(hist) != before+1 {
+		t.Fatalf("%d events after the restart, want 1 (GameServerTerminated): %v", len(hist)-before, hist[before:])
+	}
+	end := hist[before]
+	term, ok := end.Data.(*eventsv1.GameServerTerminated)
+	if !ok || term.GetReason() != eventsv1.Reason_REASON_AGENT_RESTARTED || end.Producer != "hosts/h1" ||
+		!strings.Contains(term.GetEvidence().GetDetail(), "(pid "+strconv.Itoa(pid)+")") ||
+		!strings.Contains(term.GetEvidence().GetDetail(), "was still running and was stopped") {
+		t.Fatalf("the orphan ended with %s by %s: %v", end.Type, end.Producer, end.Data)
+	}
+	if end.Sequence > reg[1].Sequence {
+		t.Errorf("the server was terminated (sequence %d) after the host registered again (%d)", end.Sequence, reg[1].Sequence)
+	}
+	first, second := reg[0].Data.(*eventsv1.HostRegistered), reg[1].Data.(*eventsv1.HostRegistered)
+	if first.GetAgentIncarnation() == "" || first.GetAgentIncarnation() == second.GetAgentIncarnation() {
+		t.Errorf("incarnations %q then %q, want two different ones", first.GetAgentIncarnation(), second.GetAgentIncarnation())
+	}
+	records, err := os.ReadDir(logDir + "/processes")
+	if err != nil || len(records) != 0 {
+		t.Errorf("process records left after the reclaim: %v %v", records, err)
+	}
+}
+
+// TestReclaimNeverStopsAProcessThatReusedThePid: a record whose process has
+// ended, and whose pid now belongs to another process, stops nothing; the
+// server is still terminated, with evidence that its process had ended.
+func TestReclaimNeverStopsAProcessThatReusedThePid(t *testing.T) {
+	logDir := t.TempDir()
+	keep := func(o *agent.Options) { o.LogDir, o.KillProcessesOnExit = logDir, false }
+	old := newHarnessOpts(t, keep)
+	name := "fleets/arena/gameServers/gs-reused"
+	old.schedule(name, &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}})
+	pid := int(old.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted).GetPid())
+	old.crash()
+
+	// The process ends while no agent runs, and its pid goes to another
+	// process. (A pid cannot be reused on demand: the record is pointed at
+	// a stranger instead, with an identity that is not the stranger's.)
+	path := logDir + "/processes/fleets_arena_gameServers_gs-reused.json"
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-old.done; err != nil { // in this process, the old agent's supervisor saw the end
+		t.Fatal(err)
+	}
+	old.done <- nil // for the harness's cleanup
+	stranger := exec.Command("/bin/sleep", "600")
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stranger.Process.Kill(); _ = stranger.Wait() })
+	var rec map[string]any
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec["pid"] != float64(pid) || rec["identity"] == "" {
+		t.Fatalf("record %s does not hold pid %d and an identity", raw, pid)
+	}
+	// The stranger started later: the same pid, another start time.
+	rec["pid"], rec["identity"] = stranger.Process.Pid, agent.OSProcesses{}.Identity(stranger.Process.Pid)+"-earlier"
+	forged, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, forged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	renewed := old.restart(keep)
+	renewed.waitHostRegistered(2)
+	end := renewed.history(name)
+	term, ok := end[len(end)-1].Data.(*eventsv1.GameServerTerminated)
+	if !ok || term.GetReason() != eventsv1.Reason_REASON_AGENT_RESTARTED || !strings.Contains(term.GetEvidence().GetDetail(), "had already ended") {
+		t.Fatalf("the server ended with %v", end[len(end)-1].Data)
+	}
+	if !running(stranger.Process.Pid) {
+		t.Fatal("the agent stopped a process that was not its own")
+	}
+}
+
+// TestOrphanStopperChecksIdentity: StopOrphan stops a process only with
+// its identity, SIGKILLs one that ignores SIGTERM, and reports whether it
+// ran.
+func TestOrphanStopperChecksIdentity(t *testing.T) {
+	var p agent.OSProcesses
+	cmd := exec.Command("/bin/sh", "-c", "trap '' TERM; sleep 600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reaped := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(reaped) }() // as init would reap an orphan
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); <-reaped })
+	pid := cmd.Process.Pid
+	id := p.Identity(pid)
+	if id == "" {
+		t.Fatal("no identity for a running process")
+	}
+	ctx := context.Background()
+	if ran, err := p.StopOrphan(ctx, pid, id+"0", 50*time.Millisecond); ran || err != nil {
+		t.Fatalf("StopOrphan with another identity: %v %v, want false, nil", ran, err)
+	}
+	if !running(pid) {
+		t.Fatal("a process with another identity was stopped")
+	}
+	if ran, err := p.StopOrphan(ctx, pid, id, 100*time.Millisecond); !ran || err != nil {
+		t.Fatalf("StopOrphan: %v %v, want true, nil", ran, err)
+	}
+	select {
+	case <-reaped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the process that ignores SIGTERM still runs")
+	}
+	if ran, err := p.StopOrphan(ctx, pid, id, 50*time.Millisecond); ran || err != nil {
+		t.Fatalf("StopOrphan of an ended process: %v %v, want false, nil", ran, err)
+	}
+}
+
+// TestExitIsLoggedInWords: a process's end is logged as its exit code or
+// signal, not as a pointer.
+func TestExitIsLoggedInWords(t *testing.T) {
+	h := newHarnessOpts(t, func(o *agent.Options) { o.MaxStartAttempts = 1 })
+	name := "fleets/arena/gameServers/gs-exit"
+	h.schedule(name, &eventsv1.GameServerTemplate{Command: "/bin/sh", Args: []string{"-c", "exit 3"}})
+	h.waitEvent(name, "GameServerTerminated")
+	wait.For(t, 10*time.Second, "the exit in the log", func() bool {
+		return strings.Contains(h.logs.String(), `exit="exit code 3"`)
+	})
+	if strings.Contains(h.logs.String(), "exit_code=0x") {
+		t.Fatalf("an exit code logged as a pointer:\n%s", h.logs.String())
+	}
+}
