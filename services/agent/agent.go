@@ -210,9 +210,9 @@ type Agent struct {
 	// plane that the host's earlier processes are nobody's now.
 	incarnation string
 	records     processRecords // the processes it started (orphans.go)
-	ports    *portPool
-	sdk      *sdkServer
-	outbox   *outbox
+	ports       *portPool
+	sdk         *sdkServer
+	outbox      *outbox
 
 	outboxFull metric.Int64Counter
 
@@ -239,16 +239,16 @@ func New(opts Options) (*Agent, error) {
 	}
 	var err error
 	a := &Agent{
-		opts:     opts,
-		log:      opts.Logger.With("host", opts.HostID),
+		opts:        opts,
+		log:         opts.Logger.With("host", opts.HostID),
 		host:        events.HostName(opts.HostID),
 		producer:    events.HostName(opts.HostID),
 		incarnation: events.NewID("agent"),
 		records:     processRecords{dir: filepath.Join(opts.LogDir, "processes")},
-		ports:    newPortPool(opts.PortMin, opts.PortMax),
-		servers:  map[string]*gameServer{},
-		tokens:   map[string]*gameServer{},
-		resumed:  make(chan struct{}, 1),
+		ports:       newPortPool(opts.PortMin, opts.PortMax),
+		servers:     map[string]*gameServer{},
+		tokens:      map[string]*gameServer{},
+		resumed:     make(chan struct{}, 1),
 	}
 	if a.outbox, err = openOutbox(opts.OutboxDir, opts.OutboxMax); err != nil {
 		return nil, err
