@@ -287,7 +287,11 @@ func (a *Agent) SDKHTTPAddr() string { return a.sdk.httpAddr() }
 // Run reclaims what an earlier agent of the host left (orphans.go),
 // registers the host and serves until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
-	if err := a.untilDone(ctx, "reclaim an earlier agent's processes", func() error { return a.reclaim(ctx) }); err != nil {
+	var orphans []processRecord
+	if err := a.untilDone(ctx, "reclaim an earlier agent's servers", func() (err error) {
+		orphans, err = a.reclaim(ctx)
+		return err
+	}); err != nil {
 		return err
 	}
 	if err := a.untilDone(ctx, "register the host", func() error { return a.register(ctx) }); err != nil {
@@ -309,6 +313,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("agent started", "incarnation", a.incarnation, "sdk", a.SDKAddr(), "sdk_http", a.SDKHTTPAddr(), "capacity", a.opts.Capacity)
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { a.stopOrphans(gctx, orphans); return nil })
 	g.Go(func() error { return a.sdk.run(gctx) })
 	g.Go(func() error { return a.heartbeat(gctx, kv) })
 	g.Go(func() error { return a.consumeCommands(gctx, cons) })

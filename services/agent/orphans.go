@@ -20,11 +20,11 @@ import (
 // their exit status, and its SDK refuses their calls. Left alone, such a
 // server stays READY in the views with nobody watching it, and gets
 // allocated. So the agent keeps a record of every process it starts in its
-// data directory (pid, and the process's start time so that a reused pid is
-// never mistaken for it), and before it registers its host it reclaims
-// what an earlier agent left: it stops those processes that still run and
-// terminates their servers with AGENT_RESTARTED and the evidence, so the
-// fleets replace them. The controller does the same for the servers no
+// data directory (pid, and the boot and start time of the process, so that
+// a reused pid is never mistaken for it). Before it registers its host it
+// terminates the servers of those records with AGENT_RESTARTED and the
+// evidence, so the fleets replace them; right after, it stops the processes
+// that still run. The controller does the same for the servers no
 // record speaks for (services/controller: terminateOrphans).
 
 // OrphanStopper is implemented by Processes whose processes can outlive
@@ -145,35 +145,58 @@ func (gs *gameServer) forgetProcess() {
 	}
 }
 
-// reclaim handles what an earlier agent of this host left: each recorded
-// process still running is stopped, and its server terminated with
-// AGENT_RESTARTED; then the record goes. It runs before the host registers,
-// so by the time the host is ONLINE again none of these servers is READY.
-// A failure (the stream unreachable) is returned and the step retried;
-// stopping a process twice is harmless, since a stopped process no longer
-// has its identity.
-func (a *Agent) reclaim(ctx context.Context) error {
+// reclaim handles what an earlier agent of this host left, before the host
+// registers again, so that by the time it is ONLINE none of those servers
+// is READY: each recorded server is terminated with AGENT_RESTARTED (the
+// evidence says whether its process still runs), and the record of a
+// process that has ended goes. It returns the records of the processes
+// that still run; stopOrphans stops them once the host has registered (a
+// game may take its SIGTERM grace to exit). A failure (the stream
+// unreachable) is returned and the step retried; it is idempotent.
+func (a *Agent) reclaim(ctx context.Context) ([]processRecord, error) {
 	stopper, ok := a.opts.Processes.(OrphanStopper)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	recs, bad := a.records.load()
 	for _, err := range bad {
 		a.log.Error("unreadable process record removed", "err", err)
 	}
+	var live []processRecord
 	for _, rec := range recs {
-		running, err := stopper.StopOrphan(ctx, rec.Pid, rec.Identity, orphanGrace)
-		if err != nil {
-			return fmt.Errorf("stop orphaned process %d of %s: %w", rec.Pid, rec.GameServer, err)
-		}
+		running := rec.Identity != "" && stopper.Identity(rec.Pid) == rec.Identity
 		if err := a.terminateOrphan(ctx, rec, running); err != nil {
-			return err
+			return nil, err
+		}
+		if running {
+			live = append(live, rec)
+			continue
 		}
 		if err := a.records.remove(rec.GameServer); err != nil {
-			return fmt.Errorf("remove process record of %s: %w", rec.GameServer, err)
+			return nil, fmt.Errorf("remove process record of %s: %w", rec.GameServer, err)
 		}
 	}
-	return nil
+	return live, nil
+}
+
+// stopOrphans stops the processes an earlier agent left running (their
+// servers are terminated already) and drops their records. One that cannot
+// be stopped keeps its record, for the next agent to try again.
+func (a *Agent) stopOrphans(ctx context.Context, orphans []processRecord) {
+	stopper, ok := a.opts.Processes.(OrphanStopper)
+	if !ok {
+		return
+	}
+	for _, rec := range orphans {
+		if _, err := stopper.StopOrphan(ctx, rec.Pid, rec.Identity, orphanGrace); err != nil {
+			a.log.Error("stop a process an earlier agent left", "game_server", rec.GameServer, "pid", rec.Pid, "err", err)
+			continue
+		}
+		a.log.Info("process an earlier agent left stopped", "game_server", rec.GameServer, "pid", rec.Pid)
+		if err := a.records.remove(rec.GameServer); err != nil {
+			a.log.Error("remove the process record", "game_server", rec.GameServer, "err", err)
+		}
+	}
 }
 
 // terminateOrphan records the end of a server an earlier agent ran, decided
@@ -184,7 +207,7 @@ func (a *Agent) terminateOrphan(ctx context.Context, rec processRecord, running 
 	detail := fmt.Sprintf("the agent of %s restarted; the process (pid %d) started by agent %s had already ended",
 		a.host, rec.Pid, rec.Agent)
 	if running {
-		detail = fmt.Sprintf("the agent of %s restarted and cannot supervise the process (pid %d) started by agent %s; it was still running and was stopped (SIGTERM, SIGKILL after %s)",
+		detail = fmt.Sprintf("the agent of %s restarted and cannot supervise the process (pid %d) started by agent %s; it was still running and is stopped (SIGTERM, SIGKILL after %s)",
 			a.host, rec.Pid, rec.Agent, orphanGrace)
 	}
 	subject := events.MustSubject(rec.GameServer)

@@ -24,9 +24,9 @@ func running(pid int) bool {
 // TestRestartedAgentStopsAndTerminatesItsPredecessorsServers: an agent
 // dies without stopping its processes (kill -9 leaves them running), and a
 // new agent starts on the host with the same data directory. Before it
-// registers, the new agent stops the process the old one left and
-// terminates its server with AGENT_RESTARTED and the evidence; only then
-// does its HostRegistered (with a new incarnation) reach the stream.
+// registers, the new agent terminates the server with AGENT_RESTARTED and
+// the evidence; then its HostRegistered (with a new incarnation) reaches
+// the stream, and it stops the process the old one left.
 func TestRestartedAgentStopsAndTerminatesItsPredecessorsServers(t *testing.T) {
 	logDir := t.TempDir()
 	keep := func(o *agent.Options) { o.LogDir, o.KillProcessesOnExit = logDir, false }
@@ -55,7 +55,7 @@ func TestRestartedAgentStopsAndTerminatesItsPredecessorsServers(t *testing.T) {
 	term, ok := end.Data.(*eventsv1.GameServerTerminated)
 	if !ok || term.GetReason() != eventsv1.Reason_REASON_AGENT_RESTARTED || end.Producer != "hosts/h1" ||
 		!strings.Contains(term.GetEvidence().GetDetail(), "(pid "+strconv.Itoa(pid)+")") ||
-		!strings.Contains(term.GetEvidence().GetDetail(), "was still running and was stopped") {
+		!strings.Contains(term.GetEvidence().GetDetail(), "was still running and is stopped") {
 		t.Fatalf("the orphan ended with %s by %s: %v", end.Type, end.Producer, end.Data)
 	}
 	if end.Sequence > reg[1].Sequence {
