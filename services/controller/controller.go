@@ -48,6 +48,8 @@ type viewReader interface {
 	DueGameSessions(ctx context.Context, now time.Time, limit int) ([]postgres.Row[*eventsv1.GameSessionState], error)
 	OrphanedGameSessions(ctx context.Context, limit int) ([]postgres.Row[*eventsv1.GameSessionState], error)
 	UncreatedGameSessions(ctx context.Context, olderThan time.Time, limit int) ([]postgres.Row[*eventsv1.GameServerState], error)
+	// Checkpoint is the stream sequence the views have applied.
+	Checkpoint(ctx context.Context) (uint64, error)
 }
 
 // freshness waits until the views have applied a sequence.
@@ -90,6 +92,11 @@ type Options struct {
 	// (no ProcessStarted) this long after it was scheduled or its start
 	// command was last sent; default 10s.
 	StartTimeout time.Duration
+	// StaleViewsAfter is how long the views' checkpoint may stand still
+	// while the stream is ahead of it before the views count as stale
+	// (staleness.go): the controller then acts on host liveness only, and
+	// says so; default 5s.
+	StaleViewsAfter time.Duration
 	// Logger; default discards.
 	Logger *slog.Logger
 	// MeterProvider; default no-op.
@@ -119,6 +126,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 10 * time.Second
+	}
+	if o.StaleViewsAfter <= 0 {
+		o.StaleViewsAfter = 5 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -163,6 +173,7 @@ type Controller struct {
 	seen         map[string]time.Time // host id → last heartbeat known while leader
 	startResent  map[string]time.Time // SCHEDULED server → last time its start command was re-sent
 	live         liveServers          // the live game servers, kept between passes
+	views        viewsWatch           // whether the views still move (staleness.go)
 	// written is the highest stream sequence the views must have applied
 	// before a pass may read them: our own last append, or on taking over,
 	// the stream's last sequence (the predecessor's writes).
@@ -191,6 +202,27 @@ func New(opts Options) (*Controller, error) {
 	if c.passTime, err = m.Float64Histogram("tether_controller_pass_duration_seconds", metric.WithUnit("s"),
 		metric.WithDescription("Time of one reconcile pass over every fleet."),
 		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5)); err != nil {
+		return nil, err
+	}
+	if _, err = m.Int64ObservableGauge("tether_controller_views_stale",
+		metric.WithDescription("1 while this leader finds the views stale (the projector behind and not moving), else 0."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			if stale, _, _, _ := c.views.state(); stale && c.leader.Load() {
+				o.Observe(1)
+			} else {
+				o.Observe(0)
+			}
+			return nil
+		})); err != nil {
+		return nil, err
+	}
+	if _, err = m.Int64ObservableGauge("tether_controller_views_lag",
+		metric.WithDescription("Events in the stream not yet in the views, at this leader's last pass."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			_, lag, _, _ := c.views.state()
+			o.Observe(int64(lag))
+			return nil
+		})); err != nil {
 		return nil, err
 	}
 	if _, err = m.Int64ObservableGauge("tether_controller_leader", metric.WithDescription("1 while this instance holds the lease, else 0."),
@@ -245,6 +277,7 @@ func (c *Controller) lead(ctx context.Context, l *lease) {
 	c.seen = map[string]time.Time{}        // every host gets a full grace from a new leader
 	c.startResent = map[string]time.Time{} // and every SCHEDULED server a full start timeout
 	c.live.reset()                         // and reads the views whole
+	c.views.reset()                        // and gives them a full StaleViewsAfter
 	c.written, c.caughtUp = 0, false
 	defer c.stopBeats() // started by the first pass, with the leadership's context
 	c.log.Info("became leader", "lease_ttl", c.opts.LeaseTTL)
@@ -308,6 +341,11 @@ type hostSlot struct {
 func (c *Controller) Reconcile(ctx context.Context) error {
 	began := time.Now() // a duration: the monotonic clock, not Options.Now
 	defer func() { c.passTime.Record(context.WithoutCancel(ctx), time.Since(began).Seconds()) }()
+	if stale, err := c.checkViews(ctx); err != nil {
+		return err
+	} else if stale {
+		return c.watchHostsOnly(ctx)
+	}
 	if err := c.awaitViews(ctx); err != nil {
 		return err
 	}

@@ -41,6 +41,8 @@ type world struct {
 	pool  *pgxpool.Pool
 	views *postgres.Views
 	bus   *commands.Bus
+	// stopProjector stops the running projector; nil while none runs.
+	stopProjector func()
 }
 
 func newWorld(t *testing.T) *world {
@@ -60,20 +62,36 @@ func newWorld(t *testing.T) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proj, err := postgres.NewProjector(postgres.ProjectorOptions{Pool: pool, JetStream: js})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- proj.Run(ctx) }()
+	w := &world{t: t, ctx: ctx, ns: ns, js: js, store: store, pool: pool, views: postgres.NewViews(pool), bus: bus}
+	w.startProjector()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("projector: %v", err)
+		if w.stopProjector != nil {
+			w.stopProjector()
 		}
 		pool.Close()
 	})
-	return &world{t: t, ctx: ctx, ns: ns, js: js, store: store, pool: pool, views: postgres.NewViews(pool), bus: bus}
+	return w
+}
+
+// startProjector runs the projector that keeps the world's views; it
+// resumes from their checkpoint.
+func (w *world) startProjector() {
+	w.t.Helper()
+	proj, err := postgres.NewProjector(postgres.ProjectorOptions{Pool: w.pool, JetStream: w.js})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(w.ctx)
+	done := make(chan error, 1)
+	go func() { done <- proj.Run(ctx) }()
+	w.stopProjector = func() {
+		cancel()
+		if err := <-done; err != nil {
+			w.t.Errorf("projector: %v", err)
+		}
+		w.stopProjector = nil
+	}
 }
 
 func (w *world) append(name string, expected uint64, payload proto.Message) uint64 {
