@@ -26,6 +26,7 @@ import (
 
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/services/admin"
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/apiserver"
 	"github.com/tetherhq/tether/services/chaos"
@@ -53,6 +54,7 @@ type global struct {
 	natsURL   string
 	dbURL     string
 	pprofAddr string
+	adminAddr string
 }
 
 func rootCommand() *cobra.Command {
@@ -68,6 +70,8 @@ func rootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.dbURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL)")
 	root.PersistentFlags().StringVar(&g.pprofAddr, "pprof-addr", os.Getenv("TETHER_PPROF_ADDR"),
 		"serve Go runtime profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060; off when empty (env TETHER_PPROF_ADDR)")
+	root.PersistentFlags().StringVar(&g.adminAddr, "admin-addr", os.Getenv("TETHER_ADMIN_ADDR"),
+		"serve /healthz, /readyz and /metrics on this address (apiserver, projector, controller), e.g. 127.0.0.1:7090; off when empty (env TETHER_ADMIN_ADDR)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return g.startProfiling(cmd.Context()) }
 	root.AddCommand(devCommand(&g), apiserverCommand(&g), projectorCommand(&g), controllerCommand(&g), agentCommand(&g), chaosCommand(&g), simCommand(&g))
 	return root
@@ -280,6 +284,8 @@ func controllerCommand(g *global) *cobra.Command {
 	f.DurationVar(&opts.UnreachableAfter, "host-unreachable-after", 10*time.Second, "host heartbeat silence before UNREACHABLE")
 	f.DurationVar(&opts.LostAfter, "host-lost-after", 60*time.Second, "host heartbeat silence before LOST (servers replaced)")
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", 30*time.Second, "deadline given to a stopped game server")
+	f.DurationVar(&opts.StaleViewsAfter, "stale-views-after", 5*time.Second,
+		"views whose checkpoint stands still this long behind the stream are stale: host liveness only, /readyz 503")
 	return cmd
 }
 
@@ -396,6 +402,18 @@ func chaosCommand(g *global) *cobra.Command {
 // runners runs several components together.
 type runners []runner
 
+// Ready is the first reason one of the components is not ready, or nil.
+func (rs runners) Ready() error {
+	for _, r := range rs {
+		if rr, ok := r.(interface{ Ready() error }); ok {
+			if err := rr.Ready(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func (rs runners) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	for _, r := range rs {
@@ -448,6 +466,13 @@ func runService(ctx context.Context, g *global, name string, build func(context.
 	}
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return r.Run(ctx) })
+	if g.adminAddr != "" {
+		opts := admin.Options{Metrics: tel.MetricsHandler, Logger: log}
+		if rr, ok := r.(interface{ Ready() error }); ok {
+			opts.Ready = rr.Ready
+		}
+		eg.Go(func() error { return admin.Serve(ctx, g.adminAddr, opts) })
+	}
 	return eg.Wait()
 }
 
