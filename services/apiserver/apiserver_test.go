@@ -435,13 +435,18 @@ func TestTraceContextTravelsWithTheEvent(t *testing.T) {
 	if tp0 == "" {
 		t.Fatal("the event carries no traceparent")
 	}
+	// The server span ends as its handler returns, which may be just after
+	// the gateway has answered: wait for it rather than read it at once.
 	var serverTrace trace.TraceID
-	for _, sp := range rec.Ended() {
-		if sp.SpanKind() == trace.SpanKindServer && strings.Contains(sp.Name(), "CreateFleet") {
-			serverTrace = sp.SpanContext().TraceID()
+	wait.For(t, 10*time.Second, "the CreateFleet server span to end", func() bool {
+		for _, sp := range rec.Ended() {
+			if sp.SpanKind() == trace.SpanKindServer && strings.Contains(sp.Name(), "CreateFleet") {
+				serverTrace = sp.SpanContext().TraceID()
+			}
 		}
-	}
-	if !serverTrace.IsValid() || !strings.Contains(tp0, serverTrace.String()) {
+		return serverTrace.IsValid()
+	})
+	if !strings.Contains(tp0, serverTrace.String()) {
 		t.Fatalf("traceparent %q is not the CreateFleet server span's trace %s", tp0, serverTrace)
 	}
 	wait.For(t, 10*time.Second, "a projector batch span linked to the request", func() bool {
