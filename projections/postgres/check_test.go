@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/services/dev/wait"
 )
 
 func TestCheckReportsCorruptedRows(t *testing.T) {
@@ -15,6 +16,9 @@ func TestCheckReportsCorruptedRows(t *testing.T) {
 	live := e.projector(pool, "live", time.Minute, 7)
 	e.runLive(live)
 	want := e.lastSeq()
+	// Check compares at the live checkpoint, whatever it is: the clean check
+	// can only promise the whole stream once the live views have all of it.
+	wait.For(t, 20*time.Second, "the live views", func() bool { return live.Checkpoint() >= want })
 	check := func() postgres.CheckReport {
 		t.Helper()
 		rep, err := postgres.Check(e.ctx, postgres.ReplayOptions{Pool: pool, JetStream: e.js, BatchSize: 7})
