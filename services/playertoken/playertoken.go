@@ -1,9 +1,11 @@
 // Package playertoken signs and checks player-session tokens: short strings
 // a player presents to a game server to take their seat. A token is bound to
-// one player session and expires; it is an HMAC-SHA256 over both, with a key
-// the control plane (which issues tokens) and the host agents (which check
-// them) share. Several keys can be configured at once for rotation: the
-// first signs, all of them verify.
+// one player session, an expiry and a token generation (raised each time the
+// seat's token is reissued, so that the agent can refuse earlier tokens); it
+// is an HMAC-SHA256 over all three, with a key the control plane (which
+// issues tokens) and the host agents (which check them) share. Several keys
+// can be configured at once for rotation: the first signs, all of them
+// verify. Tokens are decoded strictly: each has exactly one valid text.
 package playertoken
 
 import (
@@ -97,46 +99,153 @@ func NewKeySpec(id string) string {
 	return id + ":" + base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// Sign returns a token for a player session (its resource name) valid
-// until expiry.
+// Sign returns a token of generation 0 for a player session (its
+// resource name) valid until expiry: the token an allocation or a new player
+// session hands out. It is SignGeneration with generation 0.
 func (r *Ring) Sign(playerSession string, expiry time.Time) string {
+	return r.SignGeneration(playerSession, expiry, 0)
+}
+
+// SignGeneration returns a token for a player session valid until expiry
+// and bound to a token generation: each reissue of a seat's token
+// (reconnect) raises the seat's generation, and the agent accepts only a
+// token of the seat's current generation. Generation 0 is the original
+// format, "<key id>.<expiry>.<mac>"; later ones are
+// "<key id>.<expiry>.<generation>.<mac>", with the generation under the MAC.
+func (r *Ring) SignGeneration(playerSession string, expiry time.Time, generation int64) string {
 	k := r.keys[0]
 	exp := strconv.FormatInt(expiry.Unix(), 10)
-	return k.id + "." + exp + "." + base64.RawURLEncoding.EncodeToString(mac(k.secret, playerSession, exp))
+	if generation <= 0 {
+		return k.id + "." + exp + "." + sigEncoding.EncodeToString(macV1(k.secret, playerSession, exp))
+	}
+	gen := strconv.FormatInt(generation, 10)
+	return k.id + "." + exp + "." + gen + "." + sigEncoding.EncodeToString(macV2(k.secret, playerSession, exp, gen))
+}
+
+// Claims is what a valid token says.
+type Claims struct {
+	// Expiry is when the token stops being valid (whole seconds).
+	Expiry time.Time
+	// Generation is the seat's token generation the token was issued for.
+	Generation int64
 }
 
 // Verify checks that token was issued for playerSession (its resource name)
-// by a key of the ring and has not expired at now.
+// by a key of the ring and has not expired at now. It does not check the
+// generation: see Check.
 func (r *Ring) Verify(token, playerSession string, now time.Time) error {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
-		return ErrMalformed
-	}
-	exp, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil {
-		return ErrMalformed
-	}
-	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
-	if err != nil {
-		return ErrMalformed
-	}
-	for _, k := range r.keys {
-		if k.id != parts[0] {
-			continue
-		}
-		if !hmac.Equal(sig, mac(k.secret, playerSession, parts[1])) {
-			return ErrBadSignature
-		}
-		if now.Unix() > exp {
-			return fmt.Errorf("%w at %s", ErrExpired, time.Unix(exp, 0).UTC().Format(time.RFC3339))
-		}
-		return nil
-	}
-	return ErrUnknownKey
+	_, err := r.Check(token, playerSession, now)
+	return err
 }
 
-func mac(secret []byte, playerSession, exp string) []byte {
+// Check is Verify returning the token's claims, so that the caller can
+// compare the generation with the seat's. Decoding is strict: a token is
+// accepted only in the one textual form SignGeneration produces (canonical
+// decimals, unpadded URL base64 of exactly a MAC's length, no stray
+// characters), so no altered text of a valid token is valid too.
+func (r *Ring) Check(token, playerSession string, now time.Time) (Claims, error) {
+	t, err := parse(token)
+	if err != nil {
+		return Claims{}, err
+	}
+	for _, k := range r.keys {
+		if k.id != t.keyID {
+			continue
+		}
+		if !hmac.Equal(t.sig, t.mac(k.secret, playerSession)) {
+			return Claims{}, ErrBadSignature
+		}
+		if now.Unix() > t.expiry {
+			return Claims{}, fmt.Errorf("%w at %s", ErrExpired, time.Unix(t.expiry, 0).UTC().Format(time.RFC3339))
+		}
+		return Claims{Expiry: time.Unix(t.expiry, 0), Generation: t.generation}, nil
+	}
+	return Claims{}, ErrUnknownKey
+}
+
+// sigEncoding encodes MACs: unpadded URL base64, strict (the unused low
+// bits of the last character must be zero).
+var sigEncoding = base64.RawURLEncoding.Strict()
+
+// sigLen is the length of an encoded HMAC-SHA256.
+var sigLen = sigEncoding.EncodedLen(sha256.Size)
+
+// token is a parsed token, its fields as signed.
+type token struct {
+	keyID              string
+	expText, genText   string
+	expiry, generation int64
+	sig                []byte
+	// withGeneration is a four-part token (generation 1 and later).
+	withGeneration bool
+}
+
+// parse splits a token into its fields and refuses any text that is not
+// the canonical form of those fields.
+func parse(s string) (token, error) {
+	parts := strings.Split(s, ".")
+	var t token
+	switch len(parts) {
+	case 3:
+		t.keyID, t.expText = parts[0], parts[1]
+	case 4:
+		t.keyID, t.expText, t.genText, t.withGeneration = parts[0], parts[1], parts[2], true
+	default:
+		return token{}, ErrMalformed
+	}
+	var ok bool
+	if t.keyID == "" {
+		return token{}, ErrMalformed
+	}
+	if t.expiry, ok = canonicalInt(t.expText); !ok {
+		return token{}, ErrMalformed
+	}
+	if t.withGeneration {
+		// Generation 0 has one form only: the three-part one.
+		if t.generation, ok = canonicalInt(t.genText); !ok || t.generation == 0 {
+			return token{}, ErrMalformed
+		}
+	}
+	enc := parts[len(parts)-1]
+	if len(enc) != sigLen {
+		return token{}, ErrMalformed
+	}
+	sig, err := sigEncoding.DecodeString(enc)
+	// The decoder skips CR and LF even when strict: re-encoding must give
+	// the text back.
+	if err != nil || len(sig) != sha256.Size || sigEncoding.EncodeToString(sig) != enc {
+		return token{}, ErrMalformed
+	}
+	t.sig = sig
+	return t, nil
+}
+
+// canonicalInt parses a non-negative decimal written as FormatInt writes it
+// (no sign, no leading zero, no space).
+func canonicalInt(s string) (int64, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || strconv.FormatInt(n, 10) != s {
+		return 0, false
+	}
+	return n, true
+}
+
+// mac is the MAC the token's fields call for under secret.
+func (t token) mac(secret []byte, playerSession string) []byte {
+	if !t.withGeneration {
+		return macV1(secret, playerSession, t.expText)
+	}
+	return macV2(secret, playerSession, t.expText, t.genText)
+}
+
+func macV1(secret []byte, playerSession, exp string) []byte {
 	h := hmac.New(sha256.New, secret)
 	h.Write([]byte("tether-player-token-v1\x00" + playerSession + "\x00" + exp))
+	return h.Sum(nil)
+}
+
+func macV2(secret []byte, playerSession, exp, gen string) []byte {
+	h := hmac.New(sha256.New, secret)
+	h.Write([]byte("tether-player-token-v2\x00" + playerSession + "\x00" + exp + "\x00" + gen))
 	return h.Sum(nil)
 }
