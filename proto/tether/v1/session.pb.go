@@ -703,9 +703,12 @@ type PlayerSession struct {
 	// Last change.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Event-stream sequence of its game session's last event.
-	Sequence      int64 `protobuf:"varint,13,opt,name=sequence,proto3" json:"sequence,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Sequence int64 `protobuf:"varint,13,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// Token generation: raised by each reconnect call; the game server
+	// accepts only a token of the current one.
+	TokenGeneration int64 `protobuf:"varint,14,opt,name=token_generation,json=tokenGeneration,proto3" json:"token_generation,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PlayerSession) Reset() {
@@ -825,6 +828,13 @@ func (x *PlayerSession) GetUpdateTime() *timestamppb.Timestamp {
 func (x *PlayerSession) GetSequence() int64 {
 	if x != nil {
 		return x.Sequence
+	}
+	return 0
+}
+
+func (x *PlayerSession) GetTokenGeneration() int64 {
+	if x != nil {
+		return x.TokenGeneration
 	}
 	return 0
 }
@@ -1238,7 +1248,8 @@ type ReconnectPlayerSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "gameSessions/{game_session}/playerSessions/{player_session}".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// For the caller's logs; the call writes nothing.
+	// Makes the call idempotent: a retry with the same request id gets a
+	// token of the same generation instead of revoking the first call's.
 	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Wait (bounded) until the views have applied this stream sequence (e.g.
 	// the allocation's game session sequence).
@@ -1433,7 +1444,7 @@ const file_tether_v1_session_proto_rawDesc = "" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
 	"\x06ACTIVE\x10\x01\x12\t\n" +
-	"\x05ENDED\x10\x02\"\xa3\x05\n" +
+	"\x05ENDED\x10\x02\"\xce\x05\n" +
 	"\rPlayerSession\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tplayer_id\x18\x02 \x01(\tR\bplayerId\x12\x1f\n" +
@@ -1452,7 +1463,8 @@ const file_tether_v1_session_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x1a\n" +
-	"\bsequence\x18\r \x01(\x03R\bsequence\"h\n" +
+	"\bsequence\x18\r \x01(\x03R\bsequence\x12)\n" +
+	"\x10token_generation\x18\x0e \x01(\x03R\x0ftokenGeneration\"h\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bRESERVED\x10\x01\x12\n" +

@@ -158,8 +158,10 @@ type GameSessionServiceClient interface {
 	CreatePlayerSession(ctx context.Context, in *CreatePlayerSessionRequest, opts ...grpc.CallOption) (*PlayerSession, error)
 	// For a client that lost everything but its player session id: returns
 	// the endpoint, the seat and a fresh token in one call, while the seat is
-	// still held. After the reconnect window: FAILED_PRECONDITION with reason
-	// PLAYER_SESSION_EXPIRED.
+	// still held. The fresh token is of the seat's next token generation
+	// (recorded as PlayerTokenReissued): every earlier token of the seat is
+	// refused from then on. After the reconnect window: FAILED_PRECONDITION
+	// with reason PLAYER_SESSION_EXPIRED.
 	ReconnectPlayerSession(ctx context.Context, in *ReconnectPlayerSessionRequest, opts ...grpc.CallOption) (*ReconnectPlayerSessionResponse, error)
 }
 
@@ -250,8 +252,10 @@ type GameSessionServiceServer interface {
 	CreatePlayerSession(context.Context, *CreatePlayerSessionRequest) (*PlayerSession, error)
 	// For a client that lost everything but its player session id: returns
 	// the endpoint, the seat and a fresh token in one call, while the seat is
-	// still held. After the reconnect window: FAILED_PRECONDITION with reason
-	// PLAYER_SESSION_EXPIRED.
+	// still held. The fresh token is of the seat's next token generation
+	// (recorded as PlayerTokenReissued): every earlier token of the seat is
+	// refused from then on. After the reconnect window: FAILED_PRECONDITION
+	// with reason PLAYER_SESSION_EXPIRED.
 	ReconnectPlayerSession(context.Context, *ReconnectPlayerSessionRequest) (*ReconnectPlayerSessionResponse, error)
 	mustEmbedUnimplementedGameSessionServiceServer()
 }

@@ -598,8 +598,11 @@ type PlayerAccepted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Player session id.
 	PlayerSession string `protobuf:"bytes,1,opt,name=player_session,json=playerSession,proto3" json:"player_session,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Token generation of the token the player presented (the seat's
+	// current one; 0 before any reissue).
+	TokenGeneration int64 `protobuf:"varint,2,opt,name=token_generation,json=tokenGeneration,proto3" json:"token_generation,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PlayerAccepted) Reset() {
@@ -637,6 +640,13 @@ func (x *PlayerAccepted) GetPlayerSession() string {
 		return x.PlayerSession
 	}
 	return ""
+}
+
+func (x *PlayerAccepted) GetTokenGeneration() int64 {
+	if x != nil {
+		return x.TokenGeneration
+	}
+	return 0
 }
 
 // PlayerDisconnected: the game server lost the player (ACTIVE →
@@ -701,8 +711,10 @@ type PlayerReconnected struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Player session id.
 	PlayerSession string `protobuf:"bytes,1,opt,name=player_session,json=playerSession,proto3" json:"player_session,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Token generation of the token the player presented.
+	TokenGeneration int64 `protobuf:"varint,2,opt,name=token_generation,json=tokenGeneration,proto3" json:"token_generation,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PlayerReconnected) Reset() {
@@ -742,6 +754,129 @@ func (x *PlayerReconnected) GetPlayerSession() string {
 	return ""
 }
 
+func (x *PlayerReconnected) GetTokenGeneration() int64 {
+	if x != nil {
+		return x.TokenGeneration
+	}
+	return 0
+}
+
+// PlayerTokenReissued: the player asked for a fresh token (API
+// :reconnect); it is of the next token generation, and tokens of earlier
+// generations are refused from now on. The seat's status does not change.
+type PlayerTokenReissued struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Player session id.
+	PlayerSession string `protobuf:"bytes,1,opt,name=player_session,json=playerSession,proto3" json:"player_session,omitempty"`
+	// The new token generation (the previous one + 1).
+	TokenGeneration int64 `protobuf:"varint,2,opt,name=token_generation,json=tokenGeneration,proto3" json:"token_generation,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PlayerTokenReissued) Reset() {
+	*x = PlayerTokenReissued{}
+	mi := &file_tether_events_v1_session_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlayerTokenReissued) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlayerTokenReissued) ProtoMessage() {}
+
+func (x *PlayerTokenReissued) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_events_v1_session_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlayerTokenReissued.ProtoReflect.Descriptor instead.
+func (*PlayerTokenReissued) Descriptor() ([]byte, []int) {
+	return file_tether_events_v1_session_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PlayerTokenReissued) GetPlayerSession() string {
+	if x != nil {
+		return x.PlayerSession
+	}
+	return ""
+}
+
+func (x *PlayerTokenReissued) GetTokenGeneration() int64 {
+	if x != nil {
+		return x.TokenGeneration
+	}
+	return 0
+}
+
+// PlayerTakenOver: the player connected again with a reissued token while
+// their previous connection still held the seat (ACTIVE → ACTIVE; the game
+// server had not noticed the drop). The new connection holds the seat; the
+// old one's disconnect or removal no longer changes it. Counts as a
+// reconnect.
+type PlayerTakenOver struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Player session id.
+	PlayerSession string `protobuf:"bytes,1,opt,name=player_session,json=playerSession,proto3" json:"player_session,omitempty"`
+	// Token generation of the token the new connection presented.
+	TokenGeneration int64 `protobuf:"varint,2,opt,name=token_generation,json=tokenGeneration,proto3" json:"token_generation,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PlayerTakenOver) Reset() {
+	*x = PlayerTakenOver{}
+	mi := &file_tether_events_v1_session_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlayerTakenOver) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlayerTakenOver) ProtoMessage() {}
+
+func (x *PlayerTakenOver) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_events_v1_session_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlayerTakenOver.ProtoReflect.Descriptor instead.
+func (*PlayerTakenOver) Descriptor() ([]byte, []int) {
+	return file_tether_events_v1_session_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PlayerTakenOver) GetPlayerSession() string {
+	if x != nil {
+		return x.PlayerSession
+	}
+	return ""
+}
+
+func (x *PlayerTakenOver) GetTokenGeneration() int64 {
+	if x != nil {
+		return x.TokenGeneration
+	}
+	return 0
+}
+
 // PlayerSessionCompleted: the player's session ended for good.
 type PlayerSessionCompleted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -755,7 +890,7 @@ type PlayerSessionCompleted struct {
 
 func (x *PlayerSessionCompleted) Reset() {
 	*x = PlayerSessionCompleted{}
-	mi := &file_tether_events_v1_session_proto_msgTypes[8]
+	mi := &file_tether_events_v1_session_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +902,7 @@ func (x *PlayerSessionCompleted) String() string {
 func (*PlayerSessionCompleted) ProtoMessage() {}
 
 func (x *PlayerSessionCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_session_proto_msgTypes[8]
+	mi := &file_tether_events_v1_session_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +915,7 @@ func (x *PlayerSessionCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlayerSessionCompleted.ProtoReflect.Descriptor instead.
 func (*PlayerSessionCompleted) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_session_proto_rawDescGZIP(), []int{8}
+	return file_tether_events_v1_session_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PlayerSessionCompleted) GetPlayerSession() string {
@@ -808,7 +943,7 @@ type PlayerSessionTimedOut struct {
 
 func (x *PlayerSessionTimedOut) Reset() {
 	*x = PlayerSessionTimedOut{}
-	mi := &file_tether_events_v1_session_proto_msgTypes[9]
+	mi := &file_tether_events_v1_session_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +955,7 @@ func (x *PlayerSessionTimedOut) String() string {
 func (*PlayerSessionTimedOut) ProtoMessage() {}
 
 func (x *PlayerSessionTimedOut) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_session_proto_msgTypes[9]
+	mi := &file_tether_events_v1_session_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +968,7 @@ func (x *PlayerSessionTimedOut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlayerSessionTimedOut.ProtoReflect.Descriptor instead.
 func (*PlayerSessionTimedOut) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_session_proto_rawDescGZIP(), []int{9}
+	return file_tether_events_v1_session_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PlayerSessionTimedOut) GetPlayerSession() string {
@@ -868,14 +1003,24 @@ type PlayerSessionState struct {
 	// Time of creation.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Time of the last change.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Current token generation: raised by each PlayerTokenReissued; only a
+	// token of this generation is accepted.
+	TokenGeneration int64 `protobuf:"varint,12,opt,name=token_generation,json=tokenGeneration,proto3" json:"token_generation,omitempty"`
+	// Number of the connection holding the seat: 1 for the first accept,
+	// raised by each reconnect and takeover. The game server passes it back
+	// with DisconnectPlayer and RemovePlayer so that an earlier connection's
+	// report is ignored.
+	Connection int64 `protobuf:"varint,13,opt,name=connection,proto3" json:"connection,omitempty"`
+	// Token generation the current connection was accepted with.
+	ConnectionTokenGeneration int64 `protobuf:"varint,14,opt,name=connection_token_generation,json=connectionTokenGeneration,proto3" json:"connection_token_generation,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *PlayerSessionState) Reset() {
 	*x = PlayerSessionState{}
-	mi := &file_tether_events_v1_session_proto_msgTypes[10]
+	mi := &file_tether_events_v1_session_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1032,7 @@ func (x *PlayerSessionState) String() string {
 func (*PlayerSessionState) ProtoMessage() {}
 
 func (x *PlayerSessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_session_proto_msgTypes[10]
+	mi := &file_tether_events_v1_session_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1045,7 @@ func (x *PlayerSessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlayerSessionState.ProtoReflect.Descriptor instead.
 func (*PlayerSessionState) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_session_proto_rawDescGZIP(), []int{10}
+	return file_tether_events_v1_session_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PlayerSessionState) GetName() string {
@@ -980,6 +1125,27 @@ func (x *PlayerSessionState) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *PlayerSessionState) GetTokenGeneration() int64 {
+	if x != nil {
+		return x.TokenGeneration
+	}
+	return 0
+}
+
+func (x *PlayerSessionState) GetConnection() int64 {
+	if x != nil {
+		return x.Connection
+	}
+	return 0
+}
+
+func (x *PlayerSessionState) GetConnectionTokenGeneration() int64 {
+	if x != nil {
+		return x.ConnectionTokenGeneration
+	}
+	return 0
+}
+
 // GameSessionState is a game session with its player sessions, folded from
 // its events. Views store it; it is not an event.
 type GameSessionState struct {
@@ -1012,7 +1178,7 @@ type GameSessionState struct {
 
 func (x *GameSessionState) Reset() {
 	*x = GameSessionState{}
-	mi := &file_tether_events_v1_session_proto_msgTypes[11]
+	mi := &file_tether_events_v1_session_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1190,7 @@ func (x *GameSessionState) String() string {
 func (*GameSessionState) ProtoMessage() {}
 
 func (x *GameSessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_session_proto_msgTypes[11]
+	mi := &file_tether_events_v1_session_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1203,7 @@ func (x *GameSessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GameSessionState.ProtoReflect.Descriptor instead.
 func (*GameSessionState) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_session_proto_rawDescGZIP(), []int{11}
+	return file_tether_events_v1_session_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GameSessionState) GetName() string {
@@ -1152,19 +1318,27 @@ const file_tether_events_v1_session_proto_rawDesc = "" +
 	"\rserver_reason\x18\x02 \x01(\x0e2\x18.tether.events.v1.ReasonR\fserverReason\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\"I\n" +
 	"\x15PlayerSessionReserved\x120\n" +
-	"\x04seat\x18\x01 \x01(\v2\x1c.tether.events.v1.PlayerSeatR\x04seat\"7\n" +
+	"\x04seat\x18\x01 \x01(\v2\x1c.tether.events.v1.PlayerSeatR\x04seat\"b\n" +
 	"\x0ePlayerAccepted\x12%\n" +
-	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\"\x86\x01\n" +
+	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\x12)\n" +
+	"\x10token_generation\x18\x02 \x01(\x03R\x0ftokenGeneration\"\x86\x01\n" +
 	"\x12PlayerDisconnected\x12%\n" +
 	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\x12I\n" +
-	"\x12reconnect_deadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x11reconnectDeadline\":\n" +
+	"\x12reconnect_deadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x11reconnectDeadline\"e\n" +
 	"\x11PlayerReconnected\x12%\n" +
-	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\"\x81\x01\n" +
+	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\x12)\n" +
+	"\x10token_generation\x18\x02 \x01(\x03R\x0ftokenGeneration\"g\n" +
+	"\x13PlayerTokenReissued\x12%\n" +
+	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\x12)\n" +
+	"\x10token_generation\x18\x02 \x01(\x03R\x0ftokenGeneration\"c\n" +
+	"\x0fPlayerTakenOver\x12%\n" +
+	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\x12)\n" +
+	"\x10token_generation\x18\x02 \x01(\x03R\x0ftokenGeneration\"\x81\x01\n" +
 	"\x16PlayerSessionCompleted\x12%\n" +
 	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\x12@\n" +
 	"\x06reason\x18\x02 \x01(\x0e2(.tether.events.v1.PlayerSessionEndReasonR\x06reason\">\n" +
 	"\x15PlayerSessionTimedOut\x12%\n" +
-	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\"\xbf\x04\n" +
+	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\"\xca\x05\n" +
 	"\x12PlayerSessionState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tplayer_id\x18\x02 \x01(\tR\bplayerId\x12\x1f\n" +
@@ -1181,7 +1355,12 @@ const file_tether_events_v1_session_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xc8\x05\n" +
+	"updateTime\x12)\n" +
+	"\x10token_generation\x18\f \x01(\x03R\x0ftokenGeneration\x12\x1e\n" +
+	"\n" +
+	"connection\x18\r \x01(\x03R\n" +
+	"connection\x12>\n" +
+	"\x1bconnection_token_generation\x18\x0e \x01(\x03R\x19connectionTokenGeneration\"\xc8\x05\n" +
 	"\x10GameSessionState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vgame_server\x18\x02 \x01(\tR\n" +
@@ -1238,7 +1417,7 @@ func file_tether_events_v1_session_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_events_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_tether_events_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_tether_events_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_tether_events_v1_session_proto_goTypes = []any{
 	(PlayerSessionEndReason)(0),    // 0: tether.events.v1.PlayerSessionEndReason
 	(GameSessionEndReason)(0),      // 1: tether.events.v1.GameSessionEndReason
@@ -1252,39 +1431,41 @@ var file_tether_events_v1_session_proto_goTypes = []any{
 	(*PlayerAccepted)(nil),         // 9: tether.events.v1.PlayerAccepted
 	(*PlayerDisconnected)(nil),     // 10: tether.events.v1.PlayerDisconnected
 	(*PlayerReconnected)(nil),      // 11: tether.events.v1.PlayerReconnected
-	(*PlayerSessionCompleted)(nil), // 12: tether.events.v1.PlayerSessionCompleted
-	(*PlayerSessionTimedOut)(nil),  // 13: tether.events.v1.PlayerSessionTimedOut
-	(*PlayerSessionState)(nil),     // 14: tether.events.v1.PlayerSessionState
-	(*GameSessionState)(nil),       // 15: tether.events.v1.GameSessionState
-	nil,                            // 16: tether.events.v1.GameSessionCreated.PropertiesEntry
-	nil,                            // 17: tether.events.v1.GameSessionState.PropertiesEntry
-	(*timestamppb.Timestamp)(nil),  // 18: google.protobuf.Timestamp
-	(Reason)(0),                    // 19: tether.events.v1.Reason
+	(*PlayerTokenReissued)(nil),    // 12: tether.events.v1.PlayerTokenReissued
+	(*PlayerTakenOver)(nil),        // 13: tether.events.v1.PlayerTakenOver
+	(*PlayerSessionCompleted)(nil), // 14: tether.events.v1.PlayerSessionCompleted
+	(*PlayerSessionTimedOut)(nil),  // 15: tether.events.v1.PlayerSessionTimedOut
+	(*PlayerSessionState)(nil),     // 16: tether.events.v1.PlayerSessionState
+	(*GameSessionState)(nil),       // 17: tether.events.v1.GameSessionState
+	nil,                            // 18: tether.events.v1.GameSessionCreated.PropertiesEntry
+	nil,                            // 19: tether.events.v1.GameSessionState.PropertiesEntry
+	(*timestamppb.Timestamp)(nil),  // 20: google.protobuf.Timestamp
+	(Reason)(0),                    // 21: tether.events.v1.Reason
 }
 var file_tether_events_v1_session_proto_depIdxs = []int32{
-	18, // 0: tether.events.v1.PlayerSeat.reservation_deadline:type_name -> google.protobuf.Timestamp
-	16, // 1: tether.events.v1.GameSessionCreated.properties:type_name -> tether.events.v1.GameSessionCreated.PropertiesEntry
+	20, // 0: tether.events.v1.PlayerSeat.reservation_deadline:type_name -> google.protobuf.Timestamp
+	18, // 1: tether.events.v1.GameSessionCreated.properties:type_name -> tether.events.v1.GameSessionCreated.PropertiesEntry
 	4,  // 2: tether.events.v1.GameSessionCreated.policy:type_name -> tether.events.v1.GameSessionPolicy
 	5,  // 3: tether.events.v1.GameSessionCreated.players:type_name -> tether.events.v1.PlayerSeat
 	1,  // 4: tether.events.v1.GameSessionEnded.reason:type_name -> tether.events.v1.GameSessionEndReason
-	19, // 5: tether.events.v1.GameSessionEnded.server_reason:type_name -> tether.events.v1.Reason
+	21, // 5: tether.events.v1.GameSessionEnded.server_reason:type_name -> tether.events.v1.Reason
 	5,  // 6: tether.events.v1.PlayerSessionReserved.seat:type_name -> tether.events.v1.PlayerSeat
-	18, // 7: tether.events.v1.PlayerDisconnected.reconnect_deadline:type_name -> google.protobuf.Timestamp
+	20, // 7: tether.events.v1.PlayerDisconnected.reconnect_deadline:type_name -> google.protobuf.Timestamp
 	0,  // 8: tether.events.v1.PlayerSessionCompleted.reason:type_name -> tether.events.v1.PlayerSessionEndReason
 	3,  // 9: tether.events.v1.PlayerSessionState.status:type_name -> tether.events.v1.PlayerSessionStatus
-	18, // 10: tether.events.v1.PlayerSessionState.reservation_deadline:type_name -> google.protobuf.Timestamp
-	18, // 11: tether.events.v1.PlayerSessionState.reconnect_deadline:type_name -> google.protobuf.Timestamp
+	20, // 10: tether.events.v1.PlayerSessionState.reservation_deadline:type_name -> google.protobuf.Timestamp
+	20, // 11: tether.events.v1.PlayerSessionState.reconnect_deadline:type_name -> google.protobuf.Timestamp
 	0,  // 12: tether.events.v1.PlayerSessionState.end_reason:type_name -> tether.events.v1.PlayerSessionEndReason
-	18, // 13: tether.events.v1.PlayerSessionState.create_time:type_name -> google.protobuf.Timestamp
-	18, // 14: tether.events.v1.PlayerSessionState.update_time:type_name -> google.protobuf.Timestamp
+	20, // 13: tether.events.v1.PlayerSessionState.create_time:type_name -> google.protobuf.Timestamp
+	20, // 14: tether.events.v1.PlayerSessionState.update_time:type_name -> google.protobuf.Timestamp
 	2,  // 15: tether.events.v1.GameSessionState.status:type_name -> tether.events.v1.GameSessionStatus
-	17, // 16: tether.events.v1.GameSessionState.properties:type_name -> tether.events.v1.GameSessionState.PropertiesEntry
+	19, // 16: tether.events.v1.GameSessionState.properties:type_name -> tether.events.v1.GameSessionState.PropertiesEntry
 	4,  // 17: tether.events.v1.GameSessionState.policy:type_name -> tether.events.v1.GameSessionPolicy
-	14, // 18: tether.events.v1.GameSessionState.players:type_name -> tether.events.v1.PlayerSessionState
+	16, // 18: tether.events.v1.GameSessionState.players:type_name -> tether.events.v1.PlayerSessionState
 	1,  // 19: tether.events.v1.GameSessionState.end_reason:type_name -> tether.events.v1.GameSessionEndReason
-	19, // 20: tether.events.v1.GameSessionState.server_reason:type_name -> tether.events.v1.Reason
-	18, // 21: tether.events.v1.GameSessionState.create_time:type_name -> google.protobuf.Timestamp
-	18, // 22: tether.events.v1.GameSessionState.update_time:type_name -> google.protobuf.Timestamp
+	21, // 20: tether.events.v1.GameSessionState.server_reason:type_name -> tether.events.v1.Reason
+	20, // 21: tether.events.v1.GameSessionState.create_time:type_name -> google.protobuf.Timestamp
+	20, // 22: tether.events.v1.GameSessionState.update_time:type_name -> google.protobuf.Timestamp
 	23, // [23:23] is the sub-list for method output_type
 	23, // [23:23] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
@@ -1304,7 +1485,7 @@ func file_tether_events_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_events_v1_session_proto_rawDesc), len(file_tether_events_v1_session_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

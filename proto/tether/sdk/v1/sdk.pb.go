@@ -272,8 +272,16 @@ type AcceptPlayerResponse struct {
 	Reconnected bool `protobuf:"varint,4,opt,name=reconnected,proto3" json:"reconnected,omitempty"`
 	// Reconnects so far.
 	ReconnectCount int32 `protobuf:"varint,5,opt,name=reconnect_count,json=reconnectCount,proto3" json:"reconnect_count,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Number of this connection of the player (1 for the first accept, then
+	// raised by each reconnect and takeover). Pass it to DisconnectPlayer and
+	// RemovePlayer, so that when a newer connection has taken the seat over,
+	// this one's close does not change it.
+	Connection int64 `protobuf:"varint,6,opt,name=connection,proto3" json:"connection,omitempty"`
+	// True when this accept took the seat over from a connection the server
+	// still held (the player reconnected from elsewhere with a fresh token).
+	TakenOver     bool `protobuf:"varint,7,opt,name=taken_over,json=takenOver,proto3" json:"taken_over,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcceptPlayerResponse) Reset() {
@@ -341,11 +349,28 @@ func (x *AcceptPlayerResponse) GetReconnectCount() int32 {
 	return 0
 }
 
+func (x *AcceptPlayerResponse) GetConnection() int64 {
+	if x != nil {
+		return x.Connection
+	}
+	return 0
+}
+
+func (x *AcceptPlayerResponse) GetTakenOver() bool {
+	if x != nil {
+		return x.TakenOver
+	}
+	return false
+}
+
 // Request of DisconnectPlayer.
 type DisconnectPlayerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Player session id.
 	PlayerSession string `protobuf:"bytes,1,opt,name=player_session,json=playerSession,proto3" json:"player_session,omitempty"`
+	// The connection AcceptPlayer returned; 0 (unset) means whichever
+	// connection holds the seat.
+	Connection    int64 `protobuf:"varint,2,opt,name=connection,proto3" json:"connection,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -387,13 +412,23 @@ func (x *DisconnectPlayerRequest) GetPlayerSession() string {
 	return ""
 }
 
+func (x *DisconnectPlayerRequest) GetConnection() int64 {
+	if x != nil {
+		return x.Connection
+	}
+	return 0
+}
+
 // Response of DisconnectPlayer.
 type DisconnectPlayerResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// End of the reconnect window.
 	ReconnectDeadline *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=reconnect_deadline,json=reconnectDeadline,proto3" json:"reconnect_deadline,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// True when the connection no longer holds the seat (a newer one took it
+	// over): nothing was recorded.
+	Stale         bool `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DisconnectPlayerResponse) Reset() {
@@ -433,11 +468,21 @@ func (x *DisconnectPlayerResponse) GetReconnectDeadline() *timestamppb.Timestamp
 	return nil
 }
 
+func (x *DisconnectPlayerResponse) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
 // Request of RemovePlayer.
 type RemovePlayerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Player session id.
 	PlayerSession string `protobuf:"bytes,1,opt,name=player_session,json=playerSession,proto3" json:"player_session,omitempty"`
+	// The connection AcceptPlayer returned; 0 (unset) means whichever
+	// connection holds the seat.
+	Connection    int64 `protobuf:"varint,2,opt,name=connection,proto3" json:"connection,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -479,9 +524,19 @@ func (x *RemovePlayerRequest) GetPlayerSession() string {
 	return ""
 }
 
+func (x *RemovePlayerRequest) GetConnection() int64 {
+	if x != nil {
+		return x.Connection
+	}
+	return 0
+}
+
 // Response of RemovePlayer.
 type RemovePlayerResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when the connection no longer holds the seat (a newer one took it
+	// over): nothing was recorded.
+	Stale         bool `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -514,6 +569,13 @@ func (x *RemovePlayerResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use RemovePlayerResponse.ProtoReflect.Descriptor instead.
 func (*RemovePlayerResponse) Descriptor() ([]byte, []int) {
 	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RemovePlayerResponse) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
 }
 
 // A player in the current game session.
@@ -1353,21 +1415,34 @@ const file_tether_sdk_v1_sdk_proto_rawDesc = "" +
 	"\fgame_session\x18\x01 \x01(\tR\vgameSession\"W\n" +
 	"\x13AcceptPlayerRequest\x12*\n" +
 	"\x11player_session_id\x18\x01 \x01(\tR\x0fplayerSessionId\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\tR\x05token\"\xb3\x01\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"\xf2\x01\n" +
 	"\x14AcceptPlayerResponse\x12\x1b\n" +
 	"\tplayer_id\x18\x01 \x01(\tR\bplayerId\x12\x1f\n" +
 	"\vplayer_data\x18\x02 \x01(\tR\n" +
 	"playerData\x12\x12\n" +
 	"\x04slot\x18\x03 \x01(\x05R\x04slot\x12 \n" +
 	"\vreconnected\x18\x04 \x01(\bR\vreconnected\x12'\n" +
-	"\x0freconnect_count\x18\x05 \x01(\x05R\x0ereconnectCount\"@\n" +
+	"\x0freconnect_count\x18\x05 \x01(\x05R\x0ereconnectCount\x12\x1e\n" +
+	"\n" +
+	"connection\x18\x06 \x01(\x03R\n" +
+	"connection\x12\x1d\n" +
+	"\n" +
+	"taken_over\x18\a \x01(\bR\ttakenOver\"`\n" +
 	"\x17DisconnectPlayerRequest\x12%\n" +
-	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\"e\n" +
+	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\x12\x1e\n" +
+	"\n" +
+	"connection\x18\x02 \x01(\x03R\n" +
+	"connection\"{\n" +
 	"\x18DisconnectPlayerResponse\x12I\n" +
-	"\x12reconnect_deadline\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x11reconnectDeadline\"<\n" +
+	"\x12reconnect_deadline\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x11reconnectDeadline\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"\\\n" +
 	"\x13RemovePlayerRequest\x12%\n" +
-	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\"\x16\n" +
-	"\x14RemovePlayerResponse\"`\n" +
+	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\x12\x1e\n" +
+	"\n" +
+	"connection\x18\x02 \x01(\x03R\n" +
+	"connection\",\n" +
+	"\x14RemovePlayerResponse\x12\x14\n" +
+	"\x05stale\x18\x01 \x01(\bR\x05stale\"`\n" +
 	"\x06Player\x12%\n" +
 	"\x0eplayer_session\x18\x01 \x01(\tR\rplayerSession\x12\x1b\n" +
 	"\tplayer_id\x18\x02 \x01(\tR\bplayerId\x12\x12\n" +
