@@ -17,7 +17,7 @@ import (
 )
 
 // helperEnv makes the test binary act as a process that starts a server,
-// prints its pid and blocks until killed.
+// prints its pid and directory (a line each) and blocks until killed.
 const helperEnv = "PGTEMP_TEST_HELPER_DIR"
 
 func TestHelperProcess(t *testing.T) {
@@ -31,6 +31,7 @@ func TestHelperProcess(t *testing.T) {
 		os.Exit(1)
 	}
 	fmt.Println("PID", s.PID())
+	fmt.Println("DIR", s.Dir())
 	// Block until the parent kills this process; Stop is deliberately never called.
 	if _, err := io.Copy(io.Discard, os.Stdin); err != nil {
 		fmt.Println("ERROR", err)

@@ -101,6 +101,7 @@ type Server struct {
 	dir     string   // server directory: data/ (with postgres.log) and, if short enough, sock/
 	sockDir string   // unix socket directory
 	remove  []string // directories Stop removes
+	owner   *os.File // holds the owner lock of dir until Stop (see removeStale)
 	port    int
 	proc    *process
 	log     *slog.Logger
@@ -120,6 +121,10 @@ type process struct {
 // locale) into a fresh directory under opts.Dir and starts postgres on
 // 127.0.0.1, returning once it accepts connections. ctx bounds the start
 // only; the server runs until Stop. On error nothing is left behind.
+//
+// A process killed before Stop leaves its directory behind (tens of MB):
+// Start first removes those under opts.Dir whose owning process is gone,
+// never one that a live process owns.
 func Start(ctx context.Context, opts Options) (*Server, error) {
 	opts.setDefaults()
 	if err := opts.validate(); err != nil {
@@ -139,6 +144,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 
+	removeStale(opts.Dir, opts.Logger)
 	s := &Server{log: opts.Logger}
 	if err := s.makeDirs(opts.Dir, cred); err != nil {
 		return nil, errors.Join(err, s.removeDirs())
@@ -216,11 +222,14 @@ func serverCredential() (*syscall.Credential, error) {
 // path is short enough, else into a directory of its own under
 // os.TempDir().
 func (s *Server) makeDirs(parent string, cred *syscall.Credential) error {
-	dir, err := os.MkdirTemp(parent, "tether-pg-")
+	dir, err := os.MkdirTemp(parent, dirPrefix)
 	if err != nil {
 		return fmt.Errorf("pgtemp: create server directory: %w", err)
 	}
 	s.remove = append(s.remove, dir)
+	if s.owner, err = ownDir(dir); err != nil {
+		return err
+	}
 	// Absolute: postgres and initdb run in it, and the readiness probe
 	// compares it with what the server reports.
 	if s.dir, err = filepath.Abs(dir); err != nil {
@@ -236,10 +245,13 @@ func (s *Server) makeDirs(parent string, cred *syscall.Credential) error {
 			return fmt.Errorf("pgtemp: create socket directory: %w", err)
 		}
 	} else {
-		if sock, err = os.MkdirTemp("", "tether-pgs-"); err != nil {
+		if sock, err = os.MkdirTemp("", sockPrefix); err != nil {
 			return fmt.Errorf("pgtemp: create socket directory: %w", err)
 		}
 		s.remove = append(s.remove, sock)
+		if err := os.WriteFile(filepath.Join(dir, sockRecordName), []byte(sock+"\n"), 0o600); err != nil {
+			return fmt.Errorf("pgtemp: record the socket directory: %w", err)
+		}
 		if !socketFits(sock) {
 			return fmt.Errorf("pgtemp: socket directory %s is too long for a unix socket path: set TMPDIR to a shorter directory", sock)
 		}
@@ -576,12 +588,20 @@ func (s *Server) stop() error {
 	return err
 }
 
+// removeDirs removes the server's directories, then lets go of their owner
+// lock.
 func (s *Server) removeDirs() error {
 	var errs []error
 	for _, dir := range s.remove {
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, fmt.Errorf("pgtemp: remove %s: %w", dir, err))
 		}
+	}
+	if s.owner != nil {
+		if err := s.owner.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("pgtemp: release owner lock: %w", err))
+		}
+		s.owner = nil
 	}
 	return errors.Join(errs...)
 }

@@ -1,0 +1,114 @@
+package pgtemp_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/services/dev/pgtemp"
+)
+
+// TestStartRemovesLeftoverDirectories kills a process that started a server
+// (kill -9 of `tether dev`: no Stop, its directory stays) and checks that the
+// next Start in the same parent removes that directory, and leaves alone the
+// directory of a server that is still running and one it cannot prove is
+// abandoned (no owner lock: an older version's, or one being created).
+func TestStartRemovesLeftoverDirectories(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	parent := parentDir(t)
+	live := start(t, ctx, pgtemp.Options{Dir: parent})
+	unknown := filepath.Join(parent, "tether-pg-older")
+	if err := os.Mkdir(unknown, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pid, left := killedHelper(t, ctx, parent)
+	// Its postmaster goes on SIGQUIT (parent-death signal); until it has,
+	// the directory is its server's.
+	waitGone(t, ctx, serverProcesses(t, pid))
+	if _, err := os.Stat(left); err != nil {
+		t.Fatalf("the killed process's directory is not there to clean: %v", err)
+	}
+
+	start(t, ctx, pgtemp.Options{Dir: parent})
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Errorf("leftover %s still there after a Start (stat: %v)", left, err)
+	}
+	for _, dir := range []string{live.Dir(), unknown} {
+		if _, err := os.Stat(dir); err != nil {
+			t.Errorf("%s was removed: %v", dir, err)
+		}
+	}
+	conn := connect(t, ctx, live.URL("postgres"))
+	if err := conn.Ping(ctx); err != nil {
+		t.Errorf("the live server after another's start: %v", err)
+	}
+}
+
+// killedHelper runs TestHelperProcess, which starts a server under parent,
+// kills it with SIGKILL and returns its postmaster's pid and its directory.
+func killedHelper(t *testing.T, ctx context.Context, parent string) (int, string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), helperEnv+"="+parent)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(stdout)
+	said := map[string]string{}
+	for _, key := range []string{"PID", "DIR"} {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("helper: %v; stderr: %s", err, stderr.String())
+		}
+		k, v, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if k != key {
+			t.Fatalf("helper said %q, want %s; stderr: %s", line, key, stderr.String())
+		}
+		said[k] = v
+	}
+	pid, err := strconv.Atoi(said["PID"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err == nil {
+		t.Fatal("helper exited cleanly; it was meant to be killed")
+	}
+	return pid, said["DIR"]
+}
+
+// waitGone polls until none of procs runs.
+func waitGone(t *testing.T, ctx context.Context, procs []int) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for alive := running(t, procs); len(alive) > 0; alive = running(t, procs) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("postgres processes %v still running after their parent was killed", alive)
+		case <-tick.C:
+		}
+	}
+}
