@@ -35,6 +35,10 @@ type Envelope struct {
 	Producer string
 	// RequestID is the API request id that caused it, if any.
 	RequestID string
+	// RequestFingerprint is the SHA-256 (hex) of the request's content,
+	// set with RequestID: a retry that reuses the id with another content is
+	// refused. Empty on events written before it existed.
+	RequestFingerprint string
 	// CorrelationID ties together the events of one logical operation.
 	CorrelationID string
 	// CausationID is the id of the event that caused this one, if any.
@@ -89,18 +93,19 @@ func (e Envelope) Marshal() ([]byte, error) {
 		return nil, fmt.Errorf("events: pack %s payload: %w", e.Type, err)
 	}
 	return proto.Marshal(&eventsv1.Envelope{
-		Id:            e.ID,
-		Type:          e.Type,
-		Aggregate:     e.Aggregate,
-		OccurTime:     timestamppb.New(e.Time),
-		Producer:      e.Producer,
-		RequestId:     e.RequestID,
-		CorrelationId: e.CorrelationID,
-		CausationId:   e.CausationID,
-		Traceparent:   e.TraceParent,
-		Tracestate:    e.TraceState,
-		SchemaVersion: e.SchemaVersion,
-		Data:          data,
+		Id:                 e.ID,
+		Type:               e.Type,
+		Aggregate:          e.Aggregate,
+		OccurTime:          timestamppb.New(e.Time),
+		Producer:           e.Producer,
+		RequestId:          e.RequestID,
+		RequestFingerprint: e.RequestFingerprint,
+		CorrelationId:      e.CorrelationID,
+		CausationId:        e.CausationID,
+		Traceparent:        e.TraceParent,
+		Tracestate:         e.TraceState,
+		SchemaVersion:      e.SchemaVersion,
+		Data:               data,
 	})
 }
 
@@ -118,18 +123,19 @@ func Unmarshal(b []byte) (Envelope, error) {
 		return Envelope{}, fmt.Errorf("%w: event %q payload %q: %v", ErrUndecodable, pb.GetId(), pb.GetData().GetTypeUrl(), err)
 	}
 	env := Envelope{
-		ID:            pb.GetId(),
-		Type:          pb.GetType(),
-		Aggregate:     pb.GetAggregate(),
-		Time:          pb.GetOccurTime().AsTime(),
-		Producer:      pb.GetProducer(),
-		RequestID:     pb.GetRequestId(),
-		CorrelationID: pb.GetCorrelationId(),
-		CausationID:   pb.GetCausationId(),
-		TraceParent:   pb.GetTraceparent(),
-		TraceState:    pb.GetTracestate(),
-		SchemaVersion: pb.GetSchemaVersion(),
-		Data:          data,
+		ID:                 pb.GetId(),
+		Type:               pb.GetType(),
+		Aggregate:          pb.GetAggregate(),
+		Time:               pb.GetOccurTime().AsTime(),
+		Producer:           pb.GetProducer(),
+		RequestID:          pb.GetRequestId(),
+		RequestFingerprint: pb.GetRequestFingerprint(),
+		CorrelationID:      pb.GetCorrelationId(),
+		CausationID:        pb.GetCausationId(),
+		TraceParent:        pb.GetTraceparent(),
+		TraceState:         pb.GetTracestate(),
+		SchemaVersion:      pb.GetSchemaVersion(),
+		Data:               data,
 	}
 	if got := TypeOf(data); env.Type != got {
 		return Envelope{}, fmt.Errorf("%w: event %q says type %q but carries %q", ErrUndecodable, env.ID, env.Type, got)
