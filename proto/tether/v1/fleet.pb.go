@@ -132,7 +132,7 @@ func (x Fleet_Scheduling) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Fleet_Scheduling.Descriptor instead.
 func (Fleet_Scheduling) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{5, 0}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{6, 0}
 }
 
 // A port of a game server template.
@@ -414,8 +414,11 @@ type FleetStatus struct {
 	Replicas int32 `protobuf:"varint,4,opt,name=replicas,proto3" json:"replicas,omitempty"`
 	// Game servers in RESERVED.
 	ReservedReplicas int32 `protobuf:"varint,5,opt,name=reserved_replicas,json=reservedReplicas,proto3" json:"reserved_replicas,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Conditions of the fleet, Kubernetes style; a condition is listed once
+	// it has been true (docs/crash-loops.md).
+	Conditions    []*FleetCondition `protobuf:"bytes,6,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FleetStatus) Reset() {
@@ -483,6 +486,126 @@ func (x *FleetStatus) GetReservedReplicas() int32 {
 	return 0
 }
 
+func (x *FleetStatus) GetConditions() []*FleetCondition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+// A condition of a fleet, in the style of Kubernetes conditions.
+type FleetCondition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Condition type. "START_FAILING": the fleet's game servers end before
+	// READY, and their replacement backs off.
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// "True" or "False".
+	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// Machine-readable cause: while failing, the last failure's game server
+	// reason (e.g. "PROCESS_START_FAILED"); after a recovery, "READY".
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// For humans: while failing, the last error (e.g. the exec error).
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// When status last changed.
+	LastTransitionTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_transition_time,json=lastTransitionTime,proto3" json:"last_transition_time,omitempty"`
+	// While failing: no new game server of the fleet is scheduled before
+	// this time; unset when the next one may start now.
+	BackoffUntil *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=backoff_until,json=backoffUntil,proto3" json:"backoff_until,omitempty"`
+	// Game servers of the fleet that ended before READY in a row.
+	ConsecutiveFailures int32 `protobuf:"varint,7,opt,name=consecutive_failures,json=consecutiveFailures,proto3" json:"consecutive_failures,omitempty"`
+	// The game server the condition is about: the last one that failed, or
+	// the one that became READY.
+	GameServer    string `protobuf:"bytes,8,opt,name=game_server,json=gameServer,proto3" json:"game_server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetCondition) Reset() {
+	*x = FleetCondition{}
+	mi := &file_tether_v1_fleet_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetCondition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetCondition) ProtoMessage() {}
+
+func (x *FleetCondition) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_fleet_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetCondition.ProtoReflect.Descriptor instead.
+func (*FleetCondition) Descriptor() ([]byte, []int) {
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *FleetCondition) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *FleetCondition) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *FleetCondition) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *FleetCondition) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *FleetCondition) GetLastTransitionTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastTransitionTime
+	}
+	return nil
+}
+
+func (x *FleetCondition) GetBackoffUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.BackoffUntil
+	}
+	return nil
+}
+
+func (x *FleetCondition) GetConsecutiveFailures() int32 {
+	if x != nil {
+		return x.ConsecutiveFailures
+	}
+	return 0
+}
+
+func (x *FleetCondition) GetGameServer() string {
+	if x != nil {
+		return x.GameServer
+	}
+	return ""
+}
+
 // A fleet: game servers of one template kept at a replica count.
 type Fleet struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -521,7 +644,7 @@ type Fleet struct {
 
 func (x *Fleet) Reset() {
 	*x = Fleet{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[5]
+	mi := &file_tether_v1_fleet_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +656,7 @@ func (x *Fleet) String() string {
 func (*Fleet) ProtoMessage() {}
 
 func (x *Fleet) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[5]
+	mi := &file_tether_v1_fleet_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +669,7 @@ func (x *Fleet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fleet.ProtoReflect.Descriptor instead.
 func (*Fleet) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{5}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Fleet) GetName() string {
@@ -662,7 +785,7 @@ type CreateFleetRequest struct {
 
 func (x *CreateFleetRequest) Reset() {
 	*x = CreateFleetRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[6]
+	mi := &file_tether_v1_fleet_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +797,7 @@ func (x *CreateFleetRequest) String() string {
 func (*CreateFleetRequest) ProtoMessage() {}
 
 func (x *CreateFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[6]
+	mi := &file_tether_v1_fleet_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +810,7 @@ func (x *CreateFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFleetRequest.ProtoReflect.Descriptor instead.
 func (*CreateFleetRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{6}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateFleetRequest) GetFleetId() string {
@@ -724,7 +847,7 @@ type GetFleetRequest struct {
 
 func (x *GetFleetRequest) Reset() {
 	*x = GetFleetRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[7]
+	mi := &file_tether_v1_fleet_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +859,7 @@ func (x *GetFleetRequest) String() string {
 func (*GetFleetRequest) ProtoMessage() {}
 
 func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[7]
+	mi := &file_tether_v1_fleet_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +872,7 @@ func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFleetRequest.ProtoReflect.Descriptor instead.
 func (*GetFleetRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{7}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetFleetRequest) GetName() string {
@@ -781,7 +904,7 @@ type ListFleetsRequest struct {
 
 func (x *ListFleetsRequest) Reset() {
 	*x = ListFleetsRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[8]
+	mi := &file_tether_v1_fleet_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +916,7 @@ func (x *ListFleetsRequest) String() string {
 func (*ListFleetsRequest) ProtoMessage() {}
 
 func (x *ListFleetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[8]
+	mi := &file_tether_v1_fleet_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +929,7 @@ func (x *ListFleetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFleetsRequest.ProtoReflect.Descriptor instead.
 func (*ListFleetsRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{8}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListFleetsRequest) GetPageSize() int32 {
@@ -843,7 +966,7 @@ type ListFleetsResponse struct {
 
 func (x *ListFleetsResponse) Reset() {
 	*x = ListFleetsResponse{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[9]
+	mi := &file_tether_v1_fleet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +978,7 @@ func (x *ListFleetsResponse) String() string {
 func (*ListFleetsResponse) ProtoMessage() {}
 
 func (x *ListFleetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[9]
+	mi := &file_tether_v1_fleet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +991,7 @@ func (x *ListFleetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFleetsResponse.ProtoReflect.Descriptor instead.
 func (*ListFleetsResponse) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{9}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListFleetsResponse) GetFleets() []*Fleet {
@@ -900,7 +1023,7 @@ type UpdateFleetRequest struct {
 
 func (x *UpdateFleetRequest) Reset() {
 	*x = UpdateFleetRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[10]
+	mi := &file_tether_v1_fleet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -912,7 +1035,7 @@ func (x *UpdateFleetRequest) String() string {
 func (*UpdateFleetRequest) ProtoMessage() {}
 
 func (x *UpdateFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[10]
+	mi := &file_tether_v1_fleet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -925,7 +1048,7 @@ func (x *UpdateFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFleetRequest.ProtoReflect.Descriptor instead.
 func (*UpdateFleetRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{10}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateFleetRequest) GetFleet() *Fleet {
@@ -964,7 +1087,7 @@ type DeleteFleetRequest struct {
 
 func (x *DeleteFleetRequest) Reset() {
 	*x = DeleteFleetRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[11]
+	mi := &file_tether_v1_fleet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1099,7 @@ func (x *DeleteFleetRequest) String() string {
 func (*DeleteFleetRequest) ProtoMessage() {}
 
 func (x *DeleteFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[11]
+	mi := &file_tether_v1_fleet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1112,7 @@ func (x *DeleteFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFleetRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFleetRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{11}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteFleetRequest) GetName() string {
@@ -1042,13 +1165,26 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"\vmax_players\x18\x01 \x01(\x05R\n" +
 	"maxPlayers\x12>\n" +
 	"\x1breservation_timeout_seconds\x18\x02 \x01(\x05R\x19reservationTimeoutSeconds\x128\n" +
-	"\x18reconnect_window_seconds\x18\x03 \x01(\x05R\x16reconnectWindowSeconds\"\xdb\x01\n" +
+	"\x18reconnect_window_seconds\x18\x03 \x01(\x05R\x16reconnectWindowSeconds\"\x96\x02\n" +
 	"\vFleetStatus\x12%\n" +
 	"\x0eready_replicas\x18\x01 \x01(\x05R\rreadyReplicas\x12-\n" +
 	"\x12allocated_replicas\x18\x02 \x01(\x05R\x11allocatedReplicas\x12-\n" +
 	"\x12unhealthy_replicas\x18\x03 \x01(\x05R\x11unhealthyReplicas\x12\x1a\n" +
 	"\breplicas\x18\x04 \x01(\x05R\breplicas\x12+\n" +
-	"\x11reserved_replicas\x18\x05 \x01(\x05R\x10reservedReplicas\"\xb9\x06\n" +
+	"\x11reserved_replicas\x18\x05 \x01(\x05R\x10reservedReplicas\x129\n" +
+	"\n" +
+	"conditions\x18\x06 \x03(\v2\x19.tether.v1.FleetConditionR\n" +
+	"conditions\"\xd1\x02\n" +
+	"\x0eFleetCondition\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12L\n" +
+	"\x14last_transition_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\x12?\n" +
+	"\rbackoff_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fbackoffUntil\x121\n" +
+	"\x14consecutive_failures\x18\a \x01(\x05R\x13consecutiveFailures\x12\x1f\n" +
+	"\vgame_server\x18\b \x01(\tR\n" +
+	"gameServer\"\xb9\x06\n" +
 	"\x05Fleet\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\x05R\breplicas\x129\n" +
@@ -1129,7 +1265,7 @@ func file_tether_v1_fleet_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_v1_fleet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tether_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_tether_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_tether_v1_fleet_proto_goTypes = []any{
 	(PortSpec_Protocol)(0),        // 0: tether.v1.PortSpec.Protocol
 	(Fleet_Scheduling)(0),         // 1: tether.v1.Fleet.Scheduling
@@ -1138,50 +1274,54 @@ var file_tether_v1_fleet_proto_goTypes = []any{
 	(*HealthPolicy)(nil),          // 4: tether.v1.HealthPolicy
 	(*PlayerSessionPolicy)(nil),   // 5: tether.v1.PlayerSessionPolicy
 	(*FleetStatus)(nil),           // 6: tether.v1.FleetStatus
-	(*Fleet)(nil),                 // 7: tether.v1.Fleet
-	(*CreateFleetRequest)(nil),    // 8: tether.v1.CreateFleetRequest
-	(*GetFleetRequest)(nil),       // 9: tether.v1.GetFleetRequest
-	(*ListFleetsRequest)(nil),     // 10: tether.v1.ListFleetsRequest
-	(*ListFleetsResponse)(nil),    // 11: tether.v1.ListFleetsResponse
-	(*UpdateFleetRequest)(nil),    // 12: tether.v1.UpdateFleetRequest
-	(*DeleteFleetRequest)(nil),    // 13: tether.v1.DeleteFleetRequest
-	nil,                           // 14: tether.v1.GameServerTemplate.EnvEntry
-	nil,                           // 15: tether.v1.Fleet.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil), // 17: google.protobuf.FieldMask
+	(*FleetCondition)(nil),        // 7: tether.v1.FleetCondition
+	(*Fleet)(nil),                 // 8: tether.v1.Fleet
+	(*CreateFleetRequest)(nil),    // 9: tether.v1.CreateFleetRequest
+	(*GetFleetRequest)(nil),       // 10: tether.v1.GetFleetRequest
+	(*ListFleetsRequest)(nil),     // 11: tether.v1.ListFleetsRequest
+	(*ListFleetsResponse)(nil),    // 12: tether.v1.ListFleetsResponse
+	(*UpdateFleetRequest)(nil),    // 13: tether.v1.UpdateFleetRequest
+	(*DeleteFleetRequest)(nil),    // 14: tether.v1.DeleteFleetRequest
+	nil,                           // 15: tether.v1.GameServerTemplate.EnvEntry
+	nil,                           // 16: tether.v1.Fleet.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil), // 18: google.protobuf.FieldMask
 }
 var file_tether_v1_fleet_proto_depIdxs = []int32{
 	0,  // 0: tether.v1.PortSpec.protocol:type_name -> tether.v1.PortSpec.Protocol
-	14, // 1: tether.v1.GameServerTemplate.env:type_name -> tether.v1.GameServerTemplate.EnvEntry
+	15, // 1: tether.v1.GameServerTemplate.env:type_name -> tether.v1.GameServerTemplate.EnvEntry
 	2,  // 2: tether.v1.GameServerTemplate.ports:type_name -> tether.v1.PortSpec
-	3,  // 3: tether.v1.Fleet.template:type_name -> tether.v1.GameServerTemplate
-	4,  // 4: tether.v1.Fleet.health:type_name -> tether.v1.HealthPolicy
-	5,  // 5: tether.v1.Fleet.player_sessions:type_name -> tether.v1.PlayerSessionPolicy
-	1,  // 6: tether.v1.Fleet.scheduling:type_name -> tether.v1.Fleet.Scheduling
-	15, // 7: tether.v1.Fleet.labels:type_name -> tether.v1.Fleet.LabelsEntry
-	6,  // 8: tether.v1.Fleet.status:type_name -> tether.v1.FleetStatus
-	16, // 9: tether.v1.Fleet.create_time:type_name -> google.protobuf.Timestamp
-	16, // 10: tether.v1.Fleet.update_time:type_name -> google.protobuf.Timestamp
-	16, // 11: tether.v1.Fleet.delete_time:type_name -> google.protobuf.Timestamp
-	7,  // 12: tether.v1.CreateFleetRequest.fleet:type_name -> tether.v1.Fleet
-	7,  // 13: tether.v1.ListFleetsResponse.fleets:type_name -> tether.v1.Fleet
-	7,  // 14: tether.v1.UpdateFleetRequest.fleet:type_name -> tether.v1.Fleet
-	17, // 15: tether.v1.UpdateFleetRequest.update_mask:type_name -> google.protobuf.FieldMask
-	8,  // 16: tether.v1.FleetService.CreateFleet:input_type -> tether.v1.CreateFleetRequest
-	9,  // 17: tether.v1.FleetService.GetFleet:input_type -> tether.v1.GetFleetRequest
-	10, // 18: tether.v1.FleetService.ListFleets:input_type -> tether.v1.ListFleetsRequest
-	12, // 19: tether.v1.FleetService.UpdateFleet:input_type -> tether.v1.UpdateFleetRequest
-	13, // 20: tether.v1.FleetService.DeleteFleet:input_type -> tether.v1.DeleteFleetRequest
-	7,  // 21: tether.v1.FleetService.CreateFleet:output_type -> tether.v1.Fleet
-	7,  // 22: tether.v1.FleetService.GetFleet:output_type -> tether.v1.Fleet
-	11, // 23: tether.v1.FleetService.ListFleets:output_type -> tether.v1.ListFleetsResponse
-	7,  // 24: tether.v1.FleetService.UpdateFleet:output_type -> tether.v1.Fleet
-	7,  // 25: tether.v1.FleetService.DeleteFleet:output_type -> tether.v1.Fleet
-	21, // [21:26] is the sub-list for method output_type
-	16, // [16:21] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	7,  // 3: tether.v1.FleetStatus.conditions:type_name -> tether.v1.FleetCondition
+	17, // 4: tether.v1.FleetCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	17, // 5: tether.v1.FleetCondition.backoff_until:type_name -> google.protobuf.Timestamp
+	3,  // 6: tether.v1.Fleet.template:type_name -> tether.v1.GameServerTemplate
+	4,  // 7: tether.v1.Fleet.health:type_name -> tether.v1.HealthPolicy
+	5,  // 8: tether.v1.Fleet.player_sessions:type_name -> tether.v1.PlayerSessionPolicy
+	1,  // 9: tether.v1.Fleet.scheduling:type_name -> tether.v1.Fleet.Scheduling
+	16, // 10: tether.v1.Fleet.labels:type_name -> tether.v1.Fleet.LabelsEntry
+	6,  // 11: tether.v1.Fleet.status:type_name -> tether.v1.FleetStatus
+	17, // 12: tether.v1.Fleet.create_time:type_name -> google.protobuf.Timestamp
+	17, // 13: tether.v1.Fleet.update_time:type_name -> google.protobuf.Timestamp
+	17, // 14: tether.v1.Fleet.delete_time:type_name -> google.protobuf.Timestamp
+	8,  // 15: tether.v1.CreateFleetRequest.fleet:type_name -> tether.v1.Fleet
+	8,  // 16: tether.v1.ListFleetsResponse.fleets:type_name -> tether.v1.Fleet
+	8,  // 17: tether.v1.UpdateFleetRequest.fleet:type_name -> tether.v1.Fleet
+	18, // 18: tether.v1.UpdateFleetRequest.update_mask:type_name -> google.protobuf.FieldMask
+	9,  // 19: tether.v1.FleetService.CreateFleet:input_type -> tether.v1.CreateFleetRequest
+	10, // 20: tether.v1.FleetService.GetFleet:input_type -> tether.v1.GetFleetRequest
+	11, // 21: tether.v1.FleetService.ListFleets:input_type -> tether.v1.ListFleetsRequest
+	13, // 22: tether.v1.FleetService.UpdateFleet:input_type -> tether.v1.UpdateFleetRequest
+	14, // 23: tether.v1.FleetService.DeleteFleet:input_type -> tether.v1.DeleteFleetRequest
+	8,  // 24: tether.v1.FleetService.CreateFleet:output_type -> tether.v1.Fleet
+	8,  // 25: tether.v1.FleetService.GetFleet:output_type -> tether.v1.Fleet
+	12, // 26: tether.v1.FleetService.ListFleets:output_type -> tether.v1.ListFleetsResponse
+	8,  // 27: tether.v1.FleetService.UpdateFleet:output_type -> tether.v1.Fleet
+	8,  // 28: tether.v1.FleetService.DeleteFleet:output_type -> tether.v1.Fleet
+	24, // [24:29] is the sub-list for method output_type
+	19, // [19:24] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_tether_v1_fleet_proto_init() }
@@ -1195,7 +1335,7 @@ func file_tether_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_v1_fleet_proto_rawDesc), len(file_tether_v1_fleet_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

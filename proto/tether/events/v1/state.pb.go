@@ -215,9 +215,21 @@ type FleetState struct {
 	// Time of the last event.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Time of FleetDeleted.
-	DeleteTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DeleteTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
+	// While the fleet's game servers keep failing before READY: the last
+	// FleetStartFailing; unset otherwise. A change of the template or the
+	// health policy clears its backoff_until (the change is tried at once).
+	StartFailing *FleetStartFailing `protobuf:"bytes,7,opt,name=start_failing,json=startFailing,proto3" json:"start_failing,omitempty"`
+	// The FleetStartRecovered that ended the last run of failures.
+	StartRecovered *FleetStartRecovered `protobuf:"bytes,8,opt,name=start_recovered,json=startRecovered,proto3" json:"start_recovered,omitempty"`
+	// When the start condition last changed: the first failure of the run,
+	// or its recovery.
+	StartConditionTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=start_condition_time,json=startConditionTime,proto3" json:"start_condition_time,omitempty"`
+	// Stream sequence of the last failure counted, kept after a recovery: a
+	// failure at or before it is never counted again.
+	CountedFailureSequence uint64 `protobuf:"varint,10,opt,name=counted_failure_sequence,json=countedFailureSequence,proto3" json:"counted_failure_sequence,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *FleetState) Reset() {
@@ -290,6 +302,34 @@ func (x *FleetState) GetDeleteTime() *timestamppb.Timestamp {
 		return x.DeleteTime
 	}
 	return nil
+}
+
+func (x *FleetState) GetStartFailing() *FleetStartFailing {
+	if x != nil {
+		return x.StartFailing
+	}
+	return nil
+}
+
+func (x *FleetState) GetStartRecovered() *FleetStartRecovered {
+	if x != nil {
+		return x.StartRecovered
+	}
+	return nil
+}
+
+func (x *FleetState) GetStartConditionTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartConditionTime
+	}
+	return nil
+}
+
+func (x *FleetState) GetCountedFailureSequence() uint64 {
+	if x != nil {
+		return x.CountedFailureSequence
+	}
+	return 0
 }
 
 // HostState is a host folded from its events.
@@ -750,7 +790,7 @@ var File_tether_events_v1_state_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctether/events/v1/state.proto\x12\x10tether.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ctether/events/v1/fleet.proto\x1a!tether/events/v1/gameserver.proto\"\xa2\x02\n" +
+	"\x1ctether/events/v1/state.proto\x12\x10tether.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ctether/events/v1/fleet.proto\x1a\"tether/events/v1/fleet_start.proto\x1a!tether/events/v1/gameserver.proto\"\xc4\x04\n" +
 	"\n" +
 	"FleetState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
@@ -761,7 +801,12 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\vupdate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12;\n" +
 	"\vdelete_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"deleteTime\"\x8d\x05\n" +
+	"deleteTime\x12H\n" +
+	"\rstart_failing\x18\a \x01(\v2#.tether.events.v1.FleetStartFailingR\fstartFailing\x12N\n" +
+	"\x0fstart_recovered\x18\b \x01(\v2%.tether.events.v1.FleetStartRecoveredR\x0estartRecovered\x12L\n" +
+	"\x14start_condition_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x12startConditionTime\x128\n" +
+	"\x18counted_failure_sequence\x18\n" +
+	" \x01(\x04R\x16countedFailureSequence\"\x8d\x05\n" +
 	"\tHostState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1c.tether.events.v1.HostStatusR\x06status\x12\x1a\n" +
@@ -868,50 +913,55 @@ var file_tether_events_v1_state_proto_goTypes = []any{
 	nil,                           // 7: tether.events.v1.GameServerState.LabelsEntry
 	(*FleetSpec)(nil),             // 8: tether.events.v1.FleetSpec
 	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
-	(Lifecycle)(0),                // 10: tether.events.v1.Lifecycle
-	(*Port)(nil),                  // 11: tether.events.v1.Port
-	(Reason)(0),                   // 12: tether.events.v1.Reason
-	(*Evidence)(nil),              // 13: tether.events.v1.Evidence
-	(*GameServerTemplate)(nil),    // 14: tether.events.v1.GameServerTemplate
-	(*HealthPolicy)(nil),          // 15: tether.events.v1.HealthPolicy
-	(*ConnectionChange)(nil),      // 16: tether.events.v1.ConnectionChange
-	(*GameServerAllocated)(nil),   // 17: tether.events.v1.GameServerAllocated
-	(*PlayerSessionPolicy)(nil),   // 18: tether.events.v1.PlayerSessionPolicy
+	(*FleetStartFailing)(nil),     // 10: tether.events.v1.FleetStartFailing
+	(*FleetStartRecovered)(nil),   // 11: tether.events.v1.FleetStartRecovered
+	(Lifecycle)(0),                // 12: tether.events.v1.Lifecycle
+	(*Port)(nil),                  // 13: tether.events.v1.Port
+	(Reason)(0),                   // 14: tether.events.v1.Reason
+	(*Evidence)(nil),              // 15: tether.events.v1.Evidence
+	(*GameServerTemplate)(nil),    // 16: tether.events.v1.GameServerTemplate
+	(*HealthPolicy)(nil),          // 17: tether.events.v1.HealthPolicy
+	(*ConnectionChange)(nil),      // 18: tether.events.v1.ConnectionChange
+	(*GameServerAllocated)(nil),   // 19: tether.events.v1.GameServerAllocated
+	(*PlayerSessionPolicy)(nil),   // 20: tether.events.v1.PlayerSessionPolicy
 }
 var file_tether_events_v1_state_proto_depIdxs = []int32{
 	8,  // 0: tether.events.v1.FleetState.spec:type_name -> tether.events.v1.FleetSpec
 	9,  // 1: tether.events.v1.FleetState.create_time:type_name -> google.protobuf.Timestamp
 	9,  // 2: tether.events.v1.FleetState.update_time:type_name -> google.protobuf.Timestamp
 	9,  // 3: tether.events.v1.FleetState.delete_time:type_name -> google.protobuf.Timestamp
-	0,  // 4: tether.events.v1.HostState.status:type_name -> tether.events.v1.HostStatus
-	6,  // 5: tether.events.v1.HostState.labels:type_name -> tether.events.v1.HostState.LabelsEntry
-	9,  // 6: tether.events.v1.HostState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	9,  // 7: tether.events.v1.HostState.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 8: tether.events.v1.HostState.update_time:type_name -> google.protobuf.Timestamp
-	10, // 9: tether.events.v1.GameServerState.lifecycle:type_name -> tether.events.v1.Lifecycle
-	1,  // 10: tether.events.v1.GameServerState.connection:type_name -> tether.events.v1.ConnectionState
-	9,  // 11: tether.events.v1.GameServerState.connection_since:type_name -> google.protobuf.Timestamp
-	9,  // 12: tether.events.v1.GameServerState.grace_deadline:type_name -> google.protobuf.Timestamp
-	2,  // 13: tether.events.v1.GameServerState.health:type_name -> tether.events.v1.HealthState
-	9,  // 14: tether.events.v1.GameServerState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	11, // 15: tether.events.v1.GameServerState.ports:type_name -> tether.events.v1.Port
-	12, // 16: tether.events.v1.GameServerState.reason:type_name -> tether.events.v1.Reason
-	13, // 17: tether.events.v1.GameServerState.evidence:type_name -> tether.events.v1.Evidence
-	7,  // 18: tether.events.v1.GameServerState.labels:type_name -> tether.events.v1.GameServerState.LabelsEntry
-	14, // 19: tether.events.v1.GameServerState.template:type_name -> tether.events.v1.GameServerTemplate
-	15, // 20: tether.events.v1.GameServerState.health_policy:type_name -> tether.events.v1.HealthPolicy
-	9,  // 21: tether.events.v1.GameServerState.reserved_until:type_name -> google.protobuf.Timestamp
-	9,  // 22: tether.events.v1.GameServerState.shutdown_deadline:type_name -> google.protobuf.Timestamp
-	9,  // 23: tether.events.v1.GameServerState.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 24: tether.events.v1.GameServerState.update_time:type_name -> google.protobuf.Timestamp
-	16, // 25: tether.events.v1.GameServerState.connection_history:type_name -> tether.events.v1.ConnectionChange
-	17, // 26: tether.events.v1.GameServerState.allocation:type_name -> tether.events.v1.GameServerAllocated
-	18, // 27: tether.events.v1.GameServerState.player_session_policy:type_name -> tether.events.v1.PlayerSessionPolicy
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	10, // 4: tether.events.v1.FleetState.start_failing:type_name -> tether.events.v1.FleetStartFailing
+	11, // 5: tether.events.v1.FleetState.start_recovered:type_name -> tether.events.v1.FleetStartRecovered
+	9,  // 6: tether.events.v1.FleetState.start_condition_time:type_name -> google.protobuf.Timestamp
+	0,  // 7: tether.events.v1.HostState.status:type_name -> tether.events.v1.HostStatus
+	6,  // 8: tether.events.v1.HostState.labels:type_name -> tether.events.v1.HostState.LabelsEntry
+	9,  // 9: tether.events.v1.HostState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	9,  // 10: tether.events.v1.HostState.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 11: tether.events.v1.HostState.update_time:type_name -> google.protobuf.Timestamp
+	12, // 12: tether.events.v1.GameServerState.lifecycle:type_name -> tether.events.v1.Lifecycle
+	1,  // 13: tether.events.v1.GameServerState.connection:type_name -> tether.events.v1.ConnectionState
+	9,  // 14: tether.events.v1.GameServerState.connection_since:type_name -> google.protobuf.Timestamp
+	9,  // 15: tether.events.v1.GameServerState.grace_deadline:type_name -> google.protobuf.Timestamp
+	2,  // 16: tether.events.v1.GameServerState.health:type_name -> tether.events.v1.HealthState
+	9,  // 17: tether.events.v1.GameServerState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	13, // 18: tether.events.v1.GameServerState.ports:type_name -> tether.events.v1.Port
+	14, // 19: tether.events.v1.GameServerState.reason:type_name -> tether.events.v1.Reason
+	15, // 20: tether.events.v1.GameServerState.evidence:type_name -> tether.events.v1.Evidence
+	7,  // 21: tether.events.v1.GameServerState.labels:type_name -> tether.events.v1.GameServerState.LabelsEntry
+	16, // 22: tether.events.v1.GameServerState.template:type_name -> tether.events.v1.GameServerTemplate
+	17, // 23: tether.events.v1.GameServerState.health_policy:type_name -> tether.events.v1.HealthPolicy
+	9,  // 24: tether.events.v1.GameServerState.reserved_until:type_name -> google.protobuf.Timestamp
+	9,  // 25: tether.events.v1.GameServerState.shutdown_deadline:type_name -> google.protobuf.Timestamp
+	9,  // 26: tether.events.v1.GameServerState.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 27: tether.events.v1.GameServerState.update_time:type_name -> google.protobuf.Timestamp
+	18, // 28: tether.events.v1.GameServerState.connection_history:type_name -> tether.events.v1.ConnectionChange
+	19, // 29: tether.events.v1.GameServerState.allocation:type_name -> tether.events.v1.GameServerAllocated
+	20, // 30: tether.events.v1.GameServerState.player_session_policy:type_name -> tether.events.v1.PlayerSessionPolicy
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_state_proto_init() }
@@ -920,6 +970,7 @@ func file_tether_events_v1_state_proto_init() {
 		return
 	}
 	file_tether_events_v1_fleet_proto_init()
+	file_tether_events_v1_fleet_start_proto_init()
 	file_tether_events_v1_gameserver_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
