@@ -25,6 +25,12 @@ const (
 	RefusedPlayerSessionUnknown = "PLAYER_SESSION_NOT_FOUND"
 	RefusedPlayerSessionExpired = "PLAYER_SESSION_EXPIRED"
 	RefusedPlayerSessionState   = "PLAYER_SESSION_STATE"
+	// RefusedTokenRevoked is a token of an earlier generation than the
+	// seat's: a reconnect reissued the seat's token since.
+	RefusedTokenRevoked = "PLAYER_TOKEN_REVOKED"
+	// RefusedPlayerAlreadyConnected is a second accept of an ACTIVE seat
+	// with the token its connection was accepted with.
+	RefusedPlayerAlreadyConnected = "PLAYER_ALREADY_CONNECTED"
 )
 
 // RefusedError is a command the aggregate's state refuses for a reason a
@@ -150,11 +156,12 @@ func lastToken(name string) string { return name[strings.LastIndex(name, "/")+1:
 var gameSessionEvents = []string{
 	"GameSessionCreated", "GameSessionEnded", "PlayerSessionReserved", "PlayerAccepted",
 	"PlayerDisconnected", "PlayerReconnected", "PlayerSessionCompleted", "PlayerSessionTimedOut",
+	"PlayerTokenReissued", "PlayerTakenOver",
 }
 
 // playerTransitions is the explicit transition table of player sessions
 // (DESIGN.md §3): the states each event may arrive in, and the state it
-// leads to.
+// leads to (unspecified: the status does not change).
 var playerTransitions = map[string]struct {
 	from []eventsv1.PlayerSessionStatus
 	to   eventsv1.PlayerSessionStatus
@@ -162,8 +169,10 @@ var playerTransitions = map[string]struct {
 	"PlayerAccepted":         {from: []eventsv1.PlayerSessionStatus{psReserved}, to: psActive},
 	"PlayerDisconnected":     {from: []eventsv1.PlayerSessionStatus{psActive}, to: psDisconnected},
 	"PlayerReconnected":      {from: []eventsv1.PlayerSessionStatus{psDisconnected}, to: psActive},
+	"PlayerTakenOver":        {from: []eventsv1.PlayerSessionStatus{psActive}, to: psActive},
 	"PlayerSessionCompleted": {from: []eventsv1.PlayerSessionStatus{psReserved, psActive, psDisconnected}, to: psCompleted},
 	"PlayerSessionTimedOut":  {from: []eventsv1.PlayerSessionStatus{psReserved}, to: psTimedOut},
+	"PlayerTokenReissued":    {from: []eventsv1.PlayerSessionStatus{psReserved, psActive, psDisconnected}},
 }
 
 // ApplyGameSession folds one event into a game session's state and returns
@@ -232,23 +241,49 @@ func ApplyGameSession(state *eventsv1.GameSessionState, e Envelope) (*eventsv1.G
 		if p == nil {
 			return nil, fmt.Errorf("events: %s: %s names unknown player session %q", e.Aggregate, e.Type, id)
 		}
-		row := playerTransitions[e.Type]
-		if !slices.Contains(row.from, p.GetStatus()) {
-			return nil, &TransitionError{Aggregate: p.GetName(), From: PlayerSessionStatusName(p.GetStatus()), Event: e.Type}
-		}
-		p.Status, p.UpdateTime = row.to, at
-		p.ReservationDeadline, p.ReconnectDeadline = nil, nil
-		switch d := e.Data.(type) {
-		case *eventsv1.PlayerDisconnected:
-			p.ReconnectDeadline = d.GetReconnectDeadline()
-		case *eventsv1.PlayerReconnected:
-			p.ReconnectCount++
-		case *eventsv1.PlayerSessionCompleted:
-			p.EndReason = d.GetReason()
+		if err := applyPlayer(p, e, at); err != nil {
+			return nil, err
 		}
 	}
 	next.UpdateTime = at
 	return next, nil
+}
+
+// applyPlayer folds a player event into its player session (p, modified).
+func applyPlayer(p *eventsv1.PlayerSessionState, e Envelope, at *timestamppb.Timestamp) error {
+	row := playerTransitions[e.Type]
+	if !slices.Contains(row.from, p.GetStatus()) {
+		return &TransitionError{Aggregate: p.GetName(), From: PlayerSessionStatusName(p.GetStatus()), Event: e.Type}
+	}
+	p.UpdateTime = at
+	if d, ok := e.Data.(*eventsv1.PlayerTokenReissued); ok {
+		if d.GetTokenGeneration() <= p.GetTokenGeneration() {
+			return fmt.Errorf("events: %s: token generation %d reissued at generation %d", p.GetName(), d.GetTokenGeneration(), p.GetTokenGeneration())
+		}
+		p.TokenGeneration = d.GetTokenGeneration()
+		return nil // the seat and its deadlines stay as they are
+	}
+	p.Status = row.to
+	p.ReservationDeadline, p.ReconnectDeadline = nil, nil
+	connect := func(generation int64) {
+		p.Connection++
+		p.ConnectionTokenGeneration = generation
+	}
+	switch d := e.Data.(type) {
+	case *eventsv1.PlayerAccepted:
+		connect(d.GetTokenGeneration())
+	case *eventsv1.PlayerDisconnected:
+		p.ReconnectDeadline = d.GetReconnectDeadline()
+	case *eventsv1.PlayerReconnected:
+		p.ReconnectCount++
+		connect(d.GetTokenGeneration())
+	case *eventsv1.PlayerTakenOver:
+		p.ReconnectCount++
+		connect(d.GetTokenGeneration())
+	case *eventsv1.PlayerSessionCompleted:
+		p.EndReason = d.GetReason()
+	}
+	return nil
 }
 
 // PlayerSessionOf returns the player session id a player event is about.
@@ -264,8 +299,19 @@ func PlayerSessionOf(m proto.Message) (string, bool) {
 		return d.GetPlayerSession(), true
 	case *eventsv1.PlayerSessionTimedOut:
 		return d.GetPlayerSession(), true
+	case *eventsv1.PlayerTokenReissued:
+		return d.GetPlayerSession(), true
+	case *eventsv1.PlayerTakenOver:
+		return d.GetPlayerSession(), true
 	}
 	return "", false
+}
+
+// StaleConnection reports whether a game server's report about connection
+// (AcceptPlayer's number; 0: unspecified) concerns a connection that no
+// longer holds the seat: a newer one took it over.
+func StaleConnection(p *eventsv1.PlayerSessionState, connection int64) bool {
+	return connection != 0 && connection != p.GetConnection()
 }
 
 // GameSessionCommand is a command on a game session; see the types below.
@@ -288,10 +334,25 @@ type ReservePlayer struct {
 	Now time.Time
 }
 
-// AcceptPlayer admits a player who presented a valid token: a RESERVED seat
-// becomes ACTIVE; a DISCONNECTED one within its window reconnects; an
-// ACTIVE one is accepted again without an event (a retried accept).
+// AcceptPlayer admits a player who presented a valid token of the seat's
+// current token generation (an earlier one is refused,
+// PLAYER_TOKEN_REVOKED): a RESERVED seat becomes ACTIVE; a DISCONNECTED one
+// within its window reconnects. An ACTIVE seat is taken over by a token of
+// a later generation than its connection's (the player reconnected from
+// elsewhere before the server noticed the drop), and refused to the same
+// generation (PLAYER_ALREADY_CONNECTED: one token, one connection).
 type AcceptPlayer struct {
+	// PlayerSession is the player session id.
+	PlayerSession string
+	// TokenGeneration is the generation of the token presented.
+	TokenGeneration int64
+	// Now is the decision time.
+	Now time.Time
+}
+
+// ReissueToken raises a held seat's token generation, so that a fresh
+// token can be issued and every earlier one is refused.
+type ReissueToken struct {
 	// PlayerSession is the player session id.
 	PlayerSession string
 	// Now is the decision time.
@@ -303,6 +364,10 @@ type AcceptPlayer struct {
 type DisconnectPlayer struct {
 	// PlayerSession is the player session id.
 	PlayerSession string
+	// Connection is the connection lost (AcceptPlayer's number); a report
+	// about a connection that no longer holds the seat changes nothing. 0
+	// means whichever holds it.
+	Connection int64
 	// Now is the decision time.
 	Now time.Time
 }
@@ -311,6 +376,8 @@ type DisconnectPlayer struct {
 type RemovePlayer struct {
 	// PlayerSession is the player session id.
 	PlayerSession string
+	// Connection is as in DisconnectPlayer.
+	Connection int64
 }
 
 // ExpirePlayers fires the deadlines passed at Now: reservations not taken
@@ -333,6 +400,7 @@ type EndGameSession struct {
 func (CreateGameSession) gameSessionCommand() {}
 func (ReservePlayer) gameSessionCommand()     {}
 func (AcceptPlayer) gameSessionCommand()      {}
+func (ReissueToken) gameSessionCommand()      {}
 func (DisconnectPlayer) gameSessionCommand()  {}
 func (RemovePlayer) gameSessionCommand()      {}
 func (ExpirePlayers) gameSessionCommand()     {}
@@ -397,27 +465,23 @@ func decideGameSession(name string, state *eventsv1.GameSessionState, cmd GameSe
 		if err != nil {
 			return nil, err
 		}
-		switch p.GetStatus() {
-		case psReserved:
-			// Like a reconnect window, a reservation ends at its deadline
-			// whether or not ExpirePlayers has run yet.
-			if d := p.GetReservationDeadline(); d != nil && c.Now.After(d.AsTime()) {
-				return nil, refused(RefusedPlayerSessionExpired, "player session %s: the reservation ended at %s", p.GetName(), d.AsTime().Format(time.RFC3339Nano))
-			}
-			return []proto.Message{&eventsv1.PlayerAccepted{PlayerSession: c.PlayerSession}}, nil
-		case psActive:
-			return nil, nil
-		case psDisconnected:
-			if c.Now.After(p.GetReconnectDeadline().AsTime()) {
-				return nil, refused(RefusedPlayerSessionExpired, "player session %s: the reconnect window ended at %s", p.GetName(), p.GetReconnectDeadline().AsTime().Format(time.RFC3339Nano))
-			}
-			return []proto.Message{&eventsv1.PlayerReconnected{PlayerSession: c.PlayerSession}}, nil
+		return decideAccept(p, c)
+	case ReissueToken:
+		p, err := player(c.PlayerSession)
+		if err != nil {
+			return nil, err
 		}
-		return nil, refused(RefusedPlayerSessionExpired, "player session %s is %s", p.GetName(), PlayerSessionStatusName(p.GetStatus()))
+		if !SeatHeld(p) || p.GetStatus() == psDisconnected && c.Now.After(p.GetReconnectDeadline().AsTime()) {
+			return nil, refused(RefusedPlayerSessionExpired, "player session %s no longer holds its seat", p.GetName())
+		}
+		return []proto.Message{&eventsv1.PlayerTokenReissued{PlayerSession: c.PlayerSession, TokenGeneration: p.GetTokenGeneration() + 1}}, nil
 	case DisconnectPlayer:
 		p, err := player(c.PlayerSession)
 		if err != nil {
 			return nil, err
+		}
+		if StaleConnection(p, c.Connection) {
+			return nil, nil // a connection the seat was taken from
 		}
 		switch p.GetStatus() {
 		case psActive:
@@ -433,8 +497,8 @@ func decideGameSession(name string, state *eventsv1.GameSessionState, cmd GameSe
 		if err != nil {
 			return nil, err
 		}
-		if !SeatHeld(p) {
-			return nil, nil // ended already
+		if !SeatHeld(p) || StaleConnection(p, c.Connection) {
+			return nil, nil // ended already, or not this connection's seat any more
 		}
 		return []proto.Message{&eventsv1.PlayerSessionCompleted{PlayerSession: c.PlayerSession, Reason: eventsv1.PlayerSessionEndReason_PLAYER_SESSION_END_REASON_LEFT}}, nil
 	case ExpirePlayers:
@@ -456,6 +520,35 @@ func decideGameSession(name string, state *eventsv1.GameSessionState, cmd GameSe
 		return []proto.Message{&eventsv1.GameSessionEnded{Reason: c.Reason, ServerReason: c.ServerReason, Detail: c.Detail}}, nil
 	}
 	return nil, fmt.Errorf("events: unknown game session command %T", cmd)
+}
+
+// decideAccept decides an AcceptPlayer on player session p.
+func decideAccept(p *eventsv1.PlayerSessionState, c AcceptPlayer) ([]proto.Message, error) {
+	if SeatHeld(p) && c.TokenGeneration != p.GetTokenGeneration() {
+		return nil, refused(RefusedTokenRevoked, "player session %s: the token is of generation %d, the seat's is %d (a reconnect reissued it): use the latest token",
+			p.GetName(), c.TokenGeneration, p.GetTokenGeneration())
+	}
+	switch p.GetStatus() {
+	case psReserved:
+		// Like a reconnect window, a reservation ends at its deadline
+		// whether or not ExpirePlayers has run yet.
+		if d := p.GetReservationDeadline(); d != nil && c.Now.After(d.AsTime()) {
+			return nil, refused(RefusedPlayerSessionExpired, "player session %s: the reservation ended at %s", p.GetName(), d.AsTime().Format(time.RFC3339Nano))
+		}
+		return []proto.Message{&eventsv1.PlayerAccepted{PlayerSession: lastToken(p.GetName()), TokenGeneration: c.TokenGeneration}}, nil
+	case psActive:
+		if c.TokenGeneration <= p.GetConnectionTokenGeneration() {
+			return nil, refused(RefusedPlayerAlreadyConnected, "player session %s is ACTIVE on connection %d with this token: one token admits one connection (a player who lost theirs gets a fresh token with :reconnect)",
+				p.GetName(), p.GetConnection())
+		}
+		return []proto.Message{&eventsv1.PlayerTakenOver{PlayerSession: lastToken(p.GetName()), TokenGeneration: c.TokenGeneration}}, nil
+	case psDisconnected:
+		if c.Now.After(p.GetReconnectDeadline().AsTime()) {
+			return nil, refused(RefusedPlayerSessionExpired, "player session %s: the reconnect window ended at %s", p.GetName(), p.GetReconnectDeadline().AsTime().Format(time.RFC3339Nano))
+		}
+		return []proto.Message{&eventsv1.PlayerReconnected{PlayerSession: lastToken(p.GetName()), TokenGeneration: c.TokenGeneration}}, nil
+	}
+	return nil, refused(RefusedPlayerSessionExpired, "player session %s is %s", p.GetName(), PlayerSessionStatusName(p.GetStatus()))
 }
 
 // SessionCreated is the GameSessionCreated that follows an allocation of

@@ -174,6 +174,8 @@ PlayerDisconnected     -   DIS -   -   -
 PlayerReconnected      -   -   ACT -   -
 PlayerSessionCompleted COM COM COM -   -
 PlayerSessionTimedOut  TIM -   -   -   -
+PlayerTokenReissued    RES ACT DIS -   -
+PlayerTakenOver        -   ACT -   -   -
 `
 
 var playerAbbrev = map[string]eventsv1.PlayerSessionStatus{
@@ -193,6 +195,8 @@ PlayerDisconnected     -   =   -
 PlayerReconnected      -   =   -
 PlayerSessionCompleted -   =   -
 PlayerSessionTimedOut  -   =   -
+PlayerTokenReissued    -   =   -
+PlayerTakenOver        -   =   -
 `
 
 var gameSessionAbbrev = map[string]eventsv1.GameSessionStatus{"ABS": gsessABSENT, "ACT": gsessACTIVE, "END": gsessENDED}
@@ -242,6 +246,10 @@ func playerPayload(t *testing.T, typ string) proto.Message {
 		return &eventsv1.PlayerSessionCompleted{PlayerSession: "p1", Reason: endLEFT}
 	case "PlayerSessionTimedOut":
 		return &eventsv1.PlayerSessionTimedOut{PlayerSession: "p1"}
+	case "PlayerTokenReissued":
+		return &eventsv1.PlayerTokenReissued{PlayerSession: "p1", TokenGeneration: 1}
+	case "PlayerTakenOver":
+		return &eventsv1.PlayerTakenOver{PlayerSession: "p1", TokenGeneration: 1}
 	case "GameSessionCreated":
 		return &eventsv1.GameSessionCreated{GameServer: gsName, Policy: testPolicy(), Properties: map[string]string{"map": "dust"}}
 	case "GameSessionEnded":
@@ -255,7 +263,8 @@ func playerPayload(t *testing.T, typ string) proto.Message {
 // allowed, so the game session table tests only the game session's status.
 var fromStatusFor = map[string]eventsv1.PlayerSessionStatus{
 	"PlayerAccepted": psRESERVED, "PlayerDisconnected": psACTIVE, "PlayerReconnected": psDISCONNECTED,
-	"PlayerSessionCompleted": psACTIVE, "PlayerSessionTimedOut": psRESERVED,
+	"PlayerSessionCompleted": psACTIVE, "PlayerSessionTimedOut": psRESERVED, "PlayerTokenReissued": psDISCONNECTED,
+	"PlayerTakenOver": psACTIVE,
 }
 
 func TestApplyPlayerSessionTransitionTable(t *testing.T) {
@@ -290,12 +299,20 @@ func TestApplyPlayerSessionTransitionTable(t *testing.T) {
 			got := events.FindPlayer(next, "p1")
 			want := proto.CloneOf(p1)
 			want.Status, want.UpdateTime = playerAbbrev[c.to], tsAt(1)
-			want.ReservationDeadline, want.ReconnectDeadline = nil, nil
+			if c.event != "PlayerTokenReissued" { // the seat's deadlines stay
+				want.ReservationDeadline, want.ReconnectDeadline = nil, nil
+			}
 			switch c.event {
+			case "PlayerAccepted":
+				want.Connection = 1
 			case "PlayerDisconnected":
 				want.ReconnectDeadline = tsAt(60)
 			case "PlayerReconnected":
-				want.ReconnectCount = 2
+				want.ReconnectCount, want.Connection = 2, 1
+			case "PlayerTakenOver":
+				want.ReconnectCount, want.Connection, want.ConnectionTokenGeneration = 2, 1, 1
+			case "PlayerTokenReissued":
+				want.TokenGeneration = 1
 			case "PlayerSessionCompleted":
 				want.EndReason = endLEFT
 			}
@@ -324,7 +341,8 @@ func TestApplyGameSessionTransitionTable(t *testing.T) {
 	// (not implemented: a game session is ACTIVE once created), and its
 	// player session rows.
 	catalog := []string{"GameSessionCreated", "GameSessionEnded", "PlayerSessionReserved", "PlayerAccepted",
-		"PlayerDisconnected", "PlayerReconnected", "PlayerSessionCompleted", "PlayerSessionTimedOut"}
+		"PlayerDisconnected", "PlayerReconnected", "PlayerSessionCompleted", "PlayerSessionTimedOut",
+		"PlayerTokenReissued", "PlayerTakenOver"}
 	if !slices.Equal(rows, catalog) {
 		t.Fatalf("matrix rows %v, want %v", rows, catalog)
 	}
@@ -391,6 +409,7 @@ func TestApplyGameSessionErrors(t *testing.T) {
 		{name: "reserve with an invalid id", state: active, data: &eventsv1.PlayerSessionReserved{Seat: &eventsv1.PlayerSeat{PlayerSession: "P-3", PlayerId: "x", Slot: 2}}},
 		{name: "reserve with no seat", state: active, data: &eventsv1.PlayerSessionReserved{}},
 		{name: "created with an invalid seat id", data: &eventsv1.GameSessionCreated{Players: []*eventsv1.PlayerSeat{{PlayerSession: "a.b"}}}},
+		{name: "token reissued at the same generation", state: active, data: &eventsv1.PlayerTokenReissued{PlayerSession: "p1"}},
 		{name: "created with a repeated seat id", data: &eventsv1.GameSessionCreated{Players: []*eventsv1.PlayerSeat{{PlayerSession: "a", Slot: 0}, {PlayerSession: "a", Slot: 1}}}},
 	}
 	for _, tt := range tests {
@@ -772,22 +791,37 @@ func TestAcceptPlayer(t *testing.T) {
 	const (
 		accepted   = "PlayerAccepted"
 		reconnects = "PlayerReconnected"
-		noEvent    = "none"
+		takesOver  = "PlayerTakenOver"
 	)
+	// gens sets p's token generation and its connection's.
+	gens := func(p *eventsv1.PlayerSessionState, token, connection int64) *eventsv1.PlayerSessionState {
+		p.TokenGeneration, p.ConnectionTokenGeneration = token, connection
+		return p
+	}
 	tests := []struct {
 		name     string
 		p1       *eventsv1.PlayerSessionState
 		ended    bool // the game session ended after p1 got to its status
 		id       string
+		gen      int64 // the token's generation
 		now      time.Time
-		want     string // event type, noEvent, or a refusal reason
+		want     string // event type or a refusal reason
 		wantSlot int32
 	}{
 		{name: "reserved", p1: withDeadline(player("p1", 2, psRESERVED), tsAt(30)), now: at(10), want: accepted},
 		{name: "reserved at exactly its deadline", p1: withDeadline(player("p1", 2, psRESERVED), tsAt(30)), now: at(30), want: accepted},
 		{name: "reserved past its deadline", p1: withDeadline(player("p1", 2, psRESERVED), tsAt(30)), now: at(30).Add(time.Nanosecond), want: events.RefusedPlayerSessionExpired},
 		{name: "reserved without a deadline", p1: player("p1", 2, psRESERVED), now: at(1000), want: accepted},
-		{name: "active: a retried accept", p1: player("p1", 2, psACTIVE), now: at(10), want: noEvent},
+		{name: "active: a second connection with the same token", p1: player("p1", 2, psACTIVE), now: at(10), want: events.RefusedPlayerAlreadyConnected},
+		{name: "active, reissued: the same token twice", p1: gens(player("p1", 2, psACTIVE), 3, 3), gen: 3, now: at(10), want: events.RefusedPlayerAlreadyConnected},
+		{name: "active: a reissued token takes over", p1: gens(player("p1", 2, psACTIVE), 1, 0), gen: 1, now: at(10), want: takesOver},
+		{name: "active: a revoked token", p1: gens(player("p1", 2, psACTIVE), 2, 1), gen: 1, now: at(10), want: events.RefusedTokenRevoked},
+		{name: "reserved: a reissued token", p1: gens(withDeadline(player("p1", 2, psRESERVED), tsAt(30)), 2, 0), gen: 2, now: at(10), want: accepted},
+		{name: "reserved: a revoked token", p1: gens(withDeadline(player("p1", 2, psRESERVED), tsAt(30)), 2, 0), gen: 1, now: at(10), want: events.RefusedTokenRevoked},
+		{name: "disconnected: a reissued token", p1: gens(withDeadline(player("p1", 2, psDISCONNECTED), tsAt(60)), 1, 0), gen: 1, now: at(10), want: reconnects},
+		{name: "disconnected: a revoked token", p1: gens(withDeadline(player("p1", 2, psDISCONNECTED), tsAt(60)), 1, 0), gen: 0, now: at(10), want: events.RefusedTokenRevoked},
+		{name: "disconnected: a generation never issued", p1: withDeadline(player("p1", 2, psDISCONNECTED), tsAt(60)), gen: 4, now: at(10), want: events.RefusedTokenRevoked},
+		{name: "completed, with a revoked token", p1: gens(player("p1", 2, psCOMPLETED), 2, 0), gen: 1, now: at(10), want: events.RefusedPlayerSessionExpired},
 		{name: "disconnected within its window", p1: withDeadline(player("p1", 2, psDISCONNECTED), tsAt(60)), now: at(59), want: reconnects},
 		{name: "disconnected at exactly its deadline", p1: withDeadline(player("p1", 2, psDISCONNECTED), tsAt(60)), now: at(60), want: reconnects},
 		{name: "disconnected past its deadline", p1: withDeadline(player("p1", 2, psDISCONNECTED), tsAt(60)), now: at(60).Add(time.Nanosecond), want: events.RefusedPlayerSessionExpired},
@@ -809,13 +843,9 @@ func TestAcceptPlayer(t *testing.T) {
 				id = "p1"
 			}
 			before := proto.CloneOf(g.player("p1"))
-			out, err := g.try(events.AcceptPlayer{PlayerSession: id, Now: tt.now})
+			out, err := g.try(events.AcceptPlayer{PlayerSession: id, TokenGeneration: tt.gen, Now: tt.now})
 			switch tt.want {
-			case noEvent:
-				if err != nil || len(out) != 0 {
-					t.Fatalf("= %v, %v; want no event, no error", types(out), err)
-				}
-			case accepted, reconnects:
+			case accepted, reconnects, takesOver:
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -834,11 +864,15 @@ func TestAcceptPlayer(t *testing.T) {
 				t.Errorf("player session = %v, want ACTIVE in slot 2 with no deadline", p)
 			}
 			wantCount := before.GetReconnectCount()
-			if tt.want == reconnects {
+			if tt.want == reconnects || tt.want == takesOver {
 				wantCount++
 			}
 			if p.GetReconnectCount() != wantCount {
 				t.Errorf("reconnect count = %d, want %d", p.GetReconnectCount(), wantCount)
+			}
+			if p.GetConnection() != before.GetConnection()+1 || p.GetConnectionTokenGeneration() != tt.gen || p.GetTokenGeneration() != before.GetTokenGeneration() {
+				t.Errorf("connection %d of token generation %d (seat's %d), want connection %d of generation %d (seat's %d)",
+					p.GetConnection(), p.GetConnectionTokenGeneration(), p.GetTokenGeneration(), before.GetConnection()+1, tt.gen, before.GetTokenGeneration())
 			}
 		})
 	}
@@ -1199,16 +1233,17 @@ func TestGameSessionLifecycle(t *testing.T) {
 	g := newSession(t, &eventsv1.GameSessionPolicy{MaxPlayers: 2, ReservationTimeoutSeconds: 30, ReconnectWindowSeconds: 60},
 		&eventsv1.PlayerSeat{PlayerSession: "alice", PlayerId: "u-alice", Slot: 0, ReservationDeadline: tsAt(30)})
 	steps := []struct {
-		name   string
-		cmd    events.GameSessionCommand
-		want   []string
-		status map[string]eventsv1.PlayerSessionStatus
+		name    string
+		cmd     events.GameSessionCommand
+		want    []string
+		refused string
+		status  map[string]eventsv1.PlayerSessionStatus
 	}{
 		{name: "bob reserved", cmd: events.ReservePlayer{PlayerSession: "bob", PlayerID: "u-bob", Now: at(5)}, want: []string{"PlayerSessionReserved"},
 			status: map[string]eventsv1.PlayerSessionStatus{"alice": psRESERVED, "bob": psRESERVED}},
 		{name: "alice accepted", cmd: events.AcceptPlayer{PlayerSession: "alice", Now: at(6)}, want: []string{"PlayerAccepted"},
 			status: map[string]eventsv1.PlayerSessionStatus{"alice": psACTIVE, "bob": psRESERVED}},
-		{name: "alice accepted again", cmd: events.AcceptPlayer{PlayerSession: "alice", Now: at(7)}, want: nil,
+		{name: "alice's token on a second connection", cmd: events.AcceptPlayer{PlayerSession: "alice", Now: at(7)}, want: nil, refused: events.RefusedPlayerAlreadyConnected,
 			status: map[string]eventsv1.PlayerSessionStatus{"alice": psACTIVE, "bob": psRESERVED}},
 		{name: "nothing due", cmd: events.ExpirePlayers{Now: at(30)}, want: nil,
 			status: map[string]eventsv1.PlayerSessionStatus{"alice": psACTIVE, "bob": psRESERVED}},
@@ -1216,7 +1251,7 @@ func TestGameSessionLifecycle(t *testing.T) {
 			status: map[string]eventsv1.PlayerSessionStatus{"alice": psDISCONNECTED, "bob": psRESERVED}},
 		{name: "bob's reservation ends", cmd: events.ExpirePlayers{Now: at(36)}, want: []string{"PlayerSessionTimedOut"},
 			status: map[string]eventsv1.PlayerSessionStatus{"alice": psDISCONNECTED, "bob": psTIMED_OUT}},
-		{name: "bob is too late", cmd: events.AcceptPlayer{PlayerSession: "bob", Now: at(37)}, want: nil,
+		{name: "bob is too late", cmd: events.AcceptPlayer{PlayerSession: "bob", Now: at(37)}, want: nil, refused: events.RefusedPlayerSessionExpired,
 			status: map[string]eventsv1.PlayerSessionStatus{"alice": psDISCONNECTED, "bob": psTIMED_OUT}},
 		{name: "alice is back", cmd: events.AcceptPlayer{PlayerSession: "alice", Now: at(90)}, want: []string{"PlayerReconnected"},
 			status: map[string]eventsv1.PlayerSessionStatus{"alice": psACTIVE, "bob": psTIMED_OUT}},
@@ -1225,8 +1260,8 @@ func TestGameSessionLifecycle(t *testing.T) {
 	}
 	for _, s := range steps {
 		out, err := g.try(s.cmd)
-		if s.name == "bob is too late" {
-			wantRefused(t, err, events.RefusedPlayerSessionExpired)
+		if s.refused != "" {
+			wantRefused(t, err, s.refused)
 		} else if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
