@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -45,9 +46,68 @@ type UpdateFleet struct {
 // DeleteFleet deletes a fleet.
 type DeleteFleet struct{}
 
-func (CreateFleet) fleetCommand() {}
-func (UpdateFleet) fleetCommand() {}
-func (DeleteFleet) fleetCommand() {}
+// StartFailure is a game server of a fleet that ended before it was READY.
+type StartFailure struct {
+	// GameServer is its resource name.
+	GameServer string
+	// Reason is why it ended.
+	Reason eventsv1.Reason
+	// Error says what went wrong, e.g. the exec error.
+	Error string
+	// Sequence is the stream sequence of the event that shows the failure.
+	Sequence uint64
+}
+
+// RecordStartFailures records game servers of the fleet that ended before
+// READY, in stream order (docs/crash-loops.md). Failures at or before the
+// fleet's counted_failure_sequence were counted already and are skipped.
+type RecordStartFailures struct {
+	// Failures are the failures seen.
+	Failures []StartFailure
+	// At is now: the backoff runs from it.
+	At time.Time
+	// Backoff is the policy in force.
+	Backoff StartBackoff
+}
+
+// RecordStartRecovered records that a game server of a failing fleet,
+// scheduled after its failures began, became READY.
+type RecordStartRecovered struct {
+	// GameServer is its resource name.
+	GameServer string
+}
+
+// StartBackoff is how long a fleet whose game servers fail before READY
+// waits before it starts another: Base after the first failure, doubling
+// with each one after, at most Cap.
+type StartBackoff struct {
+	// Base is the wait after one failure.
+	Base time.Duration
+	// Cap bounds the wait.
+	Cap time.Duration
+}
+
+// After returns the wait after n consecutive failures (0 for n < 1).
+func (b StartBackoff) After(n int32) time.Duration {
+	if n < 1 || b.Base <= 0 {
+		return 0
+	}
+	limit, d := max(b.Cap, b.Base), b.Base
+	for i := int32(1); i < n && d < limit; i++ {
+		if d > limit/2 {
+			d = limit
+		} else {
+			d *= 2
+		}
+	}
+	return d
+}
+
+func (CreateFleet) fleetCommand()          {}
+func (UpdateFleet) fleetCommand()          {}
+func (DeleteFleet) fleetCommand()          {}
+func (RecordStartFailures) fleetCommand()  {}
+func (RecordStartRecovered) fleetCommand() {}
 
 // DecideFleet returns the events a command produces on a fleet, or why it is
 // refused. state is nil for a fleet that does not exist.
@@ -84,8 +144,46 @@ func DecideFleet(state *eventsv1.FleetState, cmd FleetCommand) ([]proto.Message,
 			return nil, &TransitionError{Aggregate: state.GetName(), From: fleetStatus(state), Event: "DeleteFleet"}
 		}
 		return []proto.Message{&eventsv1.FleetDeleted{}}, nil
+	case RecordStartFailures:
+		if !exists {
+			return nil, &TransitionError{Aggregate: state.GetName(), From: fleetStatus(state), Event: "RecordStartFailures"}
+		}
+		return decideStartFailures(state, c), nil
+	case RecordStartRecovered:
+		if !exists {
+			return nil, &TransitionError{Aggregate: state.GetName(), From: fleetStatus(state), Event: "RecordStartRecovered"}
+		}
+		if state.GetStartFailing() == nil {
+			return nil, nil
+		}
+		return []proto.Message{&eventsv1.FleetStartRecovered{
+			GameServer: c.GameServer, ConsecutiveFailures: state.GetStartFailing().GetConsecutiveFailures(),
+		}}, nil
 	}
 	return nil, fmt.Errorf("events: unknown fleet command %T", cmd)
+}
+
+// decideStartFailures counts the failures not counted yet onto the run in
+// progress and sets the backoff from the new count; nothing new, no event.
+func decideStartFailures(state *eventsv1.FleetState, c RecordStartFailures) []proto.Message {
+	var fresh []StartFailure
+	for _, f := range c.Failures {
+		if f.Sequence > state.GetCountedFailureSequence() {
+			fresh = append(fresh, f)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	last, seq := fresh[len(fresh)-1], uint64(0)
+	for _, f := range fresh {
+		seq = max(seq, f.Sequence)
+	}
+	n := state.GetStartFailing().GetConsecutiveFailures() + int32(len(fresh))
+	return []proto.Message{&eventsv1.FleetStartFailing{
+		ConsecutiveFailures: n, GameServer: last.GameServer, Reason: last.Reason, LastError: last.Error,
+		BackoffUntil: timestamppb.New(c.At.Add(c.Backoff.After(n))), FailureSequence: seq,
+	}}
 }
 
 // ApplyFleet folds one event into a fleet's state and returns the new state;
@@ -109,6 +207,23 @@ func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, e
 			return nil, refuse()
 		}
 		next.Spec = proto.CloneOf(d.GetSpec())
+		if f := next.GetStartFailing(); f != nil && slices.ContainsFunc(d.GetChangedFields(), retriesAtOnce) {
+			f.BackoffUntil = nil // what failed changed: try it at once
+		}
+	case *eventsv1.FleetStartFailing:
+		if !exists {
+			return nil, refuse()
+		}
+		if next.GetStartFailing() == nil {
+			next.StartConditionTime, next.StartRecovered = at, nil
+		}
+		next.StartFailing = proto.CloneOf(d)
+		next.CountedFailureSequence = max(next.GetCountedFailureSequence(), d.GetFailureSequence())
+	case *eventsv1.FleetStartRecovered:
+		if !exists || next.GetStartFailing() == nil {
+			return nil, refuse()
+		}
+		next.StartFailing, next.StartRecovered, next.StartConditionTime = nil, proto.CloneOf(d), at
 	case *eventsv1.FleetDeleted:
 		if !exists {
 			return nil, refuse()
@@ -120,6 +235,10 @@ func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, e
 	next.UpdateTime = at
 	return next, nil
 }
+
+// retriesAtOnce reports whether a change of this spec field ends a failing
+// fleet's backoff: the template or the health policy may be what failed.
+func retriesAtOnce(field string) bool { return field == "template" || field == "health" }
 
 func fleetStatus(s *eventsv1.FleetState) string {
 	switch {

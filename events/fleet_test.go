@@ -173,6 +173,9 @@ func TestDecideFleetRefusals(t *testing.T) {
 		{name: "update deleted", state: deletedFleet, cmd: events.UpdateFleet{Spec: minimalSpec(), Paths: []string{"replicas"}}, wantFrom: "DELETED"},
 		{name: "delete absent", state: func(*testing.T) *eventsv1.FleetState { return nil }, cmd: events.DeleteFleet{}, wantFrom: "ABSENT"},
 		{name: "delete deleted", state: deletedFleet, cmd: events.DeleteFleet{}, wantFrom: "DELETED"},
+		{name: "start failures absent", state: func(*testing.T) *eventsv1.FleetState { return nil }, cmd: events.RecordStartFailures{}, wantFrom: "ABSENT"},
+		{name: "start failures deleted", state: deletedFleet, cmd: events.RecordStartFailures{}, wantFrom: "DELETED"},
+		{name: "start recovered deleted", state: deletedFleet, cmd: events.RecordStartRecovered{}, wantFrom: "DELETED"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -472,6 +475,10 @@ func TestApplyFleetRefusals(t *testing.T) {
 		{name: "updated deleted", state: deletedFleet, event: &eventsv1.FleetUpdated{Spec: minimalSpec()}, wantFrom: "DELETED"},
 		{name: "deleted absent", state: absent, event: &eventsv1.FleetDeleted{}, wantFrom: "ABSENT"},
 		{name: "deleted twice", state: deletedFleet, event: &eventsv1.FleetDeleted{}, wantFrom: "DELETED"},
+		{name: "start failing absent", state: absent, event: &eventsv1.FleetStartFailing{ConsecutiveFailures: 1}, wantFrom: "ABSENT"},
+		{name: "start failing deleted", state: deletedFleet, event: &eventsv1.FleetStartFailing{ConsecutiveFailures: 1}, wantFrom: "DELETED"},
+		{name: "start recovered absent", state: absent, event: &eventsv1.FleetStartRecovered{}, wantFrom: "ABSENT"},
+		{name: "start recovered while not failing", state: active, event: &eventsv1.FleetStartRecovered{}, wantFrom: "ACTIVE"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
