@@ -52,6 +52,13 @@ type Report struct {
 	HangBoundMs       float64 `json:"hang_bound_ms"`      // period × threshold + 1 s
 	MissedDetections  int     `json:"missed_detections"`
 	FalseTerminations int     `json:"false_terminations"`
+	// HealthNearMisses counts missed-heartbeat reports (HealthDegraded) of
+	// servers given no hang, and MaxMissedPeriods is the most periods one of
+	// them missed in a row: how close a healthy server came to the failure
+	// threshold, a false termination (the margin a loaded machine left).
+	HealthNearMisses int   `json:"health_near_misses"`
+	MaxMissedPeriods int32 `json:"max_missed_periods"`
+	FailureThreshold int   `json:"failure_threshold"`
 
 	PublishedByAgents int64  `json:"published_by_agents"` // counted as the agents appended them
 	InStreamByAgents  int64  `json:"in_stream_by_agents"` // counted in the stream by producer
@@ -138,6 +145,7 @@ func (r *Report) Print(out io.Writer) {
 	row("SDK calls refused", "%d", r.SDKErrors)
 	row("missed detections", "%d", r.MissedDetections)
 	row("false terminations", "%d", r.FalseTerminations)
+	row("healthy servers' missed heartbeats", "%d reports, at most %d periods in a row (threshold %d)", r.HealthNearMisses, r.MaxMissedPeriods, r.FailureThreshold)
 	fmt.Fprintln(tw, "\t")
 	fmt.Fprintln(tw, "EVENTS\t")
 	row("published by simulated agents", "%d", r.PublishedByAgents)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tetherhq/tether/events"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
 // controllerPassMetric is the controller's pass-duration histogram.
@@ -339,6 +340,42 @@ func (w *world) audit(ctx context.Context, rep *Report, injected map[string]inje
 	rep.HangBoundMs = float64((w.opts.HealthPeriod*time.Duration(w.opts.FailureThreshold) + time.Second).Milliseconds())
 	if rep.MissedDetections > 0 {
 		rep.Failures = append(rep.Failures, fmt.Sprintf("%d injected faults never detected", rep.MissedDetections))
+	}
+	rep.FailureThreshold = w.opts.FailureThreshold
+	return w.nearMisses(ctx, rep, injected)
+}
+
+// nearMisses counts the missed-heartbeat reports of servers that were given
+// no hang: a healthy process late with its heartbeats (a starved machine, an
+// SDK reset) and how many periods it missed.
+func (w *world) nearMisses(ctx context.Context, rep *Report, injected map[string]injection) error {
+	rows, err := w.stack.Pool.Query(ctx, `SELECT aggregate, envelope FROM events WHERE type = 'HealthDegraded'`)
+	if err != nil {
+		return fmt.Errorf("sim: read missed heartbeats: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var raw []byte
+		if err := rows.Scan(&name, &raw); err != nil {
+			return fmt.Errorf("sim: read missed heartbeats: %w", err)
+		}
+		if inj, ok := injected[name]; ok && inj.kind == faultHang {
+			continue
+		}
+		env, err := events.Unmarshal(raw)
+		if err != nil {
+			return fmt.Errorf("sim: missed heartbeats of %s: %w", name, err)
+		}
+		d, ok := env.Data.(*eventsv1.HealthDegraded)
+		if !ok {
+			return fmt.Errorf("sim: event HealthDegraded of %s holds %T", name, env.Data)
+		}
+		rep.HealthNearMisses++
+		rep.MaxMissedPeriods = max(rep.MaxMissedPeriods, d.GetMissedPeriods())
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sim: read missed heartbeats: %w", err)
 	}
 	return nil
 }

@@ -21,9 +21,16 @@ func TestSmokeSimulation(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	// The health contract is one a starved process keeps on a loaded 2-core
+	// machine under -race: a healthy server must go 6 s (3 periods of 2 s)
+	// without a heartbeat to be failed, against a 1 s heartbeat and SDK
+	// resets of at most 1 s, so some 4 s of scheduling delay are tolerated.
+	// (At a 1 s period and threshold 2 a reset alone took up to 1.5 s of the
+	// 2 s, and a loaded machine failed healthy servers.) Injected hangs are
+	// still detected, 6-7 s after they start.
 	opts := Options{
 		Hosts: 30, ServersPerHost: 10, Fleets: 3,
-		HealthPeriod: time.Second, FailureThreshold: 2, SDKGrace: 3 * time.Second,
+		HealthPeriod: 2 * time.Second, FailureThreshold: 3, SDKGrace: 6 * time.Second, FlapPause: time.Second,
 		HostHeartbeat: 250 * time.Millisecond, UnreachableAfter: 2 * time.Second, LostAfter: 30 * time.Second,
 		ShutdownGrace: 2 * time.Second, SlowStart: 1500 * time.Millisecond, PartitionLength: 3 * time.Second,
 		CrashRate: 1, HangRate: 0.5, FlapRate: 3, PartitionRate: 0.5, SlowStartFraction: 0.1,
