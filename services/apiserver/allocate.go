@@ -245,6 +245,7 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 		// that picked another server is de-duplicated by the stream.
 		sum := sha256.Sum256([]byte("allocate\x00" + id))
 		envs[0].ID, envs[0].RequestID, envs[0].CorrelationID = hex.EncodeToString(sum[:16]), id, id
+		envs[0].RequestFingerprint = requestFingerprint(ctx)
 	}
 	subject := events.MustSubject(name)
 	got, dup, err := s.opts.Store.TryAppend(ctx, subject, seq, envs[0])
@@ -267,6 +268,9 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 		// maybe on another server: answer with what is stored.
 		stored, err := s.opts.Store.Event(ctx, got)
 		if err != nil {
+			return nil, err
+		}
+		if err := checkFingerprint(ctx, req.GetRequestId(), stored.RequestFingerprint); err != nil {
 			return nil, err
 		}
 		if stored.Aggregate != name {
@@ -301,7 +305,7 @@ func (a *allocationService) createSession(ctx context.Context, allocated events.
 	name := allocated.Data.(*eventsv1.GameServerAllocated).GetGameSession()
 	env := events.New(name, allocated.Time, created)
 	env.ID = SessionCreatedID(allocated.ID)
-	env.Producer, env.RequestID = a.s.producer, allocated.RequestID
+	env.Producer, env.RequestID, env.RequestFingerprint = a.s.producer, allocated.RequestID, allocated.RequestFingerprint
 	env.CorrelationID, env.CausationID = allocated.CorrelationID, allocated.ID
 	env.TraceParent, env.TraceState = allocated.TraceParent, allocated.TraceState
 	seq, err := a.s.opts.Store.Append(ctx, events.MustSubject(name), 0, env)
@@ -347,6 +351,9 @@ func (a *allocationService) replay(ctx context.Context, gameServer string, seq u
 	alloc, ok := env.Data.(*eventsv1.GameServerAllocated)
 	if !ok || env.Aggregate != gameServer {
 		return nil, fmt.Errorf("allocation replay: event %d is %s on %s, not an allocation of %s", seq, env.Type, env.Aggregate, gameServer)
+	}
+	if err := checkFingerprint(ctx, env.RequestID, env.RequestFingerprint); err != nil {
+		return nil, err
 	}
 	if err := s.waitFresh(ctx, seq); err != nil {
 		return nil, err

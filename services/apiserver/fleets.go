@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -29,6 +30,9 @@ func (f *fleetService) CreateFleet(ctx context.Context, req *tetherv1.CreateFlee
 	if req.GetFleetId() == events.StandaloneFleet {
 		return nil, invalidField("fleet_id", fmt.Sprintf("%q is reserved for game servers that belong to no fleet", events.StandaloneFleet))
 	}
+	if err := checkTemplate("fleet", req.GetFleet().GetTemplate()); err != nil {
+		return nil, err
+	}
 	name := events.FleetName(req.GetFleetId())
 	spec := specFromAPI(req.GetFleet())
 	return f.writeFleet(ctx, name, req.GetRequestId(), "", func(state *eventsv1.FleetState) ([]proto.Message, error) {
@@ -47,6 +51,11 @@ func (f *fleetService) UpdateFleet(ctx context.Context, req *tetherv1.UpdateFlee
 	paths, err := fleetPaths(req.GetUpdateMask().GetPaths())
 	if err != nil {
 		return nil, err
+	}
+	if len(paths) == 0 || slices.Contains(paths, "template") {
+		if err := checkTemplate("fleet", req.GetFleet().GetTemplate()); err != nil {
+			return nil, err
+		}
 	}
 	spec := specFromAPI(req.GetFleet())
 	return f.writeFleet(ctx, name, req.GetRequestId(), req.GetFleet().GetEtag(), func(state *eventsv1.FleetState) ([]proto.Message, error) {

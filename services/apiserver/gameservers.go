@@ -154,6 +154,9 @@ func (g *gameServerService) CreateGameServer(ctx context.Context, req *tetherv1.
 	if s.opts.Commands == nil {
 		return nil, &apiError{code: codes.FailedPrecondition, reason: "NO_COMMAND_BUS", msg: "this API replica cannot reach agents (no command bus)"}
 	}
+	if err := checkTemplate("spec", req.GetSpec().GetTemplate()); err != nil {
+		return nil, err
+	}
 	spec := specFromAPI(req.GetSpec())
 	events.NormalizeFleetSpec(spec)
 	if err := events.ValidateFleetSpec(spec); err != nil {

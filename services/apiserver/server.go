@@ -236,8 +236,8 @@ func (s *Server) Run(ctx context.Context) error {
 			otelgrpc.WithTracerProvider(s.opts.TracerProvider),
 			otelgrpc.WithMeterProvider(s.opts.MeterProvider),
 			otelgrpc.WithPropagators(s.prop))),
-		grpc.ChainUnaryInterceptor(unaryErrors(s.log)),
-		grpc.ChainStreamInterceptor(streamErrors(s.log)),
+		grpc.ChainUnaryInterceptor(unaryErrors(s.log), unaryRequests()),
+		grpc.ChainStreamInterceptor(streamErrors(s.log), streamRequests()),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.opts.Keepalive, Timeout: s.opts.Keepalive / 2}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
@@ -259,7 +259,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("apiserver: gateway client: %w", err)
 	}
 	defer conn.Close()
-	gw := runtime.NewServeMux()
+	gw := s.newGateway()
 	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		tetherv1.RegisterFleetServiceHandler,
 		tetherv1.RegisterGameServerServiceHandler,
@@ -274,7 +274,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", gw)
+	mux.Handle("/v1/", keepBody(gw))
 	mux.Handle("GET /openapi.json", openapi.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	if s.opts.MetricsHandler != nil {

@@ -59,6 +59,9 @@ func (s *Server) write(ctx context.Context, name, requestID, etag string, decide
 				return writeResult{}, err
 			}
 			if seq > 0 {
+				if err := s.checkReplay(ctx, requestID, seq); err != nil {
+					return writeResult{}, err
+				}
 				return writeResult{Sequence: seq, Replayed: true}, nil
 			}
 		}
@@ -97,6 +100,9 @@ func (s *Server) envelopes(ctx context.Context, name, requestID string, msgs []p
 	for i, m := range msgs {
 		e := events.New(name, now, m)
 		e.Producer, e.RequestID = s.producer, requestID
+		if requestID != "" {
+			e.RequestFingerprint = requestFingerprint(ctx)
+		}
 		e.TraceParent, e.TraceState = carrier.Get("traceparent"), carrier.Get("tracestate")
 		if requestID != "" {
 			sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d", name, requestID, i))
@@ -110,6 +116,19 @@ func (s *Server) envelopes(ctx context.Context, name, requestID string, msgs []p
 		out[i] = e
 	}
 	return out
+}
+
+// checkReplay refuses a request whose request id was first used, at
+// stream sequence seq, by a request with another content.
+func (s *Server) checkReplay(ctx context.Context, requestID string, seq uint64) error {
+	if requestFingerprint(ctx) == "" {
+		return nil
+	}
+	stored, err := s.opts.Store.Event(ctx, seq)
+	if err != nil {
+		return fmt.Errorf("read the first write of request %s: %w", requestID, err)
+	}
+	return checkFingerprint(ctx, requestID, stored.RequestFingerprint)
 }
 
 // waitFresh waits, bounded by ReadWait, until the views have applied seq.

@@ -1,0 +1,316 @@
+package apiserver_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/tetherhq/tether/events"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
+)
+
+// withField returns a copy of arenaFleet(1) with one change made by set.
+func withField(set func(f map[string]any)) map[string]any {
+	f := arenaFleet(1)
+	set(f)
+	return f
+}
+
+// template returns the template map of a fleet body from arenaFleet.
+func template(f map[string]any) map[string]any { return f["template"].(map[string]any) }
+
+// Over REST, input the API cannot map onto its messages is refused with
+// INVALID_ARGUMENT and a field violation, and nothing is stored: unknown
+// fields (the typo "replica" made a fleet of 0 replicas), unknown enum
+// names ("BOGUS" became PACKED, "SCTP" became UDP), undeclared enum
+// numbers (scheduling 99, protocol 42), unknown query parameters, and
+// selector fields the allocator does not support (matchExpressions).
+func TestRESTRefusesInputItCannotMap(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	s.createFleet("arena", fleetWithoutReplicas())
+	s.seedReady("arena", 1, 1, map[string]string{"mode": "ranked"})
+
+	tests := []struct {
+		name, method, path string
+		body               any
+		field              string
+		absent             string // a fleet that must not exist afterwards
+	}{
+		{"typo replica", "POST", "/v1/fleets?fleetId=f1", withField(func(f map[string]any) { delete(f, "replicas"); f["replica"] = 3 }),
+			"fleet.replica", "f1"},
+		{"unknown nested field", "POST", "/v1/fleets?fleetId=f2", withField(func(f map[string]any) { template(f)["comand"] = "/bin/x" }),
+			"fleet.template.comand", "f2"},
+		{"unknown scheduling name", "POST", "/v1/fleets?fleetId=f3", withField(func(f map[string]any) { f["scheduling"] = "BOGUS" }),
+			"fleet.scheduling", "f3"},
+		{"unknown protocol name", "POST", "/v1/fleets?fleetId=f4", withField(func(f map[string]any) {
+			template(f)["ports"] = []any{map[string]any{"name": "game", "protocol": "SCTP"}}
+		}), "fleet.template.ports[0].protocol", "f4"},
+		{"undeclared scheduling number", "POST", "/v1/fleets?fleetId=f5", withField(func(f map[string]any) { f["scheduling"] = 99 }),
+			"fleet.scheduling", "f5"},
+		{"undeclared protocol number", "POST", "/v1/fleets?fleetId=f6", withField(func(f map[string]any) {
+			template(f)["ports"] = []any{map[string]any{"name": "game", "protocol": 42}}
+		}), "fleet.template.ports[0].protocol", "f6"},
+		{"unknown query parameter", "POST", "/v1/fleets?fleetID=f7", arenaFleet(1), "fleetID", ""},
+		{"unknown field in a patch", "PATCH", "/v1/fleets/arena", map[string]any{"replica": 2}, "fleet.replica", ""},
+		{"undeclared enum in a patch", "PATCH", "/v1/fleets/arena?updateMask=scheduling", map[string]any{"scheduling": 7}, "fleet.scheduling", ""},
+		{"matchExpressions", "POST", "/v1/fleets/arena/gameServers:allocate", map[string]any{"selector": map[string]any{
+			"matchExpressions": []any{map[string]any{"key": "mode", "operator": "In", "values": []string{"casual"}}}}},
+			"selector.matchExpressions", ""},
+		{"unknown allocation field", "POST", "/v1/fleets/arena/gameServers:allocate", map[string]any{"player": []any{}}, "player", ""},
+		{"undeclared enum in a player session", "POST", "/v1/gameSessions/gsess-x/playerSessions", map[string]any{"playerId": "p", "state": 99},
+			"player_session.state", ""},
+		{"unknown field of a shutdown", "POST", "/v1/fleets/arena/gameServers/gs-000:shutdown", map[string]any{"graceSecond": 5},
+			"graceSecond", ""},
+		{"standalone server with an unknown field", "POST", "/v1/fleets/standalone/gameServers?gameServerId=s1",
+			withField(func(f map[string]any) { f["replica"] = 1 }), "spec.replica", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := s.do(tt.method, tt.path, tt.body)
+			if r.status != http.StatusBadRequest || r.reason() != "INVALID_ARGUMENT" || r.fieldViolation() != tt.field {
+				t.Fatalf("got %d %q field %q, want 400 INVALID_ARGUMENT field %q: %v", r.status, r.reason(), r.fieldViolation(), tt.field, r.body)
+			}
+			if tt.absent != "" {
+				if g := s.do("GET", "/v1/fleets/"+tt.absent, nil); g.status != http.StatusNotFound {
+					t.Fatalf("a refused create stored fleets/%s: %d %v", tt.absent, g.status, g.body)
+				}
+			}
+		})
+	}
+	// The server offered is still READY: the refused allocation took nothing.
+	if n := len(s.allocations("arena")); n != 0 {
+		t.Fatalf("refused allocations allocated %d servers", n)
+	}
+}
+
+// grpcClient dials the stack's first replica.
+func (s *stack) grpcClient() *grpc.ClientConn {
+	s.t.Helper()
+	conn, err := grpc.NewClient(s.grpcAddrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// wantViolation checks a gRPC error: INVALID_ARGUMENT, the reason, and a
+// BadRequest violation of field.
+func wantViolation(t *testing.T, err error, reason, field string) {
+	t.Helper()
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.InvalidArgument {
+		t.Fatalf("got %v, want INVALID_ARGUMENT", err)
+	}
+	var gotReason, gotField string
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			gotReason = d.GetReason()
+		case *errdetails.BadRequest:
+			if len(d.GetFieldViolations()) > 0 {
+				gotField = d.GetFieldViolations()[0].GetField()
+			}
+		}
+	}
+	if gotReason != reason || gotField != field {
+		t.Fatalf("reason %q field %q, want %q %q: %v", gotReason, gotField, reason, field, err)
+	}
+}
+
+// Over gRPC, undeclared enum numbers and fields this server does not know
+// (a client built from a newer API, e.g. a selector with match
+// expressions) are refused, not dropped.
+func TestGRPCRefusesUnknownFieldsAndEnumNumbers(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	s.createFleet("arena", fleetWithoutReplicas())
+	s.seedReady("arena", 1, 1, nil)
+	conn := s.grpcClient()
+	fleets, alloc := tetherv1.NewFleetServiceClient(conn), tetherv1.NewAllocationServiceClient(conn)
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	spec := func() *tetherv1.Fleet {
+		return &tetherv1.Fleet{Replicas: 1, Template: &tetherv1.GameServerTemplate{Command: "/bin/true",
+			Ports: []*tetherv1.PortSpec{{Name: "game", Protocol: tetherv1.PortSpec_UDP}}}}
+	}
+
+	bad := spec()
+	bad.Scheduling = 99
+	_, err := fleets.CreateFleet(ctx, &tetherv1.CreateFleetRequest{FleetId: "g1", Fleet: bad})
+	wantViolation(t, err, "INVALID_ARGUMENT", "fleet.scheduling")
+
+	bad = spec()
+	bad.Template.Ports[0].Protocol = 42
+	_, err = fleets.CreateFleet(ctx, &tetherv1.CreateFleetRequest{FleetId: "g2", Fleet: bad})
+	wantViolation(t, err, "INVALID_ARGUMENT", "fleet.template.ports[0].protocol")
+
+	// LabelSelector field 2, as a newer client would send match expressions.
+	sel := &tetherv1.LabelSelector{}
+	unknown := protowire.AppendTag(nil, 2, protowire.BytesType)
+	sel.ProtoReflect().SetUnknown(protowire.AppendBytes(unknown, []byte("mode In (casual)")))
+	_, err = alloc.AllocateGameServer(ctx, &tetherv1.AllocateGameServerRequest{Parent: "fleets/arena", Selector: sel})
+	wantViolation(t, err, "INVALID_ARGUMENT", "selector")
+
+	for _, id := range []string{"g1", "g2"} {
+		if _, err := fleets.GetFleet(ctx, &tetherv1.GetFleetRequest{Name: "fleets/" + id}); status.Code(err) != codes.NotFound {
+			t.Fatalf("a refused create stored fleets/%s: %v", id, err)
+		}
+	}
+	if n := len(s.allocations("arena")); n != 0 {
+		t.Fatalf("a refused allocation allocated %d servers", n)
+	}
+}
+
+// A request id reused with another content is refused with
+// REQUEST_ID_REUSED; the same content is still answered as a retry, and an
+// event stored before fingerprints existed still counts as the same
+// request.
+func TestRequestIDReusedWithAnotherContent(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	first := s.do("POST", "/v1/fleets?fleetId=arena&requestId=req-1", arenaFleet(2))
+	if first.status != http.StatusOK {
+		t.Fatalf("create: %d %v", first.status, first.body)
+	}
+	if r := s.do("POST", "/v1/fleets?fleetId=arena&requestId=req-1", arenaFleet(2)); r.status != http.StatusOK || r.str("sequence") != first.str("sequence") {
+		t.Fatalf("exact retry: %d %v", r.status, r.body)
+	}
+	for _, tc := range []struct {
+		name, method, path string
+		body               any
+	}{
+		{"create with another body", "POST", "/v1/fleets?fleetId=arena&requestId=req-1", arenaFleet(5)},
+		{"create with another label", "POST", "/v1/fleets?fleetId=arena&requestId=req-1", withField(func(f map[string]any) {
+			f["replicas"] = 2
+			f["labels"] = map[string]string{"mode": "casual"}
+		})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := s.do(tc.method, tc.path, tc.body)
+			if r.status != http.StatusBadRequest || r.reason() != "REQUEST_ID_REUSED" || r.fieldViolation() != "request_id" {
+				t.Fatalf("got %d %q field %q, want 400 REQUEST_ID_REUSED on request_id: %v", r.status, r.reason(), r.fieldViolation(), r.body)
+			}
+		})
+	}
+
+	// Updates: the same id with another replica count.
+	if r := s.do("PATCH", "/v1/fleets/arena?updateMask=replicas&requestId=up-1", map[string]any{"replicas": 3}); r.status != http.StatusOK {
+		t.Fatalf("update: %d %v", r.status, r.body)
+	}
+	if r := s.do("PATCH", "/v1/fleets/arena?updateMask=replicas&requestId=up-1", map[string]any{"replicas": 4}); r.reason() != "REQUEST_ID_REUSED" {
+		t.Fatalf("update reusing its request id: %d %v", r.status, r.body)
+	}
+	if r := s.do("GET", "/v1/fleets/arena", nil); r.num("replicas") != 3 {
+		t.Fatalf("replicas = %v after a refused update, want 3", r.body["replicas"])
+	}
+
+	// A fleet created before fingerprints: its request id still replays.
+	env := events.New("fleets/old", time.Now(), &eventsv1.FleetCreated{Spec: &eventsv1.FleetSpec{
+		Template: &eventsv1.GameServerTemplate{Command: "/bin/true"}, Health: &eventsv1.HealthPolicy{PeriodSeconds: 5},
+	}})
+	env.RequestID = "old-1"
+	seq, err := s.store.Append(s.ctx, events.MustSubject("fleets/old"), 0, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitApplied(seq)
+	if r := s.do("POST", "/v1/fleets?fleetId=old&requestId=old-1", arenaFleet(7)); r.status != http.StatusOK || r.str("name") != "fleets/old" {
+		t.Fatalf("retry of a request stored without a fingerprint: %d %v", r.status, r.body)
+	}
+}
+
+// An allocation's request id reused with other players or selectors is
+// refused, on the replica that stored it and on another one; the exact
+// retry still gets the first result.
+func TestAllocationRequestIDReused(t *testing.T) {
+	s := newStack(t, stackOptions{replicas: 2})
+	s.createFleet("arena", fleetWithoutReplicas())
+	s.seedReady("arena", 3, 1, map[string]string{"mode": "ranked"})
+	const path = "/v1/fleets/arena/gameServers:allocate"
+	body := map[string]any{"requestId": "match-1", "players": []any{map[string]any{"playerId": "p1"}}}
+	first := s.doAt(s.bases[0], http.MethodPost, path, body)
+	if first.status != http.StatusOK {
+		t.Fatalf("allocate: %d %v", first.status, first.body)
+	}
+	for i, base := range s.bases {
+		if r := s.doAt(base, http.MethodPost, path, body); r.status != http.StatusOK {
+			t.Fatalf("exact retry on replica %d: %d %v", i, r.status, r.body)
+		}
+		other := map[string]any{"requestId": "match-1", "players": []any{map[string]any{"playerId": "p2"}}}
+		if r := s.doAt(base, http.MethodPost, path, other); r.status != http.StatusBadRequest || r.reason() != "REQUEST_ID_REUSED" {
+			t.Fatalf("other players on replica %d: %d %v", i, r.status, r.body)
+		}
+		sel := map[string]any{"requestId": "match-1", "players": body["players"],
+			"selector": map[string]any{"matchLabels": map[string]string{"mode": "casual"}}}
+		if r := s.doAt(base, http.MethodPost, path, sel); r.status != http.StatusBadRequest || r.reason() != "REQUEST_ID_REUSED" {
+			t.Fatalf("another selector on replica %d: %d %v", i, r.status, r.body)
+		}
+	}
+	if n := len(s.allocations("arena")); n != 1 {
+		t.Fatalf("%d servers allocated, want 1", n)
+	}
+}
+
+// A template that can never start is refused when the fleet (or a
+// standalone server) is created or its template updated, instead of
+// looping on failed starts.
+func TestTemplateThatCanNeverRunIsRefused(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	s.createFleet("arena", fleetWithoutReplicas())
+	big := strings.Repeat("x", 128<<10) // one byte over MAX_ARG_STRLEN with its NUL
+	chunk := strings.Repeat("y", 100<<10)
+	manyArgs := make([]string, 21) // 2.1 MB of arguments
+	manyEnv := map[string]string{}
+	for i := range manyArgs {
+		manyArgs[i] = chunk
+		manyEnv["V"+strings.Repeat("A", i+1)] = chunk
+	}
+	ports := make([]any, 65536)
+	for i := range ports {
+		ports[i] = map[string]any{"name": "p"}
+	}
+	tests := []struct {
+		name, method, path string
+		body               any
+		field              string
+	}{
+		{"argument over MAX_ARG_STRLEN", "POST", "/v1/fleets?fleetId=t1",
+			withField(func(f map[string]any) { template(f)["args"] = []string{"--map", big} }), "fleet.template.args[1]"},
+		{"environment string over MAX_ARG_STRLEN", "POST", "/v1/fleets?fleetId=t2",
+			withField(func(f map[string]any) { template(f)["env"] = map[string]string{"BIG": big} }), "fleet.template.env[BIG]"},
+		{"arguments over ARG_MAX", "POST", "/v1/fleets?fleetId=t3",
+			withField(func(f map[string]any) { template(f)["args"] = manyArgs }), "fleet.template.args"},
+		{"environment over ARG_MAX", "POST", "/v1/fleets?fleetId=t4",
+			withField(func(f map[string]any) { template(f)["env"] = manyEnv }), "fleet.template.env"},
+		{"NUL in the command", "POST", "/v1/fleets?fleetId=t5",
+			withField(func(f map[string]any) { template(f)["command"] = "/bin/game\x00--x" }), "fleet.template.command"},
+		{"more ports than a host can have", "POST", "/v1/fleets?fleetId=t6",
+			withField(func(f map[string]any) { template(f)["ports"] = ports }), "fleet.template.ports"},
+		{"update to an environment over ARG_MAX", "PATCH", "/v1/fleets/arena?updateMask=template",
+			map[string]any{"template": map[string]any{"command": "/bin/game", "env": manyEnv}}, "fleet.template.env"},
+		{"standalone server", "POST", "/v1/fleets/standalone/gameServers?gameServerId=s1",
+			withField(func(f map[string]any) { template(f)["args"] = []string{big} }), "spec.template.args[0]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := s.do(tt.method, tt.path, tt.body)
+			if r.status != http.StatusBadRequest || r.reason() != "INVALID_ARGUMENT" || r.fieldViolation() != tt.field {
+				t.Fatalf("got %d %q field %q, want 400 INVALID_ARGUMENT field %q: %.300v", r.status, r.reason(), r.fieldViolation(), tt.field, r.body)
+			}
+		})
+	}
+	// Just under the limits is accepted.
+	ok := withField(func(f map[string]any) { template(f)["args"] = []string{big[1:]} })
+	if r := s.do("POST", "/v1/fleets?fleetId=t7", ok); r.status != http.StatusOK {
+		t.Fatalf("an argument of MAX_ARG_STRLEN-1 bytes: %d %.300v", r.status, r.body)
+	}
+}
