@@ -6,20 +6,25 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/dynamicpb"
 )
 
 // This file sets up the REST gateway to refuse what it cannot map onto the
@@ -38,7 +43,7 @@ func (s *Server) newGateway() *runtime.ServeMux {
 			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 		}}),
-		runtime.SetQueryParameterParser(strictQuery{}),
+		runtime.WithMetadata(unknownQueryMetadata),
 		runtime.WithErrorHandler(s.gatewayError),
 	)
 }
@@ -200,14 +205,20 @@ func jsonField(fd protoreflect.FieldDescriptor, v any, path string) error {
 	case v == nil:
 		return nil
 	case fd.IsList():
-		list, _ := v.([]any)
+		list, ok := v.([]any)
+		if !ok {
+			return invalidField(path, "must be a JSON array")
+		}
 		for i, e := range list {
 			if err := jsonValue(fd, e, fmt.Sprintf("%s[%d]", path, i)); err != nil {
 				return err
 			}
 		}
 	case fd.IsMap():
-		obj, _ := v.(map[string]any)
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return invalidField(path, "must be a JSON object")
+		}
 		for k, e := range obj {
 			if err := jsonValue(fd.MapValue(), e, fmt.Sprintf("%s[%s]", path, k)); err != nil {
 				return err
@@ -232,26 +243,96 @@ func jsonValue(fd protoreflect.FieldDescriptor, v any, path string) error {
 		}
 	case protoreflect.MessageKind, protoreflect.GroupKind:
 		return jsonViolation(fd.Message(), v, path)
+	default:
+		if want := jsonScalarProblem(fd.Kind(), v); want != "" {
+			return invalidField(path, fmt.Sprintf("must be %s", want))
+		}
 	}
 	return nil
+}
+
+// jsonScalarProblem says what a scalar field's JSON value should have
+// been, or "" when protojson can take it.
+func jsonScalarProblem(kind protoreflect.Kind, v any) string {
+	switch kind {
+	case protoreflect.BoolKind:
+		if _, ok := v.(bool); !ok {
+			return "true or false"
+		}
+	case protoreflect.StringKind, protoreflect.BytesKind:
+		if _, ok := v.(string); !ok {
+			return "a string"
+		}
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		return intProblem(v, 32, true)
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		return intProblem(v, 64, true)
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		return intProblem(v, 32, false)
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		return intProblem(v, 64, false)
+	}
+	return ""
+}
+
+// intProblem checks an integer given as a JSON number or string.
+func intProblem(v any, bits int, signed bool) string {
+	var text string
+	switch n := v.(type) {
+	case json.Number:
+		text = n.String()
+	case string:
+		text = n
+	default:
+		return "an integer"
+	}
+	var err error
+	if signed {
+		_, err = strconv.ParseInt(text, 10, bits)
+	} else {
+		_, err = strconv.ParseUint(text, 10, bits)
+	}
+	if err != nil {
+		kind := "an integer"
+		if !signed {
+			kind = "a non-negative integer"
+		}
+		return fmt.Sprintf("%s that fits in %d bits, got %s", kind, bits, text)
+	}
+	return ""
 }
 
 // mapKeyParam matches a query key addressing a map entry, "labels[k]".
 var mapKeyParam = regexp.MustCompile(`^(.*)\[(.*)\]$`)
 
 // queryViolation returns a field error for the first query parameter that
-// names no field of the request.
+// names no field of the request or whose value the field cannot take.
 func queryViolation(md protoreflect.MessageDescriptor, values url.Values) error {
-	for key := range values {
+	if key := unknownQueryParameter(md, values); key != "" {
+		return invalidField(key, fmt.Sprintf("unknown query parameter %q: %s has no such field", key, md.Name()))
+	}
+	for _, key := range slices.Sorted(maps.Keys(values)) {
+		msg := dynamicpb.NewMessage(md)
+		if err := runtime.PopulateQueryParameters(msg, url.Values{key: values[key]}, utilities.NewDoubleArray(nil)); err != nil {
+			return invalidField(key, fmt.Sprintf("query parameter %q: %v", key, err))
+		}
+	}
+	return nil
+}
+
+// unknownQueryParameter returns the first query parameter, in key order,
+// that names no field of the request, or "".
+func unknownQueryParameter(md protoreflect.MessageDescriptor, values url.Values) string {
+	for _, key := range slices.Sorted(maps.Keys(values)) {
 		field := key
 		if m := mapKeyParam.FindStringSubmatch(key); m != nil {
 			field = m[1]
 		}
 		if !queryFieldExists(md, strings.Split(field, ".")) {
-			return invalidField(key, fmt.Sprintf("unknown query parameter %q: %s has no such field", key, md.Name()))
+			return key
 		}
 	}
-	return nil
+	return ""
 }
 
 // queryFieldExists reports whether a dotted path names a field.
@@ -271,15 +352,55 @@ func queryFieldExists(md protoreflect.MessageDescriptor, path []string) bool {
 	return true
 }
 
-// strictQuery is the gateway's query parser: the default one, after it
-// refused a parameter that names no field (the default ignores those, so
-// a typo such as ?fleetID= passed unseen).
-type strictQuery struct{}
+// unknownQueryHeader carries, from the gateway to the gRPC handlers, a
+// query parameter that names no field of the request, or one the body
+// carries (the gateway's query parser ignores those, so a typo such as
+// ?fleetID= would pass unseen, and its parser can only be replaced
+// process-wide).
+const unknownQueryHeader = "x-tether-unknown-query-parameter"
 
-// Parse refuses unknown parameters, then parses as the default parser does.
-func (strictQuery) Parse(msg proto.Message, values url.Values, filter *utilities.DoubleArray) error {
-	if err := queryViolation(msg.ProtoReflect().Descriptor(), values); err != nil {
-		return err
+// unknownQueryMetadata is the gateway's metadata annotator: it names the
+// first unknown query parameter, which unaryRequests then refuses.
+func unknownQueryMetadata(ctx context.Context, r *http.Request) metadata.MD {
+	method, _ := runtime.RPCMethod(ctx)
+	md, ok := methodDescriptor(method)
+	if !ok {
+		return nil
 	}
-	return (&runtime.DefaultQueryParser{}).Parse(msg, values, filter)
+	values := r.URL.Query()
+	if key := unknownQueryParameter(md.Input(), values); key != "" {
+		return metadata.Pairs(unknownQueryHeader, key)
+	}
+	if key := bodyQueryParameter(md, values); key != "" {
+		return metadata.Pairs(unknownQueryHeader, key)
+	}
+	return nil
+}
+
+// bodyQueryParameter returns the first query parameter that names a field
+// the body carries (the gateway ignores those), or "".
+func bodyQueryParameter(md protoreflect.MethodDescriptor, values url.Values) string {
+	rule, _ := proto.GetExtension(md.Options(), annotations.E_Http).(*annotations.HttpRule)
+	body := rule.GetBody()
+	if body == "" {
+		return ""
+	}
+	for _, key := range slices.Sorted(maps.Keys(values)) {
+		first, _, _ := strings.Cut(key, ".")
+		first, _, _ = strings.Cut(first, "[")
+		if fd := fieldByName(md.Input(), first); body == "*" || fd != nil && string(fd.Name()) == body {
+			return key
+		}
+	}
+	return ""
+}
+
+// checkQueryHeader refuses a request the gateway marked with an unknown
+// query parameter.
+func checkQueryHeader(ctx context.Context) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if keys := md.Get(unknownQueryHeader); len(keys) > 0 {
+		return invalidField(keys[0], fmt.Sprintf("unknown query parameter %q: no field of the request is taken from it (a typo, or a field the body carries?)", keys[0]))
+	}
+	return nil
 }

@@ -163,6 +163,9 @@ func checkFingerprint(ctx context.Context, requestID, stored string) error {
 // context; it runs inside unaryErrors, so its errors become statuses there.
 func unaryRequests() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := checkQueryHeader(ctx); err != nil {
+			return nil, err
+		}
 		if err := checkRequest(req); err != nil {
 			return nil, err
 		}
@@ -180,6 +183,9 @@ func unaryRequests() grpc.UnaryServerInterceptor {
 // streamRequests checks the messages a streaming call receives.
 func streamRequests() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := checkQueryHeader(ss.Context()); err != nil {
+			return err
+		}
 		return handler(srv, checkedStream{ss})
 	}
 }

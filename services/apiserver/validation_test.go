@@ -60,7 +60,16 @@ func TestRESTRefusesInputItCannotMap(t *testing.T) {
 		{"undeclared protocol number", "POST", "/v1/fleets?fleetId=f6", withField(func(f map[string]any) {
 			template(f)["ports"] = []any{map[string]any{"name": "game", "protocol": 42}}
 		}), "fleet.template.ports[0].protocol", "f6"},
+		{"replicas not a number", "POST", "/v1/fleets?fleetId=f8", withField(func(f map[string]any) { f["replicas"] = "three" }),
+			"fleet.replicas", "f8"},
+		{"replicas over int32", "POST", "/v1/fleets?fleetId=f9", withField(func(f map[string]any) { f["replicas"] = 3_000_000_000 }),
+			"fleet.replicas", "f9"},
+		{"args not a list", "POST", "/v1/fleets?fleetId=f10", withField(func(f map[string]any) { template(f)["args"] = "--port" }),
+			"fleet.template.args", "f10"},
 		{"unknown query parameter", "POST", "/v1/fleets?fleetID=f7", arenaFleet(1), "fleetID", ""},
+		{"query parameter the body carries", "POST", "/v1/fleets?fleetId=f11&fleet.replicas=5", arenaFleet(1), "fleet.replicas", "f11"},
+		{"query parameter with a body of everything", "POST", "/v1/fleets/arena/gameServers:allocate?requestId=r1", map[string]any{}, "requestId", ""},
+		{"query parameter of the wrong type", "GET", "/v1/fleets?pageSize=ten", nil, "pageSize", ""},
 		{"unknown field in a patch", "PATCH", "/v1/fleets/arena", map[string]any{"replica": 2}, "fleet.replica", ""},
 		{"undeclared enum in a patch", "PATCH", "/v1/fleets/arena?updateMask=scheduling", map[string]any{"scheduling": 7}, "fleet.scheduling", ""},
 		{"matchExpressions", "POST", "/v1/fleets/arena/gameServers:allocate", map[string]any{"selector": map[string]any{
