@@ -97,6 +97,12 @@ type Options struct {
 	// (staleness.go): the controller then acts on host liveness only, and
 	// says so; default 5s.
 	StaleViewsAfter time.Duration
+	// StartBackoffBase is how long a fleet whose game servers end before
+	// READY waits before it starts another, after one such failure; it
+	// doubles with each failure after (startbackoff.go); default 1s.
+	StartBackoffBase time.Duration
+	// StartBackoffCap bounds that wait; default 5m.
+	StartBackoffCap time.Duration
 	// Logger; default discards.
 	Logger *slog.Logger
 	// MeterProvider; default no-op.
@@ -129,6 +135,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.StaleViewsAfter <= 0 {
 		o.StaleViewsAfter = 5 * time.Second
+	}
+	if o.StartBackoffBase <= 0 {
+		o.StartBackoffBase = time.Second
+	}
+	if o.StartBackoffCap <= 0 {
+		o.StartBackoffCap = 5 * time.Minute
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -174,6 +186,7 @@ type Controller struct {
 	startResent  map[string]time.Time // SCHEDULED server → last time its start command was re-sent
 	live         liveServers          // the live game servers, kept between passes
 	views        viewsWatch           // whether the views still move (staleness.go)
+	starts       startWatch           // game servers that end before READY (startbackoff.go)
 	// written is the highest stream sequence the views must have applied
 	// before a pass may read them: our own last append, or on taking over,
 	// the stream's last sequence (the predecessor's writes).
@@ -278,6 +291,7 @@ func (c *Controller) lead(ctx context.Context, l *lease) {
 	c.startResent = map[string]time.Time{} // and every SCHEDULED server a full start timeout
 	c.live.reset()                         // and reads the views whole
 	c.views.reset()                        // and gives them a full StaleViewsAfter
+	c.starts = startWatch{}                // and reads start failures from the views' checkpoint
 	c.written, c.caughtUp = 0, false
 	defer c.stopBeats() // started by the first pass, with the leadership's context
 	c.log.Info("became leader", "lease_ttl", c.opts.LeaseTTL)
@@ -370,6 +384,9 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	c.terminateOrphans(ctx, hostRows, servers, note)
 	hosts, err := roomOn(hostRows, status)
 	if err != nil {
+		return err
+	}
+	if err := c.watchStarts(ctx, fleets, note); err != nil {
 		return err
 	}
 	byFleet := map[string][]postgres.Row[*eventsv1.GameServerState]{}
@@ -527,8 +544,8 @@ func (c *Controller) reconcileFleet(ctx context.Context, f *eventsv1.FleetState,
 			}
 		}
 	}
-	want := int(f.GetSpec().GetReplicas())
-	for i := len(live); i < want; i++ {
+	want, limit := int(f.GetSpec().GetReplicas()), len(live)+startsAllowed(f, live, now)
+	for i := len(live); i < want && i < limit; i++ {
 		h := pickHost(hosts, f.GetSpec().GetScheduling())
 		if h == nil {
 			if last, ok := c.noRoomLogged[f.GetName()]; !ok || now.Sub(last) > time.Minute {
