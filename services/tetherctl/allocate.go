@@ -129,7 +129,7 @@ func retryHint(err error, requestID string) error {
 			return err
 		}
 	}
-	return fmt.Errorf("%w\n  the outcome is unknown: retry with --request-id %s to get the same result", err, requestID)
+	return fmt.Errorf("%w\n  the outcome is unknown: repeat the same command with --request-id %s to get the same result", err, requestID)
 }
 
 // allocationSummary writes an allocation for people: where to connect, the

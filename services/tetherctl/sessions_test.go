@@ -108,9 +108,12 @@ func TestAllocateAndSessions(t *testing.T) {
 		t.Fatalf("reconnect right after the allocation: %v", sum)
 	}
 
-	// A retry with the request id gets the same allocation, here as JSON.
+	// A retry (the same command with the request id) gets the same
+	// allocation, here as JSON.
 	var retry apiAllocation
-	r := s.run("allocate", "arena", "--request-id", "req-1", "--player", "p1=elo=1500,eu", "--player", "p2", "-o", "json")
+	r := s.run("allocate", "arena", "--selector", "region=us", "--selector", "mode=ranked,region=eu",
+		"--player", "p1=elo=1500,eu", "--player", "p2", "--property", "map=dust", "--property", "mode=duel",
+		"--max-players", "4", "--request-id", "req-1", "-o", "json")
 	if r.code != 0 || r.stderr != "" {
 		t.Fatalf("retry: exit %d, stderr %q", r.code, r.stderr)
 	}
@@ -119,6 +122,13 @@ func TestAllocateAndSessions(t *testing.T) {
 		len(retry.PlayerSessions) != 2 || retry.PlayerSessions[0].PlayerData != "elo=1500,eu" ||
 		retry.PlayerSessions[0].Name != "gameSessions/"+strings.Replace(ps1, "/", "/playerSessions/", 1) {
 		t.Fatalf("retry -o json: %v %+v\n%s", err, retry, r.stdout)
+	}
+
+	// The request id with another request: refused, not answered with the
+	// first allocation.
+	r = s.run("allocate", "arena", "--request-id", "req-1", "--player", "p1")
+	if r.code != 1 || !strings.Contains(r.stderr, "REQUEST_ID_REUSED, field request_id") {
+		t.Fatalf("request id reused with other players: exit %d, stderr %q", r.code, r.stderr)
 	}
 
 	// No READY server is left with mode=ranked: one clear line, exit 1.

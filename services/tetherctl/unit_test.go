@@ -187,7 +187,7 @@ func TestRetryHint(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := retryHint(tc.err, "r1")
-			if hint := strings.Contains(err.Error(), "retry with --request-id r1"); hint != tc.hint {
+			if hint := strings.Contains(err.Error(), "repeat the same command with --request-id r1"); hint != tc.hint {
 				t.Fatalf("%q: hint %v, want %v", err, hint, tc.hint)
 			}
 			if !errors.Is(err, tc.err) {
