@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -191,4 +193,32 @@ func (a *app) fleetTable(w io.Writer, fleets ...*tetherv1.Fleet) {
 			strconv.Itoa(int(s.GetReadyReplicas())), strconv.Itoa(int(s.GetAllocatedReplicas())),
 			strconv.Itoa(int(s.GetUnhealthyReplicas())), scheduling, age(now, f.GetCreateTime()))
 	}
+	for _, f := range fleets {
+		for _, c := range f.GetStatus().GetConditions() {
+			if c.GetStatus() == "True" {
+				fmt.Fprintln(w, conditionLine(now, shortName(f.GetName()), c))
+			}
+		}
+	}
+}
+
+// conditionLine says in one line, under the table, that a fleet's
+// condition holds, e.g. "arena: START_FAILING for 2m, 7 in a row,
+// PROCESS_START_FAILED, next start in 40s: fork/exec …".
+func conditionLine(now time.Time, fleet string, c *tetherv1.FleetCondition) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s for %s", fleet, c.GetType(), age(now, c.GetLastTransitionTime()))
+	if n := c.GetConsecutiveFailures(); n > 0 {
+		fmt.Fprintf(&b, ", %d in a row", n)
+	}
+	if c.GetReason() != "" {
+		b.WriteString(", " + c.GetReason())
+	}
+	if u := c.GetBackoffUntil(); u != nil && u.AsTime().After(now) {
+		fmt.Fprintf(&b, ", next start in %s", u.AsTime().Sub(now).Round(time.Second))
+	}
+	if c.GetMessage() != "" {
+		b.WriteString(": " + c.GetMessage())
+	}
+	return b.String()
 }
