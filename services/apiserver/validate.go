@@ -126,6 +126,11 @@ func requestFingerprint(ctx context.Context) string {
 	return fp
 }
 
+// notContent are the request fields a fingerprint leaves out: the request
+// id itself, and min_sequence, a hint about how fresh the views must be
+// that a retry may raise.
+var notContent = []protoreflect.Name{"request_id", "min_sequence"}
+
 // fingerprint returns the SHA-256 (hex) of a request's deterministic
 // encoding without its request id, or "" for a request with no request id.
 func fingerprint(req any) (string, error) {
@@ -138,7 +143,11 @@ func fingerprint(req any) (string, error) {
 		return "", nil
 	}
 	c := proto.Clone(m)
-	c.ProtoReflect().Clear(fd)
+	for _, name := range notContent {
+		if f := c.ProtoReflect().Descriptor().Fields().ByName(name); f != nil {
+			c.ProtoReflect().Clear(f)
+		}
+	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
 	if err != nil {
 		return "", fmt.Errorf("fingerprint %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
