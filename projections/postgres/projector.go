@@ -317,10 +317,9 @@ func (p *Projector) loadCheckpoint(ctx context.Context) (uint64, error) {
 	return uint64(cp), nil
 }
 
-// consumer returns the durable consumer, positioned after the checkpoint. If
-// the consumer has acknowledged past the checkpoint (the views were reset,
-// e.g. a fresh database against an old stream), it is recreated from the
-// checkpoint: PostgreSQL's checkpoint is the truth.
+// consumer returns the durable consumer, positioned after the checkpoint.
+// PostgreSQL's checkpoint is the truth: a consumer that has moved past it is
+// recreated from it (see consumerPast).
 func (p *Projector) consumer(ctx context.Context, cp uint64) (jetstream.Consumer, error) {
 	stream, err := p.opts.JetStream.Stream(ctx, p.opts.Stream)
 	if err != nil {
@@ -331,11 +330,9 @@ func (p *Projector) consumer(ctx context.Context, cp uint64) (jetstream.Consumer
 		if err != nil {
 			return nil, fmt.Errorf("projector: consumer info: %w", err)
 		}
-		if info.AckFloor.Stream <= cp {
+		if !p.consumerPast(info, cp) {
 			return c, nil
 		}
-		p.log.Warn("projector consumer is ahead of the views; recreating it from the checkpoint",
-			"ack_floor", info.AckFloor.Stream, "checkpoint", cp)
 		if err := stream.DeleteConsumer(ctx, p.opts.Durable); err != nil {
 			return nil, fmt.Errorf("projector: delete stale consumer: %w", err)
 		}
@@ -358,6 +355,34 @@ func (p *Projector) consumer(ctx context.Context, cp uint64) (jetstream.Consumer
 		return nil, fmt.Errorf("projector: create consumer: %w", err)
 	}
 	return c, nil
+}
+
+// consumerPast reports whether the durable consumer has moved past the
+// checkpoint, and says why, in which case it must be recreated from it:
+//
+//   - It delivered events the views do not have: a projector stopped (or was
+//     killed) with a batch in hand. JetStream hands those out again only
+//     after the ack wait (a minute), and meanwhile delivers what follows
+//     them: a restarted projector would stall until then, or, with events
+//     after them, apply those and skip the undelivered ones for ever.
+//   - It acknowledged events the views do not have: the views were reset.
+//     Expected with empty views (tether dev's throwaway database, a new
+//     one); a warning otherwise (views restored from an older backup).
+func (p *Projector) consumerPast(info *jetstream.ConsumerInfo, cp uint64) bool {
+	acked, delivered := info.AckFloor.Stream, info.Delivered.Stream
+	switch {
+	case acked > cp && cp > 0:
+		p.log.Warn("projector views are behind what the consumer acknowledged (views restored from an older copy?); recreating it from the checkpoint",
+			"ack_floor", acked, "checkpoint", cp)
+	case acked > cp:
+		p.log.Info("projector views are empty; projecting the stream from the start", "ack_floor", acked)
+	case delivered > cp:
+		p.log.Info("projector consumer has events out that the views do not have (a stop mid-batch); recreating it from the checkpoint",
+			"delivered", delivered, "checkpoint", cp)
+	default:
+		return false
+	}
+	return true
 }
 
 // deadLetter is an event the projector could not apply.
