@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/projections/postgres"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
 // TestAllocationSkipsServersOfARestartedAgent: once a host's agent
