@@ -207,7 +207,11 @@ func (s *sdkServer) Allocate(ctx context.Context, req *sdkv1.AllocateRequest) (*
 
 // AcceptPlayer admits a player who presents their player session's token:
 // a reserved seat becomes theirs, a disconnected one within its window is
-// theirs again (same slot).
+// theirs again (same slot). Only a token of the seat's current generation
+// is accepted (a reconnect revokes the earlier ones); an ACTIVE seat is
+// refused to a second connection with the same token, and taken over by a
+// reissued one. The response numbers the connection, for DisconnectPlayer
+// and RemovePlayer.
 func (s *sdkServer) AcceptPlayer(ctx context.Context, req *sdkv1.AcceptPlayerRequest) (*sdkv1.AcceptPlayerResponse, error) {
 	gs := serverOf(ctx)
 	gsess, psID, err := gs.playerSessionOf(req.GetPlayerSessionId())
@@ -219,47 +223,85 @@ func (s *sdkServer) AcceptPlayer(ctx context.Context, req *sdkv1.AcceptPlayerReq
 	}
 	gsessID, _ := events.ParseGameSessionName(gsess) // the server's own game session: valid
 	psName := events.PlayerSessionName(gsessID, psID)
-	if err := s.a.opts.Tokens.Verify(req.GetToken(), psName, s.a.opts.Now()); err != nil {
+	claims, err := s.a.opts.Tokens.Check(req.GetToken(), psName, s.a.opts.Now())
+	if err != nil {
 		gs.log.Warn("player token refused", "player_session", psName, "err", err)
 		return nil, status.Errorf(codes.PermissionDenied, "token refused for %s: %v", psName, err)
 	}
-	state, msgs, err := s.a.decideSession(ctx, gsess, events.AcceptPlayer{PlayerSession: psID, Now: s.a.opts.Now()}, gs.sessionFromAllocation(gsess))
+	cmd := events.AcceptPlayer{PlayerSession: psID, TokenGeneration: claims.Generation, Now: s.a.opts.Now()}
+	state, msgs, err := s.a.decideSession(ctx, gsess, cmd, gs.sessionFromAllocation(gsess))
 	if err != nil {
-		return nil, sdkError(err)
+		gs.log.Warn("player refused", "player_session", psName, "token_generation", claims.Generation, "err", err)
+		return nil, playerError(err)
 	}
 	p := events.FindPlayer(state, psID)
-	reconnected := len(msgs) == 1 && events.TypeOf(msgs[0]) == "PlayerReconnected"
-	gs.log.Info("player accepted", "player_session", psName, "player", p.GetPlayerId(), "slot", p.GetSlot(), "reconnects", p.GetReconnectCount())
+	var kind string // an accept that is not refused records one event
+	if len(msgs) > 0 {
+		kind = events.TypeOf(msgs[0])
+	}
+	gs.log.Info("player accepted", "player_session", psName, "player", p.GetPlayerId(), "slot", p.GetSlot(),
+		"reconnects", p.GetReconnectCount(), "connection", p.GetConnection(), "token_generation", claims.Generation, "event", kind)
 	return &sdkv1.AcceptPlayerResponse{PlayerId: p.GetPlayerId(), PlayerData: p.GetPlayerData(), Slot: p.GetSlot(),
-		Reconnected: reconnected, ReconnectCount: p.GetReconnectCount()}, nil
+		Reconnected: kind == "PlayerReconnected" || kind == "PlayerTakenOver", ReconnectCount: p.GetReconnectCount(),
+		Connection: p.GetConnection(), TakenOver: kind == "PlayerTakenOver"}, nil
+}
+
+// playerError turns a refused player command into its gRPC status: a
+// revoked token is PERMISSION_DENIED like any refused token, a second
+// connection ALREADY_EXISTS; the rest as sdkError says.
+func playerError(err error) error {
+	var re *events.RefusedError
+	if errors.As(err, &re) {
+		switch re.Reason {
+		case events.RefusedTokenRevoked:
+			return status.Error(codes.PermissionDenied, re.Reason+": "+re.Msg)
+		case events.RefusedPlayerAlreadyConnected:
+			return status.Error(codes.AlreadyExists, re.Reason+": "+re.Msg)
+		}
+	}
+	return sdkError(err)
 }
 
 // DisconnectPlayer reports a player's connection lost; the seat waits for
-// the reconnect window.
+// the reconnect window. A connection that no longer holds the seat (a newer
+// one took it over) changes nothing: the answer says it is stale.
 func (s *sdkServer) DisconnectPlayer(ctx context.Context, req *sdkv1.DisconnectPlayerRequest) (*sdkv1.DisconnectPlayerResponse, error) {
 	gs := serverOf(ctx)
 	gsess, psID, err := gs.playerSessionOf(req.GetPlayerSession())
 	if err != nil {
 		return nil, err
 	}
-	state, _, err := s.a.decideSession(ctx, gsess, events.DisconnectPlayer{PlayerSession: psID, Now: s.a.opts.Now()}, gs.sessionFromAllocation(gsess))
+	cmd := events.DisconnectPlayer{PlayerSession: psID, Connection: req.GetConnection(), Now: s.a.opts.Now()}
+	state, _, err := s.a.decideSession(ctx, gsess, cmd, gs.sessionFromAllocation(gsess))
 	if err != nil {
 		return nil, sdkError(err)
 	}
 	p := events.FindPlayer(state, psID)
+	if events.StaleConnection(p, req.GetConnection()) {
+		gs.log.Info("disconnect of a connection the seat was taken from; ignored", "player_session", p.GetName(),
+			"connection", req.GetConnection(), "current_connection", p.GetConnection())
+		return &sdkv1.DisconnectPlayerResponse{Stale: true}, nil
+	}
 	gs.log.Info("player disconnected", "player_session", p.GetName(), "reconnect_deadline", p.GetReconnectDeadline().AsTime())
 	return &sdkv1.DisconnectPlayerResponse{ReconnectDeadline: p.GetReconnectDeadline()}, nil
 }
 
-// RemovePlayer ends a player's session for good.
+// RemovePlayer ends a player's session for good, unless the connection
+// named no longer holds the seat (then nothing changes: stale).
 func (s *sdkServer) RemovePlayer(ctx context.Context, req *sdkv1.RemovePlayerRequest) (*sdkv1.RemovePlayerResponse, error) {
 	gs := serverOf(ctx)
 	gsess, psID, err := gs.playerSessionOf(req.GetPlayerSession())
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := s.a.decideSession(ctx, gsess, events.RemovePlayer{PlayerSession: psID}, gs.sessionFromAllocation(gsess)); err != nil {
+	state, _, err := s.a.decideSession(ctx, gsess, events.RemovePlayer{PlayerSession: psID, Connection: req.GetConnection()}, gs.sessionFromAllocation(gsess))
+	if err != nil {
 		return nil, sdkError(err)
+	}
+	if p := events.FindPlayer(state, psID); events.SeatHeld(p) && events.StaleConnection(p, req.GetConnection()) {
+		gs.log.Info("removal by a connection the seat was taken from; ignored", "player_session", p.GetName(),
+			"connection", req.GetConnection(), "current_connection", p.GetConnection())
+		return &sdkv1.RemovePlayerResponse{Stale: true}, nil
 	}
 	return &sdkv1.RemovePlayerResponse{}, nil
 }
