@@ -2,14 +2,17 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
@@ -19,6 +22,54 @@ import (
 type gameSessionService struct {
 	tetherv1.UnimplementedGameSessionServiceServer
 	s *Server
+	// decided keeps the game sessions this replica last wrote token
+	// reissues to, so that the next reconnect decides without a read.
+	decided decidedSessions
+}
+
+// maxDecidedSessions bounds decidedSessions.
+const maxDecidedSessions = 4096
+
+// decidedSessions caches game session states at a sequence this replica
+// appended. An entry is only a guess: the append it guards fails if anyone
+// wrote since, and the writer then reads the session afresh.
+type decidedSessions struct {
+	mu sync.Mutex
+	m  map[string]decidedSession
+}
+
+// decidedSession is a game session's state after its event at seq.
+type decidedSession struct {
+	state *eventsv1.GameSessionState
+	seq   uint64
+}
+
+func (d *decidedSessions) get(name string) (decidedSession, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.m[name]
+	return v, ok
+}
+
+// put keeps a state (or forgets the session when it has ended), making
+// room by dropping an arbitrary entry when full.
+func (d *decidedSessions) put(name string, v decidedSession) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if v.state.GetStatus() == eventsv1.GameSessionStatus_GAME_SESSION_STATUS_ENDED {
+		delete(d.m, name)
+		return
+	}
+	if d.m == nil {
+		d.m = map[string]decidedSession{}
+	}
+	if _, ok := d.m[name]; !ok && len(d.m) >= maxDecidedSessions {
+		for k := range d.m {
+			delete(d.m, k)
+			break
+		}
+	}
+	d.m[name] = v
 }
 
 func (g *gameSessionService) GetGameSession(ctx context.Context, req *tetherv1.GetGameSessionRequest) (*tetherv1.GameSession, error) {
@@ -210,28 +261,180 @@ func (g *gameSessionService) CreatePlayerSession(ctx context.Context, req *tethe
 
 // ReconnectPlayerSession gives a player who lost everything but their
 // player session id what they need to rejoin: endpoint, seat and a fresh
-// token. It writes nothing: the game server's AcceptPlayer records the
-// reconnect. The seat must still be held (RESERVED, ACTIVE — the server
-// may not have noticed the drop yet — or DISCONNECTED within its window).
+// token. The token is of the seat's next token generation, recorded first
+// (PlayerTokenReissued, guarded by the game session's sequence), so that
+// every earlier token of the seat is refused from then on; the game
+// server's AcceptPlayer records the reconnect. The seat must still be held
+// (RESERVED, ACTIVE — the server may not have noticed the drop yet — or
+// DISCONNECTED within its window). A request id makes it idempotent: a
+// retry gets a token of the same generation.
 func (g *gameSessionService) ReconnectPlayerSession(ctx context.Context, req *tetherv1.ReconnectPlayerSessionRequest) (*tetherv1.ReconnectPlayerSessionResponse, error) {
 	s := g.s
-	row, p, err := g.playerSession(ctx, req.GetName(), req.GetMinSequence())
+	gsessID, psID, err := events.ParsePlayerSessionName(req.GetName())
+	if err != nil {
+		return nil, invalidField("name", err.Error())
+	}
+	if err := s.waitFresh(ctx, uint64(max(req.GetMinSequence(), 0))); err != nil {
+		return nil, err
+	}
+	decided, res, err := g.reissue(ctx, gsessID, psID, req.GetRequestId())
 	if err != nil {
 		return nil, err
 	}
-	now := s.opts.Now()
-	expired := !events.SeatHeld(p) ||
-		p.GetStatus() == eventsv1.PlayerSessionStatus_PLAYER_SESSION_STATUS_DISCONNECTED && now.After(p.GetReconnectDeadline().AsTime())
-	if expired {
+	state, seq, err := g.reissued(ctx, gsessID, decided, res)
+	if err != nil {
+		return nil, err
+	}
+	p := events.FindPlayer(state, psID)
+	if p == nil {
+		return nil, &apiError{code: codes.NotFound, reason: ReasonNotFound, msg: fmt.Sprintf("player session %s not found", req.GetName())}
+	}
+	gs, err := s.opts.Views.GameServer(ctx, state.GetGameServer())
+	if err != nil {
+		return nil, err
+	}
+	token := s.opts.Tokens.SignGeneration(p.GetName(), s.opts.Now().Add(s.opts.TokenTTL), p.GetTokenGeneration())
+	return &tetherv1.ReconnectPlayerSessionResponse{PlayerSession: playerSessionToAPI(p, seq), Endpoint: endpointOf(gs.State), Token: token}, nil
+}
+
+// reissue appends the seat's next token generation and returns the game
+// session it decided on. With a request id it takes the API's write path
+// (which waits for the views, where request ids are found). Without one it
+// does not wait for the projector: it takes the game session from the
+// views as far as they have it and folds the rest from the stream, then
+// appends guarded by the last sequence it folded.
+func (g *gameSessionService) reissue(ctx context.Context, gsessID, psID, requestID string) (*eventsv1.GameSessionState, writeResult, error) {
+	s := g.s
+	gsess := events.GameSessionName(gsessID)
+	var state *eventsv1.GameSessionState
+	if requestID != "" {
+		res, err := s.write(ctx, gsess, requestID, "", func(ctx context.Context, last uint64) ([]proto.Message, error) {
+			row, err := s.opts.Views.GameSession(ctx, gsess)
+			if err != nil {
+				return nil, err
+			}
+			state = row.State
+			return decideReissue(gsessID, state, psID, s.opts.Now())
+		})
+		return state, res, err
+	}
+	subject := events.MustSubject(gsess)
+	cached, fresh := g.decided.get(gsess)
+	for range maxWriteAttempts {
+		state, last := cached.state, cached.seq
+		if !fresh {
+			var err error
+			if state, last, err = g.current(ctx, gsess, subject); err != nil {
+				return nil, writeResult{}, err
+			}
+		}
+		msgs, err := decideReissue(gsessID, state, psID, s.opts.Now())
+		if err != nil && fresh {
+			fresh = false // refused on a state that may be stale: read it
+			continue
+		}
+		if err != nil {
+			return nil, writeResult{}, err
+		}
+		envs := s.envelopes(ctx, gsess, "", msgs)
+		seq, err := s.opts.Store.Append(ctx, subject, last, envs...)
+		if errors.Is(err, events.ErrConflict) {
+			fresh = false // someone else wrote: read it
+			continue
+		}
+		if err != nil {
+			return nil, writeResult{}, err
+		}
+		return state, writeResult{Sequence: seq, Events: envs}, nil
+	}
+	return nil, writeResult{}, fmt.Errorf("%s: %w (after %d attempts)", gsess, events.ErrConflict, maxWriteAttempts)
+}
+
+// current returns a game session's state at its last event in the stream,
+// and that event's sequence: the views' row, with what the projector has
+// not applied yet folded from the stream.
+func (g *gameSessionService) current(ctx context.Context, gsess, subject string) (*eventsv1.GameSessionState, uint64, error) {
+	s := g.s
+	last, err := s.opts.Store.LastSequence(ctx, subject)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", gsess, err)
+	}
+	row, err := s.opts.Views.GameSession(ctx, gsess)
+	if err != nil && !errors.Is(err, projections.ErrNotFound) {
+		return nil, 0, err
+	}
+	if row.Sequence >= last {
+		return row.State, row.Sequence, nil
+	}
+	tail, err := s.opts.Store.History(ctx, subject, row.Sequence+1)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", gsess, err)
+	}
+	state, seq := row.State, row.Sequence
+	for _, e := range tail {
+		if state, err = events.ApplyGameSession(state, e); err != nil {
+			return nil, 0, fmt.Errorf("fold %s at %d: %w", gsess, e.Sequence, err)
+		}
+		seq = e.Sequence
+	}
+	return state, seq, nil
+}
+
+// decideReissue raises the token generation of a seat still held, or says
+// why the player can no longer reconnect.
+func decideReissue(gsessID string, state *eventsv1.GameSessionState, psID string, now time.Time) ([]proto.Message, error) {
+	p := events.FindPlayer(state, psID)
+	if p == nil {
+		return nil, &apiError{code: codes.NotFound, reason: ReasonNotFound, msg: fmt.Sprintf("player session %s not found", events.PlayerSessionName(gsessID, psID))}
+	}
+	msgs, err := events.DecideGameSession(events.GameSessionName(gsessID), state, events.ReissueToken{PlayerSession: psID, Now: now})
+	var re *events.RefusedError
+	if errors.As(err, &re) && re.Reason == events.RefusedPlayerSessionExpired {
 		return nil, &apiError{code: codes.FailedPrecondition, reason: events.RefusedPlayerSessionExpired,
 			msg: fmt.Sprintf("player session %s can no longer reconnect (%s)", p.GetName(), describeEnd(p))}
 	}
-	gs, err := s.opts.Views.GameServer(ctx, row.State.GetGameServer())
-	if err != nil {
-		return nil, err
+	return msgs, err
+}
+
+// reissued returns the game session as the reissue left it, with the
+// sequence to report: folded from the decided state and the appended event
+// (and kept for the next reconnect), or, for a replayed request, read back
+// with the token generation that request recorded.
+func (g *gameSessionService) reissued(ctx context.Context, gsessID string, decided *eventsv1.GameSessionState, res writeResult) (*eventsv1.GameSessionState, uint64, error) {
+	s := g.s
+	gsess := events.GameSessionName(gsessID)
+	if !res.Replayed {
+		state := decided
+		for _, e := range res.Events {
+			next, err := events.ApplyGameSession(state, e)
+			if err != nil {
+				return nil, 0, fmt.Errorf("fold the reissue: %w", err)
+			}
+			state = next
+		}
+		g.decided.put(gsess, decidedSession{state: state, seq: res.Sequence})
+		return state, res.Sequence, nil
 	}
-	token := s.opts.Tokens.Sign(p.GetName(), now.Add(s.opts.TokenTTL))
-	return &tetherv1.ReconnectPlayerSessionResponse{PlayerSession: playerSessionToAPI(p, row.Sequence), Endpoint: endpointOf(gs.State), Token: token}, nil
+	ev, err := s.opts.Store.Event(ctx, res.Sequence)
+	if err != nil {
+		return nil, 0, err
+	}
+	r, ok := ev.Data.(*eventsv1.PlayerTokenReissued)
+	if !ok {
+		return nil, 0, fmt.Errorf("reconnect replay: event %d is %s", res.Sequence, ev.Type)
+	}
+	if err := s.waitFresh(ctx, res.Sequence); err != nil {
+		return nil, 0, err
+	}
+	row, err := s.opts.Views.GameSession(ctx, gsess)
+	if err != nil {
+		return nil, 0, err
+	}
+	state := proto.CloneOf(row.State)
+	if p := events.FindPlayer(state, r.GetPlayerSession()); p != nil {
+		p.TokenGeneration = r.GetTokenGeneration() // the generation that request was given
+	}
+	return state, row.Sequence, nil
 }
 
 // describeEnd says why a seat is gone, for error messages.
@@ -264,6 +467,7 @@ func playerSessionToAPI(p *eventsv1.PlayerSessionState, seq uint64) *tetherv1.Pl
 		Name: p.GetName(), PlayerId: p.GetPlayerId(), PlayerData: p.GetPlayerData(), State: tetherv1.PlayerSession_State(p.GetStatus()),
 		Slot: p.GetSlot(), ReservationDeadline: p.GetReservationDeadline(), ReconnectDeadline: p.GetReconnectDeadline(),
 		ReconnectCount: p.GetReconnectCount(), CreateTime: p.GetCreateTime(), UpdateTime: p.GetUpdateTime(), Sequence: int64(seq),
+		TokenGeneration: p.GetTokenGeneration(),
 	}
 	if r := p.GetEndReason(); r != eventsv1.PlayerSessionEndReason_PLAYER_SESSION_END_REASON_UNSPECIFIED {
 		out.EndReason = strings.TrimPrefix(r.String(), "PLAYER_SESSION_END_REASON_")
