@@ -30,8 +30,9 @@
 // is a player. The server calls AcceptPlayer and answers "WELCOME <player-id>
 // slot=<n> reconnected=<true|false>" (then echoes lines) or "REFUSED <why>"
 // and closes. When a player's connection drops the server calls
-// DisconnectPlayer (the seat waits for the reconnect window); the line
-// "LEAVE" calls RemovePlayer and closes the connection. A connection whose
+// DisconnectPlayer with the connection's number (the seat waits for the
+// reconnect window, unless a newer connection of the player took it over);
+// the line "LEAVE" calls RemovePlayer likewise and closes the connection. A connection whose
 // first line is "STATE" gets the server's state as WatchGameServer last
 // told it ("STATE ALLOCATED gameSessions/… players=2 map=dust"). A first
 // line "READY", "ALLOCATE" or "RESERVE <seconds>" makes the game make that
@@ -350,15 +351,17 @@ func echoTCP(l net.Listener, players *lobby) {
 			defer conn.Close()
 			lines := bufio.NewScanner(conn)
 			first := true
-			var player string
+			var player seat
 			for lines.Scan() {
 				line := lines.Text()
 				if first && strings.HasPrefix(line, "JOIN ") {
-					reply, ok := players.join(line)
-					if _, err := fmt.Fprintln(conn, reply); err != nil || !ok {
-						return
+					reply, joined := players.join(line)
+					if joined.session != "" {
+						player = joined
 					}
-					player = strings.Fields(line)[1]
+					if _, err := fmt.Fprintln(conn, reply); err != nil || joined.session == "" {
+						break
+					}
 					first = false
 					continue
 				}
@@ -371,7 +374,7 @@ func echoTCP(l net.Listener, players *lobby) {
 					return
 				}
 				first = false
-				if player != "" && line == "LEAVE" {
+				if player.session != "" && line == "LEAVE" {
 					players.leave(player)
 					return
 				}
@@ -379,7 +382,7 @@ func echoTCP(l net.Listener, players *lobby) {
 					break
 				}
 			}
-			if player != "" {
+			if player.session != "" {
 				players.dropped(player)
 			}
 		}()
@@ -417,25 +420,34 @@ func (l *lobby) describe() string {
 // playerCallTimeout bounds one player call to the agent.
 const playerCallTimeout = 5 * time.Second
 
-// join handles "JOIN <player-session> <token>".
-func (l *lobby) join(line string) (reply string, ok bool) {
+// seat is a player's accepted connection: their player session and the
+// connection number AcceptPlayer gave it.
+type seat struct {
+	session    string
+	connection int64
+}
+
+// join handles "JOIN <player-session> <token>"; the seat is empty when the
+// player was refused.
+func (l *lobby) join(line string) (reply string, joined seat) {
 	f := strings.Fields(line)
 	c := l.client.Load()
 	switch {
 	case len(f) != 3:
-		return "REFUSED usage: JOIN <player-session> <token>", false
+		return "REFUSED usage: JOIN <player-session> <token>", seat{}
 	case c == nil:
-		return "REFUSED not connected to the agent yet", false
+		return "REFUSED not connected to the agent yet", seat{}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), playerCallTimeout)
 	defer cancel()
 	p, err := c.AcceptPlayer(ctx, f[1], f[2])
 	if err != nil {
 		l.log.Warn("player refused", "player_session", f[1], "err", err)
-		return "REFUSED " + err.Error(), false
+		return "REFUSED " + err.Error(), seat{}
 	}
-	l.log.Info("player joined", "player_session", f[1], "player", p.GetPlayerId(), "slot", p.GetSlot(), "reconnected", p.GetReconnected())
-	return fmt.Sprintf("WELCOME %s slot=%d reconnected=%t", p.GetPlayerId(), p.GetSlot(), p.GetReconnected()), true
+	l.log.Info("player joined", "player_session", f[1], "player", p.GetPlayerId(), "slot", p.GetSlot(),
+		"reconnected", p.GetReconnected(), "taken_over", p.GetTakenOver(), "connection", p.GetConnection())
+	return fmt.Sprintf("WELCOME %s slot=%d reconnected=%t", p.GetPlayerId(), p.GetSlot(), p.GetReconnected()), seat{session: f[1], connection: p.GetConnection()}
 }
 
 // isOperatorCommand tells the lines that make the game itself call the SDK.
@@ -478,25 +490,33 @@ func (l *lobby) operate(line string) string {
 	return reply
 }
 
-// dropped reports a player whose connection ended without LEAVE.
-func (l *lobby) dropped(playerSession string) {
+// dropped reports a player connection that ended without LEAVE.
+func (l *lobby) dropped(s seat) {
 	ctx, cancel := context.WithTimeout(context.Background(), playerCallTimeout)
 	defer cancel()
-	deadline, err := l.client.Load().DisconnectPlayer(ctx, playerSession)
-	if err != nil {
-		l.log.Warn("report player disconnect", "player_session", playerSession, "err", err)
-		return
+	deadline, stale, err := l.client.Load().DisconnectPlayerConnection(ctx, s.session, s.connection)
+	switch {
+	case err != nil:
+		l.log.Warn("report player disconnect", "player_session", s.session, "err", err)
+	case stale:
+		l.log.Info("old player connection dropped; a newer one holds the seat", "player_session", s.session, "connection", s.connection)
+	default:
+		l.log.Info("player dropped; seat kept", "player_session", s.session, "reconnect_deadline", deadline)
 	}
-	l.log.Info("player dropped; seat kept", "player_session", playerSession, "reconnect_deadline", deadline)
 }
 
 // leave removes a player for good.
-func (l *lobby) leave(playerSession string) {
+func (l *lobby) leave(s seat) {
 	ctx, cancel := context.WithTimeout(context.Background(), playerCallTimeout)
 	defer cancel()
-	if err := l.client.Load().RemovePlayer(ctx, playerSession); err != nil {
-		l.log.Warn("remove player", "player_session", playerSession, "err", err)
+	stale, err := l.client.Load().RemovePlayerConnection(ctx, s.session, s.connection)
+	if err != nil {
+		l.log.Warn("remove player", "player_session", s.session, "err", err)
 		return
 	}
-	l.log.Info("player left", "player_session", playerSession)
+	if stale {
+		l.log.Info("old player connection left; a newer one holds the seat", "player_session", s.session, "connection", s.connection)
+		return
+	}
+	l.log.Info("player left", "player_session", s.session)
 }
