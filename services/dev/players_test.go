@@ -275,7 +275,7 @@ func TestPlayersJoinDropAndRejoin(t *testing.T) {
 
 	// The history of the game session tells the whole story.
 	h := s.history(a.GameSession.Name)
-	want := "GameSessionCreated → PlayerAccepted → PlayerAccepted → PlayerDisconnected → PlayerReconnected → PlayerDisconnected → PlayerSessionCompleted"
+	want := "GameSessionCreated → PlayerAccepted → PlayerAccepted → PlayerDisconnected → PlayerTokenReissued → PlayerReconnected → PlayerDisconnected → PlayerSessionCompleted"
 	if got := types(h); got != want {
 		t.Fatalf("game session history:\n%s\nwant\n%s", got, want)
 	}
@@ -460,4 +460,129 @@ func TestPlayerJoinsWhenTheAllocatorStoppedHalfway(t *testing.T) {
 	if len(created) < 2 || created[0].Type != "GameSessionCreated" || created[0].Producer != "hosts/h1" || created[1].Type != "PlayerAccepted" {
 		t.Fatalf("game session history: %s (first by %q)", types(created), created[0].Producer)
 	}
+}
+
+// reconnectToken calls :reconnect for a player session and returns the
+// fresh token.
+func (s *stack) reconnectToken(ps string) string {
+	s.t.Helper()
+	var rec struct {
+		Token string `json:"token"`
+	}
+	if code := s.rest("POST", "/v1/"+ps+":reconnect", map[string]any{}, &rec); code != http.StatusOK || rec.Token == "" {
+		s.t.Fatalf("reconnect %s: %d %+v", ps, code, rec)
+	}
+	return rec.Token
+}
+
+// readyMatch makes a fleet of one example game server with a 60 s
+// reconnect window, allocates it to one player and returns the allocation
+// once the game server knows of it.
+func (s *stack) readyMatch() allocation {
+	s.t.Helper()
+	spec := fleetSpec(1, nil)
+	spec["playerSessions"] = map[string]any{"maxPlayers": 4, "reservationTimeoutSeconds": 60, "reconnectWindowSeconds": 60}
+	if code := s.rest("POST", "/v1/fleets?fleetId=arena", spec, nil); code != http.StatusOK {
+		s.t.Fatalf("create fleet: %d", code)
+	}
+	wait.For(s.t, 15*time.Second, "a READY game server", func() bool { return len(byState(s.gameServers("arena"), "READY")) == 1 })
+	a := s.allocate("arena", "p1")
+	wait.For(s.t, 5*time.Second, "the game server to see its allocation", func() bool {
+		return strings.HasPrefix(serverState(s.t, a), "STATE ALLOCATED "+a.GameSession.Name)
+	})
+	return a
+}
+
+// A reconnect revokes the tokens issued before it: the allocation's token
+// is refused once the player has asked for a fresh one, whether the seat
+// was never taken or the player dropped.
+func TestReconnectRevokesTheEarlierToken(t *testing.T) {
+	s := startStack(t, 1)
+	a := s.readyMatch()
+	p1 := a.PlayerSessions[0]
+
+	// Reserved: the first token is replaced before it is used.
+	fresh := s.reconnectToken(p1.Name)
+	if _, reply := join(t, a, psID(t, p1.Name), p1.Token); !strings.HasPrefix(reply, "REFUSED") || !strings.Contains(reply, "PLAYER_TOKEN_REVOKED") {
+		t.Fatalf("join with the allocation's token after a reconnect: %q, want REFUSED … PLAYER_TOKEN_REVOKED", reply)
+	}
+	conn, reply := join(t, a, psID(t, p1.Name), fresh)
+	if reply != "WELCOME p1 slot=0 reconnected=false" {
+		t.Fatalf("join with the fresh token: %q", reply)
+	}
+
+	// Dropped: the token the player joined with is replaced too.
+	conn.conn.Close()
+	wait.For(t, 5*time.Second, "p1 DISCONNECTED", func() bool { return s.playerSession(p1.Name).State == "DISCONNECTED" })
+	again := s.reconnectToken(p1.Name)
+	if _, reply := join(t, a, psID(t, p1.Name), fresh); !strings.Contains(reply, "PLAYER_TOKEN_REVOKED") {
+		t.Fatalf("rejoin with the replaced token: %q, want REFUSED … PLAYER_TOKEN_REVOKED", reply)
+	}
+	if _, reply := join(t, a, psID(t, p1.Name), again); reply != "WELCOME p1 slot=0 reconnected=true" {
+		t.Fatalf("rejoin with the latest token: %q", reply)
+	}
+	want := "GameSessionCreated → PlayerTokenReissued → PlayerAccepted → PlayerDisconnected → PlayerTokenReissued → PlayerReconnected"
+	wait.For(t, 5*time.Second, "the history: "+want, func() bool { return types(s.history(a.GameSession.Name)) == want })
+}
+
+// One token admits one connection: a second connection presenting the
+// token of the player's live connection is refused, and its close leaves
+// the player ACTIVE.
+func TestSecondConnectionWithTheSameTokenIsRefused(t *testing.T) {
+	s := startStack(t, 1)
+	a := s.readyMatch()
+	p1 := a.PlayerSessions[0]
+	first, reply := join(t, a, psID(t, p1.Name), p1.Token)
+	if reply != "WELCOME p1 slot=0 reconnected=false" {
+		t.Fatalf("join: %q", reply)
+	}
+	wait.For(t, 5*time.Second, "p1 ACTIVE", func() bool { return s.playerSession(p1.Name).State == "ACTIVE" })
+	second, reply := join(t, a, psID(t, p1.Name), p1.Token)
+	if !strings.HasPrefix(reply, "REFUSED") || !strings.Contains(reply, "PLAYER_ALREADY_CONNECTED") {
+		t.Fatalf("a second connection with the same token: %q, want REFUSED … PLAYER_ALREADY_CONNECTED", reply)
+	}
+	second.conn.Close()
+	// The first connection is still the player's: it echoes, and the seat
+	// stays ACTIVE with nothing recorded after the accept.
+	if _, err := fmt.Fprintln(first.conn, "still here"); err != nil || !first.lines.Scan() || first.lines.Text() != "still here" {
+		t.Fatalf("the first connection after the second was refused: %v %q", err, first.lines.Text())
+	}
+	wait.Holds(t, 2*time.Second, "p1 ACTIVE, nothing recorded after the accept", func() bool {
+		return s.playerSession(p1.Name).State == "ACTIVE" && types(s.history(a.GameSession.Name)) == "GameSessionCreated → PlayerAccepted"
+	})
+}
+
+// A player whose client dropped before the game server noticed reconnects
+// from another client: the fresh token takes the seat over (an event says
+// so), the old connection's close changes nothing, and the new
+// connection's close is recorded as usual.
+func TestTakeoverSurvivesTheOldConnectionsClose(t *testing.T) {
+	s := startStack(t, 1)
+	a := s.readyMatch()
+	p1 := a.PlayerSessions[0]
+	old, reply := join(t, a, psID(t, p1.Name), p1.Token)
+	if reply != "WELCOME p1 slot=0 reconnected=false" {
+		t.Fatalf("join: %q", reply)
+	}
+	wait.For(t, 5*time.Second, "p1 ACTIVE", func() bool { return s.playerSession(p1.Name).State == "ACTIVE" })
+	fresh := s.reconnectToken(p1.Name)
+	current, reply := join(t, a, psID(t, p1.Name), fresh)
+	if reply != "WELCOME p1 slot=0 reconnected=true" {
+		t.Fatalf("join from the other client: %q", reply)
+	}
+	if _, reply := join(t, a, psID(t, p1.Name), fresh); !strings.Contains(reply, "PLAYER_ALREADY_CONNECTED") {
+		t.Fatalf("the fresh token on a third connection: %q, want REFUSED … PLAYER_ALREADY_CONNECTED", reply)
+	}
+	takeover := "GameSessionCreated → PlayerAccepted → PlayerTokenReissued → PlayerTakenOver"
+	wait.For(t, 5*time.Second, "the takeover recorded", func() bool { return types(s.history(a.GameSession.Name)) == takeover })
+
+	old.conn.Close()
+	wait.Holds(t, 2*time.Second, "p1 ACTIVE after the old connection's close, nothing recorded", func() bool {
+		p := s.playerSession(p1.Name)
+		return p.State == "ACTIVE" && p.ReconnectCount == 1 && types(s.history(a.GameSession.Name)) == takeover
+	})
+	current.conn.Close()
+	wait.For(t, 5*time.Second, "p1 DISCONNECTED by the current connection's close", func() bool {
+		return s.playerSession(p1.Name).State == "DISCONNECTED"
+	})
 }
