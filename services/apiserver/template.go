@@ -52,14 +52,17 @@ func checkTemplate(prefix string, t *tetherv1.GameServerTemplate) error {
 		return invalidField(path+".args", fmt.Sprintf("the command line takes %d bytes; exec takes at most %d (ARG_MAX) for arguments and environment together", total, maxArgBytes))
 	}
 	total += agentEnvReserve + pointerSize
+	for _, p := range t.GetPorts() {
+		total += len("TETHER_PORT_=65535") + len(p.GetName()) + 1 + pointerSize
+	}
+	if total > maxArgBytes {
+		return invalidField(path+".ports", fmt.Sprintf("arguments and the agent's variables, one TETHER_PORT_<NAME> per port, take %d bytes; exec takes at most %d (ARG_MAX)", total, maxArgBytes))
+	}
 	for k, v := range t.GetEnv() {
 		if err := checkExecString(fmt.Sprintf("%s.env[%s]", path, k), k+"="+v); err != nil {
 			return err
 		}
 		total += len(k) + 1 + len(v) + 1 + pointerSize
-	}
-	for _, p := range t.GetPorts() {
-		total += len("TETHER_PORT_=65535") + len(p.GetName()) + 1 + pointerSize
 	}
 	if total > maxArgBytes {
 		return invalidField(path+".env", fmt.Sprintf("arguments and environment (with the agent's variables and one per port) take %d bytes; exec takes at most %d (ARG_MAX)", total, maxArgBytes))

@@ -24,14 +24,54 @@ const ReasonRequestIDReused = "REQUEST_ID_REUSED"
 // requests that carry a request id, so that a retry can be told from a
 // different request reusing the id.
 
-// checkRequest returns an INVALID_ARGUMENT field error for the first
-// unknown field or undeclared enum value in req.
+// Size limits of a request.
+const (
+	// maxEventBytes is the event store's limit on one stored event: NATS's
+	// default max_payload.
+	maxEventBytes = 1 << 20
+	// maxRequestBytes bounds a request's encoded size. What a request
+	// carries (a fleet's spec, a player's data) is written into an event,
+	// with an envelope around it: a larger request could only fail later,
+	// as an internal error of the store.
+	maxRequestBytes = maxEventBytes - 64<<10
+)
+
+// checkRequest returns an INVALID_ARGUMENT field error for a request too
+// large to store, or for the first unknown field or undeclared enum value
+// in it.
 func checkRequest(req any) error {
 	m, ok := req.(proto.Message)
 	if !ok {
 		return nil
 	}
+	if n := proto.Size(m); n > maxRequestBytes {
+		return invalidField(largestField(m.ProtoReflect(), ""), fmt.Sprintf(
+			"the request takes %d bytes; at most %d fit in an event of the event store (%d bytes with its envelope)", n, maxRequestBytes, maxEventBytes))
+	}
 	return checkMessage(m.ProtoReflect(), "")
+}
+
+// largestField returns the path of the field that takes most of a
+// message's size, descending through singular message fields.
+func largestField(m protoreflect.Message, path string) string {
+	var best protoreflect.FieldDescriptor
+	bestSize := -1
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		only := m.New()
+		only.Set(fd, v)
+		if n := proto.Size(only.Interface()); n > bestSize {
+			best, bestSize = fd, n
+		}
+		return true
+	})
+	if best == nil {
+		return orRequest(path)
+	}
+	path = joinPath(path, string(best.Name()))
+	if best.Kind() == protoreflect.MessageKind && !best.IsList() && !best.IsMap() {
+		return largestField(m.Get(best).Message(), path)
+	}
+	return path
 }
 
 // checkMessage walks a message: its unknown fields, then its set fields.

@@ -283,6 +283,10 @@ func TestTemplateThatCanNeverRunIsRefused(t *testing.T) {
 		manyArgs[i] = chunk
 		manyEnv["V"+strings.Repeat("A", i+1)] = chunk
 	}
+	storeEnv := map[string]string{}
+	for i := range 10 { // 1.2 MB: under ARG_MAX, over what one event can hold
+		storeEnv["V"+strings.Repeat("A", i+1)] = strings.Repeat("z", 120<<10)
+	}
 	ports := make([]any, 65536)
 	for i := range ports {
 		ports[i] = map[string]any{"name": "p"}
@@ -300,6 +304,10 @@ func TestTemplateThatCanNeverRunIsRefused(t *testing.T) {
 			withField(func(f map[string]any) { template(f)["args"] = manyArgs }), "fleet.template.args"},
 		{"environment over ARG_MAX", "POST", "/v1/fleets?fleetId=t4",
 			withField(func(f map[string]any) { template(f)["env"] = manyEnv }), "fleet.template.env"},
+		{"environment over the event store's limit", "POST", "/v1/fleets?fleetId=t8",
+			withField(func(f map[string]any) { template(f)["env"] = storeEnv }), "fleet.template.env"},
+		{"player data over the event store's limit", "POST", "/v1/fleets/arena/gameServers:allocate",
+			map[string]any{"players": []any{map[string]any{"playerId": "p1", "playerData": strings.Repeat("d", 1<<20)}}}, "players"},
 		{"NUL in the command", "POST", "/v1/fleets?fleetId=t5",
 			withField(func(f map[string]any) { template(f)["command"] = "/bin/game\x00--x" }), "fleet.template.command"},
 		{"more ports than a host can have", "POST", "/v1/fleets?fleetId=t6",
