@@ -1,0 +1,88 @@
+package dev_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/events"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/controller"
+	"github.com/tetherhq/tether/services/dev"
+	"github.com/tetherhq/tether/services/dev/wait"
+)
+
+// fleetState folds a fleet's events from the stream.
+func (s *stack) fleetState(id string) *eventsv1.FleetState {
+	s.t.Helper()
+	var st *eventsv1.FleetState
+	for _, e := range s.history(events.FleetName(id)) {
+		var err error
+		if st, err = events.ApplyFleet(st, e); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	return st
+}
+
+// scheduled counts the game servers ever scheduled for a fleet.
+func (s *stack) scheduled(fleet string) int {
+	s.t.Helper()
+	h, err := s.store.History(s.ctx, events.FleetGameServersSubject(fleet), 0)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	n := 0
+	for _, e := range h {
+		if e.Type == "GameServerScheduled" {
+			n++
+		}
+	}
+	return n
+}
+
+// A fleet whose command does not exist used to get a new server for every
+// one that failed, each pass, for ever (60 servers in 30 s). Now its
+// replacements back off: with a backoff longer than the test, the fleet
+// keeps the servers it scheduled first, shows START_FAILING with the real
+// agent's exec error, and fixing the template starts it at once.
+func TestCommandNotFoundBacksOffAndRecoversWhenFixed(t *testing.T) {
+	s := startStack(t, 1, func(o *dev.Options) {
+		o.ControllerOptions = func(c *controller.Options) { c.StartBackoffBase, c.StartBackoffCap = time.Minute, time.Minute }
+	})
+	broken := fleetSpec(3, nil)
+	broken["template"].(map[string]any)["command"] = "/nonexistent/tether-test-game"
+	if code := s.rest("POST", "/v1/fleets?fleetId=broken", broken, nil); code != http.StatusOK {
+		t.Fatalf("create fleet: %d", code)
+	}
+
+	var failing *eventsv1.FleetStartFailing
+	wait.For(t, 15*time.Second, "the fleet to show its start failures", func() bool {
+		failing = s.fleetState("broken").GetStartFailing()
+		return failing.GetConsecutiveFailures() == 3
+	})
+	if failing.GetReason() != eventsv1.Reason_REASON_PROCESS_START_FAILED ||
+		!strings.Contains(failing.GetLastError(), "/nonexistent/tether-test-game") || !strings.Contains(failing.GetLastError(), "no such file or directory") {
+		t.Fatalf("fleet failing: %v, want PROCESS_START_FAILED with the exec error", failing)
+	}
+	// Each controller pass (1 s) used to replace all three.
+	wait.Holds(t, 5*time.Second, "no server scheduled during the backoff", func() bool { return s.scheduled("broken") == 3 })
+
+	// Fixing the template lifts the backoff: a probe starts, is READY, and
+	// the fleet recovers and fills up.
+	fixed := fleetSpec(3, nil)
+	if code := s.rest("PATCH", "/v1/fleets/broken?updateMask=template", map[string]any{"template": fixed["template"]}, nil); code != http.StatusOK {
+		t.Fatalf("fix the template: %d", code)
+	}
+	wait.For(t, 20*time.Second, "3 READY servers after the fix", func() bool {
+		return len(byState(s.gameServers("broken"), "READY")) == 3
+	})
+	st := s.fleetState("broken")
+	if st.GetStartFailing() != nil || st.GetStartRecovered().GetConsecutiveFailures() != 3 {
+		t.Fatalf("after the fix: failing %v, recovered %v", st.GetStartFailing(), st.GetStartRecovered())
+	}
+	if n := s.scheduled("broken"); n != 6 {
+		t.Fatalf("%d servers scheduled in all, want 6 (3 broken, a probe, 2 more)", n)
+	}
+}
