@@ -574,7 +574,9 @@ func TestTakeoverSurvivesTheOldConnectionsClose(t *testing.T) {
 		t.Fatalf("the fresh token on a third connection: %q, want REFUSED … PLAYER_ALREADY_CONNECTED", reply)
 	}
 	takeover := "GameSessionCreated → PlayerAccepted → PlayerTokenReissued → PlayerTakenOver"
-	wait.For(t, 5*time.Second, "the takeover recorded", func() bool { return types(s.history(a.GameSession.Name)) == takeover })
+	wait.For(t, 5*time.Second, "the takeover recorded and in the views", func() bool {
+		return types(s.history(a.GameSession.Name)) == takeover && s.playerSession(p1.Name).ReconnectCount == 1
+	})
 
 	old.conn.Close()
 	wait.Holds(t, 2*time.Second, "p1 ACTIVE after the old connection's close, nothing recorded", func() bool {
