@@ -48,7 +48,23 @@ func checkRequest(req any) error {
 		return invalidField(largestField(m.ProtoReflect(), ""), fmt.Sprintf(
 			"the request takes %d bytes; at most %d fit in an event of the event store (%d bytes with its envelope)", n, maxRequestBytes, maxEventBytes))
 	}
+	if err := checkMinSequence(m.ProtoReflect()); err != nil {
+		return err
+	}
 	return checkMessage(m.ProtoReflect(), "")
+}
+
+// checkMinSequence refuses a negative min_sequence, which reads clamped to
+// 0 (no wait) and so answered from views of any age.
+func checkMinSequence(m protoreflect.Message) error {
+	fd := m.Descriptor().Fields().ByName("min_sequence")
+	if fd == nil || fd.Kind() != protoreflect.Int64Kind {
+		return nil
+	}
+	if n := m.Get(fd).Int(); n < 0 {
+		return invalidField("min_sequence", fmt.Sprintf("must not be negative, got %d", n))
+	}
+	return nil
 }
 
 // largestField returns the path of the field that takes most of a

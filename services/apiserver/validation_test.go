@@ -70,6 +70,8 @@ func TestRESTRefusesInputItCannotMap(t *testing.T) {
 		{"query parameter the body carries", "POST", "/v1/fleets?fleetId=f11&fleet.replicas=5", arenaFleet(1), "fleet.replicas", "f11"},
 		{"query parameter with a body of everything", "POST", "/v1/fleets/arena/gameServers:allocate?requestId=r1", map[string]any{}, "requestId", ""},
 		{"query parameter of the wrong type", "GET", "/v1/fleets?pageSize=ten", nil, "pageSize", ""},
+		{"negative min_sequence", "GET", "/v1/fleets/arena?minSequence=-1", nil, "min_sequence", ""},
+		{"negative min_sequence of a player session", "GET", "/v1/gameSessions/g/playerSessions/p?minSequence=-5", nil, "min_sequence", ""},
 		{"unknown field in a patch", "PATCH", "/v1/fleets/arena", map[string]any{"replica": 2}, "fleet.replica", ""},
 		{"undeclared enum in a patch", "PATCH", "/v1/fleets/arena?updateMask=scheduling", map[string]any{"scheduling": 7}, "fleet.scheduling", ""},
 		{"matchExpressions", "POST", "/v1/fleets/arena/gameServers:allocate", map[string]any{"selector": map[string]any{
