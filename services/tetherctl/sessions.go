@@ -274,9 +274,10 @@ func (a *app) playersReconnectCommand() *cobra.Command {
 		Use:   "reconnect NAME",
 		Short: "Get the endpoint, seat and a fresh token for a player to rejoin",
 		Long: `Get what a player needs to rejoin their game session: the endpoint, their
-seat and a fresh token; NAME is ` + playerSessionFormats + `. This writes
-nothing: the game server records the reconnect when it accepts the player.
-Once the seat is gone (reconnect window over, player left, session ended)
+seat and a fresh token; NAME is ` + playerSessionFormats + `. The token is of
+the seat's next token generation, which is recorded: every token issued
+for the seat before it is refused from now on. The game server records the
+reconnect when it accepts the player. Once the seat is gone (reconnect window over, player left, session ended)
 it fails with PLAYER_SESSION_EXPIRED.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -310,6 +311,7 @@ func reconnectSummary(w io.Writer, resp *tetherv1.ReconnectPlayerSessionResponse
 	row(w, "Endpoint:", endpoint(resp.GetEndpoint()))
 	row(w, "Slot:", strconv.Itoa(int(p.GetSlot())))
 	row(w, "Token:", resp.GetToken())
+	row(w, "Token generation:", strconv.FormatInt(p.GetTokenGeneration(), 10))
 }
 
 func playerTable(w io.Writer, list ...*tetherv1.PlayerSession) {
