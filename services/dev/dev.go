@@ -44,7 +44,13 @@ const (
 	DefaultRESTPort = 7080
 	DefaultNATSPort = 7422
 	DefaultSDKPort  = 7200
+	// DefaultGamePortBase starts the game port ranges (Options.GamePortBase).
+	DefaultGamePortBase = 7300
 )
+
+// gamePortBlock is the number of ports each host claims for its game
+// servers: all but the last, which the stack holds as its claim.
+const gamePortBlock = 100
 
 // Options configure a dev stack.
 type Options struct {
@@ -70,8 +76,15 @@ type Options struct {
 	// SDKPort is the first host's SDK gRPC port; host i uses SDKPort+2i
 	// (gRPC) and SDKPort+2i+1 (REST); default 7200; -1 picks free ports.
 	SDKPort int
-	// GamePortBase is the first port given to game servers; host i gets the
-	// 100 ports from GamePortBase+100i; default 7300.
+	// GamePortBase starts the game port ranges: host i claims the block of
+	// 100 ports from GamePortBase+100i and gives its game servers all but
+	// the last, which the stack listens on (TCP) for as long as it runs, as
+	// its claim. A block whose last port is taken (another stack's claim,
+	// or another program's) is skipped for the next free one, with a
+	// message, so that two stacks on a machine do not share game ports.
+	// Default DefaultGamePortBase; -1 takes the first free blocks from there
+	// without a message. A host whose AgentOptions sets a port range keeps
+	// it and claims nothing.
 	GamePortBase int
 	// LogDir holds the game servers' log files; default DataDir/logs.
 	LogDir string
@@ -165,8 +178,11 @@ func (o *Options) setDefaults() error {
 	if o.SDKPort == 0 {
 		o.SDKPort = DefaultSDKPort
 	}
-	if o.GamePortBase <= 0 {
-		o.GamePortBase = 7300
+	if o.GamePortBase == 0 {
+		o.GamePortBase = DefaultGamePortBase
+	}
+	if o.GamePortBase > 65536-gamePortBlock {
+		return fmt.Errorf("dev: game port base %d leaves no block of %d ports", o.GamePortBase, gamePortBlock)
 	}
 	if o.LogDir == "" {
 		o.LogDir = filepath.Join(o.DataDir, "logs")
@@ -232,6 +248,11 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if opts.NATSURL == "" {
+		if err := dropEarlierLease(ctx, js, log); err != nil {
+			return err
+		}
+	}
 	pool, err := connect.Postgres(ctx, dbURL, 20, log)
 	if err != nil {
 		return err
@@ -287,6 +308,8 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	gamePorts := newGamePorts(log, opts.Host, opts.GamePortBase)
+	defer gamePorts.release()
 	var agents []*agent.Agent
 	addrs := Addresses{REST: "http://" + api.HTTPAddr(), GRPC: api.GRPCAddr(), NATS: natsURL, Database: dbURL, DataDir: opts.DataDir}
 	for i := range opts.Hosts {
@@ -300,13 +323,17 @@ func Run(ctx context.Context, opts Options) error {
 			HostID: id, Capacity: opts.HostCapacity, Address: opts.Host,
 			Labels:  map[string]string{"zone": fmt.Sprintf("dev-%c", 'a'+rune(i%3))},
 			SDKAddr: sdkGRPC, SDKHTTPAddr: sdkHTTP,
-			PortMin: opts.GamePortBase + 100*i, PortMax: opts.GamePortBase + 100*i + 99,
 			LogDir: filepath.Join(opts.LogDir, id), JetStream: js, Store: store, Commands: bus,
 			KillProcessesOnExit: true, Logger: log.With("component", "agent"), Tokens: tokens,
 		}
 		if opts.AgentOptions != nil {
 			if err := opts.AgentOptions(i, &agentOpts); err != nil {
 				return fmt.Errorf("dev: host %s: %w", id, err)
+			}
+		}
+		if agentOpts.PortMin == 0 && agentOpts.PortMax == 0 {
+			if agentOpts.PortMin, agentOpts.PortMax, err = gamePorts.claim(id); err != nil {
+				return err
 			}
 		}
 		a, err := agent.New(agentOpts)
@@ -348,6 +375,33 @@ func Run(ctx context.Context, opts Options) error {
 	return g.Wait()
 }
 
+// dropEarlierLease removes the controller lease an earlier run left in the
+// embedded NATS server's store (a run killed before it could release it).
+// That store is this stack's own, so whoever held the lease is gone; left
+// there, it held every decision up until it expired (its TTL, 10 s and
+// more), and the views sat still meanwhile.
+func dropEarlierLease(ctx context.Context, js jetstream.JetStream, log *slog.Logger) error {
+	kv, err := js.KeyValue(ctx, controller.LeaseBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("dev: read the controller lease: %w", err)
+	}
+	keys, err := kv.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil // released by a clean stop
+	}
+	if err != nil {
+		return fmt.Errorf("dev: read the controller lease: %w", err)
+	}
+	if err := js.DeleteKeyValue(ctx, controller.LeaseBucket); err != nil {
+		return fmt.Errorf("dev: remove an earlier run's controller lease: %w", err)
+	}
+	log.Info("removed the controller lease an earlier run left", "keys", keys)
+	return nil
+}
+
 // listen binds host:port; if the port is taken it binds a free one and says
 // so. A negative port asks for a free one.
 func listen(log *slog.Logger, what, host string, port int) (net.Listener, error) {
@@ -364,6 +418,53 @@ func listen(log *slog.Logger, what, host string, port int) (net.Listener, error)
 	}
 	log.Warn("port taken; using a free one instead", "service", what, "wanted", port, "using", l.Addr().String())
 	return l, nil
+}
+
+// gamePorts claims blocks of game ports for hosts, in order from a base: a
+// block is claimed by listening on its last port.
+type gamePorts struct {
+	log    *slog.Logger
+	host   string
+	next   int  // first port of the next block to try
+	quiet  bool // free blocks were asked for: skipping one is no news
+	claims []net.Listener
+}
+
+func newGamePorts(log *slog.Logger, host string, base int) *gamePorts {
+	if base < 0 {
+		return &gamePorts{log: log, host: host, next: DefaultGamePortBase, quiet: true}
+	}
+	return &gamePorts{log: log, host: host, next: base}
+}
+
+// claim takes the next free block and returns the ports it gives to game
+// servers.
+func (g *gamePorts) claim(hostID string) (minPort, maxPort int, err error) {
+	wanted := g.next
+	var last error
+	for ; g.next+gamePortBlock-1 <= 65535; g.next += gamePortBlock {
+		first, claim := g.next, g.next+gamePortBlock-1
+		l, err := net.Listen("tcp", net.JoinHostPort(g.host, strconv.Itoa(claim)))
+		if err != nil {
+			last = err
+			continue
+		}
+		g.claims = append(g.claims, l)
+		g.next += gamePortBlock
+		if first != wanted && !g.quiet {
+			g.log.Warn("game port range taken; using a free one instead", "host", hostID,
+				"wanted", fmt.Sprintf("%d-%d", wanted, wanted+gamePortBlock-2), "using", fmt.Sprintf("%d-%d", first, claim-1), "err", last)
+		}
+		return first, claim - 1, nil
+	}
+	return 0, 0, fmt.Errorf("dev: host %s: no free block of %d game ports from %d (set another --game-port-base): %w", hostID, gamePortBlock, wanted, last)
+}
+
+// release gives up the claims.
+func (g *gamePorts) release() {
+	for _, l := range g.claims {
+		_ = l.Close() // a listener nobody connects to: nothing to report
+	}
 }
 
 // portOrFree returns port if it is free now, else 0 (the server picks a free

@@ -23,7 +23,9 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev"
+	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
 	"github.com/tetherhq/tether/services/dev/wait"
 )
@@ -509,4 +511,82 @@ func TestReconnectingServerIsNeverKilled(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSecondStackTakesAnotherGamePortRange starts two stacks with the same
+// game port base, as two `tether dev` on one machine: the second finds the
+// first's range claimed and takes the next free one, so their game servers
+// never share a range (a second stack used to draw on the first's ports
+// and loop on "no 1 free ports").
+func TestSecondStackTakesAnotherGamePortRange(t *testing.T) {
+	base := 40000 + os.Getpid()%200*100
+	block := func(s *stack) map[int]bool {
+		t.Helper()
+		if code := s.rest("POST", "/v1/fleets?fleetId=arena", fleetSpec(2, nil), nil); code != http.StatusOK {
+			t.Fatalf("create fleet: %d", code)
+		}
+		var ready []gameServer
+		wait.For(t, 20*time.Second, "2 READY game servers", func() bool {
+			ready = byState(s.gameServers("arena"), "READY")
+			return len(ready) == 2
+		})
+		blocks := map[int]bool{}
+		for _, g := range ready {
+			echo(t, g)
+			p := g.Ports[0].Port
+			if p < base || (p-base)%100 == 99 {
+				t.Errorf("%s got port %d: outside the blocks from %d, or a block's claim port", g.Name, p, base)
+			}
+			blocks[(p-base)/100] = true
+		}
+		return blocks
+	}
+	first := block(startStack(t, 1, func(o *dev.Options) { o.GamePortBase = base }))
+	second := block(startStack(t, 1, func(o *dev.Options) { o.GamePortBase = base }))
+	if len(first) != 1 || len(second) != 1 {
+		t.Fatalf("each stack's servers should share one block: first %v, second %v", first, second)
+	}
+	for b := range second {
+		if first[b] {
+			t.Fatalf("both stacks gave game servers ports from block %d (from port %d)", b, base+100*b)
+		}
+	}
+}
+
+// TestRestartIsNotHeldUpByAnEarlierRunsLease restarts a stack on the data
+// dir of a run that was killed while its controller led, leaving its lease
+// in the NATS store. The new controller must act at once: waiting for that
+// lease to expire (its 10 s TTL, and more) held every decision up, and the
+// views sat at one sequence meanwhile.
+func TestRestartIsNotHeldUpByAnEarlierRunsLease(t *testing.T) {
+	dir := t.TempDir()
+	ns, err := natsembed.Start(natsembed.Options{StoreDir: filepath.Join(dir, "nats")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: controller.LeaseBucket, TTL: 10 * time.Second, History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, "controller", []byte("ctl-killed")); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	ns.Shutdown()
+
+	s := startStack(t, 1, func(o *dev.Options) { o.DataDir = dir })
+	if code := s.rest("POST", "/v1/fleets?fleetId=arena", fleetSpec(1, nil), nil); code != http.StatusOK {
+		t.Fatalf("create fleet: %d", code)
+	}
+	// Well within the earlier lease's TTL.
+	wait.For(t, 5*time.Second, "the new controller to schedule a server", func() bool { return len(s.gameServers("arena")) > 0 })
 }

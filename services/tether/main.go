@@ -168,6 +168,9 @@ Press Ctrl-C to stop.
 	f.IntVar(&opts.RESTPort, "rest-port", dev.DefaultRESTPort, "REST port (-1: any free port)")
 	f.IntVar(&opts.NATSPort, "nats-port", dev.DefaultNATSPort, "NATS port (-1: any free port)")
 	f.IntVar(&opts.SDKPort, "sdk-port", dev.DefaultSDKPort, "first host's SDK gRPC port; host i uses +2i and +2i+1 (REST) (-1: free ports)")
+	f.IntVar(&opts.GamePortBase, "game-port-base", dev.DefaultGamePortBase,
+		"first game port; host i gives its game servers ports base+100i to base+100i+98 and holds base+100i+99 as its claim; "+
+			"a range another stack holds is skipped for a free one (-1: the first free ranges)")
 	f.IntVar(&opts.Hosts, "hosts", 1, "simulated hosts, each a host agent on loopback")
 	f.IntVar(&opts.HostCapacity, "host-capacity", 10, "game server slots per host")
 	f.BoolVar(&demo, "demo", false, "create a demo fleet of the example game server (tether-gameserver next to this binary)")
