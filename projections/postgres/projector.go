@@ -364,7 +364,7 @@ func (p *Projector) consumer(ctx context.Context, cp uint64) (jetstream.Consumer
 //     killed) with a batch in hand. JetStream hands those out again only
 //     after the ack wait (a minute), and meanwhile delivers what follows
 //     them: a restarted projector would stall until then, or, with events
-//     after them, apply those and skip the undelivered ones for ever.
+//     after them, apply those and skip the ones it handed out for ever.
 //   - It acknowledged events the views do not have: the views were reset.
 //     Expected with empty views (tether dev's throwaway database, a new
 //     one); a warning otherwise (views restored from an older backup).
