@@ -269,6 +269,25 @@ func TestAllocationRequestIDReused(t *testing.T) {
 	if n := len(s.allocations("arena")); n != 1 {
 		t.Fatalf("%d servers allocated, want 1", n)
 	}
+
+	// :reconnect ids are scoped to the game session: the id of one seat's
+	// reconnect, reused for another seat, was answered with the first
+	// seat's endpoint and token.
+	two := s.do(http.MethodPost, path, map[string]any{"players": []any{map[string]any{"playerId": "a"}, map[string]any{"playerId": "b"}}})
+	if two.status != http.StatusOK {
+		t.Fatalf("allocate two seats: %d %v", two.status, two.body)
+	}
+	seats := two.body["playerSessions"].([]any)
+	seatA, seatB := seats[0].(map[string]any)["name"].(string), seats[1].(map[string]any)["name"].(string)
+	if r := s.do(http.MethodPost, "/v1/"+seatA+":reconnect", map[string]any{"requestId": "rc-1"}); r.status != http.StatusOK {
+		t.Fatalf("reconnect %s: %d %v", seatA, r.status, r.body)
+	}
+	if r := s.do(http.MethodPost, "/v1/"+seatA+":reconnect", map[string]any{"requestId": "rc-1"}); r.status != http.StatusOK {
+		t.Fatalf("retried reconnect %s: %d %v", seatA, r.status, r.body)
+	}
+	if r := s.do(http.MethodPost, "/v1/"+seatB+":reconnect", map[string]any{"requestId": "rc-1"}); r.status != http.StatusBadRequest || r.reason() != "REQUEST_ID_REUSED" {
+		t.Fatalf("reconnect %s with the id of %s's: %d %v", seatB, seatA, r.status, r.body)
+	}
 }
 
 // A template that can never start is refused when the fleet (or a
