@@ -277,6 +277,13 @@ func (gs *gameServer) launch(attempt int) (Process, error) {
 	for i, arg := range t.GetArgs() {
 		args[i] = os.Expand(arg, func(k string) string { return env[k] })
 	}
+	// The lock is held from exec until ProcessStarted is recorded: a process
+	// can call the SDK at once, and a call recorded first (SdkConnected)
+	// would be undone by ProcessStarted, which starts the process's
+	// connection afresh; the next call would then record a second connect.
+	// Its calls wait for the record instead.
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
 	proc, err := gs.a.opts.Processes.Start(ProcessSpec{
 		GameServer: gs.name, Command: t.GetCommand(), Args: args, Env: env, LogPath: gs.logPath,
 		DieWithAgent: gs.a.opts.KillProcessesOnExit,
@@ -286,15 +293,17 @@ func (gs *gameServer) launch(attempt int) (Process, error) {
 	}
 	pid := proc.Pid()
 	gs.recordProcess(pid)
-	gs.mu.Lock()
 	gs.proc = proc
 	gs.pid.Store(int64(pid))
 	gs.check = newHealthCheck(gs.spec.GetHealth(), time.Duration(gs.spec.GetSdkDisconnectGraceSeconds())*time.Second, gs.a.opts.Now())
-	gs.mu.Unlock()
 	gs.log.Info("game server process started", "pid", pid, "attempt", attempt, "log", gs.logPath)
-	gs.recordDetached(events.RecordProcessStart{Started: &eventsv1.ProcessStarted{
+	ctx, cancel := context.WithTimeout(context.Background(), finalEventTimeout)
+	defer cancel()
+	if err := gs.recordLocked(ctx, events.RecordProcessStart{Started: &eventsv1.ProcessStarted{
 		Pid: int32(pid), Address: gs.a.opts.Address, Ports: ports, LogPath: gs.logPath, Attempt: int32(attempt),
-	}})
+	}}); err != nil {
+		gs.log.Error("record process start", "pid", pid, "err", err)
+	}
 	return proc, nil
 }
 
