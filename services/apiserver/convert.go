@@ -52,6 +52,7 @@ func fleetToAPI(s *eventsv1.FleetState, seq uint64, c postgres.FleetCounts) *tet
 		Status: &tetherv1.FleetStatus{
 			ReadyReplicas: c.Ready, ReservedReplicas: c.Reserved, AllocatedReplicas: c.Allocated,
 			UnhealthyReplicas: c.Unhealthy, Replicas: c.Live,
+			Conditions: fleetConditions(s),
 		},
 		Etag:       etag(seq),
 		Sequence:   int64(seq),

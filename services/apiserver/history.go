@@ -306,7 +306,7 @@ func (h *historyService) Explain(ctx context.Context, req *tetherv1.ExplainReque
 // explanation's chain starts after the last of them.
 var settled = []string{
 	"GameServerScheduled", "ProcessStarted", "GameServerReady", "GameServerReserved", "GameServerAllocated", "HealthRecovered",
-	"HostRegistered", "HostOnline", "FleetCreated", "FleetStartRecovered", "GameSessionCreated", "PlayerAccepted", "PlayerReconnected",
+	"HostRegistered", "HostOnline", "FleetCreated", "FleetStartRecovered", "GameSessionCreated", "PlayerAccepted", "PlayerReconnected", "PlayerTakenOver",
 }
 
 // chain returns the events that led to the resource's state: those after

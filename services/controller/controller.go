@@ -166,6 +166,17 @@ func (o *Options) validate() error {
 	case o.Commands == nil:
 		return errors.New("controller: Commands is required")
 	}
+	return o.validateTimings()
+}
+
+// validateTimings refuses durations that contradict each other.
+func (o *Options) validateTimings() error {
+	switch {
+	case o.StartBackoffBase > o.StartBackoffCap:
+		return fmt.Errorf("controller: the start backoff's base (%s) is longer than its cap (%s)", o.StartBackoffBase, o.StartBackoffCap)
+	case o.LostAfter <= o.UnreachableAfter:
+		return fmt.Errorf("controller: a host is LOST after %s of silence, not after it is UNREACHABLE (%s): make host-lost-after the longer", o.LostAfter, o.UnreachableAfter)
+	}
 	return nil
 }
 

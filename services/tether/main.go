@@ -289,6 +289,9 @@ func controllerCommand(g *global) *cobra.Command {
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", 30*time.Second, "deadline given to a stopped game server")
 	f.DurationVar(&opts.StaleViewsAfter, "stale-views-after", 5*time.Second,
 		"views whose checkpoint stands still this long behind the stream are stale: host liveness only, /readyz 503")
+	f.DurationVar(&opts.StartBackoffBase, "start-backoff-base", time.Second,
+		"after a fleet's game server ends before READY, wait this long before starting another; doubles per failure in a row")
+	f.DurationVar(&opts.StartBackoffCap, "start-backoff-cap", 5*time.Minute, "the longest wait between a failing fleet's starts")
 	return cmd
 }
 
