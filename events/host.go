@@ -35,6 +35,7 @@ func ApplyHost(state *eventsv1.HostState, e Envelope) (*eventsv1.HostState, erro
 		next.Capacity, next.Labels, next.Address = d.GetCapacity(), cloneMap(d.GetLabels()), d.GetAddress()
 		next.AgentVersion, next.SdkAddress = d.GetAgentVersion(), d.GetSdkAddress()
 		next.AgentIncarnation, next.RegisteredSequence = d.GetAgentIncarnation(), e.Sequence
+		next.GamePorts = d.GetGamePorts()
 		next.LastHeartbeatTime = at
 		next.Status = onlineStatus(next.Draining)
 	case *eventsv1.HostOnline:

@@ -253,6 +253,17 @@ func (v *Views) Host(ctx context.Context, name string) (HostRow, error) {
 	return list[0], nil
 }
 
+// MostGamePorts returns the most game ports any known host's agent hands
+// out, whatever the host's status (a lost host may come back); 0 when no
+// host has reported its port range.
+func (v *Views) MostGamePorts(ctx context.Context) (int32, error) {
+	var most int32
+	if err := v.pool.QueryRow(ctx, `SELECT coalesce(max(game_ports), 0) FROM hosts`).Scan(&most); err != nil {
+		return 0, fmt.Errorf("views: most game ports: %w", err)
+	}
+	return most, nil
+}
+
 func scanHosts(rows pgx.Rows) ([]HostRow, error) {
 	defer rows.Close()
 	var out []HostRow

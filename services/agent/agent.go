@@ -358,6 +358,7 @@ func (a *Agent) register(ctx context.Context) error {
 	e := events.New(a.host, a.opts.Now(), &eventsv1.HostRegistered{
 		Capacity: int32(a.opts.Capacity), Labels: a.opts.Labels, Address: a.opts.Address,
 		AgentVersion: a.opts.Version, SdkAddress: a.SDKAddr(), AgentIncarnation: a.incarnation,
+		GamePorts: int32(a.opts.PortMax - a.opts.PortMin + 1),
 	})
 	e.Producer = a.producer
 	if _, err := a.opts.Store.Append(ctx, events.MustSubject(a.host), events.AnySequence, e); err != nil {

@@ -46,6 +46,10 @@ func TestRestartedAgentStopsAndTerminatesItsPredecessorsServers(t *testing.T) {
 	// A new agent on the same host and data directory.
 	renewed := old.restart(keep)
 	reg := renewed.waitHostRegistered(2)
+	// The harness gives each agent a range of 10 game ports.
+	if n := reg[1].Data.(*eventsv1.HostRegistered).GetGamePorts(); n != 10 {
+		t.Fatalf("the host registered %d game ports, want its range's 10", n)
+	}
 	wait.For(t, 15*time.Second, "the orphaned process to be stopped", func() bool { return !running(pid) })
 	hist := renewed.history(name)
 	if len(hist) != before+1 {

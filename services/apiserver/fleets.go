@@ -33,6 +33,9 @@ func (f *fleetService) CreateFleet(ctx context.Context, req *tetherv1.CreateFlee
 	if err := checkTemplate("fleet", req.GetFleet().GetTemplate()); err != nil {
 		return nil, err
 	}
+	if err := f.s.checkHostPorts(ctx, "fleet", req.GetFleet().GetTemplate()); err != nil {
+		return nil, err
+	}
 	name := events.FleetName(req.GetFleetId())
 	spec := specFromAPI(req.GetFleet())
 	return f.writeFleet(ctx, name, req.GetRequestId(), "", func(state *eventsv1.FleetState) ([]proto.Message, error) {
@@ -54,6 +57,9 @@ func (f *fleetService) UpdateFleet(ctx context.Context, req *tetherv1.UpdateFlee
 	}
 	if len(paths) == 0 || slices.Contains(paths, "template") {
 		if err := checkTemplate("fleet", req.GetFleet().GetTemplate()); err != nil {
+			return nil, err
+		}
+		if err := f.s.checkHostPorts(ctx, "fleet", req.GetFleet().GetTemplate()); err != nil {
 			return nil, err
 		}
 	}

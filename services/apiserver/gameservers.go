@@ -157,6 +157,9 @@ func (g *gameServerService) CreateGameServer(ctx context.Context, req *tetherv1.
 	if err := checkTemplate("spec", req.GetSpec().GetTemplate()); err != nil {
 		return nil, err
 	}
+	if err := s.checkHostPorts(ctx, "spec", req.GetSpec().GetTemplate()); err != nil {
+		return nil, err
+	}
 	spec := specFromAPI(req.GetSpec())
 	events.NormalizeFleetSpec(spec)
 	if err := events.ValidateFleetSpec(spec); err != nil {

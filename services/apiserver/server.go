@@ -65,6 +65,7 @@ type viewReader interface {
 	ListGameSessions(ctx context.Context, q postgres.GameSessionQuery) ([]postgres.Row[*eventsv1.GameSessionState], error)
 	AllocationCandidates(ctx context.Context, q postgres.AllocationQuery) ([]postgres.Row[*eventsv1.GameServerState], error)
 	AllocationByRequest(ctx context.Context, requestID string) (gameServer string, seq uint64, ok bool, err error)
+	MostGamePorts(ctx context.Context) (int32, error)
 }
 
 // freshness waits until the views have applied a sequence.

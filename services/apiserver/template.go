@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -78,6 +79,28 @@ func checkExecString(field, s string) error {
 	}
 	if len(s)+1 > maxArgStrlen {
 		return invalidField(field, fmt.Sprintf("is %d bytes; exec takes at most %d per string (MAX_ARG_STRLEN)", len(s), maxArgStrlen-1))
+	}
+	return nil
+}
+
+// checkHostPorts refuses a template that asks for more game ports than any
+// known host's agent hands out (HostRegistered.game_ports): no host could
+// ever start it. Where no host has reported its range yet, nothing can be
+// known and the template passes; so does it, with a warning, when the views
+// cannot be read (a fleet is written to the stream, not the views).
+func (s *Server) checkHostPorts(ctx context.Context, prefix string, t *tetherv1.GameServerTemplate) error {
+	n := len(t.GetPorts())
+	if n == 0 {
+		return nil
+	}
+	most, err := s.opts.Views.MostGamePorts(ctx)
+	if err != nil {
+		s.log.Warn("template's ports not checked against the hosts: views unreadable", "err", err)
+		return nil
+	}
+	if most > 0 && n > int(most) {
+		return invalidField(prefix+".template.ports", fmt.Sprintf(
+			"%d ports: no host hands out more than %d (the size of its agent's --port-min/--port-max range)", n, most))
 	}
 	return nil
 }

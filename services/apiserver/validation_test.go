@@ -2,6 +2,7 @@ package apiserver_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -350,5 +351,51 @@ func TestTemplateThatCanNeverRunIsRefused(t *testing.T) {
 	ok := withField(func(f map[string]any) { template(f)["args"] = []string{big[1:]} })
 	if r := s.do("POST", "/v1/fleets?fleetId=t7", ok); r.status != http.StatusOK {
 		t.Fatalf("an argument of MAX_ARG_STRLEN-1 bytes: %d %.300v", r.status, r.body)
+	}
+}
+
+// A template asking for more game ports than any registered host's agent
+// hands out can never start anywhere: it is refused when the fleet (or a
+// standalone server) is created or its template updated. Before any host
+// has reported its range, nothing is known and such a template passes.
+func TestTemplateWithMorePortsThanAnyHostIsRefused(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	withPorts := func(n int) map[string]any {
+		return withField(func(f map[string]any) {
+			ports := make([]any, n)
+			for i := range ports {
+				ports[i] = map[string]any{"name": fmt.Sprintf("p%d", i)}
+			}
+			template(f)["ports"] = ports
+		})
+	}
+	if r := s.do("POST", "/v1/fleets?fleetId=early", withPorts(5)); r.status != http.StatusOK {
+		t.Fatalf("5 ports with no host registered: %d %v", r.status, r.body)
+	}
+
+	s.appendAs(events.HostName("small"), "hosts/small", &eventsv1.HostRegistered{Capacity: 10, GamePorts: 2})
+	s.waitApplied(s.appendAs(events.HostName("large"), "hosts/large", &eventsv1.HostRegistered{Capacity: 10, GamePorts: 4}))
+
+	for _, tt := range []struct {
+		name, method, path string
+		body               any
+		field              string
+	}{
+		{"create", "POST", "/v1/fleets?fleetId=wide", withPorts(5), "fleet.template.ports"},
+		{"template update", "PATCH", "/v1/fleets/early?updateMask=template", map[string]any{"template": template(withPorts(5))}, "fleet.template.ports"},
+		{"standalone server", "POST", "/v1/fleets/standalone/gameServers?gameServerId=wide", withPorts(5), "spec.template.ports"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := s.do(tt.method, tt.path, tt.body)
+			if r.status != http.StatusBadRequest || r.reason() != "INVALID_ARGUMENT" || r.fieldViolation() != tt.field {
+				t.Fatalf("got %d %q field %q, want 400 INVALID_ARGUMENT field %q: %v", r.status, r.reason(), r.fieldViolation(), tt.field, r.body)
+			}
+			if !strings.Contains(fmt.Sprint(r.body), "no host hands out more than 4") {
+				t.Fatalf("the refusal does not say what the hosts offer: %v", r.body)
+			}
+		})
+	}
+	if r := s.do("POST", "/v1/fleets?fleetId=fits", withPorts(4)); r.status != http.StatusOK {
+		t.Fatalf("4 ports with a host of 4: %d %v", r.status, r.body)
 	}
 }

@@ -18,7 +18,7 @@ func TestOptionsThatCannotWorkAreRefused(t *testing.T) {
 		{"defaults", func(*Options) {}, ""},
 		{"backoff base above cap", func(o *Options) { o.StartBackoffBase, o.StartBackoffCap = time.Minute, time.Second }, "base (1m0s) is longer than its cap (1s)"},
 		{"backoff base equals cap", func(o *Options) { o.StartBackoffBase, o.StartBackoffCap = time.Minute, time.Minute }, ""},
-		{"lost before unreachable", func(o *Options) { o.UnreachableAfter, o.LostAfter = time.Minute, 30 * time.Second }, "make host-lost-after the longer"},
+		{"lost before unreachable", func(o *Options) { o.UnreachableAfter, o.LostAfter = time.Minute, 30*time.Second }, "make host-lost-after the longer"},
 		{"lost equals unreachable", func(o *Options) { o.UnreachableAfter, o.LostAfter = time.Minute, time.Minute }, "make host-lost-after the longer"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

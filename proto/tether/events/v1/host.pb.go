@@ -40,8 +40,12 @@ type HostRegistered struct {
 	// started, and the servers whose last event precedes this registration
 	// are no longer looked after by anyone.
 	AgentIncarnation string `protobuf:"bytes,6,opt,name=agent_incarnation,json=agentIncarnation,proto3" json:"agent_incarnation,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Game ports the agent hands out: the size of its port range. A template
+	// asking for more can never start on this host. 0: not reported (agents
+	// before this field).
+	GamePorts     int32 `protobuf:"varint,7,opt,name=game_ports,json=gamePorts,proto3" json:"game_ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HostRegistered) Reset() {
@@ -114,6 +118,13 @@ func (x *HostRegistered) GetAgentIncarnation() string {
 		return x.AgentIncarnation
 	}
 	return ""
+}
+
+func (x *HostRegistered) GetGamePorts() int32 {
+	if x != nil {
+		return x.GamePorts
+	}
+	return 0
 }
 
 // HostOnline: the host's heartbeat is seen again after it was unreachable.
@@ -342,7 +353,7 @@ var File_tether_events_v1_host_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_host_proto_rawDesc = "" +
 	"\n" +
-	"\x1btether/events/v1/host.proto\x12\x10tether.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xba\x02\n" +
+	"\x1btether/events/v1/host.proto\x12\x10tether.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x02\n" +
 	"\x0eHostRegistered\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x05R\bcapacity\x12D\n" +
 	"\x06labels\x18\x02 \x03(\v2,.tether.events.v1.HostRegistered.LabelsEntryR\x06labels\x12\x18\n" +
@@ -350,7 +361,9 @@ const file_tether_events_v1_host_proto_rawDesc = "" +
 	"\ragent_version\x18\x04 \x01(\tR\fagentVersion\x12\x1f\n" +
 	"\vsdk_address\x18\x05 \x01(\tR\n" +
 	"sdkAddress\x12+\n" +
-	"\x11agent_incarnation\x18\x06 \x01(\tR\x10agentIncarnation\x1a9\n" +
+	"\x11agent_incarnation\x18\x06 \x01(\tR\x10agentIncarnation\x12\x1d\n" +
+	"\n" +
+	"game_ports\x18\a \x01(\x05R\tgamePorts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"X\n" +

@@ -362,8 +362,10 @@ type HostState struct {
 	// Stream sequence of the last HostRegistered: a live game server on this
 	// host whose last event is older was started by an earlier agent.
 	RegisteredSequence uint64 `protobuf:"varint,13,opt,name=registered_sequence,json=registeredSequence,proto3" json:"registered_sequence,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Game ports its agent hands out (HostRegistered.game_ports); 0: unknown.
+	GamePorts     int32 `protobuf:"varint,14,opt,name=game_ports,json=gamePorts,proto3" json:"game_ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HostState) Reset() {
@@ -483,6 +485,13 @@ func (x *HostState) GetAgentIncarnation() string {
 func (x *HostState) GetRegisteredSequence() uint64 {
 	if x != nil {
 		return x.RegisteredSequence
+	}
+	return 0
+}
+
+func (x *HostState) GetGamePorts() int32 {
+	if x != nil {
+		return x.GamePorts
 	}
 	return 0
 }
@@ -806,7 +815,7 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\x0fstart_recovered\x18\b \x01(\v2%.tether.events.v1.FleetStartRecoveredR\x0estartRecovered\x12L\n" +
 	"\x14start_condition_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x12startConditionTime\x128\n" +
 	"\x18counted_failure_sequence\x18\n" +
-	" \x01(\x04R\x16countedFailureSequence\"\x8d\x05\n" +
+	" \x01(\x04R\x16countedFailureSequence\"\xac\x05\n" +
 	"\tHostState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1c.tether.events.v1.HostStatusR\x06status\x12\x1a\n" +
@@ -824,7 +833,9 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12+\n" +
 	"\x11agent_incarnation\x18\f \x01(\tR\x10agentIncarnation\x12/\n" +
-	"\x13registered_sequence\x18\r \x01(\x04R\x12registeredSequence\x1a9\n" +
+	"\x13registered_sequence\x18\r \x01(\x04R\x12registeredSequence\x12\x1d\n" +
+	"\n" +
+	"game_ports\x18\x0e \x01(\x05R\tgamePorts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf8\f\n" +
