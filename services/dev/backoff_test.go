@@ -66,16 +66,21 @@ func TestCommandNotFoundBacksOffAndRecoversWhenFixed(t *testing.T) {
 		!strings.Contains(failing.GetLastError(), "/nonexistent/tether-test-game") || !strings.Contains(failing.GetLastError(), "no such file or directory") {
 		t.Fatalf("fleet failing: %v, want PROCESS_START_FAILED with the exec error", failing)
 	}
-	// The API says so, as a condition of the fleet.
-	var fleet struct {
-		Status struct {
-			Conditions []struct{ Type, Status, Reason, Message string }
+	// The API says so, as a condition of the fleet, once its views have the
+	// events (the state above was folded from the stream).
+	type condition struct{ Type, Status, Reason, Message string }
+	var conds []condition
+	wait.For(t, 10*time.Second, "the API to show the fleet's condition", func() bool {
+		var fleet struct {
+			Status struct{ Conditions []condition }
 		}
-	}
-	if code := s.rest("GET", "/v1/fleets/broken", nil, &fleet); code != http.StatusOK {
-		t.Fatalf("get fleet: %d", code)
-	}
-	if c := fleet.Status.Conditions; len(c) != 1 || c[0].Type != "START_FAILING" || c[0].Status != "True" ||
+		if code := s.rest("GET", "/v1/fleets/broken", nil, &fleet); code != http.StatusOK {
+			t.Fatalf("get fleet: %d", code)
+		}
+		conds = fleet.Status.Conditions
+		return len(conds) > 0
+	})
+	if c := conds; len(c) != 1 || c[0].Type != "START_FAILING" || c[0].Status != "True" ||
 		c[0].Reason != "PROCESS_START_FAILED" || !strings.Contains(c[0].Message, "no such file or directory") {
 		t.Fatalf("fleet conditions over REST %+v, want START_FAILING True with the exec error", c)
 	}
