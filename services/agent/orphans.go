@@ -219,7 +219,12 @@ func (a *Agent) terminateOrphan(ctx context.Context, rec processRecord, running 
 		var state *eventsv1.GameServerState
 		var seq uint64
 		for _, e := range hist {
-			if next, err := events.ApplyGameServer(state, e); err == nil {
+			next, err := events.ApplyGameServer(state, e)
+			if err != nil {
+				// The projector dead-letters such an event; the server's
+				// state is what the others made it.
+				a.log.Warn("event of an orphaned server's history skipped", "game_server", rec.GameServer, "sequence", e.Sequence, "type", e.Type, "err", err)
+			} else {
 				state = next
 			}
 			seq = e.Sequence
