@@ -285,47 +285,67 @@ func (a *Agent) SDKAddr() string { return a.sdk.grpcAddr() }
 func (a *Agent) SDKHTTPAddr() string { return a.sdk.httpAddr() }
 
 // Run reclaims what an earlier agent of the host left (orphans.go),
-// registers the host and serves until ctx ends.
+// registers the host and serves until ctx ends. An agent stopped while it
+// still starts up stops cleanly: its start-up steps retry until they
+// succeed, so they end only with ctx, and what an earlier agent left stays
+// recorded for the next one.
 func (a *Agent) Run(ctx context.Context) error {
-	var orphans []processRecord
-	if err := a.untilDone(ctx, "reclaim an earlier agent's servers", func() (err error) {
-		orphans, err = a.reclaim(ctx)
-		return err
-	}); err != nil {
-		return err
-	}
-	if err := a.untilDone(ctx, "register the host", func() error { return a.register(ctx) }); err != nil {
-		return err
-	}
-	var kv jetstream.KeyValue
-	if err := a.untilDone(ctx, "open the heartbeat bucket", func() (err error) {
-		kv, err = hostbeat.Open(ctx, a.opts.JetStream)
-		return err
-	}); err != nil {
-		return err
-	}
-	var cons jetstream.Consumer
-	if err := a.untilDone(ctx, "open the command consumer", func() (err error) {
-		cons, err = a.opts.Commands.Consumer(ctx, a.opts.HostID)
-		return err
-	}); err != nil {
-		return err
+	st, err := a.startUp(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			a.log.Info("agent stopped while starting", "err", err)
+			return a.outbox.close()
+		}
+		return errors.Join(err, a.outbox.close())
 	}
 	a.log.Info("agent started", "incarnation", a.incarnation, "sdk", a.SDKAddr(), "sdk_http", a.SDKHTTPAddr(), "capacity", a.opts.Capacity)
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { a.stopOrphans(gctx, orphans); return nil })
+	g.Go(func() error { a.stopOrphans(gctx, st.orphans); return nil })
 	g.Go(func() error { return a.sdk.run(gctx) })
-	g.Go(func() error { return a.heartbeat(gctx, kv) })
-	g.Go(func() error { return a.consumeCommands(gctx, cons) })
+	g.Go(func() error { return a.heartbeat(gctx, st.beats) })
+	g.Go(func() error { return a.consumeCommands(gctx, st.commands) })
 	g.Go(func() error { return a.evaluateHealth(gctx) })
 	g.Go(func() error { return a.syncServers(gctx) })
 	g.Go(func() error { return a.publishOutbox(gctx) })
-	err := g.Wait()
+	err = g.Wait()
 	if a.opts.KillProcessesOnExit {
 		a.stopAll()
 	}
 	a.wg.Wait()
 	return errors.Join(err, a.outbox.close())
+}
+
+// started is what the agent's start-up steps yield for its serving loops.
+type started struct {
+	orphans  []processRecord
+	beats    jetstream.KeyValue
+	commands jetstream.Consumer
+}
+
+// startUp runs the start-up steps in order: reclaim, register, open the
+// heartbeat bucket and the command consumer.
+func (a *Agent) startUp(ctx context.Context) (started, error) {
+	var st started
+	if err := a.untilDone(ctx, "reclaim an earlier agent's servers", func() (err error) {
+		st.orphans, err = a.reclaim(ctx)
+		return err
+	}); err != nil {
+		return st, err
+	}
+	if err := a.untilDone(ctx, "register the host", func() error { return a.register(ctx) }); err != nil {
+		return st, err
+	}
+	if err := a.untilDone(ctx, "open the heartbeat bucket", func() (err error) {
+		st.beats, err = hostbeat.Open(ctx, a.opts.JetStream)
+		return err
+	}); err != nil {
+		return st, err
+	}
+	err := a.untilDone(ctx, "open the command consumer", func() (err error) {
+		st.commands, err = a.opts.Commands.Consumer(ctx, a.opts.HostID)
+		return err
+	})
+	return st, err
 }
 
 // untilDone retries a start-up step with jittered, doubling backoff (up to

@@ -423,3 +423,34 @@ func TestServerTerminatedElsewhereIsStopped(t *testing.T) {
 		t.Fatalf("the agent wrote %s after the server was terminated", e.Type)
 	}
 }
+
+// TestAgentStoppedWhileStartingStopsCleanly: an agent whose context ends
+// before its start-up steps finish (here: before it could register) returns
+// no error, as a stop during service does; a supervisor does not mistake a
+// shutdown for a failure.
+func TestAgentStoppedWhileStartingStopsCleanly(t *testing.T) {
+	ns := natstest.Start(t)
+	_, js := natstest.Connect(t, ns)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, err := natsjs.New(ctx, js, natsjs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus, err := commands.New(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Options{
+		HostID: "h1", JetStream: js, Store: store, Commands: bus, LogDir: t.TempDir(),
+		PortMin: 22000, PortMax: 22009, Logger: slog.New(slog.NewTextHandler(&syncBuffer{}, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped, stop := context.WithCancel(ctx)
+	stop()
+	if err := a.Run(stopped); err != nil {
+		t.Fatalf("an agent stopped while starting returned %v", err)
+	}
+}
