@@ -274,6 +274,9 @@ func (c *Controller) ID() string { return c.opts.ID }
 func (c *Controller) Run(ctx context.Context) error {
 	l, err := openLease(ctx, c.opts.JetStream, c.opts.ID, c.opts.LeaseTTL)
 	if err != nil {
+		if ctx.Err() != nil { // stopped before it could start: a clean stop
+			return nil
+		}
 		return err
 	}
 	for {

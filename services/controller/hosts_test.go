@@ -358,3 +358,20 @@ func trackers() int {
 		buf = make([]byte, 2*len(buf))
 	}
 }
+
+// TestControllerStoppedBeforeItStartsStopsCleanly: a controller whose
+// context ends before it could open its lease returns no error: a shutdown
+// is not a failure.
+func TestControllerStoppedBeforeItStartsStopsCleanly(t *testing.T) {
+	w := newWorld(t)
+	c, err := controller.New(controller.Options{JetStream: w.js, Store: w.store, Views: w.views,
+		Freshness: postgres.NewFreshness(w.pool, nil), Commands: w.bus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(w.ctx)
+	cancel()
+	if err := c.Run(ctx); err != nil {
+		t.Fatalf("a controller stopped before it started returned %v", err)
+	}
+}
