@@ -277,12 +277,15 @@ func TestStartCommandResentAfterTimeout(t *testing.T) {
 	}
 	began := time.Now()
 	w.fleet("arena", testSpec(1, eventsv1.Scheduling_SCHEDULING_PACKED))
+	// pending counts the commands not yet handled: those not delivered, and
+	// those delivered (the fake agent pulls them in batches) but not yet
+	// acknowledged, which it does after recording them.
 	pending := func() uint64 {
 		info, err := cons.Info(w.ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return info.NumPending
+		return info.NumPending + uint64(info.NumAckPending)
 	}
 	wait.For(t, 10*time.Second, "the start command sent twice more", func() bool { return pending() >= 3 })
 	if d := time.Since(began); d < 2*timeout {

@@ -11,7 +11,6 @@ import (
 	"github.com/tetherhq/tether/projections"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/commands"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev/wait"
 )
@@ -41,14 +40,6 @@ const execError = "fork/exec /nonexistent/game: no such file or directory"
 // the exec error; once fixed, the server starts and is READY.
 func (w *world) failingAgent(host string) (fixed *atomic.Bool) {
 	w.t.Helper()
-	cons, err := w.bus.Consumer(w.ctx, host)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		w.t.Fatal(err)
-	}
 	fixed = &atomic.Bool{}
 	producer := events.HostName(host)
 	start := func(name string) error {
@@ -61,31 +52,17 @@ func (w *world) failingAgent(host string) (fixed *atomic.Bool) {
 		}
 		return w.gameServerEvent(name, producer, events.MarkReady{})
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			m, err := it.Next()
-			if err != nil {
-				return // stopped
-			}
-			cmd, err := commands.Decode(m.Data())
-			if err != nil {
-				w.t.Errorf("agent %s: %v", host, err)
-				continue
-			}
-			if s, ok := cmd.GetAction().(*agentv1.Command_Start); ok {
-				var terr *events.TransitionError
-				if err := start(s.Start.GetGameServer()); err != nil && !errors.As(err, &terr) && w.ctx.Err() == nil {
-					w.t.Errorf("agent %s: %v", host, err) // a TransitionError is a duplicate start
-				}
-			}
-			if err := m.Ack(); err != nil && w.ctx.Err() == nil {
-				w.t.Errorf("agent %s: ack: %v", host, err)
-			}
+	w.consumeCommands(host, func(cmd *agentv1.Command) error {
+		s, ok := cmd.GetAction().(*agentv1.Command_Start)
+		if !ok {
+			return nil
 		}
-	}()
-	w.t.Cleanup(func() { it.Stop(); <-done })
+		var terr *events.TransitionError
+		if err := start(s.Start.GetGameServer()); err != nil && !errors.As(err, &terr) {
+			return err // a TransitionError is a duplicate start
+		}
+		return nil
+	})
 	return fixed
 }
 

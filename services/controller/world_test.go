@@ -342,6 +342,21 @@ type agent struct {
 // agent starts a fake agent for host that makes at most ready servers READY.
 func (w *world) agent(host string, ready int) *agent {
 	w.t.Helper()
+	a := &agent{w: w, host: host, producer: events.HostName(host), ready: ready}
+	w.consumeCommands(host, func(cmd *agentv1.Command) error {
+		a.mu.Lock()
+		a.cmds = append(a.cmds, cmd)
+		a.mu.Unlock()
+		return a.handle(cmd)
+	})
+	return a
+}
+
+// consumeCommands plays the command loop of host's agent until the test
+// ends: each command goes to handle, whose error fails the test (unless the
+// world is stopping), and is acknowledged.
+func (w *world) consumeCommands(host string, handle func(*agentv1.Command) error) {
+	w.t.Helper()
 	cons, err := w.bus.Consumer(w.ctx, host)
 	if err != nil {
 		w.t.Fatal(err)
@@ -350,7 +365,6 @@ func (w *world) agent(host string, ready int) *agent {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	a := &agent{w: w, host: host, producer: events.HostName(host), ready: ready}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -364,10 +378,7 @@ func (w *world) agent(host string, ready int) *agent {
 				w.t.Errorf("agent %s: %v", host, err)
 				continue
 			}
-			a.mu.Lock()
-			a.cmds = append(a.cmds, cmd)
-			a.mu.Unlock()
-			if err := a.handle(cmd); err != nil && w.ctx.Err() == nil {
+			if err := handle(cmd); err != nil && w.ctx.Err() == nil {
 				w.t.Errorf("agent %s: %v", host, err)
 			}
 			if err := m.Ack(); err != nil && w.ctx.Err() == nil {
@@ -376,7 +387,6 @@ func (w *world) agent(host string, ready int) *agent {
 		}
 	}()
 	w.t.Cleanup(func() { it.Stop(); <-done })
-	return a
 }
 
 func (a *agent) handle(cmd *agentv1.Command) error {

@@ -1,14 +1,9 @@
 package pgtemp_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -57,46 +52,9 @@ func TestStartRemovesLeftoverDirectories(t *testing.T) {
 // kills it with SIGKILL and returns its postmaster's pid and its directory.
 func killedHelper(t *testing.T, ctx context.Context, parent string) (int, string) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperEnv+"="+parent)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(stdout)
-	said := map[string]string{}
-	for _, key := range []string{"PID", "DIR"} {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			t.Fatalf("helper: %v; stderr: %s", err, stderr.String())
-		}
-		k, v, _ := strings.Cut(strings.TrimSpace(line), " ")
-		if k != key {
-			t.Fatalf("helper said %q, want %s; stderr: %s", line, key, stderr.String())
-		}
-		said[k] = v
-	}
-	pid, err := strconv.Atoi(said["PID"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err == nil {
-		t.Fatal("helper exited cleanly; it was meant to be killed")
-	}
-	return pid, said["DIR"]
+	pid, dir, kill := serverHelper(t, ctx, parent)
+	kill()
+	return pid, dir
 }
 
 // waitGone polls until none of procs runs.
