@@ -84,15 +84,24 @@ type Store struct {
 	log    *slog.Logger
 }
 
-// New creates the stream, or updates its configuration, and returns a store
-// over it. The stream denies deletes and purges and has no limits: events
-// are kept forever.
+// New creates the stream, or updates its configuration where it differs
+// (EnsureStream), and returns a store over it. The stream denies deletes and
+// purges and has no limits: events are kept forever.
 func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, error) {
 	opts.setDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	stream, err := EnsureStream(ctx, js, streamConfig(opts))
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: create stream %s: %w", events.StreamName, err)
+	}
+	return &Store{js: js, stream: stream, log: opts.Logger}, nil
+}
+
+// streamConfig is the events stream's configuration under opts.
+func streamConfig(opts Options) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
 		Name:        events.StreamName,
 		Description: "Tether events: one subject per aggregate instance",
 		Subjects:    []string{events.SubjectPrefix + ".>"},
@@ -102,11 +111,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 		DenyDelete:  true,
 		DenyPurge:   true,
 		AllowDirect: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("natsjs: create stream %s: %w", events.StreamName, err)
 	}
-	return &Store{js: js, stream: stream, log: opts.Logger}, nil
 }
 
 // Stream returns the underlying JetStream stream, for readers with needs

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 )
 
@@ -69,7 +70,8 @@ func streamConfig() jetstream.StreamConfig {
 	}
 }
 
-// New creates or updates the commands stream. A stream made by an earlier
+// New creates the commands stream, or updates it where it differs
+// (natsjs.EnsureStream). A stream made by an earlier
 // version (a work queue, with the server's default consumer limit) cannot
 // change its retention or consumer limit in place: it is replaced (its pending commands are lost; the controller re-sends starts,
 // and agents re-read their servers), and agents must be restarted after
@@ -83,7 +85,7 @@ func New(ctx context.Context, js jetstream.JetStream) (*Bus, error) {
 	} else if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, fmt.Errorf("commands: look up stream: %w", err)
 	}
-	stream, err := js.CreateOrUpdateStream(ctx, cfg)
+	stream, err := natsjs.EnsureStream(ctx, js, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("commands: create stream: %w", err)
 	}

@@ -31,8 +31,24 @@ type lease struct {
 	validUntil time.Time // no other instance can hold the key before this
 }
 
+// openLease opens the lease bucket, creating it, or updating it if its TTL
+// is not ttl; a bucket already as wanted is not written to (see
+// natsjs.EnsureStream for why).
 func openLease(ctx context.Context, js jetstream.JetStream, id string, ttl time.Duration) (*lease, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := js.KeyValue(ctx, LeaseBucket)
+	switch {
+	case err == nil:
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("controller: lease bucket: %w", err)
+		}
+		if st.TTL() == ttl && st.History() == 1 {
+			return &lease{kv: kv, id: id, ttl: ttl}, nil
+		}
+	case !errors.Is(err, jetstream.ErrBucketNotFound):
+		return nil, fmt.Errorf("controller: lease bucket: %w", err)
+	}
+	kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: LeaseBucket, Description: "Controller leadership lease", TTL: ttl, History: 1,
 	})
 	if err != nil {

@@ -1,0 +1,76 @@
+package natsjs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// EnsureStream creates the stream want describes or, if it exists,
+// updates it only where a field Tether manages differs: its description,
+// subjects, retention, storage, replicas, duplicate window, age and
+// consumer limits, and whether deletes, purges and direct gets are allowed.
+// The other fields are the operator's (compression, byte limits, placement
+// and the like) and are kept.
+//
+// A stream that is already as wanted is not written to. Rewriting a
+// stream's configuration on every process start cost the NATS server a
+// configuration write per starting process, and nats-server (2.15) reads
+// a stream's configuration without its lock while it creates a consumer, so
+// an update racing another process's consumer creation is a data race in
+// the server.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
+	stream, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		created, err := js.CreateStream(ctx, want)
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return created, err
+		}
+		// Another process created it meanwhile, otherwise than wanted.
+		stream, err = js.Stream(ctx, want.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up stream %s: %w", want.Name, err)
+	}
+	have := stream.CachedInfo().Config
+	if managedEqual(have, want) {
+		return stream, nil
+	}
+	return js.UpdateStream(ctx, withManaged(have, want))
+}
+
+// managedEqual reports whether the fields Tether manages agree.
+func managedEqual(have, want jetstream.StreamConfig) bool {
+	return have.Description == want.Description &&
+		slices.Equal(have.Subjects, want.Subjects) &&
+		have.Retention == want.Retention &&
+		have.Storage == want.Storage &&
+		max(have.Replicas, 1) == max(want.Replicas, 1) &&
+		(want.Duplicates == 0 || have.Duplicates == want.Duplicates) &&
+		have.MaxAge == want.MaxAge &&
+		(want.MaxConsumers == 0 && have.MaxConsumers == -1 || have.MaxConsumers == want.MaxConsumers) &&
+		have.DenyDelete == want.DenyDelete &&
+		have.DenyPurge == want.DenyPurge &&
+		have.AllowDirect == want.AllowDirect
+}
+
+// withManaged returns have with the fields Tether manages taken from want.
+func withManaged(have, want jetstream.StreamConfig) jetstream.StreamConfig {
+	have.Description = want.Description
+	have.Subjects = want.Subjects
+	have.Retention = want.Retention
+	have.Storage = want.Storage
+	have.Replicas = want.Replicas
+	if want.Duplicates != 0 {
+		have.Duplicates = want.Duplicates
+	}
+	have.MaxAge = want.MaxAge
+	have.MaxConsumers = want.MaxConsumers
+	have.DenyDelete = want.DenyDelete
+	have.DenyPurge = want.DenyPurge
+	have.AllowDirect = want.AllowDirect
+	return have
+}

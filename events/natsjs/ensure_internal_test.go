@@ -1,0 +1,50 @@
+package natsjs
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
+)
+
+// TestEnsuredStreamReadsAsWanted: a stream EnsureStream created reads back,
+// with the server's defaults filled in, as already wanted, so the next
+// process's EnsureStream does not write its configuration again (which
+// races consumer creation inside nats-server).
+func TestEnsuredStreamReadsAsWanted(t *testing.T) {
+	ns := natstest.Start(t)
+	_, js := natstest.Connect(t, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for name, want := range map[string]jetstream.StreamConfig{
+		"events": streamConfig(Options{Replicas: 1, DuplicateWindow: DefaultDuplicateWindow}),
+		"events in memory": func() jetstream.StreamConfig {
+			c := streamConfig(Options{Replicas: 1, DuplicateWindow: time.Minute, Storage: jetstream.MemoryStorage})
+			c.Name = "MEMORY"
+			c.Subjects = []string{"memory.>"}
+			return c
+		}(),
+		"limited, as the commands stream": {
+			Name: "LIMITED", Subjects: []string{"limited.*"}, Retention: jetstream.LimitsPolicy,
+			Duplicates: 10 * time.Minute, MaxAge: time.Hour, MaxConsumers: 100_000,
+		},
+		"server defaults": {Name: "DEFAULTS", Subjects: []string{"defaults.>"}},
+	} {
+		if _, err := EnsureStream(ctx, js, want); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		s, err := js.Stream(ctx, want.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if have := s.CachedInfo().Config; !managedEqual(have, want) {
+			t.Errorf("%s: created as %+v, which does not read as wanted %+v", name, have, want)
+		}
+		if _, err := EnsureStream(ctx, js, want); err != nil {
+			t.Fatalf("%s again: %v", name, err)
+		}
+	}
+}
