@@ -102,6 +102,12 @@ func (e *PoisonError) Error() string {
 // Unwrap returns the cause.
 func (e *PoisonError) Unwrap() error { return e.Err }
 
+// The defaults of ProjectorOptions, and of the `tether projector` flags.
+const (
+	DefaultBatchSize     = 4000
+	DefaultFlushInterval = 5 * time.Millisecond
+)
+
 func (o *ProjectorOptions) setDefaults() {
 	if o.Stream == "" {
 		o.Stream = events.StreamName
@@ -113,10 +119,10 @@ func (o *ProjectorOptions) setDefaults() {
 		o.Partition = projections.Partition
 	}
 	if o.BatchSize <= 0 {
-		o.BatchSize = 4000
+		o.BatchSize = DefaultBatchSize
 	}
 	if o.FlushInterval <= 0 {
-		o.FlushInterval = 5 * time.Millisecond
+		o.FlushInterval = DefaultFlushInterval
 	}
 	if o.AckWait <= 0 {
 		o.AckWait = time.Minute

@@ -52,11 +52,14 @@ type Options struct {
 	Labels map[string]string
 	// Address is where game clients reach this host's game servers; default 127.0.0.1.
 	Address string
-	// SDKAddr is the loopback gRPC address of the local SDK; default 127.0.0.1:0.
+	// SDKAddr is the loopback gRPC address of the local SDK; default
+	// DefaultSDKAddr ("127.0.0.1:0" takes a free port).
 	SDKAddr string
-	// SDKHTTPAddr is the loopback REST address of the local SDK; default 127.0.0.1:0.
+	// SDKHTTPAddr is the loopback REST address of the local SDK; default
+	// DefaultSDKHTTPAddr.
 	SDKHTTPAddr string
-	// PortMin and PortMax bound the ports given to game servers; default 7100–7999.
+	// PortMin and PortMax bound the ports given to game servers; default
+	// DefaultPortMin to DefaultPortMax.
 	PortMin, PortMax int
 	// LogDir holds one log file per game server; default <tmp>/tether-agent-<host>.
 	LogDir string
@@ -120,54 +123,71 @@ type Options struct {
 	Now func() time.Time
 }
 
+// The defaults of Options, and of the `tether agent` flags.
+const (
+	DefaultCapacity           = 10
+	DefaultAddress            = "127.0.0.1"
+	DefaultSDKAddr            = "127.0.0.1:7200"
+	DefaultSDKHTTPAddr        = "127.0.0.1:7201"
+	DefaultPortMin            = 7300
+	DefaultPortMax            = 7999
+	DefaultHeartbeatInterval  = 2 * time.Second
+	DefaultMaxStartAttempts   = 3
+	DefaultRestartBackoff     = 500 * time.Millisecond
+	DefaultHealthEvalInterval = 200 * time.Millisecond
+	DefaultSyncInterval       = time.Minute
+	DefaultOutboxMax          = 100_000
+	DefaultStreamKeepalive    = 10 * time.Second
+)
+
 func (o *Options) setDefaults() {
 	if o.Capacity <= 0 {
-		o.Capacity = 10
+		o.Capacity = DefaultCapacity
 	}
 	if o.Address == "" {
-		o.Address = "127.0.0.1"
+		o.Address = DefaultAddress
 	}
 	if o.SDKAddr == "" {
-		o.SDKAddr = "127.0.0.1:0"
+		o.SDKAddr = DefaultSDKAddr
 	}
 	if o.SDKHTTPAddr == "" {
-		o.SDKHTTPAddr = "127.0.0.1:0"
+		o.SDKHTTPAddr = DefaultSDKHTTPAddr
 	}
 	if o.PortMin <= 0 {
-		o.PortMin = 7100
+		o.PortMin = DefaultPortMin
 	}
 	if o.PortMax <= 0 {
-		o.PortMax = 7999
+		o.PortMax = DefaultPortMax
 	}
 	if o.LogDir == "" {
 		o.LogDir = filepath.Join(os.TempDir(), "tether-agent-"+o.HostID)
 	}
 	if o.HeartbeatInterval <= 0 {
-		o.HeartbeatInterval = 2 * time.Second
+		o.HeartbeatInterval = DefaultHeartbeatInterval
 	}
 	if o.MaxStartAttempts <= 0 {
-		o.MaxStartAttempts = 3
+		o.MaxStartAttempts = DefaultMaxStartAttempts
 	}
 	if o.RestartBackoff <= 0 {
-		o.RestartBackoff = 500 * time.Millisecond
+		o.RestartBackoff = DefaultRestartBackoff
 	}
 	if o.HealthEvalInterval <= 0 {
-		o.HealthEvalInterval = 200 * time.Millisecond
+		o.HealthEvalInterval = DefaultHealthEvalInterval
 	}
 	if o.SyncInterval <= 0 {
-		o.SyncInterval = 60 * time.Second
+		o.SyncInterval = DefaultSyncInterval
 	}
 	if o.OutboxDir == "" {
 		o.OutboxDir = filepath.Join(o.LogDir, "outbox")
 	}
 	if o.OutboxMax <= 0 {
-		o.OutboxMax = 100_000
+		o.OutboxMax = DefaultOutboxMax
 	}
 	if o.MeterProvider == nil {
 		o.MeterProvider = metricnoop.NewMeterProvider()
 	}
 	if o.StreamKeepalive <= 0 {
-		o.StreamKeepalive = 10 * time.Second
+		o.StreamKeepalive = DefaultStreamKeepalive
 	}
 	if o.Processes == nil {
 		o.Processes = OSProcesses{}

@@ -101,7 +101,7 @@ func (h *harness) startAgent(opts func(*agent.Options)) {
 	t.Helper()
 	logs := &syncBuffer{}
 	o := agent.Options{
-		HostID: "h1", JetStream: h.js, Store: h.store, Commands: h.bus, LogDir: t.TempDir(),
+		HostID: "h1", JetStream: h.js, Store: h.store, Commands: h.bus, LogDir: t.TempDir(), SDKAddr: "127.0.0.1:0", SDKHTTPAddr: "127.0.0.1:0",
 		PortMin: 21000 + os.Getpid()%500*10, PortMax: 21000 + os.Getpid()%500*10 + 9,
 		KillProcessesOnExit: true, Logger: slog.New(slog.NewTextHandler(logs, nil)), SyncInterval: 100 * time.Millisecond,
 	}
@@ -442,7 +442,7 @@ func TestAgentStoppedWhileStartingStopsCleanly(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, err := agent.New(agent.Options{
-		HostID: "h1", JetStream: js, Store: store, Commands: bus, LogDir: t.TempDir(),
+		HostID: "h1", JetStream: js, Store: store, Commands: bus, LogDir: t.TempDir(), SDKAddr: "127.0.0.1:0", SDKHTTPAddr: "127.0.0.1:0",
 		PortMin: 22000, PortMax: 22009, Logger: slog.New(slog.NewTextHandler(&syncBuffer{}, nil)),
 	})
 	if err != nil {

@@ -56,7 +56,7 @@ func TestEventsSurviveNATSBeingAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, err := agent.New(agent.Options{
-		HostID: "h1", JetStream: js, Store: store, Commands: bus, LogDir: t.TempDir(),
+		HostID: "h1", JetStream: js, Store: store, Commands: bus, LogDir: t.TempDir(), SDKAddr: "127.0.0.1:0", SDKHTTPAddr: "127.0.0.1:0",
 		PortMin: 22000 + os.Getpid()%500*10, PortMax: 22000 + os.Getpid()%500*10 + 9, KillProcessesOnExit: true,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})

@@ -129,24 +129,33 @@ type Options struct {
 	Now func() time.Time
 }
 
+// The defaults of Options, and of the `tether apiserver` flags.
+const (
+	DefaultGRPCAddr  = "127.0.0.1:7070"
+	DefaultHTTPAddr  = "127.0.0.1:7080"
+	DefaultTokenTTL  = time.Hour
+	DefaultReadWait  = 5 * time.Second
+	DefaultKeepalive = 30 * time.Second
+)
+
 func (o *Options) setDefaults() {
 	if o.GRPCAddr == "" {
-		o.GRPCAddr = "127.0.0.1:7070"
+		o.GRPCAddr = DefaultGRPCAddr
 	}
 	if o.HTTPAddr == "" {
-		o.HTTPAddr = "127.0.0.1:7080"
+		o.HTTPAddr = DefaultHTTPAddr
 	}
 	if o.ReplicaID == "" {
 		o.ReplicaID = events.NewID("api")
 	}
 	if o.TokenTTL <= 0 {
-		o.TokenTTL = time.Hour
+		o.TokenTTL = DefaultTokenTTL
 	}
 	if o.ReadWait <= 0 {
-		o.ReadWait = 5 * time.Second
+		o.ReadWait = DefaultReadWait
 	}
 	if o.Keepalive <= 0 {
-		o.Keepalive = 30 * time.Second
+		o.Keepalive = DefaultKeepalive
 	}
 	if w, ok := o.Store.(eventWatcher); ok && o.Watch == nil {
 		o.Watch = w

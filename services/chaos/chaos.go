@@ -82,22 +82,30 @@ type fault struct {
 	at   time.Time
 }
 
+// The defaults of Options, and of the `tether chaos` flags.
+const (
+	DefaultServers    = 200
+	DefaultHosts      = 4
+	DefaultDuration   = 3 * time.Minute
+	DefaultFaultEvery = 2 * time.Second
+)
+
 // Run starts Tether, runs the faults and returns the report.
 func Run(ctx context.Context, o Options) (Report, error) {
 	if o.GameServer == "" {
 		return Report{}, errors.New("chaos: GameServer binary is required")
 	}
 	if o.Servers <= 0 {
-		o.Servers = 200
+		o.Servers = DefaultServers
 	}
 	if o.Hosts <= 0 {
-		o.Hosts = 4
+		o.Hosts = DefaultHosts
 	}
 	if o.Duration <= 0 {
-		o.Duration = 3 * time.Minute
+		o.Duration = DefaultDuration
 	}
 	if o.FaultEvery <= 0 {
-		o.FaultEvery = 2 * time.Second
+		o.FaultEvery = DefaultFaultEvery
 	}
 	if o.Seed == 0 {
 		o.Seed = 1

@@ -111,36 +111,49 @@ type Options struct {
 	Now func() time.Time
 }
 
+// The defaults of Options, and of the `tether controller` flags.
+const (
+	DefaultLeaseTTL         = 10 * time.Second
+	DefaultInterval         = time.Second
+	DefaultShutdownGrace    = 30 * time.Second
+	DefaultUnreachableAfter = 10 * time.Second
+	DefaultLostAfter        = time.Minute
+	DefaultStartTimeout     = 10 * time.Second
+	DefaultStaleViewsAfter  = 5 * time.Second
+	DefaultStartBackoffBase = time.Second
+	DefaultStartBackoffCap  = 5 * time.Minute
+)
+
 func (o *Options) setDefaults() {
 	if o.ID == "" {
 		o.ID = events.NewID("ctl")
 	}
 	if o.LeaseTTL <= 0 {
-		o.LeaseTTL = 10 * time.Second
+		o.LeaseTTL = DefaultLeaseTTL
 	}
 	if o.Interval <= 0 {
-		o.Interval = time.Second
+		o.Interval = DefaultInterval
 	}
 	if o.ShutdownGrace <= 0 {
-		o.ShutdownGrace = 30 * time.Second
+		o.ShutdownGrace = DefaultShutdownGrace
 	}
 	if o.UnreachableAfter <= 0 {
-		o.UnreachableAfter = 10 * time.Second
+		o.UnreachableAfter = DefaultUnreachableAfter
 	}
 	if o.LostAfter <= 0 {
-		o.LostAfter = 60 * time.Second
+		o.LostAfter = DefaultLostAfter
 	}
 	if o.StartTimeout <= 0 {
-		o.StartTimeout = 10 * time.Second
+		o.StartTimeout = DefaultStartTimeout
 	}
 	if o.StaleViewsAfter <= 0 {
-		o.StaleViewsAfter = 5 * time.Second
+		o.StaleViewsAfter = DefaultStaleViewsAfter
 	}
 	if o.StartBackoffBase <= 0 {
-		o.StartBackoffBase = time.Second
+		o.StartBackoffBase = DefaultStartBackoffBase
 	}
 	if o.StartBackoffCap <= 0 {
-		o.StartBackoffCap = 5 * time.Minute
+		o.StartBackoffCap = DefaultStartBackoffCap
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -45,7 +45,9 @@ const (
 	DefaultNATSPort = 7422
 	DefaultSDKPort  = 7200
 	// DefaultGamePortBase starts the game port ranges (Options.GamePortBase).
-	DefaultGamePortBase = 7300
+	DefaultGamePortBase = agent.DefaultPortMin
+	// DefaultHosts is how many host agents run (Options.Hosts).
+	DefaultHosts = 1
 )
 
 // gamePortBlock is the number of ports each host claims for its game
@@ -71,7 +73,8 @@ type Options struct {
 	NATSURL string
 	// Hosts is the number of simulated hosts, each an agent on loopback; default 1.
 	Hosts int
-	// HostCapacity is each host's game server slots; default 10.
+	// HostCapacity is each host's game server slots; default
+	// agent.DefaultCapacity.
 	HostCapacity int
 	// SDKPort is the first host's SDK gRPC port; host i uses SDKPort+2i
 	// (gRPC) and SDKPort+2i+1 (REST); default 7200; -1 picks free ports.
@@ -170,10 +173,10 @@ func (o *Options) setDefaults() error {
 		o.NATSPort = DefaultNATSPort
 	}
 	if o.Hosts <= 0 {
-		o.Hosts = 1
+		o.Hosts = DefaultHosts
 	}
 	if o.HostCapacity <= 0 {
-		o.HostCapacity = 10
+		o.HostCapacity = agent.DefaultCapacity
 	}
 	if o.SDKPort == 0 {
 		o.SDKPort = DefaultSDKPort

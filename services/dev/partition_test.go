@@ -80,7 +80,7 @@ func startPartitionStack(t *testing.T, hosts ...string) *partitionStack {
 		paused := &atomic.Bool{}
 		s.paused[id] = paused
 		a, err := agent.New(agent.Options{
-			HostID: id, Capacity: 4, PortMin: base + 10*i, PortMax: base + 10*i + 9,
+			HostID: id, Capacity: 4, PortMin: base + 10*i, PortMax: base + 10*i + 9, SDKAddr: "127.0.0.1:0", SDKHTTPAddr: "127.0.0.1:0",
 			LogDir: filepath.Join(t.TempDir(), id), JetStream: js, Store: store, Commands: bus,
 			// SyncInterval stays at its default (60s): the heartbeat's
 			// resumption is what triggers the re-read of the servers.

@@ -172,6 +172,15 @@ func (o *Options) setDefaults() {
 	}
 }
 
+// Defaults returns the options a zero Options runs with, with the default
+// rates: the defaults of the `tether sim` flags.
+func Defaults() Options {
+	var o Options
+	o.setDefaults()
+	o.DefaultRates()
+	return o
+}
+
 // DefaultRates fills in the default misbehaviour and load rates; zero rates
 // in Options mean "none", so a caller that wants the defaults asks for them.
 func (o *Options) DefaultRates() {

@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -65,15 +66,21 @@ func rootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&g.logLevel, "log-level", envOr("TETHER_LOG_LEVEL", "info"), "debug, info, warn or error (env TETHER_LOG_LEVEL)")
-	root.PersistentFlags().StringVar(&g.natsURL, "nats-url", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS server (env NATS_URL)")
-	root.PersistentFlags().StringVar(&g.dbURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL)")
-	root.PersistentFlags().StringVar(&g.pprofAddr, "pprof-addr", os.Getenv("TETHER_PPROF_ADDR"),
-		"serve Go runtime profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060; off when empty (env TETHER_PPROF_ADDR)")
-	root.PersistentFlags().StringVar(&g.adminAddr, "admin-addr", os.Getenv("TETHER_ADMIN_ADDR"),
-		"serve /healthz, /readyz and /metrics on this address (apiserver, projector, controller), e.g. 127.0.0.1:7090; off when empty (env TETHER_ADMIN_ADDR)")
-	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return g.startProfiling(cmd.Context()) }
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
+	root.PersistentFlags().StringVar(&g.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server")
+	root.PersistentFlags().StringVar(&g.dbURL, "database-url", "", "PostgreSQL URL")
+	root.PersistentFlags().StringVar(&g.pprofAddr, "pprof-addr", "",
+		"serve Go runtime profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060; off when empty")
+	root.PersistentFlags().StringVar(&g.adminAddr, "admin-addr", "",
+		"serve /healthz, /readyz and /metrics on this address (apiserver, projector, controller, agent), e.g. 127.0.0.1:7090; off when empty")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := applyEnvironment(cmd); err != nil {
+			return err
+		}
+		return g.startProfiling(cmd.Context())
+	}
 	root.AddCommand(devCommand(&g), apiserverCommand(&g), projectorCommand(&g), controllerCommand(&g), agentCommand(&g), chaosCommand(&g), simCommand(&g))
+	documentEnv(root)
 	return root
 }
 
@@ -97,13 +104,6 @@ func (g *global) startProfiling(ctx context.Context) error {
 		}
 	}()
 	return nil
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }
 
 func (g *global) logger() (*slog.Logger, error) {
@@ -171,8 +171,8 @@ Press Ctrl-C to stop.
 	f.IntVar(&opts.GamePortBase, "game-port-base", dev.DefaultGamePortBase,
 		"first game port; host i gives its game servers ports base+100i to base+100i+98 and holds base+100i+99 as its claim; "+
 			"a range another stack holds is skipped for a free one (-1: the first free ranges)")
-	f.IntVar(&opts.Hosts, "hosts", 1, "simulated hosts, each a host agent on loopback")
-	f.IntVar(&opts.HostCapacity, "host-capacity", 10, "game server slots per host")
+	f.IntVar(&opts.Hosts, "hosts", dev.DefaultHosts, "simulated hosts, each a host agent on loopback")
+	f.IntVar(&opts.HostCapacity, "host-capacity", agent.DefaultCapacity, "game server slots per host")
 	f.BoolVar(&demo, "demo", false, "create a demo fleet of the example game server (tether-gameserver next to this binary)")
 	return cmd
 }
@@ -198,7 +198,7 @@ func apiserverCommand(g *global) *cobra.Command {
 		Use:   "apiserver",
 		Short: "Serve the control-plane API (gRPC and REST)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runService(cmd.Context(), g, "tether-apiserver", func(ctx context.Context, d deps) (runner, error) {
+			return runService(cmd.Context(), g, service{name: "tether-apiserver", database: true}, func(ctx context.Context, d deps) (runner, error) {
 				store, err := natsjs.New(ctx, d.js, natsjs.Options{Logger: d.log})
 				if err != nil {
 					return nil, err
@@ -222,13 +222,13 @@ func apiserverCommand(g *global) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.GRPCAddr, "grpc-addr", "127.0.0.1:7070", "gRPC listen address")
-	f.StringVar(&opts.HTTPAddr, "http-addr", "127.0.0.1:7080", "REST listen address")
-	f.DurationVar(&opts.ReadWait, "read-wait", 5*time.Second, "longest a read waits for min_sequence")
-	f.DurationVar(&opts.Keepalive, "keepalive", 30*time.Second, "gRPC keepalive ping interval on idle connections")
-	f.StringVar(&tokenKeys, "player-token-keys", os.Getenv("TETHER_PLAYER_TOKEN_KEYS"),
-		"player-session token keys, \"id:base64secret[,id:base64secret…]\"; the first signs (env TETHER_PLAYER_TOKEN_KEYS)")
-	f.DurationVar(&opts.TokenTTL, "player-token-ttl", time.Hour, "how long a player-session token is valid")
+	f.StringVar(&opts.GRPCAddr, "grpc-addr", apiserver.DefaultGRPCAddr, "gRPC listen address")
+	f.StringVar(&opts.HTTPAddr, "http-addr", apiserver.DefaultHTTPAddr, "REST listen address")
+	f.DurationVar(&opts.ReadWait, "read-wait", apiserver.DefaultReadWait, "longest a read waits for min_sequence")
+	f.DurationVar(&opts.Keepalive, "keepalive", apiserver.DefaultKeepalive, "gRPC keepalive ping interval on idle connections")
+	f.StringVar(&tokenKeys, "player-token-keys", "",
+		"player-session token keys, \"id:base64secret[,id:base64secret…]\"; the first signs")
+	f.DurationVar(&opts.TokenTTL, "player-token-ttl", apiserver.DefaultTokenTTL, "how long a player-session token is valid")
 	return cmd
 }
 
@@ -238,7 +238,7 @@ func projectorCommand(g *global) *cobra.Command {
 		Use:   "projector",
 		Short: "Fold the event stream into the PostgreSQL views",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runService(cmd.Context(), g, "tether-projector", func(ctx context.Context, d deps) (runner, error) {
+			return runService(cmd.Context(), g, service{name: "tether-projector", database: true}, func(ctx context.Context, d deps) (runner, error) {
 				if _, err := natsjs.New(ctx, d.js, natsjs.Options{Logger: d.log}); err != nil {
 					return nil, err
 				}
@@ -249,8 +249,8 @@ func projectorCommand(g *global) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&opts.BatchSize, "batch-size", 4000, "events per batch at most")
-	f.DurationVar(&opts.FlushInterval, "flush-interval", 5*time.Millisecond, "flush a batch this long after its first event")
+	f.IntVar(&opts.BatchSize, "batch-size", postgres.DefaultBatchSize, "events per batch at most")
+	f.DurationVar(&opts.FlushInterval, "flush-interval", postgres.DefaultFlushInterval, "flush a batch this long after its first event")
 	return cmd
 }
 
@@ -260,7 +260,7 @@ func controllerCommand(g *global) *cobra.Command {
 		Use:   "controller",
 		Short: "Keep fleets at their replica count (one active instance; others stand by)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runService(cmd.Context(), g, "tether-controller", func(ctx context.Context, d deps) (runner, error) {
+			return runService(cmd.Context(), g, service{name: "tether-controller", database: true}, func(ctx context.Context, d deps) (runner, error) {
 				store, err := natsjs.New(ctx, d.js, natsjs.Options{Logger: d.log})
 				if err != nil {
 					return nil, err
@@ -282,16 +282,16 @@ func controllerCommand(g *global) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.ID, "id", "", "instance id (default: random)")
-	f.DurationVar(&opts.LeaseTTL, "lease-ttl", 10*time.Second, "how long a silent leader keeps the lease")
-	f.DurationVar(&opts.Interval, "interval", time.Second, "reconcile period")
-	f.DurationVar(&opts.UnreachableAfter, "host-unreachable-after", 10*time.Second, "host heartbeat silence before UNREACHABLE")
-	f.DurationVar(&opts.LostAfter, "host-lost-after", 60*time.Second, "host heartbeat silence before LOST (servers replaced)")
-	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", 30*time.Second, "deadline given to a stopped game server")
-	f.DurationVar(&opts.StaleViewsAfter, "stale-views-after", 5*time.Second,
+	f.DurationVar(&opts.LeaseTTL, "lease-ttl", controller.DefaultLeaseTTL, "how long a silent leader keeps the lease")
+	f.DurationVar(&opts.Interval, "interval", controller.DefaultInterval, "reconcile period")
+	f.DurationVar(&opts.UnreachableAfter, "host-unreachable-after", controller.DefaultUnreachableAfter, "host heartbeat silence before UNREACHABLE")
+	f.DurationVar(&opts.LostAfter, "host-lost-after", controller.DefaultLostAfter, "host heartbeat silence before LOST (servers replaced)")
+	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", controller.DefaultShutdownGrace, "deadline given to a stopped game server")
+	f.DurationVar(&opts.StaleViewsAfter, "stale-views-after", controller.DefaultStaleViewsAfter,
 		"views whose checkpoint stands still this long behind the stream are stale: host liveness only, /readyz 503")
-	f.DurationVar(&opts.StartBackoffBase, "start-backoff-base", time.Second,
+	f.DurationVar(&opts.StartBackoffBase, "start-backoff-base", controller.DefaultStartBackoffBase,
 		"after a fleet's game server ends before READY, wait this long before starting another; doubles per failure in a row")
-	f.DurationVar(&opts.StartBackoffCap, "start-backoff-cap", 5*time.Minute, "the longest wait between a failing fleet's starts")
+	f.DurationVar(&opts.StartBackoffCap, "start-backoff-cap", controller.DefaultStartBackoffCap, "the longest wait between a failing fleet's starts")
 	return cmd
 }
 
@@ -303,58 +303,42 @@ func agentCommand(g *global) *cobra.Command {
 		Use:   "agent --host-id ID",
 		Short: "Run the host agent: launch and supervise game servers, serve the local SDK",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := g.logger()
-			if err != nil {
-				return err
-			}
-			tel, err := telemetry.New(telemetry.Options{ServiceName: "tether-agent"})
-			if err != nil {
-				return err
-			}
-			defer shutdown(log, tel)
-			nc, js, err := connect.NATS(g.natsURL, connect.NATSOptions{Name: "tether-agent-" + opts.HostID, Logger: log})
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			store, err := natsjs.New(cmd.Context(), js, natsjs.Options{Logger: log})
-			if err != nil {
-				return err
-			}
-			bus, err := commands.New(cmd.Context(), js)
-			if err != nil {
-				return err
-			}
-			opts.JetStream, opts.Store, opts.Commands, opts.Labels = js, store, bus, labels
-			opts.Logger, opts.MeterProvider = log, tel.MeterProvider
-			if tokenKeys != "" {
-				if opts.Tokens, err = playertoken.Parse(tokenKeys); err != nil {
-					return err
+			svc := service{name: "tether-agent", conn: "tether-agent-" + opts.HostID}
+			return runService(cmd.Context(), g, svc, func(ctx context.Context, d deps) (runner, error) {
+				store, err := natsjs.New(ctx, d.js, natsjs.Options{Logger: d.log})
+				if err != nil {
+					return nil, err
 				}
-			} else {
-				log.Warn("no player-token keys: AcceptPlayer is refused (set --player-token-keys or TETHER_PLAYER_TOKEN_KEYS)")
-			}
-			a, err := agent.New(opts)
-			if err != nil {
-				return err
-			}
-			return a.Run(cmd.Context())
+				bus, err := commands.New(ctx, d.js)
+				if err != nil {
+					return nil, err
+				}
+				opts.JetStream, opts.Store, opts.Commands, opts.Labels = d.js, store, bus, labels
+				opts.Logger, opts.MeterProvider = d.log, d.tel.MeterProvider
+				if tokenKeys != "" {
+					if opts.Tokens, err = playertoken.Parse(tokenKeys); err != nil {
+						return nil, err
+					}
+				} else {
+					d.log.Warn("no player-token keys: AcceptPlayer is refused (set --player-token-keys or TETHER_PLAYER_TOKEN_KEYS)")
+				}
+				return agent.New(opts)
+			})
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.HostID, "host-id", "", "this host's id (required)")
-	f.StringVar(&tokenKeys, "player-token-keys", os.Getenv("TETHER_PLAYER_TOKEN_KEYS"),
-		"player-session token keys, the API's (env TETHER_PLAYER_TOKEN_KEYS)")
-	f.IntVar(&opts.Capacity, "capacity", 10, "game server slots")
+	f.StringVar(&tokenKeys, "player-token-keys", "", "player-session token keys, the API's")
+	f.IntVar(&opts.Capacity, "capacity", agent.DefaultCapacity, "game server slots")
 	f.StringToStringVar(&labels, "labels", nil, "host labels, e.g. region=eu,zone=a")
-	f.StringVar(&opts.Address, "address", "127.0.0.1", "address game clients use to reach this host")
-	f.StringVar(&opts.SDKAddr, "sdk-addr", "127.0.0.1:7200", "local SDK gRPC address (loopback)")
-	f.StringVar(&opts.SDKHTTPAddr, "sdk-http-addr", "127.0.0.1:7201", "local SDK REST address (loopback)")
-	f.IntVar(&opts.PortMin, "port-min", 7300, "first game server port")
-	f.IntVar(&opts.PortMax, "port-max", 7999, "last game server port")
+	f.StringVar(&opts.Address, "address", agent.DefaultAddress, "address game clients use to reach this host")
+	f.StringVar(&opts.SDKAddr, "sdk-addr", agent.DefaultSDKAddr, "local SDK gRPC address (loopback)")
+	f.StringVar(&opts.SDKHTTPAddr, "sdk-http-addr", agent.DefaultSDKHTTPAddr, "local SDK REST address (loopback)")
+	f.IntVar(&opts.PortMin, "port-min", agent.DefaultPortMin, "first game server port")
+	f.IntVar(&opts.PortMax, "port-max", agent.DefaultPortMax, "last game server port")
 	f.StringVar(&opts.LogDir, "log-dir", "", "game server logs and the outbox (default: a temp dir)")
-	f.DurationVar(&opts.StreamKeepalive, "sdk-keepalive", 10*time.Second, "keepalive ping interval on SDK connections")
-	f.IntVar(&opts.OutboxMax, "outbox-max", 100_000, "events kept on disk while NATS is unreachable")
+	f.DurationVar(&opts.StreamKeepalive, "sdk-keepalive", agent.DefaultStreamKeepalive, "keepalive ping interval on SDK connections")
+	f.IntVar(&opts.OutboxMax, "outbox-max", agent.DefaultOutboxMax, "events kept on disk while NATS is unreachable")
 	_ = cmd.MarkFlagRequired("host-id") // the flag exists; the error is impossible
 	return cmd
 }
@@ -397,10 +381,10 @@ func chaosCommand(g *global) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&opts.Servers, "servers", 200, "game servers (a quarter of them flap their SDK connection)")
-	f.IntVar(&opts.Hosts, "hosts", 4, "simulated hosts")
-	f.DurationVar(&opts.Duration, "duration", 3*time.Minute, "how long to inject faults")
-	f.DurationVar(&opts.FaultEvery, "fault-every", 2*time.Second, "time between two faults")
+	f.IntVar(&opts.Servers, "servers", chaos.DefaultServers, "game servers (a quarter of them flap their SDK connection)")
+	f.IntVar(&opts.Hosts, "hosts", chaos.DefaultHosts, "simulated hosts")
+	f.DurationVar(&opts.Duration, "duration", chaos.DefaultDuration, "how long to inject faults")
+	f.DurationVar(&opts.FaultEvery, "fault-every", chaos.DefaultFaultEvery, "time between two faults")
 	f.StringVar(&jsonOut, "json", "", "also write the report as JSON to this file")
 	return cmd
 }
@@ -433,7 +417,8 @@ type runner interface {
 	Run(ctx context.Context) error
 }
 
-// deps are the connections a service is built from.
+// deps are the connections a service is built from (pool is nil for a
+// service without a database).
 type deps struct {
 	log  *slog.Logger
 	tel  *telemetry.Providers
@@ -441,31 +426,42 @@ type deps struct {
 	pool *pgxpool.Pool
 }
 
-// runService connects to NATS and PostgreSQL, builds one component and runs
-// it until a signal arrives.
-func runService(ctx context.Context, g *global, name string, build func(context.Context, deps) (runner, error)) error {
+// service names a service's process and says what it connects to.
+type service struct {
+	name     string // its telemetry service name, and its NATS connection's
+	conn     string // its NATS connection's name, if not name
+	database bool   // whether it needs PostgreSQL (--database-url)
+}
+
+// runService connects to NATS (and PostgreSQL, if the service needs it),
+// builds one component and runs it, with the admin endpoints if asked for,
+// until a signal arrives.
+func runService(ctx context.Context, g *global, svc service, build func(context.Context, deps) (runner, error)) error {
 	log, err := g.logger()
 	if err != nil {
 		return err
 	}
-	if g.dbURL == "" {
+	if svc.database && g.dbURL == "" {
 		return errors.New("--database-url (or DATABASE_URL) is required")
 	}
-	tel, err := telemetry.New(telemetry.Options{ServiceName: name})
+	tel, err := telemetry.New(telemetry.Options{ServiceName: svc.name})
 	if err != nil {
 		return err
 	}
 	defer shutdown(log, tel)
-	nc, js, err := connect.NATS(g.natsURL, connect.NATSOptions{Name: name, Logger: log})
+	conn := cmp.Or(svc.conn, svc.name)
+	nc, js, err := connect.NATS(g.natsURL, connect.NATSOptions{Name: conn, Logger: log})
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	pool, err := connect.Postgres(ctx, g.dbURL, 20, log)
-	if err != nil {
-		return err
+	var pool *pgxpool.Pool
+	if svc.database {
+		if pool, err = connect.Postgres(ctx, g.dbURL, 20, log); err != nil {
+			return err
+		}
+		defer pool.Close()
 	}
-	defer pool.Close()
 	r, err := build(ctx, deps{log: log, tel: tel, js: js, pool: pool})
 	if err != nil {
 		return err

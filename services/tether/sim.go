@@ -8,7 +8,6 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -91,31 +90,30 @@ GOGC is set.
 			return nil
 		},
 	}
-	def := sim.Options{}
-	def.DefaultRates()
+	def := sim.Defaults()
 	f := cmd.Flags()
-	f.IntVar(&opts.Hosts, "hosts", 100, "simulated hosts")
-	f.IntVar(&opts.ServersPerHost, "servers-per-host", 10, "game server slots per host (the fleets fill them all)")
-	f.IntVar(&opts.Fleets, "fleets", 10, "fleets sharing the servers")
-	f.DurationVar(&opts.Duration, "duration", time.Minute, "length of the steady phase (faults, matches, players)")
-	f.DurationVar(&opts.HealthPeriod, "health-period", 2*time.Second, "game server heartbeat period (whole seconds)")
+	f.IntVar(&opts.Hosts, "hosts", def.Hosts, "simulated hosts")
+	f.IntVar(&opts.ServersPerHost, "servers-per-host", def.ServersPerHost, "game server slots per host (the fleets fill them all)")
+	f.IntVar(&opts.Fleets, "fleets", def.Fleets, "fleets sharing the servers")
+	f.DurationVar(&opts.Duration, "duration", def.Duration, "length of the steady phase (faults, matches, players)")
+	f.DurationVar(&opts.HealthPeriod, "health-period", def.HealthPeriod, "game server heartbeat period (whole seconds)")
 	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", 0, "how often a simulated process heartbeats (default: half the health period)")
-	f.IntVar(&opts.FailureThreshold, "failure-threshold", 3, "missed heartbeat periods that make a server unhealthy")
-	f.DurationVar(&opts.SDKGrace, "sdk-grace", 10*time.Second, "how long a server may stay disconnected from the SDK")
-	f.DurationVar(&opts.HostHeartbeat, "host-heartbeat", 2*time.Second, "agents' host heartbeat interval")
-	f.DurationVar(&opts.UnreachableAfter, "unreachable-after", 10*time.Second, "controller: a silent host is UNREACHABLE after this")
-	f.DurationVar(&opts.LostAfter, "lost-after", time.Minute, "controller: an unreachable host is LOST after this")
+	f.IntVar(&opts.FailureThreshold, "failure-threshold", def.FailureThreshold, "missed heartbeat periods that make a server unhealthy")
+	f.DurationVar(&opts.SDKGrace, "sdk-grace", def.SDKGrace, "how long a server may stay disconnected from the SDK")
+	f.DurationVar(&opts.HostHeartbeat, "host-heartbeat", def.HostHeartbeat, "agents' host heartbeat interval")
+	f.DurationVar(&opts.UnreachableAfter, "unreachable-after", def.UnreachableAfter, "controller: a silent host is UNREACHABLE after this")
+	f.DurationVar(&opts.LostAfter, "lost-after", def.LostAfter, "controller: an unreachable host is LOST after this")
 	f.Float64Var(&opts.CrashRate, "crash-rate", def.CrashRate, "crashes per second across the fleet")
 	f.Float64Var(&opts.HangRate, "hang-rate", def.HangRate, "hangs (heartbeats stop, SIGTERM ignored) per second")
 	f.Float64Var(&opts.FlapRate, "sdk-reset-rate", def.FlapRate, "SDK connection resets (back within the grace) per second")
 	f.Float64Var(&opts.PartitionRate, "partition-rate", def.PartitionRate, "host partitions (heartbeat paused, shorter than --lost-after) per second")
 	f.Float64Var(&opts.SlowStartFraction, "slow-start-fraction", def.SlowStartFraction, "fraction of starts that are slow")
 	f.Float64Var(&opts.AllocationRate, "allocation-rate", def.AllocationRate, "matches allocated per second")
-	f.IntVar(&opts.PlayersPerMatch, "players-per-match", 4, "players per match")
+	f.IntVar(&opts.PlayersPerMatch, "players-per-match", def.PlayersPerMatch, "players per match")
 	f.Float64Var(&opts.DropFraction, "drop-fraction", def.DropFraction, "fraction of players who drop and reconnect")
-	f.DurationVar(&opts.MatchLength, "match-length", 15*time.Second, "how long a match lasts")
-	f.DurationVar(&opts.ReadyTimeout, "ready-timeout", 15*time.Minute, "how long the fleets may take to come up")
-	f.DurationVar(&opts.ProgressEvery, "progress-every", 10*time.Second, "status line interval")
+	f.DurationVar(&opts.MatchLength, "match-length", def.MatchLength, "how long a match lasts")
+	f.DurationVar(&opts.ReadyTimeout, "ready-timeout", def.ReadyTimeout, "how long the fleets may take to come up")
+	f.DurationVar(&opts.ProgressEvery, "progress-every", def.ProgressEvery, "status line interval")
 	f.StringVar(&opts.DataDir, "data-dir", "", "keep the run's NATS store and logs here (default: a temporary directory, removed)")
 	f.StringVar(&jsonOut, "json", "", "also write the report as JSON to this file")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
