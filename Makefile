@@ -8,7 +8,7 @@ BIN          := $(CURDIR)/bin
 GENERATED    := proto services/apiserver/openapi
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test lint breaking baseline generate check-generate tools bench chaos clean
+.PHONY: all build run test test-short lint breaking baseline generate check-generate tools bench chaos clean
 
 all: build
 
@@ -24,6 +24,12 @@ run: build
 ## test: every test, with the race detector
 test:
 	$(GO) test $(GOTEST_FLAGS) ./...
+
+## test-short: the inner loop: every test but the whole-stack and scale
+## ones (-short), without the race detector, four packages at a time (they
+## wait on PostgreSQL and NATS as much as on the CPU); `make test` runs all
+test-short:
+	$(GO) test -short -count=1 -p 4 ./...
 
 ## lint: buf lint, go vet and gofmt
 lint: $(BUF)

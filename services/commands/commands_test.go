@@ -78,8 +78,20 @@ func TestEachCommandOnceToItsHost(t *testing.T) {
 	if cfg.Retention != jetstream.LimitsPolicy || cfg.MaxAge != commands.CommandTTL || cfg.MaxConsumers != commands.MaxHosts {
 		t.Fatalf("stream retention %s, max age %s, max consumers %d; want limits, %s, %d", cfg.Retention, cfg.MaxAge, cfg.MaxConsumers, commands.CommandTTL, commands.MaxHosts)
 	}
-	// More hosts than nats-server's default consumer limit (1,000) each get
-	// their consumer.
+}
+
+// More hosts than nats-server's default consumer limit (1,000) each get
+// their consumer.
+func TestMoreHostsThanTheServersDefaultConsumerLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1,100 consumers take about 15 s")
+	}
+	ctx := t.Context()
+	_, js := natstest.Connect(t, natstest.Start(t))
+	bus, err := commands.New(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range 1100 {
 		if _, err := bus.Consumer(ctx, fmt.Sprintf("x%d", i)); err != nil {
 			t.Fatalf("consumer %d: %v", i+1, err)

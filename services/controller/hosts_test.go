@@ -184,6 +184,9 @@ func inventoryOf(queued int, names ...string) *hostbeat.Inventory {
 // While its agent still has events queued for the stream, the host beats
 // but is not back yet (and not lost either).
 func TestHostBackWithInventoryMissingAServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a host's liveness timeouts")
+	}
 	w := newWorld(t)
 	w.host("h1", 4)
 	w.host("h2", 4)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,6 +35,13 @@ import (
 var gameServerBin string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		// Every test here runs a whole stack with real processes; `make
+		// test-short` leaves them to `make test`.
+		fmt.Println("services/dev: whole-stack tests skipped with -short")
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "tether-dev-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

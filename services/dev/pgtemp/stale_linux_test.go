@@ -16,6 +16,9 @@ import (
 // directory of a server that is still running and one it cannot prove is
 // abandoned (no owner lock: an older version's, or one being created).
 func TestStartRemovesLeftoverDirectories(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three servers and kills one")
+	}
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
