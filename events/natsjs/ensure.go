@@ -25,9 +25,9 @@ import (
 func EnsureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
 	stream, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		created, err := js.CreateStream(ctx, want)
-		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return created, err
+		created, cerr := js.CreateStream(ctx, want)
+		if !errors.Is(cerr, jetstream.ErrStreamNameAlreadyInUse) {
+			return created, cerr
 		}
 		// Another process created it meanwhile, otherwise than wanted.
 		stream, err = js.Stream(ctx, want.Name)

@@ -48,3 +48,39 @@ func TestEnsuredStreamReadsAsWanted(t *testing.T) {
 		}
 	}
 }
+
+// lateLookup is a JetStream whose first stream lookup misses, as when
+// another process creates the stream between this one's lookup and create.
+type lateLookup struct {
+	jetstream.JetStream
+	missed bool
+}
+
+func (l *lateLookup) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	if !l.missed {
+		l.missed = true
+		return nil, jetstream.ErrStreamNotFound
+	}
+	return l.JetStream.Stream(ctx, name)
+}
+
+// TestEnsureStreamCreatedMeanwhileOtherwise: a stream another process
+// created, otherwise than wanted, between the lookup and the create is
+// looked up again and updated.
+func TestEnsureStreamCreatedMeanwhileOtherwise(t *testing.T) {
+	ns := natstest.Start(t)
+	_, js := natstest.Connect(t, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	want := jetstream.StreamConfig{Name: "RACED", Subjects: []string{"raced.>"}, Duplicates: time.Minute, Description: "wanted"}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RACED", Subjects: []string{"raced.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := EnsureStream(ctx, &lateLookup{JetStream: js}, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if have := s.CachedInfo().Config; !managedEqual(have, want) {
+		t.Fatalf("the stream is %+v, want %+v", have, want)
+	}
+}
