@@ -3,6 +3,7 @@
 GO           ?= go
 TOOLS        := $(CURDIR)/.tools
 BUF_VERSION  := 1.75.0
+STATICCHECK_VERSION := v0.8.2
 BUF          := $(TOOLS)/node_modules/.bin/buf
 BIN          := $(CURDIR)/bin
 GENERATED    := proto services/apiserver/openapi
@@ -31,10 +32,11 @@ test:
 test-short:
 	$(GO) test -short -count=1 -p 4 ./...
 
-## lint: buf lint, go vet and gofmt
+## lint: buf lint, go vet, staticcheck and gofmt
 lint: $(BUF)
 	$(BUF) lint
 	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 ## breaking: buf breaking against the protos of the last release
