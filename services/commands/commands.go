@@ -78,18 +78,54 @@ func streamConfig() jetstream.StreamConfig {
 // the control plane, to consume from the new stream.
 func New(ctx context.Context, js jetstream.JetStream) (*Bus, error) {
 	cfg := streamConfig()
+	replaced := false
 	if old, err := js.Stream(ctx, StreamName); err == nil && (old.CachedInfo().Config.Retention != cfg.Retention || old.CachedInfo().Config.MaxConsumers != cfg.MaxConsumers) {
 		if err := js.DeleteStream(ctx, StreamName); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, fmt.Errorf("commands: replace the %s stream of an earlier version: %w", old.CachedInfo().Config.Retention, err)
 		}
+		replaced = true
 	} else if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, fmt.Errorf("commands: look up stream: %w", err)
 	}
 	stream, err := natsjs.EnsureStream(ctx, js, cfg)
+	if replaced {
+		stream, err = retryStoreFailed(ctx, stream, err, func() (jetstream.Stream, error) { return natsjs.EnsureStream(ctx, js, cfg) })
+	}
 	if err != nil {
 		return nil, fmt.Errorf("commands: create stream: %w", err)
 	}
 	return &Bus{js: js, stream: stream}, nil
+}
+
+// jsErrStreamStoreFailed is the JetStream API's "error creating store for
+// stream" (JSStreamStoreFailedErr).
+const jsErrStreamStoreFailed jetstream.ErrorCode = 10049
+
+// storeRetryBudget bounds how long a stream's re-creation is retried.
+const storeRetryBudget = 5 * time.Second
+
+// retryStoreFailed retries create while it fails with "error creating store
+// for stream", for at most storeRetryBudget. nats-server (2.15) deletes a
+// stream's directory, and then its parent if empty, in the background: a
+// stream created again at once can find its directory removed under it.
+func retryStoreFailed(ctx context.Context, stream jetstream.Stream, err error, create func() (jetstream.Stream, error)) (jetstream.Stream, error) {
+	deadline := time.Now().Add(storeRetryBudget)
+	for delay := 10 * time.Millisecond; isStoreFailed(err) && time.Now().Before(deadline); delay = min(2*delay, 500*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		stream, err = create()
+	}
+	return stream, err
+}
+
+// isStoreFailed reports whether err is the JetStream API's
+// JSStreamStoreFailedErr.
+func isStoreFailed(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStreamStoreFailed
 }
 
 // Send publishes a command to a host (its id, not its resource name). The
