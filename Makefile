@@ -9,7 +9,7 @@ BIN          := $(CURDIR)/bin
 GENERATED    := proto services/apiserver/openapi
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test test-short lint breaking baseline generate check-generate tools bench chaos clean
+.PHONY: all build run test test-short fuzz lint breaking baseline generate check-generate tools bench chaos clean
 
 all: build
 
@@ -31,6 +31,20 @@ test:
 ## wait on PostgreSQL and NATS as much as on the CPU); `make test` runs all
 test-short:
 	$(GO) test -short -count=1 -p 4 ./...
+
+## fuzz: each fuzz target for FUZZTIME (default 30s), one after the other;
+## a crash stops it and leaves the input in the package's testdata/fuzz
+FUZZTIME ?= 30s
+FUZZ_TARGETS := \
+	./events:FuzzUnmarshal ./events:FuzzApply ./events:FuzzParseGameServerName ./events:FuzzValidateFleetSpec \
+	./services/apiserver:FuzzPageToken ./services/apiserver:FuzzGameServerFilter \
+	./services/playertoken:FuzzCheck
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
 
 ## lint: buf lint, go vet, staticcheck and gofmt
 lint: $(BUF)

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tetherhq/tether/migrations"
-	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
+	"github.com/tetherhq/tether/services/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

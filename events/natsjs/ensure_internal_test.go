@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
+	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 
 // TestEnsuredStreamReadsAsWanted: a stream EnsureStream created reads back,

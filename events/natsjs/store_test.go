@@ -17,7 +17,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
+	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 
 type env struct {

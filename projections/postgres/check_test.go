@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/projections/postgres"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 func TestCheckReportsCorruptedRows(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // jsonUpcaster is "the fix" for a producer bug: a build that stored

@@ -19,9 +19,9 @@ import (
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
-	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/natstest"
+	"github.com/tetherhq/tether/services/testkit/pgtest"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

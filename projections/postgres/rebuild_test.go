@@ -15,7 +15,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // runLive runs a projector in the background until the test ends.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // backlog appends n health events (degraded, recovered, ...) to a READY

@@ -28,8 +28,9 @@ import (
 	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/commands"
-	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/freeport"
+	"github.com/tetherhq/tether/services/testkit/natstest"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // syncBuffer is a log sink safe for concurrent writers.
@@ -100,9 +101,10 @@ func (h *harness) startAgent(opts func(*agent.Options)) {
 	t := h.t
 	t.Helper()
 	logs := &syncBuffer{}
+	ports := freeport.Block(t, 10)
 	o := agent.Options{
 		HostID: "h1", JetStream: h.js, Store: h.store, Commands: h.bus, LogDir: t.TempDir(), SDKAddr: "127.0.0.1:0", SDKHTTPAddr: "127.0.0.1:0",
-		PortMin: 21000 + os.Getpid()%500*10, PortMax: 21000 + os.Getpid()%500*10 + 9,
+		PortMin: ports, PortMax: ports + 9,
 		KillProcessesOnExit: true, Logger: slog.New(slog.NewTextHandler(logs, nil)), SyncInterval: 100 * time.Millisecond,
 	}
 	opts(&o)

@@ -8,8 +8,8 @@ import (
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/agent"
-	"github.com/tetherhq/tether/services/dev/wait"
 	"github.com/tetherhq/tether/services/hostbeat"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // The host heartbeat carries the agent's inventory (its servers with their

@@ -20,7 +20,8 @@ import (
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/commands"
 	"github.com/tetherhq/tether/services/dev/natsembed"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/freeport"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // A process that dies while NATS is down is still recorded: its events wait
@@ -55,9 +56,10 @@ func TestEventsSurviveNATSBeingAway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ports := freeport.Block(t, 10)
 	a, err := agent.New(agent.Options{
 		HostID: "h1", JetStream: js, Store: store, Commands: bus, LogDir: t.TempDir(), SDKAddr: "127.0.0.1:0", SDKHTTPAddr: "127.0.0.1:0",
-		PortMin: 22000 + os.Getpid()%500*10, PortMax: 22000 + os.Getpid()%500*10 + 9, KillProcessesOnExit: true,
+		PortMin: ports, PortMax: ports + 9, KillProcessesOnExit: true,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // seedReady appends the events of n READY game servers of a fleet, spread

@@ -25,10 +25,10 @@ import (
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/apiserver"
 	"github.com/tetherhq/tether/services/commands"
-	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
-	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
-	"github.com/tetherhq/tether/services/dev/wait"
 	"github.com/tetherhq/tether/services/playertoken"
+	"github.com/tetherhq/tether/services/testkit/natstest"
+	"github.com/tetherhq/tether/services/testkit/pgtest"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

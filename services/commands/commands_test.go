@@ -12,7 +12,7 @@ import (
 
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	"github.com/tetherhq/tether/services/commands"
-	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
+	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 
 // take fetches what a host's durable consumer has pending, acknowledging

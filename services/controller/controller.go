@@ -4,6 +4,9 @@
 // replaces terminated and unhealthy ones, scales down READY servers first
 // (never ALLOCATED ones), and tells agents to start and stop processes.
 // Every decision is an event appended with the aggregate's sequence as guard.
+//
+// Each pass observes (observe.go), plans (plan.go: a pure function of what
+// it observed, tested as tables) and executes (execute.go).
 package controller
 
 import (
@@ -11,8 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -20,7 +21,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections/postgres"
@@ -369,110 +369,50 @@ func (c *Controller) lead(ctx context.Context, l *lease) {
 	}
 }
 
-// hostSlot is a host's room during one pass.
-type hostSlot struct {
-	id       string
-	name     string
-	capacity int32
-	used     int32
-}
-
-// Reconcile runs one pass over every fleet. Exported for tests that drive
-// passes by hand; Run calls it every Interval while leader.
+// Reconcile runs one pass over every fleet: observe, plan, execute
+// (plan.go). Exported for tests that drive passes by hand; Run calls it
+// every Interval while leader.
 func (c *Controller) Reconcile(ctx context.Context) error {
 	began := time.Now() // a duration: the monotonic clock, not Options.Now
 	defer func() { c.passTime.Record(context.WithoutCancel(ctx), time.Since(began).Seconds()) }()
-	if stale, err := c.checkViews(ctx); err != nil {
-		return err
-	} else if stale {
-		return c.watchHostsOnly(ctx)
-	}
-	if err := c.awaitViews(ctx); err != nil {
-		return err
-	}
-	fleets, err := c.allFleets(ctx)
+	s, err := c.observe(ctx)
 	if err != nil {
 		return err
 	}
-	servers, err := c.live.read(ctx, c.opts.Views)
-	if err != nil {
-		return err
-	}
-	hostRows, err := c.allHosts(ctx)
-	if err != nil {
-		return err
-	}
-	wrote := false
-	note := func(seq uint64) { wrote, c.written = true, max(c.written, seq) }
-	status, err := c.checkHosts(ctx, hostRows, servers, note)
-	if err != nil {
-		return err
-	}
-	c.terminateOrphans(ctx, hostRows, servers, note)
-	hosts, err := roomOn(hostRows, status)
-	if err != nil {
-		return err
-	}
-	if err := c.watchStarts(ctx, fleets, note); err != nil {
-		return err
-	}
-	byFleet := map[string][]postgres.Row[*eventsv1.GameServerState]{}
-	scheduled := map[string]bool{}
-	for _, s := range servers {
-		if s.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_SCHEDULED {
-			scheduled[s.State.GetName()] = true
-		}
-		fleet, _, err := events.ParseGameServerName(s.State.GetName())
-		if err != nil {
-			return err
-		}
-		if status[s.State.GetHost()] == eventsv1.HostStatus_HOST_STATUS_LOST {
-			continue // just terminated by checkHosts
-		}
-		byFleet[events.FleetName(fleet)] = append(byFleet[events.FleetName(fleet)], s)
-	}
-	for _, f := range fleets {
-		if err := c.reconcileFleet(ctx, f.State, byFleet[f.State.GetName()], hosts, note); err != nil {
-			c.log.Error("reconcile fleet", "fleet", f.State.GetName(), "err", err)
-		}
-		delete(byFleet, f.State.GetName())
-	}
-	// What is left belongs to fleets that are not live: deleted ones, or
-	// (read between the two queries) created since; the fleet row tells.
-	for _, fleet := range slices.Sorted(maps.Keys(byFleet)) {
-		if fleet == events.FleetName(events.StandaloneFleet) {
-			continue // no fleet: never replaced; a failed one stays UNHEALTHY until deleted
-		}
-		f, err := c.opts.Views.Fleet(ctx, fleet)
-		if err != nil {
-			c.log.Error("read the fleet of live game servers", "fleet", fleet, "err", err)
-			continue
-		}
-		if !f.State.GetDeleted() {
-			continue
-		}
-		for _, r := range byFleet[fleet] {
-			if r.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN {
-				continue
-			}
-			if err := c.shutdown(ctx, r, eventsv1.Reason_REASON_FLEET_DELETED, "fleet "+fleet+" was deleted", note); err != nil {
-				c.log.Error("shut down server of a deleted fleet", "game_server", r.State.GetName(), "err", err)
-			}
-		}
-	}
-	if err := c.reconcileSessions(ctx, servers, note); err != nil {
-		c.log.Error("reconcile game sessions", "err", err)
-	}
+	p := c.planner().plan(s)
+	wrote, err := c.execute(ctx, p)
 	// Forget re-sends of servers that are no longer SCHEDULED.
+	scheduled := map[string]bool{}
+	for _, r := range s.servers {
+		if r.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_SCHEDULED {
+			scheduled[r.State.GetName()] = true
+		}
+	}
 	for name := range c.startResent {
 		if !scheduled[name] {
 			delete(c.startResent, name)
 		}
 	}
-	if wrote {
+	if err != nil {
+		return err
+	}
+	if wrote && !s.stale {
 		return c.awaitViews(ctx)
 	}
 	return nil
+}
+
+// planner returns the planner with this controller's settings.
+func (c *Controller) planner() planner {
+	return planner{
+		producer:         c.producer,
+		shutdownGrace:    c.opts.ShutdownGrace,
+		startTimeout:     c.opts.StartTimeout,
+		unreachableAfter: c.opts.UnreachableAfter,
+		lostAfter:        c.opts.LostAfter,
+		backoff:          events.StartBackoff{Base: c.opts.StartBackoffBase, Cap: c.opts.StartBackoffCap},
+		newID:            func() string { return events.NewID("gs") },
+	}
 }
 
 // freshnessWait bounds a pass's wait for the views to show its own writes.
@@ -528,212 +468,6 @@ func readAll[R any](ctx context.Context, list func(context.Context, string, int)
 		}
 		after = name(rows[len(rows)-1])
 	}
-}
-
-// roomOn lists the hosts that take new servers: ONLINE ones (not
-// unreachable, lost or draining), with their used slots.
-func roomOn(hosts []postgres.HostRow, status map[string]eventsv1.HostStatus) ([]*hostSlot, error) {
-	var out []*hostSlot
-	for _, h := range hosts {
-		if status[h.State.GetName()] != eventsv1.HostStatus_HOST_STATUS_ONLINE {
-			continue
-		}
-		id, err := events.ParseHostName(h.State.GetName())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, &hostSlot{id: id, name: h.State.GetName(), capacity: h.State.GetCapacity(), used: h.Used})
-	}
-	return out, nil
-}
-
-// reconcileFleet brings one fleet toward its replica count.
-func (c *Controller) reconcileFleet(ctx context.Context, f *eventsv1.FleetState, rows []postgres.Row[*eventsv1.GameServerState],
-	hosts []*hostSlot, note func(uint64)) error {
-	now := c.opts.Now()
-	var live []postgres.Row[*eventsv1.GameServerState]
-	for _, r := range rows {
-		switch r.State.GetLifecycle() {
-		case eventsv1.Lifecycle_LIFECYCLE_UNHEALTHY:
-			// Terminate it (its process may still run) and let it be replaced.
-			reason := r.State.GetReason()
-			if reason == eventsv1.Reason_REASON_UNSPECIFIED {
-				reason = eventsv1.Reason_REASON_HEALTH_CHECK_FAILED
-			}
-			if err := c.shutdown(ctx, r, reason, "unhealthy: replaced", note); err != nil {
-				return err
-			}
-		case eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN:
-		default:
-			live = append(live, r)
-			if r.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_SCHEDULED {
-				c.resendStart(ctx, r.State, now)
-			}
-		}
-	}
-	want, limit := int(f.GetSpec().GetReplicas()), len(live)+startsAllowed(f, live, now)
-	for i := len(live); i < want && i < limit; i++ {
-		h := pickHost(hosts, f.GetSpec().GetScheduling())
-		if h == nil {
-			if last, ok := c.noRoomLogged[f.GetName()]; !ok || now.Sub(last) > time.Minute {
-				c.log.Warn("no host with room for the fleet", "fleet", f.GetName(), "missing", want-i)
-				c.noRoomLogged[f.GetName()] = now
-			}
-			return nil
-		}
-		if err := c.schedule(ctx, f, h, note); err != nil {
-			return err
-		}
-		h.used++
-	}
-	if surplus := len(live) - want; surplus > 0 {
-		candidates := scaleDownOrder(live)
-		for _, r := range candidates[:min(surplus, len(candidates))] {
-			detail := fmt.Sprintf("fleet scaled from %d to %d", len(live), want)
-			if err := c.shutdown(ctx, r, eventsv1.Reason_REASON_FLEET_SCALED_DOWN, detail, note); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// scaleDownOrder lists the servers that may be scaled down, best first:
-// READY, then those not yet ready; newest first within each. ALLOCATED and
-// RESERVED servers are never scaled down.
-func scaleDownOrder(live []postgres.Row[*eventsv1.GameServerState]) []postgres.Row[*eventsv1.GameServerState] {
-	rank := func(l eventsv1.Lifecycle) int {
-		switch l {
-		case eventsv1.Lifecycle_LIFECYCLE_READY:
-			return 0
-		case eventsv1.Lifecycle_LIFECYCLE_SCHEDULED, eventsv1.Lifecycle_LIFECYCLE_STARTING:
-			return 1
-		}
-		return -1
-	}
-	var out []postgres.Row[*eventsv1.GameServerState]
-	for _, r := range live {
-		if rank(r.State.GetLifecycle()) >= 0 {
-			out = append(out, r)
-		}
-	}
-	slices.SortStableFunc(out, func(a, b postgres.Row[*eventsv1.GameServerState]) int {
-		if ra, rb := rank(a.State.GetLifecycle()), rank(b.State.GetLifecycle()); ra != rb {
-			return ra - rb
-		}
-		return b.State.GetCreateTime().AsTime().Compare(a.State.GetCreateTime().AsTime())
-	})
-	return out
-}
-
-// pickHost chooses a host with room: the fullest for PACKED, the emptiest
-// for DISTRIBUTED; ties by name.
-func pickHost(hosts []*hostSlot, s eventsv1.Scheduling) *hostSlot {
-	var best *hostSlot
-	for _, h := range hosts {
-		if h.used >= h.capacity {
-			continue
-		}
-		switch {
-		case best == nil:
-			best = h
-		case s == eventsv1.Scheduling_SCHEDULING_DISTRIBUTED && (h.used < best.used || h.used == best.used && h.name < best.name):
-			best = h
-		case s != eventsv1.Scheduling_SCHEDULING_DISTRIBUTED && (h.used > best.used || h.used == best.used && h.name < best.name):
-			best = h
-		}
-	}
-	return best
-}
-
-// schedule places a new game server of fleet f on host h.
-func (c *Controller) schedule(ctx context.Context, f *eventsv1.FleetState, h *hostSlot, note func(uint64)) error {
-	fleetID, err := events.ParseFleetName(f.GetName())
-	if err != nil {
-		return err
-	}
-	name := events.GameServerName(fleetID, events.NewID("gs"))
-	msgs, err := events.DecideGameServer(name, nil, events.ScheduleGameServer{Host: h.name, Spec: f.GetSpec()})
-	if err != nil {
-		return err
-	}
-	seq, err := c.opts.Store.Append(ctx, events.MustSubject(name), 0, c.envelopes(name, msgs)...)
-	if err != nil {
-		return fmt.Errorf("schedule %s: %w", name, err)
-	}
-	note(seq)
-	c.scheduled.Add(ctx, 1)
-	c.log.Info("game server scheduled", "game_server", name, "host", h.name)
-	return c.sendStart(ctx, h.name, name, f.GetSpec())
-}
-
-func (c *Controller) sendStart(ctx context.Context, host, name string, spec *eventsv1.FleetSpec) error {
-	hostID, err := events.ParseHostName(host)
-	if err != nil {
-		return err
-	}
-	return c.opts.Commands.Send(ctx, hostID, c.producer, &agentv1.Command{Action: &agentv1.Command_Start{Start: &agentv1.StartGameServer{
-		GameServer: name, Template: proto.CloneOf(spec.GetTemplate()), Health: proto.CloneOf(spec.GetHealth()),
-		SdkDisconnectGraceSeconds: spec.GetSdkDisconnectGraceSeconds(), Labels: maps.Clone(spec.GetLabels()),
-	}}})
-}
-
-// resendStart sends a SCHEDULED server's start command again when neither
-// it was scheduled nor its command last re-sent within StartTimeout (the
-// command may have been lost, or the agent away; the agent ignores a
-// duplicate). The command is rebuilt from the server's own copy of the
-// template and policies, which a later fleet update does not change.
-func (c *Controller) resendStart(ctx context.Context, s *eventsv1.GameServerState, now time.Time) {
-	since := s.GetCreateTime().AsTime()
-	if t, ok := c.startResent[s.GetName()]; ok && t.After(since) {
-		since = t
-	}
-	if now.Sub(since) <= c.opts.StartTimeout {
-		return
-	}
-	spec := &eventsv1.FleetSpec{Template: s.GetTemplate(), Health: s.GetHealthPolicy(),
-		SdkDisconnectGraceSeconds: s.GetSdkDisconnectGraceSeconds(), Labels: s.GetLabels()}
-	if err := c.sendStart(ctx, s.GetHost(), s.GetName(), spec); err != nil {
-		c.log.Error("re-send start command", "game_server", s.GetName(), "err", err)
-		return
-	}
-	c.startResent[s.GetName()] = now
-	c.log.Warn("start command re-sent", "game_server", s.GetName(), "host", s.GetHost(),
-		"scheduled_at", s.GetCreateTime().AsTime(), "start_timeout", c.opts.StartTimeout)
-}
-
-// shutdown decides a server's shutdown, appends it guarded by the row's
-// sequence (a conflict skips it this pass) and tells its agent.
-func (c *Controller) shutdown(ctx context.Context, r postgres.Row[*eventsv1.GameServerState], reason eventsv1.Reason, detail string, note func(uint64)) error {
-	name := r.State.GetName()
-	deadline := c.opts.Now().Add(c.opts.ShutdownGrace)
-	ev := proto.CloneOf(r.State.GetEvidence())
-	if ev == nil {
-		ev = &eventsv1.Evidence{}
-	}
-	ev.RequestedBy, ev.Detail = c.producer, detail
-	msgs, err := events.DecideGameServer(name, r.State, events.RequestShutdown{Reason: reason, Evidence: ev, Deadline: deadline})
-	if err != nil || len(msgs) == 0 {
-		return err
-	}
-	seq, err := c.opts.Store.Append(ctx, events.MustSubject(name), r.Sequence, c.envelopes(name, msgs)...)
-	if errors.Is(err, events.ErrConflict) {
-		c.log.Debug("server changed under the decision; next pass", "game_server", name)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("shut down %s: %w", name, err)
-	}
-	note(seq)
-	c.shutdowns.Add(ctx, 1)
-	c.log.Info("game server shutdown requested", "game_server", name, "reason", events.ReasonName(reason))
-	hostID, err := events.ParseHostName(r.State.GetHost())
-	if err != nil {
-		return err
-	}
-	return c.opts.Commands.Send(ctx, hostID, c.producer, &agentv1.Command{Action: &agentv1.Command_Stop{Stop: &agentv1.StopGameServer{
-		GameServer: name, Reason: reason, Deadline: timestamppb.New(deadline),
-	}}})
 }
 
 func (c *Controller) envelopes(name string, msgs []proto.Message) []events.Envelope {

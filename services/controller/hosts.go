@@ -12,7 +12,7 @@ import (
 	"github.com/tetherhq/tether/services/hostbeat"
 )
 
-// checkHosts turns host heartbeats into liveness verdicts (DESIGN.md §4):
+// planHosts turns host heartbeats into liveness verdicts (DESIGN.md §4):
 // a host silent for UnreachableAfter becomes UNREACHABLE (its servers keep
 // running and are not replaced: the control plane merely lost sight of
 // them); silent for LostAfter it becomes LOST and its live servers are
@@ -21,43 +21,30 @@ import (
 // servers the views place on it are checked against the inventory its
 // agent reports (checkInventory). It returns the host statuses after its
 // verdicts.
-func (c *Controller) checkHosts(ctx context.Context, hosts []postgres.HostRow, servers []postgres.Row[*eventsv1.GameServerState],
-	note func(uint64)) (map[string]eventsv1.HostStatus, error) {
-	beats, err := c.readBeats(ctx)
-	if err != nil {
-		return nil, err
-	}
-	now := c.opts.Now()
+func (p planner) planHosts(s snapshot, out *Plan) map[string]eventsv1.HostStatus {
 	status := map[string]eventsv1.HostStatus{}
-	for _, h := range hosts {
+	for _, h := range s.hosts {
 		name := h.State.GetName()
 		status[name] = h.State.GetStatus()
 		id, err := events.ParseHostName(name)
 		if err != nil {
-			return nil, err
+			out.refused = append(out.refused, err)
+			continue
 		}
-		beat, beating := beats[id]
-		if beating && beat.Stored.After(c.seen[id]) {
-			c.seen[id] = beat.Stored
-		}
-		last, ok := c.seen[id]
-		if !ok {
-			// First sight since this instance leads: give it a full grace.
-			last, c.seen[id] = now, now
-		}
-		silent := now.Sub(last)
+		beat := s.beats[id]
+		last := s.heard[id]
+		silent := s.now.Sub(last)
 		var cmd events.HostCommand
 		switch st := h.State.GetStatus(); {
-		case (st == eventsv1.HostStatus_HOST_STATUS_ONLINE || st == eventsv1.HostStatus_HOST_STATUS_DRAINING) && silent > c.opts.UnreachableAfter:
+		case (st == eventsv1.HostStatus_HOST_STATUS_ONLINE || st == eventsv1.HostStatus_HOST_STATUS_DRAINING) && silent > p.unreachableAfter:
 			cmd = events.MarkHostUnreachable{LastHeartbeat: last}
-		case st == eventsv1.HostStatus_HOST_STATUS_UNREACHABLE && silent > c.opts.LostAfter:
+		case st == eventsv1.HostStatus_HOST_STATUS_UNREACHABLE && silent > p.lostAfter:
 			cmd = events.MarkHostLost{LastHeartbeat: last}
-		case (st == eventsv1.HostStatus_HOST_STATUS_UNREACHABLE || st == eventsv1.HostStatus_HOST_STATUS_LOST) && silent <= c.opts.UnreachableAfter:
+		case (st == eventsv1.HostStatus_HOST_STATUS_UNREACHABLE || st == eventsv1.HostStatus_HOST_STATUS_LOST) && silent <= p.unreachableAfter:
 			if inv := beat.Inventory; inv != nil && inv.Queued > 0 {
 				// Its agent still publishes what it kept while away: the host
 				// is back when its facts are, so the views and the inventory
 				// agree. It beats, so it is not lost meanwhile.
-				c.log.Debug("host beats again; waiting for its queued events", "host", name, "queued", inv.Queued)
 				continue
 			}
 			cmd = events.MarkHostOnline{LastHeartbeat: last}
@@ -65,34 +52,31 @@ func (c *Controller) checkHosts(ctx context.Context, hosts []postgres.HostRow, s
 			continue
 		}
 		msgs, err := events.DecideHost(name, h.State, cmd)
-		if err != nil || len(msgs) == 0 {
-			if err != nil {
-				c.log.Error("host verdict refused", "host", name, "err", err)
-			}
+		if err != nil {
+			out.refused = append(out.refused, fmt.Errorf("host verdict on %s: %w", name, err))
 			continue
 		}
-		seq, err := c.opts.Store.Append(ctx, events.MustSubject(name), h.Sequence, c.envelopes(name, msgs)...)
-		if errors.Is(err, events.ErrConflict) {
-			continue // the host changed (e.g. re-registered); next pass
+		if len(msgs) == 0 {
+			continue
 		}
-		if err != nil {
-			return nil, fmt.Errorf("host %s: %w", name, err)
-		}
-		note(seq)
-		typ := events.TypeOf(msgs[0])
-		c.log.Warn("host liveness changed", "host", name, "event", typ, "silent", silent.Round(time.Millisecond))
-		switch typ {
-		case "HostUnreachable":
+		d := decision{action: actHost, name: name, guard: h.Sequence, events: msgs,
+			say: "host liveness changed", attrs: []any{"host", name, "event", events.TypeOf(msgs[0]), "silent", silent.Round(time.Millisecond)}}
+		switch msgs[0].(type) {
+		case *eventsv1.HostUnreachable:
 			status[name] = eventsv1.HostStatus_HOST_STATUS_UNREACHABLE
-		case "HostOnline":
+		case *eventsv1.HostOnline:
 			status[name] = eventsv1.HostStatus_HOST_STATUS_ONLINE
-			c.checkInventory(ctx, name, beat, servers, note)
-		case "HostLost":
+			d.then = p.checkInventory(name, beat, s.servers, out)
+			if inv := beat.Inventory; inv != nil {
+				d.attrs = append(d.attrs, "inventory_time", beat.Time, "inventory_servers", len(inv.Servers))
+			}
+		case *eventsv1.HostLost:
 			status[name] = eventsv1.HostStatus_HOST_STATUS_LOST
-			c.terminateLost(ctx, name, last, servers, note)
+			d.then = p.terminateLost(name, last, s.servers, out)
 		}
+		out.decisions = append(out.decisions, d)
 	}
-	return status, nil
+	return status
 }
 
 // beatsWait bounds a pass's wait for the heartbeat tracker to hold every
@@ -140,26 +124,18 @@ func (c *Controller) stopBeats() {
 }
 
 // terminateLost ends every live server of a lost host with HOST_LOST.
-func (c *Controller) terminateLost(ctx context.Context, host string, last time.Time, servers []postgres.Row[*eventsv1.GameServerState], note func(uint64)) {
+func (p planner) terminateLost(host string, last time.Time, servers []postgres.Row[*eventsv1.GameServerState], out *Plan) []decision {
+	var then []decision
 	for _, r := range servers {
 		if r.State.GetHost() != host {
 			continue
 		}
-		name := r.State.GetName()
-		ev := &eventsv1.Evidence{RequestedBy: c.producer, Detail: fmt.Sprintf("host %s lost: no heartbeat since %s", host, last.Format(time.RFC3339))}
-		msgs, err := events.DecideGameServer(name, r.State, events.Terminate{Reason: eventsv1.Reason_REASON_HOST_LOST, Evidence: ev})
-		if err != nil {
-			c.log.Error("terminate server of a lost host", "game_server", name, "err", err)
-			continue
+		detail := fmt.Sprintf("host %s lost: no heartbeat since %s", host, last.Format(time.RFC3339))
+		if d := p.terminate(r, eventsv1.Reason_REASON_HOST_LOST, detail, "game server of a lost host terminated", out); d != nil {
+			then = append(then, *d)
 		}
-		seq, err := c.opts.Store.Append(ctx, events.MustSubject(name), r.Sequence, c.envelopes(name, msgs)...)
-		if err != nil {
-			c.log.Error("terminate server of a lost host", "game_server", name, "err", err)
-			continue
-		}
-		note(seq)
-		c.shutdowns.Add(ctx, 1)
 	}
+	return then
 }
 
 // missingDetail opens the evidence of a server terminated because its host
@@ -176,17 +152,12 @@ const missingDetail = "not in the host's inventory when it came back"
 // its way), nor servers whose last event is newer than the inventory; the
 // append is guarded by the server's sequence, so a server whose end (or any
 // other event) reached the stream since the views were read is left alone.
-func (c *Controller) checkInventory(ctx context.Context, host string, beat hostbeat.Beat, servers []postgres.Row[*eventsv1.GameServerState], note func(uint64)) {
+func (p planner) checkInventory(host string, beat hostbeat.Beat, servers []postgres.Row[*eventsv1.GameServerState], out *Plan) []decision {
 	inv := beat.Inventory
 	if inv == nil {
-		c.log.Info("host back without an inventory (an older agent); its servers are kept", "host", host)
-		return
+		return nil // an older agent: its servers are kept
 	}
-	list := make([]string, len(inv.Servers))
-	for i, s := range inv.Servers {
-		list[i] = fmt.Sprintf("%s (pid %d)", s.Name, s.Pid)
-	}
-	c.log.Info("host back with its inventory", "host", host, "inventory_time", beat.Time, "servers", list)
+	var then []decision
 	for _, r := range servers {
 		name := r.State.GetName()
 		if r.State.GetHost() != host || inv.Has(name) {
@@ -199,34 +170,20 @@ func (c *Controller) checkInventory(ctx context.Context, host string, beat hostb
 		if u := r.State.GetUpdateTime(); u != nil && u.AsTime().After(beat.Time) {
 			continue // changed since the inventory was taken
 		}
-		ev := &eventsv1.Evidence{RequestedBy: c.producer, Detail: fmt.Sprintf(
-			"%s: host %s reported %d game servers at %s, not this one (last known pid %d, %s)",
-			missingDetail, host, len(inv.Servers), beat.Time.Format(time.RFC3339Nano), r.State.GetPid(), events.LifecycleName(r.State.GetLifecycle()))}
-		msgs, err := events.DecideGameServer(name, r.State, events.Terminate{Reason: eventsv1.Reason_REASON_PROCESS_EXITED, Evidence: ev})
-		if err != nil {
-			c.log.Error("terminate server missing from its host's inventory", "game_server", name, "err", err)
-			continue
+		detail := fmt.Sprintf("%s: host %s reported %d game servers at %s, not this one (last known pid %d, %s)",
+			missingDetail, host, len(inv.Servers), beat.Time.Format(time.RFC3339Nano), r.State.GetPid(), events.LifecycleName(r.State.GetLifecycle()))
+		if d := p.terminate(r, eventsv1.Reason_REASON_PROCESS_EXITED, detail, "game server missing from its host's inventory; terminated", out); d != nil {
+			then = append(then, *d)
 		}
-		seq, err := c.opts.Store.Append(ctx, events.MustSubject(name), r.Sequence, c.envelopes(name, msgs)...)
-		if errors.Is(err, events.ErrConflict) {
-			c.log.Info("server missing from its host's inventory changed since the views were read; left to its events", "game_server", name)
-			continue
-		}
-		if err != nil {
-			c.log.Error("terminate server missing from its host's inventory", "game_server", name, "err", err)
-			continue
-		}
-		note(seq)
-		c.shutdowns.Add(ctx, 1)
-		c.log.Warn("game server missing from its host's inventory; terminated", "game_server", name, "host", host, "pid", r.State.GetPid())
 	}
+	return then
 }
 
 // restartedDetail opens the evidence of a server terminated because its
 // host's agent restarted without it.
 const restartedDetail = "its host's agent restarted"
 
-// terminateOrphans ends the live game servers whose host's agent restarted
+// planOrphans ends the live game servers whose host's agent restarted
 // since their last event (DESIGN.md §4): an agent that starts supervises
 // none of its predecessor's processes. It stops those it recorded in its
 // data directory and terminates them itself before it registers; the rest
@@ -237,12 +194,12 @@ const restartedDetail = "its host's agent restarted"
 // nobody looking after it. It is terminated with AGENT_RESTARTED and the
 // evidence, and its fleet replaces it. The append is guarded by the
 // server's sequence, so one that heard from anyone since is left alone.
-func (c *Controller) terminateOrphans(ctx context.Context, hosts []postgres.HostRow, servers []postgres.Row[*eventsv1.GameServerState], note func(uint64)) {
-	registered := make(map[string]*eventsv1.HostState, len(hosts))
-	for _, h := range hosts {
+func (p planner) planOrphans(s snapshot, out *Plan) {
+	registered := make(map[string]*eventsv1.HostState, len(s.hosts))
+	for _, h := range s.hosts {
 		registered[h.State.GetName()] = h.State
 	}
-	for _, r := range servers {
+	for _, r := range s.servers {
 		h := registered[r.State.GetHost()]
 		if h == nil || r.Sequence >= h.GetRegisteredSequence() {
 			continue
@@ -251,27 +208,12 @@ func (c *Controller) terminateOrphans(ctx context.Context, hosts []postgres.Host
 		case eventsv1.Lifecycle_LIFECYCLE_SCHEDULED, eventsv1.Lifecycle_LIFECYCLE_TERMINATED:
 			continue
 		}
-		name := r.State.GetName()
-		ev := &eventsv1.Evidence{RequestedBy: c.producer, Detail: fmt.Sprintf(
+		detail := fmt.Sprintf(
 			"%s: %s registered again at sequence %d (agent %s) after this server's last event (sequence %d, %s, pid %d); the new agent does not supervise it",
 			restartedDetail, h.GetName(), h.GetRegisteredSequence(), h.GetAgentIncarnation(), r.Sequence,
-			events.LifecycleName(r.State.GetLifecycle()), r.State.GetPid())}
-		msgs, err := events.DecideGameServer(name, r.State, events.Terminate{Reason: eventsv1.Reason_REASON_AGENT_RESTARTED, Evidence: ev})
-		if err != nil {
-			c.log.Error("terminate server of a restarted agent", "game_server", name, "err", err)
-			continue
+			events.LifecycleName(r.State.GetLifecycle()), r.State.GetPid())
+		if d := p.terminate(r, eventsv1.Reason_REASON_AGENT_RESTARTED, detail, "game server of a restarted agent terminated", out); d != nil {
+			out.decisions = append(out.decisions, *d)
 		}
-		seq, err := c.opts.Store.Append(ctx, events.MustSubject(name), r.Sequence, c.envelopes(name, msgs)...)
-		if errors.Is(err, events.ErrConflict) {
-			c.log.Info("server of a restarted agent changed since the views were read; left to its events", "game_server", name)
-			continue
-		}
-		if err != nil {
-			c.log.Error("terminate server of a restarted agent", "game_server", name, "err", err)
-			continue
-		}
-		note(seq)
-		c.shutdowns.Add(ctx, 1)
-		c.log.Warn("game server of a restarted agent terminated", "game_server", name, "host", h.GetName(), "pid", r.State.GetPid())
 	}
 }

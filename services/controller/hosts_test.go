@@ -16,8 +16,8 @@ import (
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/controller"
-	"github.com/tetherhq/tether/services/dev/wait"
 	"github.com/tetherhq/tether/services/hostbeat"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // beater plays the agents' heartbeats; a host's beat can be switched off,

@@ -10,8 +10,8 @@ import (
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/controller"
-	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/natstest"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // leaderOf waits for one of the controllers to lead and checks that only

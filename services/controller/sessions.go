@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -22,8 +20,8 @@ const sessionBatch = 500
 // appends).
 const uncreatedAfter = 5 * time.Second
 
-// reconcileSessions carries out the controller's game-session duties, each
-// as appends guarded by the aggregate's sequence: a conflict means someone
+// planSessions carries out the controller's game-session duties, each as
+// an append guarded by the aggregate's sequence: a conflict means someone
 // (a reconnecting player, an agent) wrote first, and the next pass decides
 // again on fresh views.
 //   - reservations that ran out end: RESERVED servers return to READY,
@@ -32,133 +30,78 @@ const uncreatedAfter = 5 * time.Second
 //   - game sessions whose server no longer runs them end, with the
 //     server's reason;
 //   - allocations whose game session was never created get it.
-func (c *Controller) reconcileSessions(ctx context.Context, servers []postgres.Row[*eventsv1.GameServerState], note func(uint64)) error {
-	now := c.opts.Now()
-	for _, r := range servers {
-		if r.State.GetLifecycle() != eventsv1.Lifecycle_LIFECYCLE_RESERVED {
-			continue
-		}
-		c.appendServer(ctx, r, events.EndReservation{Now: now}, note)
-	}
-	due, err := c.opts.Views.DueGameSessions(ctx, now, sessionBatch)
-	if err != nil {
-		return err
-	}
-	for _, r := range due {
-		c.appendSession(ctx, r, events.ExpirePlayers{Now: now}, note)
-	}
-	orphans, err := c.opts.Views.OrphanedGameSessions(ctx, sessionBatch)
-	if err != nil {
-		return err
-	}
-	for _, r := range orphans {
-		cmd, err := c.sessionEnd(ctx, r.State)
-		if err != nil {
-			c.log.Error("read the server of a game session", "game_session", r.State.GetName(), "err", err)
-			continue
-		}
-		c.appendSession(ctx, r, cmd, note)
-	}
-	uncreated, err := c.opts.Views.UncreatedGameSessions(ctx, now.Add(-uncreatedAfter), sessionBatch)
-	if err != nil {
-		return err
-	}
-	for _, r := range uncreated {
-		if err := c.createSession(ctx, r.State, now, note); err != nil {
-			c.log.Error("create the game session of an allocation", "game_server", r.State.GetName(), "err", err)
+func (p planner) planSessions(s snapshot, out *Plan) {
+	for _, r := range s.servers {
+		if r.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_RESERVED {
+			p.decideServer(r, events.EndReservation{Now: s.now}, out)
 		}
 	}
-	return nil
+	for _, r := range s.dueSessions {
+		p.decideSession(r, events.ExpirePlayers{Now: s.now}, out)
+	}
+	for _, o := range s.orphanSessions {
+		p.decideSession(o.session, sessionEnd(o.server, o.session.State), out)
+	}
+	for _, u := range s.uncreatedSessions {
+		p.createSession(u, s.now, out)
+	}
 }
 
 // sessionEnd decides why a game session whose server moved on ends.
-func (c *Controller) sessionEnd(ctx context.Context, s *eventsv1.GameSessionState) (events.EndGameSession, error) {
-	gs, err := c.opts.Views.GameServer(ctx, s.GetGameServer())
-	if err != nil {
-		return events.EndGameSession{}, err
-	}
-	st := gs.State
-	if st.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_READY || st.GetGameSession() != "" && st.GetGameSession() != s.GetName() {
+func sessionEnd(gs *eventsv1.GameServerState, s *eventsv1.GameSessionState) events.EndGameSession {
+	if gs.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_READY || gs.GetGameSession() != "" && gs.GetGameSession() != s.GetName() {
 		return events.EndGameSession{Reason: eventsv1.GameSessionEndReason_GAME_SESSION_END_REASON_SERVER_READY_AGAIN,
-			Detail: "the game server called Ready again"}, nil
+			Detail: "the game server called Ready again"}
 	}
 	return events.EndGameSession{
-		Reason: eventsv1.GameSessionEndReason_GAME_SESSION_END_REASON_SERVER_ENDED, ServerReason: st.GetReason(),
-		Detail: fmt.Sprintf("game server %s is %s", st.GetName(), events.LifecycleName(st.GetLifecycle())),
-	}, nil
+		Reason: eventsv1.GameSessionEndReason_GAME_SESSION_END_REASON_SERVER_ENDED, ServerReason: gs.GetReason(),
+		Detail: fmt.Sprintf("game server %s is %s", gs.GetName(), events.LifecycleName(gs.GetLifecycle())),
+	}
 }
 
-// createSession appends the GameSessionCreated an allocator left out, from
-// the server's allocation, as the first event of the session's subject.
-func (c *Controller) createSession(ctx context.Context, gs *eventsv1.GameServerState, now time.Time, note func(uint64)) error {
-	alloc := gs.GetAllocation()
-	fleet, _, err := events.ParseGameServerName(gs.GetName())
-	if err != nil {
-		return err
-	}
-	f, err := c.opts.Views.Fleet(ctx, events.FleetName(fleet))
-	if err != nil {
-		return err
-	}
-	created := events.SessionCreated(gs.GetName(), alloc, f.State.GetSpec().GetPlayerSessions(), now, "")
+// createSession decides the GameSessionCreated an allocator left out, from
+// the server's allocation, as the first event of the session's subject (a
+// conflict: its allocator created it after all).
+func (p planner) createSession(u uncreatedSession, now time.Time, out *Plan) {
+	alloc := u.server.GetAllocation()
+	created := events.SessionCreated(u.server.GetName(), alloc, u.policy, now, "")
 	name := alloc.GetGameSession()
 	msgs, err := events.DecideGameSession(name, nil, events.CreateGameSession{Created: created})
 	if err != nil {
-		return err
+		out.refused = append(out.refused, fmt.Errorf("create the game session of %s: %w", u.server.GetName(), err))
+		return
 	}
-	seq, err := c.opts.Store.Append(ctx, events.MustSubject(name), 0, c.envelopes(name, msgs)...)
-	if errors.Is(err, events.ErrConflict) {
-		return nil // its allocator created it after all
-	}
-	if err != nil {
-		return err
-	}
-	note(seq)
-	c.log.Warn("game session created by the controller: its allocator stopped before it", "game_session", name, "game_server", gs.GetName())
-	return nil
+	out.decisions = append(out.decisions, decision{action: actSession, name: name, events: msgs,
+		say: "game session created by the controller: its allocator stopped before it", attrs: []any{"game_session", name, "game_server", u.server.GetName()}})
 }
 
-// appendSession decides a command on a game session and appends the
-// result guarded by the row's sequence.
-func (c *Controller) appendSession(ctx context.Context, r postgres.Row[*eventsv1.GameSessionState], cmd events.GameSessionCommand, note func(uint64)) {
+// decideSession decides a command on a game session.
+func (p planner) decideSession(r postgres.Row[*eventsv1.GameSessionState], cmd events.GameSessionCommand, out *Plan) {
 	name := r.State.GetName()
 	msgs, err := events.DecideGameSession(name, r.State, cmd)
 	if err != nil {
-		c.log.Error("game session decision", "game_session", name, "command", fmt.Sprintf("%T", cmd), "err", err)
+		out.refused = append(out.refused, fmt.Errorf("game session %s, %T: %w", name, cmd, err))
 		return
 	}
-	c.appendGuarded(ctx, name, r.Sequence, msgs, note)
+	p.deadline(name, r.Sequence, msgs, out)
 }
 
-// appendServer decides a command on a game server and appends the result
-// guarded by the row's sequence.
-func (c *Controller) appendServer(ctx context.Context, r postgres.Row[*eventsv1.GameServerState], cmd events.GameServerCommand, note func(uint64)) {
+// decideServer decides a command on a game server.
+func (p planner) decideServer(r postgres.Row[*eventsv1.GameServerState], cmd events.GameServerCommand, out *Plan) {
 	name := r.State.GetName()
 	msgs, err := events.DecideGameServer(name, r.State, cmd)
 	if err != nil {
-		c.log.Error("game server decision", "game_server", name, "command", fmt.Sprintf("%T", cmd), "err", err)
+		out.refused = append(out.refused, fmt.Errorf("game server %s, %T: %w", name, cmd, err))
 		return
 	}
-	c.appendGuarded(ctx, name, r.Sequence, msgs, note)
+	p.deadline(name, r.Sequence, msgs, out)
 }
 
-// appendGuarded appends decided events; a conflict leaves the decision to
-// the next pass.
-func (c *Controller) appendGuarded(ctx context.Context, name string, guard uint64, msgs []proto.Message, note func(uint64)) {
+// deadline adds a session duty's events, if any, guarded by guard.
+func (p planner) deadline(name string, guard uint64, msgs []proto.Message, out *Plan) {
 	if len(msgs) == 0 {
 		return
 	}
-	seq, err := c.opts.Store.Append(ctx, events.MustSubject(name), guard, c.envelopes(name, msgs)...)
-	if errors.Is(err, events.ErrConflict) {
-		c.log.Debug("aggregate changed under the decision; next pass", "aggregate", name)
-		return
-	}
-	if err != nil {
-		c.log.Error("append decision", "aggregate", name, "err", err)
-		return
-	}
-	note(seq)
-	for _, m := range msgs {
-		c.log.Info("controller decision appended", "aggregate", name, "event", events.TypeOf(m))
-	}
+	out.decisions = append(out.decisions, decision{action: actSession, name: name, guard: guard, events: msgs,
+		say: "controller decision appended", attrs: []any{"aggregate", name}})
 }

@@ -113,20 +113,3 @@ func (c *Controller) Ready() error {
 	}
 	return nil
 }
-
-// watchHostsOnly is a pass on stale views: host liveness from heartbeats,
-// each verdict (and a lost host's terminations) guarded by the sequence
-// the views show, so a verdict on a host that changed meanwhile is refused
-// by the stream rather than made on what the views missed.
-func (c *Controller) watchHostsOnly(ctx context.Context) error {
-	servers, err := c.live.read(ctx, c.opts.Views)
-	if err != nil {
-		return err
-	}
-	hosts, err := c.allHosts(ctx)
-	if err != nil {
-		return err
-	}
-	_, err = c.checkHosts(ctx, hosts, servers, func(seq uint64) { c.written = max(c.written, seq) })
-	return err
-}

@@ -11,7 +11,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/controller"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // lockedBuffer is a log sink safe for concurrent writers.

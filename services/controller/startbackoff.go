@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -227,21 +226,22 @@ func firstRead(fleets []postgres.FleetRow, checkpoint uint64) uint64 {
 	return from
 }
 
-// watchStarts reads the game servers changed since the last pass and
-// records, per fleet, start failures and recoveries. fleets are updated in
-// place with what was appended, so that this pass already holds back.
-func (c *Controller) watchStarts(ctx context.Context, fleets []postgres.FleetRow, note func(uint64)) error {
+// readStarts reads the game servers changed since the last pass and
+// returns, per fleet, what they say about starts, with what earlier passes
+// could not record yet (pending); the executor puts back what it cannot
+// record this pass.
+func (c *Controller) readStarts(ctx context.Context, fleets []postgres.FleetRow) (map[string]*startNews, error) {
 	w := &c.starts
 	if !w.read {
 		cp, err := c.opts.Views.Checkpoint(ctx)
 		if err != nil {
-			return fmt.Errorf("read the views' checkpoint: %w", err)
+			return nil, fmt.Errorf("read the views' checkpoint: %w", err)
 		}
 		w.after, w.read, w.pending, w.counted = firstRead(fleets, cp), true, map[string]*startNews{}, map[string]bool{}
 	}
 	rows, err := c.opts.Views.GameServersChangedSince(ctx, w.after)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	byName := make(map[string]*eventsv1.FleetState, len(fleets))
 	for _, f := range fleets {
@@ -251,64 +251,58 @@ func (c *Controller) watchStarts(ctx context.Context, fleets []postgres.FleetRow
 		w.after = max(w.after, r.Sequence)
 	}
 	news := classify(rows, byName, w.counted)
-	now := c.opts.Now()
-	backoff := events.StartBackoff{Base: c.opts.StartBackoffBase, Cap: c.opts.StartBackoffCap}
-	for i := range fleets {
-		f := &fleets[i]
+	for name, n := range w.pending {
+		if _, ok := byName[name]; ok {
+			news[name] = n.merge(news[name])
+		}
+	}
+	w.pending = map[string]*startNews{} // the fleet is gone, or its news are in this pass's snapshot
+	return news, nil
+}
+
+// planStarts records, per fleet, start failures and recoveries. It returns
+// the fleets' states with what it decided folded in, so that this pass
+// already holds back.
+func (p planner) planStarts(s snapshot, out *Plan) []*eventsv1.FleetState {
+	fleets := make([]*eventsv1.FleetState, len(s.fleets))
+	for i, f := range s.fleets {
+		fleets[i] = f.State
 		name := f.State.GetName()
-		n := w.pending[name].merge(news[name])
-		delete(w.pending, name)
-		cmd := n.command(now, backoff)
+		n := s.startNews[name]
+		cmd := n.command(s.now, p.backoff)
 		if cmd == nil {
 			continue
 		}
-		err := c.recordStart(ctx, f, cmd, note)
-		switch {
-		case errors.Is(err, events.ErrConflict):
-			w.pending[name] = n // the fleet changed: decided again next pass
-			c.log.Debug("fleet changed under the start decision; next pass", "fleet", name)
-		case err != nil:
-			w.pending[name] = n
-			c.log.Error("record game server starts of the fleet", "fleet", name, "err", err)
+		msgs, err := events.DecideFleet(f.State, cmd)
+		if err != nil {
+			out.refused = append(out.refused, fmt.Errorf("record the starts of %s: %w", name, err))
+			continue
 		}
-	}
-	for name := range w.pending {
-		if _, ok := byName[name]; !ok {
-			delete(w.pending, name) // the fleet is gone
+		if len(msgs) == 0 {
+			continue
 		}
-	}
-	return nil
-}
-
-// recordStart decides cmd on the fleet, appends it guarded by the fleet's
-// sequence and folds it into f.
-func (c *Controller) recordStart(ctx context.Context, f *postgres.FleetRow, cmd events.FleetCommand, note func(uint64)) error {
-	name := f.State.GetName()
-	msgs, err := events.DecideFleet(f.State, cmd)
-	if err != nil || len(msgs) == 0 {
-		return err
-	}
-	evs := c.envelopes(name, msgs)
-	seq, err := c.opts.Store.Append(ctx, events.MustSubject(name), f.Sequence, evs...)
-	if err != nil {
-		return fmt.Errorf("append to %s: %w", name, err)
-	}
-	note(seq)
-	state := f.State
-	for _, e := range evs {
-		if state, err = events.ApplyFleet(state, e); err != nil {
-			return err
+		state := f.State
+		for _, m := range msgs {
+			if state, err = events.ApplyFleet(state, events.New(name, s.now, m)); err != nil {
+				break
+			}
 		}
+		if err != nil {
+			out.refused = append(out.refused, fmt.Errorf("fold the starts of %s: %w", name, err))
+			continue
+		}
+		fleets[i] = state
+		d := decision{action: actStarts, name: name, guard: f.Sequence, events: msgs, fleet: name, news: n}
+		switch e := msgs[0].(type) {
+		case *eventsv1.FleetStartFailing:
+			d.say, d.attrs = "fleet game servers fail to start; replacements back off", []any{"fleet", name,
+				"consecutive_failures", e.GetConsecutiveFailures(), "reason", events.ReasonName(e.GetReason()),
+				"last_error", e.GetLastError(), "game_server", e.GetGameServer(), "backoff_until", e.GetBackoffUntil().AsTime()}
+		case *eventsv1.FleetStartRecovered:
+			d.say, d.attrs = "fleet game servers start again", []any{"fleet", name, "game_server", e.GetGameServer(),
+				"failures", e.GetConsecutiveFailures()}
+		}
+		out.decisions = append(out.decisions, d)
 	}
-	f.State, f.Sequence = state, seq
-	switch d := msgs[0].(type) {
-	case *eventsv1.FleetStartFailing:
-		c.log.Warn("fleet game servers fail to start; replacements back off", "fleet", name,
-			"consecutive_failures", d.GetConsecutiveFailures(), "reason", events.ReasonName(d.GetReason()),
-			"last_error", d.GetLastError(), "game_server", d.GetGameServer(), "backoff_until", d.GetBackoffUntil().AsTime())
-	case *eventsv1.FleetStartRecovered:
-		c.log.Info("fleet game servers start again", "fleet", name, "game_server", d.GetGameServer(),
-			"failures", d.GetConsecutiveFailures())
-	}
-	return nil
+	return fleets
 }

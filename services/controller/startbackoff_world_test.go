@@ -12,7 +12,7 @@ import (
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/controller"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // clock is a test clock that moves only when told.

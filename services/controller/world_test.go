@@ -24,9 +24,9 @@ import (
 	"github.com/tetherhq/tether/services/commands"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev/natsembed"
-	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
-	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/natstest"
+	"github.com/tetherhq/tether/services/testkit/pgtest"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -10,7 +10,7 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // fleetState folds a fleet's events from the stream.

@@ -27,8 +27,9 @@ import (
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev"
 	"github.com/tetherhq/tether/services/dev/natsembed"
-	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/freeport"
+	"github.com/tetherhq/tether/services/testkit/pgtest"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // gameServerBin is the example game server, built once for the package.
@@ -81,7 +82,7 @@ func startStack(t *testing.T, hosts int, configure ...func(*dev.Options)) *stack
 	go func() {
 		opts := dev.Options{
 			DataDir: t.TempDir(), GRPCPort: -1, RESTPort: -1, NATSPort: -1, SDKPort: -1,
-			GamePortBase: 20000 + (os.Getpid()%200)*100, Hosts: hosts, HostCapacity: 4,
+			GamePortBase: freeport.Block(t, 100*hosts), Hosts: hosts, HostCapacity: 4,
 			DatabaseURL: pgtest.NewDatabase(t), Logger: log,
 			Ready: func(a dev.Addresses) { ready <- a },
 		}
@@ -527,7 +528,7 @@ func TestReconnectingServerIsNeverKilled(t *testing.T) {
 // never share a range (a second stack used to draw on the first's ports
 // and loop on "no 1 free ports").
 func TestSecondStackTakesAnotherGamePortRange(t *testing.T) {
-	base := 40000 + os.Getpid()%200*100
+	base := freeport.Block(t, 200)
 	block := func(s *stack) map[int]bool {
 		t.Helper()
 		if code := s.rest("POST", "/v1/fleets?fleetId=arena", fleetSpec(2, nil), nil); code != http.StatusOK {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // explanation is the REST shape of :explain that tests read.

@@ -13,8 +13,9 @@ import (
 
 	"github.com/tetherhq/tether/services/dev"
 	"github.com/tetherhq/tether/services/dev/natsembed"
-	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/freeport"
+	"github.com/tetherhq/tether/services/testkit/pgtest"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // NATS stops for 10 s while a server crashes: afterwards every event is in
@@ -40,7 +41,7 @@ func TestNATSOutage(t *testing.T) {
 	go func() {
 		done <- dev.Run(ctx, dev.Options{
 			DataDir: t.TempDir(), GRPCPort: -1, RESTPort: -1, SDKPort: -1, NATSURL: ns.ClientURL(),
-			GamePortBase: 26000 + os.Getpid()%100*10, Hosts: 1, HostCapacity: 4, DatabaseURL: pgtest.NewDatabase(t),
+			GamePortBase: freeport.Block(t, 100), Hosts: 1, HostCapacity: 4, DatabaseURL: pgtest.NewDatabase(t),
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 			Ready:  func(a dev.Addresses) { ready <- a },
 		})

@@ -19,9 +19,10 @@ import (
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/commands"
 	"github.com/tetherhq/tether/services/controller"
-	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
-	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/freeport"
+	"github.com/tetherhq/tether/services/testkit/natstest"
+	"github.com/tetherhq/tether/services/testkit/pgtest"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // Liveness timings of the partition test: short, so it runs in seconds.
@@ -75,7 +76,7 @@ func startPartitionStack(t *testing.T, hosts ...string) *partitionStack {
 	}
 	runs := []func(context.Context) error{proj.Run, fresh.Run, ctl.Run}
 	s := &partitionStack{t: t, ctx: ctx, store: store, views: postgres.NewViews(pool), paused: map[string]*atomic.Bool{}}
-	base := 24000 + os.Getpid()%100*20
+	base := freeport.Block(t, 10*len(hosts))
 	for i, id := range hosts {
 		paused := &atomic.Bool{}
 		s.paused[id] = paused

@@ -14,8 +14,8 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/commands"
 	"github.com/tetherhq/tether/services/dev"
-	"github.com/tetherhq/tether/services/dev/wait"
 	"github.com/tetherhq/tether/services/playertoken"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // allocation is the REST shape of an allocation response that tests read.

@@ -20,8 +20,9 @@ import (
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev"
-	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/freeport"
+	"github.com/tetherhq/tether/services/testkit/pgtest"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // The restart tests kill Tether's own processes with SIGKILL and start them
@@ -169,7 +170,7 @@ func agentKilledAndRestarted(t *testing.T, slow bool) {
 	wait.For(t, 15*time.Second, "the stack's own host UNREACHABLE", func() bool { return s.hostState("h1") == "UNREACHABLE" })
 
 	logDir := t.TempDir()
-	base := 26000 + os.Getpid()%100*20
+	base := freeport.Block(t, 20)
 	agentArgs := []string{"--nats-url", s.addrs.NATS, "agent", "--host-id", "ext1", "--log-dir", logDir,
 		"--sdk-addr", "127.0.0.1:0", "--sdk-http-addr", "127.0.0.1:0",
 		"--port-min", strconv.Itoa(base), "--port-max", strconv.Itoa(base + 19)}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
 	"github.com/tetherhq/tether/services/hostbeat"
+	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 
 // BenchmarkReadBeats reads every host's beat from a bucket of

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
 	"github.com/tetherhq/tether/services/hostbeat"
+	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 
 func TestReadBeats(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
+	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 
 // Wait returns only once the tracker holds every value the bucket had when

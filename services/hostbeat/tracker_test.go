@@ -14,8 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
 	"github.com/tetherhq/tether/services/hostbeat"
+	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 
 // track starts a tracker stopped when the test ends.

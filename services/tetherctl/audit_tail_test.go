@@ -16,7 +16,7 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/services/apiserver"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 func TestWatchHeaderName(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 var gameServerHeader = []string{"NAME", "STATE", "CONNECTION", "HEALTH", "HOST", "ADDRESS", "PORTS", "REASON", "AGE"}

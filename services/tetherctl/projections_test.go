@@ -11,7 +11,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // seedServers appends three READY game servers and returns the last sequence.

@@ -20,9 +20,9 @@ import (
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/apiserver"
-	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
-	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
 	"github.com/tetherhq/tether/services/playertoken"
+	"github.com/tetherhq/tether/services/testkit/natstest"
+	"github.com/tetherhq/tether/services/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

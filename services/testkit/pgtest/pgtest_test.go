@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tetherhq/tether/services/dev/pgtemp/pgtest"
+	"github.com/tetherhq/tether/services/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

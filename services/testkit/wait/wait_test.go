@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/services/dev/wait"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // recorder is a testing.TB whose Fatalf records the message instead of

@@ -5,7 +5,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tetherhq/tether/services/dev/natsembed/natstest"
+	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 
 func TestStartConnect(t *testing.T) {

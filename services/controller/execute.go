@@ -1,0 +1,118 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/tetherhq/tether/events"
+)
+
+// noRoomLogEvery is how often "no host with room" is repeated for a fleet
+// that stays short.
+const noRoomLogEvery = time.Minute
+
+// execute carries out a plan in order (plan.go): it appends each decision
+// guarded by the sequence it was decided on and then sends its command; a
+// decision's follow-ups only if it was appended. A conflict (the aggregate
+// changed since the views were read) skips the decision: the next pass
+// decides again. Any other append error ends the pass, since the stream
+// is unavailable; the rest of the plan is decided again next pass. A
+// command that cannot be sent is logged: a start is re-sent after
+// StartTimeout, and a stopped server's agent reads its servers again.
+//
+// It reports whether anything was appended.
+func (c *Controller) execute(ctx context.Context, p Plan) (wrote bool, err error) {
+	for _, e := range p.refused {
+		c.log.Error("decision refused", "err", e)
+	}
+	now := c.opts.Now()
+	for _, n := range p.noRoom {
+		if last, ok := c.noRoomLogged[n.fleet]; !ok || now.Sub(last) > noRoomLogEvery {
+			c.log.Warn("no host with room for the fleet", "fleet", n.fleet, "missing", n.missing)
+			c.noRoomLogged[n.fleet] = now
+		}
+	}
+	for i, d := range p.decisions {
+		ok, err := c.carryOut(ctx, d)
+		wrote = wrote || ok
+		if err != nil {
+			for _, rest := range p.decisions[i+1:] {
+				c.keepNews(rest)
+			}
+			return wrote, err
+		}
+	}
+	return wrote, nil
+}
+
+// carryOut appends one decision and sends its command, then its
+// follow-ups. It reports whether anything was appended.
+func (c *Controller) carryOut(ctx context.Context, d decision) (wrote bool, err error) {
+	if len(d.events) > 0 {
+		seq, err := c.opts.Store.Append(ctx, events.MustSubject(d.name), d.guard, c.envelopes(d.name, d.events)...)
+		if errors.Is(err, events.ErrConflict) {
+			c.log.Debug("aggregate changed under the decision; next pass", "action", d.action, "aggregate", d.name)
+			c.keepNews(d)
+			return false, nil
+		}
+		if err != nil {
+			c.keepNews(d)
+			return false, fmt.Errorf("%s %s: %w", d.action, d.name, err)
+		}
+		c.written, wrote = max(c.written, seq), true
+		c.count(ctx, d)
+		c.report(d)
+	}
+	if d.command != nil {
+		if err := c.opts.Commands.Send(ctx, d.host, c.producer, d.command); err != nil {
+			c.log.Error("send command", "action", d.action, "game_server", d.name, "host", d.host, "err", err)
+		} else if d.action == actResend {
+			c.startResent[d.name] = c.opts.Now()
+			c.report(d)
+		}
+	}
+	for _, t := range d.then {
+		ok, err := c.carryOut(ctx, t)
+		wrote = wrote || ok
+		if err != nil {
+			return wrote, err
+		}
+	}
+	return wrote, nil
+}
+
+// keepNews keeps the start news of a starts decision that was not
+// appended for the next pass.
+func (c *Controller) keepNews(d decision) {
+	if d.action == actStarts && d.news != nil && c.starts.pending != nil {
+		c.starts.pending[d.fleet] = d.news.merge(c.starts.pending[d.fleet])
+	}
+}
+
+// count adds an appended decision to the metrics.
+func (c *Controller) count(ctx context.Context, d decision) {
+	switch d.action {
+	case actSchedule:
+		c.scheduled.Add(ctx, 1)
+	case actShutdown, actTerminate:
+		c.shutdowns.Add(ctx, 1)
+	}
+}
+
+// report logs a decision carried out.
+func (c *Controller) report(d decision) {
+	level := slog.LevelInfo
+	switch d.action {
+	case actHost, actTerminate, actResend:
+		level = slog.LevelWarn
+	}
+	types := make([]string, len(d.events))
+	for i, m := range d.events {
+		types[i] = events.TypeOf(m)
+	}
+	attrs := append([]any{"action", string(d.action), "events", types}, d.attrs...)
+	c.log.Log(context.Background(), level, d.say, attrs...)
+}

@@ -1,0 +1,145 @@
+package controller
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections/postgres"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/hostbeat"
+)
+
+// observe reads what a pass decides from (plan.go): the views (once they
+// include this leader's writes), the host heartbeats, and what the
+// controller remembers between passes. On stale views it reads only what
+// host liveness needs.
+func (c *Controller) observe(ctx context.Context) (snapshot, error) {
+	s := snapshot{now: c.opts.Now(), startResent: maps.Clone(c.startResent)}
+	stale, err := c.checkViews(ctx)
+	if err != nil {
+		return s, err
+	}
+	s.stale = stale
+	if !stale {
+		if err := c.awaitViews(ctx); err != nil {
+			return s, err
+		}
+		if s.fleets, err = c.allFleets(ctx); err != nil {
+			return s, err
+		}
+	}
+	if s.servers, err = c.live.read(ctx, c.opts.Views); err != nil {
+		return s, err
+	}
+	if s.hosts, err = c.allHosts(ctx); err != nil {
+		return s, err
+	}
+	if s.beats, err = c.readBeats(ctx); err != nil {
+		return s, err
+	}
+	s.heard = c.hear(s.hosts, s.beats, s.now)
+	if stale {
+		return s, nil
+	}
+	s.deletedFleets = c.readDeletedFleets(ctx, s.fleets, s.servers)
+	if err := c.readSessions(ctx, &s); err != nil {
+		return s, err
+	}
+	// Last: the start news are the controller's to keep until executed.
+	if s.startNews, err = c.readStarts(ctx, s.fleets); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// hear updates when each host was last heard of while this instance leads
+// from the heartbeats, and returns it by host id. A host first seen gets a
+// full grace: it was heard of now.
+func (c *Controller) hear(hosts []postgres.HostRow, beats map[string]hostbeat.Beat, now time.Time) map[string]time.Time {
+	heard := make(map[string]time.Time, len(hosts))
+	for _, h := range hosts {
+		id, err := events.ParseHostName(h.State.GetName())
+		if err != nil {
+			continue // the planner refuses it
+		}
+		if beat, ok := beats[id]; ok && beat.Stored.After(c.seen[id]) {
+			c.seen[id] = beat.Stored
+		}
+		if _, ok := c.seen[id]; !ok {
+			c.seen[id] = now
+		}
+		heard[id] = c.seen[id]
+	}
+	return heard
+}
+
+// readDeletedFleets reads the fleets of live servers that are not among
+// the live fleets, and returns those deleted (the others were created since
+// the fleets were read). A fleet that cannot be read is logged and counts
+// as not deleted this pass.
+func (c *Controller) readDeletedFleets(ctx context.Context, fleets []postgres.FleetRow, servers []postgres.Row[*eventsv1.GameServerState]) map[string]bool {
+	live := make(map[string]bool, len(fleets))
+	for _, f := range fleets {
+		live[f.State.GetName()] = true
+	}
+	others := map[string]bool{}
+	for _, r := range servers {
+		if fleet, _, err := events.ParseGameServerName(r.State.GetName()); err == nil && fleet != events.StandaloneFleet && !live[events.FleetName(fleet)] {
+			others[events.FleetName(fleet)] = true
+		}
+	}
+	deleted := map[string]bool{}
+	for _, name := range slices.Sorted(maps.Keys(others)) {
+		f, err := c.opts.Views.Fleet(ctx, name)
+		if err != nil {
+			c.log.Error("read the fleet of live game servers", "fleet", name, "err", err)
+			continue
+		}
+		deleted[name] = f.State.GetDeleted()
+	}
+	return deleted
+}
+
+// readSessions reads the game sessions due for the controller's duties,
+// each duty at most sessionBatch a pass, with the game server or fleet
+// each needs. One whose server or fleet cannot be read is logged and
+// waits for the next pass.
+func (c *Controller) readSessions(ctx context.Context, s *snapshot) error {
+	var err error
+	if s.dueSessions, err = c.opts.Views.DueGameSessions(ctx, s.now, sessionBatch); err != nil {
+		return err
+	}
+	orphans, err := c.opts.Views.OrphanedGameSessions(ctx, sessionBatch)
+	if err != nil {
+		return err
+	}
+	for _, r := range orphans {
+		gs, err := c.opts.Views.GameServer(ctx, r.State.GetGameServer())
+		if err != nil {
+			c.log.Error("read the server of a game session", "game_session", r.State.GetName(), "err", err)
+			continue
+		}
+		s.orphanSessions = append(s.orphanSessions, orphanSession{session: r, server: gs.State})
+	}
+	uncreated, err := c.opts.Views.UncreatedGameSessions(ctx, s.now.Add(-uncreatedAfter), sessionBatch)
+	if err != nil {
+		return err
+	}
+	for _, r := range uncreated {
+		fleet, _, err := events.ParseGameServerName(r.State.GetName())
+		if err != nil {
+			c.log.Error("create the game session of an allocation", "game_server", r.State.GetName(), "err", err)
+			continue
+		}
+		f, err := c.opts.Views.Fleet(ctx, events.FleetName(fleet))
+		if err != nil {
+			c.log.Error("read the fleet of an allocation without a game session", "game_server", r.State.GetName(), "err", err)
+			continue
+		}
+		s.uncreatedSessions = append(s.uncreatedSessions, uncreatedSession{server: r.State, policy: f.State.GetSpec().GetPlayerSessions()})
+	}
+	return nil
+}

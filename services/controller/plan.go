@@ -1,0 +1,431 @@
+package controller
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections/postgres"
+	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/hostbeat"
+)
+
+// A pass has three steps, after the model of Nomad's reconciler
+// (scheduler/reconciler: a pure Compute() that returns what to place and
+// stop):
+//
+//  1. observe (observe.go) reads the views, the host heartbeats and the
+//     controller's memory between passes into a snapshot;
+//  2. plan (this file) turns the snapshot into decisions: a pure function,
+//     with no NATS, PostgreSQL or clock of its own, so the rules are tested
+//     as tables (plan_test.go);
+//  3. execute (execute.go) appends each decision guarded by the sequence
+//     it was decided on and sends its command to the host's agent.
+//
+// A plan assumes its decisions hold. One that the stream refuses (the
+// aggregate changed since the views were read) is skipped, and the next
+// pass plans again on views that show why. New rules (an autoscaler, a
+// rolling update) are new planning steps: functions from the snapshot to
+// decisions.
+
+// A snapshot is everything one pass decides from.
+type snapshot struct {
+	now time.Time
+	// stale is set while the views have stopped moving (staleness.go): the
+	// pass judges host liveness only.
+	stale bool
+	// fleets are the live fleets.
+	fleets []postgres.FleetRow
+	// servers are the live game servers, ordered by name.
+	servers []postgres.Row[*eventsv1.GameServerState]
+	// hosts are the registered hosts.
+	hosts []postgres.HostRow
+	// beats are the hosts' last heartbeats, by host id.
+	beats map[string]hostbeat.Beat
+	// heard is, by host id, when a heartbeat was last known while this
+	// instance leads (a host first seen gets the time it was first seen).
+	heard map[string]time.Time
+	// deletedFleets are the deleted fleets that still have live servers.
+	deletedFleets map[string]bool
+	// startNews is, by fleet, what the game servers changed since the last
+	// pass say about starts failing or recovering (startbackoff.go).
+	startNews map[string]*startNews
+	// startResent is, by SCHEDULED game server, when its start command was
+	// last sent again.
+	startResent map[string]time.Time
+	// dueSessions are game sessions with a deadline that has passed.
+	dueSessions []postgres.Row[*eventsv1.GameSessionState]
+	// orphanSessions are game sessions whose game server moved on.
+	orphanSessions []orphanSession
+	// uncreatedSessions are allocations whose game session was never created.
+	uncreatedSessions []uncreatedSession
+}
+
+// An orphanSession is a running game session whose server no longer runs it.
+type orphanSession struct {
+	session postgres.Row[*eventsv1.GameSessionState]
+	server  *eventsv1.GameServerState
+}
+
+// An uncreatedSession is an allocated game server whose game session was
+// never created (its allocator stopped between its two appends).
+type uncreatedSession struct {
+	server *eventsv1.GameServerState
+	// policy is the player-session policy of the server's fleet.
+	policy *eventsv1.PlayerSessionPolicy
+}
+
+// An action names what a decision does.
+type action string
+
+// The controller's actions.
+const (
+	actHost      action = "host"      // a host liveness verdict
+	actTerminate action = "terminate" // a game server ended by the controller (host lost, missing from the inventory, agent restarted)
+	actStarts    action = "starts"    // a fleet's start failures or recovery recorded
+	actShutdown  action = "shutdown"  // a game server asked to stop (unhealthy, scaled down, fleet deleted)
+	actSchedule  action = "schedule"  // a new game server placed on a host
+	actResend    action = "resend"    // a SCHEDULED server's start command sent again (no event)
+	actSession   action = "session"   // a game session or reservation deadline fired, or a missing game session created
+)
+
+// A decision is one append and the command that follows it: events decided
+// on one aggregate, with the sequence they were decided on as the guard.
+type decision struct {
+	action action
+	// name is the aggregate decided on.
+	name string
+	// guard is the aggregate's sequence the decision was made on; 0 for a
+	// new aggregate.
+	guard uint64
+	// events are the decided events; none for a resend.
+	events []proto.Message
+	// host (a host id) and command, if set, are sent once the events are
+	// in the stream.
+	host    string
+	command *agentv1.Command
+	// then are decisions that hold only if this one is appended.
+	then []decision
+	// fleet and news, for actStarts: what is decided again next pass if
+	// the append fails.
+	fleet string
+	news  *startNews
+	// say is the log line that reports the decision, with attrs.
+	say   string
+	attrs []any
+}
+
+// String is the decision in short, for tests and logs: the action, the
+// aggregate with its guard, its event types and the host its command goes
+// to.
+func (d decision) String() string {
+	types := make([]string, len(d.events))
+	for i, m := range d.events {
+		types[i] = events.TypeOf(m)
+	}
+	s := string(d.action) + " " + d.name
+	if d.guard > 0 {
+		s += fmt.Sprintf("@%d", d.guard)
+	}
+	if len(types) > 0 {
+		s += " " + strings.Join(types, ",")
+	}
+	if d.command != nil {
+		s += " → " + d.host
+	}
+	return s
+}
+
+// A noRoom is a fleet short of servers because no host has room.
+type noRoom struct {
+	fleet   string
+	missing int
+}
+
+// Plan is what one pass decided, in the order it is carried out: host
+// verdicts, orphans, start failures, then each fleet's shutdowns, resends
+// and schedules, the deleted fleets, and game-session deadlines.
+type Plan struct {
+	decisions []decision
+	// noRoom are the fleets no host had room for.
+	noRoom []noRoom
+	// refused are decisions the domain refused (a bug, or views that
+	// contradict themselves); the executor logs them.
+	refused []error
+}
+
+// planner holds the rules' settings; plan is a pure function of them and
+// a snapshot.
+type planner struct {
+	producer         string
+	shutdownGrace    time.Duration
+	startTimeout     time.Duration
+	unreachableAfter time.Duration
+	lostAfter        time.Duration
+	backoff          events.StartBackoff
+	// newID names new game servers (random in production, a counter in
+	// tests).
+	newID func() string
+}
+
+// plan decides one pass. It does not change the snapshot.
+func (p planner) plan(s snapshot) Plan {
+	var out Plan
+	status := p.planHosts(s, &out)
+	if s.stale {
+		return out
+	}
+	p.planOrphans(s, &out)
+	fleets := p.planStarts(s, &out)
+	hosts := roomOn(s.hosts, status, &out)
+	byFleet := map[string][]postgres.Row[*eventsv1.GameServerState]{}
+	for _, r := range s.servers {
+		fleet, _, err := events.ParseGameServerName(r.State.GetName())
+		if err != nil {
+			out.refused = append(out.refused, err)
+			continue
+		}
+		if status[r.State.GetHost()] == eventsv1.HostStatus_HOST_STATUS_LOST {
+			continue // terminated by its host's verdict
+		}
+		byFleet[events.FleetName(fleet)] = append(byFleet[events.FleetName(fleet)], r)
+	}
+	for _, f := range fleets {
+		p.planFleet(s, f, byFleet[f.GetName()], hosts, &out)
+		delete(byFleet, f.GetName())
+	}
+	// What is left belongs to fleets that are not live: deleted ones, or
+	// (read between the two queries) created since.
+	for _, fleet := range slices.Sorted(maps.Keys(byFleet)) {
+		if !s.deletedFleets[fleet] {
+			continue // standalone servers are never replaced; a new fleet waits a pass
+		}
+		for _, r := range byFleet[fleet] {
+			if r.State.GetLifecycle() != eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN {
+				p.shutdown(s.now, r, eventsv1.Reason_REASON_FLEET_DELETED, "fleet "+fleet+" was deleted", &out)
+			}
+		}
+	}
+	p.planSessions(s, &out)
+	return out
+}
+
+// hostSlot is a host's room during one pass.
+type hostSlot struct {
+	id       string
+	name     string
+	capacity int32
+	used     int32
+}
+
+// roomOn lists the hosts that take new servers: ONLINE ones (not
+// unreachable, lost or draining), with their used slots.
+func roomOn(hosts []postgres.HostRow, status map[string]eventsv1.HostStatus, out *Plan) []*hostSlot {
+	var slots []*hostSlot
+	for _, h := range hosts {
+		if status[h.State.GetName()] != eventsv1.HostStatus_HOST_STATUS_ONLINE {
+			continue
+		}
+		id, err := events.ParseHostName(h.State.GetName())
+		if err != nil {
+			out.refused = append(out.refused, err)
+			continue
+		}
+		slots = append(slots, &hostSlot{id: id, name: h.State.GetName(), capacity: h.State.GetCapacity(), used: h.Used})
+	}
+	return slots
+}
+
+// planFleet brings one fleet toward its replica count: unhealthy servers
+// are shut down (and replaced), SCHEDULED ones whose start is overdue get
+// their start command again, missing ones are scheduled on hosts with
+// room (no faster than the fleet's start backoff allows), and surplus ones
+// are shut down, READY first, never ALLOCATED or RESERVED.
+func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []postgres.Row[*eventsv1.GameServerState], hosts []*hostSlot, out *Plan) {
+	var live []postgres.Row[*eventsv1.GameServerState]
+	for _, r := range rows {
+		switch r.State.GetLifecycle() {
+		case eventsv1.Lifecycle_LIFECYCLE_UNHEALTHY:
+			// Terminate it (its process may still run) and let it be replaced.
+			reason := r.State.GetReason()
+			if reason == eventsv1.Reason_REASON_UNSPECIFIED {
+				reason = eventsv1.Reason_REASON_HEALTH_CHECK_FAILED
+			}
+			p.shutdown(s.now, r, reason, "unhealthy: replaced", out)
+		case eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN:
+		default:
+			live = append(live, r)
+			if r.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_SCHEDULED {
+				p.resendStart(s, r.State, out)
+			}
+		}
+	}
+	want, limit := int(f.GetSpec().GetReplicas()), len(live)+startsAllowed(f, live, s.now)
+	for i := len(live); i < want && i < limit; i++ {
+		h := pickHost(hosts, f.GetSpec().GetScheduling())
+		if h == nil {
+			out.noRoom = append(out.noRoom, noRoom{fleet: f.GetName(), missing: want - i})
+			break
+		}
+		p.schedule(f, h, out)
+		h.used++
+	}
+	if surplus := len(live) - want; surplus > 0 {
+		candidates := scaleDownOrder(live)
+		for _, r := range candidates[:min(surplus, len(candidates))] {
+			p.shutdown(s.now, r, eventsv1.Reason_REASON_FLEET_SCALED_DOWN, fmt.Sprintf("fleet scaled from %d to %d", len(live), want), out)
+		}
+	}
+}
+
+// scaleDownOrder lists the servers that may be scaled down, best first:
+// READY, then those not yet ready; newest first within each. ALLOCATED and
+// RESERVED servers are never scaled down.
+func scaleDownOrder(live []postgres.Row[*eventsv1.GameServerState]) []postgres.Row[*eventsv1.GameServerState] {
+	rank := func(l eventsv1.Lifecycle) int {
+		switch l {
+		case eventsv1.Lifecycle_LIFECYCLE_READY:
+			return 0
+		case eventsv1.Lifecycle_LIFECYCLE_SCHEDULED, eventsv1.Lifecycle_LIFECYCLE_STARTING:
+			return 1
+		}
+		return -1
+	}
+	var out []postgres.Row[*eventsv1.GameServerState]
+	for _, r := range live {
+		if rank(r.State.GetLifecycle()) >= 0 {
+			out = append(out, r)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b postgres.Row[*eventsv1.GameServerState]) int {
+		if ra, rb := rank(a.State.GetLifecycle()), rank(b.State.GetLifecycle()); ra != rb {
+			return ra - rb
+		}
+		return b.State.GetCreateTime().AsTime().Compare(a.State.GetCreateTime().AsTime())
+	})
+	return out
+}
+
+// pickHost chooses a host with room: the fullest for PACKED, the emptiest
+// for DISTRIBUTED; ties by name.
+func pickHost(hosts []*hostSlot, s eventsv1.Scheduling) *hostSlot {
+	var best *hostSlot
+	for _, h := range hosts {
+		if h.used >= h.capacity {
+			continue
+		}
+		switch {
+		case best == nil:
+			best = h
+		case s == eventsv1.Scheduling_SCHEDULING_DISTRIBUTED && (h.used < best.used || h.used == best.used && h.name < best.name):
+			best = h
+		case s != eventsv1.Scheduling_SCHEDULING_DISTRIBUTED && (h.used > best.used || h.used == best.used && h.name < best.name):
+			best = h
+		}
+	}
+	return best
+}
+
+// schedule decides a new game server of fleet f on host h, and its start
+// command.
+func (p planner) schedule(f *eventsv1.FleetState, h *hostSlot, out *Plan) {
+	fleetID, err := events.ParseFleetName(f.GetName())
+	if err != nil {
+		out.refused = append(out.refused, err)
+		return
+	}
+	name := events.GameServerName(fleetID, p.newID())
+	msgs, err := events.DecideGameServer(name, nil, events.ScheduleGameServer{Host: h.name, Spec: f.GetSpec()})
+	if err != nil {
+		out.refused = append(out.refused, fmt.Errorf("schedule a game server of %s: %w", f.GetName(), err))
+		return
+	}
+	out.decisions = append(out.decisions, decision{action: actSchedule, name: name, events: msgs,
+		host: h.id, command: startCommand(name, f.GetSpec()),
+		say: "game server scheduled", attrs: []any{"game_server", name, "host", h.name}})
+}
+
+// startCommand tells an agent to start a game server.
+func startCommand(name string, spec *eventsv1.FleetSpec) *agentv1.Command {
+	return &agentv1.Command{Action: &agentv1.Command_Start{Start: &agentv1.StartGameServer{
+		GameServer: name, Template: proto.CloneOf(spec.GetTemplate()), Health: proto.CloneOf(spec.GetHealth()),
+		SdkDisconnectGraceSeconds: spec.GetSdkDisconnectGraceSeconds(), Labels: maps.Clone(spec.GetLabels()),
+	}}}
+}
+
+// resendStart sends a SCHEDULED server's start command again when neither
+// it was scheduled nor its command last re-sent within StartTimeout (the
+// command may have been lost, or the agent away; the agent ignores a
+// duplicate). The command is rebuilt from the server's own copy of the
+// template and policies, which a later fleet update does not change.
+func (p planner) resendStart(s snapshot, gs *eventsv1.GameServerState, out *Plan) {
+	since := gs.GetCreateTime().AsTime()
+	if t, ok := s.startResent[gs.GetName()]; ok && t.After(since) {
+		since = t
+	}
+	if s.now.Sub(since) <= p.startTimeout {
+		return
+	}
+	hostID, err := events.ParseHostName(gs.GetHost())
+	if err != nil {
+		out.refused = append(out.refused, fmt.Errorf("re-send the start of %s: %w", gs.GetName(), err))
+		return
+	}
+	spec := &eventsv1.FleetSpec{Template: gs.GetTemplate(), Health: gs.GetHealthPolicy(),
+		SdkDisconnectGraceSeconds: gs.GetSdkDisconnectGraceSeconds(), Labels: gs.GetLabels()}
+	out.decisions = append(out.decisions, decision{action: actResend, name: gs.GetName(),
+		host: hostID, command: startCommand(gs.GetName(), spec),
+		say: "start command re-sent", attrs: []any{"game_server", gs.GetName(), "host", gs.GetHost(),
+			"scheduled_at", gs.GetCreateTime().AsTime(), "start_timeout", p.startTimeout}})
+}
+
+// shutdown decides a server's shutdown with ShutdownGrace to stop, and the
+// stop command for its agent.
+func (p planner) shutdown(now time.Time, r postgres.Row[*eventsv1.GameServerState], reason eventsv1.Reason, detail string, out *Plan) {
+	name := r.State.GetName()
+	deadline := now.Add(p.shutdownGrace)
+	ev := proto.CloneOf(r.State.GetEvidence())
+	if ev == nil {
+		ev = &eventsv1.Evidence{}
+	}
+	ev.RequestedBy, ev.Detail = p.producer, detail
+	msgs, err := events.DecideGameServer(name, r.State, events.RequestShutdown{Reason: reason, Evidence: ev, Deadline: deadline})
+	if err != nil {
+		out.refused = append(out.refused, fmt.Errorf("shut down %s: %w", name, err))
+		return
+	}
+	if len(msgs) == 0 {
+		return
+	}
+	hostID, err := events.ParseHostName(r.State.GetHost())
+	if err != nil {
+		out.refused = append(out.refused, fmt.Errorf("shut down %s: %w", name, err))
+		return
+	}
+	out.decisions = append(out.decisions, decision{action: actShutdown, name: name, guard: r.Sequence, events: msgs,
+		host: hostID, command: &agentv1.Command{Action: &agentv1.Command_Stop{Stop: &agentv1.StopGameServer{
+			GameServer: name, Reason: reason, Deadline: timestamppb.New(deadline),
+		}}},
+		say: "game server shutdown requested", attrs: []any{"game_server", name, "reason", events.ReasonName(reason)}})
+}
+
+// terminate decides that the controller ends a game server itself, with a
+// reason and evidence; nil if the domain refuses (recorded in out).
+func (p planner) terminate(r postgres.Row[*eventsv1.GameServerState], reason eventsv1.Reason, detail, say string, out *Plan) *decision {
+	name := r.State.GetName()
+	ev := &eventsv1.Evidence{RequestedBy: p.producer, Detail: detail}
+	msgs, err := events.DecideGameServer(name, r.State, events.Terminate{Reason: reason, Evidence: ev})
+	if err != nil {
+		out.refused = append(out.refused, fmt.Errorf("terminate %s (%s): %w", name, events.ReasonName(reason), err))
+		return nil
+	}
+	return &decision{action: actTerminate, name: name, guard: r.Sequence, events: msgs,
+		say: say, attrs: []any{"game_server", name, "host", r.State.GetHost(), "pid", r.State.GetPid(), "reason", events.ReasonName(reason)}}
+}

@@ -1,0 +1,446 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections/postgres"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/hostbeat"
+)
+
+// The planner's rules, as tables: a snapshot in, decisions out, with no
+// NATS, PostgreSQL or clock. The end-to-end tests (world_test.go and the
+// files that use it) keep the executor and the reads honest.
+
+const (
+	online      = eventsv1.HostStatus_HOST_STATUS_ONLINE
+	unreachable = eventsv1.HostStatus_HOST_STATUS_UNREACHABLE
+	allocated   = eventsv1.Lifecycle_LIFECYCLE_ALLOCATED
+	reserved    = eventsv1.Lifecycle_LIFECYCLE_RESERVED
+	shutting    = eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN
+)
+
+// testPlanner has the controller's default timings and names new game
+// servers new-1, new-2, ….
+func testPlanner() planner {
+	n := 0
+	return planner{
+		producer: "controllers/test", shutdownGrace: DefaultShutdownGrace, startTimeout: DefaultStartTimeout,
+		unreachableAfter: DefaultUnreachableAfter, lostAfter: DefaultLostAfter,
+		backoff: events.StartBackoff{Base: DefaultStartBackoffBase, Cap: DefaultStartBackoffCap},
+		newID:   func() string { n++; return fmt.Sprintf("new-%d", n) },
+	}
+}
+
+// hostRow is host id, heard of `silent` before t0 (see heardAt).
+func hostRow(id string, status eventsv1.HostStatus, capacity, used int32, seq uint64) postgres.HostRow {
+	return postgres.HostRow{Row: postgres.Row[*eventsv1.HostState]{State: &eventsv1.HostState{Name: events.HostName(id), Status: status, Capacity: capacity}, Sequence: seq}, Used: used}
+}
+
+// on is game server id of fleet arena on host, at sequence seq.
+func on(id string, l eventsv1.Lifecycle, host string, seq uint64) postgres.Row[*eventsv1.GameServerState] {
+	s := server(id, l, eventsv1.Reason_REASON_UNSPECIFIED, l != scheduled && l != starting, -int(seq))
+	s.Host = events.HostName(host)
+	return postgres.Row[*eventsv1.GameServerState]{State: s, Sequence: seq}
+}
+
+// fleetRow is fleet arena with replicas and scheduling.
+func fleetRow(replicas int32, scheduling eventsv1.Scheduling) postgres.FleetRow {
+	f := fleetState(time.Time{})
+	f.Spec.Replicas, f.Spec.Scheduling = replicas, scheduling
+	return postgres.FleetRow{Row: postgres.Row[*eventsv1.FleetState]{State: f, Sequence: 1}}
+}
+
+// snap is a snapshot at t0 of fleets, hosts (each heard of at t0 unless
+// heard says otherwise) and servers.
+func snap(fleets []postgres.FleetRow, hosts []postgres.HostRow, servers ...postgres.Row[*eventsv1.GameServerState]) snapshot {
+	s := snapshot{now: t0, fleets: fleets, hosts: hosts, servers: servers, heard: map[string]time.Time{}, beats: map[string]hostbeat.Beat{}}
+	for _, h := range hosts {
+		id, _ := events.ParseHostName(h.State.GetName())
+		s.heard[id] = t0
+	}
+	return s
+}
+
+// lines lists a plan's decisions, follow-ups indented.
+func lines(p Plan) []string {
+	var out []string
+	var add func(ds []decision, indent string)
+	add = func(ds []decision, indent string) {
+		for _, d := range ds {
+			out = append(out, indent+d.String())
+			add(d.then, indent+"  ")
+		}
+	}
+	add(p.decisions, "")
+	return out
+}
+
+// cloneSnapshot deep-copies the states a snapshot holds, to check that
+// planning leaves them as they were.
+func cloneSnapshot(s snapshot) snapshot {
+	c := s
+	c.fleets = slices.Clone(s.fleets)
+	for i := range c.fleets {
+		c.fleets[i].State = proto.CloneOf(s.fleets[i].State)
+	}
+	c.hosts = slices.Clone(s.hosts)
+	for i := range c.hosts {
+		c.hosts[i].State = proto.CloneOf(s.hosts[i].State)
+	}
+	c.servers = slices.Clone(s.servers)
+	for i := range c.servers {
+		c.servers[i].State = proto.CloneOf(s.servers[i].State)
+	}
+	return c
+}
+
+// sameStates reports whether two snapshots hold equal states.
+func sameStates(a, b snapshot) bool {
+	if len(a.fleets) != len(b.fleets) || len(a.hosts) != len(b.hosts) || len(a.servers) != len(b.servers) {
+		return false
+	}
+	for i := range a.fleets {
+		if !proto.Equal(a.fleets[i].State, b.fleets[i].State) {
+			return false
+		}
+	}
+	for i := range a.hosts {
+		if !proto.Equal(a.hosts[i].State, b.hosts[i].State) {
+			return false
+		}
+	}
+	for i := range a.servers {
+		if !proto.Equal(a.servers[i].State, b.servers[i].State) {
+			return false
+		}
+	}
+	return true
+}
+
+const gsPrefix = "fleets/arena/gameServers/"
+
+func TestPlan(t *testing.T) {
+	distributed := eventsv1.Scheduling_SCHEDULING_DISTRIBUTED
+	tests := []struct {
+		name       string
+		snapshot   func() snapshot
+		want       []string
+		wantNoRoom []noRoom
+	}{
+		{
+			name: "scales up packed: the fullest host with room first",
+			snapshot: func() snapshot {
+				return snap(arena(3), []postgres.HostRow{hostRow("a", online, 2, 1, 5), hostRow("b", online, 10, 0, 6)},
+					on("gs-1", ready, "a", 7))
+			},
+			want: []string{
+				"schedule " + gsPrefix + "new-1 GameServerScheduled → a",
+				"schedule " + gsPrefix + "new-2 GameServerScheduled → b",
+			},
+		},
+		{
+			name: "scales up distributed: the emptiest host first",
+			snapshot: func() snapshot {
+				return snap([]postgres.FleetRow{fleetRow(2, distributed)},
+					[]postgres.HostRow{hostRow("a", online, 10, 3, 5), hostRow("b", online, 10, 1, 6)})
+			},
+			want: []string{
+				"schedule " + gsPrefix + "new-1 GameServerScheduled → b",
+				"schedule " + gsPrefix + "new-2 GameServerScheduled → b",
+			},
+		},
+		{
+			name: "packed keeps a small fleet on one host",
+			snapshot: func() snapshot {
+				return snap(arena(2), []postgres.HostRow{hostRow("a", online, 2, 0, 5), hostRow("b", online, 2, 0, 6)})
+			},
+			want: []string{
+				"schedule " + gsPrefix + "new-1 GameServerScheduled → a",
+				"schedule " + gsPrefix + "new-2 GameServerScheduled → a",
+			},
+		},
+		{
+			name: "distributed puts a small fleet on every host, ties by name",
+			snapshot: func() snapshot {
+				return snap([]postgres.FleetRow{fleetRow(2, distributed)},
+					[]postgres.HostRow{hostRow("a", online, 2, 0, 5), hostRow("b", online, 2, 0, 6)})
+			},
+			want: []string{
+				"schedule " + gsPrefix + "new-1 GameServerScheduled → a",
+				"schedule " + gsPrefix + "new-2 GameServerScheduled → b",
+			},
+		},
+		{
+			name: "no room: schedules what fits and reports what is missing",
+			snapshot: func() snapshot {
+				return snap(arena(3), []postgres.HostRow{hostRow("a", online, 1, 0, 5)})
+			},
+			want:       []string{"schedule " + gsPrefix + "new-1 GameServerScheduled → a"},
+			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 2}},
+		},
+		{
+			name: "scales down READY servers newest first, never ALLOCATED or RESERVED",
+			snapshot: func() snapshot {
+				return snap(arena(1), []postgres.HostRow{hostRow("a", online, 10, 5, 5)},
+					on("gs-1", allocated, "a", 10), on("gs-2", reserved, "a", 11), on("gs-3", ready, "a", 12),
+					on("gs-4", ready, "a", 13), on("gs-5", starting, "a", 14))
+			},
+			// Five live, one wanted: four may go, but only three may be
+			// touched: READY newest first (gs-3 is older than gs-4), then
+			// the one still starting.
+			want: []string{
+				"shutdown " + gsPrefix + "gs-3@12 ShutdownRequested → a",
+				"shutdown " + gsPrefix + "gs-4@13 ShutdownRequested → a",
+				"shutdown " + gsPrefix + "gs-5@14 ShutdownRequested → a",
+				"session " + gsPrefix + "gs-2@11 GameServerReady",
+			},
+		},
+		{
+			name: "an unhealthy server is shut down and replaced",
+			snapshot: func() snapshot {
+				return snap(arena(2), []postgres.HostRow{hostRow("a", online, 10, 2, 5)},
+					on("gs-1", ready, "a", 10), on("gs-2", unhealthy, "a", 11))
+			},
+			want: []string{
+				"shutdown " + gsPrefix + "gs-2@11 ShutdownRequested → a",
+				"schedule " + gsPrefix + "new-1 GameServerScheduled → a",
+			},
+		},
+		{
+			name: "a SCHEDULED server past its start timeout gets its start command again",
+			snapshot: func() snapshot {
+				s := snap(arena(3), []postgres.HostRow{hostRow("a", online, 10, 3, 5)},
+					on("gs-1", scheduled, "a", 11), on("gs-2", scheduled, "a", 3), on("gs-3", scheduled, "a", 20))
+				// gs-1 was scheduled 11 s ago; gs-2 3 s ago; gs-3 20 s ago,
+				// but its start was re-sent 2 s ago.
+				s.startResent = map[string]time.Time{gsPrefix + "gs-3": t0.Add(-2 * time.Second)}
+				return s
+			},
+			want: []string{"resend " + gsPrefix + "gs-1 → a"},
+		},
+		{
+			name: "a silent host becomes UNREACHABLE and takes no new servers; its servers stay",
+			snapshot: func() snapshot {
+				s := snap(arena(2), []postgres.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10))
+				s.heard["a"] = t0.Add(-DefaultUnreachableAfter - time.Second)
+				return s
+			},
+			want:       []string{"host hosts/a@5 HostUnreachable"},
+			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 1}},
+		},
+		{
+			name: "an UNREACHABLE host silent for LostAfter is LOST: its servers end and are replaced elsewhere",
+			snapshot: func() snapshot {
+				s := snap(arena(1), []postgres.HostRow{hostRow("a", unreachable, 10, 1, 5), hostRow("b", online, 10, 0, 6)},
+					on("gs-1", ready, "a", 10))
+				s.heard["a"] = t0.Add(-DefaultLostAfter - time.Second)
+				return s
+			},
+			want: []string{
+				"host hosts/a@5 HostLost",
+				"  terminate " + gsPrefix + "gs-1@10 GameServerTerminated",
+				"schedule " + gsPrefix + "new-1 GameServerScheduled → b",
+			},
+		},
+		{
+			name: "a host that beats again with events still queued stays UNREACHABLE",
+			snapshot: func() snapshot {
+				s := snap(arena(1), []postgres.HostRow{hostRow("a", unreachable, 10, 1, 5)}, on("gs-1", ready, "a", 10))
+				s.beats["a"] = hostbeat.Beat{Time: t0, Inventory: &hostbeat.Inventory{Queued: 2}}
+				return s
+			},
+			want: nil,
+		},
+		{
+			name: "a host back without a server in its inventory: the server is terminated",
+			snapshot: func() snapshot {
+				s := snap(arena(3), []postgres.HostRow{hostRow("a", unreachable, 10, 3, 5)},
+					on("gs-1", ready, "a", 10), on("gs-2", ready, "a", 11), on("gs-3", scheduled, "a", 12))
+				s.beats["a"] = hostbeat.Beat{Time: t0.Add(-time.Second), Inventory: &hostbeat.Inventory{Servers: []hostbeat.Server{{Name: gsPrefix + "gs-1"}}}}
+				return s
+			},
+			// gs-3 is SCHEDULED: its start may still be on its way (and,
+			// 12 s after it was scheduled, it is sent again).
+			want: []string{
+				"host hosts/a@5 HostOnline",
+				"  terminate " + gsPrefix + "gs-2@11 GameServerTerminated",
+				"resend " + gsPrefix + "gs-3 → a",
+			},
+		},
+		{
+			name: "servers whose last event precedes their host's registration are orphans",
+			snapshot: func() snapshot {
+				h := hostRow("a", online, 10, 3, 100)
+				h.State.RegisteredSequence = 100
+				return snap(arena(3), []postgres.HostRow{h},
+					on("gs-1", ready, "a", 90), on("gs-2", scheduled, "a", 80), on("gs-3", ready, "a", 120))
+			},
+			// gs-2 is SCHEDULED: the new agent will run it when its start
+			// comes (sent again, 80 s after it was scheduled).
+			want: []string{
+				"terminate " + gsPrefix + "gs-1@90 GameServerTerminated",
+				"resend " + gsPrefix + "gs-2 → a",
+			},
+		},
+		{
+			name: "a failing fleet within its backoff starts nothing",
+			snapshot: func() snapshot {
+				f := postgres.FleetRow{Row: postgres.Row[*eventsv1.FleetState]{State: fleetState(t0.Add(-5 * time.Second)), Sequence: 60}}
+				return snap([]postgres.FleetRow{f}, []postgres.HostRow{hostRow("a", online, 10, 0, 5)})
+			},
+			want: nil,
+		},
+		{
+			name: "new start failures are recorded and hold this pass's starts back",
+			snapshot: func() snapshot {
+				s := snap(arena(3), []postgres.HostRow{hostRow("a", online, 10, 0, 5)})
+				s.startNews = map[string]*startNews{"fleets/arena": {failures: []events.StartFailure{{
+					GameServer: gsPrefix + "gs-0", Reason: eventsv1.Reason_REASON_PROCESS_CRASHED_BEFORE_READY, Error: "exited with code 1 before Ready", Sequence: 40,
+				}}}}
+				return s
+			},
+			want: []string{"starts fleets/arena@1 FleetStartFailing"},
+		},
+		{
+			name: "the servers of a deleted fleet are shut down; a fleet not read yet is left alone",
+			snapshot: func() snapshot {
+				old := func(fleet, id string, l eventsv1.Lifecycle, seq uint64) postgres.Row[*eventsv1.GameServerState] {
+					r := on(id, l, "a", seq)
+					r.State.Name = "fleets/" + fleet + "/gameServers/" + id
+					return r
+				}
+				s := snap(nil, []postgres.HostRow{hostRow("a", online, 10, 3, 5)},
+					old("old", "gs-1", ready, 10), old("old", "gs-2", shutting, 11), old("new", "gs-3", ready, 12))
+				s.deletedFleets = map[string]bool{"fleets/old": true, "fleets/new": false}
+				return s
+			},
+			want: []string{"shutdown fleets/old/gameServers/gs-1@10 ShutdownRequested → a"},
+		},
+		{
+			name: "on stale views only host liveness is judged",
+			snapshot: func() snapshot {
+				s := snap(arena(3), []postgres.HostRow{hostRow("a", online, 10, 0, 5), hostRow("b", online, 10, 0, 6)},
+					on("gs-1", unhealthy, "b", 10))
+				s.heard["a"] = t0.Add(-DefaultUnreachableAfter - time.Second)
+				s.stale = true
+				return s
+			},
+			want: []string{"host hosts/a@5 HostUnreachable"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := tt.snapshot()
+			before := cloneSnapshot(s)
+			p := testPlanner().plan(s)
+			if len(p.refused) > 0 {
+				t.Fatalf("refused: %v", p.refused)
+			}
+			if got := lines(p); !slices.Equal(got, tt.want) {
+				t.Errorf("decisions:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
+			}
+			if !slices.Equal(p.noRoom, tt.wantNoRoom) {
+				t.Errorf("no room %v, want %v", p.noRoom, tt.wantNoRoom)
+			}
+			if !sameStates(s, before) {
+				t.Error("planning changed the snapshot's states")
+			}
+		})
+	}
+}
+
+// A shutdown carries its reason and evidence to the event and the stop
+// command, with ShutdownGrace to stop; a termination names its reason.
+func TestPlanDecisionsCarryTheirReasons(t *testing.T) {
+	h := hostRow("a", unreachable, 10, 2, 5)
+	s := snap(arena(0), []postgres.HostRow{h}, on("gs-1", ready, "a", 10))
+	s.heard["a"] = t0.Add(-DefaultLostAfter - time.Second)
+	p := testPlanner().plan(s)
+	if len(p.decisions) != 1 || len(p.decisions[0].then) != 1 {
+		t.Fatalf("decisions: %v", lines(p))
+	}
+	term := p.decisions[0].then[0].events[0].(*eventsv1.GameServerTerminated)
+	if term.GetReason() != eventsv1.Reason_REASON_HOST_LOST || !strings.Contains(term.GetEvidence().GetDetail(), "host hosts/a lost") ||
+		term.GetEvidence().GetRequestedBy() != "controllers/test" {
+		t.Errorf("termination %v", term)
+	}
+
+	s = snap(arena(0), []postgres.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10))
+	p = testPlanner().plan(s)
+	if len(p.decisions) != 1 {
+		t.Fatalf("decisions: %v", lines(p))
+	}
+	d := p.decisions[0]
+	req := d.events[0].(*eventsv1.ShutdownRequested)
+	stop := d.command.GetStop()
+	if req.GetReason() != eventsv1.Reason_REASON_FLEET_SCALED_DOWN || stop.GetReason() != req.GetReason() ||
+		!stop.GetDeadline().AsTime().Equal(t0.Add(DefaultShutdownGrace)) || req.GetEvidence().GetDetail() != "fleet scaled from 1 to 0" {
+		t.Errorf("shutdown %v, stop %v", req, stop)
+	}
+}
+
+// arena is fleet arena with replicas, packed.
+func arena(replicas int32) []postgres.FleetRow {
+	return []postgres.FleetRow{fleetRow(replicas, eventsv1.Scheduling_SCHEDULING_PACKED)}
+}
+
+// The controller's game-session duties: an ended reservation, seats past
+// their deadlines, a session whose server moved on, and an allocation whose
+// session was never created.
+func TestPlanSessions(t *testing.T) {
+	res := on("gs-1", reserved, "a", 10)
+	res.State.ReservedUntil = timestamppb.New(t0.Add(-time.Second))
+	notYet := on("gs-2", reserved, "a", 11)
+	notYet.State.ReservedUntil = timestamppb.New(t0.Add(time.Second))
+	s := snap(arena(2), []postgres.HostRow{hostRow("a", online, 10, 2, 5)}, res, notYet)
+
+	active := eventsv1.GameSessionStatus_GAME_SESSION_STATUS_ACTIVE
+	s.dueSessions = []postgres.Row[*eventsv1.GameSessionState]{{Sequence: 20, State: &eventsv1.GameSessionState{
+		Name: "gameSessions/m1", Status: active, Players: []*eventsv1.PlayerSessionState{{
+			Name: "gameSessions/m1/playerSessions/p1", Status: eventsv1.PlayerSessionStatus_PLAYER_SESSION_STATUS_RESERVED,
+			ReservationDeadline: timestamppb.New(t0.Add(-time.Second)),
+		}},
+	}}}
+	gone := server("gs-9", terminated, eventsv1.Reason_REASON_PROCESS_EXITED, true, 0)
+	s.orphanSessions = []orphanSession{{
+		session: postgres.Row[*eventsv1.GameSessionState]{Sequence: 21, State: &eventsv1.GameSessionState{Name: "gameSessions/m2", Status: active, GameServer: gone.GetName()}},
+		server:  gone,
+	}}
+	alloc := server("gs-8", allocated, eventsv1.Reason_REASON_UNSPECIFIED, true, 0)
+	alloc.Allocation = &eventsv1.GameServerAllocated{GameSession: "gameSessions/m3"}
+	s.uncreatedSessions = []uncreatedSession{{server: alloc}}
+
+	p := testPlanner().plan(s)
+	want := []string{
+		"session " + gsPrefix + "gs-1@10 GameServerReady",
+		"session gameSessions/m1@20 PlayerSessionTimedOut",
+		"session gameSessions/m2@21 GameSessionEnded",
+		"session gameSessions/m3 GameSessionCreated",
+	}
+	if got := lines(p); !slices.Equal(got, want) || len(p.refused) > 0 {
+		t.Fatalf("decisions:\n  %s\nwant:\n  %s\nrefused: %v", strings.Join(got, "\n  "), strings.Join(want, "\n  "), p.refused)
+	}
+	ended := p.decisions[2].events[0].(*eventsv1.GameSessionEnded)
+	if ended.GetReason() != eventsv1.GameSessionEndReason_GAME_SESSION_END_REASON_SERVER_ENDED || ended.GetServerReason() != eventsv1.Reason_REASON_PROCESS_EXITED {
+		t.Errorf("game session ended %v", ended)
+	}
+}
+
+// Each pass names its new servers afresh, and a plan decided twice on the
+// same snapshot is the same plan: planning has no hidden state.
+func TestPlanIsAFunctionOfTheSnapshot(t *testing.T) {
+	s := snap(arena(3), []postgres.HostRow{hostRow("a", online, 2, 0, 5), hostRow("b", online, 10, 0, 6)})
+	a, b := lines(testPlanner().plan(s)), lines(testPlanner().plan(s))
+	if len(a) != 3 || !slices.Equal(a, b) {
+		t.Fatalf("two plans of one snapshot:\n%v\n%v", a, b)
+	}
+}
