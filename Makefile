@@ -3,7 +3,7 @@
 GO           ?= go
 TOOLS        := $(CURDIR)/.tools
 BUF_VERSION  := 1.75.0
-STATICCHECK_VERSION := v0.8.2
+GOLANGCI_LINT_VERSION := v2.15.0
 BUF          := $(TOOLS)/node_modules/.bin/buf
 BIN          := $(CURDIR)/bin
 GENERATED    := proto services/apiserver/openapi
@@ -46,11 +46,12 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	done
 
-## lint: buf lint, go vet, staticcheck and gofmt
+## lint: buf lint, go vet, golangci-lint (.golangci.yml: staticcheck,
+## errcheck, unused and more; built from the module proxy) and gofmt
 lint: $(BUF)
 	$(BUF) lint
 	$(GO) vet ./...
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	$(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 ## breaking: buf breaking against the protos of the last release

@@ -93,10 +93,10 @@ func TestFlappingConnectionWithHeartbeatsNeverFails(t *testing.T) {
 	h := newHealthCheck(&eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3}, 30*time.Second, t0)
 	for ms := 0; ms <= 60_000; ms += 100 {
 		now := t0.Add(time.Duration(ms) * time.Millisecond)
-		switch {
-		case ms%2000 == 0:
+		switch ms % 2000 {
+		case 0:
 			h.disconnected(now)
-		case ms%2000 == 300:
+		case 300:
 			h.connected()
 		}
 		if ms%1000 == 0 {

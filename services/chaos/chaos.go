@@ -136,7 +136,12 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		stop()
 		return Report{}, fmt.Errorf("chaos: start: %w", err)
 	}
-	defer func() { stop(); <-done }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			o.Logger.Error("chaos: the stack stopped with an error", "err", err)
+		}
+	}()
 
 	flapping := o.Servers / 4
 	steady := o.Servers - flapping

@@ -468,10 +468,10 @@ func (l *lobby) operate(line string) string {
 	defer cancel()
 	var err error
 	reply := "OK"
-	switch {
-	case line == "READY":
+	switch line {
+	case "READY":
 		err = c.Ready(ctx)
-	case line == "ALLOCATE":
+	case "ALLOCATE":
 		var session string
 		session, err = c.Allocate(ctx, map[string]string{"by": "game"})
 		reply = "OK " + session
