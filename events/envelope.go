@@ -31,8 +31,12 @@ type Envelope struct {
 	Aggregate string
 	// Time is when the fact happened, as seen by its producer.
 	Time time.Time
-	// Producer names who wrote it, e.g. "hosts/h1".
+	// Producer names the component that wrote it, e.g. "hosts/h1".
 	Producer string
+	// Actor is the principal on whose behalf it was written: the API's
+	// caller once the API authenticates callers, else the producer. Empty on
+	// events written before it existed.
+	Actor string
 	// RequestID is the API request id that caused it, if any.
 	RequestID string
 	// RequestFingerprint is the SHA-256 (hex) of the request's content,
@@ -98,6 +102,7 @@ func (e Envelope) Marshal() ([]byte, error) {
 		Aggregate:          e.Aggregate,
 		OccurTime:          timestamppb.New(e.Time),
 		Producer:           e.Producer,
+		Actor:              e.Actor,
 		RequestId:          e.RequestID,
 		RequestFingerprint: e.RequestFingerprint,
 		CorrelationId:      e.CorrelationID,
@@ -128,6 +133,7 @@ func Unmarshal(b []byte) (Envelope, error) {
 		Aggregate:          pb.GetAggregate(),
 		Time:               pb.GetOccurTime().AsTime(),
 		Producer:           pb.GetProducer(),
+		Actor:              pb.GetActor(),
 		RequestID:          pb.GetRequestId(),
 		RequestFingerprint: pb.GetRequestFingerprint(),
 		CorrelationID:      pb.GetCorrelationId(),

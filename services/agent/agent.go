@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
@@ -393,15 +394,20 @@ func (a *Agent) untilDone(ctx context.Context, what string, step func() error) e
 	}
 }
 
+// stamp is what the agent records on the events it writes: itself (its
+// host) as producer and actor, and the time.
+func (a *Agent) stamp() events.Stamp {
+	return events.Stamp{Producer: a.producer, Time: a.opts.Now()}
+}
+
 // register announces the host and its capacity.
 func (a *Agent) register(ctx context.Context) error {
-	e := events.New(a.host, a.opts.Now(), &eventsv1.HostRegistered{
+	envs := a.stamp().Envelopes(a.host, []proto.Message{&eventsv1.HostRegistered{
 		Capacity: int32(a.opts.Capacity), Labels: a.opts.Labels, Address: a.opts.Address,
 		AgentVersion: a.opts.Version, SdkAddress: a.SDKAddr(), AgentIncarnation: a.incarnation,
 		GamePorts: int32(a.opts.PortMax - a.opts.PortMin + 1),
-	})
-	e.Producer = a.producer
-	if _, err := a.opts.Store.Append(ctx, events.MustSubject(a.host), events.AnySequence, e); err != nil {
+	}})
+	if _, err := a.opts.Store.Append(ctx, events.MustSubject(a.host), events.AnySequence, envs...); err != nil {
 		return fmt.Errorf("agent: register host: %w", err)
 	}
 	return nil

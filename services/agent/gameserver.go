@@ -442,13 +442,7 @@ func (gs *gameServer) recordLocked(ctx context.Context, cmd events.GameServerCom
 		if len(msgs) == 0 {
 			return nil
 		}
-		now := gs.a.opts.Now()
-		envs := make([]events.Envelope, len(msgs))
-		for i, m := range msgs {
-			envs[i] = events.New(gs.name, now, m)
-			envs[i].Producer = gs.a.producer
-			envs[i].CorrelationID = envs[0].ID
-		}
+		envs := gs.a.stamp().Envelopes(gs.name, msgs)
 		if gs.a.outbox.len() > 0 || !gs.a.natsUp() {
 			// NATS is away, or events wait in the outbox: queue behind them, in order.
 			return gs.enqueueLocked(envs)

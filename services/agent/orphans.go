@@ -239,11 +239,7 @@ func (a *Agent) terminateOrphan(ctx context.Context, rec processRecord, running 
 		if err != nil {
 			return fmt.Errorf("terminate %s: %w", rec.GameServer, err)
 		}
-		envs := make([]events.Envelope, len(msgs))
-		for i, m := range msgs {
-			envs[i] = events.New(rec.GameServer, a.opts.Now(), m)
-			envs[i].Producer = a.producer
-		}
+		envs := a.stamp().Envelopes(rec.GameServer, msgs)
 		_, err = a.opts.Store.Append(ctx, subject, seq, envs...)
 		if errors.Is(err, events.ErrConflict) {
 			continue

@@ -102,13 +102,7 @@ func (a *Agent) decideSession(ctx context.Context, name string, cmd events.GameS
 		if len(msgs) == 0 {
 			return s.state, nil, nil
 		}
-		now := a.opts.Now()
-		envs := make([]events.Envelope, len(msgs))
-		for i, m := range msgs {
-			envs[i] = events.New(name, now, m)
-			envs[i].Producer = a.producer
-			envs[i].CorrelationID = envs[0].ID
-		}
+		envs := a.stamp().Envelopes(name, msgs)
 		seq, err := a.opts.Store.Append(ctx, events.MustSubject(name), s.seq, envs...)
 		if errors.Is(err, events.ErrConflict) {
 			continue

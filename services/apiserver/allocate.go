@@ -305,7 +305,7 @@ func (a *allocationService) createSession(ctx context.Context, allocated events.
 	name := allocated.Data.(*eventsv1.GameServerAllocated).GetGameSession()
 	env := events.New(name, allocated.Time, created)
 	env.ID = SessionCreatedID(allocated.ID)
-	env.Producer, env.RequestID, env.RequestFingerprint = a.s.producer, allocated.RequestID, allocated.RequestFingerprint
+	env.Producer, env.Actor, env.RequestID, env.RequestFingerprint = a.s.producer, allocated.Actor, allocated.RequestID, allocated.RequestFingerprint
 	env.CorrelationID, env.CausationID = allocated.CorrelationID, allocated.ID
 	env.TraceParent, env.TraceState = allocated.TraceParent, allocated.TraceState
 	seq, err := a.s.opts.Store.Append(ctx, events.MustSubject(name), 0, env)

@@ -371,7 +371,7 @@ func summarize(name string, f folded, chain []*tetherv1.Event) string {
 func eventToAPI(e events.Envelope) (*tetherv1.Event, error) {
 	out := &tetherv1.Event{
 		Sequence: int64(e.Sequence), Id: e.ID, Type: e.Type, Aggregate: e.Aggregate, Time: timestamppb.New(e.Time),
-		Producer: e.Producer, RequestId: e.RequestID, CorrelationId: e.CorrelationID, CausationId: e.CausationID,
+		Producer: e.Producer, Actor: e.Actor, RequestId: e.RequestID, CorrelationId: e.CorrelationID, CausationId: e.CausationID,
 	}
 	if e.Data != nil {
 		data, err := toStruct(e.Data)

@@ -187,3 +187,24 @@ func TestPlayerSessionHistory(t *testing.T) {
 		t.Fatalf("explain ps-b: %v", x.body)
 	}
 }
+
+// Every event the API writes names its actor in the history: until the
+// API authenticates callers, the replica that wrote it, as its producer.
+func TestHistoryNamesTheActor(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	if r := s.do(http.MethodPost, "/v1/fleets?fleetId=arena", arenaFleet(1)); r.status != http.StatusOK {
+		t.Fatalf("create fleet: %d %v", r.status, r.body)
+	}
+	r := s.do(http.MethodGet, "/v1/fleets/arena/events", nil)
+	evs, _ := r.body["events"].([]any)
+	if r.status != http.StatusOK || len(evs) == 0 {
+		t.Fatalf("history: %d %v", r.status, r.body)
+	}
+	for _, e := range evs {
+		ev := e.(map[string]any)
+		producer, _ := ev["producer"].(string)
+		if !strings.HasPrefix(producer, "apiservers/") || ev["actor"] != producer {
+			t.Errorf("%v: producer %q, actor %v", ev["type"], producer, ev["actor"])
+		}
+	}
+}

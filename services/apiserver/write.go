@@ -2,8 +2,6 @@ package apiserver
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -93,29 +91,22 @@ func (s *Server) write(ctx context.Context, name, requestID, etag string, decide
 // envelopes wraps decided payloads with this replica's metadata and the
 // request's trace context. With a request id, event ids are derived from it.
 func (s *Server) envelopes(ctx context.Context, name, requestID string, msgs []proto.Message) []events.Envelope {
+	return s.stamp(ctx, requestID).Envelopes(name, msgs)
+}
+
+// stamp is what this replica records on the events it writes for a
+// request: itself as producer, the caller as actor (events.ActorFrom; the
+// replica itself until callers are authenticated), the request id and its
+// fingerprint, and the request's trace context.
+func (s *Server) stamp(ctx context.Context, requestID string) events.Stamp {
 	carrier := propagation.MapCarrier{}
 	s.prop.Inject(ctx, carrier)
-	now := s.opts.Now()
-	out := make([]events.Envelope, len(msgs))
-	for i, m := range msgs {
-		e := events.New(name, now, m)
-		e.Producer, e.RequestID = s.producer, requestID
-		if requestID != "" {
-			e.RequestFingerprint = requestFingerprint(ctx)
-		}
-		e.TraceParent, e.TraceState = carrier.Get("traceparent"), carrier.Get("tracestate")
-		if requestID != "" {
-			sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d", name, requestID, i))
-			e.ID = hex.EncodeToString(sum[:16])
-			e.CorrelationID = requestID
-		} else if i == 0 {
-			e.CorrelationID = e.ID
-		} else {
-			e.CorrelationID = out[0].ID
-		}
-		out[i] = e
+	st := events.Stamp{Producer: s.producer, Actor: events.ActorFrom(ctx), Time: s.opts.Now(), RequestID: requestID,
+		TraceParent: carrier.Get("traceparent"), TraceState: carrier.Get("tracestate")}
+	if requestID != "" {
+		st.RequestFingerprint = requestFingerprint(ctx)
 	}
-	return out
+	return st
 }
 
 // checkReplay refuses a request whose request id was first used, at

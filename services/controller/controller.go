@@ -470,13 +470,8 @@ func readAll[R any](ctx context.Context, list func(context.Context, string, int)
 	}
 }
 
+// envelopes stamps decided events with this controller as producer and
+// actor.
 func (c *Controller) envelopes(name string, msgs []proto.Message) []events.Envelope {
-	now := c.opts.Now()
-	out := make([]events.Envelope, len(msgs))
-	for i, m := range msgs {
-		out[i] = events.New(name, now, m)
-		out[i].Producer = c.producer
-		out[i].CorrelationID = out[0].ID
-	}
-	return out
+	return events.Stamp{Producer: c.producer, Time: c.opts.Now()}.Envelopes(name, msgs)
 }

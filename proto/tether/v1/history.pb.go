@@ -46,7 +46,10 @@ type Event struct {
 	// Causation id.
 	CausationId string `protobuf:"bytes,9,opt,name=causation_id,json=causationId,proto3" json:"causation_id,omitempty"`
 	// The payload as JSON.
-	Data          *structpb.Struct `protobuf:"bytes,10,opt,name=data,proto3" json:"data,omitempty"`
+	Data *structpb.Struct `protobuf:"bytes,10,opt,name=data,proto3" json:"data,omitempty"`
+	// On whose behalf it was written: the API's caller, or the component that
+	// wrote it (as producer). Empty on events written before it existed.
+	Actor         string `protobuf:"bytes,11,opt,name=actor,proto3" json:"actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -149,6 +152,13 @@ func (x *Event) GetData() *structpb.Struct {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *Event) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
 }
 
 // Request of ListEvents.
@@ -693,7 +703,7 @@ var File_tether_v1_history_proto protoreflect.FileDescriptor
 
 const file_tether_v1_history_proto_rawDesc = "" +
 	"\n" +
-	"\x17tether/v1/history.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x02\n" +
+	"\x17tether/v1/history.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdd\x02\n" +
 	"\x05Event\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x03R\bsequence\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
@@ -706,7 +716,8 @@ const file_tether_v1_history_proto_rawDesc = "" +
 	"\x0ecorrelation_id\x18\b \x01(\tR\rcorrelationId\x12!\n" +
 	"\fcausation_id\x18\t \x01(\tR\vcausationId\x12+\n" +
 	"\x04data\x18\n" +
-	" \x01(\v2\x17.google.protobuf.StructR\x04data\"\xeb\x01\n" +
+	" \x01(\v2\x17.google.protobuf.StructR\x04data\x12\x14\n" +
+	"\x05actor\x18\v \x01(\tR\x05actor\"\xeb\x01\n" +
 	"\x11ListEventsRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x129\n" +
 	"\n" +

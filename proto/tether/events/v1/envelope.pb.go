@@ -59,8 +59,12 @@ type Envelope struct {
 	// hex), set with request_id: a retry that reuses the request id with
 	// different content is refused instead of answered with the first result.
 	RequestFingerprint string `protobuf:"bytes,13,opt,name=request_fingerprint,json=requestFingerprint,proto3" json:"request_fingerprint,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The principal on whose behalf the event was written: the API's caller
+	// once the API authenticates callers, else the component that wrote it (as
+	// producer). Empty on events written before it existed.
+	Actor         string `protobuf:"bytes,14,opt,name=actor,proto3" json:"actor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Envelope) Reset() {
@@ -184,11 +188,18 @@ func (x *Envelope) GetRequestFingerprint() string {
 	return ""
 }
 
+func (x *Envelope) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
 var File_tether_events_v1_envelope_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_envelope_proto_rawDesc = "" +
 	"\n" +
-	"\x1ftether/events/v1/envelope.proto\x12\x10tether.events.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x03\n" +
+	"\x1ftether/events/v1/envelope.proto\x12\x10tether.events.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\x03\n" +
 	"\bEnvelope\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1c\n" +
@@ -207,7 +218,8 @@ const file_tether_events_v1_envelope_proto_rawDesc = "" +
 	"tracestate\x12%\n" +
 	"\x0eschema_version\x18\v \x01(\x05R\rschemaVersion\x12(\n" +
 	"\x04data\x18\f \x01(\v2\x14.google.protobuf.AnyR\x04data\x12/\n" +
-	"\x13request_fingerprint\x18\r \x01(\tR\x12requestFingerprintB<Z:github.com/tetherhq/tether/proto/tether/events/v1;eventsv1b\x06proto3"
+	"\x13request_fingerprint\x18\r \x01(\tR\x12requestFingerprint\x12\x14\n" +
+	"\x05actor\x18\x0e \x01(\tR\x05actorB<Z:github.com/tetherhq/tether/proto/tether/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_tether_events_v1_envelope_proto_rawDescOnce sync.Once
