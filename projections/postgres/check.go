@@ -55,16 +55,19 @@ const MaxDifferences = 1000
 
 // checkTables are the tables Check compares, with their keys and the
 // columns that are not derived from the events (left out).
-var checkTables = []struct {
+var checkTables = func() []checkTable {
+	var out []checkTable
+	for _, v := range viewOrder() {
+		out = append(out, checkTable{table: v.tableName(), key: "name"})
+	}
+	return append(out, checkTable{table: "events", key: "sequence"},
+		checkTable{table: "dead_letters", key: "sequence", skip: []string{"create_time"}})
+}()
+
+// checkTable is a table Check compares: its key, and the columns it skips.
+type checkTable struct {
 	table, key string
 	skip       []string
-}{
-	{"fleets", "name", nil},
-	{"hosts", "name", nil},
-	{"game_servers", "name", nil},
-	{"game_sessions", "name", nil},
-	{"events", "sequence", nil},
-	{"dead_letters", "sequence", []string{"create_time"}},
 }
 
 // Check replays the stream from sequence 1 into scratch tables with the

@@ -141,16 +141,9 @@ func RetryDeadLetter(ctx context.Context, opts ReplayOptions, seq uint64) (Retry
 	}
 	r := refolder{tx: tx, subject: subject, history: history, dead: dead, retry: seq, upcast: opts.Upcast}
 	res := RetryResult{Aggregate: name}
-	switch kindOf(subject) {
-	case events.KindFleet:
-		res.Sequence, err = refold(ctx, &r, fleetTable)
-	case events.KindHost:
-		res.Sequence, err = refold(ctx, &r, hostTable)
-	case events.KindGameServer:
-		res.Sequence, err = refold(ctx, &r, gameServerTable)
-	case events.KindGameSession:
-		res.Sequence, err = refold(ctx, &r, gameSessionTable)
-	default:
+	if v, ok := views[events.KindOf(subject)]; ok {
+		res.Sequence, err = v.refold(ctx, &r)
+	} else {
 		err = fmt.Errorf("%w: sequence %d: no view for subject %s", ErrStillPoison, seq, subject)
 	}
 	if err != nil {

@@ -167,6 +167,72 @@ func labelsJSON(m map[string]string) ([]byte, error) {
 	return json.Marshal(m)
 }
 
+// folder folds one batch's events into the aggregates of one view table.
+type folder interface {
+	want(name string)
+	load(ctx context.Context, tx pgx.Tx) error
+	apply(e events.Envelope) error
+	write(ctx context.Context, tx pgx.Tx) error
+}
+
+// view is one aggregate kind's view table, as the projector, the
+// dead-letter retry, rebuild and check use it.
+type view interface {
+	// tableName is the view table.
+	tableName() string
+	// newFolder starts folding a batch into it.
+	newFolder() folder
+	// refold folds an aggregate's history again (a dead-letter retry).
+	refold(ctx context.Context, r *refolder) (uint64, error)
+}
+
+func (t aggregateTable[S]) tableName() string { return t.table }
+func (t aggregateTable[S]) newFolder() folder { return newFoldSet(t) }
+func (t aggregateTable[S]) refold(ctx context.Context, r *refolder) (uint64, error) {
+	return refold(ctx, r, t)
+}
+
+// views is each registered aggregate kind's view (events.Aggregates);
+// views_internal_test.go fails for a registered kind without one.
+var views = map[string]view{
+	events.KindFleet:       fleetTable,
+	events.KindHost:        hostTable,
+	events.KindGameServer:  gameServerTable,
+	events.KindGameSession: gameSessionTable,
+}
+
+// viewOrder lists the views in the registry's order.
+func viewOrder() []view {
+	var out []view
+	for _, a := range events.Aggregates() {
+		if v, ok := views[a.Kind]; ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// folders starts folding a batch into every view, by kind.
+func folders() map[string]folder {
+	out := make(map[string]folder, len(views))
+	for kind, v := range views {
+		out[kind] = v.newFolder()
+	}
+	return out
+}
+
+// eachFolder calls do on the folders in the registry's order.
+func eachFolder(fs map[string]folder, do func(folder) error) error {
+	for _, a := range events.Aggregates() {
+		if f, ok := fs[a.Kind]; ok {
+			if err := do(f); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 var fleetTable = aggregateTable[*eventsv1.FleetState]{
 	table:   "fleets",
 	columns: []string{"name", "replicas", "scheduling", "labels", "deleted", "create_time", "update_time", "snapshot", "last_sequence"},

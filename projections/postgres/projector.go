@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -26,7 +25,6 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections"
-	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
 // CheckpointChannel is the PostgreSQL NOTIFY channel on which the projector
@@ -420,11 +418,10 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 		p.opts.Partition).Scan(&cp); err != nil {
 		return fmt.Errorf("projector: lock checkpoint: %w", err)
 	}
-	fleets, hosts, servers := newFoldSet(fleetTable), newFoldSet(hostTable), newFoldSet(gameServerTable)
-	sessions := newFoldSet(gameSessionTable)
+	folds := folders()
 	held := p.held
 	if held != nil {
-		fleets, hosts, servers, sessions = held.fleets, held.hosts, held.servers, held.sessions
+		folds = held.folds
 		defer func() {
 			if err != nil {
 				held.broken = err // its states may hold part of a failed batch
@@ -458,17 +455,8 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 			continue
 		}
 		env.Sequence = seq
-		kind := kindOf(m.Subject())
-		switch kind {
-		case events.KindFleet:
-			fleets.want(env.Aggregate)
-		case events.KindHost:
-			hosts.want(env.Aggregate)
-		case events.KindGameServer:
-			servers.want(env.Aggregate)
-		case events.KindGameSession:
-			sessions.want(env.Aggregate)
-		}
+		kind := events.KindOf(m.Subject())
+		folds[kind].want(env.Aggregate) // decode refuses a kind without a view
 		envs = append(envs, env)
 		raw = append(raw, data)
 		kinds = append(kinds, kind)
@@ -477,37 +465,18 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 		return nil // the whole batch was applied before
 	}
 	if held == nil { // held states start from empty tables and live in memory
-		for _, l := range []interface {
-			load(context.Context, pgx.Tx) error
-		}{fleets, hosts, servers, sessions} {
-			if err := l.load(ctx, tx); err != nil {
-				return err
-			}
+		if err := eachFolder(folds, func(f folder) error { return f.load(ctx, tx) }); err != nil {
+			return err
 		}
 	}
 	for i, e := range envs {
-		var err error
-		switch kinds[i] {
-		case events.KindFleet:
-			err = fleets.apply(e)
-		case events.KindHost:
-			err = hosts.apply(e)
-		case events.KindGameServer:
-			err = servers.apply(e)
-		case events.KindGameSession:
-			err = sessions.apply(e)
-		}
-		if err != nil {
+		if err := folds[kinds[i]].apply(e); err != nil {
 			dead = append(dead, deadLetter{seq: e.Sequence, subject: events.MustSubject(e.Aggregate), typ: e.Type, err: err, data: raw[i]})
 		}
 	}
 	if held == nil {
-		for _, w := range []interface {
-			write(context.Context, pgx.Tx) error
-		}{fleets, hosts, servers, sessions} {
-			if err := w.write(ctx, tx); err != nil {
-				return fmt.Errorf("projector: %w", err)
-			}
+		if err := eachFolder(folds, func(f folder) error { return f.write(ctx, tx) }); err != nil {
+			return fmt.Errorf("projector: %w", err)
 		}
 	}
 	if p.opts.StopOnPoison && len(dead) > 0 {
@@ -558,18 +527,10 @@ func decode(subject string, data []byte) (events.Envelope, error) {
 	if name != env.Aggregate {
 		return events.Envelope{}, fmt.Errorf("%w: event %s on subject %s names aggregate %s", events.ErrUndecodable, env.ID, subject, env.Aggregate)
 	}
-	switch kindOf(subject) {
-	case events.KindFleet, events.KindHost, events.KindGameServer, events.KindGameSession:
-		return env, nil
+	if _, ok := views[events.KindOf(subject)]; !ok {
+		return events.Envelope{}, fmt.Errorf("projector: no view for subject %s", subject)
 	}
-	return events.Envelope{}, fmt.Errorf("projector: no view for subject %s", subject)
-}
-
-// kindOf returns the aggregate kind token of an event subject.
-func kindOf(subject string) string {
-	rest := strings.TrimPrefix(subject, events.SubjectPrefix+".")
-	kind, _, _ := strings.Cut(rest, ".")
-	return kind
+	return env, nil
 }
 
 // copyEvents writes the batch's events into the events table with COPY.
@@ -624,11 +585,8 @@ func optionalTime(ts *timestamppb.Timestamp) *time.Time {
 // heldViews are folded states a replay keeps in memory instead of writing
 // them batch by batch (see HoldViews).
 type heldViews struct {
-	fleets   *foldSet[*eventsv1.FleetState]
-	hosts    *foldSet[*eventsv1.HostState]
-	servers  *foldSet[*eventsv1.GameServerState]
-	sessions *foldSet[*eventsv1.GameSessionState]
-	broken   error // a batch failed after folding into them
+	folds  map[string]folder // by kind
+	broken error             // a batch failed after folding into them
 }
 
 // HoldViews makes the projector keep folded states in memory across batches
@@ -637,8 +595,7 @@ type heldViews struct {
 // aggregate's row is then written once instead of once per batch that
 // touches it. Not for a live projector, whose readers need every batch.
 func (p *Projector) HoldViews() {
-	p.held = &heldViews{fleets: newFoldSet(fleetTable), hosts: newFoldSet(hostTable),
-		servers: newFoldSet(gameServerTable), sessions: newFoldSet(gameSessionTable)}
+	p.held = &heldViews{folds: folders()}
 }
 
 // FlushViews writes the held states in one transaction and returns the
@@ -657,12 +614,8 @@ func (p *Projector) FlushViews(ctx context.Context) error {
 		return fmt.Errorf("projector: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // No-op after commit.
-	for _, w := range []interface {
-		write(context.Context, pgx.Tx) error
-	}{held.fleets, held.hosts, held.servers, held.sessions} {
-		if err := w.write(ctx, tx); err != nil {
-			return fmt.Errorf("projector: flush held views: %w", err)
-		}
+	if err := eachFolder(held.folds, func(f folder) error { return f.write(ctx, tx) }); err != nil {
+		return fmt.Errorf("projector: flush held views: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("projector: flush held views: %w", err)

@@ -18,9 +18,16 @@ import (
 )
 
 // viewTables are the tables a rebuild replaces, in the order they are
-// locked and moved. The checkpoint comes first: locking it is what pauses
-// the live projector at a batch boundary.
-var viewTables = []string{"projector_checkpoints", "fleets", "hosts", "game_servers", "game_sessions", "events", "dead_letters"}
+// locked and moved: the checkpoint first (locking it is what pauses the
+// live projector at a batch boundary), each registered aggregate's view,
+// then the events and the dead letters.
+var viewTables = func() []string {
+	out := []string{"projector_checkpoints"}
+	for _, v := range viewOrder() {
+		out = append(out, v.tableName())
+	}
+	return append(out, "events", "dead_letters")
+}()
 
 // ErrReplayBusy is returned when another rebuild or check is running
 // against the same database.

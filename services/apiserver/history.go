@@ -104,78 +104,32 @@ type folded struct {
 	evidence proto.Message
 }
 
-// fold folds events into the resource's state.
+// fold folds events into the resource's state, through the aggregate
+// registry (events.Aggregates); a player session is the part of its game
+// session's state that is its seat.
 func (r resource) fold(evs []events.Envelope) (folded, error) {
 	var f folded
-	switch r.kind {
-	case events.KindFleet:
-		var s *eventsv1.FleetState
-		for _, e := range evs {
-			var err error
-			if s, err = events.ApplyFleet(s, e); err != nil {
-				return f, fmt.Errorf("fold %s at %d: %w", r.name, e.Sequence, err)
-			}
-		}
-		if s != nil {
-			f.state, f.status = s, "ACTIVE"
-			if s.GetDeleted() {
-				f.status = "DELETED"
-			}
-		}
-	case events.KindHost:
-		var s *eventsv1.HostState
-		for _, e := range evs {
-			var err error
-			if s, err = events.ApplyHost(s, e); err != nil {
-				return f, fmt.Errorf("fold %s at %d: %w", r.name, e.Sequence, err)
-			}
-		}
-		if s != nil {
-			f.state, f.status = s, strings.TrimPrefix(s.GetStatus().String(), "HOST_STATUS_")
-		}
-	case events.KindGameServer:
-		var s *eventsv1.GameServerState
-		for _, e := range evs {
-			var err error
-			if s, err = events.ApplyGameServer(s, e); err != nil {
-				return f, fmt.Errorf("fold %s at %d: %w", r.name, e.Sequence, err)
-			}
-		}
-		if s != nil {
-			f.state, f.status, f.reason = s, events.LifecycleName(s.GetLifecycle()), events.ReasonName(s.GetReason())
-			if s.GetEvidence() != nil {
-				f.evidence = s.GetEvidence()
-			}
-		}
-	case events.KindGameSession, events.KindPlayerSession:
-		var s *eventsv1.GameSessionState
-		for _, e := range evs {
-			var err error
-			if s, err = events.ApplyGameSession(s, e); err != nil {
-				return f, fmt.Errorf("fold %s at %d: %w", r.name, e.Sequence, err)
-			}
-		}
-		if s == nil {
-			break
-		}
-		if r.player == "" {
-			f.state, f.status = s, events.GameSessionStatusName(s.GetStatus())
-			if s.GetEndReason() != eventsv1.GameSessionEndReason_GAME_SESSION_END_REASON_UNSPECIFIED {
-				f.reason = strings.TrimPrefix(s.GetEndReason().String(), "GAME_SESSION_END_REASON_")
-				if sr := events.ReasonName(s.GetServerReason()); sr != "" {
-					f.reason += "(" + sr + ")"
-				}
-			}
-			break
-		}
-		if p := events.FindPlayer(s, r.player); p != nil {
-			f.state, f.status = p, events.PlayerSessionStatusName(p.GetStatus())
-			if p.GetEndReason() != eventsv1.PlayerSessionEndReason_PLAYER_SESSION_END_REASON_UNSPECIFIED {
-				f.reason = strings.TrimPrefix(p.GetEndReason().String(), "PLAYER_SESSION_END_REASON_")
-			}
-		}
-	default:
+	kind := r.kind
+	if kind == events.KindPlayerSession {
+		kind = events.KindGameSession
+	}
+	agg, ok := events.AggregateOf(kind)
+	if !ok {
 		return f, invalidField("name", fmt.Sprintf("%s has no history", r.name))
+	}
+	s, err := agg.Fold(evs)
+	if err != nil || s == nil {
+		return f, err
+	}
+	if r.kind != events.KindPlayerSession {
+		f.state, f.status, f.reason, f.evidence = s, agg.Status(s), agg.Reason(s), agg.Evidence(s)
+		return f, nil
+	}
+	if p := events.FindPlayer(s.(*eventsv1.GameSessionState), r.player); p != nil {
+		f.state, f.status = p, events.PlayerSessionStatusName(p.GetStatus())
+		if p.GetEndReason() != eventsv1.PlayerSessionEndReason_PLAYER_SESSION_END_REASON_UNSPECIFIED {
+			f.reason = strings.TrimPrefix(p.GetEndReason().String(), "PLAYER_SESSION_END_REASON_")
+		}
 	}
 	return f, nil
 }
