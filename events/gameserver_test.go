@@ -54,6 +54,7 @@ ShutdownRequested    -   SHU SHU SHU SHU SHU -   -   SHU
 ProcessExited        -   -   =   =   =   =   =   -   =
 GameServerTerminated -   TER TER TER TER TER TER -   TER
 LabelsChanged        -   =   =   =   =   =   =   -   =
+ProcessSignalled     -   -   =   =   =   =   =   -   =
 `
 
 // gameServerEvents is the game server row of DESIGN.md §3's event catalog.
@@ -61,6 +62,7 @@ var gameServerEvents = []string{
 	"GameServerScheduled", "ProcessStarted", "SdkConnected", "SdkDisconnected", "GameServerReady",
 	"GameServerReserved", "HealthDegraded", "HealthRecovered", "GameServerUnhealthy",
 	"GameServerAllocated", "ShutdownRequested", "ProcessExited", "GameServerTerminated", "LabelsChanged",
+	"ProcessSignalled",
 }
 
 var lifecycleAbbrev = map[string]eventsv1.Lifecycle{
@@ -107,6 +109,11 @@ func parseMatrix(t *testing.T) []matrixCell {
 	if !slices.Equal(rows, gameServerEvents) {
 		t.Fatalf("matrix rows %v, want the catalog %v", rows, gameServerEvents)
 	}
+	// The matrix covers every event the registry gives the game server.
+	gs, _ := events.AggregateOf(events.KindGameServer)
+	if !slices.Equal(slices.Sorted(slices.Values(rows)), slices.Sorted(slices.Values(gs.Events))) {
+		t.Fatalf("matrix rows %v, the registry's game server events %v", rows, gs.Events)
+	}
 	return out
 }
 
@@ -142,6 +149,8 @@ func samplePayload(t *testing.T, typ string) proto.Message {
 		return &eventsv1.GameServerTerminated{Reason: eventsv1.Reason_REASON_PROCESS_EXITED}
 	case "LabelsChanged":
 		return &eventsv1.LabelsChanged{Set: map[string]string{"k": "v"}}
+	case "ProcessSignalled":
+		return &eventsv1.ProcessSignalled{Signal: "terminated", Reason: eventsv1.Reason_REASON_FLEET_SCALED_DOWN, Deadline: tsAt(30)}
 	}
 	t.Fatalf("no sample payload for %s", typ)
 	return nil
