@@ -59,6 +59,14 @@ var gameServerTransitions = map[string]transition{
 	"ProcessSignalled":     {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown, unhealthy}},
 }
 
+// NotReadyAfter reports whether a game server is not READY after an event
+// of type typ, whatever its state before: the event's row in the transition
+// table moves the lifecycle, and not to READY.
+func NotReadyAfter(typ string) bool {
+	row, ok := gameServerTransitions[typ]
+	return ok && row.to != absent && row.to != ready
+}
+
 // LifecycleName returns "READY" for LIFECYCLE_READY, "ABSENT" for unset.
 func LifecycleName(l eventsv1.Lifecycle) string {
 	if l == absent {

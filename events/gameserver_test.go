@@ -1033,3 +1033,20 @@ func TestReasonName(t *testing.T) {
 		}
 	}
 }
+
+// NotReadyAfter is derived from the transition table: the events that
+// move a server's lifecycle anywhere but READY.
+func TestNotReadyAfter(t *testing.T) {
+	for _, typ := range []string{"GameServerAllocated", "GameServerReserved", "ShutdownRequested", "GameServerUnhealthy",
+		"GameServerTerminated", "GameServerScheduled", "ProcessStarted"} {
+		if !events.NotReadyAfter(typ) {
+			t.Errorf("a server may be READY after %s", typ)
+		}
+	}
+	for _, typ := range []string{"GameServerReady", "SdkConnected", "SdkDisconnected", "HealthDegraded", "HealthRecovered",
+		"LabelsChanged", "ProcessExited", "ProcessSignalled", "FleetCreated", ""} {
+		if events.NotReadyAfter(typ) {
+			t.Errorf("a server is never READY after %s", typ)
+		}
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -195,7 +194,7 @@ func (a *allocationService) catchUp(ctx context.Context, name string, state *eve
 	if err != nil {
 		return nil, 0, err
 	}
-	if ok && last.Sequence > seq && slices.Contains(leavesReady, last.Type) {
+	if ok && last.Sequence > seq && events.NotReadyAfter(last.Type) {
 		taken := proto.CloneOf(state)
 		taken.Lifecycle = eventsv1.Lifecycle_LIFECYCLE_UNSPECIFIED // not READY; exact state unknown
 		return taken, last.Sequence, nil
@@ -212,10 +211,6 @@ func (a *allocationService) catchUp(ctx context.Context, name string, state *eve
 	}
 	return state, seq, nil
 }
-
-// leavesReady lists the events after which a game server is not READY,
-// whatever came before them.
-var leavesReady = []string{"GameServerAllocated", "GameServerReserved", "ShutdownRequested", "GameServerUnhealthy", "GameServerTerminated"}
 
 // try allocates one game server, guarded by seq.
 func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameServerRequest, name string,
