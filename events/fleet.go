@@ -111,12 +111,17 @@ func (RecordStartRecovered) fleetCommand() {}
 
 // DecideFleet returns the events a command produces on a fleet, or why it is
 // refused. state is nil for a fleet that does not exist.
-func DecideFleet(state *eventsv1.FleetState, cmd FleetCommand) ([]proto.Message, error) {
-	exists := state != nil && state.GetName() != "" && !state.GetDeleted()
+func DecideFleet(name string, state *eventsv1.FleetState, cmd FleetCommand) ([]proto.Message, error) {
+	refuses := func(event, command string) error {
+		if fleetTransitions[event].allows(state) {
+			return nil
+		}
+		return &TransitionError{Aggregate: name, From: fleetStatus(state), Event: command}
+	}
 	switch c := cmd.(type) {
 	case CreateFleet:
-		if state != nil && state.GetName() != "" {
-			return nil, &TransitionError{Aggregate: state.GetName(), From: fleetStatus(state), Event: "CreateFleet"}
+		if err := refuses(typeName[*eventsv1.FleetCreated](), "CreateFleet"); err != nil {
+			return nil, err
 		}
 		spec := proto.CloneOf(c.Spec)
 		if spec == nil {
@@ -128,8 +133,8 @@ func DecideFleet(state *eventsv1.FleetState, cmd FleetCommand) ([]proto.Message,
 		}
 		return []proto.Message{&eventsv1.FleetCreated{Spec: spec}}, nil
 	case UpdateFleet:
-		if !exists {
-			return nil, &TransitionError{Aggregate: state.GetName(), From: fleetStatus(state), Event: "UpdateFleet"}
+		if err := refuses(typeName[*eventsv1.FleetUpdated](), "UpdateFleet"); err != nil {
+			return nil, err
 		}
 		next, changed, err := mergeFleetSpec(state.GetSpec(), c.Spec, c.Paths)
 		if err != nil {
@@ -140,21 +145,21 @@ func DecideFleet(state *eventsv1.FleetState, cmd FleetCommand) ([]proto.Message,
 		}
 		return []proto.Message{&eventsv1.FleetUpdated{Spec: next, ChangedFields: changed}}, nil
 	case DeleteFleet:
-		if !exists {
-			return nil, &TransitionError{Aggregate: state.GetName(), From: fleetStatus(state), Event: "DeleteFleet"}
+		if err := refuses(typeName[*eventsv1.FleetDeleted](), "DeleteFleet"); err != nil {
+			return nil, err
 		}
 		return []proto.Message{&eventsv1.FleetDeleted{}}, nil
 	case RecordStartFailures:
-		if !exists {
-			return nil, &TransitionError{Aggregate: state.GetName(), From: fleetStatus(state), Event: "RecordStartFailures"}
+		if err := refuses(typeName[*eventsv1.FleetStartFailing](), "RecordStartFailures"); err != nil {
+			return nil, err
 		}
 		return decideStartFailures(state, c), nil
 	case RecordStartRecovered:
-		if !exists {
-			return nil, &TransitionError{Aggregate: state.GetName(), From: fleetStatus(state), Event: "RecordStartRecovered"}
+		if fleetStatus(state) == fleetActive && state.GetStartFailing() == nil {
+			return nil, nil // not failing: nothing to recover from
 		}
-		if state.GetStartFailing() == nil {
-			return nil, nil
+		if err := refuses(typeName[*eventsv1.FleetStartRecovered](), "RecordStartRecovered"); err != nil {
+			return nil, err
 		}
 		return []proto.Message{&eventsv1.FleetStartRecovered{
 			GameServer: c.GameServer, ConsecutiveFailures: state.GetStartFailing().GetConsecutiveFailures(),
@@ -186,53 +191,93 @@ func decideStartFailures(state *eventsv1.FleetState, c RecordStartFailures) []pr
 	}}
 }
 
+// The fleet's statuses in its transition table.
+const (
+	fleetAbsent  = "ABSENT"
+	fleetActive  = "ACTIVE"
+	fleetDeleted = "DELETED"
+)
+
+// fleetTransition is one row of the fleet transition table: the statuses
+// an event may arrive in, the status it leads to ("" = unchanged), and a
+// condition on the rest of the state, if the row has one.
+type fleetTransition struct {
+	from []string
+	to   string
+	when func(*eventsv1.FleetState) bool
+}
+
+// allows reports whether the row takes its event on state.
+func (t fleetTransition) allows(state *eventsv1.FleetState) bool {
+	return slices.Contains(t.from, fleetStatus(state)) && (t.when == nil || t.when(state))
+}
+
+// target is the status after the row's event, from status from.
+func (t fleetTransition) target(from string) string {
+	if t.to == "" {
+		return from
+	}
+	return t.to
+}
+
+// fleetTransitions is the fleet's transition table (DESIGN.md §3), keyed
+// by event type. A deleted fleet takes nothing more; a recovery needs a
+// run of failures to end.
+var fleetTransitions = map[string]fleetTransition{
+	typeName[*eventsv1.FleetCreated]():        {from: []string{fleetAbsent}, to: fleetActive},
+	typeName[*eventsv1.FleetUpdated]():        {from: []string{fleetActive}},
+	typeName[*eventsv1.FleetStartFailing]():   {from: []string{fleetActive}},
+	typeName[*eventsv1.FleetStartRecovered](): {from: []string{fleetActive}, when: func(s *eventsv1.FleetState) bool { return s.GetStartFailing() != nil }},
+	typeName[*eventsv1.FleetDeleted]():        {from: []string{fleetActive}, to: fleetDeleted},
+}
+
+// typeName is the event type of payload type M, for table keys.
+func typeName[M proto.Message]() string {
+	var m M
+	return TypeOf(m)
+}
+
 // ApplyFleet folds one event into a fleet's state and returns the new state;
 // the input is not modified. An event the state does not allow is an error.
 func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, error) {
+	row, ok := fleetTransitions[e.Type]
+	if !ok {
+		return nil, fmt.Errorf("events: %s is not a fleet event", e.Type)
+	}
+	from := fleetStatus(state)
+	if !row.allows(state) {
+		return nil, &TransitionError{Aggregate: e.Aggregate, From: from, Event: e.Type}
+	}
 	next := proto.CloneOf(state)
 	if next == nil {
 		next = &eventsv1.FleetState{}
 	}
-	exists := next.GetName() != "" && !next.GetDeleted()
-	refuse := func() error { return &TransitionError{Aggregate: e.Aggregate, From: fleetStatus(state), Event: e.Type} }
 	at := timestamppb.New(e.Time)
 	switch d := e.Data.(type) {
 	case *eventsv1.FleetCreated:
-		if next.GetName() != "" {
-			return nil, refuse()
-		}
 		next.Name, next.Spec, next.CreateTime = e.Aggregate, proto.CloneOf(d.GetSpec()), at
 	case *eventsv1.FleetUpdated:
-		if !exists {
-			return nil, refuse()
-		}
 		next.Spec = proto.CloneOf(d.GetSpec())
 		if f := next.GetStartFailing(); f != nil && slices.ContainsFunc(d.GetChangedFields(), retriesAtOnce) {
 			f.BackoffUntil = nil // what failed changed: try it at once
 		}
 	case *eventsv1.FleetStartFailing:
-		if !exists {
-			return nil, refuse()
-		}
 		if next.GetStartFailing() == nil {
 			next.StartConditionTime, next.StartRecovered = at, nil
 		}
 		next.StartFailing = proto.CloneOf(d)
 		next.CountedFailureSequence = max(next.GetCountedFailureSequence(), d.GetFailureSequence())
 	case *eventsv1.FleetStartRecovered:
-		if !exists || next.GetStartFailing() == nil {
-			return nil, refuse()
-		}
 		next.StartFailing, next.StartRecovered, next.StartConditionTime = nil, proto.CloneOf(d), at
 	case *eventsv1.FleetDeleted:
-		if !exists {
-			return nil, refuse()
-		}
 		next.Deleted, next.DeleteTime = true, at
 	default:
-		return nil, fmt.Errorf("events: %s is not a fleet event", e.Type)
+		return nil, fmt.Errorf("events: %s has payload %T", e.Type, e.Data)
 	}
 	next.UpdateTime = at
+	if got, want := fleetStatus(next), row.target(from); got != want {
+		return nil, fmt.Errorf("events: %s on %s (%s) led to %s, not %s as the transition table says", e.Type, e.Aggregate, from, got, want)
+	}
 	return next, nil
 }
 
@@ -243,11 +288,11 @@ func retriesAtOnce(field string) bool { return field == "template" || field == "
 func fleetStatus(s *eventsv1.FleetState) string {
 	switch {
 	case s == nil || s.GetName() == "":
-		return "ABSENT"
+		return fleetAbsent
 	case s.GetDeleted():
-		return "DELETED"
+		return fleetDeleted
 	}
-	return "ACTIVE"
+	return fleetActive
 }
 
 // NormalizeFleetSpec fills a spec's zero values with the defaults.

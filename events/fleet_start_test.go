@@ -78,7 +78,7 @@ func TestDecideStartFailures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, err := events.DecideFleet(tt.state, events.RecordStartFailures{Failures: tt.failures, At: at(100), Backoff: backoff})
+			out, err := events.DecideFleet(fleetName, tt.state, events.RecordStartFailures{Failures: tt.failures, At: at(100), Backoff: backoff})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,7 +106,7 @@ func TestStartFailingRunAndRecovery(t *testing.T) {
 	state := createdFleet(t, minimalSpec())
 	decide := func(n int, cmd events.FleetCommand) {
 		t.Helper()
-		out, err := events.DecideFleet(state, cmd)
+		out, err := events.DecideFleet(fleetName, state, cmd)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func TestStartFailingRunAndRecovery(t *testing.T) {
 	if state.GetStartFailing() != nil || !proto.Equal(state.GetStartRecovered(), want) || !state.GetStartConditionTime().AsTime().Equal(at(6)) {
 		t.Fatalf("after recovery: failing %v, recovered %v, since %v", state.GetStartFailing(), state.GetStartRecovered(), state.GetStartConditionTime().AsTime())
 	}
-	if out, err := events.DecideFleet(state, events.RecordStartRecovered{GameServer: "x"}); err != nil || len(out) != 0 {
+	if out, err := events.DecideFleet(fleetName, state, events.RecordStartRecovered{GameServer: "x"}); err != nil || len(out) != 0 {
 		t.Fatalf("recovered twice: %v %v, want no event", types(out), err)
 	}
 

@@ -33,7 +33,7 @@ func minimalSpec() *eventsv1.FleetSpec {
 // createdFleet returns the state of a fleet created from spec.
 func createdFleet(t *testing.T, spec *eventsv1.FleetSpec) *eventsv1.FleetState {
 	t.Helper()
-	out, err := events.DecideFleet(nil, events.CreateFleet{Spec: spec})
+	out, err := events.DecideFleet(fleetName, nil, events.CreateFleet{Spec: spec})
 	if err != nil {
 		t.Fatalf("DecideFleet(CreateFleet): %v", err)
 	}
@@ -59,7 +59,7 @@ func TestDecideFleetCreateDefaults(t *testing.T) {
 	in := minimalSpec()
 	before := proto.Clone(in)
 
-	out, err := events.DecideFleet(nil, events.CreateFleet{Spec: in})
+	out, err := events.DecideFleet(fleetName, nil, events.CreateFleet{Spec: in})
 	if err != nil {
 		t.Fatalf("DecideFleet: %v", err)
 	}
@@ -88,7 +88,7 @@ func TestDecideFleetCreateKeepsExplicitValues(t *testing.T) {
 	in.Scheduling = eventsv1.Scheduling_SCHEDULING_DISTRIBUTED
 	in.Replicas = events.MaxReplicas
 
-	out, err := events.DecideFleet(nil, events.CreateFleet{Spec: in})
+	out, err := events.DecideFleet(fleetName, nil, events.CreateFleet{Spec: in})
 	if err != nil {
 		t.Fatalf("DecideFleet: %v", err)
 	}
@@ -148,7 +148,7 @@ func TestDecideFleetCreateValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, err := events.DecideFleet(nil, events.CreateFleet{Spec: tt.spec(minimalSpec())})
+			out, err := events.DecideFleet(fleetName, nil, events.CreateFleet{Spec: tt.spec(minimalSpec())})
 			if out != nil {
 				t.Errorf("events = %v, want none", types(out))
 			}
@@ -179,7 +179,7 @@ func TestDecideFleetRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, err := events.DecideFleet(tt.state(t), tt.cmd)
+			out, err := events.DecideFleet(fleetName, tt.state(t), tt.cmd)
 			if out != nil {
 				t.Errorf("events = %v, want none", types(out))
 			}
@@ -192,7 +192,7 @@ func TestDecideFleetRefusals(t *testing.T) {
 }
 
 func TestDecideFleetDelete(t *testing.T) {
-	out, err := events.DecideFleet(createdFleet(t, minimalSpec()), events.DeleteFleet{})
+	out, err := events.DecideFleet(fleetName, createdFleet(t, minimalSpec()), events.DeleteFleet{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +364,7 @@ func TestDecideFleetUpdate(t *testing.T) {
 			stateBefore := proto.Clone(state)
 			cmdBefore := proto.Clone(tt.spec)
 
-			out, err := events.DecideFleet(state, events.UpdateFleet{Spec: tt.spec, Paths: tt.paths})
+			out, err := events.DecideFleet(fleetName, state, events.UpdateFleet{Spec: tt.spec, Paths: tt.paths})
 
 			if !proto.Equal(stateBefore, state) {
 				t.Errorf("DecideFleet modified the state")
@@ -409,7 +409,7 @@ func TestDecideFleetUpdateDoesNotAliasCommand(t *testing.T) {
 		Labels:   map[string]string{"region": "us"},
 		Template: &eventsv1.GameServerTemplate{Command: "/bin/x"},
 	}
-	out, err := events.DecideFleet(state, events.UpdateFleet{Spec: patch, Paths: []string{"labels", "template"}})
+	out, err := events.DecideFleet(fleetName, state, events.UpdateFleet{Spec: patch, Paths: []string{"labels", "template"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -261,7 +261,7 @@ func (g *gameServer) apply(m proto.Message) {
 // fleetSpec is a normalized fleet spec, as a FleetCreated carries it.
 func fleetSpec(t *testing.T) *eventsv1.FleetSpec {
 	t.Helper()
-	out, err := events.DecideFleet(nil, events.CreateFleet{Spec: minimalSpec()})
+	out, err := events.DecideFleet(fleetName, nil, events.CreateFleet{Spec: minimalSpec()})
 	if err != nil {
 		t.Fatal(err)
 	}

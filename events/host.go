@@ -2,6 +2,7 @@ package events
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -10,6 +11,72 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
+// The host's statuses in its transition table.
+const (
+	hostAbsent       = eventsv1.HostStatus_HOST_STATUS_UNSPECIFIED
+	hostOnline       = eventsv1.HostStatus_HOST_STATUS_ONLINE
+	hostDraining     = eventsv1.HostStatus_HOST_STATUS_DRAINING
+	hostUnreachable  = eventsv1.HostStatus_HOST_STATUS_UNREACHABLE
+	hostLost         = eventsv1.HostStatus_HOST_STATUS_LOST
+	hostDeregistered = eventsv1.HostStatus_HOST_STATUS_DEREGISTERED
+)
+
+// hostTarget is where a host's event leads. Most lead to one status; two
+// depend on the host: back in service is DRAINING for a host asked to
+// drain, and a drain request moves only an ONLINE host.
+type hostTarget int
+
+const (
+	hostKeeps          hostTarget = iota // the status does not change
+	hostToService                        // ONLINE, or DRAINING if it was asked to drain
+	hostToDrain                          // DRAINING if ONLINE, else unchanged
+	hostToUnreachable                    // UNREACHABLE
+	hostToLost                           // LOST
+	hostToDeregistered                   // DEREGISTERED
+)
+
+// status is the status a host in status from, draining or not, moves to.
+func (t hostTarget) status(from eventsv1.HostStatus, draining bool) eventsv1.HostStatus {
+	switch t {
+	case hostToService:
+		return onlineStatus(draining)
+	case hostToDrain:
+		if from == hostOnline {
+			return hostDraining
+		}
+	case hostToUnreachable:
+		return hostUnreachable
+	case hostToLost:
+		return hostLost
+	case hostToDeregistered:
+		return hostDeregistered
+	}
+	return from
+}
+
+// hostTransition is one row of the host transition table: the statuses an
+// event may arrive in, and where it leads.
+type hostTransition struct {
+	from []eventsv1.HostStatus
+	to   hostTarget
+}
+
+// hostRegistered are the statuses of a registered host.
+var hostRegistered = []eventsv1.HostStatus{hostOnline, hostDraining, hostUnreachable, hostLost}
+
+// hostTransitions is the host's transition table (DESIGN.md §4), keyed by
+// event type. An agent registers from any status (a restart, or a host
+// that came back after it was deregistered); the controller's verdicts
+// follow heartbeats.
+var hostTransitions = map[string]hostTransition{
+	typeName[*eventsv1.HostRegistered]():     {from: []eventsv1.HostStatus{hostAbsent, hostOnline, hostDraining, hostUnreachable, hostLost, hostDeregistered}, to: hostToService},
+	typeName[*eventsv1.HostOnline]():         {from: hostRegistered, to: hostToService},
+	typeName[*eventsv1.HostUnreachable]():    {from: []eventsv1.HostStatus{hostOnline, hostDraining}, to: hostToUnreachable},
+	typeName[*eventsv1.HostLost]():           {from: []eventsv1.HostStatus{hostUnreachable}, to: hostToLost},
+	typeName[*eventsv1.HostDrainRequested](): {from: hostRegistered, to: hostToDrain},
+	typeName[*eventsv1.HostDeregistered]():   {from: hostRegistered, to: hostToDeregistered},
+}
+
 // ApplyHost folds one event into a host's state and returns the new state;
 // the input is not modified. Events the host's status does not allow are
 // errors. A registered host may register again (an agent restart): the
@@ -17,14 +84,17 @@ import (
 // game server whose last event is older is known to belong to an earlier
 // agent of the host, which the new one does not supervise.
 func ApplyHost(state *eventsv1.HostState, e Envelope) (*eventsv1.HostState, error) {
+	row, ok := hostTransitions[e.Type]
+	if !ok {
+		return nil, fmt.Errorf("events: %s is not a host event", e.Type)
+	}
+	from := state.GetStatus()
+	if !slices.Contains(row.from, from) {
+		return nil, &TransitionError{Aggregate: e.Aggregate, From: trimEnumPrefix(from.String(), "HOST_STATUS_"), Event: e.Type}
+	}
 	next := proto.CloneOf(state)
 	if next == nil {
 		next = &eventsv1.HostState{}
-	}
-	status := next.GetStatus()
-	registered := status != eventsv1.HostStatus_HOST_STATUS_UNSPECIFIED && status != eventsv1.HostStatus_HOST_STATUS_DEREGISTERED
-	refuse := func() error {
-		return &TransitionError{Aggregate: e.Aggregate, From: trimEnumPrefix(status.String(), "HOST_STATUS_"), Event: e.Type}
 	}
 	at := timestamppb.New(e.Time)
 	switch d := e.Data.(type) {
@@ -37,38 +107,19 @@ func ApplyHost(state *eventsv1.HostState, e Envelope) (*eventsv1.HostState, erro
 		next.AgentIncarnation, next.RegisteredSequence = d.GetAgentIncarnation(), e.Sequence
 		next.GamePorts = d.GetGamePorts()
 		next.LastHeartbeatTime = at
-		next.Status = onlineStatus(next.Draining)
 	case *eventsv1.HostOnline:
-		if !registered {
-			return nil, refuse()
-		}
-		next.Status, next.LastHeartbeatTime = onlineStatus(next.Draining), d.GetLastHeartbeatTime()
+		next.LastHeartbeatTime = d.GetLastHeartbeatTime()
 	case *eventsv1.HostUnreachable:
-		if status != eventsv1.HostStatus_HOST_STATUS_ONLINE && status != eventsv1.HostStatus_HOST_STATUS_DRAINING {
-			return nil, refuse()
-		}
-		next.Status, next.LastHeartbeatTime = eventsv1.HostStatus_HOST_STATUS_UNREACHABLE, d.GetLastHeartbeatTime()
+		next.LastHeartbeatTime = d.GetLastHeartbeatTime()
 	case *eventsv1.HostLost:
-		if status != eventsv1.HostStatus_HOST_STATUS_UNREACHABLE {
-			return nil, refuse()
-		}
-		next.Status, next.LastHeartbeatTime = eventsv1.HostStatus_HOST_STATUS_LOST, d.GetLastHeartbeatTime()
+		next.LastHeartbeatTime = d.GetLastHeartbeatTime()
 	case *eventsv1.HostDrainRequested:
-		if !registered {
-			return nil, refuse()
-		}
 		next.Draining = true
-		if status == eventsv1.HostStatus_HOST_STATUS_ONLINE {
-			next.Status = eventsv1.HostStatus_HOST_STATUS_DRAINING
-		}
 	case *eventsv1.HostDeregistered:
-		if !registered {
-			return nil, refuse()
-		}
-		next.Status = eventsv1.HostStatus_HOST_STATUS_DEREGISTERED
 	default:
-		return nil, fmt.Errorf("events: %s is not a host event", e.Type)
+		return nil, fmt.Errorf("events: %s has payload %T", e.Type, e.Data)
 	}
+	next.Status = row.to.status(from, next.GetDraining())
 	next.UpdateTime = at
 	return next, nil
 }

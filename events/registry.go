@@ -2,6 +2,7 @@ package events
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -37,15 +38,15 @@ type Aggregate struct {
 var aggregates = []Aggregate{
 	{
 		Kind: KindFleet, Name: "fleets/{fleet}",
-		Events: []string{"FleetCreated", "FleetUpdated", "FleetDeleted", "FleetStartFailing", "FleetStartRecovered"},
-		Apply:  applyAs(ApplyFleet),
-		Status: func(s proto.Message) string { return fleetStatus(s.(*eventsv1.FleetState)) },
+		Events:   tableEvents(fleetTransitions),
+		Apply:    applyAs(ApplyFleet),
+		Status:   func(s proto.Message) string { return fleetStatus(s.(*eventsv1.FleetState)) },
 		Reason:   func(proto.Message) string { return "" },
 		Evidence: func(proto.Message) proto.Message { return nil },
 	},
 	{
 		Kind: KindHost, Name: "hosts/{host}",
-		Events: []string{"HostRegistered", "HostDeregistered", "HostDrainRequested", "HostUnreachable", "HostLost", "HostOnline"},
+		Events: tableEvents(hostTransitions),
 		Apply:  applyAs(ApplyHost),
 		Status: func(s proto.Message) string {
 			return trimEnumPrefix(s.(*eventsv1.HostState).GetStatus().String(), "HOST_STATUS_")
@@ -55,7 +56,7 @@ var aggregates = []Aggregate{
 	},
 	{
 		Kind: KindGameServer, Name: "fleets/{fleet}/gameServers/{id}",
-		Events: gameServerEventTypes(),
+		Events: tableEvents(gameServerTransitions),
 		Apply:  applyAs(ApplyGameServer),
 		Status: func(s proto.Message) string { return LifecycleName(s.(*eventsv1.GameServerState).GetLifecycle()) },
 		Reason: func(s proto.Message) string { return ReasonName(s.(*eventsv1.GameServerState).GetReason()) },
@@ -142,13 +143,7 @@ func applyAs[S proto.Message](apply func(S, Envelope) (S, error)) func(proto.Mes
 	}
 }
 
-// gameServerEventTypes are the game server's event types: its transition
-// table's rows.
-func gameServerEventTypes() []string {
-	out := make([]string, 0, len(gameServerTransitions))
-	for t := range gameServerTransitions {
-		out = append(out, t)
-	}
-	slices.Sort(out)
-	return out
+// tableEvents are the event types of a transition table: its rows.
+func tableEvents[T any](table map[string]T) []string {
+	return slices.Sorted(maps.Keys(table))
 }

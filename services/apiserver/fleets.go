@@ -42,7 +42,7 @@ func (f *fleetService) CreateFleet(ctx context.Context, req *tetherv1.CreateFlee
 		if state != nil && state.GetName() != "" {
 			return nil, &apiError{code: codes.AlreadyExists, reason: ReasonAlreadyExists, msg: fmt.Sprintf("%s already exists", name)}
 		}
-		return events.DecideFleet(state, events.CreateFleet{Spec: spec})
+		return events.DecideFleet(name, state, events.CreateFleet{Spec: spec})
 	})
 }
 
@@ -68,7 +68,7 @@ func (f *fleetService) UpdateFleet(ctx context.Context, req *tetherv1.UpdateFlee
 		if err := liveFleet(name, state); err != nil {
 			return nil, err
 		}
-		return events.DecideFleet(state, events.UpdateFleet{Spec: spec, Paths: paths})
+		return events.DecideFleet(name, state, events.UpdateFleet{Spec: spec, Paths: paths})
 	})
 }
 
@@ -81,7 +81,7 @@ func (f *fleetService) DeleteFleet(ctx context.Context, req *tetherv1.DeleteFlee
 		if err := liveFleet(name, state); err != nil {
 			return nil, err
 		}
-		return events.DecideFleet(state, events.DeleteFleet{})
+		return events.DecideFleet(name, state, events.DeleteFleet{})
 	})
 }
 

@@ -273,7 +273,7 @@ func (p planner) planStarts(s snapshot, out *Plan) []*eventsv1.FleetState {
 		if cmd == nil {
 			continue
 		}
-		msgs, err := events.DecideFleet(f.State, cmd)
+		msgs, err := events.DecideFleet(name, f.State, cmd)
 		if err != nil {
 			out.refused = append(out.refused, fmt.Errorf("record the starts of %s: %w", name, err))
 			continue

@@ -112,7 +112,7 @@ func (w *world) host(id string, capacity int32) {
 // fleet creates a fleet.
 func (w *world) fleet(id string, spec *eventsv1.FleetSpec) {
 	w.t.Helper()
-	msgs, err := events.DecideFleet(nil, events.CreateFleet{Spec: spec})
+	msgs, err := events.DecideFleet(events.FleetName(id), nil, events.CreateFleet{Spec: spec})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func (w *world) scale(id string, replicas int32) {
 			w.t.Fatal(err)
 		}
 	}
-	msgs, err := events.DecideFleet(state, events.UpdateFleet{Spec: &eventsv1.FleetSpec{Replicas: replicas}, Paths: []string{"replicas"}})
+	msgs, err := events.DecideFleet(name, state, events.UpdateFleet{Spec: &eventsv1.FleetSpec{Replicas: replicas}, Paths: []string{"replicas"}})
 	if err != nil || len(msgs) != 1 {
 		w.t.Fatalf("scale %s to %d: %v %v", id, replicas, msgs, err)
 	}

@@ -117,7 +117,7 @@ func (s *partitionStack) fleet(id string, replicas int32) {
 		Template: &eventsv1.GameServerTemplate{Command: gameServerBin, Ports: []*eventsv1.PortSpec{{Name: "game", Protocol: eventsv1.Protocol_PROTOCOL_UDP}}},
 	}
 	events.NormalizeFleetSpec(spec)
-	msgs, err := events.DecideFleet(nil, events.CreateFleet{Spec: spec})
+	msgs, err := events.DecideFleet(events.FleetName(id), nil, events.CreateFleet{Spec: spec})
 	if err != nil {
 		s.t.Fatal(err)
 	}

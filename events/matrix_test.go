@@ -1,0 +1,163 @@
+package events_test
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tetherhq/tether/events"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+)
+
+// The fleet's and the host's transition tables, written from DESIGN.md §3
+// and §4 independently of the package's own tables (as gameServerMatrix
+// is for the game server). Each row is an event, each column the status it
+// arrives in; a cell is "-" when the event is refused, "=" when it is taken
+// and the status stays, otherwise the status it leads to.
+
+const fleetMatrix = `
+                    ABSENT ACTIVE DELETED ACTIVE_FAILING
+FleetCreated        ACTIVE -      -       -
+FleetUpdated        -      =      -       =
+FleetStartFailing   -      ACTIVE_FAILING - =
+FleetStartRecovered -      -      -       ACTIVE
+FleetDeleted        -      DELETED -      DELETED
+`
+
+// fleetIn returns a fleet in a matrix column's status.
+func fleetIn(column string) *eventsv1.FleetState {
+	switch column {
+	case "ABSENT":
+		return nil
+	case "ACTIVE":
+		return &eventsv1.FleetState{Name: fleetName, Spec: minimalSpec()}
+	case "DELETED":
+		return &eventsv1.FleetState{Name: fleetName, Spec: minimalSpec(), Deleted: true}
+	case "ACTIVE_FAILING":
+		return &eventsv1.FleetState{Name: fleetName, Spec: minimalSpec(), StartFailing: &eventsv1.FleetStartFailing{ConsecutiveFailures: 2}}
+	}
+	return nil
+}
+
+func fleetPayload(typ string) proto.Message {
+	switch typ {
+	case "FleetCreated":
+		return &eventsv1.FleetCreated{Spec: minimalSpec()}
+	case "FleetUpdated":
+		return &eventsv1.FleetUpdated{Spec: minimalSpec(), ChangedFields: []string{"replicas"}}
+	case "FleetStartFailing":
+		return &eventsv1.FleetStartFailing{ConsecutiveFailures: 3, FailureSequence: 9}
+	case "FleetStartRecovered":
+		return &eventsv1.FleetStartRecovered{GameServer: "fleets/arena/gameServers/gs-1"}
+	case "FleetDeleted":
+		return &eventsv1.FleetDeleted{}
+	}
+	return nil
+}
+
+func TestApplyFleetTransitionTable(t *testing.T) {
+	checkMatrix(t, fleetMatrix, events.KindFleet, func(t *testing.T, event, column string) (string, error) {
+		next, err := events.ApplyFleet(fleetIn(column), events.New(fleetName, at(1), fleetPayload(event)))
+		if err != nil {
+			return "", err
+		}
+		status := map[bool]string{true: "DELETED", false: "ACTIVE"}[next.GetDeleted()]
+		if status == "ACTIVE" && next.GetStartFailing() != nil {
+			status = "ACTIVE_FAILING"
+		}
+		return status, nil
+	})
+}
+
+const hostMatrix = `
+                   ABSENT ONLINE DRAINING UNREACHABLE LOST DEREGISTERED UNREACHABLE_DRAINING
+HostRegistered     ONLINE =      =        ONLINE      ONLINE ONLINE     DRAINING
+HostOnline         -      =      =        ONLINE      ONLINE -          DRAINING
+HostUnreachable    -      UNREACHABLE UNREACHABLE -   -    -            -
+HostLost           -      -      -        LOST        -    -            LOST
+HostDrainRequested -      DRAINING =      =           =    -            =
+HostDeregistered   -      DEREGISTERED DEREGISTERED DEREGISTERED DEREGISTERED - DEREGISTERED
+`
+
+// hostIn returns a host in a matrix column's status; UNREACHABLE_DRAINING
+// is an unreachable host that was asked to drain.
+func hostIn(column string) *eventsv1.HostState {
+	if column == "ABSENT" {
+		return nil
+	}
+	draining := column == "UNREACHABLE_DRAINING" || column == "DRAINING"
+	column = strings.TrimSuffix(column, "_DRAINING")
+	return &eventsv1.HostState{Name: "hosts/h1", Capacity: 4, Draining: draining,
+		Status: eventsv1.HostStatus(eventsv1.HostStatus_value["HOST_STATUS_"+column])}
+}
+
+func hostPayload(typ string) proto.Message {
+	switch typ {
+	case "HostRegistered":
+		return &eventsv1.HostRegistered{Capacity: 4}
+	case "HostOnline":
+		return &eventsv1.HostOnline{LastHeartbeatTime: tsAt(1)}
+	case "HostUnreachable":
+		return &eventsv1.HostUnreachable{LastHeartbeatTime: tsAt(1)}
+	case "HostLost":
+		return &eventsv1.HostLost{LastHeartbeatTime: tsAt(1)}
+	case "HostDrainRequested":
+		return &eventsv1.HostDrainRequested{}
+	case "HostDeregistered":
+		return &eventsv1.HostDeregistered{}
+	}
+	return nil
+}
+
+func TestApplyHostTransitionTable(t *testing.T) {
+	checkMatrix(t, hostMatrix, events.KindHost, func(t *testing.T, event, column string) (string, error) {
+		next, err := events.ApplyHost(hostIn(column), events.New("hosts/h1", at(1), hostPayload(event)))
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimPrefix(next.GetStatus().String(), "HOST_STATUS_"), nil
+	})
+}
+
+// checkMatrix runs apply on every cell of a matrix and compares: a "-"
+// cell must be a TransitionError, "=" the column's own status, any other
+// the status named. The rows must be the registry's events of kind.
+func checkMatrix(t *testing.T, matrix, kind string, apply func(t *testing.T, event, column string) (string, error)) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(matrix), "\n")
+	columns := strings.Fields(lines[0])
+	agg, _ := events.AggregateOf(kind)
+	var rows []string
+	for _, line := range lines[1:] {
+		f := strings.Fields(line)
+		if len(f) != len(columns)+1 {
+			t.Fatalf("row %q has %d cells, want %d", line, len(f)-1, len(columns))
+		}
+		rows = append(rows, f[0])
+		for i, want := range f[1:] {
+			event, column := f[0], columns[i]
+			t.Run(event+"/from_"+column, func(t *testing.T) {
+				got, err := apply(t, event, column)
+				switch {
+				case want == "-":
+					asTransitionError(t, err)
+				case err != nil:
+					t.Fatalf("refused: %v", err)
+				case want == "=" && got != strings.TrimSuffix(column, "_DRAINING") && got != column:
+					t.Errorf("status %s, want it unchanged (%s)", got, column)
+				case want != "=" && got != want:
+					t.Errorf("status %s, want %s", got, want)
+				}
+			})
+		}
+	}
+	if len(rows) != len(agg.Events) {
+		t.Fatalf("matrix rows %v, the registry's %s events %v", rows, kind, agg.Events)
+	}
+	for _, r := range rows {
+		if !strings.Contains(" "+strings.Join(agg.Events, " ")+" ", " "+r+" ") {
+			t.Fatalf("matrix row %s is not an event of %s (%v)", r, kind, agg.Events)
+		}
+	}
+}
