@@ -1,0 +1,165 @@
+package events_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"pgregory.net/rapid"
+
+	"github.com/tetherhq/tether/events"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+)
+
+// Property tests on the domain core (pgregory.net/rapid): random command
+// sequences against the deciders, checking what must hold whatever the
+// sequence. rapid shrinks a failing sequence to a short one.
+
+var propT0 = time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+
+// gameServerCommand draws any game server command, at second `at`.
+func gameServerCommand(t *rapid.T, at time.Time) events.GameServerCommand {
+	reason := rapid.SampledFrom([]eventsv1.Reason{eventsv1.Reason_REASON_PROCESS_EXITED, eventsv1.Reason_REASON_HEALTH_CHECK_FAILED,
+		eventsv1.Reason_REASON_FLEET_SCALED_DOWN, eventsv1.Reason_REASON_HOST_LOST}).Draw(t, "reason")
+	cmds := []func() events.GameServerCommand{
+		func() events.GameServerCommand {
+			return events.ScheduleGameServer{Host: "hosts/h1", Spec: &eventsv1.FleetSpec{Template: &eventsv1.GameServerTemplate{Command: "/bin/game"}}}
+		},
+		func() events.GameServerCommand {
+			return events.RecordProcessStart{Started: &eventsv1.ProcessStarted{Pid: int32(rapid.IntRange(1, 99999).Draw(t, "pid")), Attempt: 1}}
+		},
+		func() events.GameServerCommand { return events.MarkReady{} },
+		func() events.GameServerCommand { return events.RecordSDKConnected{Transport: "grpc-stream"} },
+		func() events.GameServerCommand {
+			return events.RecordSDKDisconnected{Kind: eventsv1.DisconnectKind_DISCONNECT_KIND_RESET, At: at}
+		},
+		func() events.GameServerCommand {
+			return events.RequestShutdown{Reason: reason, Evidence: &eventsv1.Evidence{Detail: "test"}, Deadline: at.Add(30 * time.Second)}
+		},
+		func() events.GameServerCommand {
+			return events.RecordExit{Exited: &eventsv1.ProcessExited{ExitCode: proto.Int32(int32(rapid.IntRange(0, 3).Draw(t, "code"))), Attempt: 1}}
+		},
+		func() events.GameServerCommand {
+			return events.RecordSignal{Signalled: &eventsv1.ProcessSignalled{Signal: "terminated", Reason: reason}}
+		},
+		func() events.GameServerCommand { return events.MarkUnhealthy{Reason: reason} },
+		func() events.GameServerCommand { return events.Terminate{Reason: reason} },
+		func() events.GameServerCommand {
+			return events.RecordMissedHeartbeats{Missed: int32(rapid.IntRange(1, 5).Draw(t, "missed")), LastHeartbeat: at}
+		},
+		func() events.GameServerCommand { return events.RecordHeartbeatsResumed{At: at} },
+		func() events.GameServerCommand {
+			return events.Allocate{Allocated: &eventsv1.GameServerAllocated{GameSession: "gameSessions/m1"}}
+		},
+		func() events.GameServerCommand { return events.Reserve{Until: at.Add(time.Minute)} },
+		func() events.GameServerCommand { return events.EndReservation{Now: at.Add(2 * time.Minute)} },
+		func() events.GameServerCommand {
+			return events.SetLabels{Set: map[string]string{"mode": rapid.SampledFrom([]string{"a", "b"}).Draw(t, "label")}}
+		},
+	}
+	return rapid.SampledFrom(cmds).Draw(t, "command")()
+}
+
+// Whatever the commands, what a game server's Decide returns its Apply
+// takes, neither changes the state it is given, and TERMINATED absorbs:
+// once terminated, no command yields an event.
+func TestGameServerCommandSequences(t *testing.T) {
+	const name = "fleets/arena/gameServers/gs-1"
+	rapid.Check(t, func(t *rapid.T) {
+		var state *eventsv1.GameServerState
+		steps := rapid.IntRange(1, 40).Draw(t, "steps")
+		for i := range steps {
+			at := propT0.Add(time.Duration(i) * time.Second)
+			cmd := gameServerCommand(t, at)
+			before := proto.CloneOf(state)
+			msgs, err := events.DecideGameServer(name, state, cmd)
+			if !proto.Equal(state, before) {
+				t.Fatalf("step %d: Decide(%T) changed its input", i, cmd)
+			}
+			if state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED && len(msgs) > 0 {
+				t.Fatalf("step %d: a TERMINATED server took %T: %v", i, cmd, msgs)
+			}
+			if err != nil {
+				continue
+			}
+			for _, m := range msgs {
+				next, err := events.ApplyGameServer(state, events.New(name, at, m))
+				if err != nil {
+					t.Fatalf("step %d: Apply refused what Decide(%T) returned: %s: %v", i, cmd, events.TypeOf(m), err)
+				}
+				if !proto.Equal(state, before) {
+					t.Fatalf("step %d: Apply(%s) changed its input", i, events.TypeOf(m))
+				}
+				state, before = next, proto.CloneOf(next)
+			}
+		}
+	})
+}
+
+// gameSessionCommand draws any game session command on players p0…p5.
+func gameSessionCommand(t *rapid.T, at time.Time) events.GameSessionCommand {
+	player := fmt.Sprintf("p%d", rapid.IntRange(0, 5).Draw(t, "player"))
+	cmds := []func() events.GameSessionCommand{
+		func() events.GameSessionCommand {
+			return events.ReservePlayer{PlayerSession: player, PlayerID: "u-" + player, Now: at}
+		},
+		func() events.GameSessionCommand {
+			return events.AcceptPlayer{PlayerSession: player, TokenGeneration: int64(rapid.IntRange(0, 2).Draw(t, "generation")), Now: at}
+		},
+		func() events.GameSessionCommand { return events.ReissueToken{PlayerSession: player, Now: at} },
+		func() events.GameSessionCommand { return events.DisconnectPlayer{PlayerSession: player} },
+		func() events.GameSessionCommand { return events.RemovePlayer{PlayerSession: player} },
+		func() events.GameSessionCommand { return events.ExpirePlayers{Now: at} },
+		func() events.GameSessionCommand {
+			return events.EndGameSession{Reason: eventsv1.GameSessionEndReason_GAME_SESSION_END_REASON_SERVER_ENDED}
+		},
+	}
+	return rapid.SampledFrom(cmds).Draw(t, "command")()
+}
+
+// Whatever the commands, a game session never seats more players than its
+// maximum, Apply takes what Decide returns, inputs are never changed, and
+// ENDED absorbs.
+func TestGameSessionCommandSequences(t *testing.T) {
+	const name = "gameSessions/m1"
+	rapid.Check(t, func(t *rapid.T) {
+		maxPlayers := int32(rapid.IntRange(1, 4).Draw(t, "max"))
+		created := &eventsv1.GameSessionCreated{GameServer: "fleets/arena/gameServers/gs-1", Policy: &eventsv1.GameSessionPolicy{
+			MaxPlayers: maxPlayers, ReservationTimeoutSeconds: 10, ReconnectWindowSeconds: int32(rapid.IntRange(0, 20).Draw(t, "window")),
+		}}
+		state, err := events.ApplyGameSession(nil, events.New(name, propT0, created))
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps := rapid.IntRange(1, 60).Draw(t, "steps")
+		for i := range steps {
+			at := propT0.Add(time.Duration(i) * time.Second)
+			cmd := gameSessionCommand(t, at)
+			before := proto.CloneOf(state)
+			msgs, err := events.DecideGameSession(name, state, cmd)
+			if !proto.Equal(state, before) {
+				t.Fatalf("step %d: Decide(%T) changed its input", i, cmd)
+			}
+			if state.GetStatus() == eventsv1.GameSessionStatus_GAME_SESSION_STATUS_ENDED && len(msgs) > 0 {
+				t.Fatalf("step %d: an ENDED game session took %T: %v", i, cmd, msgs)
+			}
+			if err != nil {
+				continue // the command does not apply here: refused, with its reason
+			}
+			for _, m := range msgs {
+				next, err := events.ApplyGameSession(state, events.New(name, at, m))
+				if err != nil {
+					t.Fatalf("step %d: Apply refused what Decide(%T) returned: %s: %v", i, cmd, events.TypeOf(m), err)
+				}
+				if !proto.Equal(state, before) {
+					t.Fatalf("step %d: Apply(%s) changed its input", i, events.TypeOf(m))
+				}
+				state, before = next, proto.CloneOf(next)
+			}
+			if n := events.SeatsTaken(state); n > int(maxPlayers) {
+				t.Fatalf("step %d: %d seats taken, the maximum is %d", i, n, maxPlayers)
+			}
+		}
+	})
+}
