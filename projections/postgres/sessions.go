@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
@@ -195,12 +196,7 @@ AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host AND h.reg
 		return nil, err
 	}
 	slices.SortFunc(hosts, func(a, b *host) int {
-		if c := cmp.Compare(b.busy, a.busy); c != 0 && !q.Distributed {
-			return c
-		} else if c != 0 {
-			return -c
-		}
-		return strings.Compare(a.name, b.name)
+		return events.CompareHosts(q.Distributed, events.HostLoad{Name: a.name, Load: a.busy}, events.HostLoad{Name: b.name, Load: b.busy})
 	})
 	var pick []string
 	rank := map[string]int{}

@@ -313,25 +313,24 @@ func scaleDownOrder(live []postgres.Row[*eventsv1.GameServerState]) []postgres.R
 	return out
 }
 
-// pickHost chooses a host with room: the fullest for PACKED, the emptiest
-// for DISTRIBUTED; ties by name.
+// pickHost chooses a host with room, ranked by events.CompareHosts on
+// their used slots: the fullest for PACKED, the emptiest for DISTRIBUTED.
 func pickHost(hosts []*hostSlot, s eventsv1.Scheduling) *hostSlot {
+	distributed := s == eventsv1.Scheduling_SCHEDULING_DISTRIBUTED
 	var best *hostSlot
 	for _, h := range hosts {
 		if h.used >= h.capacity {
 			continue
 		}
-		switch {
-		case best == nil:
-			best = h
-		case s == eventsv1.Scheduling_SCHEDULING_DISTRIBUTED && (h.used < best.used || h.used == best.used && h.name < best.name):
-			best = h
-		case s != eventsv1.Scheduling_SCHEDULING_DISTRIBUTED && (h.used > best.used || h.used == best.used && h.name < best.name):
+		if best == nil || events.CompareHosts(distributed, h.load(), best.load()) < 0 {
 			best = h
 		}
 	}
 	return best
 }
+
+// load is the host as placement ranks it.
+func (h *hostSlot) load() events.HostLoad { return events.HostLoad{Name: h.name, Load: int(h.used)} }
 
 // schedule decides a new game server of fleet f on host h, and its start
 // command.
