@@ -1,6 +1,8 @@
 // Package projections folds the event stream into views that the API,
-// dashboards and operators read (DESIGN.md §5). The PostgreSQL views and the
-// projector that maintains them live in projections/postgres.
+// dashboards and operators read (DESIGN.md §5). It holds the domain side:
+// the views' row and query types (views.go), which the controller and the
+// API program against. The PostgreSQL views and the projector that
+// maintains them live in projections/postgres.
 package projections
 
 import "errors"

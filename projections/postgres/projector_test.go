@@ -17,6 +17,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/testkit/natstest"
@@ -340,14 +341,14 @@ func TestViewsReadBack(t *testing.T) {
 	if len(list) != 1 || list[0].State.GetName() != "fleets/arena" {
 		t.Fatalf("live fleets = %d (deleted fleets must not be listed)", len(list))
 	}
-	ready, err := v.ListGameServers(e.ctx, postgres.GameServerQuery{Fleet: "fleets/arena", State: "READY", Limit: 10})
+	ready, err := v.ListGameServers(e.ctx, projections.GameServerQuery{Fleet: "fleets/arena", State: "READY", Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(ready) != 2 {
 		t.Fatalf("READY servers = %d, want 2", len(ready))
 	}
-	gone, err := v.ListGameServers(e.ctx, postgres.GameServerQuery{State: "TERMINATED", Host: "hosts/h1", Limit: 10})
+	gone, err := v.ListGameServers(e.ctx, projections.GameServerQuery{State: "TERMINATED", Host: "hosts/h1", Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/testkit/wait"
@@ -90,19 +91,19 @@ func startReaders(ctx context.Context, pool *pgxpool.Pool, n int, stop <-chan st
 				var err error
 				switch i % 4 {
 				case 0:
-					var l []postgres.Row[*eventsv1.GameServerState]
-					l, err = v.ListGameServers(ctx, postgres.GameServerQuery{Fleet: "fleets/arena", Limit: 100})
+					var l []projections.Row[*eventsv1.GameServerState]
+					l, err = v.ListGameServers(ctx, projections.GameServerQuery{Fleet: "fleets/arena", Limit: 100})
 					size = len(l)
 				case 1:
-					var l []postgres.FleetRow
+					var l []projections.FleetRow
 					l, err = v.ListFleets(ctx, "", 10)
 					size = len(l)
 				case 2:
-					var l []postgres.HostRow
+					var l []projections.HostRow
 					l, err = v.Hosts(ctx, "", 10)
 					size = len(l)
 				case 3:
-					var f postgres.FleetRow
+					var f projections.FleetRow
 					f, err = v.Fleet(ctx, "fleets/arena")
 					size = int(f.Counts.Live)
 				}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
@@ -31,7 +32,7 @@ func TestAllocationSkipsServersOfARestartedAgent(t *testing.T) {
 	if host.State.GetRegisteredSequence() == 0 || host.State.GetAgentIncarnation() != "second" {
 		t.Fatalf("host registration not folded: sequence %d, incarnation %q", host.State.GetRegisteredSequence(), host.State.GetAgentIncarnation())
 	}
-	got, err := v.AllocationCandidates(e.ctx, postgres.AllocationQuery{Fleet: "fleets/arena", Limit: 10})
+	got, err := v.AllocationCandidates(e.ctx, projections.AllocationQuery{Fleet: "fleets/arena", Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestAllocationSkipsServersOfARestartedAgent(t *testing.T) {
 	if want := []string{"fleets/arena/gameServers/gs-1"}; !slices.Equal(names, want) {
 		t.Fatalf("candidates after the agent registered again = %v, want %v", names, want)
 	}
-	ready, err := v.ListGameServers(e.ctx, postgres.GameServerQuery{Fleet: "fleets/arena", State: "READY", Limit: 10})
+	ready, err := v.ListGameServers(e.ctx, projections.GameServerQuery{Fleet: "fleets/arena", State: "READY", Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

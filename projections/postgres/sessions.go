@@ -20,39 +20,23 @@ import (
 
 // GameSession returns a game session (with its player sessions) or
 // projections.ErrNotFound.
-func (v *Views) GameSession(ctx context.Context, name string) (Row[*eventsv1.GameSessionState], error) {
+func (v *Views) GameSession(ctx context.Context, name string) (projections.Row[*eventsv1.GameSessionState], error) {
 	rows, err := v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM game_sessions WHERE name = $1`, name)
 	if err != nil {
-		return Row[*eventsv1.GameSessionState]{}, fmt.Errorf("views: game session %s: %w", name, err)
+		return projections.Row[*eventsv1.GameSessionState]{}, fmt.Errorf("views: game session %s: %w", name, err)
 	}
 	list, err := scanRows[*eventsv1.GameSessionState](rows)
 	if err != nil {
-		return Row[*eventsv1.GameSessionState]{}, err
+		return projections.Row[*eventsv1.GameSessionState]{}, err
 	}
 	if len(list) == 0 {
-		return Row[*eventsv1.GameSessionState]{}, fmt.Errorf("game session %s: %w", name, projections.ErrNotFound)
+		return projections.Row[*eventsv1.GameSessionState]{}, fmt.Errorf("game session %s: %w", name, projections.ErrNotFound)
 	}
 	return list[0], nil
 }
 
-// GameSessionQuery selects game sessions. Empty fields match everything.
-type GameSessionQuery struct {
-	// State is "ACTIVE" or "ENDED".
-	State string
-	// GameServer is a game server resource name.
-	GameServer string
-	// Fleet is a fleet resource name.
-	Fleet string
-	// After pages after this (create_time, name) position.
-	AfterTime time.Time
-	// AfterName is the name part of the paging position.
-	AfterName string
-	// Limit bounds the rows returned.
-	Limit int
-}
-
 // ListGameSessions returns game sessions matching q, newest first.
-func (v *Views) ListGameSessions(ctx context.Context, q GameSessionQuery) ([]Row[*eventsv1.GameSessionState], error) {
+func (v *Views) ListGameSessions(ctx context.Context, q projections.GameSessionQuery) ([]projections.Row[*eventsv1.GameSessionState], error) {
 	var where []string
 	var args []any
 	add := func(cond string, val any) {
@@ -86,7 +70,7 @@ func (v *Views) ListGameSessions(ctx context.Context, q GameSessionQuery) ([]Row
 
 // DueGameSessions returns ACTIVE game sessions with a reservation or
 // reconnect deadline at or before now, at most limit of them.
-func (v *Views) DueGameSessions(ctx context.Context, now time.Time, limit int) ([]Row[*eventsv1.GameSessionState], error) {
+func (v *Views) DueGameSessions(ctx context.Context, now time.Time, limit int) ([]projections.Row[*eventsv1.GameSessionState], error) {
 	rows, err := v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM game_sessions
 WHERE next_deadline IS NOT NULL AND next_deadline <= $1 AND state = 'ACTIVE' ORDER BY next_deadline LIMIT $2`, now, limit)
 	if err != nil {
@@ -98,7 +82,7 @@ WHERE next_deadline IS NOT NULL AND next_deadline <= $1 AND state = 'ACTIVE' ORD
 // OrphanedGameSessions returns ACTIVE game sessions whose game server no
 // longer runs them (it was re-Readied, shut down, failed or terminated):
 // the controller ends them with the server's reason.
-func (v *Views) OrphanedGameSessions(ctx context.Context, limit int) ([]Row[*eventsv1.GameSessionState], error) {
+func (v *Views) OrphanedGameSessions(ctx context.Context, limit int) ([]projections.Row[*eventsv1.GameSessionState], error) {
 	rows, err := v.pool.Query(ctx, `SELECT s.snapshot, s.last_sequence FROM game_sessions s
 LEFT JOIN game_servers g ON g.name = s.game_server
 WHERE s.state = 'ACTIVE' AND (g.name IS NULL OR g.game_session <> s.name OR g.state <> 'ALLOCATED')
@@ -113,7 +97,7 @@ ORDER BY s.create_time LIMIT $1`, limit)
 // is not in the views although the allocation is older than olderThan: the
 // allocator stopped between its two appends, and the controller finishes
 // its work.
-func (v *Views) UncreatedGameSessions(ctx context.Context, olderThan time.Time, limit int) ([]Row[*eventsv1.GameServerState], error) {
+func (v *Views) UncreatedGameSessions(ctx context.Context, olderThan time.Time, limit int) ([]projections.Row[*eventsv1.GameServerState], error) {
 	rows, err := v.pool.Query(ctx, `SELECT g.snapshot, g.last_sequence FROM game_servers g
 WHERE g.state = 'ALLOCATED' AND g.game_session <> '' AND g.update_time < $1
   AND NOT EXISTS (SELECT 1 FROM game_sessions s WHERE s.name = g.game_session)
@@ -124,26 +108,13 @@ ORDER BY g.name LIMIT $2`, olderThan, limit)
 	return scanRows[*eventsv1.GameServerState](rows)
 }
 
-// AllocationQuery selects READY game servers to allocate.
-type AllocationQuery struct {
-	// Fleet is a fleet resource name; empty for every fleet.
-	Fleet string
-	// MatchLabels must all be present with these values.
-	MatchLabels map[string]string
-	// Distributed prefers hosts with the fewest allocated servers; the
-	// default (packed) prefers the busiest hosts, to keep others free.
-	Distributed bool
-	// Limit bounds the rows returned.
-	Limit int
-}
-
 // AllocationCandidates returns READY game servers matching q, best first:
 // on the hosts with the most ALLOCATED servers (packed) or the fewest
 // (distributed), then by host and name. It ranks hosts with two small
 // aggregate queries and reads the rows of only as many hosts as the limit
 // needs; a single join ranking every READY row left the plan at the mercy
 // of the table's statistics (a nested loop over all of them when stale).
-func (v *Views) AllocationCandidates(ctx context.Context, q AllocationQuery) ([]Row[*eventsv1.GameServerState], error) {
+func (v *Views) AllocationCandidates(ctx context.Context, q projections.AllocationQuery) ([]projections.Row[*eventsv1.GameServerState], error) {
 	if q.MatchLabels == nil {
 		q.MatchLabels = map[string]string{} // not JSON null, which contains nothing
 	}
@@ -216,7 +187,7 @@ ORDER BY host, name`, q.Fleet, labels, pick)
 	if err != nil {
 		return nil, err
 	}
-	slices.SortStableFunc(out, func(a, b Row[*eventsv1.GameServerState]) int {
+	slices.SortStableFunc(out, func(a, b projections.Row[*eventsv1.GameServerState]) int {
 		return cmp.Compare(rank[a.State.GetHost()], rank[b.State.GetHost()])
 	})
 	return out[:min(len(out), q.Limit)], nil

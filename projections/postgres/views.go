@@ -22,30 +22,6 @@ type Views struct {
 // NewViews returns a reader over the views in pool.
 func NewViews(pool *pgxpool.Pool) *Views { return &Views{pool: pool} }
 
-// Row is a view row: the folded state and the stream sequence of the last
-// event applied to it.
-type Row[S proto.Message] struct {
-	// State is the folded aggregate.
-	State S
-	// Sequence is the stream sequence of its last event.
-	Sequence uint64
-}
-
-// FleetCounts counts a fleet's game servers by lifecycle state.
-type FleetCounts struct {
-	// Ready, Reserved, Allocated and Unhealthy count servers in those states.
-	Ready, Reserved, Allocated, Unhealthy int32
-	// Live counts servers not yet TERMINATED.
-	Live int32
-}
-
-// FleetRow is a fleet with its game server counts.
-type FleetRow struct {
-	Row[*eventsv1.FleetState]
-	// Counts of its game servers.
-	Counts FleetCounts
-}
-
 // Checkpoint returns the sequence the views have applied up to.
 func (v *Views) Checkpoint(ctx context.Context) (uint64, error) {
 	var cp int64
@@ -65,26 +41,26 @@ const fleetColumns = `f.snapshot, f.last_sequence,
   count(g.name) FILTER (WHERE g.state <> 'TERMINATED')`
 
 // Fleet returns a fleet, deleted or not, or projections.ErrNotFound.
-func (v *Views) Fleet(ctx context.Context, name string) (FleetRow, error) {
+func (v *Views) Fleet(ctx context.Context, name string) (projections.FleetRow, error) {
 	rows, err := v.pool.Query(ctx, `SELECT `+fleetColumns+`
 FROM fleets f LEFT JOIN game_servers g ON g.fleet = f.name
 WHERE f.name = $1 GROUP BY f.name`, name)
 	if err != nil {
-		return FleetRow{}, fmt.Errorf("views: fleet %s: %w", name, err)
+		return projections.FleetRow{}, fmt.Errorf("views: fleet %s: %w", name, err)
 	}
 	list, err := scanFleets(rows)
 	if err != nil {
-		return FleetRow{}, err
+		return projections.FleetRow{}, err
 	}
 	if len(list) == 0 {
-		return FleetRow{}, fmt.Errorf("fleet %s: %w", name, projections.ErrNotFound)
+		return projections.FleetRow{}, fmt.Errorf("fleet %s: %w", name, projections.ErrNotFound)
 	}
 	return list[0], nil
 }
 
 // ListFleets returns up to limit live (not deleted) fleets whose names sort
 // after the given name.
-func (v *Views) ListFleets(ctx context.Context, after string, limit int) ([]FleetRow, error) {
+func (v *Views) ListFleets(ctx context.Context, after string, limit int) ([]projections.FleetRow, error) {
 	rows, err := v.pool.Query(ctx, `SELECT `+fleetColumns+`
 FROM fleets f LEFT JOIN game_servers g ON g.fleet = f.name
 WHERE NOT f.deleted AND f.name > $1 GROUP BY f.name ORDER BY f.name LIMIT $2`, after, limit)
@@ -94,13 +70,13 @@ WHERE NOT f.deleted AND f.name > $1 GROUP BY f.name ORDER BY f.name LIMIT $2`, a
 	return scanFleets(rows)
 }
 
-func scanFleets(rows pgx.Rows) ([]FleetRow, error) {
+func scanFleets(rows pgx.Rows) ([]projections.FleetRow, error) {
 	defer rows.Close()
-	var out []FleetRow
+	var out []projections.FleetRow
 	for rows.Next() {
 		var snap []byte
 		var seq int64
-		var c FleetCounts
+		var c projections.FleetCounts
 		if err := rows.Scan(&snap, &seq, &c.Ready, &c.Reserved, &c.Allocated, &c.Unhealthy, &c.Live); err != nil {
 			return nil, fmt.Errorf("views: scan fleet: %w", err)
 		}
@@ -108,47 +84,29 @@ func scanFleets(rows pgx.Rows) ([]FleetRow, error) {
 		if err := proto.Unmarshal(snap, s); err != nil {
 			return nil, fmt.Errorf("views: decode fleet: %w", err)
 		}
-		out = append(out, FleetRow{Row: Row[*eventsv1.FleetState]{State: s, Sequence: uint64(seq)}, Counts: c})
+		out = append(out, projections.FleetRow{Row: projections.Row[*eventsv1.FleetState]{State: s, Sequence: uint64(seq)}, Counts: c})
 	}
 	return out, rows.Err()
 }
 
 // GameServer returns a game server or projections.ErrNotFound.
-func (v *Views) GameServer(ctx context.Context, name string) (Row[*eventsv1.GameServerState], error) {
+func (v *Views) GameServer(ctx context.Context, name string) (projections.Row[*eventsv1.GameServerState], error) {
 	rows, err := v.pool.Query(ctx, gameServerQuery+` WHERE g.name = $1`, name)
 	if err != nil {
-		return Row[*eventsv1.GameServerState]{}, fmt.Errorf("views: game server %s: %w", name, err)
+		return projections.Row[*eventsv1.GameServerState]{}, fmt.Errorf("views: game server %s: %w", name, err)
 	}
 	list, err := scanGameServers(rows)
 	if err != nil {
-		return Row[*eventsv1.GameServerState]{}, err
+		return projections.Row[*eventsv1.GameServerState]{}, err
 	}
 	if len(list) == 0 {
-		return Row[*eventsv1.GameServerState]{}, fmt.Errorf("game server %s: %w", name, projections.ErrNotFound)
+		return projections.Row[*eventsv1.GameServerState]{}, fmt.Errorf("game server %s: %w", name, projections.ErrNotFound)
 	}
 	return list[0], nil
 }
 
-// GameServerQuery selects game servers. Empty fields match everything.
-type GameServerQuery struct {
-	// Fleet is a fleet resource name.
-	Fleet string
-	// State is a lifecycle state name, e.g. "READY".
-	State string
-	// Host is a host resource name.
-	Host string
-	// Health is a health state name, e.g. "DEGRADED".
-	Health string
-	// Connection is a connection state name, e.g. "DISCONNECTED".
-	Connection string
-	// After is the name to page after.
-	After string
-	// Limit bounds the rows returned.
-	Limit int
-}
-
 // ListGameServers returns game servers matching q, ordered by name.
-func (v *Views) ListGameServers(ctx context.Context, q GameServerQuery) ([]Row[*eventsv1.GameServerState], error) {
+func (v *Views) ListGameServers(ctx context.Context, q projections.GameServerQuery) ([]projections.Row[*eventsv1.GameServerState], error) {
 	where := []string{"g.name > $1"}
 	args := []any{q.After}
 	for _, f := range []struct{ col, val string }{
@@ -174,9 +132,9 @@ const gameServerQuery = `SELECT g.snapshot, g.last_sequence, coalesce(h.status, 
 // scanGameServers decodes game servers. While a server's host is
 // UNREACHABLE or LOST, nothing is known of its SDK connection: the server is
 // shown with connection UNKNOWN (its stored state keeps the last fact).
-func scanGameServers(rows pgx.Rows) ([]Row[*eventsv1.GameServerState], error) {
+func scanGameServers(rows pgx.Rows) ([]projections.Row[*eventsv1.GameServerState], error) {
 	defer rows.Close()
-	var out []Row[*eventsv1.GameServerState]
+	var out []projections.Row[*eventsv1.GameServerState]
 	for rows.Next() {
 		var snap []byte
 		var seq int64
@@ -191,7 +149,7 @@ func scanGameServers(rows pgx.Rows) ([]Row[*eventsv1.GameServerState], error) {
 		if (hostStatus == "UNREACHABLE" || hostStatus == "LOST") && s.GetLifecycle() != eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
 			s.Connection = eventsv1.ConnectionState_CONNECTION_STATE_UNKNOWN
 		}
-		out = append(out, Row[*eventsv1.GameServerState]{State: s, Sequence: uint64(seq)})
+		out = append(out, projections.Row[*eventsv1.GameServerState]{State: s, Sequence: uint64(seq)})
 	}
 	return out, rows.Err()
 }
@@ -201,7 +159,7 @@ func scanGameServers(rows pgx.Rows) ([]Row[*eventsv1.GameServerState], error) {
 // keeps the live servers in memory drops them), in sequence order. The
 // projector commits in stream order, so a reader that asks again with the
 // largest sequence it got misses no change.
-func (v *Views) GameServersChangedSince(ctx context.Context, after uint64) ([]Row[*eventsv1.GameServerState], error) {
+func (v *Views) GameServersChangedSince(ctx context.Context, after uint64) ([]projections.Row[*eventsv1.GameServerState], error) {
 	rows, err := v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM game_servers WHERE last_sequence > $1 ORDER BY last_sequence`, int64(after))
 	if err != nil {
 		return nil, fmt.Errorf("views: game servers changed since %d: %w", after, err)
@@ -210,7 +168,7 @@ func (v *Views) GameServersChangedSince(ctx context.Context, after uint64) ([]Ro
 }
 
 // LiveGameServers returns every game server not yet TERMINATED, ordered by name.
-func (v *Views) LiveGameServers(ctx context.Context) ([]Row[*eventsv1.GameServerState], error) {
+func (v *Views) LiveGameServers(ctx context.Context) ([]projections.Row[*eventsv1.GameServerState], error) {
 	rows, err := v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM game_servers WHERE state <> 'TERMINATED' ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("views: live game servers: %w", err)
@@ -218,18 +176,11 @@ func (v *Views) LiveGameServers(ctx context.Context) ([]Row[*eventsv1.GameServer
 	return scanRows[*eventsv1.GameServerState](rows)
 }
 
-// HostRow is a host with the number of its live game servers.
-type HostRow struct {
-	Row[*eventsv1.HostState]
-	// Used counts its game servers not yet TERMINATED.
-	Used int32
-}
-
 const hostQuery = `SELECT h.snapshot, h.last_sequence, count(g.name) FILTER (WHERE g.state <> 'TERMINATED')
 FROM hosts h LEFT JOIN game_servers g ON g.host = h.name`
 
 // Hosts returns up to limit hosts whose names sort after the given name.
-func (v *Views) Hosts(ctx context.Context, after string, limit int) ([]HostRow, error) {
+func (v *Views) Hosts(ctx context.Context, after string, limit int) ([]projections.HostRow, error) {
 	rows, err := v.pool.Query(ctx, hostQuery+` WHERE h.name > $1 GROUP BY h.name ORDER BY h.name LIMIT $2`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("views: hosts: %w", err)
@@ -238,17 +189,17 @@ func (v *Views) Hosts(ctx context.Context, after string, limit int) ([]HostRow, 
 }
 
 // Host returns a host or projections.ErrNotFound.
-func (v *Views) Host(ctx context.Context, name string) (HostRow, error) {
+func (v *Views) Host(ctx context.Context, name string) (projections.HostRow, error) {
 	rows, err := v.pool.Query(ctx, hostQuery+` WHERE h.name = $1 GROUP BY h.name`, name)
 	if err != nil {
-		return HostRow{}, fmt.Errorf("views: host %s: %w", name, err)
+		return projections.HostRow{}, fmt.Errorf("views: host %s: %w", name, err)
 	}
 	list, err := scanHosts(rows)
 	if err != nil {
-		return HostRow{}, err
+		return projections.HostRow{}, err
 	}
 	if len(list) == 0 {
-		return HostRow{}, fmt.Errorf("host %s: %w", name, projections.ErrNotFound)
+		return projections.HostRow{}, fmt.Errorf("host %s: %w", name, projections.ErrNotFound)
 	}
 	return list[0], nil
 }
@@ -264,9 +215,9 @@ func (v *Views) MostGamePorts(ctx context.Context) (int32, error) {
 	return most, nil
 }
 
-func scanHosts(rows pgx.Rows) ([]HostRow, error) {
+func scanHosts(rows pgx.Rows) ([]projections.HostRow, error) {
 	defer rows.Close()
-	var out []HostRow
+	var out []projections.HostRow
 	for rows.Next() {
 		var snap []byte
 		var seq int64
@@ -278,14 +229,14 @@ func scanHosts(rows pgx.Rows) ([]HostRow, error) {
 		if err := proto.Unmarshal(snap, s); err != nil {
 			return nil, fmt.Errorf("views: decode host: %w", err)
 		}
-		out = append(out, HostRow{Row: Row[*eventsv1.HostState]{State: s, Sequence: uint64(seq)}, Used: used})
+		out = append(out, projections.HostRow{Row: projections.Row[*eventsv1.HostState]{State: s, Sequence: uint64(seq)}, Used: used})
 	}
 	return out, rows.Err()
 }
 
-func scanRows[S proto.Message](rows pgx.Rows) ([]Row[S], error) {
+func scanRows[S proto.Message](rows pgx.Rows) ([]projections.Row[S], error) {
 	defer rows.Close()
-	var out []Row[S]
+	var out []projections.Row[S]
 	for rows.Next() {
 		var snap []byte
 		var seq int64
@@ -297,7 +248,7 @@ func scanRows[S proto.Message](rows pgx.Rows) ([]Row[S], error) {
 		if err := proto.Unmarshal(snap, s); err != nil {
 			return nil, fmt.Errorf("views: decode snapshot: %w", err)
 		}
-		out = append(out, Row[S]{State: s, Sequence: uint64(seq)})
+		out = append(out, projections.Row[S]{State: s, Sequence: uint64(seq)})
 	}
 	return out, rows.Err()
 }

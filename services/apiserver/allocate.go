@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
@@ -96,7 +96,7 @@ func (a *allocationService) AllocateGameServer(ctx context.Context, req *tetherv
 	}
 	attempts := 0
 	for _, sel := range selectors {
-		q := postgres.AllocationQuery{Fleet: fleet, MatchLabels: sel.GetMatchLabels(), Distributed: distributed}
+		q := projections.AllocationQuery{Fleet: fleet, MatchLabels: sel.GetMatchLabels(), Distributed: distributed}
 		for attempts < allocAttempts {
 			c, ok, err := s.candidates.take(ctx, q)
 			if err != nil {

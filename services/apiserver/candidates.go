@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
@@ -37,7 +37,7 @@ const (
 // the server's sequence, and a stale entry only costs a conflict.
 type candidatePool struct {
 	views interface {
-		AllocationCandidates(ctx context.Context, q postgres.AllocationQuery) ([]postgres.Row[*eventsv1.GameServerState], error)
+		AllocationCandidates(ctx context.Context, q projections.AllocationQuery) ([]projections.Row[*eventsv1.GameServerState], error)
 	}
 	now func() time.Time
 	log *slog.Logger
@@ -49,13 +49,13 @@ type candidatePool struct {
 
 // candidateList is one query's READY servers, best first.
 type candidateList struct {
-	rows       []postgres.Row[*eventsv1.GameServerState]
+	rows       []projections.Row[*eventsv1.GameServerState]
 	fetched    time.Time
 	refreshing chan struct{} // closed when the read in flight ends; nil if none
 }
 
 func newCandidatePool(views interface {
-	AllocationCandidates(ctx context.Context, q postgres.AllocationQuery) ([]postgres.Row[*eventsv1.GameServerState], error)
+	AllocationCandidates(ctx context.Context, q projections.AllocationQuery) ([]projections.Row[*eventsv1.GameServerState], error)
 }, now func() time.Time, log *slog.Logger) *candidatePool {
 	return &candidatePool{views: views, now: now, log: log, lists: map[string]*candidateList{}, claimed: map[string]time.Time{}}
 }
@@ -64,7 +64,7 @@ func newCandidatePool(views interface {
 // views (read afresh) hold none that this replica has not claimed. One
 // caller at a time reads the views for a query; the others take from the
 // list they have, stale or not, and wait only when it is empty.
-func (p *candidatePool) take(ctx context.Context, q postgres.AllocationQuery) (row postgres.Row[*eventsv1.GameServerState], ok bool, err error) {
+func (p *candidatePool) take(ctx context.Context, q projections.AllocationQuery) (row projections.Row[*eventsv1.GameServerState], ok bool, err error) {
 	b, err := json.Marshal(q)
 	if err != nil {
 		return row, false, err
@@ -111,7 +111,7 @@ func (p *candidatePool) take(ctx context.Context, q postgres.AllocationQuery) (r
 // read is claimed (the views lag behind allocations this replica knows
 // of), it reads once more past the claimed servers before it concludes
 // there is none.
-func (p *candidatePool) takeFresh(ctx context.Context, key string, q postgres.AllocationQuery, l *candidateList) (postgres.Row[*eventsv1.GameServerState], bool, error) {
+func (p *candidatePool) takeFresh(ctx context.Context, key string, q projections.AllocationQuery, l *candidateList) (projections.Row[*eventsv1.GameServerState], bool, error) {
 	asked := q
 	q.Limit = candidateFetch
 	for range 2 {
@@ -124,7 +124,7 @@ func (p *candidatePool) takeFresh(ctx context.Context, key string, q postgres.Al
 		p.mu.Unlock()
 		n, err := p.refresh(ctx, key, q, l)
 		if err != nil {
-			return postgres.Row[*eventsv1.GameServerState]{}, false, err
+			return projections.Row[*eventsv1.GameServerState]{}, false, err
 		}
 		p.mu.Lock()
 		row, ok := p.pickLocked(l, p.now())
@@ -135,13 +135,13 @@ func (p *candidatePool) takeFresh(ctx context.Context, key string, q postgres.Al
 		}
 		q.Limit = candidateFetch + claimed
 	}
-	return postgres.Row[*eventsv1.GameServerState]{}, false, nil
+	return projections.Row[*eventsv1.GameServerState]{}, false, nil
 }
 
 // refresh reads the views for q into l, wakes its waiters and returns how
 // many rows it read. Claimed servers are filtered when picking, not in the
 // query, which stays cheap.
-func (p *candidatePool) refresh(ctx context.Context, key string, q postgres.AllocationQuery, l *candidateList) (int, error) {
+func (p *candidatePool) refresh(ctx context.Context, key string, q projections.AllocationQuery, l *candidateList) (int, error) {
 	started := p.now()
 	rows, err := p.views.AllocationCandidates(ctx, q)
 	p.mu.Lock()
@@ -162,12 +162,12 @@ func (p *candidatePool) refresh(ctx context.Context, key string, q postgres.Allo
 }
 
 // pickLocked takes a random one of the best unclaimed servers of l.
-func (p *candidatePool) pickLocked(l *candidateList, now time.Time) (postgres.Row[*eventsv1.GameServerState], bool) {
-	l.rows = slices.DeleteFunc(l.rows, func(r postgres.Row[*eventsv1.GameServerState]) bool {
+func (p *candidatePool) pickLocked(l *candidateList, now time.Time) (projections.Row[*eventsv1.GameServerState], bool) {
+	l.rows = slices.DeleteFunc(l.rows, func(r projections.Row[*eventsv1.GameServerState]) bool {
 		return now.Before(p.claimed[r.State.GetName()])
 	})
 	if len(l.rows) == 0 {
-		return postgres.Row[*eventsv1.GameServerState]{}, false
+		return projections.Row[*eventsv1.GameServerState]{}, false
 	}
 	i := rand.IntN(min(candidateSpread, len(l.rows)))
 	row := l.rows[i]

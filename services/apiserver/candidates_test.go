@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
@@ -17,19 +17,19 @@ import (
 // caught up with this replica's allocations.
 type lagViews struct {
 	mu   sync.Mutex
-	rows []postgres.Row[*eventsv1.GameServerState]
+	rows []projections.Row[*eventsv1.GameServerState]
 }
 
-func (v *lagViews) AllocationCandidates(_ context.Context, q postgres.AllocationQuery) ([]postgres.Row[*eventsv1.GameServerState], error) {
+func (v *lagViews) AllocationCandidates(_ context.Context, q projections.AllocationQuery) ([]projections.Row[*eventsv1.GameServerState], error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return slices.Clone(v.rows[:min(q.Limit, len(v.rows))]), nil // the pool edits what it gets
 }
 
-func readyRows(n int) []postgres.Row[*eventsv1.GameServerState] {
-	out := make([]postgres.Row[*eventsv1.GameServerState], n)
+func readyRows(n int) []projections.Row[*eventsv1.GameServerState] {
+	out := make([]projections.Row[*eventsv1.GameServerState], n)
 	for i := range out {
-		out[i] = postgres.Row[*eventsv1.GameServerState]{State: &eventsv1.GameServerState{
+		out[i] = projections.Row[*eventsv1.GameServerState]{State: &eventsv1.GameServerState{
 			Name: fmt.Sprintf("fleets/f/gameServers/gs-%04d", i), Lifecycle: eventsv1.Lifecycle_LIFECYCLE_READY,
 		}, Sequence: 1}
 	}
@@ -46,7 +46,7 @@ func TestCandidatePoolLooksPastItsClaims(t *testing.T) {
 	p := newCandidatePool(views, func() time.Time { return now }, slog.New(slog.DiscardHandler))
 	seen := map[string]bool{}
 	for i := range n {
-		row, ok, err := p.take(context.Background(), postgres.AllocationQuery{Fleet: "fleets/f"})
+		row, ok, err := p.take(context.Background(), projections.AllocationQuery{Fleet: "fleets/f"})
 		if err != nil || !ok {
 			t.Fatalf("take %d: ok=%v err=%v", i, ok, err)
 		}
@@ -55,12 +55,12 @@ func TestCandidatePoolLooksPastItsClaims(t *testing.T) {
 		}
 		seen[row.State.GetName()] = true
 	}
-	if _, ok, err := p.take(context.Background(), postgres.AllocationQuery{Fleet: "fleets/f"}); ok || err != nil {
+	if _, ok, err := p.take(context.Background(), projections.AllocationQuery{Fleet: "fleets/f"}); ok || err != nil {
 		t.Fatalf("take past the end: ok=%v err=%v, want none", ok, err)
 	}
 	// Claims end: the servers the views still show READY come back.
 	now = now.Add(claimTTL)
-	if _, ok, _ := p.take(context.Background(), postgres.AllocationQuery{Fleet: "fleets/f"}); !ok {
+	if _, ok, _ := p.take(context.Background(), projections.AllocationQuery{Fleet: "fleets/f"}); !ok {
 		t.Fatal("after claimTTL a server the views show READY must be handed out again")
 	}
 }
@@ -69,15 +69,15 @@ func TestCandidatePoolLooksPastItsClaims(t *testing.T) {
 func TestCandidatePoolRelease(t *testing.T) {
 	views := &lagViews{rows: readyRows(1)}
 	p := newCandidatePool(views, time.Now, slog.New(slog.DiscardHandler))
-	row, ok, _ := p.take(context.Background(), postgres.AllocationQuery{})
+	row, ok, _ := p.take(context.Background(), projections.AllocationQuery{})
 	if !ok {
 		t.Fatal("no server")
 	}
-	if _, ok, _ := p.take(context.Background(), postgres.AllocationQuery{}); ok {
+	if _, ok, _ := p.take(context.Background(), projections.AllocationQuery{}); ok {
 		t.Fatal("a claimed server was handed out twice")
 	}
 	p.release(row.State.GetName())
-	if again, ok, _ := p.take(context.Background(), postgres.AllocationQuery{}); !ok || again.State.GetName() != row.State.GetName() {
+	if again, ok, _ := p.take(context.Background(), projections.AllocationQuery{}); !ok || again.State.GetName() != row.State.GetName() {
 		t.Fatalf("released server not handed out again: %v %v", ok, again.State.GetName())
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"strconv"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
@@ -41,7 +41,7 @@ func specFromAPI(f *tetherv1.Fleet) *eventsv1.FleetSpec {
 	return s
 }
 
-func fleetToAPI(s *eventsv1.FleetState, seq uint64, c postgres.FleetCounts) *tetherv1.Fleet {
+func fleetToAPI(s *eventsv1.FleetState, seq uint64, c projections.FleetCounts) *tetherv1.Fleet {
 	spec := s.GetSpec()
 	f := &tetherv1.Fleet{
 		Name:                      s.GetName(),

@@ -12,7 +12,6 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
-	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
@@ -135,9 +134,9 @@ func (f *fleetService) ListFleets(ctx context.Context, req *tetherv1.ListFleetsR
 func (f *fleetService) writeFleet(ctx context.Context, name, requestID, etag string,
 	decide func(*eventsv1.FleetState) ([]proto.Message, error)) (*tetherv1.Fleet, error) {
 	var decided *eventsv1.FleetState
-	var counts postgres.FleetCounts
+	var counts projections.FleetCounts
 	res, err := f.s.write(ctx, name, requestID, etag, func(ctx context.Context, last uint64) ([]proto.Message, error) {
-		decided, counts = nil, postgres.FleetCounts{}
+		decided, counts = nil, projections.FleetCounts{}
 		if last > 0 {
 			row, err := f.s.opts.Views.Fleet(ctx, name)
 			if err != nil && !errors.Is(err, projections.ErrNotFound) {

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
@@ -98,8 +98,8 @@ func enumNames(m map[int32]string) []string {
 
 // parseGameServerFilter parses the AIP-160 subset "field=value" terms joined
 // by " AND ", e.g. "state=READY AND host=hosts/h1".
-func parseGameServerFilter(filter string) (postgres.GameServerQuery, error) {
-	var q postgres.GameServerQuery
+func parseGameServerFilter(filter string) (projections.GameServerQuery, error) {
+	var q projections.GameServerQuery
 	if strings.TrimSpace(filter) == "" {
 		return q, nil
 	}

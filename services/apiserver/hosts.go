@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
 
@@ -55,7 +55,7 @@ func (h *hostService) GetHost(ctx context.Context, req *tetherv1.GetHostRequest)
 	return hostToAPI(row), nil
 }
 
-func hostToAPI(r postgres.HostRow) *tetherv1.Host {
+func hostToAPI(r projections.HostRow) *tetherv1.Host {
 	s := r.State
 	return &tetherv1.Host{
 		Name:              s.GetName(),

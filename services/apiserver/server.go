@@ -29,7 +29,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
@@ -54,16 +54,16 @@ type commandSender interface {
 
 // viewReader is what the API needs of the views (projections/postgres).
 type viewReader interface {
-	Fleet(ctx context.Context, name string) (postgres.FleetRow, error)
-	ListFleets(ctx context.Context, after string, limit int) ([]postgres.FleetRow, error)
-	GameServer(ctx context.Context, name string) (postgres.Row[*eventsv1.GameServerState], error)
-	ListGameServers(ctx context.Context, q postgres.GameServerQuery) ([]postgres.Row[*eventsv1.GameServerState], error)
+	Fleet(ctx context.Context, name string) (projections.FleetRow, error)
+	ListFleets(ctx context.Context, after string, limit int) ([]projections.FleetRow, error)
+	GameServer(ctx context.Context, name string) (projections.Row[*eventsv1.GameServerState], error)
+	ListGameServers(ctx context.Context, q projections.GameServerQuery) ([]projections.Row[*eventsv1.GameServerState], error)
 	RequestSequence(ctx context.Context, aggregate, requestID string) (uint64, error)
-	Hosts(ctx context.Context, after string, limit int) ([]postgres.HostRow, error)
-	Host(ctx context.Context, name string) (postgres.HostRow, error)
-	GameSession(ctx context.Context, name string) (postgres.Row[*eventsv1.GameSessionState], error)
-	ListGameSessions(ctx context.Context, q postgres.GameSessionQuery) ([]postgres.Row[*eventsv1.GameSessionState], error)
-	AllocationCandidates(ctx context.Context, q postgres.AllocationQuery) ([]postgres.Row[*eventsv1.GameServerState], error)
+	Hosts(ctx context.Context, after string, limit int) ([]projections.HostRow, error)
+	Host(ctx context.Context, name string) (projections.HostRow, error)
+	GameSession(ctx context.Context, name string) (projections.Row[*eventsv1.GameSessionState], error)
+	ListGameSessions(ctx context.Context, q projections.GameSessionQuery) ([]projections.Row[*eventsv1.GameSessionState], error)
+	AllocationCandidates(ctx context.Context, q projections.AllocationQuery) ([]projections.Row[*eventsv1.GameServerState], error)
 	AllocationByRequest(ctx context.Context, requestID string) (gameServer string, seq uint64, ok bool, err error)
 	MostGamePorts(ctx context.Context) (int32, error)
 }

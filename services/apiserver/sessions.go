@@ -13,7 +13,6 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
-	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
@@ -129,8 +128,8 @@ func (g *gameSessionService) ListGameSessions(ctx context.Context, req *tetherv1
 
 // parseGameSessionFilter parses "field=value" terms joined by " AND ";
 // fields state, gameServer, fleet.
-func parseGameSessionFilter(filter string) (postgres.GameSessionQuery, error) {
-	var q postgres.GameSessionQuery
+func parseGameSessionFilter(filter string) (projections.GameSessionQuery, error) {
+	var q projections.GameSessionQuery
 	if strings.TrimSpace(filter) == "" {
 		return q, nil
 	}
@@ -164,13 +163,13 @@ func parseGameSessionFilter(filter string) (postgres.GameSessionQuery, error) {
 }
 
 // playerSession reads a player session's game session from the views.
-func (g *gameSessionService) playerSession(ctx context.Context, name string, minSeq int64) (postgres.Row[*eventsv1.GameSessionState], *eventsv1.PlayerSessionState, error) {
+func (g *gameSessionService) playerSession(ctx context.Context, name string, minSeq int64) (projections.Row[*eventsv1.GameSessionState], *eventsv1.PlayerSessionState, error) {
 	gsess, ps, err := events.ParsePlayerSessionName(name)
 	if err != nil {
-		return postgres.Row[*eventsv1.GameSessionState]{}, nil, invalidField("name", err.Error())
+		return projections.Row[*eventsv1.GameSessionState]{}, nil, invalidField("name", err.Error())
 	}
 	if err := g.s.waitFresh(ctx, uint64(max(minSeq, 0))); err != nil {
-		return postgres.Row[*eventsv1.GameSessionState]{}, nil, err
+		return projections.Row[*eventsv1.GameSessionState]{}, nil, err
 	}
 	row, err := g.s.opts.Views.GameSession(ctx, events.GameSessionName(gsess))
 	if err != nil {

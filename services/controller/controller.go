@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/hostbeat"
@@ -39,15 +39,15 @@ type eventStore interface {
 
 // viewReader is what the controller reads from the views.
 type viewReader interface {
-	ListFleets(ctx context.Context, after string, limit int) ([]postgres.FleetRow, error)
-	Fleet(ctx context.Context, name string) (postgres.FleetRow, error)
-	LiveGameServers(ctx context.Context) ([]postgres.Row[*eventsv1.GameServerState], error)
-	GameServersChangedSince(ctx context.Context, after uint64) ([]postgres.Row[*eventsv1.GameServerState], error)
-	Hosts(ctx context.Context, after string, limit int) ([]postgres.HostRow, error)
-	GameServer(ctx context.Context, name string) (postgres.Row[*eventsv1.GameServerState], error)
-	DueGameSessions(ctx context.Context, now time.Time, limit int) ([]postgres.Row[*eventsv1.GameSessionState], error)
-	OrphanedGameSessions(ctx context.Context, limit int) ([]postgres.Row[*eventsv1.GameSessionState], error)
-	UncreatedGameSessions(ctx context.Context, olderThan time.Time, limit int) ([]postgres.Row[*eventsv1.GameServerState], error)
+	ListFleets(ctx context.Context, after string, limit int) ([]projections.FleetRow, error)
+	Fleet(ctx context.Context, name string) (projections.FleetRow, error)
+	LiveGameServers(ctx context.Context) ([]projections.Row[*eventsv1.GameServerState], error)
+	GameServersChangedSince(ctx context.Context, after uint64) ([]projections.Row[*eventsv1.GameServerState], error)
+	Hosts(ctx context.Context, after string, limit int) ([]projections.HostRow, error)
+	GameServer(ctx context.Context, name string) (projections.Row[*eventsv1.GameServerState], error)
+	DueGameSessions(ctx context.Context, now time.Time, limit int) ([]projections.Row[*eventsv1.GameSessionState], error)
+	OrphanedGameSessions(ctx context.Context, limit int) ([]projections.Row[*eventsv1.GameSessionState], error)
+	UncreatedGameSessions(ctx context.Context, olderThan time.Time, limit int) ([]projections.Row[*eventsv1.GameServerState], error)
 	// Checkpoint is the stream sequence the views have applied.
 	Checkpoint(ctx context.Context) (uint64, error)
 }
@@ -444,12 +444,12 @@ func (c *Controller) awaitViews(ctx context.Context) error {
 	return nil
 }
 
-func (c *Controller) allFleets(ctx context.Context) ([]postgres.FleetRow, error) {
-	return readAll(ctx, c.opts.Views.ListFleets, func(r postgres.FleetRow) string { return r.State.GetName() })
+func (c *Controller) allFleets(ctx context.Context) ([]projections.FleetRow, error) {
+	return readAll(ctx, c.opts.Views.ListFleets, func(r projections.FleetRow) string { return r.State.GetName() })
 }
 
-func (c *Controller) allHosts(ctx context.Context) ([]postgres.HostRow, error) {
-	return readAll(ctx, c.opts.Views.Hosts, func(r postgres.HostRow) string { return r.State.GetName() })
+func (c *Controller) allHosts(ctx context.Context) ([]projections.HostRow, error) {
+	return readAll(ctx, c.opts.Views.Hosts, func(r projections.HostRow) string { return r.State.GetName() })
 }
 
 // readAll pages through a view listed by name.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/hostbeat"
 )
@@ -124,7 +124,7 @@ func (c *Controller) stopBeats() {
 }
 
 // terminateLost ends every live server of a lost host with HOST_LOST.
-func (p planner) terminateLost(host string, last time.Time, servers []postgres.Row[*eventsv1.GameServerState], out *Plan) []decision {
+func (p planner) terminateLost(host string, last time.Time, servers []projections.Row[*eventsv1.GameServerState], out *Plan) []decision {
 	var then []decision
 	for _, r := range servers {
 		if r.State.GetHost() != host {
@@ -152,7 +152,7 @@ const missingDetail = "not in the host's inventory when it came back"
 // its way), nor servers whose last event is newer than the inventory; the
 // append is guarded by the server's sequence, so a server whose end (or any
 // other event) reached the stream since the views were read is left alone.
-func (p planner) checkInventory(host string, beat hostbeat.Beat, servers []postgres.Row[*eventsv1.GameServerState], out *Plan) []decision {
+func (p planner) checkInventory(host string, beat hostbeat.Beat, servers []projections.Row[*eventsv1.GameServerState], out *Plan) []decision {
 	inv := beat.Inventory
 	if inv == nil {
 		return nil // an older agent: its servers are kept

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/controller"
@@ -149,7 +150,7 @@ func TestHostLivenessUnreachableIsNotLost(t *testing.T) {
 	wait.For(t, 10*time.Second, "h1 unreachable", func() bool { return count(w.hostEvents("hosts/h1"), "HostUnreachable") == 1 })
 	views := postgres.NewViews(w.pool)
 	wait.For(t, 10*time.Second, "h1's servers shown with connection UNKNOWN", func() bool {
-		rows, err := views.ListGameServers(w.ctx, postgres.GameServerQuery{Host: "hosts/h1", Limit: 10})
+		rows, err := views.ListGameServers(w.ctx, projections.GameServerQuery{Host: "hosts/h1", Limit: 10})
 		return err == nil && len(rows) == 2 && rows[0].State.GetConnection() == eventsv1.ConnectionState_CONNECTION_STATE_UNKNOWN
 	})
 	beats.on["h1"].Store(true)
@@ -201,7 +202,7 @@ func TestHostBackWithInventoryMissingAServer(t *testing.T) {
 	w.fleet("arena", testSpec(3, eventsv1.Scheduling_SCHEDULING_PACKED))
 	var names []string
 	wait.For(t, 10*time.Second, "3 READY servers on h1", func() bool {
-		rows, err := w.views.ListGameServers(w.ctx, postgres.GameServerQuery{Host: "hosts/h1", Limit: 10})
+		rows, err := w.views.ListGameServers(w.ctx, projections.GameServerQuery{Host: "hosts/h1", Limit: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

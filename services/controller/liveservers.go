@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
@@ -20,19 +20,19 @@ const fullReadEvery = time.Minute
 // 100,000 servers a full read and decode each pass took 2.5 s
 // (docs/scaling.md).
 type liveServers struct {
-	rows     map[string]postgres.Row[*eventsv1.GameServerState]
+	rows     map[string]projections.Row[*eventsv1.GameServerState]
 	after    uint64    // the largest sequence read
 	fullRead time.Time // when they were last read whole
 }
 
 // read returns the live servers, ordered by name.
-func (l *liveServers) read(ctx context.Context, views viewReader) ([]postgres.Row[*eventsv1.GameServerState], error) {
+func (l *liveServers) read(ctx context.Context, views viewReader) ([]projections.Row[*eventsv1.GameServerState], error) {
 	if l.rows == nil || time.Since(l.fullRead) >= fullReadEvery {
 		all, err := views.LiveGameServers(ctx)
 		if err != nil {
 			return nil, err
 		}
-		l.rows, l.after, l.fullRead = make(map[string]postgres.Row[*eventsv1.GameServerState], len(all)), 0, time.Now()
+		l.rows, l.after, l.fullRead = make(map[string]projections.Row[*eventsv1.GameServerState], len(all)), 0, time.Now()
 		for _, r := range all {
 			l.rows[r.State.GetName()] = r
 			l.after = max(l.after, r.Sequence)
@@ -51,11 +51,11 @@ func (l *liveServers) read(ctx context.Context, views viewReader) ([]postgres.Ro
 		}
 		l.after = max(l.after, r.Sequence)
 	}
-	out := make([]postgres.Row[*eventsv1.GameServerState], 0, len(l.rows))
+	out := make([]projections.Row[*eventsv1.GameServerState], 0, len(l.rows))
 	for _, r := range l.rows {
 		out = append(out, r)
 	}
-	slices.SortFunc(out, func(a, b postgres.Row[*eventsv1.GameServerState]) int {
+	slices.SortFunc(out, func(a, b projections.Row[*eventsv1.GameServerState]) int {
 		return strings.Compare(a.State.GetName(), b.State.GetName())
 	})
 	return out, nil

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/hostbeat"
 )
@@ -58,7 +58,7 @@ func (c *Controller) observe(ctx context.Context) (snapshot, error) {
 // hear updates when each host was last heard of while this instance leads
 // from the heartbeats, and returns it by host id. A host first seen gets a
 // full grace: it was heard of now.
-func (c *Controller) hear(hosts []postgres.HostRow, beats map[string]hostbeat.Beat, now time.Time) map[string]time.Time {
+func (c *Controller) hear(hosts []projections.HostRow, beats map[string]hostbeat.Beat, now time.Time) map[string]time.Time {
 	heard := make(map[string]time.Time, len(hosts))
 	for _, h := range hosts {
 		id, err := events.ParseHostName(h.State.GetName())
@@ -80,7 +80,7 @@ func (c *Controller) hear(hosts []postgres.HostRow, beats map[string]hostbeat.Be
 // the live fleets, and returns those deleted (the others were created since
 // the fleets were read). A fleet that cannot be read is logged and counts
 // as not deleted this pass.
-func (c *Controller) readDeletedFleets(ctx context.Context, fleets []postgres.FleetRow, servers []postgres.Row[*eventsv1.GameServerState]) map[string]bool {
+func (c *Controller) readDeletedFleets(ctx context.Context, fleets []projections.FleetRow, servers []projections.Row[*eventsv1.GameServerState]) map[string]bool {
 	live := make(map[string]bool, len(fleets))
 	for _, f := range fleets {
 		live[f.State.GetName()] = true

@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
@@ -46,11 +46,11 @@ func TestPickHost(t *testing.T) {
 
 func TestScaleDownOrderNeverPicksAllocated(t *testing.T) {
 	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-	row := func(name string, l eventsv1.Lifecycle, age int) postgres.Row[*eventsv1.GameServerState] {
-		return postgres.Row[*eventsv1.GameServerState]{State: &eventsv1.GameServerState{
+	row := func(name string, l eventsv1.Lifecycle, age int) projections.Row[*eventsv1.GameServerState] {
+		return projections.Row[*eventsv1.GameServerState]{State: &eventsv1.GameServerState{
 			Name: name, Lifecycle: l, CreateTime: timestamppb.New(t0.Add(time.Duration(-age) * time.Minute))}}
 	}
-	got := scaleDownOrder([]postgres.Row[*eventsv1.GameServerState]{
+	got := scaleDownOrder([]projections.Row[*eventsv1.GameServerState]{
 		row("alloc", eventsv1.Lifecycle_LIFECYCLE_ALLOCATED, 1),
 		row("starting", eventsv1.Lifecycle_LIFECYCLE_STARTING, 1),
 		row("ready-old", eventsv1.Lifecycle_LIFECYCLE_READY, 10),

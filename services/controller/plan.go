@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/hostbeat"
@@ -42,11 +42,11 @@ type snapshot struct {
 	// pass judges host liveness only.
 	stale bool
 	// fleets are the live fleets.
-	fleets []postgres.FleetRow
+	fleets []projections.FleetRow
 	// servers are the live game servers, ordered by name.
-	servers []postgres.Row[*eventsv1.GameServerState]
+	servers []projections.Row[*eventsv1.GameServerState]
 	// hosts are the registered hosts.
-	hosts []postgres.HostRow
+	hosts []projections.HostRow
 	// beats are the hosts' last heartbeats, by host id.
 	beats map[string]hostbeat.Beat
 	// heard is, by host id, when a heartbeat was last known while this
@@ -61,7 +61,7 @@ type snapshot struct {
 	// last sent again.
 	startResent map[string]time.Time
 	// dueSessions are game sessions with a deadline that has passed.
-	dueSessions []postgres.Row[*eventsv1.GameSessionState]
+	dueSessions []projections.Row[*eventsv1.GameSessionState]
 	// orphanSessions are game sessions whose game server moved on.
 	orphanSessions []orphanSession
 	// uncreatedSessions are allocations whose game session was never created.
@@ -70,7 +70,7 @@ type snapshot struct {
 
 // An orphanSession is a running game session whose server no longer runs it.
 type orphanSession struct {
-	session postgres.Row[*eventsv1.GameSessionState]
+	session projections.Row[*eventsv1.GameSessionState]
 	server  *eventsv1.GameServerState
 }
 
@@ -185,7 +185,7 @@ func (p planner) plan(s snapshot) Plan {
 	p.planOrphans(s, &out)
 	fleets := p.planStarts(s, &out)
 	hosts := roomOn(s.hosts, status, &out)
-	byFleet := map[string][]postgres.Row[*eventsv1.GameServerState]{}
+	byFleet := map[string][]projections.Row[*eventsv1.GameServerState]{}
 	for _, r := range s.servers {
 		fleet, _, err := events.ParseGameServerName(r.State.GetName())
 		if err != nil {
@@ -227,7 +227,7 @@ type hostSlot struct {
 
 // roomOn lists the hosts that take new servers: ONLINE ones (not
 // unreachable, lost or draining), with their used slots.
-func roomOn(hosts []postgres.HostRow, status map[string]eventsv1.HostStatus, out *Plan) []*hostSlot {
+func roomOn(hosts []projections.HostRow, status map[string]eventsv1.HostStatus, out *Plan) []*hostSlot {
 	var slots []*hostSlot
 	for _, h := range hosts {
 		if status[h.State.GetName()] != eventsv1.HostStatus_HOST_STATUS_ONLINE {
@@ -248,8 +248,8 @@ func roomOn(hosts []postgres.HostRow, status map[string]eventsv1.HostStatus, out
 // their start command again, missing ones are scheduled on hosts with
 // room (no faster than the fleet's start backoff allows), and surplus ones
 // are shut down, READY first, never ALLOCATED or RESERVED.
-func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []postgres.Row[*eventsv1.GameServerState], hosts []*hostSlot, out *Plan) {
-	var live []postgres.Row[*eventsv1.GameServerState]
+func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []projections.Row[*eventsv1.GameServerState], hosts []*hostSlot, out *Plan) {
+	var live []projections.Row[*eventsv1.GameServerState]
 	for _, r := range rows {
 		switch r.State.GetLifecycle() {
 		case eventsv1.Lifecycle_LIFECYCLE_UNHEALTHY:
@@ -288,7 +288,7 @@ func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []postgres.R
 // scaleDownOrder lists the servers that may be scaled down, best first:
 // READY, then those not yet ready; newest first within each. ALLOCATED and
 // RESERVED servers are never scaled down.
-func scaleDownOrder(live []postgres.Row[*eventsv1.GameServerState]) []postgres.Row[*eventsv1.GameServerState] {
+func scaleDownOrder(live []projections.Row[*eventsv1.GameServerState]) []projections.Row[*eventsv1.GameServerState] {
 	rank := func(l eventsv1.Lifecycle) int {
 		switch l {
 		case eventsv1.Lifecycle_LIFECYCLE_READY:
@@ -298,13 +298,13 @@ func scaleDownOrder(live []postgres.Row[*eventsv1.GameServerState]) []postgres.R
 		}
 		return -1
 	}
-	var out []postgres.Row[*eventsv1.GameServerState]
+	var out []projections.Row[*eventsv1.GameServerState]
 	for _, r := range live {
 		if rank(r.State.GetLifecycle()) >= 0 {
 			out = append(out, r)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b postgres.Row[*eventsv1.GameServerState]) int {
+	slices.SortStableFunc(out, func(a, b projections.Row[*eventsv1.GameServerState]) int {
 		if ra, rb := rank(a.State.GetLifecycle()), rank(b.State.GetLifecycle()); ra != rb {
 			return ra - rb
 		}
@@ -387,7 +387,7 @@ func (p planner) resendStart(s snapshot, gs *eventsv1.GameServerState, out *Plan
 
 // shutdown decides a server's shutdown with ShutdownGrace to stop, and the
 // stop command for its agent.
-func (p planner) shutdown(now time.Time, r postgres.Row[*eventsv1.GameServerState], reason eventsv1.Reason, detail string, out *Plan) {
+func (p planner) shutdown(now time.Time, r projections.Row[*eventsv1.GameServerState], reason eventsv1.Reason, detail string, out *Plan) {
 	name := r.State.GetName()
 	deadline := now.Add(p.shutdownGrace)
 	ev := proto.CloneOf(r.State.GetEvidence())
@@ -417,7 +417,7 @@ func (p planner) shutdown(now time.Time, r postgres.Row[*eventsv1.GameServerStat
 
 // terminate decides that the controller ends a game server itself, with a
 // reason and evidence; nil if the domain refuses (recorded in out).
-func (p planner) terminate(r postgres.Row[*eventsv1.GameServerState], reason eventsv1.Reason, detail, say string, out *Plan) *decision {
+func (p planner) terminate(r projections.Row[*eventsv1.GameServerState], reason eventsv1.Reason, detail, say string, out *Plan) *decision {
 	name := r.State.GetName()
 	ev := &eventsv1.Evidence{RequestedBy: p.producer, Detail: detail}
 	msgs, err := events.DecideGameServer(name, r.State, events.Terminate{Reason: reason, Evidence: ev})

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/hostbeat"
 )
@@ -41,27 +41,27 @@ func testPlanner() planner {
 }
 
 // hostRow is host id, heard of `silent` before t0 (see heardAt).
-func hostRow(id string, status eventsv1.HostStatus, capacity, used int32, seq uint64) postgres.HostRow {
-	return postgres.HostRow{Row: postgres.Row[*eventsv1.HostState]{State: &eventsv1.HostState{Name: events.HostName(id), Status: status, Capacity: capacity}, Sequence: seq}, Used: used}
+func hostRow(id string, status eventsv1.HostStatus, capacity, used int32, seq uint64) projections.HostRow {
+	return projections.HostRow{Row: projections.Row[*eventsv1.HostState]{State: &eventsv1.HostState{Name: events.HostName(id), Status: status, Capacity: capacity}, Sequence: seq}, Used: used}
 }
 
 // on is game server id of fleet arena on host, at sequence seq.
-func on(id string, l eventsv1.Lifecycle, host string, seq uint64) postgres.Row[*eventsv1.GameServerState] {
+func on(id string, l eventsv1.Lifecycle, host string, seq uint64) projections.Row[*eventsv1.GameServerState] {
 	s := server(id, l, eventsv1.Reason_REASON_UNSPECIFIED, l != scheduled && l != starting, -int(seq))
 	s.Host = events.HostName(host)
-	return postgres.Row[*eventsv1.GameServerState]{State: s, Sequence: seq}
+	return projections.Row[*eventsv1.GameServerState]{State: s, Sequence: seq}
 }
 
 // fleetRow is fleet arena with replicas and scheduling.
-func fleetRow(replicas int32, scheduling eventsv1.Scheduling) postgres.FleetRow {
+func fleetRow(replicas int32, scheduling eventsv1.Scheduling) projections.FleetRow {
 	f := fleetState(time.Time{})
 	f.Spec.Replicas, f.Spec.Scheduling = replicas, scheduling
-	return postgres.FleetRow{Row: postgres.Row[*eventsv1.FleetState]{State: f, Sequence: 1}}
+	return projections.FleetRow{Row: projections.Row[*eventsv1.FleetState]{State: f, Sequence: 1}}
 }
 
 // snap is a snapshot at t0 of fleets, hosts (each heard of at t0 unless
 // heard says otherwise) and servers.
-func snap(fleets []postgres.FleetRow, hosts []postgres.HostRow, servers ...postgres.Row[*eventsv1.GameServerState]) snapshot {
+func snap(fleets []projections.FleetRow, hosts []projections.HostRow, servers ...projections.Row[*eventsv1.GameServerState]) snapshot {
 	s := snapshot{now: t0, fleets: fleets, hosts: hosts, servers: servers, heard: map[string]time.Time{}, beats: map[string]hostbeat.Beat{}}
 	for _, h := range hosts {
 		id, _ := events.ParseHostName(h.State.GetName())
@@ -139,7 +139,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "scales up packed: the fullest host with room first",
 			snapshot: func() snapshot {
-				return snap(arena(3), []postgres.HostRow{hostRow("a", online, 2, 1, 5), hostRow("b", online, 10, 0, 6)},
+				return snap(arena(3), []projections.HostRow{hostRow("a", online, 2, 1, 5), hostRow("b", online, 10, 0, 6)},
 					on("gs-1", ready, "a", 7))
 			},
 			want: []string{
@@ -150,8 +150,8 @@ func TestPlan(t *testing.T) {
 		{
 			name: "scales up distributed: the emptiest host first",
 			snapshot: func() snapshot {
-				return snap([]postgres.FleetRow{fleetRow(2, distributed)},
-					[]postgres.HostRow{hostRow("a", online, 10, 3, 5), hostRow("b", online, 10, 1, 6)})
+				return snap([]projections.FleetRow{fleetRow(2, distributed)},
+					[]projections.HostRow{hostRow("a", online, 10, 3, 5), hostRow("b", online, 10, 1, 6)})
 			},
 			want: []string{
 				"schedule " + gsPrefix + "new-1 GameServerScheduled → b",
@@ -161,7 +161,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "packed keeps a small fleet on one host",
 			snapshot: func() snapshot {
-				return snap(arena(2), []postgres.HostRow{hostRow("a", online, 2, 0, 5), hostRow("b", online, 2, 0, 6)})
+				return snap(arena(2), []projections.HostRow{hostRow("a", online, 2, 0, 5), hostRow("b", online, 2, 0, 6)})
 			},
 			want: []string{
 				"schedule " + gsPrefix + "new-1 GameServerScheduled → a",
@@ -171,8 +171,8 @@ func TestPlan(t *testing.T) {
 		{
 			name: "distributed puts a small fleet on every host, ties by name",
 			snapshot: func() snapshot {
-				return snap([]postgres.FleetRow{fleetRow(2, distributed)},
-					[]postgres.HostRow{hostRow("a", online, 2, 0, 5), hostRow("b", online, 2, 0, 6)})
+				return snap([]projections.FleetRow{fleetRow(2, distributed)},
+					[]projections.HostRow{hostRow("a", online, 2, 0, 5), hostRow("b", online, 2, 0, 6)})
 			},
 			want: []string{
 				"schedule " + gsPrefix + "new-1 GameServerScheduled → a",
@@ -182,7 +182,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "no room: schedules what fits and reports what is missing",
 			snapshot: func() snapshot {
-				return snap(arena(3), []postgres.HostRow{hostRow("a", online, 1, 0, 5)})
+				return snap(arena(3), []projections.HostRow{hostRow("a", online, 1, 0, 5)})
 			},
 			want:       []string{"schedule " + gsPrefix + "new-1 GameServerScheduled → a"},
 			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 2}},
@@ -190,7 +190,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "scales down READY servers newest first, never ALLOCATED or RESERVED",
 			snapshot: func() snapshot {
-				return snap(arena(1), []postgres.HostRow{hostRow("a", online, 10, 5, 5)},
+				return snap(arena(1), []projections.HostRow{hostRow("a", online, 10, 5, 5)},
 					on("gs-1", allocated, "a", 10), on("gs-2", reserved, "a", 11), on("gs-3", ready, "a", 12),
 					on("gs-4", ready, "a", 13), on("gs-5", starting, "a", 14))
 			},
@@ -207,7 +207,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "an unhealthy server is shut down and replaced",
 			snapshot: func() snapshot {
-				return snap(arena(2), []postgres.HostRow{hostRow("a", online, 10, 2, 5)},
+				return snap(arena(2), []projections.HostRow{hostRow("a", online, 10, 2, 5)},
 					on("gs-1", ready, "a", 10), on("gs-2", unhealthy, "a", 11))
 			},
 			want: []string{
@@ -218,7 +218,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "a SCHEDULED server past its start timeout gets its start command again",
 			snapshot: func() snapshot {
-				s := snap(arena(3), []postgres.HostRow{hostRow("a", online, 10, 3, 5)},
+				s := snap(arena(3), []projections.HostRow{hostRow("a", online, 10, 3, 5)},
 					on("gs-1", scheduled, "a", 11), on("gs-2", scheduled, "a", 3), on("gs-3", scheduled, "a", 20))
 				// gs-1 was scheduled 11 s ago; gs-2 3 s ago; gs-3 20 s ago,
 				// but its start was re-sent 2 s ago.
@@ -230,7 +230,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "a silent host becomes UNREACHABLE and takes no new servers; its servers stay",
 			snapshot: func() snapshot {
-				s := snap(arena(2), []postgres.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10))
+				s := snap(arena(2), []projections.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10))
 				s.heard["a"] = t0.Add(-DefaultUnreachableAfter - time.Second)
 				return s
 			},
@@ -240,7 +240,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "an UNREACHABLE host silent for LostAfter is LOST: its servers end and are replaced elsewhere",
 			snapshot: func() snapshot {
-				s := snap(arena(1), []postgres.HostRow{hostRow("a", unreachable, 10, 1, 5), hostRow("b", online, 10, 0, 6)},
+				s := snap(arena(1), []projections.HostRow{hostRow("a", unreachable, 10, 1, 5), hostRow("b", online, 10, 0, 6)},
 					on("gs-1", ready, "a", 10))
 				s.heard["a"] = t0.Add(-DefaultLostAfter - time.Second)
 				return s
@@ -254,7 +254,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "a host that beats again with events still queued stays UNREACHABLE",
 			snapshot: func() snapshot {
-				s := snap(arena(1), []postgres.HostRow{hostRow("a", unreachable, 10, 1, 5)}, on("gs-1", ready, "a", 10))
+				s := snap(arena(1), []projections.HostRow{hostRow("a", unreachable, 10, 1, 5)}, on("gs-1", ready, "a", 10))
 				s.beats["a"] = hostbeat.Beat{Time: t0, Inventory: &hostbeat.Inventory{Queued: 2}}
 				return s
 			},
@@ -263,7 +263,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "a host back without a server in its inventory: the server is terminated",
 			snapshot: func() snapshot {
-				s := snap(arena(3), []postgres.HostRow{hostRow("a", unreachable, 10, 3, 5)},
+				s := snap(arena(3), []projections.HostRow{hostRow("a", unreachable, 10, 3, 5)},
 					on("gs-1", ready, "a", 10), on("gs-2", ready, "a", 11), on("gs-3", scheduled, "a", 12))
 				s.beats["a"] = hostbeat.Beat{Time: t0.Add(-time.Second), Inventory: &hostbeat.Inventory{Servers: []hostbeat.Server{{Name: gsPrefix + "gs-1"}}}}
 				return s
@@ -281,7 +281,7 @@ func TestPlan(t *testing.T) {
 			snapshot: func() snapshot {
 				h := hostRow("a", online, 10, 3, 100)
 				h.State.RegisteredSequence = 100
-				return snap(arena(3), []postgres.HostRow{h},
+				return snap(arena(3), []projections.HostRow{h},
 					on("gs-1", ready, "a", 90), on("gs-2", scheduled, "a", 80), on("gs-3", ready, "a", 120))
 			},
 			// gs-2 is SCHEDULED: the new agent will run it when its start
@@ -294,15 +294,15 @@ func TestPlan(t *testing.T) {
 		{
 			name: "a failing fleet within its backoff starts nothing",
 			snapshot: func() snapshot {
-				f := postgres.FleetRow{Row: postgres.Row[*eventsv1.FleetState]{State: fleetState(t0.Add(-5 * time.Second)), Sequence: 60}}
-				return snap([]postgres.FleetRow{f}, []postgres.HostRow{hostRow("a", online, 10, 0, 5)})
+				f := projections.FleetRow{Row: projections.Row[*eventsv1.FleetState]{State: fleetState(t0.Add(-5 * time.Second)), Sequence: 60}}
+				return snap([]projections.FleetRow{f}, []projections.HostRow{hostRow("a", online, 10, 0, 5)})
 			},
 			want: nil,
 		},
 		{
 			name: "new start failures are recorded and hold this pass's starts back",
 			snapshot: func() snapshot {
-				s := snap(arena(3), []postgres.HostRow{hostRow("a", online, 10, 0, 5)})
+				s := snap(arena(3), []projections.HostRow{hostRow("a", online, 10, 0, 5)})
 				s.startNews = map[string]*startNews{"fleets/arena": {failures: []events.StartFailure{{
 					GameServer: gsPrefix + "gs-0", Reason: eventsv1.Reason_REASON_PROCESS_CRASHED_BEFORE_READY, Error: "exited with code 1 before Ready", Sequence: 40,
 				}}}}
@@ -313,12 +313,12 @@ func TestPlan(t *testing.T) {
 		{
 			name: "the servers of a deleted fleet are shut down; a fleet not read yet is left alone",
 			snapshot: func() snapshot {
-				old := func(fleet, id string, l eventsv1.Lifecycle, seq uint64) postgres.Row[*eventsv1.GameServerState] {
+				old := func(fleet, id string, l eventsv1.Lifecycle, seq uint64) projections.Row[*eventsv1.GameServerState] {
 					r := on(id, l, "a", seq)
 					r.State.Name = "fleets/" + fleet + "/gameServers/" + id
 					return r
 				}
-				s := snap(nil, []postgres.HostRow{hostRow("a", online, 10, 3, 5)},
+				s := snap(nil, []projections.HostRow{hostRow("a", online, 10, 3, 5)},
 					old("old", "gs-1", ready, 10), old("old", "gs-2", shutting, 11), old("new", "gs-3", ready, 12))
 				s.deletedFleets = map[string]bool{"fleets/old": true, "fleets/new": false}
 				return s
@@ -328,7 +328,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "on stale views only host liveness is judged",
 			snapshot: func() snapshot {
-				s := snap(arena(3), []postgres.HostRow{hostRow("a", online, 10, 0, 5), hostRow("b", online, 10, 0, 6)},
+				s := snap(arena(3), []projections.HostRow{hostRow("a", online, 10, 0, 5), hostRow("b", online, 10, 0, 6)},
 					on("gs-1", unhealthy, "b", 10))
 				s.heard["a"] = t0.Add(-DefaultUnreachableAfter - time.Second)
 				s.stale = true
@@ -362,7 +362,7 @@ func TestPlan(t *testing.T) {
 // command, with ShutdownGrace to stop; a termination names its reason.
 func TestPlanDecisionsCarryTheirReasons(t *testing.T) {
 	h := hostRow("a", unreachable, 10, 2, 5)
-	s := snap(arena(0), []postgres.HostRow{h}, on("gs-1", ready, "a", 10))
+	s := snap(arena(0), []projections.HostRow{h}, on("gs-1", ready, "a", 10))
 	s.heard["a"] = t0.Add(-DefaultLostAfter - time.Second)
 	p := testPlanner().plan(s)
 	if len(p.decisions) != 1 || len(p.decisions[0].then) != 1 {
@@ -374,7 +374,7 @@ func TestPlanDecisionsCarryTheirReasons(t *testing.T) {
 		t.Errorf("termination %v", term)
 	}
 
-	s = snap(arena(0), []postgres.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10))
+	s = snap(arena(0), []projections.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10))
 	p = testPlanner().plan(s)
 	if len(p.decisions) != 1 {
 		t.Fatalf("decisions: %v", lines(p))
@@ -389,8 +389,8 @@ func TestPlanDecisionsCarryTheirReasons(t *testing.T) {
 }
 
 // arena is fleet arena with replicas, packed.
-func arena(replicas int32) []postgres.FleetRow {
-	return []postgres.FleetRow{fleetRow(replicas, eventsv1.Scheduling_SCHEDULING_PACKED)}
+func arena(replicas int32) []projections.FleetRow {
+	return []projections.FleetRow{fleetRow(replicas, eventsv1.Scheduling_SCHEDULING_PACKED)}
 }
 
 // The controller's game-session duties: an ended reservation, seats past
@@ -401,10 +401,10 @@ func TestPlanSessions(t *testing.T) {
 	res.State.ReservedUntil = timestamppb.New(t0.Add(-time.Second))
 	notYet := on("gs-2", reserved, "a", 11)
 	notYet.State.ReservedUntil = timestamppb.New(t0.Add(time.Second))
-	s := snap(arena(2), []postgres.HostRow{hostRow("a", online, 10, 2, 5)}, res, notYet)
+	s := snap(arena(2), []projections.HostRow{hostRow("a", online, 10, 2, 5)}, res, notYet)
 
 	active := eventsv1.GameSessionStatus_GAME_SESSION_STATUS_ACTIVE
-	s.dueSessions = []postgres.Row[*eventsv1.GameSessionState]{{Sequence: 20, State: &eventsv1.GameSessionState{
+	s.dueSessions = []projections.Row[*eventsv1.GameSessionState]{{Sequence: 20, State: &eventsv1.GameSessionState{
 		Name: "gameSessions/m1", Status: active, Players: []*eventsv1.PlayerSessionState{{
 			Name: "gameSessions/m1/playerSessions/p1", Status: eventsv1.PlayerSessionStatus_PLAYER_SESSION_STATUS_RESERVED,
 			ReservationDeadline: timestamppb.New(t0.Add(-time.Second)),
@@ -412,7 +412,7 @@ func TestPlanSessions(t *testing.T) {
 	}}}
 	gone := server("gs-9", terminated, eventsv1.Reason_REASON_PROCESS_EXITED, true, 0)
 	s.orphanSessions = []orphanSession{{
-		session: postgres.Row[*eventsv1.GameSessionState]{Sequence: 21, State: &eventsv1.GameSessionState{Name: "gameSessions/m2", Status: active, GameServer: gone.GetName()}},
+		session: projections.Row[*eventsv1.GameSessionState]{Sequence: 21, State: &eventsv1.GameSessionState{Name: "gameSessions/m2", Status: active, GameServer: gone.GetName()}},
 		server:  gone,
 	}}
 	alloc := server("gs-8", allocated, eventsv1.Reason_REASON_UNSPECIFIED, true, 0)
@@ -438,7 +438,7 @@ func TestPlanSessions(t *testing.T) {
 // Each pass names its new servers afresh, and a plan decided twice on the
 // same snapshot is the same plan: planning has no hidden state.
 func TestPlanIsAFunctionOfTheSnapshot(t *testing.T) {
-	s := snap(arena(3), []postgres.HostRow{hostRow("a", online, 2, 0, 5), hostRow("b", online, 10, 0, 6)})
+	s := snap(arena(3), []projections.HostRow{hostRow("a", online, 2, 0, 5), hostRow("b", online, 10, 0, 6)})
 	a, b := lines(testPlanner().plan(s)), lines(testPlanner().plan(s))
 	if len(a) != 3 || !slices.Equal(a, b) {
 		t.Fatalf("two plans of one snapshot:\n%v\n%v", a, b)

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/testkit/wait"
@@ -130,9 +130,9 @@ func TestTerminatedServerIsReplaced(t *testing.T) {
 }
 
 // rows returns a fleet's game servers from the views.
-func (w *world) rows(fleet string) []postgres.Row[*eventsv1.GameServerState] {
+func (w *world) rows(fleet string) []projections.Row[*eventsv1.GameServerState] {
 	w.t.Helper()
-	rows, err := w.views.ListGameServers(w.ctx, postgres.GameServerQuery{Fleet: events.FleetName(fleet), Limit: 1000})
+	rows, err := w.views.ListGameServers(w.ctx, projections.GameServerQuery{Fleet: events.FleetName(fleet), Limit: 1000})
 	if err != nil {
 		w.t.Fatal(err)
 	}

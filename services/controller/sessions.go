@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
@@ -76,7 +76,7 @@ func (p planner) createSession(u uncreatedSession, now time.Time, out *Plan) {
 }
 
 // decideSession decides a command on a game session.
-func (p planner) decideSession(r postgres.Row[*eventsv1.GameSessionState], cmd events.GameSessionCommand, out *Plan) {
+func (p planner) decideSession(r projections.Row[*eventsv1.GameSessionState], cmd events.GameSessionCommand, out *Plan) {
 	name := r.State.GetName()
 	msgs, err := events.DecideGameSession(name, r.State, cmd)
 	if err != nil {
@@ -87,7 +87,7 @@ func (p planner) decideSession(r postgres.Row[*eventsv1.GameSessionState], cmd e
 }
 
 // decideServer decides a command on a game server.
-func (p planner) decideServer(r postgres.Row[*eventsv1.GameServerState], cmd events.GameServerCommand, out *Plan) {
+func (p planner) decideServer(r projections.Row[*eventsv1.GameServerState], cmd events.GameServerCommand, out *Plan) {
 	name := r.State.GetName()
 	msgs, err := events.DecideGameServer(name, r.State, cmd)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
@@ -109,7 +109,7 @@ func startError(s *eventsv1.GameServerState) string {
 
 // classify sorts changed game server rows, in stream order, into news per
 // fleet. counted tracks servers counted while UNHEALTHY (updated).
-func classify(rows []postgres.Row[*eventsv1.GameServerState], fleets map[string]*eventsv1.FleetState, counted map[string]bool) map[string]*startNews {
+func classify(rows []projections.Row[*eventsv1.GameServerState], fleets map[string]*eventsv1.FleetState, counted map[string]bool) map[string]*startNews {
 	out := map[string]*startNews{}
 	for _, r := range rows {
 		s := r.State
@@ -193,7 +193,7 @@ func (n *startNews) command(now time.Time, b events.StartBackoff) events.FleetCo
 // number while it is not failing; while it is, none before its backoff has
 // passed, and then one, unless one started since the failures began (a
 // probe) is still starting.
-func startsAllowed(f *eventsv1.FleetState, live []postgres.Row[*eventsv1.GameServerState], now time.Time) int {
+func startsAllowed(f *eventsv1.FleetState, live []projections.Row[*eventsv1.GameServerState], now time.Time) int {
 	failing := f.GetStartFailing()
 	if failing == nil {
 		return int(f.GetSpec().GetReplicas())
@@ -216,7 +216,7 @@ func startsAllowed(f *eventsv1.FleetState, live []postgres.Row[*eventsv1.GameSer
 // firstRead is where a new leader starts reading changed game servers:
 // from the views' checkpoint, or earlier, from the last failure counted of
 // a fleet that is failing (its later failures may not be counted yet).
-func firstRead(fleets []postgres.FleetRow, checkpoint uint64) uint64 {
+func firstRead(fleets []projections.FleetRow, checkpoint uint64) uint64 {
 	from := checkpoint
 	for _, f := range fleets {
 		if sf := f.State.GetStartFailing(); sf != nil {
@@ -230,7 +230,7 @@ func firstRead(fleets []postgres.FleetRow, checkpoint uint64) uint64 {
 // returns, per fleet, what they say about starts, with what earlier passes
 // could not record yet (pending); the executor puts back what it cannot
 // record this pass.
-func (c *Controller) readStarts(ctx context.Context, fleets []postgres.FleetRow) (map[string]*startNews, error) {
+func (c *Controller) readStarts(ctx context.Context, fleets []projections.FleetRow) (map[string]*startNews, error) {
 	w := &c.starts
 	if !w.read {
 		cp, err := c.opts.Views.Checkpoint(ctx)

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/projections/postgres"
+	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
@@ -137,10 +137,10 @@ func TestStartError(t *testing.T) {
 	}
 }
 
-func rows(servers ...any) []postgres.Row[*eventsv1.GameServerState] {
-	var out []postgres.Row[*eventsv1.GameServerState]
+func rows(servers ...any) []projections.Row[*eventsv1.GameServerState] {
+	var out []projections.Row[*eventsv1.GameServerState]
 	for i := 0; i < len(servers); i += 2 {
-		out = append(out, postgres.Row[*eventsv1.GameServerState]{State: servers[i].(*eventsv1.GameServerState), Sequence: servers[i+1].(uint64)})
+		out = append(out, projections.Row[*eventsv1.GameServerState]{State: servers[i].(*eventsv1.GameServerState), Sequence: servers[i+1].(uint64)})
 	}
 	return out
 }
@@ -155,7 +155,7 @@ func TestClassify(t *testing.T) {
 	tests := []struct {
 		name        string
 		fleet       *eventsv1.FleetState
-		rows        []postgres.Row[*eventsv1.GameServerState]
+		rows        []projections.Row[*eventsv1.GameServerState]
 		counted     map[string]bool
 		wantFailed  []string
 		wantReady   string
@@ -245,17 +245,17 @@ func TestStartsAllowed(t *testing.T) {
 	since := t0.Add(10 * time.Second)
 	lifted := fleetState(since)
 	lifted.StartFailing.BackoffUntil = nil
-	live := func(servers ...*eventsv1.GameServerState) []postgres.Row[*eventsv1.GameServerState] {
-		var out []postgres.Row[*eventsv1.GameServerState]
+	live := func(servers ...*eventsv1.GameServerState) []projections.Row[*eventsv1.GameServerState] {
+		var out []projections.Row[*eventsv1.GameServerState]
 		for _, s := range servers {
-			out = append(out, postgres.Row[*eventsv1.GameServerState]{State: s})
+			out = append(out, projections.Row[*eventsv1.GameServerState]{State: s})
 		}
 		return out
 	}
 	tests := []struct {
 		name  string
 		fleet *eventsv1.FleetState
-		live  []postgres.Row[*eventsv1.GameServerState]
+		live  []projections.Row[*eventsv1.GameServerState]
 		now   time.Time
 		want  int
 	}{
@@ -283,11 +283,11 @@ func TestFirstRead(t *testing.T) {
 	failing := fleetState(t0)
 	tests := []struct {
 		name   string
-		fleets []postgres.FleetRow
+		fleets []projections.FleetRow
 		want   uint64
 	}{
-		{name: "no failing fleet: the checkpoint", fleets: []postgres.FleetRow{{Row: postgres.Row[*eventsv1.FleetState]{State: fleetState(time.Time{})}}}, want: 100},
-		{name: "a failing fleet: its last failure counted", fleets: []postgres.FleetRow{{Row: postgres.Row[*eventsv1.FleetState]{State: failing}}}, want: 50},
+		{name: "no failing fleet: the checkpoint", fleets: []projections.FleetRow{{Row: projections.Row[*eventsv1.FleetState]{State: fleetState(time.Time{})}}}, want: 100},
+		{name: "a failing fleet: its last failure counted", fleets: []projections.FleetRow{{Row: projections.Row[*eventsv1.FleetState]{State: failing}}}, want: 50},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

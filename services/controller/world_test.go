@@ -18,6 +18,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/postgres"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
@@ -214,7 +215,7 @@ func (w *world) scheduledBy(fleet string) map[string]int {
 // states returns a fleet's game servers by name, from the views.
 func (w *world) states(fleet string) map[string]eventsv1.Lifecycle {
 	w.t.Helper()
-	rows, err := w.views.ListGameServers(w.ctx, postgres.GameServerQuery{Fleet: events.FleetName(fleet), Limit: 1000})
+	rows, err := w.views.ListGameServers(w.ctx, projections.GameServerQuery{Fleet: events.FleetName(fleet), Limit: 1000})
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/agent"
@@ -130,7 +131,7 @@ func (s *partitionStack) fleet(id string, replicas int32) {
 // onHost returns the READY game servers the views place on a host, by name.
 func (s *partitionStack) onHost(host string) map[string]*eventsv1.GameServerState {
 	s.t.Helper()
-	rows, err := s.views.ListGameServers(s.ctx, postgres.GameServerQuery{Host: events.HostName(host), State: "READY", Limit: 100})
+	rows, err := s.views.ListGameServers(s.ctx, projections.GameServerQuery{Host: events.HostName(host), State: "READY", Limit: 100})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -186,7 +187,7 @@ func TestHostPartitionWithRealAgents(t *testing.T) {
 		s.paused["h1"].Store(true)
 		wait.For(t, 10*time.Second, "h1 unreachable", func() bool { return s.hostEvents("h1", "HostUnreachable") == 1 })
 		wait.For(t, 10*time.Second, "h1's servers shown with connection UNKNOWN", func() bool {
-			rows, err := s.views.ListGameServers(s.ctx, postgres.GameServerQuery{Host: "hosts/h1", Limit: 10})
+			rows, err := s.views.ListGameServers(s.ctx, projections.GameServerQuery{Host: "hosts/h1", Limit: 10})
 			if err != nil {
 				t.Fatal(err)
 			}
