@@ -15,7 +15,7 @@ all: build
 
 ## build: compile tether, tetherctl and the example game server into ./bin
 build:
-	$(GO) build -o $(BIN)/ ./services/tether ./services/tetherctl
+	$(GO) build -o $(BIN)/ ./services/cmd/tether ./services/cmd/tetherctl
 	$(GO) build -o $(BIN)/tether-gameserver ./sdk/go/example/gameserver
 
 ## run: build and start the whole system on this machine, with a demo fleet
@@ -38,7 +38,7 @@ FUZZTIME ?= 30s
 FUZZ_TARGETS := \
 	./events:FuzzUnmarshal ./events:FuzzApply ./events:FuzzParseGameServerName ./events:FuzzValidateFleetSpec \
 	./services/apiserver:FuzzPageToken ./services/apiserver:FuzzGameServerFilter \
-	./services/playertoken:FuzzCheck
+	./services/platform/playertoken:FuzzVerify
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
@@ -74,7 +74,7 @@ check-generate: generate
 
 ## bench: every DESIGN.md §8 target, median of 3 runs, met or not (one table; JSON in bench.json)
 bench: build
-	$(GO) run ./services/benchtable --json bench.json
+	$(GO) run ./services/tools/benchtable --json bench.json
 
 ## chaos: 200 real game servers, hangs and crashes for 3 minutes; prints detection figures
 chaos: build

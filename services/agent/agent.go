@@ -28,8 +28,8 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/hostbeat"
-	"github.com/tetherhq/tether/services/playertoken"
+	"github.com/tetherhq/tether/services/nats/hostbeat"
+	"github.com/tetherhq/tether/services/platform/playertoken"
 )
 
 // eventStore is what the agent needs of the event store (events/natsjs).

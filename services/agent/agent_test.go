@@ -27,7 +27,7 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
 	"github.com/tetherhq/tether/services/agent"
-	"github.com/tetherhq/tether/services/commands"
+	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/testkit/freeport"
 	"github.com/tetherhq/tether/services/testkit/natstest"
 	"github.com/tetherhq/tether/services/testkit/wait"

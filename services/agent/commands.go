@@ -6,7 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tetherhq/tether/services/commands"
+	"github.com/tetherhq/tether/services/nats/commands"
 )
 
 // consumeCommands handles the host's commands until ctx ends. A command is

@@ -34,7 +34,7 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/services/apiserver/openapi"
-	"github.com/tetherhq/tether/services/playertoken"
+	"github.com/tetherhq/tether/services/platform/playertoken"
 )
 
 // eventStore is what the API needs of the event store (events/natsjs).

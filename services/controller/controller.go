@@ -26,7 +26,7 @@ import (
 	"github.com/tetherhq/tether/projections"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/hostbeat"
+	"github.com/tetherhq/tether/services/nats/hostbeat"
 )
 
 // eventStore is what the controller needs of the event store.

@@ -9,7 +9,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/hostbeat"
+	"github.com/tetherhq/tether/services/nats/hostbeat"
 )
 
 // planHosts turns host heartbeats into liveness verdicts (DESIGN.md §4):

@@ -13,7 +13,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/hostbeat"
+	"github.com/tetherhq/tether/services/nats/hostbeat"
 )
 
 // The planner's rules, as tables: a snapshot in, decisions out, with no

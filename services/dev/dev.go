@@ -30,12 +30,12 @@ import (
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/apiserver"
-	"github.com/tetherhq/tether/services/commands"
-	"github.com/tetherhq/tether/services/connect"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/dev/pgtemp"
-	"github.com/tetherhq/tether/services/playertoken"
+	"github.com/tetherhq/tether/services/nats/commands"
+	"github.com/tetherhq/tether/services/platform/connect"
+	"github.com/tetherhq/tether/services/platform/playertoken"
 )
 
 // Default ports of `tether dev`; each falls back to a free port if taken.

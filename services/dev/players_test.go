@@ -12,9 +12,9 @@ import (
 	"github.com/tetherhq/tether/events"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/commands"
 	"github.com/tetherhq/tether/services/dev"
-	"github.com/tetherhq/tether/services/playertoken"
+	"github.com/tetherhq/tether/services/nats/commands"
+	"github.com/tetherhq/tether/services/platform/playertoken"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 

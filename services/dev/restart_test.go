@@ -50,7 +50,7 @@ func tetherBinary(t *testing.T) string {
 		if raceEnabled {
 			args = append(args, "-race")
 		}
-		out, err := exec.Command("go", append(args, "github.com/tetherhq/tether/services/tether")...).CombinedOutput()
+		out, err := exec.Command("go", append(args, "github.com/tetherhq/tether/services/cmd/tether")...).CombinedOutput()
 		if err != nil {
 			tetherErr = fmt.Errorf("build tether: %v\n%s", err, out)
 		}

@@ -27,17 +27,17 @@ import (
 
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections/postgres"
-	"github.com/tetherhq/tether/services/admin"
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/apiserver"
-	"github.com/tetherhq/tether/services/chaos"
-	"github.com/tetherhq/tether/services/commands"
-	"github.com/tetherhq/tether/services/connect"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev"
-	"github.com/tetherhq/tether/services/playertoken"
-	"github.com/tetherhq/tether/services/profiling"
-	"github.com/tetherhq/tether/services/telemetry"
+	"github.com/tetherhq/tether/services/nats/commands"
+	"github.com/tetherhq/tether/services/platform/admin"
+	"github.com/tetherhq/tether/services/platform/connect"
+	"github.com/tetherhq/tether/services/platform/playertoken"
+	"github.com/tetherhq/tether/services/platform/profiling"
+	"github.com/tetherhq/tether/services/platform/telemetry"
+	"github.com/tetherhq/tether/services/tools/chaos"
 )
 
 func main() {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tetherhq/tether/services/sim"
+	"github.com/tetherhq/tether/services/tools/sim"
 )
 
 // simCommand runs the fleet simulator (services/sim).

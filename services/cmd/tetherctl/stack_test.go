@@ -20,7 +20,7 @@ import (
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/apiserver"
-	"github.com/tetherhq/tether/services/playertoken"
+	"github.com/tetherhq/tether/services/platform/playertoken"
 	"github.com/tetherhq/tether/services/testkit/natstest"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
 )

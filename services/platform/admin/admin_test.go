@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tetherhq/tether/services/admin"
+	"github.com/tetherhq/tether/services/platform/admin"
 )
 
 func TestEndpoints(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/services/hostbeat"
+	"github.com/tetherhq/tether/services/nats/hostbeat"
 	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 

@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/services/commands"
-	"github.com/tetherhq/tether/services/hostbeat"
+	"github.com/tetherhq/tether/services/nats/commands"
+	"github.com/tetherhq/tether/services/nats/hostbeat"
 )
 
 // checkpoint is the projector's checkpoint: the last stream sequence the

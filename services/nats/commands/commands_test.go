@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
-	"github.com/tetherhq/tether/services/commands"
+	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 

@@ -38,10 +38,10 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/services/agent"
-	"github.com/tetherhq/tether/services/commands"
-	"github.com/tetherhq/tether/services/connect"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev"
+	"github.com/tetherhq/tether/services/nats/commands"
+	"github.com/tetherhq/tether/services/platform/connect"
 )
 
 // Options configure a simulation. Rates are per second across the whole
