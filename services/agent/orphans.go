@@ -11,7 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/write"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
@@ -210,45 +213,46 @@ func (a *Agent) terminateOrphan(ctx context.Context, rec processRecord, running 
 		detail = fmt.Sprintf("the agent of %s restarted and cannot supervise the process (pid %d) started by agent %s; it was still running and is stopped (SIGTERM, SIGKILL after %s)",
 			a.host, rec.Pid, rec.Agent, orphanGrace)
 	}
-	subject := events.MustSubject(rec.GameServer)
-	for range maxRecordAttempts {
-		hist, err := a.opts.Store.History(ctx, subject, 0)
-		if err != nil {
-			return fmt.Errorf("read %s: %w", rec.GameServer, err)
-		}
-		var state *eventsv1.GameServerState
-		var seq uint64
-		for _, e := range hist {
-			next, err := events.ApplyGameServer(state, e)
+	var state *eventsv1.GameServerState
+	res, err := write.Do(ctx, a.opts.Store, write.Op{
+		Name: rec.GameServer,
+		Read: func(ctx context.Context) (uint64, error) {
+			hist, err := a.opts.Store.History(ctx, events.MustSubject(rec.GameServer), 0)
 			if err != nil {
-				// The projector dead-letters such an event; the server's
-				// state is what the others made it.
-				a.log.Warn("event of an orphaned server's history skipped", "game_server", rec.GameServer, "sequence", e.Sequence, "type", e.Type, "err", err)
-			} else {
-				state = next
+				return 0, fmt.Errorf("read %s: %w", rec.GameServer, err)
 			}
-			seq = e.Sequence
-		}
-		if state == nil || state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED || state.GetHost() != a.host {
-			a.log.Info("orphaned process's server needs no termination", "game_server", rec.GameServer,
-				"state", events.LifecycleName(state.GetLifecycle()), "pid", rec.Pid, "was_running", running)
-			return nil
-		}
-		ev := &eventsv1.Evidence{RequestedBy: a.producer, Detail: detail, StartAttempts: state.GetStartAttempts()}
-		msgs, err := events.DecideGameServer(rec.GameServer, state, events.Terminate{Reason: eventsv1.Reason_REASON_AGENT_RESTARTED, Evidence: ev})
-		if err != nil {
-			return fmt.Errorf("terminate %s: %w", rec.GameServer, err)
-		}
-		envs := a.stamp().Envelopes(rec.GameServer, msgs)
-		_, err = a.opts.Store.Append(ctx, subject, seq, envs...)
-		if errors.Is(err, events.ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("terminate %s: %w", rec.GameServer, err)
-		}
-		a.log.Warn("game server of an earlier agent terminated", "game_server", rec.GameServer, "pid", rec.Pid, "was_running", running)
+			state = nil
+			var seq uint64
+			for _, e := range hist {
+				next, err := events.ApplyGameServer(state, e)
+				if err != nil {
+					// The projector dead-letters such an event; the server's
+					// state is what the others made it.
+					a.log.Warn("event of an orphaned server's history skipped", "game_server", rec.GameServer, "sequence", e.Sequence, "type", e.Type, "err", err)
+				} else {
+					state = next
+				}
+				seq = e.Sequence
+			}
+			return seq, nil
+		},
+		Decide: func(context.Context) ([]proto.Message, error) {
+			if state == nil || state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED || state.GetHost() != a.host {
+				return nil, nil // ended already, or never ours
+			}
+			ev := &eventsv1.Evidence{RequestedBy: a.producer, Detail: detail, StartAttempts: state.GetStartAttempts()}
+			return events.DecideGameServer(rec.GameServer, state, events.Terminate{Reason: eventsv1.Reason_REASON_AGENT_RESTARTED, Evidence: ev})
+		},
+		Stamp: func(context.Context) events.Stamp { return a.stamp() },
+	}, write.Policy{Attempts: maxRecordAttempts})
+	if err != nil {
+		return fmt.Errorf("terminate %s: %w", rec.GameServer, err)
+	}
+	if len(res.Events) == 0 {
+		a.log.Info("orphaned process's server needs no termination", "game_server", rec.GameServer,
+			"state", events.LifecycleName(state.GetLifecycle()), "pid", rec.Pid, "was_running", running)
 		return nil
 	}
-	return fmt.Errorf("terminate %s: %w after %d attempts", rec.GameServer, events.ErrConflict, maxRecordAttempts)
+	a.log.Warn("game server of an earlier agent terminated", "game_server", rec.GameServer, "pid", rec.Pid, "was_running", running)
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/write"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
 )
@@ -87,35 +88,41 @@ func (a *Agent) decideSession(ctx context.Context, name string, cmd events.GameS
 	s := a.sessions.get(name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for range maxRecordAttempts {
-		if err := s.refreshLocked(ctx, a.opts.Store); err != nil {
-			return nil, nil, status.Errorf(codes.Unavailable, "read game session %s: %v", name, err)
-		}
-		todo, creating := cmd, s.state == nil && create != nil
-		if creating {
-			todo = events.CreateGameSession{Created: create()}
-		}
-		msgs, err := events.DecideGameSession(name, s.state, todo)
+	creating := false
+	op := write.Op{
+		Name: name,
+		Read: func(ctx context.Context) (uint64, error) {
+			if err := s.refreshLocked(ctx, a.opts.Store); err != nil {
+				return 0, status.Errorf(codes.Unavailable, "read game session %s: %v", name, err)
+			}
+			return s.seq, nil
+		},
+		Decide: func(context.Context) ([]proto.Message, error) {
+			todo := cmd
+			if creating = s.state == nil && create != nil; creating {
+				todo = events.CreateGameSession{Created: create()}
+			}
+			return events.DecideGameSession(name, s.state, todo)
+		},
+		Stamp: func(context.Context) events.Stamp { return a.stamp() },
+	}
+	store := unavailableOnError{Store: a.opts.Store, what: "record on game session " + name}
+	for range 2 { // its creation, if the allocator left it out, then the player's command
+		res, err := write.Do(ctx, store, op, write.Policy{Attempts: maxRecordAttempts})
 		if err != nil {
 			return nil, nil, err
 		}
-		if len(msgs) == 0 {
+		if len(res.Events) == 0 {
 			return s.state, nil, nil
 		}
-		envs := a.stamp().Envelopes(name, msgs)
-		seq, err := a.opts.Store.Append(ctx, events.MustSubject(name), s.seq, envs...)
-		if errors.Is(err, events.ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return nil, nil, status.Errorf(codes.Unavailable, "record on game session %s: %v", name, err)
-		}
-		for _, e := range envs {
+		msgs := make([]proto.Message, len(res.Events))
+		for i, e := range res.Events {
 			if s.state, err = events.ApplyGameSession(s.state, e); err != nil {
 				return nil, nil, fmt.Errorf("fold own event: %w", err)
 			}
+			msgs[i] = e.Data
 		}
-		s.seq = seq
+		s.seq = res.Sequence
 		if creating {
 			a.log.Warn("game session created by the agent: its allocator stopped before it", "game_session", name)
 			continue // now the player's command
@@ -125,7 +132,22 @@ func (a *Agent) decideSession(ctx context.Context, name string, cmd events.GameS
 		}
 		return s.state, msgs, nil
 	}
-	return nil, nil, fmt.Errorf("agent: %s: %w after %d attempts", name, events.ErrConflict, maxRecordAttempts)
+	return nil, nil, fmt.Errorf("agent: game session %s was created twice over", name)
+}
+
+// unavailableOnError turns the event store's failures (not its conflicts)
+// into UNAVAILABLE for an SDK caller: the stream is away.
+type unavailableOnError struct {
+	write.Store
+	what string
+}
+
+func (u unavailableOnError) Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error) {
+	seq, err := u.Store.Append(ctx, subject, expected, evs...)
+	if err != nil && !errors.Is(err, events.ErrConflict) {
+		return 0, status.Errorf(codes.Unavailable, "%s: %v", u.what, err)
+	}
+	return seq, err
 }
 
 // sessionFromAllocation returns how to create the game session gsess from

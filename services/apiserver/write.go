@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/write"
 )
 
 // maxWriteAttempts bounds the re-read-and-decide loop on conflicts.
@@ -31,9 +32,10 @@ type writeResult struct {
 	Replayed bool
 }
 
-// write runs the API's write path for one aggregate: read its last
-// sequence from the store, wait until the views have applied it, decide on
-// that state, and append with the sequence as the concurrency guard. On a
+// write runs the API's write path for one aggregate (events/write): read
+// its last sequence from the store, wait until the views have applied it,
+// decide on that state, and append with the sequence as the concurrency
+// guard. On a
 // conflict it re-reads and decides again, unless the client pinned a version
 // (etag), which then gets VERSION_CONFLICT. A request id makes it
 // idempotent: a retry finds its earlier events and changes nothing, and the
@@ -43,50 +45,58 @@ func (s *Server) write(ctx context.Context, name, requestID, etag string, decide
 	if err != nil {
 		return writeResult{}, err
 	}
-	for range maxWriteAttempts {
-		last, err := s.opts.Store.LastSequence(ctx, subject)
-		if err != nil {
-			return writeResult{}, fmt.Errorf("read %s: %w", name, err)
+	var last uint64
+	read := func(ctx context.Context) (uint64, error) {
+		var err error
+		if last, err = s.opts.Store.LastSequence(ctx, subject); err != nil {
+			return 0, fmt.Errorf("read %s: %w", name, err)
 		}
 		if err := s.waitFresh(ctx, last); err != nil {
-			return writeResult{}, err
+			return 0, err
 		}
 		if requestID != "" {
 			seq, err := s.opts.Views.RequestSequence(ctx, name, requestID)
 			if err != nil {
-				return writeResult{}, err
+				return 0, err
 			}
 			if seq > 0 {
 				if err := s.checkReplay(ctx, requestID, seq); err != nil {
-					return writeResult{}, err
+					return 0, err
 				}
-				return writeResult{Sequence: seq, Replayed: true}, nil
+				return 0, replayed{seq}
 			}
 		}
 		if etag != "" && etag != strconv.FormatUint(last, 10) {
-			return writeResult{}, &apiError{code: codes.Aborted, reason: ReasonVersionConflict,
+			return 0, &apiError{code: codes.Aborted, reason: ReasonVersionConflict,
 				msg: fmt.Sprintf("etag %q does not match the current version of %s; read it again", etag, name)}
 		}
-		msgs, err := decide(ctx, last)
-		if err != nil {
-			return writeResult{}, err
-		}
-		if len(msgs) == 0 {
-			return writeResult{Sequence: last}, nil
-		}
-		envs := s.envelopes(ctx, name, requestID, msgs)
-		seq, err := s.opts.Store.Append(ctx, subject, last, envs...)
-		if errors.Is(err, events.ErrConflict) && etag == "" {
-			s.log.Debug("write conflict; deciding again", "aggregate", name)
-			continue
-		}
-		if err != nil {
-			return writeResult{}, err
-		}
-		return writeResult{Sequence: seq, Events: envs}, nil
+		return last, nil
 	}
-	return writeResult{}, fmt.Errorf("%s: %w (after %d attempts)", name, events.ErrConflict, maxWriteAttempts)
+	attempts := maxWriteAttempts
+	if etag != "" {
+		attempts = 1 // the client pinned a version: a conflict is theirs to resolve
+	}
+	res, err := write.Do(ctx, s.opts.Store, write.Op{
+		Name:   name,
+		Read:   read,
+		Decide: func(ctx context.Context) ([]proto.Message, error) { return decide(ctx, last) },
+		Stamp:  func(ctx context.Context) events.Stamp { return s.stamp(ctx, requestID) },
+	}, write.Policy{Attempts: attempts})
+	var r replayed
+	if errors.As(err, &r) {
+		return writeResult{Sequence: r.seq, Replayed: true}, nil
+	}
+	if err != nil {
+		return writeResult{}, err
+	}
+	return writeResult{Sequence: res.Sequence, Events: res.Events}, nil
 }
+
+// replayed stops a write whose request id is already in the stream, at
+// sequence seq: the request was carried out before.
+type replayed struct{ seq uint64 }
+
+func (r replayed) Error() string { return fmt.Sprintf("request already written at sequence %d", r.seq) }
 
 // envelopes wraps decided payloads with this replica's metadata and the
 // request's trace context. With a request id, event ids are derived from it.

@@ -20,7 +20,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
@@ -470,8 +469,8 @@ func readAll[R any](ctx context.Context, list func(context.Context, string, int)
 	}
 }
 
-// envelopes stamps decided events with this controller as producer and
-// actor.
-func (c *Controller) envelopes(name string, msgs []proto.Message) []events.Envelope {
-	return events.Stamp{Producer: c.producer, Time: c.opts.Now()}.Envelopes(name, msgs)
+// stamp is what this controller records on the events it writes: itself
+// as producer and actor, and the time.
+func (c *Controller) stamp() events.Stamp {
+	return events.Stamp{Producer: c.producer, Time: c.opts.Now()}
 }

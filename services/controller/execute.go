@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/write"
 )
 
 // noRoomLogEvery is how often "no host with room" is repeated for a fleet
@@ -52,7 +55,12 @@ func (c *Controller) execute(ctx context.Context, p Plan) (wrote bool, err error
 // follow-ups. It reports whether anything was appended.
 func (c *Controller) carryOut(ctx context.Context, d decision) (wrote bool, err error) {
 	if len(d.events) > 0 {
-		seq, err := c.opts.Store.Append(ctx, events.MustSubject(d.name), d.guard, c.envelopes(d.name, d.events)...)
+		res, err := write.Do(ctx, c.opts.Store, write.Op{
+			Name:   d.name,
+			Read:   func(context.Context) (uint64, error) { return d.guard, nil },
+			Decide: func(context.Context) ([]proto.Message, error) { return d.events, nil },
+			Stamp:  func(context.Context) events.Stamp { return c.stamp() },
+		}, write.Policy{Attempts: 1}) // decided on the views: a conflict is decided again next pass
 		if errors.Is(err, events.ErrConflict) {
 			c.log.Debug("aggregate changed under the decision; next pass", "action", d.action, "aggregate", d.name)
 			c.keepNews(d)
@@ -62,7 +70,7 @@ func (c *Controller) carryOut(ctx context.Context, d decision) (wrote bool, err 
 			c.keepNews(d)
 			return false, fmt.Errorf("%s %s: %w", d.action, d.name, err)
 		}
-		c.written, wrote = max(c.written, seq), true
+		c.written, wrote = max(c.written, res.Sequence), true
 		c.count(ctx, d)
 		c.report(d)
 	}
