@@ -83,16 +83,7 @@ func TestGameServerCommandSequences(t *testing.T) {
 			if err != nil {
 				continue
 			}
-			for _, m := range msgs {
-				next, err := events.ApplyGameServer(state, events.New(name, at, m))
-				if err != nil {
-					t.Fatalf("step %d: Apply refused what Decide(%T) returned: %s: %v", i, cmd, events.TypeOf(m), err)
-				}
-				if !proto.Equal(state, before) {
-					t.Fatalf("step %d: Apply(%s) changed its input", i, events.TypeOf(m))
-				}
-				state, before = next, proto.CloneOf(next)
-			}
+			state = applyAll(t, i, cmd, name, at, state, msgs, events.ApplyGameServer)
 		}
 	})
 }
@@ -147,19 +138,28 @@ func TestGameSessionCommandSequences(t *testing.T) {
 			if err != nil {
 				continue // the command does not apply here: refused, with its reason
 			}
-			for _, m := range msgs {
-				next, err := events.ApplyGameSession(state, events.New(name, at, m))
-				if err != nil {
-					t.Fatalf("step %d: Apply refused what Decide(%T) returned: %s: %v", i, cmd, events.TypeOf(m), err)
-				}
-				if !proto.Equal(state, before) {
-					t.Fatalf("step %d: Apply(%s) changed its input", i, events.TypeOf(m))
-				}
-				state, before = next, proto.CloneOf(next)
-			}
+			state = applyAll(t, i, cmd, name, at, state, msgs, events.ApplyGameSession)
 			if n := events.SeatsTaken(state); n > int(maxPlayers) {
 				t.Fatalf("step %d: %d seats taken, the maximum is %d", i, n, maxPlayers)
 			}
 		}
 	})
+}
+
+// applyAll folds what Decide returned for cmd at step i into state, failing
+// if Apply refuses any of it or changes the state it is given.
+func applyAll[S proto.Message](t *rapid.T, i int, cmd any, name string, at time.Time, state S, msgs []proto.Message,
+	apply func(S, events.Envelope) (S, error)) S {
+	for _, m := range msgs {
+		before := proto.Clone(state)
+		next, err := apply(state, events.New(name, at, m))
+		if err != nil {
+			t.Fatalf("step %d: Apply refused what Decide(%T) returned: %s: %v", i, cmd, events.TypeOf(m), err)
+		}
+		if !proto.Equal(state, before) {
+			t.Fatalf("step %d: Apply(%s) changed its input", i, events.TypeOf(m))
+		}
+		state = next
+	}
+	return state
 }
