@@ -58,7 +58,7 @@ func resolve(name string) (resource, error) {
 		return r, invalidField("name", err.Error())
 	}
 	r.subject = subject
-	r.kind, _, _ = strings.Cut(strings.TrimPrefix(subject, events.SubjectPrefix+"."), ".")
+	r.kind = events.KindOf(subject)
 	return r, nil
 }
 

@@ -96,7 +96,7 @@ func (c *Controller) carryOut(ctx context.Context, d decision) (wrote bool, err 
 // appended for the next pass.
 func (c *Controller) keepNews(d decision) {
 	if d.action == actStarts && d.news != nil && c.starts.pending != nil {
-		c.starts.pending[d.fleet] = d.news.merge(c.starts.pending[d.fleet])
+		c.starts.pending[d.name] = d.news.merge(c.starts.pending[d.name])
 	}
 }
 

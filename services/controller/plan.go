@@ -113,10 +113,9 @@ type decision struct {
 	command *agentv1.Command
 	// then are decisions that hold only if this one is appended.
 	then []decision
-	// fleet and news, for actStarts: what is decided again next pass if
-	// the append fails.
-	fleet string
-	news  *startNews
+	// news, for actStarts: what the fleet (name) decides again next pass
+	// if the append fails.
+	news *startNews
 	// say is the log line that reports the decision, with attrs.
 	say   string
 	attrs []any

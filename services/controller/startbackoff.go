@@ -292,7 +292,7 @@ func (p planner) planStarts(s snapshot, out *Plan) []*eventsv1.FleetState {
 			continue
 		}
 		fleets[i] = state
-		d := decision{action: actStarts, name: name, guard: f.Sequence, events: msgs, fleet: name, news: n}
+		d := decision{action: actStarts, name: name, guard: f.Sequence, events: msgs, news: n}
 		switch e := msgs[0].(type) {
 		case *eventsv1.FleetStartFailing:
 			d.say, d.attrs = "fleet game servers fail to start; replacements back off", []any{"fleet", name,
