@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/metric"
@@ -120,8 +121,14 @@ type Options struct {
 	Version string
 	// Logger; default discards.
 	Logger *slog.Logger
-	// Now is the clock; default time.Now.
-	Now func() time.Time
+	// Clock is the time the agent's decisions read, and the time on its
+	// events and heartbeats: health periods, SDK disconnect grace,
+	// shutdown deadlines and restart backoff run on it (tests give a
+	// clockwork.FakeClock and move it by hand); default the real clock.
+	// Network retries and the cadence of host heartbeats and re-syncs run
+	// on real time: the control plane judges heartbeats by the NATS
+	// server's clock.
+	Clock clockwork.Clock
 }
 
 // The defaults of Options, and of the `tether agent` flags.
@@ -196,11 +203,11 @@ func (o *Options) setDefaults() {
 	if o.Version == "" {
 		o.Version = "dev"
 	}
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
 	}
 }
 
@@ -397,7 +404,7 @@ func (a *Agent) untilDone(ctx context.Context, what string, step func() error) e
 // stamp is what the agent records on the events it writes: itself (its
 // host) as producer and actor, and the time.
 func (a *Agent) stamp() events.Stamp {
-	return events.Stamp{Producer: a.producer, Time: a.opts.Now()}
+	return events.Stamp{Producer: a.producer, Time: a.opts.Clock.Now()}
 }
 
 // register announces the host and its capacity.
@@ -437,7 +444,7 @@ func (a *Agent) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
 					a.log.Warn("host heartbeat failed", "err", err)
 				}
 			} else {
-				now := time.Now() // a duration: the monotonic clock, not Options.Now
+				now := time.Now() // a duration: the monotonic clock, not Options.Clock
 				if !lastPut.IsZero() && now.Sub(lastPut) > 3*a.opts.HeartbeatInterval {
 					a.log.Info("host heartbeat resumed after a gap; re-reading servers", "gap", now.Sub(lastPut).Round(time.Millisecond))
 					select {
@@ -471,22 +478,22 @@ func (a *Agent) beat(buf []*gameServer) (hostbeat.Beat, []*gameServer) {
 	}
 	slices.SortFunc(inv.Servers, func(x, y hostbeat.Server) int { return strings.Compare(x.Name, y.Name) })
 	inv.Queued = a.outbox.len()
-	return hostbeat.Beat{Time: a.opts.Now(), Inventory: inv}, list
+	return hostbeat.Beat{Time: a.opts.Clock.Now(), Inventory: inv}, list
 }
 
 // evaluateHealth applies every server's health contract each interval.
 func (a *Agent) evaluateHealth(ctx context.Context) error {
-	t := time.NewTicker(a.opts.HealthEvalInterval)
+	t := a.opts.Clock.NewTicker(a.opts.HealthEvalInterval)
 	defer t.Stop()
 	var list []*gameServer // reused: this runs every 200 ms on every host
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.Chan():
 		}
 		list = a.snapshotInto(list)
-		now := a.opts.Now()
+		now := a.opts.Clock.Now()
 		for _, gs := range list {
 			gs.evaluate(ctx, now)
 		}
@@ -609,7 +616,7 @@ func (a *Agent) syncServers(ctx context.Context) error {
 				if !stopping {
 					gs.log.Warn("server ended by the control plane while its process runs; stopping it",
 						"state", events.LifecycleName(st.GetLifecycle()), "reason", events.ReasonName(st.GetReason()))
-					deadline := a.opts.Now().Add(10 * time.Second)
+					deadline := a.opts.Clock.Now().Add(10 * time.Second)
 					if d := st.GetShutdownDeadline(); d != nil {
 						deadline = d.AsTime()
 					}

@@ -10,9 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -158,7 +160,13 @@ func (h *harness) waitHostRegistered(n int) []events.Envelope {
 // start command, as the controller would.
 func (h *harness) schedule(name string, tmpl *eventsv1.GameServerTemplate) {
 	h.t.Helper()
-	spec := &eventsv1.FleetSpec{Template: tmpl}
+	h.scheduleSpec(name, &eventsv1.FleetSpec{Template: tmpl})
+}
+
+// scheduleSpec schedules a server of a fleet spec (its template, health
+// contract and disconnect grace; defaults fill the rest).
+func (h *harness) scheduleSpec(name string, spec *eventsv1.FleetSpec) {
+	h.t.Helper()
 	events.NormalizeFleetSpec(spec)
 	msgs, err := events.DecideGameServer(name, nil, events.ScheduleGameServer{Host: "hosts/h1", Spec: spec})
 	if err != nil {
@@ -361,25 +369,39 @@ func stopSteps(hist []events.Envelope) string {
 	return strings.Join(out, " → ")
 }
 
+// A process that ignores SIGTERM is killed when the shutdown deadline
+// passes on the agent's clock, and not before: the test moves the clock
+// past the deadline instead of waiting for it.
 func TestProcessIgnoringSIGTERMIsKilledAtTheDeadline(t *testing.T) {
-	h := newHarness(t)
+	clk := clockwork.NewFakeClockAt(time.Now())
+	h := newHarnessOpts(t, func(o *agent.Options) { o.Clock = clk })
 	name := "fleets/arena/gameServers/gs-stubborn"
 	// The shell and its child both ignore SIGTERM (an ignored signal survives exec).
 	h.schedule(name, &eventsv1.GameServerTemplate{Command: "/bin/sh", Args: []string{"-c", "trap '' TERM; sleep 600"}})
-	h.waitEvent(name, "ProcessStarted")
+	pid := h.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted).GetPid()
 	last := h.history(name)
-	deadline := time.Now().Add(500 * time.Millisecond)
+	// Shorter than the health contract's first verdict (initial delay plus
+	// a period), which the moved clock would otherwise reach.
+	const grace = 4 * time.Second
+	deadline := clk.Now().Add(grace)
 	msgs, err := events.DecideGameServer(name, fold(t, last), events.RequestShutdown{Reason: eventsv1.Reason_REASON_FLEET_SCALED_DOWN, Deadline: deadline})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.store.Append(h.ctx, events.MustSubject(name), last[len(last)-1].Sequence, events.New(name, time.Now(), msgs[0])); err != nil {
+	if _, err := h.store.Append(h.ctx, events.MustSubject(name), last[len(last)-1].Sequence, events.New(name, clk.Now(), msgs[0])); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.bus.Send(h.ctx, "h1", "tests", &agentv1.Command{Action: &agentv1.Command_Stop{Stop: &agentv1.StopGameServer{
 		GameServer: name, Reason: eventsv1.Reason_REASON_FLEET_SCALED_DOWN, Deadline: timestamppb.New(deadline)}}}); err != nil {
 		t.Fatal(err)
 	}
+	h.waitEvent(name, "ProcessSignalled")
+
+	// A millisecond before the deadline the process still runs.
+	clk.Advance(grace - time.Millisecond)
+	alive := func() bool { return syscall.Kill(int(pid), 0) == nil }
+	wait.Holds(t, 300*time.Millisecond, "the process alive before its deadline", alive)
+	clk.Advance(time.Millisecond)
 	term := h.waitEvent(name, "GameServerTerminated").Data.(*eventsv1.GameServerTerminated)
 	if term.GetEvidence().GetSignal() != "killed" || term.GetReason() != eventsv1.Reason_REASON_FLEET_SCALED_DOWN {
 		t.Fatalf("terminated %s, evidence %v", term.GetReason(), term.GetEvidence())

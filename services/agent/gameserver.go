@@ -19,6 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/tetherhq/tether/events"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
@@ -55,7 +57,7 @@ type gameServer struct {
 	attempt   int
 	stopping  bool
 	notice    *sdkv1.ShutdownNotice
-	killTimer *time.Timer
+	killTimer clockwork.Timer
 	check     *healthCheck // nil until the process starts
 	resync    bool         // some of its events went through the outbox
 	streams   int
@@ -83,7 +85,7 @@ func (a *Agent) handle(ctx context.Context, cmd *agentv1.Command) error {
 			return nil
 		}
 		gs.refresh(ctx)
-		deadline := a.opts.Now().Add(shutdownGrace)
+		deadline := a.opts.Clock.Now().Add(shutdownGrace)
 		if d := c.Stop.GetDeadline(); d != nil {
 			deadline = d.AsTime()
 		}
@@ -163,7 +165,7 @@ func (a *Agent) byToken(token string) *gameServer {
 // stopAll stops every server now (the agent is shutting down).
 func (a *Agent) stopAll() {
 	list := a.snapshot()
-	deadline := a.opts.Now().Add(2 * time.Second)
+	deadline := a.opts.Clock.Now().Add(2 * time.Second)
 	for _, gs := range list {
 		gs.recordDetached(events.RequestShutdown{Reason: eventsv1.Reason_REASON_HOST_SHUTDOWN, Deadline: deadline,
 			Evidence: &eventsv1.Evidence{RequestedBy: a.producer, Detail: "the agent is stopping"}})
@@ -240,7 +242,7 @@ func (gs *gameServer) supervise(ctx context.Context) {
 			gs.recordDetached(events.Terminate{Reason: eventsv1.Reason_REASON_HOST_SHUTDOWN,
 				Evidence: &eventsv1.Evidence{Detail: "the agent stopped while the process waited to restart", StartAttempts: int32(attempt)}})
 			return
-		case <-time.After(backoff):
+		case <-gs.a.opts.Clock.After(backoff):
 		}
 		backoff *= 2
 	}
@@ -295,7 +297,7 @@ func (gs *gameServer) launch(attempt int) (Process, error) {
 	gs.recordProcess(pid)
 	gs.proc = proc
 	gs.pid.Store(int64(pid))
-	gs.check = newHealthCheck(gs.spec.GetHealth(), time.Duration(gs.spec.GetSdkDisconnectGraceSeconds())*time.Second, gs.a.opts.Now())
+	gs.check = newHealthCheck(gs.spec.GetHealth(), time.Duration(gs.spec.GetSdkDisconnectGraceSeconds())*time.Second, gs.a.opts.Clock.Now())
 	gs.log.Info("game server process started", "pid", pid, "attempt", attempt, "log", gs.logPath)
 	ctx, cancel := context.WithTimeout(context.Background(), finalEventTimeout)
 	defer cancel()
@@ -341,7 +343,7 @@ func (gs *gameServer) stop(reason eventsv1.Reason, deadline time.Time) {
 		gs.log.Warn("SIGTERM failed", "pid", proc.Pid(), "err", err)
 	}
 	gs.recordSignalLocked(syscall.SIGTERM, reason, deadline)
-	gs.killTimer = time.AfterFunc(time.Until(deadline), func() {
+	gs.killTimer = gs.a.opts.Clock.AfterFunc(gs.a.opts.Clock.Until(deadline), func() {
 		gs.mu.Lock()
 		defer gs.mu.Unlock()
 		if gs.proc != proc {

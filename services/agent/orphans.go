@@ -132,7 +132,7 @@ func (gs *gameServer) recordProcess(pid int) {
 	if !ok {
 		return
 	}
-	rec := processRecord{GameServer: gs.name, Pid: pid, Identity: stopper.Identity(pid), Agent: gs.a.incarnation, StartTime: gs.a.opts.Now()}
+	rec := processRecord{GameServer: gs.name, Pid: pid, Identity: stopper.Identity(pid), Agent: gs.a.incarnation, StartTime: gs.a.opts.Clock.Now()}
 	if err := gs.a.records.save(rec); err != nil {
 		gs.log.Error("keep the process record", "pid", pid, "err", err)
 	}

@@ -160,7 +160,7 @@ func (gs *gameServer) sessionFromAllocation(gsess string) func() *eventsv1.GameS
 		return nil
 	}
 	return func() *eventsv1.GameSessionCreated {
-		return events.SessionCreated(gs.name, alloc, policy, gs.a.opts.Now(), "")
+		return events.SessionCreated(gs.name, alloc, policy, gs.a.opts.Clock.Now(), "")
 	}
 }
 
@@ -194,7 +194,7 @@ func (s *sdkServer) Reserve(ctx context.Context, req *sdkv1.ReserveRequest) (*sd
 	if n := req.GetSeconds(); n < 1 || n > maxReserveSeconds {
 		return nil, status.Errorf(codes.InvalidArgument, "seconds must be 1 to %d, not %d", maxReserveSeconds, n)
 	}
-	until := s.a.opts.Now().Add(time.Duration(req.GetSeconds()) * time.Second)
+	until := s.a.opts.Clock.Now().Add(time.Duration(req.GetSeconds()) * time.Second)
 	if err := serverOf(ctx).record(ctx, events.Reserve{Until: until}); err != nil {
 		return nil, sdkError(err)
 	}
@@ -212,7 +212,7 @@ func (s *sdkServer) Allocate(ctx context.Context, req *sdkv1.AllocateRequest) (*
 	if err := gs.record(ctx, events.Allocate{Allocated: alloc}); err != nil {
 		return nil, sdkError(err)
 	}
-	created := events.SessionCreated(gs.name, alloc, policy, s.a.opts.Now(), "")
+	created := events.SessionCreated(gs.name, alloc, policy, s.a.opts.Clock.Now(), "")
 	if _, _, err := s.a.decideSession(ctx, name, events.CreateGameSession{Created: created}, nil); err != nil {
 		// The allocation stands; the controller creates the session from it.
 		gs.log.Warn("self-allocation: game session not created yet; the controller will", "game_session", name, "err", err)
@@ -239,12 +239,12 @@ func (s *sdkServer) AcceptPlayer(ctx context.Context, req *sdkv1.AcceptPlayerReq
 	}
 	gsessID, _ := events.ParseGameSessionName(gsess) // the server's own game session: valid
 	psName := events.PlayerSessionName(gsessID, psID)
-	claims, err := s.a.opts.Tokens.Check(req.GetToken(), psName, s.a.opts.Now())
+	claims, err := s.a.opts.Tokens.Check(req.GetToken(), psName, s.a.opts.Clock.Now())
 	if err != nil {
 		gs.log.Warn("player token refused", "player_session", psName, "err", err)
 		return nil, status.Errorf(codes.PermissionDenied, "token refused for %s: %v", psName, err)
 	}
-	cmd := events.AcceptPlayer{PlayerSession: psID, TokenGeneration: claims.Generation, Now: s.a.opts.Now()}
+	cmd := events.AcceptPlayer{PlayerSession: psID, TokenGeneration: claims.Generation, Now: s.a.opts.Clock.Now()}
 	state, msgs, err := s.a.decideSession(ctx, gsess, cmd, gs.sessionFromAllocation(gsess))
 	if err != nil {
 		gs.log.Warn("player refused", "player_session", psName, "token_generation", claims.Generation, "err", err)
@@ -287,7 +287,7 @@ func (s *sdkServer) DisconnectPlayer(ctx context.Context, req *sdkv1.DisconnectP
 	if err != nil {
 		return nil, err
 	}
-	cmd := events.DisconnectPlayer{PlayerSession: psID, Connection: req.GetConnection(), Now: s.a.opts.Now()}
+	cmd := events.DisconnectPlayer{PlayerSession: psID, Connection: req.GetConnection(), Now: s.a.opts.Clock.Now()}
 	state, _, err := s.a.decideSession(ctx, gsess, cmd, gs.sessionFromAllocation(gsess))
 	if err != nil {
 		return nil, sdkError(err)

@@ -10,6 +10,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
@@ -48,7 +50,7 @@ func TestReconnectRacesWindowExpiry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a := &Agent{opts: Options{Store: store, Now: func() time.Time { return deadline }}, producer: "hosts/h1"}
+	a := &Agent{opts: Options{Store: store, Clock: clockwork.NewFakeClockAt(deadline)}, producer: "hosts/h1"}
 
 	type outcome struct {
 		reconnected, refused bool // the agent's answer

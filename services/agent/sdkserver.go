@@ -234,7 +234,7 @@ func (s *sdkServer) HealthStream(stream grpc.ClientStreamingServer[sdkv1.HealthS
 // Shutdown: the game asks to stop.
 func (s *sdkServer) Shutdown(ctx context.Context, _ *sdkv1.ShutdownRequest) (*sdkv1.ShutdownResponse, error) {
 	gs := serverOf(ctx)
-	deadline := s.a.opts.Now().Add(shutdownGrace)
+	deadline := s.a.opts.Clock.Now().Add(shutdownGrace)
 	if err := gs.record(ctx, events.RequestShutdown{Reason: eventsv1.Reason_REASON_SHUTDOWN_REQUESTED_BY_GAME, Deadline: deadline,
 		Evidence: &eventsv1.Evidence{RequestedBy: gs.name}}); err != nil {
 		return nil, sdkError(err)
@@ -311,7 +311,7 @@ func (gs *gameServer) heartbeatLocked(ctx context.Context) {
 	if gs.check == nil {
 		return
 	}
-	now := gs.a.opts.Now()
+	now := gs.a.opts.Clock.Now()
 	if gs.check.heartbeat(now) {
 		if err := gs.recordLocked(ctx, events.RecordHeartbeatsResumed{At: now}); err != nil {
 			gs.log.Warn("record heartbeats resumed", "err", err)
@@ -364,7 +364,7 @@ func (gs *gameServer) streamClosed(kind eventsv1.DisconnectKind, detail string) 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), finalEventTimeout)
 	defer cancel()
-	now := gs.a.opts.Now()
+	now := gs.a.opts.Clock.Now()
 	if gs.check != nil {
 		gs.check.disconnected(now)
 	}

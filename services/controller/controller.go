@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -106,8 +107,12 @@ type Options struct {
 	Logger *slog.Logger
 	// MeterProvider; default no-op.
 	MeterProvider metric.MeterProvider
-	// Now is the clock; default time.Now.
-	Now func() time.Time
+	// Clock is the time every decision reads: deadlines, grace, start
+	// timeouts and backoff (tests give a clockwork.FakeClock and move it by
+	// hand); default the real clock. The pass cadence (Interval) and the
+	// lease run on real time: the lease expires by the NATS server's clock,
+	// and a pass only looks, the clock decides what it sees.
+	Clock clockwork.Clock
 }
 
 // The defaults of Options, and of the `tether controller` flags.
@@ -160,8 +165,8 @@ func (o *Options) setDefaults() {
 	if o.MeterProvider == nil {
 		o.MeterProvider = metricnoop.NewMeterProvider()
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
 	}
 }
 
@@ -372,7 +377,7 @@ func (c *Controller) lead(ctx context.Context, l *lease) {
 // (plan.go). Exported for tests that drive passes by hand; Run calls it
 // every Interval while leader.
 func (c *Controller) Reconcile(ctx context.Context) error {
-	began := time.Now() // a duration: the monotonic clock, not Options.Now
+	began := time.Now() // a duration: the monotonic clock, not Options.Clock
 	defer func() { c.passTime.Record(context.WithoutCancel(ctx), time.Since(began).Seconds()) }()
 	s, err := c.observe(ctx)
 	if err != nil {
@@ -472,5 +477,5 @@ func readAll[R any](ctx context.Context, list func(context.Context, string, int)
 // stamp is what this controller records on the events it writes: itself
 // as producer and actor, and the time.
 func (c *Controller) stamp() events.Stamp {
-	return events.Stamp{Producer: c.producer, Time: c.opts.Now()}
+	return events.Stamp{Producer: c.producer, Time: c.opts.Clock.Now()}
 }

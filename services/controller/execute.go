@@ -31,7 +31,7 @@ func (c *Controller) execute(ctx context.Context, p Plan) (wrote bool, err error
 	for _, e := range p.refused {
 		c.log.Error("decision refused", "err", e)
 	}
-	now := c.opts.Now()
+	now := c.opts.Clock.Now()
 	for _, n := range p.noRoom {
 		if last, ok := c.noRoomLogged[n.fleet]; !ok || now.Sub(last) > noRoomLogEvery {
 			c.log.Warn("no host with room for the fleet", "fleet", n.fleet, "missing", n.missing)
@@ -78,7 +78,7 @@ func (c *Controller) carryOut(ctx context.Context, d decision) (wrote bool, err 
 		if err := c.opts.Commands.Send(ctx, d.host, c.producer, d.command); err != nil {
 			c.log.Error("send command", "action", d.action, "game_server", d.name, "host", d.host, "err", err)
 		} else if d.action == actResend {
-			c.startResent[d.name] = c.opts.Now()
+			c.startResent[d.name] = c.opts.Clock.Now()
 			c.report(d)
 		}
 	}

@@ -18,7 +18,7 @@ const leaseKey = "controller"
 // lease is a leadership lease on a NATS KV key: created when absent (or
 // expired by the bucket's TTL), renewed by compare-and-set on its revision.
 //
-// Timing is judged by the local monotonic clock, never by Options.Now: the
+// Timing is judged by the local monotonic clock, never by Options.Clock: the
 // key expires by the NATS server's clock, in real time. A write sent at t
 // cannot expire before t+TTL, so the lease is valid until t+TTL after the
 // last acknowledged write sent at t, and a renewal still unanswered then

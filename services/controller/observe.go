@@ -17,7 +17,7 @@ import (
 // controller remembers between passes. On stale views it reads only what
 // host liveness needs.
 func (c *Controller) observe(ctx context.Context) (snapshot, error) {
-	s := snapshot{now: c.opts.Now(), startResent: maps.Clone(c.startResent)}
+	s := snapshot{now: c.opts.Clock.Now(), startResent: maps.Clone(c.startResent)}
 	stale, err := c.checkViews(ctx)
 	if err != nil {
 		return s, err

@@ -1,12 +1,15 @@
 package controller_test
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
@@ -265,18 +268,22 @@ func TestDeletedFleetIsShutDown(t *testing.T) {
 }
 
 // A start command that gets no ProcessStarted is sent again after the
-// start timeout, and only then: not on every pass.
+// start timeout, and only then: not on every pass. The timeout runs on the
+// test's clock, so the test waits for passes, not for the timeout.
 func TestStartCommandResentAfterTimeout(t *testing.T) {
 	w := newWorld(t)
 	w.host("h1", 4)
 	w.beat("h1")
-	const timeout = 400 * time.Millisecond
-	c := w.controller("ctl-1", func(o *controller.Options) { o.StartTimeout = timeout })
+	const timeout = 10 * time.Second
+	clk := clockwork.NewFakeClockAt(time.Now())
+	c := w.controller("ctl-1", func(o *controller.Options) {
+		o.StartTimeout, o.Clock = timeout, clk
+		o.UnreachableAfter, o.LostAfter = time.Hour, 2*time.Hour // one beat, and the clock moves by hand
+	})
 	cons, err := w.bus.Consumer(w.ctx, "h1") // the agent is away: commands wait
 	if err != nil {
 		t.Fatal(err)
 	}
-	began := time.Now()
 	w.fleet("arena", testSpec(1, eventsv1.Scheduling_SCHEDULING_PACKED))
 	// pending counts the commands not yet handled: those not delivered, and
 	// those delivered (the fake agent pulls them in batches) but not yet
@@ -288,9 +295,18 @@ func TestStartCommandResentAfterTimeout(t *testing.T) {
 		}
 		return info.NumPending + uint64(info.NumAckPending)
 	}
-	wait.For(t, 10*time.Second, "the start command sent twice more", func() bool { return pending() >= 3 })
-	if d := time.Since(began); d < 2*timeout {
-		t.Fatalf("3 start commands within %s: re-sent before the start timeout", d)
+	for sent := uint64(1); sent <= 3; sent++ {
+		wait.For(t, 10*time.Second, fmt.Sprintf("start command %d sent", sent), func() bool { return pending() >= sent })
+		c.passes(t, 3)
+		if got := pending(); got != sent {
+			t.Fatalf("%d start commands before the start timeout passed, want %d", got, sent)
+		}
+		clk.Advance(timeout)
+		c.passes(t, 2)
+		if got := pending(); got != sent {
+			t.Fatalf("%d start commands with the start timeout just reached, want %d", got, sent)
+		}
+		clk.Advance(time.Millisecond)
 	}
 
 	// The agent comes back: the server starts (the duplicates change
@@ -300,7 +316,11 @@ func TestStartCommandResentAfterTimeout(t *testing.T) {
 	wait.For(t, 10*time.Second, "every command handled", func() bool { return pending() == 0 })
 	n := len(a.starts())
 	c.passes(t, 3)
-	wait.Holds(t, 2*timeout, "no more start commands", func() bool { return len(a.starts()) == n && pending() == 0 })
+	clk.Advance(2 * timeout)
+	c.passes(t, 3)
+	if len(a.starts()) != n || pending() != 0 {
+		t.Fatalf("start commands after the server became READY: %d received (was %d), %d pending", len(a.starts()), n, pending())
+	}
 	if got := ofType(w.fleetEvents("arena"), "GameServerScheduled"); len(got) != 1 {
 		t.Fatalf("%d servers scheduled", len(got))
 	}

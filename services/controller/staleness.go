@@ -87,7 +87,7 @@ func (c *Controller) checkViews(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("read the stream's position: %w", err)
 	}
-	now := c.opts.Now()
+	now := c.opts.Clock.Now()
 	stale, changed := c.views.observe(checkpoint, last, now, c.opts.StaleViewsAfter)
 	_, lag, _, since := c.views.state()
 	switch {

@@ -2,10 +2,11 @@ package controller_test
 
 import (
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
@@ -14,24 +15,6 @@ import (
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
-
-// clock is a test clock that moves only when told.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 const execError = "fork/exec /nonexistent/game: no such file or directory"
 
@@ -89,9 +72,9 @@ func TestStartFailuresBackOff(t *testing.T) {
 	w.host("h1", 10)
 	w.beat("h1")
 	fixed := w.failingAgent("h1")
-	clk := &clock{now: time.Now()}
+	clk := clockwork.NewFakeClockAt(time.Now())
 	opts := func(o *controller.Options) {
-		o.Now, o.StartBackoffBase, o.StartBackoffCap = clk.Now, time.Second, 4*time.Second
+		o.Clock, o.StartBackoffBase, o.StartBackoffCap = clk, time.Second, 4*time.Second
 		o.UnreachableAfter, o.LostAfter = time.Hour, 2*time.Hour // the test clock moves on its own
 	}
 	c := w.controller("ctl-1", opts)
@@ -113,7 +96,7 @@ func TestStartFailuresBackOff(t *testing.T) {
 	}
 
 	// Past the backoff: one probe, which fails too; the backoff stays capped.
-	clk.advance(4 * time.Second)
+	clk.Advance(4 * time.Second)
 	wait.For(t, 10*time.Second, "the probe's failure", func() bool {
 		return w.fleetState("arena").GetStartFailing().GetConsecutiveFailures() == 4
 	})
@@ -138,7 +121,7 @@ func TestStartFailuresBackOff(t *testing.T) {
 	// The command works again: the next probe becomes READY, the fleet
 	// recovers and is filled.
 	fixed.Store(true)
-	clk.advance(4 * time.Second)
+	clk.Advance(4 * time.Second)
 	wait.For(t, 10*time.Second, "3 READY servers", func() bool {
 		return w.countStates("arena", eventsv1.Lifecycle_LIFECYCLE_READY) == 3
 	})

@@ -1,0 +1,138 @@
+package agent_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
+	"github.com/tetherhq/tether/services/agent"
+	"github.com/tetherhq/tether/services/testkit/wait"
+)
+
+// notYet is how long a test watches for an event that must not come yet.
+// It proves little on its own; the event that must come right after the
+// clock passes the boundary is the real check.
+const notYet = 300 * time.Millisecond
+
+// The health contract (initial delay, period, threshold) runs on the
+// agent's clock: a silent process is degraded one period after its initial
+// delay, a heartbeat recovers it, and three missed periods from that
+// heartbeat make it unhealthy with the evidence. The test moves the clock;
+// the 25 s the contract spans take no real time.
+func TestHealthContractRunsOnTheAgentsClock(t *testing.T) {
+	clk := clockwork.NewFakeClockAt(time.Now())
+	t0 := clk.Now()
+	h := newHarnessOpts(t, func(o *agent.Options) { o.Clock = clk })
+	name := "fleets/arena/gameServers/gs-silent"
+	h.scheduleSpec(name, &eventsv1.FleetSpec{
+		Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
+		Health:   &eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3},
+	})
+	h.waitEvent(name, "ProcessStarted")
+	sdk := sdkClient(t, h, name)
+
+	// Counting starts after the initial delay: the first period ends at 10 s.
+	clk.Advance(10*time.Second - time.Millisecond)
+	wait.Holds(t, notYet, "no missed heartbeat before the first period ends", func() bool { return !h.has(name, "HealthDegraded") })
+	clk.Advance(time.Millisecond)
+	if d := h.waitEvent(name, "HealthDegraded").Data.(*eventsv1.HealthDegraded); d.GetMissedPeriods() != 1 {
+		t.Fatalf("degraded with %d missed periods, want 1", d.GetMissedPeriods())
+	}
+
+	// A heartbeat ends the degradation; periods count from it.
+	if _, err := sdk.Health(h.ctx, &sdkv1.HealthRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitEvent(name, "HealthRecovered")
+	beat := clk.Now()
+	clk.Advance(15 * time.Second)
+	u := h.waitEvent(name, "GameServerUnhealthy").Data.(*eventsv1.GameServerUnhealthy)
+	ev := u.GetEvidence()
+	if u.GetReason() != eventsv1.Reason_REASON_HEALTH_CHECK_FAILED || ev.GetMissedPeriods() != 3 ||
+		!ev.GetLastHeartbeatTime().AsTime().Equal(beat) || !beat.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("unhealthy: %s, evidence %v; want HEALTH_CHECK_FAILED, 3 missed periods, last heartbeat at %s", u.GetReason(), ev, beat)
+	}
+}
+
+// SDK disconnect grace runs on the agent's clock: a process whose SDK
+// connection ends and that stays silent is unhealthy when the grace ends,
+// not before.
+func TestDisconnectGraceRunsOnTheAgentsClock(t *testing.T) {
+	clk := clockwork.NewFakeClockAt(time.Now())
+	h := newHarnessOpts(t, func(o *agent.Options) { o.Clock = clk })
+	name := "fleets/arena/gameServers/gs-gone"
+	const grace = 30
+	h.scheduleSpec(name, &eventsv1.FleetSpec{
+		Template:                  &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
+		Health:                    &eventsv1.HealthPolicy{Disabled: true},
+		SdkDisconnectGraceSeconds: grace,
+	})
+	h.waitEvent(name, "ProcessStarted")
+	stream, err := sdkClient(t, h, name).HealthStream(h.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&sdkv1.HealthStreamRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitEvent(name, "SdkConnected")
+	if _, err := stream.CloseAndRecv(); err != nil {
+		t.Fatal(err)
+	}
+	// The stream's heartbeats are all handled before its end is recorded.
+	disc := h.waitEvent(name, "SdkDisconnected").Data.(*eventsv1.SdkDisconnected)
+	if want := clk.Now().Add(grace * time.Second); !disc.GetGraceDeadline().AsTime().Equal(want) {
+		t.Fatalf("grace deadline %s, want %s", disc.GetGraceDeadline().AsTime(), want)
+	}
+
+	clk.Advance(grace*time.Second - time.Millisecond)
+	wait.Holds(t, notYet, "no verdict inside the grace window", func() bool { return !h.has(name, "GameServerUnhealthy") })
+	clk.Advance(time.Millisecond)
+	u := h.waitEvent(name, "GameServerUnhealthy").Data.(*eventsv1.GameServerUnhealthy)
+	if u.GetReason() != eventsv1.Reason_REASON_SDK_DISCONNECT_GRACE_EXPIRED {
+		t.Fatalf("unhealthy with %s, want SDK_DISCONNECT_GRACE_EXPIRED", u.GetReason())
+	}
+}
+
+// sdkClient is an SDK client that calls as the server's process: with the
+// token from its environment.
+func sdkClient(t *testing.T, h *harness, name string) sdkv1.SDKServiceClient {
+	t.Helper()
+	var pid int32
+	for _, e := range h.history(name) {
+		if p, ok := e.Data.(*eventsv1.ProcessStarted); ok {
+			pid = p.GetPid()
+		}
+	}
+	token := processEnv(t, pid)["TETHER_GAMESERVER_TOKEN"]
+	conn, err := grpc.NewClient(h.agent.SDKAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return invoker(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token), method, req, reply, cc, opts...)
+		}),
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			return streamer(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token), desc, cc, method, opts...)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return sdkv1.NewSDKServiceClient(conn)
+}
+
+// has reports whether the server's history has an event of a type.
+func (h *harness) has(name, typ string) bool {
+	h.t.Helper()
+	for _, e := range h.history(name) {
+		if e.Type == typ {
+			return true
+		}
+	}
+	return false
+}
