@@ -20,8 +20,8 @@ import (
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/testkit/natstest"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
+	kit "github.com/tetherhq/tether/services/testkit/stack"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
@@ -43,15 +43,8 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	ns := natstest.Start(t)
-	nc, js := natstest.Connect(t, ns)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	store, err := natsjs.New(ctx, js, natsjs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, ctx: ctx, nc: nc, js: js, store: store, at: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}
+	k := kit.New(t)
+	return &env{t: t, ctx: k.Ctx, nc: k.Conn, js: k.JS, store: k.Store, at: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}
 }
 
 // append writes payloads to an aggregate with the sequence guard.

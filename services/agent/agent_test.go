@@ -32,6 +32,7 @@ import (
 	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/testkit/freeport"
 	"github.com/tetherhq/tether/services/testkit/natstest"
+	kit "github.com/tetherhq/tether/services/testkit/stack"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
@@ -81,19 +82,8 @@ func newHarnessWith(t *testing.T, keepalive time.Duration) *harness {
 // newHarnessOpts lets a test change the agent's options.
 func newHarnessOpts(t *testing.T, opts func(*agent.Options)) *harness {
 	t.Helper()
-	ns := natstest.Start(t)
-	_, js := natstest.Connect(t, ns)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	store, err := natsjs.New(ctx, js, natsjs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bus, err := commands.New(ctx, js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{t: t, ctx: ctx, js: js, store: store, bus: bus}
+	k := kit.New(t, kit.WithCommands())
+	h := &harness{t: t, ctx: k.Ctx, js: k.JS, store: k.Store, bus: k.Commands}
 	h.startAgent(opts)
 	return h
 }

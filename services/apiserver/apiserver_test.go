@@ -6,16 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -24,29 +21,28 @@ import (
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/apiserver"
-	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/platform/playertoken"
-	"github.com/tetherhq/tether/services/testkit/natstest"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
+	kit "github.com/tetherhq/tether/services/testkit/stack"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// stack is one API replica over real NATS JetStream and PostgreSQL, with a
-// projector that a test may start late.
+// stack is API replicas over real NATS JetStream and PostgreSQL (the
+// shared testkit stack), with a projector that a test may start late, and
+// the helpers of this package's tests.
 type stack struct {
+	*kit.Stack
 	t         testing.TB
 	ctx       context.Context
 	base      string
 	store     *natsjs.Store
-	projector *postgres.Projector
-	errs      chan error
-	running   int
 	bases     []string // every replica's REST base URL; base is bases[0]
 	grpcAddrs []string // every replica's gRPC address
 	dbURL     string
 	tokens    *playertoken.Ring // the replicas' player-token keys
+	tracer    trace.TracerProvider
 }
 
 type stackOptions struct {
@@ -58,78 +54,29 @@ type stackOptions struct {
 
 func newStack(t testing.TB, o stackOptions) *stack {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ns := natstest.Start(t)
-	_, js := natstest.Connect(t, ns)
-	store, err := natsjs.New(ctx, js, natsjs.Options{})
-	if err != nil {
-		t.Fatal(err)
+	opts := []kit.Option{kit.WithAPI(o.replicas, func(_ *kit.Stack, a *apiserver.Options) {
+		a.ReadWait, a.TracerProvider = o.readWait, o.tracer
+	})}
+	if !o.lateProjector {
+		opts = append(opts, kit.WithProjector(func(p *postgres.ProjectorOptions) { p.TracerProvider = o.tracer }))
 	}
-	// As many connections as `tether apiserver` opens (connect.Postgres).
-	dbURL := pgtest.NewDatabase(t)
-	pool, err := pgxpool.New(ctx, dbURL+"&pool_max_conns=20")
-	if err != nil {
-		t.Fatal(err)
-	}
-	proj, err := postgres.NewProjector(postgres.ProjectorOptions{Pool: pool, JetStream: js, Logger: log, TracerProvider: o.tracer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := playertoken.Parse(playertoken.NewKeySpec("test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Agents' command stream, as in production: an allocation tells the
-	// server's agent (nobody consumes them here).
-	bus, err := commands.New(ctx, js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &stack{t: t, ctx: ctx, store: store, projector: proj, tokens: tokens, dbURL: dbURL, errs: make(chan error, 1+max(o.replicas, 1))}
-	for range max(o.replicas, 1) {
-		api, err := apiserver.New(apiserver.Options{
-			GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-			Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
-			Tokens: tokens, Commands: bus, ReadWait: o.readWait, Logger: log, TracerProvider: o.tracer,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+	k := kit.New(t, opts...)
+	s := &stack{Stack: k, t: t, ctx: k.Ctx, store: k.Store, dbURL: k.DBURL, tokens: k.Tokens, tracer: o.tracer}
+	for _, api := range k.APIs {
 		s.bases = append(s.bases, "http://"+api.HTTPAddr())
 		s.grpcAddrs = append(s.grpcAddrs, api.GRPCAddr())
-		s.run(api.Run)
 	}
 	s.base = s.bases[0]
-	t.Cleanup(func() {
-		cancel()
-		for range s.running {
-			if err := <-s.errs; err != nil {
-				t.Errorf("component stopped with error: %v", err)
-			}
-		}
-		pool.Close()
-	})
-	if !o.lateProjector {
-		s.startProjector()
-	}
-	wait.For(t, 10*time.Second, "API healthy", func() bool {
-		resp, err := http.Get(s.bases[len(s.bases)-1] + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
 	return s
 }
 
-func (s *stack) run(f func(context.Context) error) {
-	s.running++
-	go func() { s.errs <- f(s.ctx) }()
-}
+// run runs a component until the test ends.
+func (s *stack) run(f func(context.Context) error) { s.Go("component", f) }
 
-func (s *stack) startProjector() { s.run(s.projector.Run) }
+// startProjector starts the projector a lateProjector stack left stopped.
+func (s *stack) startProjector() {
+	s.StartProjector(func(p *postgres.ProjectorOptions) { p.TracerProvider = s.tracer })
+}
 
 // response is a decoded REST reply.
 type response struct {

@@ -56,7 +56,7 @@ func TestControllerNoticesStaleViews(t *testing.T) {
 		t.Fatalf("with moving views: Ready %v, stale gauge %v", err, c.metric(t, "tether_controller_views_stale"))
 	}
 
-	w.stopProjector()
+	w.StopProjector()
 	crashed := w.rows("arena")[0].State.GetName()
 	var code int32 = 139
 	if err := w.gameServerEvent(crashed, "hosts/h1", events.RecordExit{Exited: &eventsv1.ProcessExited{ExitCode: &code, Attempt: 1}}); err != nil {
@@ -77,7 +77,7 @@ func TestControllerNoticesStaleViews(t *testing.T) {
 		t.Fatalf("%d servers scheduled, want the first 2 only while the views are stale", n)
 	}
 
-	w.startProjector()
+	w.StartProjector()
 	wait.For(t, 10*time.Second, "the crashed server replaced", func() bool {
 		return w.countStates("arena", eventsv1.Lifecycle_LIFECYCLE_READY) == 2 &&
 			w.states("arena")[crashed] == eventsv1.Lifecycle_LIFECYCLE_TERMINATED

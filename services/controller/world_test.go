@@ -25,15 +25,18 @@ import (
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/nats/commands"
-	"github.com/tetherhq/tether/services/testkit/natstest"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
+	kit "github.com/tetherhq/tether/services/testkit/stack"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// world is NATS, the views kept by a running projector, and the commands bus.
+// world is NATS, the views kept by a running projector, and the commands
+// bus (the shared testkit stack), with the helpers of the controller's
+// tests.
 type world struct {
+	*kit.Stack
 	t     *testing.T
 	ctx   context.Context
 	ns    *natsembed.Server
@@ -42,57 +45,12 @@ type world struct {
 	pool  *pgxpool.Pool
 	views *postgres.Views
 	bus   *commands.Bus
-	// stopProjector stops the running projector; nil while none runs.
-	stopProjector func()
 }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	ns := natstest.Start(t)
-	_, js := natstest.Connect(t, ns)
-	ctx, cancel := context.WithCancel(context.Background())
-	store, err := natsjs.New(ctx, js, natsjs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bus, err := commands.New(ctx, js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &world{t: t, ctx: ctx, ns: ns, js: js, store: store, pool: pool, views: postgres.NewViews(pool), bus: bus}
-	w.startProjector()
-	t.Cleanup(func() {
-		cancel()
-		if w.stopProjector != nil {
-			w.stopProjector()
-		}
-		pool.Close()
-	})
-	return w
-}
-
-// startProjector runs the projector that keeps the world's views; it
-// resumes from their checkpoint.
-func (w *world) startProjector() {
-	w.t.Helper()
-	proj, err := postgres.NewProjector(postgres.ProjectorOptions{Pool: w.pool, JetStream: w.js})
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(w.ctx)
-	done := make(chan error, 1)
-	go func() { done <- proj.Run(ctx) }()
-	w.stopProjector = func() {
-		cancel()
-		if err := <-done; err != nil {
-			w.t.Errorf("projector: %v", err)
-		}
-		w.stopProjector = nil
-	}
+	k := kit.New(t, kit.WithProjector(), kit.WithCommands())
+	return &world{Stack: k, t: t, ctx: k.Ctx, ns: k.NATS, js: k.JS, store: k.Store, pool: k.Pool, views: k.Views, bus: k.Commands}
 }
 
 func (w *world) append(name string, expected uint64, payload proto.Message) uint64 {

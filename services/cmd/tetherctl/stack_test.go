@@ -3,32 +3,29 @@ package main
 import (
 	"bytes"
 	"context"
-	"github.com/nats-io/nats.go/jetstream"
 	"io"
-	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
-	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/apiserver"
-	"github.com/tetherhq/tether/services/platform/playertoken"
-	"github.com/tetherhq/tether/services/testkit/natstest"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
+	kit "github.com/tetherhq/tether/services/testkit/stack"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // stack is a real API server over embedded NATS JetStream and an ephemeral
-// PostgreSQL, with the projector running: what tetherctl talks to.
+// PostgreSQL, with the projector running: what tetherctl talks to (the
+// shared testkit stack, with the projection service on).
 type stack struct {
 	t     *testing.T
 	ctx   context.Context
@@ -39,47 +36,10 @@ type stack struct {
 
 func newStack(t *testing.T) *stack {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ns := natstest.Start(t)
-	_, js := natstest.Connect(t, ns)
-	store, err := natsjs.New(ctx, js, natsjs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proj, err := postgres.NewProjector(postgres.ProjectorOptions{Pool: pool, JetStream: js, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := playertoken.Parse(playertoken.NewKeySpec("test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := apiserver.New(apiserver.Options{
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log), Logger: log,
-		Tokens: tokens, ProjectionPool: pool, JetStream: js,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make(chan error, 2)
-	go func() { errs <- proj.Run(ctx) }()
-	go func() { errs <- api.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		for range 2 {
-			if err := <-errs; err != nil {
-				t.Errorf("component stopped with error: %v", err)
-			}
-		}
-		pool.Close()
-	})
-	return &stack{t: t, ctx: ctx, addr: api.GRPCAddr(), store: store, js: js}
+	k := kit.New(t, kit.WithProjector(), kit.WithAPI(1, func(k *kit.Stack, o *apiserver.Options) {
+		o.ProjectionPool, o.JetStream = k.Pool, k.JS
+	}))
+	return &stack{t: t, ctx: k.Ctx, addr: k.APIs[0].GRPCAddr(), store: k.Store, js: k.JS}
 }
 
 // result is one tetherctl run.
