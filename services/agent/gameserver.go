@@ -22,6 +22,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/write"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
@@ -436,37 +437,62 @@ func (gs *gameServer) record(ctx context.Context, cmd events.GameServerCommand) 
 }
 
 func (gs *gameServer) recordLocked(ctx context.Context, cmd events.GameServerCommand) error {
-	for range maxRecordAttempts {
-		msgs, err := events.DecideGameServer(gs.name, gs.state, cmd)
-		if err != nil {
-			return err
-		}
-		if len(msgs) == 0 {
-			return nil
-		}
-		envs := gs.a.stamp().Envelopes(gs.name, msgs)
-		if gs.a.outbox.len() > 0 || !gs.a.natsUp() {
-			// NATS is away, or events wait in the outbox: queue behind them, in order.
-			return gs.enqueueLocked(envs)
-		}
-		seq, err := gs.a.opts.Store.Append(ctx, gs.subject, gs.seq, envs...)
-		if errors.Is(err, events.ErrConflict) {
-			if err := gs.refreshLocked(ctx); err != nil {
-				return gs.enqueueLocked(envs)
+	out := &outboxFallback{gs: gs}
+	reread := false
+	res, err := write.Do(ctx, out, write.Op{
+		Name: gs.name,
+		Read: func(ctx context.Context) (uint64, error) {
+			if reread { // after a conflict: fold the newer events
+				if err := gs.refreshLocked(ctx); err != nil {
+					return 0, errQueue
+				}
 			}
-			continue
-		}
-		if err != nil {
-			gs.log.Warn("event store unreachable; keeping events in the outbox", "err", err)
-			return gs.enqueueLocked(envs)
-		}
-		if err := gs.foldLocked(envs); err != nil {
-			return err
-		}
-		gs.seq = seq
+			reread = true
+			return gs.seq, nil
+		},
+		Decide: func(context.Context) ([]proto.Message, error) { return events.DecideGameServer(gs.name, gs.state, cmd) },
+		Stamp:  func(context.Context) events.Stamp { return gs.a.stamp() },
+	}, write.Policy{Attempts: maxRecordAttempts})
+	switch {
+	case errors.Is(err, errQueue):
+		return gs.enqueueLocked(out.decided)
+	case err != nil:
+		return err
+	case len(res.Events) == 0:
 		return nil
 	}
-	return fmt.Errorf("agent: %s: %w after %d attempts", gs.name, events.ErrConflict, maxRecordAttempts)
+	if err := gs.foldLocked(res.Events); err != nil {
+		return err
+	}
+	gs.seq = res.Sequence
+	return nil
+}
+
+// errQueue says the events decided last go to the outbox instead of the
+// stream.
+var errQueue = errors.New("queue the events in the outbox")
+
+// outboxFallback is a server's write path to the stream with the outbox
+// behind it: while NATS is away or events wait in the outbox, and when the
+// store fails (not on a conflict), the append answers errQueue, and the
+// events it was given wait in decided for the outbox, in order.
+type outboxFallback struct {
+	gs      *gameServer
+	decided []events.Envelope
+}
+
+// Append appends to the stream unless the outbox must take the events.
+func (o *outboxFallback) Append(ctx context.Context, subject string, expected uint64, envs ...events.Envelope) (uint64, error) {
+	o.decided = envs
+	if o.gs.a.outbox.len() > 0 || !o.gs.a.natsUp() {
+		return 0, errQueue // NATS is away, or events wait in the outbox: queue behind them
+	}
+	seq, err := o.gs.a.opts.Store.Append(ctx, subject, expected, envs...)
+	if err != nil && !errors.Is(err, events.ErrConflict) {
+		o.gs.log.Warn("event store unreachable; keeping events in the outbox", "err", err)
+		return 0, errQueue
+	}
+	return seq, err
 }
 
 // foldLocked applies the server's own events to its state.

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/write"
 	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
@@ -318,35 +319,39 @@ func (g *gameSessionService) reissue(ctx context.Context, gsessID, psID, request
 		return state, res, err
 	}
 	subject := events.MustSubject(gsess)
-	cached, fresh := g.decided.get(gsess)
-	for range maxWriteAttempts {
-		state, last := cached.state, cached.seq
-		if !fresh {
-			var err error
-			if state, last, err = g.current(ctx, gsess, subject); err != nil {
-				return nil, writeResult{}, err
+	// The first decision may be made on the state this replica kept from
+	// its last reissue of the session; every later one reads it afresh.
+	cached, useCache := g.decided.get(gsess)
+	fromCache, refusedOnCache := false, false
+	op := write.Op{
+		Name: gsess,
+		Read: func(ctx context.Context) (uint64, error) {
+			if fromCache = useCache; useCache {
+				useCache = false
+				state = cached.state
+				return cached.seq, nil
 			}
-		}
-		msgs, err := decideReissue(gsessID, state, psID, s.opts.Now())
-		if err != nil && fresh {
-			fresh = false // refused on a state that may be stale: read it
-			continue
-		}
-		if err != nil {
-			return nil, writeResult{}, err
-		}
-		envs := s.envelopes(ctx, gsess, "", msgs)
-		seq, err := s.opts.Store.Append(ctx, subject, last, envs...)
-		if errors.Is(err, events.ErrConflict) {
-			fresh = false // someone else wrote: read it
-			continue
-		}
-		if err != nil {
-			return nil, writeResult{}, err
-		}
-		return state, writeResult{Sequence: seq, Events: envs}, nil
+			var last uint64
+			var err error
+			state, last, err = g.current(ctx, gsess, subject)
+			return last, err
+		},
+		Decide: func(context.Context) ([]proto.Message, error) {
+			msgs, err := decideReissue(gsessID, state, psID, s.opts.Now())
+			refusedOnCache = err != nil && fromCache
+			return msgs, err
+		},
+		Stamp: func(ctx context.Context) events.Stamp { return s.stamp(ctx, "") },
 	}
-	return nil, writeResult{}, fmt.Errorf("%s: %w (after %d attempts)", gsess, events.ErrConflict, maxWriteAttempts)
+	res, err := write.Do(ctx, s.opts.Store, op, write.Policy{Attempts: maxWriteAttempts})
+	if refusedOnCache {
+		// Refused on a state that may be stale: decide on the stream's.
+		res, err = write.Do(ctx, s.opts.Store, op, write.Policy{Attempts: maxWriteAttempts})
+	}
+	if err != nil {
+		return nil, writeResult{}, err
+	}
+	return state, writeResult{Sequence: res.Sequence, Events: res.Events}, nil
 }
 
 // current returns a game session's state at its last event in the stream,
