@@ -27,7 +27,7 @@ func (s *stack) seedReady(fleet string, n int, hosts int, labels map[string]stri
 				Ports: []*eventsv1.Port{{Name: "game", Port: int32(7000 + i)}}, Attempt: 1}),
 			events.New(name, time.Now(), &eventsv1.GameServerReady{}),
 		}
-		seq, err := s.store.Append(s.ctx, events.MustSubject(name), 0, evs...)
+		seq, err := s.Store.Append(s.Ctx, events.MustSubject(name), 0, evs...)
 		if err != nil {
 			s.t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func (s *stack) waitApplied(seq uint64) {
 // stream: the truth, whatever the views say.
 func (s *stack) allocations(fleet string) map[string]int {
 	s.t.Helper()
-	evs, err := s.store.History(s.ctx, events.FleetGameServersSubject(fleet), 0)
+	evs, err := s.Store.History(s.Ctx, events.FleetGameServersSubject(fleet), 0)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestPlayerSessionsAPI(t *testing.T) {
 		if int(ps["slot"].(float64)) != i || ps["state"] != "RESERVED" {
 			t.Errorf("player %d: %v", i, ps)
 		}
-		if err := s.tokens.Verify(ps["token"].(string), ps["name"].(string), time.Now()); err != nil {
+		if err := s.Tokens.Verify(ps["token"].(string), ps["name"].(string), time.Now()); err != nil {
 			t.Errorf("player %d token: %v", i, err)
 		}
 	}
@@ -278,7 +278,7 @@ func TestPlayerSessionsAPI(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("reconnect: %d %v", r.status, r.body)
 	}
-	if err := s.tokens.Verify(r.str("token"), p1, time.Now()); err != nil {
+	if err := s.Tokens.Verify(r.str("token"), p1, time.Now()); err != nil {
 		t.Fatalf("reconnect token: %v", err)
 	}
 	if ep, _ := r.body["endpoint"].(map[string]any); ep["address"] != "127.0.0.1" {
@@ -286,7 +286,7 @@ func TestPlayerSessionsAPI(t *testing.T) {
 	}
 	// ...and PLAYER_SESSION_EXPIRED once it ended.
 	_, psID, _ := events.ParsePlayerSessionName(p1)
-	done, err := s.store.Append(s.ctx, events.MustSubject(gsess), events.AnySequence, events.New(gsess, time.Now(),
+	done, err := s.Store.Append(s.Ctx, events.MustSubject(gsess), events.AnySequence, events.New(gsess, time.Now(),
 		&eventsv1.PlayerSessionCompleted{PlayerSession: psID, Reason: eventsv1.PlayerSessionEndReason_PLAYER_SESSION_END_REASON_LEFT}))
 	if err != nil {
 		t.Fatal(err)

@@ -18,10 +18,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/apiserver"
-	"github.com/tetherhq/tether/services/platform/playertoken"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
 	kit "github.com/tetherhq/tether/services/testkit/stack"
 	"github.com/tetherhq/tether/services/testkit/wait"
@@ -35,13 +33,9 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type stack struct {
 	*kit.Stack
 	t         testing.TB
-	ctx       context.Context
 	base      string
-	store     *natsjs.Store
 	bases     []string // every replica's REST base URL; base is bases[0]
 	grpcAddrs []string // every replica's gRPC address
-	dbURL     string
-	tokens    *playertoken.Ring // the replicas' player-token keys
 	tracer    trace.TracerProvider
 }
 
@@ -61,7 +55,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 		opts = append(opts, kit.WithProjector(func(p *postgres.ProjectorOptions) { p.TracerProvider = o.tracer }))
 	}
 	k := kit.New(t, opts...)
-	s := &stack{Stack: k, t: t, ctx: k.Ctx, store: k.Store, dbURL: k.DBURL, tokens: k.Tokens, tracer: o.tracer}
+	s := &stack{Stack: k, t: t, tracer: o.tracer}
 	for _, api := range k.APIs {
 		s.bases = append(s.bases, "http://"+api.HTTPAddr())
 		s.grpcAddrs = append(s.grpcAddrs, api.GRPCAddr())
@@ -351,7 +345,7 @@ func TestCreateIsIdempotentByRequestID(t *testing.T) {
 	if first.str("sequence") != second.str("sequence") || first.str("etag") != second.str("etag") {
 		t.Fatalf("retry returned another result: %v vs %v", first.body, second.body)
 	}
-	history, err := s.store.History(s.ctx, events.MustSubject("fleets/arena"), 0)
+	history, err := s.Store.History(s.Ctx, events.MustSubject("fleets/arena"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +368,7 @@ func TestTraceContextTravelsWithTheEvent(t *testing.T) {
 	if created.status != http.StatusOK {
 		t.Fatalf("create: %d %v", created.status, created.body)
 	}
-	hist, err := s.store.History(s.ctx, events.MustSubject("fleets/traced"), 0)
+	hist, err := s.Store.History(s.Ctx, events.MustSubject("fleets/traced"), 0)
 	if err != nil || len(hist) != 1 {
 		t.Fatalf("history %v, %v", hist, err)
 	}

@@ -20,7 +20,7 @@ func (s *stack) appendAt(name string, at []time.Time, msgs ...proto.Message) []u
 	s.t.Helper()
 	var seqs []uint64
 	for i, m := range msgs {
-		seq, err := s.store.Append(s.ctx, events.MustSubject(name), events.AnySequence, events.New(name, at[i], m))
+		seq, err := s.Store.Append(s.Ctx, events.MustSubject(name), events.AnySequence, events.New(name, at[i], m))
 		if err != nil {
 			s.t.Fatal(err)
 		}

@@ -319,14 +319,19 @@ func (g *gameSessionService) reissue(ctx context.Context, gsessID, psID, request
 		return state, res, err
 	}
 	subject := events.MustSubject(gsess)
-	// The first decision may be made on the state this replica kept from
-	// its last reissue of the session; every later one reads it afresh.
+	now := s.opts.Now()
+	// The first decision is made on the state this replica kept from its
+	// last reissue of the session, if the command applies to it (refused,
+	// it may only be stale); every other one on the stream's.
 	cached, useCache := g.decided.get(gsess)
-	fromCache, refusedOnCache := false, false
-	op := write.Op{
+	if useCache {
+		_, err := decideReissue(gsessID, cached.state, psID, now)
+		useCache = err == nil
+	}
+	res, err := write.Do(ctx, s.opts.Store, write.Op{
 		Name: gsess,
 		Read: func(ctx context.Context) (uint64, error) {
-			if fromCache = useCache; useCache {
+			if useCache {
 				useCache = false
 				state = cached.state
 				return cached.seq, nil
@@ -336,18 +341,9 @@ func (g *gameSessionService) reissue(ctx context.Context, gsessID, psID, request
 			state, last, err = g.current(ctx, gsess, subject)
 			return last, err
 		},
-		Decide: func(context.Context) ([]proto.Message, error) {
-			msgs, err := decideReissue(gsessID, state, psID, s.opts.Now())
-			refusedOnCache = err != nil && fromCache
-			return msgs, err
-		},
-		Stamp: func(ctx context.Context) events.Stamp { return s.stamp(ctx, "") },
-	}
-	res, err := write.Do(ctx, s.opts.Store, op, write.Policy{Attempts: maxWriteAttempts})
-	if refusedOnCache {
-		// Refused on a state that may be stale: decide on the stream's.
-		res, err = write.Do(ctx, s.opts.Store, op, write.Policy{Attempts: maxWriteAttempts})
-	}
+		Decide: func(context.Context) ([]proto.Message, error) { return decideReissue(gsessID, state, psID, now) },
+		Stamp:  func(ctx context.Context) events.Stamp { return s.stamp(ctx, "") },
+	}, write.Policy{Attempts: maxWriteAttempts})
 	if err != nil {
 		return nil, writeResult{}, err
 	}

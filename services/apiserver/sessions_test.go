@@ -41,7 +41,7 @@ func (s *stack) reconnect(base, ps string, body map[string]any) (string, int64) 
 		s.t.Fatalf("reconnect: %d %v", r.status, r.body)
 	}
 	token := r.str("token")
-	claims, err := s.tokens.Check(token, ps, time.Now())
+	claims, err := s.Tokens.Check(token, ps, time.Now())
 	if err != nil {
 		s.t.Fatalf("reconnect token: %v", err)
 	}
@@ -60,7 +60,7 @@ func (s *stack) reissued(ps string) []int64 {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	h, err := s.store.History(s.ctx, events.MustSubject(events.GameSessionName(gsessID)), 1)
+	h, err := s.Store.History(s.Ctx, events.MustSubject(events.GameSessionName(gsessID)), 1)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func (s *stack) reissued(ps string) []int64 {
 func TestReconnectReissuesTheToken(t *testing.T) {
 	s := newStack(t, stackOptions{})
 	ps, first := s.allocatePlayer()
-	if c, err := s.tokens.Check(first, ps, time.Now()); err != nil || c.Generation != 0 {
+	if c, err := s.Tokens.Check(first, ps, time.Now()); err != nil || c.Generation != 0 {
 		t.Fatalf("allocation token: %+v, %v; want generation 0", c, err)
 	}
 	for want := int64(1); want <= 2; want++ {
@@ -96,11 +96,11 @@ func TestReconnectReissuesTheToken(t *testing.T) {
 	// reissue goes past it.
 	gsessID, psID, _ := events.ParsePlayerSessionName(ps)
 	gsess := events.GameSessionName(gsessID)
-	last, err := s.store.LastSequence(s.ctx, events.MustSubject(gsess))
+	last, err := s.Store.LastSequence(s.Ctx, events.MustSubject(gsess))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.store.Append(s.ctx, events.MustSubject(gsess), last, events.New(gsess, time.Now(),
+	if _, err := s.Store.Append(s.Ctx, events.MustSubject(gsess), last, events.New(gsess, time.Now(),
 		&eventsv1.PlayerTokenReissued{PlayerSession: psID, TokenGeneration: 4})); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestConcurrentReconnectsGetDistinctGenerations(t *testing.T) {
 	for _, r := range results {
 		switch {
 		case r.status == http.StatusOK:
-			c, err := s.tokens.Check(r.str("token"), ps, time.Now())
+			c, err := s.Tokens.Check(r.str("token"), ps, time.Now())
 			if err != nil {
 				t.Fatalf("token: %v", err)
 			}

@@ -149,7 +149,7 @@ func TestGRPCRefusesUnknownFieldsAndEnumNumbers(t *testing.T) {
 	s.seedReady("arena", 1, 1, nil)
 	conn := s.grpcClient()
 	fleets, alloc := tetherv1.NewFleetServiceClient(conn), tetherv1.NewAllocationServiceClient(conn)
-	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(s.Ctx, 30*time.Second)
 	defer cancel()
 	spec := func() *tetherv1.Fleet {
 		return &tetherv1.Fleet{Replicas: 1, Template: &tetherv1.GameServerTemplate{Command: "/bin/true",
@@ -230,7 +230,7 @@ func TestRequestIDReusedWithAnotherContent(t *testing.T) {
 		Template: &eventsv1.GameServerTemplate{Command: "/bin/true"}, Health: &eventsv1.HealthPolicy{PeriodSeconds: 5},
 	}})
 	env.RequestID = "old-1"
-	seq, err := s.store.Append(s.ctx, events.MustSubject("fleets/old"), 0, env)
+	seq, err := s.Store.Append(s.Ctx, events.MustSubject("fleets/old"), 0, env)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func (s *stack) appendAs(name, producer string, data proto.Message) uint64 {
 	s.t.Helper()
 	e := events.New(name, time.Now(), data)
 	e.Producer = producer
-	seq, err := s.store.Append(s.ctx, events.MustSubject(name), events.AnySequence, e)
+	seq, err := s.Store.Append(s.Ctx, events.MustSubject(name), events.AnySequence, e)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func (s *stack) appendAs(name, producer string, data proto.Message) uint64 {
 // streamSequences returns the sequences of every stored event in (after, until].
 func (s *stack) streamSequences(after, until uint64) []uint64 {
 	s.t.Helper()
-	evs, err := s.store.History(s.ctx, events.SubjectPrefix+".>", after+1)
+	evs, err := s.Store.History(s.Ctx, events.SubjectPrefix+".>", after+1)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestWatchResumesWithoutGapOrDuplicate(t *testing.T) {
 		for i := range total {
 			name := events.GameServerName([]string{"arena", "duel"}[i%2], fmt.Sprintf("gs-%d", i))
 			e := events.New(name, time.Now(), &eventsv1.GameServerScheduled{Host: "hosts/h1"})
-			seq, err := s.store.Append(s.ctx, events.MustSubject(name), events.AnySequence, e)
+			seq, err := s.Store.Append(s.Ctx, events.MustSubject(name), events.AnySequence, e)
 			if err != nil {
 				writerDone <- err
 				return
@@ -270,7 +270,7 @@ func TestWatchTimeRange(t *testing.T) {
 	}
 	s.waitApplied(seqs[5]) // the projector is past its start when the test ends
 	storedAt := func(seq uint64) time.Time {
-		m, err := s.store.Stream().GetMsg(s.ctx, seq)
+		m, err := s.Store.Stream().GetMsg(s.Ctx, seq)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -348,15 +348,15 @@ func (r *logRecorder) has(msg string) bool {
 func TestWatchSlowClientFallsBehind(t *testing.T) {
 	s := newStack(t, stackOptions{})
 	logs := &logRecorder{}
-	pool, err := pgxpool.New(s.ctx, s.dbURL)
+	pool, err := pgxpool.New(s.Ctx, s.DBURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
 	api, err := apiserver.New(apiserver.Options{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Store: s.store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, slog.New(logs)),
-		Tokens: s.tokens, Logger: slog.New(logs), WatchBuffer: 4, WatchStall: 200 * time.Millisecond,
+		Store: s.Store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, slog.New(logs)),
+		Tokens: s.Tokens, Logger: slog.New(logs), WatchBuffer: 4, WatchStall: 200 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)

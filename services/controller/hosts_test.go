@@ -31,7 +31,7 @@ type beater struct {
 
 func (w *world) beat(hosts ...string) *beater {
 	w.t.Helper()
-	kv, err := hostbeat.Open(w.ctx, w.js)
+	kv, err := hostbeat.Open(w.Ctx, w.JS)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func (w *world) beat(hosts ...string) *beater {
 		b.on[h].Store(true)
 		b.inv[h] = &atomic.Pointer[hostbeat.Inventory]{}
 	}
-	ctx, cancel := context.WithCancel(w.ctx)
+	ctx, cancel := context.WithCancel(w.Ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -69,7 +69,7 @@ func (w *world) beat(hosts ...string) *beater {
 // hostEvents lists a host's event types.
 func (w *world) hostEvents(host string) []string {
 	w.t.Helper()
-	hist, err := w.store.History(w.ctx, events.MustSubject(host), 0)
+	hist, err := w.Store.History(w.Ctx, events.MustSubject(host), 0)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func count(list []string, s string) int {
 // them were terminated with HOST_LOST.
 func (w *world) serversOn(fleet string) (map[string]int, int) {
 	w.t.Helper()
-	hist, err := w.store.History(w.ctx, events.FleetGameServersSubject(fleet), 0)
+	hist, err := w.Store.History(w.Ctx, events.FleetGameServersSubject(fleet), 0)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -118,10 +118,10 @@ func TestHostLivenessUnreachableIsNotLost(t *testing.T) {
 	w.append("hosts/h2", events.AnySequence, &eventsv1.HostRegistered{Capacity: 4, Address: "127.0.0.1"})
 	beats := w.beat("h1", "h2")
 
-	fresh := postgres.NewFreshness(w.pool, nil)
-	ctx, cancel := context.WithCancel(w.ctx)
+	fresh := postgres.NewFreshness(w.Pool, nil)
+	ctx, cancel := context.WithCancel(w.Ctx)
 	c, err := controller.New(controller.Options{
-		JetStream: w.js, Store: w.store, Views: postgres.NewViews(w.pool), Freshness: fresh, Commands: w.bus,
+		JetStream: w.JS, Store: w.Store, Views: postgres.NewViews(w.Pool), Freshness: fresh, Commands: w.Commands,
 		LeaseTTL: time.Second, Interval: 50 * time.Millisecond, UnreachableAfter: 400 * time.Millisecond, LostAfter: 1500 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
@@ -148,9 +148,9 @@ func TestHostLivenessUnreachableIsNotLost(t *testing.T) {
 	// h1 goes silent briefly: unreachable, then online again; nothing replaced.
 	beats.on["h1"].Store(false)
 	wait.For(t, 10*time.Second, "h1 unreachable", func() bool { return count(w.hostEvents("hosts/h1"), "HostUnreachable") == 1 })
-	views := postgres.NewViews(w.pool)
+	views := postgres.NewViews(w.Pool)
 	wait.For(t, 10*time.Second, "h1's servers shown with connection UNKNOWN", func() bool {
-		rows, err := views.ListGameServers(w.ctx, projections.GameServerQuery{Host: "hosts/h1", Limit: 10})
+		rows, err := views.ListGameServers(w.Ctx, projections.GameServerQuery{Host: "hosts/h1", Limit: 10})
 		return err == nil && len(rows) == 2 && rows[0].State.GetConnection() == eventsv1.ConnectionState_CONNECTION_STATE_UNKNOWN
 	})
 	beats.on["h1"].Store(true)
@@ -202,7 +202,7 @@ func TestHostBackWithInventoryMissingAServer(t *testing.T) {
 	w.fleet("arena", testSpec(3, eventsv1.Scheduling_SCHEDULING_PACKED))
 	var names []string
 	wait.For(t, 10*time.Second, "3 READY servers on h1", func() bool {
-		rows, err := w.views.ListGameServers(w.ctx, projections.GameServerQuery{Host: "hosts/h1", Limit: 10})
+		rows, err := w.Views.ListGameServers(w.Ctx, projections.GameServerQuery{Host: "hosts/h1", Limit: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +263,7 @@ func TestHostBackWithInventoryMissingAServer(t *testing.T) {
 // history returns a game server's events.
 func (w *world) history(name string) []events.Envelope {
 	w.t.Helper()
-	h, err := w.store.History(w.ctx, events.MustSubject(name), 0)
+	h, err := w.Store.History(w.Ctx, events.MustSubject(name), 0)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -280,7 +280,7 @@ func TestNewLeaderSeesEveryBeat(t *testing.T) {
 	w.host("h1", 4) // unreachable, silent
 	w.append("hosts/h1", events.AnySequence, &eventsv1.HostUnreachable{})
 	w.host("h2", 4) // online, never beats: unreachable after its grace
-	kv, err := hostbeat.Open(w.ctx, w.js)
+	kv, err := hostbeat.Open(w.Ctx, w.JS)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,19 +289,19 @@ func TestNewLeaderSeesEveryBeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3000 {
-		if _, err := w.js.PublishAsync(fmt.Sprintf("$KV.%s.other-%d", hostbeat.Bucket, i), data); err != nil {
+		if _, err := w.JS.PublishAsync(fmt.Sprintf("$KV.%s.other-%d", hostbeat.Bucket, i), data); err != nil {
 			t.Fatal(err)
 		}
 	}
 	select {
-	case <-w.js.PublishAsyncComplete():
+	case <-w.JS.PublishAsyncComplete():
 	case <-time.After(30 * time.Second):
 		t.Fatal("publishing the beats timed out")
 	}
-	if err := hostbeat.Put(w.ctx, kv, "h1", hostbeat.Beat{Time: time.Now(), Inventory: inventoryOf(0)}); err != nil {
+	if err := hostbeat.Put(w.Ctx, kv, "h1", hostbeat.Beat{Time: time.Now(), Inventory: inventoryOf(0)}); err != nil {
 		t.Fatal(err)
 	}
-	e, err := kv.Get(w.ctx, "h1")
+	e, err := kv.Get(w.Ctx, "h1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,8 +323,8 @@ func TestHostBeatsTrackerRestarts(t *testing.T) {
 	w := newWorld(t)
 	w.host("h1", 4)
 	w.beat("h1")
-	fresh := postgres.NewFreshness(w.pool, nil)
-	fctx, stopFresh := context.WithCancel(w.ctx)
+	fresh := postgres.NewFreshness(w.Pool, nil)
+	fctx, stopFresh := context.WithCancel(w.Ctx)
 	freshDone := make(chan error, 1)
 	go func() { freshDone <- fresh.Run(fctx) }()
 	t.Cleanup(func() {
@@ -333,12 +333,12 @@ func TestHostBeatsTrackerRestarts(t *testing.T) {
 			t.Errorf("freshness: %v", err)
 		}
 	})
-	c, err := controller.New(controller.Options{JetStream: w.js, Store: w.store, Views: w.views, Freshness: fresh, Commands: w.bus})
+	c, err := controller.New(controller.Options{JetStream: w.JS, Store: w.Store, Views: w.Views, Freshness: fresh, Commands: w.Commands})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		ctx, cancel := context.WithCancel(w.ctx)
+		ctx, cancel := context.WithCancel(w.Ctx)
 		err := c.Reconcile(ctx)
 		cancel()
 		if err != nil {
@@ -368,12 +368,12 @@ func trackers() int {
 // is not a failure.
 func TestControllerStoppedBeforeItStartsStopsCleanly(t *testing.T) {
 	w := newWorld(t)
-	c, err := controller.New(controller.Options{JetStream: w.js, Store: w.store, Views: w.views,
-		Freshness: postgres.NewFreshness(w.pool, nil), Commands: w.bus})
+	c, err := controller.New(controller.Options{JetStream: w.JS, Store: w.Store, Views: w.Views,
+		Freshness: postgres.NewFreshness(w.Pool, nil), Commands: w.Commands})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(w.ctx)
+	ctx, cancel := context.WithCancel(w.Ctx)
 	cancel()
 	if err := c.Run(ctx); err != nil {
 		t.Fatalf("a controller stopped before it started returned %v", err)

@@ -108,7 +108,7 @@ func TestLeaderCutOffLosesTheLease(t *testing.T) {
 	w.host("h1", 10)
 	w.beat("h1")
 	w.agent("h1", 100)
-	nc, js := natstest.Connect(t, w.ns)
+	nc, js := natstest.Connect(t, w.NATS)
 	a := w.controller("ctl-a", func(o *controller.Options) { o.JetStream = js })
 	leaderOf(t, a)
 	b := w.controller("ctl-b")
@@ -134,24 +134,24 @@ func TestLeaseOverwrittenIsLost(t *testing.T) {
 	w := newWorld(t)
 	a := w.controller("ctl-a", func(o *controller.Options) { o.LeaseTTL = 3 * time.Second })
 	leaderOf(t, a)
-	kv, err := w.js.KeyValue(w.ctx, controller.LeaseBucket)
+	kv, err := w.JS.KeyValue(w.Ctx, controller.LeaseBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := kv.Get(w.ctx, "controller")
+	e, err := kv.Get(w.Ctx, "controller")
 	if err != nil || string(e.Value()) != "ctl-a" {
 		t.Fatalf("lease key: %v %v", e, err)
 	}
-	if _, err := kv.Put(w.ctx, "controller", []byte("intruder")); err != nil {
+	if _, err := kv.Put(w.Ctx, "controller", []byte("intruder")); err != nil {
 		t.Fatal(err)
 	}
 	wait.For(t, 5*time.Second, "ctl-a to lose leadership", func() bool { return !a.IsLeader() })
-	if err := kv.Delete(w.ctx, "controller"); err != nil {
+	if err := kv.Delete(w.Ctx, "controller"); err != nil {
 		t.Fatal(err)
 	}
 	wait.For(t, 5*time.Second, "ctl-a to lead again", a.IsLeader)
 	a.stop()
-	if _, err := kv.Get(w.ctx, "controller"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, err := kv.Get(w.Ctx, "controller"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("lease not released: %v", err)
 	}
 }

@@ -135,7 +135,7 @@ func TestTerminatedServerIsReplaced(t *testing.T) {
 // rows returns a fleet's game servers from the views.
 func (w *world) rows(fleet string) []projections.Row[*eventsv1.GameServerState] {
 	w.t.Helper()
-	rows, err := w.views.ListGameServers(w.ctx, projections.GameServerQuery{Fleet: events.FleetName(fleet), Limit: 1000})
+	rows, err := w.Views.ListGameServers(w.Ctx, projections.GameServerQuery{Fleet: events.FleetName(fleet), Limit: 1000})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestDeletedFleetIsShutDown(t *testing.T) {
 	wait.For(t, 10*time.Second, "3 READY servers", func() bool {
 		return w.countStates("arena", eventsv1.Lifecycle_LIFECYCLE_READY) == 2 && w.countStates("other", eventsv1.Lifecycle_LIFECYCLE_READY) == 1
 	})
-	hist, err := w.store.History(w.ctx, events.MustSubject("fleets/arena"), 0)
+	hist, err := w.Store.History(w.Ctx, events.MustSubject("fleets/arena"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +280,7 @@ func TestStartCommandResentAfterTimeout(t *testing.T) {
 		o.StartTimeout, o.Clock = timeout, clk
 		o.UnreachableAfter, o.LostAfter = time.Hour, 2*time.Hour // one beat, and the clock moves by hand
 	})
-	cons, err := w.bus.Consumer(w.ctx, "h1") // the agent is away: commands wait
+	cons, err := w.Commands.Consumer(w.Ctx, "h1") // the agent is away: commands wait
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestStartCommandResentAfterTimeout(t *testing.T) {
 	// those delivered (the fake agent pulls them in batches) but not yet
 	// acknowledged, which it does after recording them.
 	pending := func() uint64 {
-		info, err := cons.Info(w.ctx)
+		info, err := cons.Info(w.Ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -52,7 +52,7 @@ func (w *world) failingAgent(host string) (fixed *atomic.Bool) {
 // fleetState reads a fleet from the views; nil before they show it.
 func (w *world) fleetState(id string) *eventsv1.FleetState {
 	w.t.Helper()
-	f, err := w.views.Fleet(w.ctx, events.FleetName(id))
+	f, err := w.Views.Fleet(w.Ctx, events.FleetName(id))
 	if errors.Is(err, projections.ErrNotFound) {
 		return nil
 	}

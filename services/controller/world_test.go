@@ -10,20 +10,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go/jetstream"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/postgres"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/controller"
-	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
 	kit "github.com/tetherhq/tether/services/testkit/stack"
@@ -37,25 +33,18 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // tests.
 type world struct {
 	*kit.Stack
-	t     *testing.T
-	ctx   context.Context
-	ns    *natsembed.Server
-	js    jetstream.JetStream
-	store *natsjs.Store
-	pool  *pgxpool.Pool
-	views *postgres.Views
-	bus   *commands.Bus
+	t *testing.T
 }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	k := kit.New(t, kit.WithProjector(), kit.WithCommands())
-	return &world{Stack: k, t: t, ctx: k.Ctx, ns: k.NATS, js: k.JS, store: k.Store, pool: k.Pool, views: k.Views, bus: k.Commands}
+	return &world{Stack: k, t: t}
 }
 
 func (w *world) append(name string, expected uint64, payload proto.Message) uint64 {
 	w.t.Helper()
-	seq, err := w.store.Append(w.ctx, events.MustSubject(name), expected, events.New(name, time.Now(), payload))
+	seq, err := w.Store.Append(w.Ctx, events.MustSubject(name), expected, events.New(name, time.Now(), payload))
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -83,7 +72,7 @@ func (w *world) fleet(id string, spec *eventsv1.FleetSpec) {
 func (w *world) scale(id string, replicas int32) {
 	w.t.Helper()
 	name := events.FleetName(id)
-	hist, err := w.store.History(w.ctx, events.MustSubject(name), 0)
+	hist, err := w.Store.History(w.Ctx, events.MustSubject(name), 0)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -106,7 +95,7 @@ func (w *world) scale(id string, replicas int32) {
 // a single event.
 func (w *world) gameServerEvent(name, producer string, cmd any) error {
 	for range 10 {
-		hist, err := w.store.History(w.ctx, events.MustSubject(name), 0)
+		hist, err := w.Store.History(w.Ctx, events.MustSubject(name), 0)
 		if err != nil {
 			return err
 		}
@@ -137,7 +126,7 @@ func (w *world) gameServerEvent(name, producer string, cmd any) error {
 			evs[i] = events.New(name, time.Now(), m)
 			evs[i].Producer = producer
 		}
-		_, err = w.store.Append(w.ctx, events.MustSubject(name), guard, evs...)
+		_, err = w.Store.Append(w.Ctx, events.MustSubject(name), guard, evs...)
 		if !errors.Is(err, events.ErrConflict) {
 			return err
 		}
@@ -148,7 +137,7 @@ func (w *world) gameServerEvent(name, producer string, cmd any) error {
 // fleetEvents lists the events of a fleet's game servers, in stream order.
 func (w *world) fleetEvents(fleet string) []events.Envelope {
 	w.t.Helper()
-	hist, err := w.store.History(w.ctx, events.FleetGameServersSubject(fleet), 0)
+	hist, err := w.Store.History(w.Ctx, events.FleetGameServersSubject(fleet), 0)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -173,7 +162,7 @@ func (w *world) scheduledBy(fleet string) map[string]int {
 // states returns a fleet's game servers by name, from the views.
 func (w *world) states(fleet string) map[string]eventsv1.Lifecycle {
 	w.t.Helper()
-	rows, err := w.views.ListGameServers(w.ctx, projections.GameServerQuery{Fleet: events.FleetName(fleet), Limit: 1000})
+	rows, err := w.Views.ListGameServers(w.Ctx, projections.GameServerQuery{Fleet: events.FleetName(fleet), Limit: 1000})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -206,11 +195,11 @@ type ctl struct {
 // options.
 func (w *world) controller(id string, opts ...func(*controller.Options)) *ctl {
 	w.t.Helper()
-	fresh := postgres.NewFreshness(w.pool, nil)
+	fresh := postgres.NewFreshness(w.Pool, nil)
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	o := controller.Options{
-		JetStream: w.js, Store: w.store, Views: w.views, Freshness: fresh, Commands: w.bus,
+		JetStream: w.JS, Store: w.Store, Views: w.Views, Freshness: fresh, Commands: w.Commands,
 		ID: id, LeaseTTL: time.Second, Interval: 50 * time.Millisecond, MeterProvider: mp,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("test", w.t.Name()),
 	}
@@ -221,7 +210,7 @@ func (w *world) controller(id string, opts ...func(*controller.Options)) *ctl {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(w.ctx)
+	ctx, cancel := context.WithCancel(w.Ctx)
 	done := make(chan error, 2)
 	go func() { done <- fresh.Run(ctx) }()
 	go func() { done <- c.Run(ctx) }()
@@ -316,7 +305,7 @@ func (w *world) agent(host string, ready int) *agent {
 // world is stopping), and is acknowledged.
 func (w *world) consumeCommands(host string, handle func(*agentv1.Command) error) {
 	w.t.Helper()
-	cons, err := w.bus.Consumer(w.ctx, host)
+	cons, err := w.Commands.Consumer(w.Ctx, host)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -337,10 +326,10 @@ func (w *world) consumeCommands(host string, handle func(*agentv1.Command) error
 				w.t.Errorf("agent %s: %v", host, err)
 				continue
 			}
-			if err := handle(cmd); err != nil && w.ctx.Err() == nil {
+			if err := handle(cmd); err != nil && w.Ctx.Err() == nil {
 				w.t.Errorf("agent %s: %v", host, err)
 			}
-			if err := m.Ack(); err != nil && w.ctx.Err() == nil {
+			if err := m.Ack(); err != nil && w.Ctx.Err() == nil {
 				w.t.Errorf("agent %s: ack: %v", host, err)
 			}
 		}

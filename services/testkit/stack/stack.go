@@ -156,12 +156,12 @@ func New(t testing.TB, opts ...Option) *Stack {
 // Go runs a component until the test ends; an error it returns, other
 // than at the end, fails the test.
 func (s *Stack) Go(name string, run func(context.Context) error) {
-	s.GoUntil(s.Ctx, name, run)
+	s.goUntil(s.Ctx, name, run)
 }
 
-// GoUntil runs a component until ctx ends or the test does, whichever is
+// goUntil runs a component until ctx ends or the test does, whichever is
 // first, and returns a channel that is closed once it has returned.
-func (s *Stack) GoUntil(ctx context.Context, name string, run func(context.Context) error) <-chan struct{} {
+func (s *Stack) goUntil(ctx context.Context, name string, run func(context.Context) error) <-chan struct{} {
 	done := make(chan struct{})
 	s.wg.Add(1)
 	go func() {
@@ -193,7 +193,7 @@ func (s *Stack) StartProjector(configure ...func(*postgres.ProjectorOptions)) {
 		s.T.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(s.Ctx)
-	done := s.GoUntil(ctx, "projector", p.Run)
+	done := s.goUntil(ctx, "projector", p.Run)
 	s.projector = func() {
 		cancel()
 		<-done
