@@ -1,7 +1,7 @@
 // Package migrations holds Tether's PostgreSQL schema as goose migrations
 // (NNNNN_name.sql files with -- +goose Up / -- +goose Down sections),
-// embedded in the binary and applied at start-up by every process that uses
-// the database.
+// embedded in the binary. `tether migrate` (and `tether dev`) applies them
+// (Apply); the services only check that none is pending (Check).
 package migrations
 
 import (
@@ -31,6 +31,38 @@ const (
 
 // FS returns the migration files.
 func FS() fs.FS { return files }
+
+// ErrPending is the error of a database that lacks some of this binary's
+// migrations.
+var ErrPending = errors.New("the database schema is behind this version of Tether: run `tether migrate` (with the same DATABASE_URL) first")
+
+// Check returns an error wrapping ErrPending if the database at databaseURL
+// lacks some of the embedded migrations. A database ahead of this binary
+// (a newer version migrated it during a rolling upgrade) passes: migrations
+// only add.
+func Check(ctx context.Context, databaseURL string) (err error) {
+	db, err := sql.Open("pgx", databaseURL)
+	if err != nil {
+		return fmt.Errorf("migrations: open database: %w", err)
+	}
+	defer func() {
+		if cerr := db.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("migrations: close database: %w", cerr))
+		}
+	}()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	have, want, err := p.GetVersions(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: read the schema version: %w", err)
+	}
+	if have < want {
+		return fmt.Errorf("schema version %d, this binary needs %d: %w", have, want, ErrPending)
+	}
+	return nil
+}
 
 // Apply brings the database at databaseURL up to the newest migration,
 // logging each one it applies to logger (nil discards). It holds a

@@ -9,6 +9,39 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// ErrNotSetUp is the error of a service that finds a stream or bucket
+// missing: `tether migrate` creates them, services never do.
+var ErrNotSetUp = errors.New("not set up: run `tether migrate` (with the same --nats-url) first")
+
+// NotSetUp returns an error wrapping ErrNotSetUp that names what is missing.
+func NotSetUp(what string) error {
+	return fmt.Errorf("%s does not exist: %w", what, ErrNotSetUp)
+}
+
+// EnsureKeyValue creates the key-value bucket want describes or, if it
+// exists, updates it only where its description, TTL, history or replicas
+// differ; a bucket already as wanted is not written to (see EnsureStream).
+func EnsureKeyValue(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) error {
+	want.Replicas = max(want.Replicas, 1)
+	if kv, err := js.KeyValue(ctx, want.Bucket); err == nil {
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", want.Bucket, err)
+		}
+		bs, ok := st.(*jetstream.KeyValueBucketStatus)
+		if ok && st.TTL() == want.TTL && st.History() == int64(max(want.History, 1)) &&
+			bs.StreamInfo().Config.Replicas == want.Replicas && bs.StreamInfo().Config.Description == want.Description {
+			return nil
+		}
+	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("bucket %s: %w", want.Bucket, err)
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, want); err != nil {
+		return fmt.Errorf("bucket %s: %w", want.Bucket, err)
+	}
+	return nil
+}
+
 // EnsureStream creates the stream want describes or, if it exists,
 // updates it only where a field Tether manages differs: its description,
 // subjects, retention, storage, replicas, duplicate window, age and

@@ -10,10 +10,10 @@ import (
 	"github.com/tetherhq/tether/events/natsjs"
 )
 
-// TestNewKeepsTheOperatorsStreamSettings: a process that starts over an
+// TestSetupKeepsTheOperatorsStreamSettings: `tether migrate` run over an
 // existing stream leaves what it does not manage as the operator set it,
 // and changes only what it manages and what differs.
-func TestNewKeepsTheOperatorsStreamSettings(t *testing.T) {
+func TestSetupKeepsTheOperatorsStreamSettings(t *testing.T) {
 	e := newEnv(t)
 	stream, err := e.js.Stream(e.ctx, events.StreamName)
 	if err != nil {
@@ -34,19 +34,19 @@ func TestNewKeepsTheOperatorsStreamSettings(t *testing.T) {
 		return s.CachedInfo().Config
 	}
 
-	if _, err := natsjs.New(e.ctx, e.js, natsjs.Options{}); err != nil {
+	if err := natsjs.Setup(e.ctx, e.js, natsjs.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if c := config(); c.Compression != jetstream.S2Compression || c.MaxBytes != 1<<30 {
 		t.Fatalf("a restart over the stream reset the operator's settings: compression %v, max bytes %d", c.Compression, c.MaxBytes)
 	}
 
-	if _, err := natsjs.New(e.ctx, e.js, natsjs.Options{DuplicateWindow: time.Minute}); err != nil {
+	if err := natsjs.Setup(e.ctx, e.js, natsjs.Options{DuplicateWindow: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	c := config()
 	if c.Duplicates != time.Minute {
-		t.Fatalf("duplicate window %s after New asked for 1m", c.Duplicates)
+		t.Fatalf("duplicate window %s after Setup asked for 1m", c.Duplicates)
 	}
 	if c.Compression != jetstream.S2Compression || c.MaxBytes != 1<<30 || !c.DenyDelete || !c.DenyPurge || !c.AllowDirect {
 		t.Fatalf("the update changed more than the duplicate window: %+v", c)

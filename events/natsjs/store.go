@@ -84,17 +84,33 @@ type Store struct {
 	log    *slog.Logger
 }
 
-// New creates the stream, or updates its configuration where it differs
-// (EnsureStream), and returns a store over it. The stream denies deletes and
-// purges and has no limits: events are kept forever.
+// Setup creates the events stream, or updates its configuration where it
+// differs (EnsureStream): `tether migrate` runs it. The stream denies
+// deletes and purges and has no limits: events are kept forever.
+func Setup(ctx context.Context, js jetstream.JetStream, opts Options) error {
+	opts.setDefaults()
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	if _, err := EnsureStream(ctx, js, streamConfig(opts)); err != nil {
+		return fmt.Errorf("natsjs: set up stream %s: %w", events.StreamName, err)
+	}
+	return nil
+}
+
+// New returns a store over the events stream. It does not create the
+// stream: a missing one is an error wrapping ErrNotSetUp (Setup creates it).
 func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, error) {
 	opts.setDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	stream, err := EnsureStream(ctx, js, streamConfig(opts))
+	stream, err := js.Stream(ctx, events.StreamName)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, NotSetUp("stream " + events.StreamName)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("natsjs: create stream %s: %w", events.StreamName, err)
+		return nil, fmt.Errorf("natsjs: stream %s: %w", events.StreamName, err)
 	}
 	return &Store{js: js, stream: stream, log: opts.Logger}, nil
 }

@@ -32,6 +32,9 @@ func newEnv(t testing.TB) env {
 	_, js := natstest.Connect(t, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
+	if err := natsjs.Setup(ctx, js, natsjs.Options{}); err != nil {
+		t.Fatal(err)
+	}
 	s, err := natsjs.New(ctx, js, natsjs.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -572,13 +575,17 @@ func TestNew(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := natsjs.New(ctx, js, tc.opts)
+			err := natsjs.Setup(ctx, js, tc.opts)
 			if tc.wantErr {
 				if err == nil {
-					t.Fatal("New succeeded, want an error")
+					t.Fatal("Setup succeeded, want an error")
 				}
 				return
 			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := natsjs.New(ctx, js, tc.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -593,6 +600,20 @@ func TestNew(t *testing.T) {
 				t.Fatalf("stream config %+v", cfg)
 			}
 		})
+	}
+}
+
+// TestNewWithoutSetup: a service never creates the stream; it says to run
+// `tether migrate`.
+func TestNewWithoutSetup(t *testing.T) {
+	ns := natstest.Start(t)
+	_, js := natstest.Connect(t, ns)
+	_, err := natsjs.New(t.Context(), js, natsjs.Options{})
+	if !errors.Is(err, natsjs.ErrNotSetUp) || !strings.Contains(err.Error(), "tether migrate") {
+		t.Fatalf("New on a server without the stream: %v, want ErrNotSetUp naming tether migrate", err)
+	}
+	if _, err := js.Stream(t.Context(), events.StreamName); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("New created the stream: %v", err)
 	}
 }
 

@@ -159,9 +159,11 @@ type Projector struct {
 	deadLetters metric.Int64Counter
 	batchTime   metric.Float64Histogram
 
-	checkpoint atomic.Uint64 // last committed sequence
-	pending    atomic.Uint64 // stream messages not yet delivered, from the last message's metadata
-	delivered  atomic.Uint64 // last delivered sequence
+	checkpoint atomic.Uint64         // last committed sequence
+	fence      atomic.Uint64         // the lease epoch of this run (RunFenced), 0 without a lease
+	failing    atomic.Pointer[error] // the last batch's failure while it is being retried
+	pending    atomic.Uint64         // stream messages not yet delivered, from the last message's metadata
+	delivered  atomic.Uint64         // last delivered sequence
 
 	held *heldViews // states kept in memory during a replay (HoldViews); nil when live
 }
@@ -211,8 +213,30 @@ func (p *Projector) Lag() uint64 {
 	return 0
 }
 
-// Run consumes and applies events until ctx ends.
-func (p *Projector) Run(ctx context.Context) error {
+// ErrFenced is the error of a batch refused because a projector with a
+// newer lease epoch has written the checkpoint: this one lost its lease.
+var ErrFenced = errors.New("projector: a projector with a newer lease epoch has taken over")
+
+// Ready reports why the projector cannot apply events now: its last batch
+// failed and is being retried (PostgreSQL unreachable).
+func (p *Projector) Ready() error {
+	if err := p.failing.Load(); err != nil {
+		return fmt.Errorf("applying a batch fails: %w", *err)
+	}
+	return nil
+}
+
+// Run consumes and applies events until ctx ends, without a lease: the
+// only projector of its views (tether dev, tests).
+func (p *Projector) Run(ctx context.Context) error { return p.RunFenced(ctx, 0) }
+
+// RunFenced consumes and applies events until ctx ends, as the holder of
+// the projector lease's tenure epoch: every batch writes the epoch with the
+// checkpoint and is refused (ErrFenced, which ends the run) once the
+// checkpoint holds a newer one. It recreates the durable consumer from the
+// checkpoint first, so nothing a predecessor had in hand is skipped.
+func (p *Projector) RunFenced(ctx context.Context, epoch uint64) error {
+	p.fence.Store(epoch)
 	cons, err := p.Consumer(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -279,6 +303,10 @@ func (p *Projector) applyWithRetry(ctx context.Context, batch []jetstream.Msg) e
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, ErrFenced) {
+			return err
+		}
+		p.failing.Store(&err)
 		p.log.Error("projector batch failed; retrying", "err", err, "backoff", backoff)
 		select {
 		case <-ctx.Done():
@@ -287,6 +315,7 @@ func (p *Projector) applyWithRetry(ctx context.Context, batch []jetstream.Msg) e
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+	p.failing.Store(nil)
 	last := batch[len(batch)-1]
 	if err := last.Ack(); err != nil {
 		// Not fatal: the batch is committed, a redelivery is skipped by the checkpoint.
@@ -334,7 +363,7 @@ func (p *Projector) consumer(ctx context.Context, cp uint64) (jetstream.Consumer
 		if err != nil {
 			return nil, fmt.Errorf("projector: consumer info: %w", err)
 		}
-		if !p.consumerPast(info, cp) {
+		if p.fence.Load() == 0 && !p.consumerPast(info, cp) {
 			return c, nil
 		}
 		if err := stream.DeleteConsumer(ctx, p.opts.Durable); err != nil {
@@ -413,10 +442,14 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // No-op after commit; a failed batch is retried whole.
 
-	var cp int64
-	if err := tx.QueryRow(ctx, `SELECT sequence FROM projector_checkpoints WHERE partition = $1 FOR UPDATE`,
-		p.opts.Partition).Scan(&cp); err != nil {
+	var cp, fence int64
+	if err := tx.QueryRow(ctx, `SELECT sequence, fence FROM projector_checkpoints WHERE partition = $1 FOR UPDATE`,
+		p.opts.Partition).Scan(&cp, &fence); err != nil {
 		return fmt.Errorf("projector: lock checkpoint: %w", err)
+	}
+	epoch := p.fence.Load()
+	if epoch > 0 && uint64(fence) > epoch {
+		return fmt.Errorf("%w (checkpoint epoch %d, ours %d)", ErrFenced, fence, epoch)
 	}
 	folds := folders()
 	held := p.held
@@ -489,7 +522,8 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 ON CONFLICT (sequence) DO NOTHING`, int64(d.seq), d.subject, d.typ, d.err.Error(), d.data)
 		p.log.Warn("projector dead-lettered an event", "sequence", d.seq, "subject", d.subject, "type", d.typ, "err", d.err)
 	}
-	b.Queue(`UPDATE projector_checkpoints SET sequence = $2, update_time = now() WHERE partition = $1`, p.opts.Partition, int64(last))
+	b.Queue(`UPDATE projector_checkpoints SET sequence = $2, update_time = now(), fence = GREATEST(fence, $3) WHERE partition = $1`,
+		p.opts.Partition, int64(last), int64(epoch))
 	if !p.opts.Scratch {
 		b.Queue(`SELECT pg_notify($1, $2)`, CheckpointChannel, strconv.FormatUint(last, 10))
 	}

@@ -437,6 +437,10 @@ func (r *replay) swap(ctx context.Context) error {
 	}
 	stmts := []string{
 		`LOCK TABLE ` + strings.Join(qualified, ", ") + ` IN ACCESS EXCLUSIVE MODE`,
+		// The live projector's fence (its lease epoch) carries over, so a
+		// projector that lost its lease cannot write over the swapped views.
+		`UPDATE ` + scratch + `.projector_checkpoints s SET fence = l.fence FROM ` + live +
+			`.projector_checkpoints l WHERE s.partition = l.partition`,
 		`CREATE SCHEMA ` + retired,
 	}
 	for _, t := range viewTables {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/services/platform/migrate"
+
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
@@ -447,6 +449,9 @@ func TestAgentStoppedWhileStartingStopsCleanly(t *testing.T) {
 	_, js := natstest.Connect(t, ns)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if err := migrate.NATS(ctx, js, migrate.Options{}); err != nil {
+		t.Fatal(err)
+	}
 	store, err := natsjs.New(ctx, js, natsjs.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/services/platform/migrate"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -48,6 +50,9 @@ func TestEventsSurviveNATSBeingAway(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if err := migrate.NATS(ctx, js, migrate.Options{}); err != nil {
+		t.Fatal(err)
+	}
 	store, err := natsjs.New(ctx, js, natsjs.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/services/platform/migrate"
+
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/jonboulle/clockwork"
@@ -28,6 +30,9 @@ func TestReconnectRacesWindowExpiry(t *testing.T) {
 	ctx := context.Background()
 	ns := natstest.Start(t)
 	_, js := natstest.Connect(t, ns)
+	if err := migrate.NATS(ctx, js, migrate.Options{}); err != nil {
+		t.Fatal(err)
+	}
 	store, err := natsjs.New(ctx, js, natsjs.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/nats/hostbeat"
+	"github.com/tetherhq/tether/services/nats/lease"
 )
 
 // eventStore is what the controller needs of the event store.
@@ -76,8 +77,6 @@ type Options struct {
 	Commands commandSender
 	// ID names this instance; default a random "ctl-…" id.
 	ID string
-	// LeaseTTL is how long a silent leader keeps the lease; default 10s.
-	LeaseTTL time.Duration
 	// Interval is the reconcile period; default 1s.
 	Interval time.Duration
 	// ShutdownGrace is the deadline given to a stopped server; default 30s.
@@ -117,7 +116,6 @@ type Options struct {
 
 // The defaults of Options, and of the `tether controller` flags.
 const (
-	DefaultLeaseTTL         = 10 * time.Second
 	DefaultInterval         = time.Second
 	DefaultShutdownGrace    = 30 * time.Second
 	DefaultUnreachableAfter = 10 * time.Second
@@ -131,9 +129,6 @@ const (
 func (o *Options) setDefaults() {
 	if o.ID == "" {
 		o.ID = events.NewID("ctl")
-	}
-	if o.LeaseTTL <= 0 {
-		o.LeaseTTL = DefaultLeaseTTL
 	}
 	if o.Interval <= 0 {
 		o.Interval = DefaultInterval
@@ -197,12 +192,16 @@ func (o *Options) validateTimings() error {
 	return nil
 }
 
+// LeaseRole is the controller's key in the lease bucket (lease.Bucket).
+const LeaseRole = "controller"
+
 // Controller is one controller instance; only the lease holder acts.
 type Controller struct {
 	opts     Options
 	log      *slog.Logger
 	producer string
 	leader   atomic.Bool
+	lease    atomic.Pointer[lease.Lease] // set once Run has opened it
 
 	scheduled metric.Int64Counter
 	shutdowns metric.Int64Counter
@@ -287,37 +286,25 @@ func (c *Controller) IsLeader() bool { return c.leader.Load() }
 func (c *Controller) ID() string { return c.opts.ID }
 
 // Run waits for the lease, acts while it holds it, and goes back to
-// standby if it loses it, until ctx ends; a leader then releases the lease.
+// standby if it loses it, until ctx ends; a leader then releases the lease
+// (the lease package), so a standby takes over at once.
 func (c *Controller) Run(ctx context.Context) error {
-	l, err := openLease(ctx, c.opts.JetStream, c.opts.ID, c.opts.LeaseTTL)
+	l, err := lease.Open(ctx, c.opts.JetStream, LeaseRole, c.opts.ID, c.log)
 	if err != nil {
 		if ctx.Err() != nil { // stopped before it could start: a clean stop
 			return nil
 		}
-		return err
+		return fmt.Errorf("controller: %w", err)
 	}
-	for {
-		ok, err := l.acquire(ctx)
-		if err != nil && ctx.Err() == nil {
-			c.log.Warn("lease unavailable", "err", err)
-		}
-		if ok {
-			c.lead(ctx, l)
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(c.opts.LeaseTTL / 5):
-		}
-	}
+	c.lease.Store(l)
+	return l.Run(ctx, c.lead)
 }
 
-// lead reconciles while the lease holds.
-func (c *Controller) lead(ctx context.Context, l *lease) {
+// lead reconciles every Interval until ctx ends: the lease is lost, or the
+// controller stops.
+func (c *Controller) lead(ctx context.Context, epoch uint64) error {
 	c.leader.Store(true)
+	defer c.leader.Store(false)
 	c.seen = map[string]time.Time{}        // every host gets a full grace from a new leader
 	c.startResent = map[string]time.Time{} // and every SCHEDULED server a full start timeout
 	c.live.reset()                         // and reads the views whole
@@ -325,52 +312,19 @@ func (c *Controller) lead(ctx context.Context, l *lease) {
 	c.starts = startWatch{}                // and reads start failures from the views' checkpoint
 	c.written, c.caughtUp = 0, false
 	defer c.stopBeats() // started by the first pass, with the leadership's context
-	c.log.Info("became leader", "lease_ttl", c.opts.LeaseTTL)
-	lctx, lost := context.WithCancel(ctx)
-	defer lost()
-	renewed := make(chan struct{})
-	go func() {
-		defer close(renewed)
-		t := time.NewTicker(c.opts.LeaseTTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-lctx.Done():
-				return
-			case <-t.C:
-				if err := l.renew(lctx); err != nil {
-					if lctx.Err() == nil {
-						c.leader.Store(false)
-						c.log.Warn("lost leadership", "err", err)
-					}
-					lost()
-					return
-				}
-			}
-		}
-	}()
+	c.log.Info("became leader", "epoch", epoch)
 	t := time.NewTicker(c.opts.Interval)
 	defer t.Stop()
-	for lctx.Err() == nil {
-		if err := c.Reconcile(lctx); err != nil && lctx.Err() == nil {
+	for ctx.Err() == nil {
+		if err := c.Reconcile(ctx); err != nil && ctx.Err() == nil {
 			c.log.Error("reconcile failed", "err", err)
 		}
 		select {
-		case <-lctx.Done():
+		case <-ctx.Done():
 		case <-t.C:
 		}
 	}
-	c.leader.Store(false)
-	<-renewed // the renewer owns the lease's revision until it stops
-	if ctx.Err() != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		if err := l.release(rctx); err != nil {
-			c.log.Warn("release lease", "err", err)
-		} else {
-			c.log.Info("released leadership")
-		}
-	}
+	return nil
 }
 
 // Reconcile runs one pass over every fleet: observe, plan, execute

@@ -122,7 +122,7 @@ func TestHostLivenessUnreachableIsNotLost(t *testing.T) {
 	ctx, cancel := context.WithCancel(w.Ctx)
 	c, err := controller.New(controller.Options{
 		JetStream: w.JS, Store: w.Store, Views: postgres.NewViews(w.Pool), Freshness: fresh, Commands: w.Commands,
-		LeaseTTL: time.Second, Interval: 50 * time.Millisecond, UnreachableAfter: 400 * time.Millisecond, LostAfter: 1500 * time.Millisecond,
+		Interval: 50 * time.Millisecond, UnreachableAfter: 400 * time.Millisecond, LostAfter: 1500 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {

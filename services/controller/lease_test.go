@@ -10,7 +10,9 @@ import (
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/controller"
+	"github.com/tetherhq/tether/services/nats/lease"
 	"github.com/tetherhq/tether/services/testkit/natstest"
+	kit "github.com/tetherhq/tether/services/testkit/stack"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
@@ -131,10 +133,10 @@ func TestLeaderCutOffLosesTheLease(t *testing.T) {
 // The lease is lost at once when its key is not ours any more, and a
 // leader that stops releases it so a standby need not wait for the TTL.
 func TestLeaseOverwrittenIsLost(t *testing.T) {
-	w := newWorld(t)
-	a := w.controller("ctl-a", func(o *controller.Options) { o.LeaseTTL = 3 * time.Second })
+	w := newWorld(t, kit.WithLeaseTTL(3*time.Second))
+	a := w.controller("ctl-a")
 	leaderOf(t, a)
-	kv, err := w.JS.KeyValue(w.Ctx, controller.LeaseBucket)
+	kv, err := w.JS.KeyValue(w.Ctx, lease.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}

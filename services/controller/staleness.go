@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"context"
 	"fmt"
 	"sync"
@@ -100,10 +101,18 @@ func (c *Controller) checkViews(ctx context.Context) (bool, error) {
 	return stale, nil
 }
 
-// Ready reports why this instance should not be counted on now: while it
-// leads, views that have stopped moving (the projector is down) make it
-// unready. A standby is ready.
+// Ready reports why this instance should not be counted on now: before it
+// has opened the lease, while the lease bucket cannot be reached, and while
+// it leads on views that have stopped moving (the projector is down). A
+// standby that can reach the lease is ready: it can take over.
 func (c *Controller) Ready() error {
+	l := c.lease.Load()
+	if l == nil {
+		return errors.New("starting: the lease is not open yet")
+	}
+	if status, err := l.Status(); err != nil {
+		return fmt.Errorf("%s: %w", status, err)
+	}
 	if !c.leader.Load() {
 		return nil
 	}

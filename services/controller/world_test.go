@@ -36,9 +36,9 @@ type world struct {
 	t *testing.T
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t *testing.T, opts ...kit.Option) *world {
 	t.Helper()
-	k := kit.New(t, kit.WithProjector(), kit.WithCommands())
+	k := kit.New(t, append([]kit.Option{kit.WithProjector(), kit.WithCommands()}, opts...)...)
 	return &world{Stack: k, t: t}
 }
 
@@ -200,7 +200,7 @@ func (w *world) controller(id string, opts ...func(*controller.Options)) *ctl {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	o := controller.Options{
 		JetStream: w.JS, Store: w.Store, Views: w.Views, Freshness: fresh, Commands: w.Commands,
-		ID: id, LeaseTTL: time.Second, Interval: 50 * time.Millisecond, MeterProvider: mp,
+		ID: id, Interval: 50 * time.Millisecond, MeterProvider: mp,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("test", w.t.Name()),
 	}
 	for _, f := range opts {

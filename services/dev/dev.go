@@ -34,7 +34,9 @@ import (
 	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/dev/pgtemp"
 	"github.com/tetherhq/tether/services/nats/commands"
+	"github.com/tetherhq/tether/services/nats/lease"
 	"github.com/tetherhq/tether/services/platform/connect"
+	"github.com/tetherhq/tether/services/platform/migrate"
 	"github.com/tetherhq/tether/services/platform/playertoken"
 )
 
@@ -117,6 +119,9 @@ type Options struct {
 	// instead of starting them at once (thousands of simulated hosts); 0
 	// starts them together.
 	AgentStartSpread time.Duration
+	// LeaseTTL is the lease bucket's TTL (migrate.Options.LeaseTTL); default
+	// lease.DefaultTTL.
+	LeaseTTL time.Duration
 	// ControllerOptions, if set, adjusts the controller's options.
 	ControllerOptions func(o *controller.Options)
 }
@@ -247,16 +252,23 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer nc.Close()
-	store, err := natsjs.New(ctx, js, natsjs.Options{Logger: log})
-	if err != nil {
-		return err
-	}
 	if opts.NATSURL == "" {
 		if err := dropEarlierLease(ctx, js, log); err != nil {
 			return err
 		}
 	}
-	pool, err := connect.Postgres(ctx, dbURL, 20, log)
+	// What `tether migrate` does, for the user.
+	if err := migrate.NATS(ctx, js, migrate.Options{LeaseTTL: opts.LeaseTTL, Logger: log}); err != nil {
+		return err
+	}
+	if err := migrate.Postgres(ctx, dbURL, log); err != nil {
+		return err
+	}
+	store, err := natsjs.New(ctx, js, natsjs.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	pool, err := connect.Postgres(ctx, dbURL, 20)
 	if err != nil {
 		return err
 	}
@@ -378,13 +390,14 @@ func Run(ctx context.Context, opts Options) error {
 	return g.Wait()
 }
 
-// dropEarlierLease removes the controller lease an earlier run left in the
-// embedded NATS server's store (a run killed before it could release it).
-// That store is this stack's own, so whoever held the lease is gone; left
-// there, it held every decision up until it expired (its TTL, 10 s and
-// more), and the views sat still meanwhile.
+// dropEarlierLease removes the leases an earlier run left in the embedded
+// NATS server's store (a run killed before it could release them). That
+// store is this stack's own, so whoever held a lease is gone; left there,
+// the controller's held every decision up until it expired (its TTL, 10 s
+// and more), and the views sat still meanwhile. migrate.NATS creates the
+// bucket again.
 func dropEarlierLease(ctx context.Context, js jetstream.JetStream, log *slog.Logger) error {
-	kv, err := js.KeyValue(ctx, controller.LeaseBucket)
+	kv, err := js.KeyValue(ctx, lease.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil
 	}
@@ -398,7 +411,7 @@ func dropEarlierLease(ctx context.Context, js jetstream.JetStream, log *slog.Log
 	if err != nil {
 		return fmt.Errorf("dev: read the controller lease: %w", err)
 	}
-	if err := js.DeleteKeyValue(ctx, controller.LeaseBucket); err != nil {
+	if err := js.DeleteKeyValue(ctx, lease.Bucket); err != nil {
 		return fmt.Errorf("dev: remove an earlier run's controller lease: %w", err)
 	}
 	log.Info("removed the controller lease an earlier run left", "keys", keys)

@@ -24,9 +24,9 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev"
 	"github.com/tetherhq/tether/services/dev/natsembed"
+	"github.com/tetherhq/tether/services/nats/lease"
 	"github.com/tetherhq/tether/services/testkit/freeport"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
 	"github.com/tetherhq/tether/services/testkit/wait"
@@ -582,7 +582,7 @@ func TestRestartIsNotHeldUpByAnEarlierRunsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: controller.LeaseBucket, TTL: 10 * time.Second, History: 1})
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: lease.Bucket, TTL: 10 * time.Second, History: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

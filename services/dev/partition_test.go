@@ -20,6 +20,7 @@ import (
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/nats/commands"
+	"github.com/tetherhq/tether/services/platform/migrate"
 	"github.com/tetherhq/tether/services/testkit/freeport"
 	"github.com/tetherhq/tether/services/testkit/natstest"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
@@ -48,6 +49,9 @@ func startPartitionStack(t *testing.T, hosts ...string) *partitionStack {
 	ns := natstest.Start(t)
 	_, js := natstest.Connect(t, ns)
 	ctx, cancel := context.WithCancel(context.Background())
+	if err := migrate.NATS(ctx, js, migrate.Options{LeaseTTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
 	store, err := natsjs.New(ctx, js, natsjs.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +72,7 @@ func startPartitionStack(t *testing.T, hosts ...string) *partitionStack {
 	fresh := postgres.NewFreshness(pool, nil)
 	ctl, err := controller.New(controller.Options{
 		JetStream: js, Store: store, Views: postgres.NewViews(pool), Freshness: fresh, Commands: bus,
-		LeaseTTL: time.Second, Interval: 100 * time.Millisecond,
+		Interval:         100 * time.Millisecond,
 		UnreachableAfter: partitionUnreachableAfter, LostAfter: partitionLostAfter,
 		Logger: log.With("component", "controller"),
 	})

@@ -32,11 +32,14 @@ import (
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev"
 	"github.com/tetherhq/tether/services/nats/commands"
+	"github.com/tetherhq/tether/services/nats/lease"
 	"github.com/tetherhq/tether/services/platform/admin"
 	"github.com/tetherhq/tether/services/platform/connect"
+	"github.com/tetherhq/tether/services/platform/migrate"
 	"github.com/tetherhq/tether/services/platform/playertoken"
 	"github.com/tetherhq/tether/services/platform/profiling"
 	"github.com/tetherhq/tether/services/platform/telemetry"
+	"github.com/tetherhq/tether/services/projector"
 	"github.com/tetherhq/tether/services/tools/chaos"
 )
 
@@ -79,7 +82,7 @@ func rootCommand() *cobra.Command {
 		}
 		return g.startProfiling(cmd.Context())
 	}
-	root.AddCommand(devCommand(&g), apiserverCommand(&g), projectorCommand(&g), controllerCommand(&g), agentCommand(&g), chaosCommand(&g), simCommand(&g))
+	root.AddCommand(devCommand(&g), migrateCommand(&g), apiserverCommand(&g), projectorCommand(&g), controllerCommand(&g), agentCommand(&g), chaosCommand(&g), simCommand(&g))
 	documentEnv(root)
 	return root
 }
@@ -233,24 +236,74 @@ func apiserverCommand(g *global) *cobra.Command {
 }
 
 func projectorCommand(g *global) *cobra.Command {
-	var opts postgres.ProjectorOptions
+	var opts projector.Options
 	cmd := &cobra.Command{
 		Use:   "projector",
-		Short: "Fold the event stream into the PostgreSQL views",
+		Short: "Fold the event stream into the PostgreSQL views (one active instance; others stand by)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runService(cmd.Context(), g, service{name: "tether-projector", database: true}, func(ctx context.Context, d deps) (runner, error) {
 				if _, err := natsjs.New(ctx, d.js, natsjs.Options{Logger: d.log}); err != nil {
 					return nil, err
 				}
-				opts.Pool, opts.JetStream, opts.Logger = d.pool, d.js, d.log
-				opts.TracerProvider, opts.MeterProvider = d.tel.TracerProvider, d.tel.MeterProvider
-				return postgres.NewProjector(opts)
+				opts.Projector.Pool, opts.Projector.JetStream, opts.Logger = d.pool, d.js, d.log
+				opts.Projector.TracerProvider, opts.Projector.MeterProvider = d.tel.TracerProvider, d.tel.MeterProvider
+				return projector.New(opts)
 			})
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&opts.BatchSize, "batch-size", postgres.DefaultBatchSize, "events per batch at most")
-	f.DurationVar(&opts.FlushInterval, "flush-interval", postgres.DefaultFlushInterval, "flush a batch this long after its first event")
+	f.StringVar(&opts.ID, "id", "", "instance id (default: random)")
+	f.IntVar(&opts.Projector.BatchSize, "batch-size", postgres.DefaultBatchSize, "events per batch at most")
+	f.DurationVar(&opts.Projector.FlushInterval, "flush-interval", postgres.DefaultFlushInterval, "flush a batch this long after its first event")
+	return cmd
+}
+
+func migrateCommand(g *global) *cobra.Command {
+	var opts migrate.Options
+	var skipDatabase bool
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Create or update the JetStream streams and buckets and the PostgreSQL schema (run before the services, and at every upgrade)",
+		Long: `Applies the PostgreSQL migrations and creates the JetStream streams and
+key-value buckets Tether uses, or updates them where they differ from what
+this version needs: their replicas included, so --stream-replicas 3 turns an
+R1 deployment into an R3 one in place. Safe to run again and from several
+places at once. The services never create storage themselves: they exit
+telling you to run this.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			if err := opts.Validate(); err != nil {
+				return err
+			}
+			if !skipDatabase && g.dbURL == "" {
+				return errors.New("--database-url (or DATABASE_URL) is required (or --skip-database to set up NATS only)")
+			}
+			ctx := cmd.Context()
+			nc, js, err := connect.NATS(g.natsURL, connect.NATSOptions{Name: "tether-migrate", Logger: log})
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			opts.Logger = log
+			if err := migrate.NATS(ctx, js, opts); err != nil {
+				return err
+			}
+			if !skipDatabase {
+				if err := migrate.Postgres(ctx, g.dbURL, log); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "Tether's storage is up to date.")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&opts.Replicas, "stream-replicas", 1, "replicas of every stream and bucket: 1, 3 or 5 (3 on a NATS cluster of three nodes)")
+	f.DurationVar(&opts.LeaseTTL, "lease-ttl", lease.DefaultTTL, "how long a silent controller or projector keeps its lease before a standby takes over")
+	f.BoolVar(&skipDatabase, "skip-database", false, "set up NATS only")
 	return cmd
 }
 
@@ -282,7 +335,6 @@ func controllerCommand(g *global) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.ID, "id", "", "instance id (default: random)")
-	f.DurationVar(&opts.LeaseTTL, "lease-ttl", controller.DefaultLeaseTTL, "how long a silent leader keeps the lease")
 	f.DurationVar(&opts.Interval, "interval", controller.DefaultInterval, "reconcile period")
 	f.DurationVar(&opts.UnreachableAfter, "host-unreachable-after", controller.DefaultUnreachableAfter, "host heartbeat silence before UNREACHABLE")
 	f.DurationVar(&opts.LostAfter, "host-lost-after", controller.DefaultLostAfter, "host heartbeat silence before LOST (servers replaced)")
@@ -457,7 +509,7 @@ func runService(ctx context.Context, g *global, svc service, build func(context.
 	defer nc.Close()
 	var pool *pgxpool.Pool
 	if svc.database {
-		if pool, err = connect.Postgres(ctx, g.dbURL, 20, log); err != nil {
+		if pool, err = connect.Postgres(ctx, g.dbURL, 20); err != nil {
 			return err
 		}
 		defer pool.Close()

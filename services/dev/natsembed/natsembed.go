@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +32,21 @@ type Options struct {
 	Logger *slog.Logger
 	// ReadyTimeout bounds start-up; default 10s.
 	ReadyTimeout time.Duration
+	// Cluster, when set, makes the server a node of a JetStream cluster
+	// (tests of replicated streams and of a node's loss).
+	Cluster *Cluster
+}
+
+// Cluster joins an embedded server to a NATS cluster.
+type Cluster struct {
+	// Name of the cluster, the same on every node.
+	Name string
+	// ServerName is this node's, unique in the cluster.
+	ServerName string
+	// Port is this node's cluster (route) port on Host.
+	Port int
+	// Routes are the other nodes' route URLs, e.g. nats://127.0.0.1:6223.
+	Routes []string
 }
 
 // DefaultReadyTimeout is the default of Options.ReadyTimeout.
@@ -91,7 +107,7 @@ func Start(opts Options) (*Server, error) {
 		}
 		s.storeDir, s.tempDir = dir, dir
 	}
-	srv, err := server.NewServer(&server.Options{
+	sopts := &server.Options{
 		Host:      opts.Host,
 		Port:      port,
 		JetStream: true,
@@ -100,7 +116,13 @@ func Start(opts Options) (*Server, error) {
 		// Application-level keepalive towards clients (DESIGN.md §1 failure 2).
 		PingInterval: 20 * time.Second,
 		MaxPingsOut:  3,
-	})
+	}
+	if c := opts.Cluster; c != nil {
+		sopts.ServerName = c.ServerName
+		sopts.Cluster = server.ClusterOpts{Name: c.Name, Host: opts.Host, Port: c.Port}
+		sopts.Routes = server.RoutesFromStr(strings.Join(c.Routes, ","))
+	}
+	srv, err := server.NewServer(sopts)
 	if err != nil {
 		s.removeTemp()
 		return nil, fmt.Errorf("natsembed: configure: %w", err)

@@ -70,29 +70,44 @@ func streamConfig() jetstream.StreamConfig {
 	}
 }
 
-// New creates the commands stream, or updates it where it differs
-// (natsjs.EnsureStream). A stream made by an earlier
-// version (a work queue, with the server's default consumer limit) cannot
-// change its retention or consumer limit in place: it is replaced (its pending commands are lost; the controller re-sends starts,
-// and agents re-read their servers), and agents must be restarted after
-// the control plane, to consume from the new stream.
-func New(ctx context.Context, js jetstream.JetStream) (*Bus, error) {
+// Setup creates the commands stream with the given replicas, or updates it
+// where it differs (natsjs.EnsureStream): `tether migrate` runs it. A
+// stream made by an earlier version (a work queue, with the server's
+// default consumer limit) cannot change its retention or consumer limit in
+// place: it is replaced (its pending commands are lost; the controller
+// re-sends starts, and agents re-read their servers), and agents must be
+// restarted after the control plane, to consume from the new stream.
+func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	cfg := streamConfig()
+	cfg.Replicas = max(replicas, 1)
 	replaced := false
 	if old, err := js.Stream(ctx, StreamName); err == nil && (old.CachedInfo().Config.Retention != cfg.Retention || old.CachedInfo().Config.MaxConsumers != cfg.MaxConsumers) {
 		if err := js.DeleteStream(ctx, StreamName); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, fmt.Errorf("commands: replace the %s stream of an earlier version: %w", old.CachedInfo().Config.Retention, err)
+			return fmt.Errorf("commands: replace the %s stream of an earlier version: %w", old.CachedInfo().Config.Retention, err)
 		}
 		replaced = true
 	} else if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, fmt.Errorf("commands: look up stream: %w", err)
+		return fmt.Errorf("commands: look up stream: %w", err)
 	}
 	stream, err := natsjs.EnsureStream(ctx, js, cfg)
 	if replaced {
-		stream, err = retryStoreFailed(ctx, stream, err, func() (jetstream.Stream, error) { return natsjs.EnsureStream(ctx, js, cfg) })
+		_, err = retryStoreFailed(ctx, stream, err, func() (jetstream.Stream, error) { return natsjs.EnsureStream(ctx, js, cfg) })
 	}
 	if err != nil {
-		return nil, fmt.Errorf("commands: create stream: %w", err)
+		return fmt.Errorf("commands: set up stream: %w", err)
+	}
+	return nil
+}
+
+// New returns a bus over the commands stream. It does not create the
+// stream: a missing one is an error wrapping natsjs.ErrNotSetUp.
+func New(ctx context.Context, js jetstream.JetStream) (*Bus, error) {
+	stream, err := js.Stream(ctx, StreamName)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, natsjs.NotSetUp("stream " + StreamName)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("commands: stream %s: %w", StreamName, err)
 	}
 	return &Bus{js: js, stream: stream}, nil
 }

@@ -2,6 +2,7 @@ package commands_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tetherhq/tether/events/natsjs"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/testkit/natstest"
@@ -52,7 +54,7 @@ func start(name string) *agentv1.Command {
 func TestEachCommandOnceToItsHost(t *testing.T) {
 	ctx := t.Context()
 	_, js := natstest.Connect(t, natstest.Start(t))
-	bus, err := commands.New(ctx, js)
+	bus, err := setUp(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +90,7 @@ func TestMoreHostsThanTheServersDefaultConsumerLimit(t *testing.T) {
 	}
 	ctx := t.Context()
 	_, js := natstest.Connect(t, natstest.Start(t))
-	bus, err := commands.New(ctx, js)
+	bus, err := setUp(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +110,7 @@ func TestReplacesAnOldWorkQueueStream(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	bus, err := commands.New(ctx, js)
+	bus, err := setUp(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,8 +127,8 @@ func TestReplacesAnOldWorkQueueStream(t *testing.T) {
 	if got := take(t, ctx, bus, "h1"); fmt.Sprint(got) != "[a]" {
 		t.Fatalf("h1 got %v", got)
 	}
-	// Opening it again leaves it be.
-	if _, err := commands.New(ctx, js); err != nil {
+	// Setting it up again leaves it be.
+	if _, err := setUp(ctx, js); err != nil {
 		t.Fatal(err)
 	}
 	info, err := s.Info(ctx)
@@ -187,5 +189,22 @@ func BenchmarkCommandAck(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// setUp creates the stream, as `tether migrate` does, and opens it.
+func setUp(ctx context.Context, js jetstream.JetStream) (*commands.Bus, error) {
+	if err := commands.Setup(ctx, js, 1); err != nil {
+		return nil, err
+	}
+	return commands.New(ctx, js)
+}
+
+// TestNewWithoutSetup: a service never creates the stream; it says to run
+// `tether migrate`.
+func TestNewWithoutSetup(t *testing.T) {
+	_, js := natstest.Connect(t, natstest.Start(t))
+	if _, err := commands.New(t.Context(), js); !errors.Is(err, natsjs.ErrNotSetUp) {
+		t.Fatalf("New without the stream: %v, want ErrNotSetUp", err)
 	}
 }

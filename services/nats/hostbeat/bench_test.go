@@ -26,7 +26,7 @@ func BenchmarkReadBeats(b *testing.B) {
 	hosts := benchEnvInt(b, "TETHER_BENCH_HOSTS", 10000)
 	_, js := natstest.Connect(b, natstest.Start(b))
 	ctx := b.Context()
-	kv, err := hostbeat.Open(ctx, js)
+	kv, err := setUp(ctx, js)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tetherhq/tether/events/natsjs"
 )
 
 // Bucket is the key-value bucket with one key per host id.
@@ -72,19 +74,24 @@ func (inv *Inventory) Has(name string) bool {
 	return false
 }
 
-// Open opens the bucket, creating it if it does not exist. Opening an
-// existing bucket is one stream-info request; creating or updating one
-// rewrites the stream's configuration on the server, which ten thousand
-// agents starting at once made the NATS server's bottleneck.
-func Open(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	if kv, err := js.KeyValue(ctx, Bucket); err == nil {
-		return kv, nil
-	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("hostbeat: bucket: %w", err)
-	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: Bucket, Description: "Host heartbeats: one key per host, refreshed by its agent", TTL: keyTTL, History: 1,
+// Setup creates the bucket with the given replicas, or updates it where it
+// differs: `tether migrate` runs it.
+func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	return natsjs.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
+		Bucket: Bucket, Description: "Host heartbeats: one key per host, refreshed by its agent",
+		TTL: keyTTL, History: 1, Replicas: replicas,
 	})
+}
+
+// Open opens the bucket. It does not create it: a missing bucket is an
+// error wrapping natsjs.ErrNotSetUp. (Creating or updating a bucket
+// rewrites the stream's configuration on the server, which ten thousand
+// agents starting at once made the NATS server's bottleneck.)
+func Open(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, natsjs.NotSetUp("key-value bucket " + Bucket)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("hostbeat: bucket: %w", err)
 	}

@@ -1,17 +1,22 @@
 package hostbeat_test
 
 import (
+	"context"
+	"errors"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/services/nats/hostbeat"
 	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 
 func TestReadBeats(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.Start(t))
-	kv, err := hostbeat.Open(t.Context(), js)
+	kv, err := setUp(t.Context(), js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,5 +69,22 @@ func TestReadBeats(t *testing.T) {
 	}
 	if !inv.Has("fleets/a/gameServers/gs-2") || inv.Has("fleets/a/gameServers/gs-3") {
 		t.Fatal("Has")
+	}
+}
+
+// setUp creates the bucket, as `tether migrate` does, and opens it.
+func setUp(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	if err := hostbeat.Setup(ctx, js, 1); err != nil {
+		return nil, err
+	}
+	return hostbeat.Open(ctx, js)
+}
+
+// TestOpenWithoutSetup: an agent never creates the bucket; it says to run
+// `tether migrate`.
+func TestOpenWithoutSetup(t *testing.T) {
+	_, js := natstest.Connect(t, natstest.Start(t))
+	if _, err := hostbeat.Open(t.Context(), js); !errors.Is(err, natsjs.ErrNotSetUp) {
+		t.Fatalf("Open without the bucket: %v, want ErrNotSetUp", err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 
@@ -14,7 +16,7 @@ import (
 // it started (read here without Beats, which would wait on its own).
 func TestTrackerWaitLoadsInitialValues(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.Start(t))
-	kv, err := Open(t.Context(), js)
+	kv, err := setUp(t.Context(), js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +70,7 @@ func TestTrackerForgetsExpiredBeats(t *testing.T) {
 // is by its next one): Beats waits, then fails.
 func TestTrackerStalledServesNothing(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.Start(t))
-	kv, err := Open(t.Context(), js)
+	kv, err := setUp(t.Context(), js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,4 +111,12 @@ func TestTrackerStalledServesNothing(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// setUp creates the bucket, as `tether migrate` does, and opens it.
+func setUp(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	if err := Setup(ctx, js, 1); err != nil {
+		return nil, err
+	}
+	return Open(ctx, js)
 }

@@ -63,7 +63,7 @@ func beats(t *testing.T, tr *hostbeat.Tracker) map[string]hostbeat.Beat {
 // started, then every put, delete and purge, each visible to the next Beats.
 func TestTrackerFollowsBucket(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.Start(t))
-	kv, err := hostbeat.Open(t.Context(), js)
+	kv, err := setUp(t.Context(), js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestTrackerFollowsBucket(t *testing.T) {
 // delete marker, purged): Beats does not wait for it.
 func TestTrackerLastRevisionGone(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.Start(t))
-	kv, err := hostbeat.Open(t.Context(), js)
+	kv, err := setUp(t.Context(), js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +159,9 @@ func TestTrackerLastRevisionGone(t *testing.T) {
 // more beats.
 func TestTrackerStop(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.Start(t))
+	if _, err := setUp(t.Context(), js); err != nil {
+		t.Fatal(err)
+	}
 	tr, err := hostbeat.Track(t.Context(), js)
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +217,7 @@ func ended(t *testing.T, tr *hostbeat.Tracker) {
 func TestTrackerWatchEnded(t *testing.T) {
 	ns := natstest.Start(t)
 	_, js := natstest.Connect(t, ns)
-	kv, err := hostbeat.Open(t.Context(), js)
+	kv, err := setUp(t.Context(), js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +247,7 @@ func TestTrackerWatchEnded(t *testing.T) {
 // before, and the last read is exactly the bucket.
 func TestTrackerConcurrent(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.Start(t))
-	kv, err := hostbeat.Open(t.Context(), js)
+	kv, err := setUp(t.Context(), js)
 	if err != nil {
 		t.Fatal(err)
 	}

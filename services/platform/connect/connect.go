@@ -66,11 +66,13 @@ func NATS(url string, opts NATSOptions) (*nats.Conn, jetstream.JetStream, error)
 	return nc, js, nil
 }
 
-// Postgres applies pending migrations to the database at url and returns a
-// pool over it.
-func Postgres(ctx context.Context, url string, maxConns int32, log *slog.Logger) (*pgxpool.Pool, error) {
-	if err := migrations.Apply(ctx, url, log); err != nil {
-		return nil, fmt.Errorf("migrate: %w", err)
+// Postgres checks that the database at url has every migration of this
+// binary (migrations.Check: `tether migrate` applies them) and returns a
+// pool over it. TLS and credentials come from the URL (sslmode,
+// sslrootcert, sslcert, sslkey, password), as libpq reads them.
+func Postgres(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	if err := migrations.Check(ctx, url); err != nil {
+		return nil, err
 	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {

@@ -3,12 +3,21 @@
 package natstest
 
 import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tetherhq/tether/services/dev/natsembed"
+	"github.com/tetherhq/tether/services/testkit/freeport"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // Start runs a server on a free port with its store in t.TempDir(), and
@@ -21,6 +30,59 @@ func Start(t testing.TB) *natsembed.Server {
 	}
 	t.Cleanup(s.Shutdown)
 	return s
+}
+
+// StartCluster runs an n-node JetStream cluster on loopback, each node's
+// store in a t.TempDir(), waits until it has a JetStream meta leader, and
+// shuts every node down when the test ends. A test may Shutdown a node
+// itself to lose it.
+func StartCluster(t testing.TB, n int) []*natsembed.Server {
+	t.Helper()
+	base := freeport.Block(t, n)
+	routes := make([]string, n)
+	for i := range n {
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", base+i)
+	}
+	nodes := make([]*natsembed.Server, n)
+	var g errgroup.Group // a node waits for routes to its peers: start them together
+	for i := range n {
+		g.Go(func() error {
+			s, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir(), ReadyTimeout: 30 * time.Second, Cluster: &natsembed.Cluster{
+				Name: "tether-test", ServerName: fmt.Sprintf("n%d", i+1), Port: base + i,
+				Routes: append(slices.Clone(routes[:i]), routes[i+1:]...),
+			}})
+			nodes[i] = s
+			return err
+		})
+	}
+	err := g.Wait()
+	for _, s := range nodes {
+		if s != nil {
+			t.Cleanup(s.Shutdown)
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, js := Connect(t, nodes[0])
+	defer nc.Close()
+	wait.For(t, 30*time.Second, fmt.Sprintf("the %d-node cluster's JetStream meta leader", n), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := js.AccountInfo(ctx)
+		return err == nil
+	})
+	return nodes
+}
+
+// URLs returns the client URLs of servers, comma-separated, as a client
+// that reconnects across a cluster takes them.
+func URLs(servers []*natsembed.Server) string {
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = s.ClientURL()
+	}
+	return strings.Join(urls, ",")
 }
 
 // Connect returns a client of s and its JetStream API, closed when the test

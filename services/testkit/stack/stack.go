@@ -8,6 +8,7 @@
 package stack
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -26,6 +27,7 @@ import (
 	"github.com/tetherhq/tether/services/apiserver"
 	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/nats/commands"
+	"github.com/tetherhq/tether/services/platform/migrate"
 	"github.com/tetherhq/tether/services/platform/playertoken"
 	"github.com/tetherhq/tether/services/testkit/natstest"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
@@ -72,6 +74,7 @@ type config struct {
 	commands    bool
 	replicas    int
 	apiFn       []func(*Stack, *apiserver.Options)
+	leaseTTL    time.Duration
 }
 
 // Option asks New for a part of the stack.
@@ -105,8 +108,12 @@ func WithAPI(replicas int, configure ...func(*Stack, *apiserver.Options)) Option
 	}
 }
 
-// New starts the stack that opts ask for; without options, NATS and the
-// event store. Everything stops when the test ends, and a component that
+// WithLeaseTTL sets the lease bucket's TTL (default 1 s, so a test's
+// standby controller takes over from a silent one quickly).
+func WithLeaseTTL(ttl time.Duration) Option { return func(c *config) { c.leaseTTL = ttl } }
+
+// New starts the stack that opts ask for; without options, NATS with every
+// stream and bucket (as `tether migrate` sets them up) and the event store. Everything stops when the test ends, and a component that
 // stopped with an error fails the test.
 func New(t testing.TB, opts ...Option) *Stack {
 	t.Helper()
@@ -120,6 +127,11 @@ func New(t testing.TB, opts ...Option) *Stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.Ctx = ctx
 	var err error
+	// What `tether migrate` does: every stream and bucket.
+	if err = migrate.NATS(ctx, s.JS, migrate.Options{LeaseTTL: cmp.Or(s.cfg.leaseTTL, time.Second)}); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
 	if s.Store, err = natsjs.New(ctx, s.JS, natsjs.Options{}); err != nil {
 		cancel()
 		t.Fatal(err)

@@ -1,0 +1,99 @@
+// Package migrate brings a deployment's storage to what this version of
+// Tether needs: the PostgreSQL schema (the migrations package) and the
+// JetStream streams and key-value buckets. `tether migrate` runs it once per
+// upgrade, and `tether dev` before it starts anything; the services
+// themselves never create or reconfigure storage, and exit telling the
+// operator to run `tether migrate` when something is missing.
+//
+// Every step is idempotent: a stream or bucket already as wanted is not
+// written to, and one that differs is updated in place (its replicas
+// included, which is how an R1 deployment becomes R3).
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/migrations"
+	"github.com/tetherhq/tether/services/nats/commands"
+	"github.com/tetherhq/tether/services/nats/hostbeat"
+	"github.com/tetherhq/tether/services/nats/lease"
+)
+
+// Options say what to set up, and how.
+type Options struct {
+	// Replicas of every stream and bucket: 1, 3 or 5 (default 1). A NATS
+	// cluster of three nodes or more takes 3.
+	Replicas int
+	// LeaseTTL is how long a silent leader keeps its lease (the lease
+	// bucket's TTL); default lease.DefaultTTL.
+	LeaseTTL time.Duration
+	// EventsStorage is the events stream's storage; default file.
+	EventsStorage jetstream.StorageType
+	// Logger; default discards.
+	Logger *slog.Logger
+}
+
+// Validate reports a bad option.
+func (o *Options) Validate() error {
+	switch o.Replicas {
+	case 0, 1, 3, 5:
+	default:
+		return fmt.Errorf("migrate: %d stream replicas: want 1, 3 or 5 (an odd count, so a majority survives a node's loss)", o.Replicas)
+	}
+	if o.LeaseTTL < 0 {
+		return fmt.Errorf("migrate: negative lease TTL %s", o.LeaseTTL)
+	}
+	return nil
+}
+
+func (o *Options) setDefaults() {
+	o.Replicas = max(o.Replicas, 1)
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = lease.DefaultTTL
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// NATS creates or updates every stream and key-value bucket.
+func NATS(ctx context.Context, js jetstream.JetStream, opts Options) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	opts.setDefaults()
+	steps := []struct {
+		what string
+		run  func() error
+	}{
+		{"stream " + events.StreamName, func() error {
+			return natsjs.Setup(ctx, js, natsjs.Options{Replicas: opts.Replicas, Storage: opts.EventsStorage, Logger: opts.Logger})
+		}},
+		{"stream " + commands.StreamName, func() error { return commands.Setup(ctx, js, opts.Replicas) }},
+		{"bucket " + hostbeat.Bucket, func() error { return hostbeat.Setup(ctx, js, opts.Replicas) }},
+		{"bucket " + lease.Bucket, func() error { return lease.Setup(ctx, js, opts.LeaseTTL, opts.Replicas) }},
+	}
+	for _, s := range steps {
+		if err := s.run(); err != nil {
+			return fmt.Errorf("migrate: %s: %w", s.what, err)
+		}
+		opts.Logger.InfoContext(ctx, "jetstream storage up to date", "what", s.what, "replicas", opts.Replicas)
+	}
+	return nil
+}
+
+// Postgres applies the pending PostgreSQL migrations.
+func Postgres(ctx context.Context, databaseURL string, log *slog.Logger) error {
+	if databaseURL == "" {
+		return errors.New("migrate: no database URL (set --database-url or DATABASE_URL)")
+	}
+	return migrations.Apply(ctx, databaseURL, log)
+}
