@@ -3,9 +3,11 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"io/fs"
 	"log/slog"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -175,4 +177,22 @@ func (r *recorder) count(msg string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.messages[msg]
+}
+
+// TestCheck: a service checks the schema and says to run tether migrate
+// while a migration is pending; once applied, the check passes.
+func TestCheck(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := emptyDatabase(t, ctx, "check")
+	err := migrations.Check(ctx, url)
+	if !errors.Is(err, migrations.ErrPending) || !strings.Contains(err.Error(), "tether migrate") {
+		t.Fatalf("Check on an empty database: %v, want ErrPending naming tether migrate", err)
+	}
+	if err := migrations.Apply(ctx, url, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Check(ctx, url); err != nil {
+		t.Fatalf("Check after Apply: %v", err)
+	}
 }

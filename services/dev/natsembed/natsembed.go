@@ -169,6 +169,9 @@ func waitReady(srv *server.Server, l *logger, timeout time.Duration) error {
 // ClientURL returns the URL clients connect to, e.g. nats://127.0.0.1:41234.
 func (s *Server) ClientURL() string { return s.srv.ClientURL() }
 
+// Name returns the server's name (its cluster node name, when clustered).
+func (s *Server) Name() string { return s.srv.Name() }
+
 // StoreDir returns the JetStream store directory in use.
 func (s *Server) StoreDir() string { return s.storeDir }
 
