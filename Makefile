@@ -13,10 +13,13 @@ GOTEST_FLAGS ?= -race -count=1 -timeout 20m
 
 all: build
 
-## build: compile tether, tetherctl and the example game server into ./bin
+## build: compile tether, tetherctl, the example game server and nats-server
+## (the version go.mod pins, for a cluster without anything else installed)
+## into ./bin
 build:
 	$(GO) build -o $(BIN)/ ./services/cmd/tether ./services/cmd/tetherctl
 	$(GO) build -o $(BIN)/tether-gameserver ./sdk/go/example/gameserver
+	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 
 ## run: build and start the whole system on this machine, with a demo fleet
 run: build

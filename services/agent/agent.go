@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/nats/hostbeat"
 	"github.com/tetherhq/tether/services/platform/playertoken"
@@ -379,7 +380,8 @@ func (a *Agent) startUp(ctx context.Context) (started, error) {
 // untilDone retries a start-up step with jittered, doubling backoff (up to
 // 5 s) until it succeeds or ctx ends: an agent waits out a control plane
 // that is away or busy (thousands of agents starting at once after an
-// outage) instead of exiting.
+// outage) instead of exiting. Storage that does not exist is the exception:
+// only `tether migrate` creates it, so the agent exits saying so.
 func (a *Agent) untilDone(ctx context.Context, what string, step func() error) error {
 	backoff := 100 * time.Millisecond
 	for {
@@ -387,7 +389,7 @@ func (a *Agent) untilDone(ctx context.Context, what string, step func() error) e
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, natsjs.ErrNotSetUp) { // waiting will not create it
 			return fmt.Errorf("agent: %s: %w", what, err)
 		}
 		wait := backoff/2 + rand.N(backoff)

@@ -101,6 +101,17 @@ func (c *Controller) checkViews(ctx context.Context) (bool, error) {
 	return stale, nil
 }
 
+// Status says in words whether this instance leads or stands by, and for
+// a standby who leads.
+func (c *Controller) Status() string {
+	l := c.lease.Load()
+	if l == nil {
+		return "starting"
+	}
+	status, _ := l.Status() // Ready reports the error
+	return status
+}
+
 // Ready reports why this instance should not be counted on now: before it
 // has opened the lease, while the lease bucket cannot be reached, and while
 // it leads on views that have stopped moving (the projector is down). A

@@ -99,6 +99,17 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 }
 
+// Status says in words whether this instance is active or standing by,
+// and for a standby who is active.
+func (s *Service) Status() string {
+	l := s.lease.Load()
+	if l == nil {
+		return "starting"
+	}
+	status, _ := l.Status() // Ready reports the error
+	return status
+}
+
 // Ready reports why this instance cannot be counted on now: before it has
 // opened the lease, while the lease cannot be reached, and while it is
 // active but its batches fail (PostgreSQL unreachable). A standby that can

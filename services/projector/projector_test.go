@@ -69,7 +69,7 @@ func appendFleets(t *testing.T, s *kit.Stack, prefix string, n int) uint64 {
 // checkpoint reads the views' checkpoint and its fence.
 func checkpoint(t *testing.T, s *kit.Stack) (seq, fence uint64) {
 	t.Helper()
-	if err := s.Pool.QueryRow(s.Ctx, `SELECT sequence, fence FROM projector_checkpoints`).Scan(&seq, &fence); err != nil {
+	if err := s.Pool.QueryRow(s.Ctx, `SELECT coalesce(max(sequence), 0), coalesce(max(fence), 0) FROM projector_checkpoints`).Scan(&seq, &fence); err != nil {
 		t.Fatal(err)
 	}
 	return seq, fence

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
@@ -456,6 +457,17 @@ func (rs runners) Ready() error {
 	return nil
 }
 
+// Status joins the components' statuses.
+func (rs runners) Status() string {
+	var out []string
+	for _, r := range rs {
+		if rr, ok := r.(interface{ Status() string }); ok {
+			out = append(out, rr.Status())
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
 func (rs runners) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	for _, r := range rs {
@@ -521,13 +533,33 @@ func runService(ctx context.Context, g *global, svc service, build func(context.
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return r.Run(ctx) })
 	if g.adminAddr != "" {
-		opts := admin.Options{Metrics: tel.MetricsHandler, Logger: log}
-		if rr, ok := r.(interface{ Ready() error }); ok {
-			opts.Ready = rr.Ready
+		opts := admin.Options{Metrics: tel.MetricsHandler, Logger: log, Ready: func() error { return ready(nc, pool, r) }}
+		if rs, ok := r.(interface{ Status() string }); ok {
+			opts.Status = rs.Status
 		}
 		eg.Go(func() error { return admin.Serve(ctx, g.adminAddr, opts) })
 	}
 	return eg.Wait()
+}
+
+// ready is a service's readiness: connected to NATS, PostgreSQL answering
+// (if it uses it), and whatever the component itself reports (its lease,
+// its views).
+func ready(nc *nats.Conn, pool *pgxpool.Pool, r runner) error {
+	if !nc.IsConnected() {
+		return fmt.Errorf("NATS %s", strings.ToLower(nc.Status().String()))
+	}
+	if pool != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := pool.Ping(ctx); err != nil {
+			return fmt.Errorf("PostgreSQL: %w", err)
+		}
+	}
+	if rr, ok := r.(interface{ Ready() error }); ok {
+		return rr.Ready()
+	}
+	return nil
 }
 
 func shutdown(log *slog.Logger, tel *telemetry.Providers) {

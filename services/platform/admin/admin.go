@@ -20,6 +20,9 @@ type Options struct {
 	// Ready reports why the component cannot do its job now, or nil; nil
 	// Ready means always ready.
 	Ready func() error
+	// Status, when set, says in a line what the component is doing (e.g.
+	// "standby: the controller lease is held by ctl-2"); /readyz shows it.
+	Status func() string
 	// Metrics serves /metrics; nil serves 404 there.
 	Metrics http.Handler
 	// Logger; default discards.
@@ -38,6 +41,10 @@ func Handler(opts Options) http.Handler {
 				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 				return
 			}
+		}
+		if opts.Status != nil {
+			fmt.Fprintln(w, "ready:", opts.Status())
+			return
 		}
 		fmt.Fprintln(w, "ready")
 	})
