@@ -2,22 +2,19 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
+	"github.com/tetherhq/tether/sdk/go/apiclient"
 )
 
 // pageSize is what list commands ask for per page; they follow the page
 // tokens to the end.
 const pageSize = 500
 
-// client is a connection to one API server with its service stubs.
+// client is a connection to the API replicas with its service stubs.
 type client struct {
 	addr        string
 	timeout     time.Duration
@@ -29,12 +26,14 @@ type client struct {
 	sessions    tetherv1.GameSessionServiceClient
 }
 
-// dial prepares a connection to addr; it connects on the first call. Each
-// call is bounded by timeout.
+// dial prepares a connection to the replicas addr lists (comma-separated);
+// it connects on the first call, spreads calls over the replicas and
+// retries a call a replica could not take on another (apiclient). Each
+// call is bounded by timeout, its retries included.
 func dial(addr string, timeout time.Duration) (*client, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := apiclient.Dial(apiclient.Split(addr))
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", addr, err)
+		return nil, err
 	}
 	return &client{
 		addr:        addr,
@@ -58,11 +57,7 @@ func (c *client) call(ctx context.Context) (context.Context, context.CancelFunc)
 
 // newRequestID returns a fresh idempotency key for a mutating call, so the
 // events it writes carry it as their request and correlation id.
-func newRequestID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms.
-	return "tetherctl-" + hex.EncodeToString(b[:])
-}
+func newRequestID() string { return apiclient.NewRequestID("tetherctl-") }
 
 // listAll follows page tokens: page fetches one page from a token and
 // returns its items and the next token.

@@ -68,7 +68,7 @@ Names may be given short or in full: "arena" or "fleets/arena",
 		addr = defaultAddr
 	}
 	f := root.PersistentFlags()
-	f.StringVar(&a.addr, "addr", addr, "API server gRPC address (default from $"+addrEnv+")")
+	f.StringVar(&a.addr, "addr", addr, "API server gRPC address, or several replicas' comma-separated (calls are spread over them and retried on another when one is down) (default from $"+addrEnv+")")
 	f.StringVarP(&a.output, "output", "o", formatTable, "output format: table, json or yaml")
 	f.DurationVar(&a.timeout, "timeout", defaultTimeout, "time limit of each API request")
 	root.AddCommand(a.projectionsCommand(), a.statusCommand())

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,4 +107,24 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestSeveralReplicas: --addr takes the replicas comma-separated, and a
+// replica that is gone does not fail a command: tetherctl creates and lists
+// a fleet through the one that is up.
+func TestSeveralReplicas(t *testing.T) {
+	s := newStack(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.addr = gone + "," + s.addr
+	s.ok("fleets", "create", "-f", writeFile(t, "arena.yaml", arenaYAML))
+	if out := s.ok("fleets", "list"); !strings.Contains(out, "arena") {
+		t.Fatalf("fleets list through two replicas, one gone:\n%s", out)
+	}
 }
