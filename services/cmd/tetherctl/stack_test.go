@@ -20,6 +20,7 @@ import (
 	"github.com/tetherhq/tether/services/apiserver"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
 	kit "github.com/tetherhq/tether/services/testkit/stack"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -124,7 +125,7 @@ func TestSeveralReplicas(t *testing.T) {
 	}
 	s.addr = gone + "," + s.addr
 	s.ok("fleets", "create", "-f", writeFile(t, "arena.yaml", arenaYAML))
-	if out := s.ok("fleets", "list"); !strings.Contains(out, "arena") {
-		t.Fatalf("fleets list through two replicas, one gone:\n%s", out)
-	}
+	wait.For(t, 10*time.Second, "fleets list through two replicas, one gone, to show the fleet", func() bool {
+		return strings.Contains(s.ok("fleets", "list"), "arena")
+	})
 }
