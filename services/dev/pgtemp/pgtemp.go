@@ -75,6 +75,11 @@ type Options struct {
 	// default they are off: much faster, and a crash loses only data that
 	// was going to be thrown away anyway.
 	Durable bool
+	// ListenAddresses are addresses to listen on besides 127.0.0.1 (a
+	// bridge address other network namespaces reach). Connections to them
+	// are trusted without a password like local ones: a throwaway server
+	// for tests only.
+	ListenAddresses []string
 	// Logger receives start and stop events; default discards.
 	Logger *slog.Logger
 }
@@ -105,6 +110,12 @@ type Server struct {
 	port    int
 	proc    *process
 	log     *slog.Logger
+
+	// What Restart needs to start postgres again as it was.
+	postgresPath, data string
+	durable            bool
+	listen             []string
+	cred               *syscall.Credential
 
 	stopOnce sync.Once
 	stopErr  error
@@ -145,13 +156,19 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 
 	removeStale(opts.Dir, opts.Logger)
-	s := &Server{log: opts.Logger}
+	s := &Server{log: opts.Logger, postgresPath: postgresPath, durable: opts.Durable, listen: opts.ListenAddresses, cred: cred}
 	if err := s.makeDirs(opts.Dir, cred); err != nil {
 		return nil, errors.Join(err, s.removeDirs())
 	}
 	data := filepath.Join(s.dir, "data")
+	s.data = data
 	if err := s.initdb(ctx, initdbPath, data, cred); err != nil {
 		return nil, errors.Join(err, s.removeDirs())
+	}
+	if len(opts.ListenAddresses) > 0 {
+		if err := trustRemote(data); err != nil {
+			return nil, errors.Join(err, s.removeDirs())
+		}
 	}
 	logPath := filepath.Join(data, logName)
 	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
@@ -299,7 +316,7 @@ func (s *Server) run(ctx context.Context, path, data string, port int, durable b
 		"-D", data,
 		"-p", strconv.Itoa(port),
 		"-k", s.sockDir,
-		"-c", "listen_addresses=127.0.0.1",
+		"-c", "listen_addresses=" + strings.Join(append([]string{"127.0.0.1"}, s.listen...), ","),
 		"-c", "max_connections=" + strconv.Itoa(maxConnections),
 	}
 	if !durable {
@@ -552,9 +569,24 @@ func (s *Server) Stop() error {
 
 func (s *Server) stop() error {
 	begin := time.Now()
+	errs := s.halt()
+	errs = append(errs, s.removeDirs())
+	err := errors.Join(errs...)
+	if err != nil {
+		s.log.Error("postgres stopped with errors", "port", s.port, "err", err)
+	} else {
+		s.log.Info("postgres stopped", "port", s.port, "duration", time.Since(begin))
+	}
+	return err
+}
+
+// halt shuts postgres down fast (SIGINT), or immediately if it takes longer
+// than stopTimeout, and waits until it has exited; it reports an exit that
+// came before it was asked.
+func (s *Server) halt() []error {
 	p := s.proc
 	var errs []error
-	exited := false // before Stop asked it to
+	exited := false // before it was asked to
 	if err := p.cmd.Process.Signal(syscall.SIGINT); errors.Is(err, os.ErrProcessDone) {
 		exited = true
 	} else if err != nil {
@@ -567,7 +599,7 @@ func (s *Server) stop() error {
 		if p.err != nil {
 			when := "during shutdown"
 			if exited {
-				when = "before Stop"
+				when = "before it was stopped"
 			}
 			errs = append(errs, fmt.Errorf("pgtemp: postgres exited %s: %w", when, p.err))
 		}
@@ -578,14 +610,39 @@ func (s *Server) stop() error {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, s.removeDirs())
-	err := errors.Join(errs...)
-	if err != nil {
-		s.log.Error("postgres stopped with errors", "port", s.port, "err", err)
-	} else {
-		s.log.Info("postgres stopped", "port", s.port, "duration", time.Since(begin))
+	return errs
+}
+
+// Restart shuts postgres down (as Stop does, keeping its data) and starts
+// it again on the same port, as an operator's restart does: every client
+// connection is dropped meanwhile. Not safe to call concurrently with Stop
+// or another Restart.
+func (s *Server) Restart(ctx context.Context) error {
+	if errs := s.halt(); len(errs) > 0 {
+		return errors.Join(errs...)
 	}
-	return err
+	logFile, err := os.OpenFile(filepath.Join(s.data, logName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("pgtemp: open log: %w", err)
+	}
+	defer func() { _ = logFile.Close() }() // postgres has its own descriptor
+	if err := s.run(ctx, s.postgresPath, s.data, s.port, s.durable, s.cred, logFile); err != nil {
+		return fmt.Errorf("pgtemp: restart postgres: %w", err)
+	}
+	s.log.Info("postgres restarted", "port", s.port, "pid", s.proc.cmd.Process.Pid)
+	return nil
+}
+
+// trustRemote lets clients on any address connect without a password.
+func trustRemote(data string) error {
+	f, err := os.OpenFile(filepath.Join(data, "pg_hba.conf"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("pgtemp: pg_hba.conf: %w", err)
+	}
+	if _, err := f.WriteString("host all all 0.0.0.0/0 trust\n"); err != nil {
+		return errors.Join(fmt.Errorf("pgtemp: pg_hba.conf: %w", err), f.Close())
+	}
+	return f.Close()
 }
 
 // removeDirs removes the server's directories, then lets go of their owner

@@ -309,3 +309,37 @@ func freePort(t *testing.T) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// TestRestartKeepsData: a restart drops every connection and keeps the
+// data; the server answers on the same port after it.
+func TestRestartKeepsData(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := start(t, ctx, pgtemp.Options{Durable: true})
+	if err := s.CreateDatabase(ctx, "kept", ""); err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgx.Connect(ctx, s.URL("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "CREATE TABLE marker (v int); INSERT INTO marker VALUES (7)"); err != nil {
+		t.Fatal(err)
+	}
+	pid := s.PID()
+	if err := s.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.PID() == pid {
+		t.Fatal("the same postmaster after Restart")
+	}
+	if _, err := c.Exec(ctx, "SELECT 1"); err == nil {
+		t.Fatal("a connection from before the restart still works")
+	}
+	_ = c.Close(ctx) // broken by the restart
+	var v int
+	if err := connect(t, ctx, s.URL("kept")).QueryRow(ctx, "SELECT v FROM marker").Scan(&v); err != nil || v != 7 {
+		t.Fatalf("after the restart: %d, %v", v, err)
+	}
+}
