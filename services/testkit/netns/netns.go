@@ -1,0 +1,135 @@
+// Package netns builds a network of hosts on one Linux machine for tests:
+// each host is a network namespace with its own address, joined by a veth
+// pair to one bridge, so processes started in it reach each other (and the
+// test process, on the bridge's address) over a real network whose links a
+// test can cut and heal. It needs root and iproute2's `ip`; Available says
+// why not when they are missing.
+//
+// Everything a Network creates is named after a random prefix and removed
+// when the test ends.
+package netns
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Available reports why this machine cannot build a network, or nil.
+func Available() error {
+	if os.Geteuid() != 0 {
+		return errors.New("network namespaces need root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return fmt.Errorf("iproute2's ip is not installed: %w", err)
+	}
+	return nil
+}
+
+// Network is a bridge and the hosts joined to it.
+type Network struct {
+	t      testing.TB
+	prefix string // names every namespace, link and the bridge
+	subnet string // "10.X.Y", a /24
+	bridge string
+
+	mu    sync.Mutex
+	hosts []*Host
+}
+
+// Host is one network namespace on the bridge.
+type Host struct {
+	// Name is the host's name in the test; Namespace is the namespace's.
+	Name, Namespace string
+	// IP is its address on the bridge.
+	IP   string
+	link string // the bridge-side end of its veth pair
+	net  *Network
+}
+
+// New creates the bridge, with the first address of a random 10.x.y.0/24
+// subnet, in the test's (root) namespace.
+func New(t testing.TB) *Network {
+	t.Helper()
+	if err := Available(); err != nil {
+		t.Fatal(err)
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms.
+	x, _ := rand.Int(rand.Reader, big.NewInt(200))
+	n := &Network{t: t, prefix: "tt" + hex.EncodeToString(b[:2])}
+	n.subnet = fmt.Sprintf("10.%d.%d", 20+x.Int64(), b[2])
+	n.bridge = n.prefix + "br"
+	t.Cleanup(n.remove)
+	n.ip("link", "add", n.bridge, "type", "bridge")
+	n.ip("addr", "add", n.BridgeIP()+"/24", "dev", n.bridge)
+	n.ip("link", "set", n.bridge, "up")
+	return n
+}
+
+// BridgeIP is the test process's address on the network.
+func (n *Network) BridgeIP() string { return n.subnet + ".1" }
+
+// Host creates a namespace joined to the bridge, with the next address.
+func (n *Network) Host(name string) *Host {
+	n.t.Helper()
+	n.mu.Lock()
+	i := len(n.hosts)
+	h := &Host{Name: name, Namespace: fmt.Sprintf("%s-%s", n.prefix, name), IP: fmt.Sprintf("%s.%d", n.subnet, 10+i),
+		link: fmt.Sprintf("%sv%da", n.prefix, i), net: n}
+	n.hosts = append(n.hosts, h)
+	n.mu.Unlock()
+	inner := fmt.Sprintf("%sv%db", n.prefix, i)
+	n.ip("netns", "add", h.Namespace)
+	n.ip("link", "add", h.link, "type", "veth", "peer", "name", inner)
+	n.ip("link", "set", inner, "netns", h.Namespace)
+	n.ip("link", "set", h.link, "master", n.bridge)
+	n.ip("link", "set", h.link, "up")
+	n.ip("-n", h.Namespace, "link", "set", "lo", "up")
+	n.ip("-n", h.Namespace, "addr", "add", h.IP+"/24", "dev", inner)
+	n.ip("-n", h.Namespace, "link", "set", inner, "up")
+	return h
+}
+
+// Command returns a command that runs in the host's namespace.
+func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.Namespace, name}, args...)...)
+}
+
+// Cut takes the host's link down: it can reach nobody, nobody reaches it.
+func (h *Host) Cut() { h.net.ip("link", "set", h.link, "down") }
+
+// Heal brings the host's link back up.
+func (h *Host) Heal() { h.net.ip("link", "set", h.link, "up") }
+
+// ip runs `ip args…` and fails the test on error.
+func (n *Network) ip(args ...string) {
+	n.t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		n.t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// remove deletes the namespaces and the bridge (deleting a namespace
+// deletes its veth pair). Processes still running in a namespace keep it
+// alive until they exit: the test stops them first.
+func (n *Network) remove() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, h := range n.hosts {
+		if out, err := exec.Command("ip", "netns", "del", h.Namespace).CombinedOutput(); err != nil {
+			n.t.Errorf("ip netns del %s: %v\n%s", h.Namespace, err, out)
+		}
+	}
+	if out, err := exec.Command("ip", "link", "del", n.bridge).CombinedOutput(); err != nil {
+		n.t.Errorf("ip link del %s: %v\n%s", n.bridge, err, out)
+	}
+}
