@@ -9,7 +9,7 @@ BIN          := $(CURDIR)/bin
 GENERATED    := proto services/apiserver/openapi
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test test-short fuzz lint breaking baseline generate check-generate tools bench chaos clean
+.PHONY: all build run test test-short cluster-test fuzz lint breaking baseline generate check-generate tools bench chaos clean
 
 all: build
 
@@ -28,6 +28,13 @@ run: build
 ## test: every test, with the race detector
 test:
 	$(GO) test $(GOTEST_FLAGS) ./...
+
+## cluster-test: the HA topology on a network of Linux network namespaces
+## (3 NATS nodes, PostgreSQL, 2 API replicas, 2 projectors, 2 controllers,
+## 4 agent hosts), killing components under allocation load; needs root,
+## and fails where it cannot run (make test skips it)
+cluster-test:
+	TETHER_CLUSTER_TEST=require $(GO) test -count=1 -v -timeout 20m -run '^TestCluster$$' ./services/tools/clustertest/
 
 ## test-short: the inner loop: every test but the whole-stack and scale
 ## ones (-short), without the race detector, four packages at a time (they

@@ -339,8 +339,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	err = g.Wait()
 	if a.opts.KillProcessesOnExit {
 		a.stopAll()
+		a.wg.Wait()
+	} else if n := len(a.snapshot()); n > 0 {
+		// Their supervisors stay blocked on the processes and record nothing
+		// more (supervise checks ctx): the agent exits now, as SIGTERM asks,
+		// and the next agent on this host reclaims the processes.
+		a.log.Info("agent stopping; leaving its game server processes running", "game_servers", n)
 	}
-	a.wg.Wait()
 	return errors.Join(err, a.outbox.close())
 }
 

@@ -1,0 +1,343 @@
+package clustertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
+	"github.com/tetherhq/tether/sdk/go/apiclient"
+	"github.com/tetherhq/tether/services/dev/pgtemp"
+	"github.com/tetherhq/tether/services/platform/playertoken"
+	"github.com/tetherhq/tether/services/testkit/netns"
+	"github.com/tetherhq/tether/services/testkit/wait"
+)
+
+// Ports every component uses on its own host's address.
+const (
+	natsPort    = 4222
+	routePort   = 6222
+	grpcPort    = 9090
+	restPort    = 8080
+	adminPort   = 7090
+	leaseTTL    = 4 * time.Second
+	fleetSize   = 12
+	agentHosts  = 4
+	hostLostFor = 20 * time.Second
+)
+
+// cluster is the running topology.
+type cluster struct {
+	t       *testing.T
+	ctx     context.Context
+	bin     string // directory of the binaries
+	dir     string // logs and state
+	net     *netns.Network
+	pg      *pgtemp.Server
+	dbURL   string
+	natsURL string
+	tokens  string
+
+	nats, apis, projectors, controllers, agents []*proc
+	api                                         *apiClients
+}
+
+// proc is one component's process in its host's namespace.
+type proc struct {
+	name string
+	host *netns.Host
+	args []string
+	log  string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *proc) start(c *cluster) {
+	c.t.Helper()
+	f, err := os.OpenFile(p.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd := p.host.Command(context.Background(), p.args[0], p.args[1:]...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), "TETHER_PLAYER_TOKEN_KEYS="+c.tokens)
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("start %s: %v", p.name, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // its exit is the test's doing, or shows in its log
+		_ = f.Close()  // the child has its own descriptor
+		close(done)
+	}()
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+}
+
+// signal sends sig and waits until the process has exited.
+func (p *proc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig) // already gone is fine
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Errorf("%s did not exit within 30s of %s", p.name, sig)
+	}
+}
+
+func (p *proc) adminURL(path string) string {
+	return fmt.Sprintf("http://%s:%d%s", p.host.IP, adminPort, path)
+}
+
+// status is the body of the process's /readyz, or the error.
+func (p *proc) status() string {
+	resp, err := http.Get(p.adminURL("/readyz"))
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body) // a short body; a read error shows as a truncated status
+	return strings.TrimSpace(string(b))
+}
+
+func (p *proc) leads() bool { return strings.Contains(p.status(), "holds the") }
+
+// clusterTest skips (or, under make cluster-test, fails) where network
+// namespaces cannot be built.
+func clusterTest(t *testing.T) {
+	if err := netns.Available(); err != nil {
+		if os.Getenv("TETHER_CLUSTER_TEST") == "require" {
+			t.Fatalf("the cluster test cannot run here: %v", err)
+		}
+		t.Skipf("skipping the multi-host cluster test: %v (run as root, or make cluster-test to require it)", err)
+	}
+	if os.Getenv("TETHER_CLUSTER_TEST") == "" {
+		t.Skip("skipping the multi-host cluster test: set TETHER_CLUSTER_TEST=1 or run make cluster-test")
+	}
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	c := &cluster{t: t, ctx: t.Context(), dir: t.TempDir(), tokens: playertoken.NewKeySpec("cluster")}
+	c.bin = build(t)
+	c.net = netns.New(t)
+	var err error
+	c.pg, err = pgtemp.Start(c.ctx, pgtemp.Options{ListenAddresses: []string{c.net.BridgeIP()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.pg.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := c.pg.CreateDatabase(c.ctx, "tether", ""); err != nil {
+		t.Fatal(err)
+	}
+	c.dbURL = strings.Replace(c.pg.URL("tether"), "127.0.0.1", c.net.BridgeIP(), 1)
+
+	// Processes stop before the namespaces go (cleanups run last first).
+	t.Cleanup(func() {
+		for _, group := range [][]*proc{c.agents, c.apis, c.controllers, c.projectors, c.nats} {
+			for _, p := range group {
+				p.signal(t, syscall.SIGTERM)
+			}
+		}
+		if t.Failed() {
+			c.dumpLogs()
+		}
+	})
+
+	var hosts []*netns.Host
+	var urls, routes []string
+	for i := range 3 {
+		h := c.net.Host(fmt.Sprintf("nats%d", i+1))
+		hosts = append(hosts, h)
+		urls = append(urls, fmt.Sprintf("nats://%s:%d", h.IP, natsPort))
+		routes = append(routes, fmt.Sprintf("nats://%s:%d", h.IP, routePort))
+	}
+	c.natsURL = strings.Join(urls, ",")
+	for i, h := range hosts {
+		p := c.proc(h, filepath.Join(c.bin, "nats-server"), "--jetstream", "--store_dir", filepath.Join(c.dir, h.Name),
+			"--server_name", h.Name, "--addr", h.IP, "--port", fmt.Sprint(natsPort),
+			"--cluster_name", "tether", "--cluster", routes[i], "--routes", strings.Join(routes, ","))
+		c.nats = append(c.nats, p)
+		p.start(c)
+	}
+	// tether migrate, from the test's own namespace, once the cluster has
+	// a JetStream meta leader (it retries until then).
+	wait.Until(t, time.Minute, "tether migrate --stream-replicas 3", func() error {
+		out, err := exec.CommandContext(c.ctx, filepath.Join(c.bin, "tether"), "migrate", "--stream-replicas", "3",
+			"--lease-ttl", leaseTTL.String(), "--nats-url", c.natsURL, "--database-url", c.dbURL, "--log-level", "warn").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+
+	tether := filepath.Join(c.bin, "tether")
+	common := func(h *netns.Host) []string {
+		return []string{"--nats-url", c.natsURL, "--admin-addr", fmt.Sprintf("%s:%d", h.IP, adminPort), "--log-level", "info"}
+	}
+	for i := range 2 {
+		h := c.net.Host(fmt.Sprintf("api%d", i+1))
+		c.apis = append(c.apis, c.proc(h, tether, append([]string{"apiserver", "--database-url", c.dbURL,
+			"--grpc-addr", fmt.Sprintf("%s:%d", h.IP, grpcPort), "--http-addr", fmt.Sprintf("%s:%d", h.IP, restPort)}, common(h)...)...))
+		h = c.net.Host(fmt.Sprintf("proj%d", i+1))
+		c.projectors = append(c.projectors, c.proc(h, tether, append([]string{"projector", "--database-url", c.dbURL, "--id", h.Name}, common(h)...)...))
+		h = c.net.Host(fmt.Sprintf("ctl%d", i+1))
+		c.controllers = append(c.controllers, c.proc(h, tether, append([]string{"controller", "--database-url", c.dbURL, "--id", h.Name,
+			"--host-lost-after", hostLostFor.String(), "--host-unreachable-after", "5s"}, common(h)...)...))
+	}
+	for i := range agentHosts {
+		h := c.net.Host(fmt.Sprintf("host%d", i+1))
+		c.agents = append(c.agents, c.proc(h, tether, append([]string{"agent", "--host-id", h.Name, "--address", h.IP,
+			"--log-dir", filepath.Join(c.dir, h.Name+"-logs"), "--capacity", "10", "--labels", "zone=" + h.Name}, common(h)...)...))
+	}
+	for _, group := range [][]*proc{c.projectors, c.controllers, c.apis, c.agents} {
+		for _, p := range group {
+			p.start(c)
+		}
+	}
+	for _, group := range [][]*proc{c.projectors, c.controllers, c.apis, c.agents} {
+		for _, p := range group {
+			wait.For(t, time.Minute, p.name+" to be ready", func() bool { return strings.HasPrefix(p.status(), "ready") })
+		}
+	}
+	var endpoints []string
+	for _, p := range c.apis {
+		endpoints = append(endpoints, fmt.Sprintf("%s:%d", p.host.IP, grpcPort))
+	}
+	c.api = newAPIClients(t, endpoints)
+	return c
+}
+
+func (c *cluster) proc(h *netns.Host, bin string, args ...string) *proc {
+	return &proc{name: h.Name, host: h, args: append([]string{bin}, args...), log: filepath.Join(c.dir, h.Name+".log")}
+}
+
+// dumpLogs prints the tail of every component's log.
+func (c *cluster) dumpLogs() {
+	for _, group := range [][]*proc{c.nats, c.apis, c.projectors, c.controllers, c.agents} {
+		for _, p := range group {
+			b, err := os.ReadFile(p.log)
+			if err != nil {
+				continue
+			}
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			c.t.Logf("--- %s (last 30 lines)\n%s", p.name, strings.Join(lines[max(0, len(lines)-30):], "\n"))
+		}
+	}
+}
+
+// leader returns the one process of group whose lease status says it
+// holds the lease, waiting for one.
+func (c *cluster) leader(group []*proc) *proc {
+	c.t.Helper()
+	var l *proc
+	wait.For(c.t, 30*time.Second, "one instance to hold the lease", func() bool {
+		l = nil
+		n := 0
+		for _, p := range group {
+			if p.leads() {
+				l, n = p, n+1
+			}
+		}
+		return n == 1
+	})
+	return l
+}
+
+// build compiles the binaries the cluster runs into a temporary directory.
+func build(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	bin := t.TempDir()
+	for _, args := range [][]string{
+		{"build", "-o", bin + "/", "./services/cmd/tether", "./services/cmd/tetherctl"},
+		{"build", "-o", filepath.Join(bin, "tether-gameserver"), "./sdk/go/example/gameserver"},
+		{"build", "-o", filepath.Join(bin, "nats-server"), "github.com/nats-io/nats-server/v2"},
+	} {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	// The agents run it as their game servers' command.
+	if err := os.Chmod(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// rest sends a JSON request to the first API replica's REST gateway.
+func (c *cluster) rest(method, path string, body any) (int, []byte) {
+	c.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(c.ctx, method, fmt.Sprintf("http://%s:%d%s", c.apis[0].host.IP, restPort, path), r)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+// apiClients are gRPC stubs over both API replicas (apiclient: round robin,
+// retried on another replica).
+type apiClients struct {
+	alloc   tetherv1.AllocationServiceClient
+	servers tetherv1.GameServerServiceClient
+}
+
+func newAPIClients(t *testing.T, endpoints []string) *apiClients {
+	t.Helper()
+	conn, err := apiclient.Dial(endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return &apiClients{alloc: tetherv1.NewAllocationServiceClient(conn), servers: tetherv1.NewGameServerServiceClient(conn)}
+}

@@ -1,0 +1,13 @@
+// Package clustertest proves Tether's highly available topology on a
+// network of Linux network namespaces (testkit/netns), with the real
+// binaries: a three-node NATS JetStream cluster (bin/nats-server) with R3
+// streams, PostgreSQL, two API replicas, two projectors, two controllers
+// and agent hosts running the example game server. Its scenarios kill and
+// cut components and measure what a user would see: takeover times, the
+// longest allocation outage, projection lag; then audit that nothing was
+// lost, applied twice or allocated twice.
+//
+// It needs root. `make cluster-test` runs it (TETHER_CLUSTER_TEST=require:
+// a machine that cannot run it fails); elsewhere it is skipped with the
+// reason.
+package clustertest
