@@ -71,7 +71,9 @@ func TestServicesNeedTetherMigrate(t *testing.T) {
 	admin := fmt.Sprintf("127.0.0.1:%d", freeport.Block(t, 1))
 	pctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- tether(pctx, "projector", nats, db, "--admin-addr="+admin, "--id=proj-1", "--log-level=error") }()
+	go func() {
+		done <- tether(pctx, "projector", nats, db, "--admin-addr="+admin, "--id=proj-1", "--log-level=error")
+	}()
 	wait.Until(t, 20*time.Second, "the projector's /readyz", func() error {
 		body, err := get("http://" + admin + "/readyz")
 		if err != nil {
