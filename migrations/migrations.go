@@ -40,7 +40,22 @@ var ErrPending = errors.New("the database schema is behind this version of Tethe
 // lacks some of the embedded migrations. A database ahead of this binary
 // (a newer version migrated it during a rolling upgrade) passes: migrations
 // only add.
-func Check(ctx context.Context, databaseURL string) (err error) {
+func Check(ctx context.Context, databaseURL string) error {
+	return withProvider(databaseURL, nil, func(p *goose.Provider) error {
+		have, want, err := p.GetVersions(ctx)
+		if err != nil {
+			return fmt.Errorf("migrations: read the schema version: %w", err)
+		}
+		if have < want {
+			return fmt.Errorf("schema version %d, this binary needs %d: %w", have, want, ErrPending)
+		}
+		return nil
+	})
+}
+
+// withProvider opens the database at databaseURL, runs fn with a goose
+// provider of the embedded files over it (with opts), and closes it.
+func withProvider(databaseURL string, opts []goose.ProviderOption, fn func(*goose.Provider) error) (err error) {
 	db, err := sql.Open("pgx", databaseURL)
 	if err != nil {
 		return fmt.Errorf("migrations: open database: %w", err)
@@ -50,18 +65,13 @@ func Check(ctx context.Context, databaseURL string) (err error) {
 			err = errors.Join(err, fmt.Errorf("migrations: close database: %w", cerr))
 		}
 	}()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithDisableGlobalRegistry(true))
+	// Only the embedded files: no Go migrations registered globally by
+	// whatever else is linked in.
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files, append(opts, goose.WithDisableGlobalRegistry(true))...)
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
-	have, want, err := p.GetVersions(ctx)
-	if err != nil {
-		return fmt.Errorf("migrations: read the schema version: %w", err)
-	}
-	if have < want {
-		return fmt.Errorf("schema version %d, this binary needs %d: %w", have, want, ErrPending)
-	}
-	return nil
+	return fn(p)
 }
 
 // Apply brings the database at databaseURL up to the newest migration,
@@ -69,19 +79,10 @@ func Check(ctx context.Context, databaseURL string) (err error) {
 // PostgreSQL advisory lock while migrating, so processes starting at once
 // are safe: one migrates, the others wait for it and find nothing left to
 // do.
-func Apply(ctx context.Context, databaseURL string, logger *slog.Logger) (err error) {
+func Apply(ctx context.Context, databaseURL string, logger *slog.Logger) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	db, err := sql.Open("pgx", databaseURL)
-	if err != nil {
-		return fmt.Errorf("migrations: open database: %w", err)
-	}
-	defer func() {
-		if cerr := db.Close(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("migrations: close database: %w", cerr))
-		}
-	}()
 	// goose polls for the lock every period; its default of 5 s would keep
 	// every process but the first waiting that long.
 	locker, err := lock.NewPostgresSessionLocker(
@@ -89,30 +90,23 @@ func Apply(ctx context.Context, databaseURL string, logger *slog.Logger) (err er
 	if err != nil {
 		return fmt.Errorf("migrations: lock: %w", err)
 	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, files,
-		goose.WithSessionLocker(locker),
-		// Only the embedded files: no Go migrations registered globally by
-		// whatever else is linked in.
-		goose.WithDisableGlobalRegistry(true),
-	)
-	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	results, err := p.Up(ctx)
-	if partial, ok := errors.AsType[*goose.PartialError](err); ok {
-		results = partial.Applied
-	}
-	for _, r := range results {
-		logger.InfoContext(ctx, "migration applied",
-			"version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration)
-	}
-	if err != nil {
-		return fmt.Errorf("migrations: apply: %w", err)
-	}
-	version, err := p.GetDBVersion(ctx)
-	if err != nil {
-		return fmt.Errorf("migrations: read version: %w", err)
-	}
-	logger.InfoContext(ctx, "database schema up to date", "version", version, "applied", len(results))
-	return nil
+	return withProvider(databaseURL, []goose.ProviderOption{goose.WithSessionLocker(locker)}, func(p *goose.Provider) error {
+		results, err := p.Up(ctx)
+		if partial, ok := errors.AsType[*goose.PartialError](err); ok {
+			results = partial.Applied
+		}
+		for _, r := range results {
+			logger.InfoContext(ctx, "migration applied",
+				"version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration)
+		}
+		if err != nil {
+			return fmt.Errorf("migrations: apply: %w", err)
+		}
+		version, err := p.GetDBVersion(ctx)
+		if err != nil {
+			return fmt.Errorf("migrations: read version: %w", err)
+		}
+		logger.InfoContext(ctx, "database schema up to date", "version", version, "applied", len(results))
+		return nil
+	})
 }

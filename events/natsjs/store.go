@@ -39,7 +39,9 @@ const DefaultDuplicateWindow = 10 * time.Minute
 
 // Options configure the store.
 type Options struct {
-	// Replicas of the stream; default 1 (3 in a NATS cluster).
+	// Replicas of the stream; default 1 (3 in a NATS cluster). Replicas,
+	// DuplicateWindow and Storage configure the stream Setup creates; New
+	// opens it as it is.
 	Replicas int
 	// DuplicateWindow is how long JetStream remembers event ids for
 	// de-duplication; default DefaultDuplicateWindow, covering an agent

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,15 +35,7 @@ func start(t *testing.T, s *kit.Stack, id string) *instance {
 	ctx, cancel := context.WithCancel(s.Ctx)
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	var err2 error
-	stopped := false
-	stop := func() error {
-		if !stopped {
-			cancel()
-			err2, stopped = <-done, true
-		}
-		return err2
-	}
+	stop := sync.OnceValue(func() error { cancel(); return <-done })
 	t.Cleanup(func() {
 		if err := stop(); err != nil {
 			t.Errorf("projector %s: %v", id, err)

@@ -45,6 +45,20 @@ func serve(t *testing.T, r *replica) string {
 	return l.Addr().String()
 }
 
+// dial connects to the replicas at endpoints through apiclient, and
+// returns a fleet client and a context bounding the test's calls.
+func dial(t *testing.T, endpoints ...string) (tetherv1.FleetServiceClient, context.Context) {
+	t.Helper()
+	conn, err := apiclient.Dial(endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return tetherv1.NewFleetServiceClient(conn), ctx
+}
+
 func TestSplit(t *testing.T) {
 	got := apiclient.Split(" a:1, b:2,,c:3 ")
 	if len(got) != 3 || got[0] != "a:1" || got[1] != "b:2" || got[2] != "c:3" {
@@ -59,14 +73,7 @@ func TestSplit(t *testing.T) {
 // UNAVAILABLE is retried on another: every call succeeds.
 func TestSpreadsAndRetriesOnAnotherReplica(t *testing.T) {
 	up, down := &replica{name: "up"}, &replica{name: "down", down: true}
-	conn, err := apiclient.Dial([]string{serve(t, down), serve(t, up)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	fleets := tetherv1.NewFleetServiceClient(conn)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
+	fleets, ctx := dial(t, serve(t, down), serve(t, up))
 	const calls = 20
 	for range calls {
 		f, err := fleets.GetFleet(ctx, &tetherv1.GetFleetRequest{Name: "fleets/arena"})
@@ -93,14 +100,7 @@ func TestSkipsAReplicaThatIsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	up := &replica{name: "up"}
-	conn, err := apiclient.Dial([]string{gone, serve(t, up)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	fleets := tetherv1.NewFleetServiceClient(conn)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
+	fleets, ctx := dial(t, gone, serve(t, up))
 	for range 10 {
 		if _, err := fleets.GetFleet(ctx, &tetherv1.GetFleetRequest{Name: "fleets/arena"}); err != nil {
 			t.Fatalf("a call failed although a replica was up: %v", err)

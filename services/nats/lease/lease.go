@@ -129,11 +129,13 @@ func (l *Lease) Status() (string, error) {
 // ends or lead fails (after lead returns), so a standby takes over at
 // once; lead's error ends Run with it.
 func (l *Lease) Run(ctx context.Context, lead func(ctx context.Context, epoch uint64) error) error {
-	// A standby retries this often anyway: a key that expires by TTL is
-	// removed without a delete marker a watcher would see.
+	// A standby retries this often anyway (see awaitChance).
 	retry := max(l.ttl/10, 100*time.Millisecond)
 	for ctx.Err() == nil {
-		w, err := l.kv.Watch(ctx, l.role, jetstream.UpdatesOnly())
+		// A fresh watcher per wait: it starts with the key as it is (its
+		// holder, for Status), and none is left unread while this instance
+		// leads.
+		w, err := l.kv.Watch(ctx, l.role)
 		if err != nil {
 			// NATS away: neither this instance nor anyone it could hand
 			// over to can reach the lease; try again.
@@ -156,12 +158,10 @@ func (l *Lease) Run(ctx context.Context, lead func(ctx context.Context, epoch ui
 	return nil
 }
 
-// contend tries to take the lease, leads while it holds it, and tries again
-// whenever the key changes or retry passes, until ctx ends or the watcher
-// closes, or lead fails.
+// contend tries to take the lease, and again whenever it may be free
+// (awaitChance), until it has held it once, ctx ends, or the watcher
+// closes; it returns lead's error.
 func (l *Lease) contend(ctx context.Context, w jetstream.KeyWatcher, retry time.Duration, lead func(context.Context, uint64) error) error {
-	timer := time.NewTimer(retry)
-	defer timer.Stop()
 	for {
 		ok, err := l.acquire(ctx)
 		l.setErr(err)
@@ -169,25 +169,38 @@ func (l *Lease) contend(ctx context.Context, w jetstream.KeyWatcher, retry time.
 			l.log.Warn("lease unavailable", "err", err)
 		}
 		if ok {
-			if err := l.hold(ctx, lead); err != nil {
-				return err
-			}
+			return l.hold(ctx, lead)
 		}
-		if ctx.Err() != nil {
+		if !l.awaitChance(ctx, w, retry) {
 			return nil
 		}
-		timer.Reset(retry)
+	}
+}
+
+// awaitChance waits until the lease may be free: its key was deleted or
+// purged (a holder released it), or retry has passed (a key that expires
+// by TTL goes without a marker a watcher would see). It records the holder
+// from every update, and returns false when ctx ends or the watcher closes.
+func (l *Lease) awaitChance(ctx context.Context, w jetstream.KeyWatcher, retry time.Duration) bool {
+	timer := time.NewTimer(retry)
+	defer timer.Stop()
+	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return false
+		case <-timer.C:
+			return true
 		case e, open := <-w.Updates():
 			if !open {
-				return nil
+				return false
 			}
-			if e != nil {
-				l.seen(e)
+			if e == nil {
+				continue // the end of the key's current value
 			}
-		case <-timer.C:
+			l.seen(e)
+			if e.Operation() != jetstream.KeyValuePut {
+				return true
+			}
 		}
 	}
 }
@@ -282,7 +295,6 @@ func (l *Lease) acquire(ctx context.Context) (bool, error) {
 		}
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		l.lookUpHolder(ctx)
 		return false, nil
 	}
 	if err != nil {
@@ -290,15 +302,6 @@ func (l *Lease) acquire(ctx context.Context) (bool, error) {
 	}
 	l.revision, l.validUntil = rev, sent.Add(l.ttl)
 	return true, nil
-}
-
-// lookUpHolder records who holds the key now, for Status.
-func (l *Lease) lookUpHolder(ctx context.Context) {
-	e, err := l.kv.Get(ctx, l.role)
-	if err != nil {
-		return // expired or deleted meanwhile: the next try will tell
-	}
-	l.seen(e)
 }
 
 // renew extends the lease; an error means it is lost: the key was changed

@@ -95,7 +95,10 @@ func (c *cluster) during(scenario func(), settle time.Duration) *load {
 	done := make(chan struct{})
 	go func() { defer close(done); l.run(ctx, c, 2, 500*time.Millisecond) }()
 	scenario()
-	time.Sleep(settle) // the load's own duration, not a wait for an outcome
+	select { // the load runs this long more: a duration, not a wait for an outcome
+	case <-c.ctx.Done():
+	case <-time.After(settle):
+	}
 	cancel()
 	<-done
 	l.mu.Lock()
