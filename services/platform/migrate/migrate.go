@@ -82,12 +82,40 @@ func NATS(ctx context.Context, js jetstream.JetStream, opts Options) error {
 		{"bucket " + lease.Bucket, func() error { return lease.Setup(ctx, js, opts.LeaseTTL, opts.Replicas) }},
 	}
 	for _, s := range steps {
-		if err := s.run(); err != nil {
+		if err := retryNoPeers(ctx, opts.Logger, s.what, s.run); err != nil {
 			return fmt.Errorf("migrate: %s: %w", s.what, err)
 		}
 		opts.Logger.InfoContext(ctx, "jetstream storage up to date", "what", s.what, "replicas", opts.Replicas)
 	}
 	return nil
+}
+
+// jsErrNoSuitablePeers is the JetStream API's "no suitable peers for
+// placement" (JSClusterNoPeersErrF): a cluster that has just started, or
+// just lost a node, does not yet know enough live peers for the replicas.
+const jsErrNoSuitablePeers jetstream.ErrorCode = 10005
+
+// noPeersBudget bounds how long a step waits for the cluster's peers.
+const noPeersBudget = time.Minute
+
+// retryNoPeers runs step, again while the cluster lacks the peers for its
+// replicas (for at most noPeersBudget): `tether migrate` run right after
+// the NATS nodes start then waits for them instead of failing.
+func retryNoPeers(ctx context.Context, log *slog.Logger, what string, step func() error) error {
+	deadline := time.Now().Add(noPeersBudget)
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
+		err := step()
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrNoSuitablePeers || time.Now().After(deadline) {
+			return err
+		}
+		log.InfoContext(ctx, "waiting for the NATS cluster's peers", "what", what, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+	}
 }
 
 // Postgres applies the pending PostgreSQL migrations.
