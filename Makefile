@@ -9,7 +9,7 @@ BIN          := $(CURDIR)/bin
 GENERATED    := proto services/apiserver/openapi
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test test-short cluster-test fuzz lint breaking baseline generate check-generate tools bench chaos clean
+.PHONY: all build run test test-short cluster-test fuzz lint breaking baseline generate check-generate tools bench chaos image clean
 
 all: build
 
@@ -89,6 +89,14 @@ bench: build
 ## chaos: 200 real game servers, hangs and crashes for 3 minutes; prints detection figures
 chaos: build
 	$(BIN)/tether --log-level error chaos --json chaos.json
+
+## image: build the container image into bin/tether-image.tar without a
+## container runtime: a static tether, non-root (65532), reproducible; an
+## OCI layout with docker's manifest.json (docker/podman load, skopeo, crane;
+## services/tools/image). IMAGE_ARCH picks the architecture (default: this machine's)
+IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
+image:
+	$(GO) run ./services/tools/image -o $(BIN)/tether-image.tar -arch $(IMAGE_ARCH)
 
 ## tools: install buf (from npm) into .tools
 tools: $(BUF)

@@ -10,6 +10,11 @@ import (
 // and decide again.
 var ErrConflict = errors.New("events: conflicting append: the aggregate changed")
 
+// ErrUnavailable is returned by an append that the event store could not
+// take for now (no stream leader during a NATS election, no connection):
+// nothing was refused, and the same append may be retried.
+var ErrUnavailable = errors.New("events: the event store is unavailable for now")
+
 // AnySequence, as an expected sequence, appends without a concurrency check.
 const AnySequence = ^uint64(0)
 

@@ -10,6 +10,7 @@ package natsjs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,9 +50,21 @@ type Options struct {
 	DuplicateWindow time.Duration
 	// Storage of the stream; default (the zero value) jetstream.FileStorage.
 	Storage jetstream.StorageType
+	// UnavailableWait is how long an append retries while the stream cannot
+	// take it (no leader: a NATS election after a node is lost takes 4-9 s;
+	// or no connection), within its context; default DefaultUnavailableWait.
+	// Negative: no retry, for a writer with a fallback of its own (the
+	// agent's outbox). An append that gave up wraps events.ErrUnavailable.
+	UnavailableWait time.Duration
 	// Logger; default discards.
 	Logger *slog.Logger
 }
+
+// DefaultUnavailableWait is the default of Options.UnavailableWait: longer
+// than the longest NATS election (nats-server's raft election timeout is
+// 4-9 s), so a caller with time to wait sees a slow append, not a failed
+// one.
+const DefaultUnavailableWait = 12 * time.Second
 
 func (o *Options) setDefaults() {
 	if o.Replicas == 0 {
@@ -59,6 +72,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.DuplicateWindow == 0 {
 		o.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if o.UnavailableWait == 0 {
+		o.UnavailableWait = DefaultUnavailableWait
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -83,6 +99,7 @@ func (o *Options) Validate() error {
 type Store struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
+	wait   time.Duration // Options.UnavailableWait
 	log    *slog.Logger
 }
 
@@ -114,7 +131,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: stream %s: %w", events.StreamName, err)
 	}
-	return &Store{js: js, stream: stream, log: opts.Logger}, nil
+	return &Store{js: js, stream: stream, wait: opts.UnavailableWait, log: opts.Logger}, nil
 }
 
 // streamConfig is the events stream's configuration under opts.
@@ -215,7 +232,7 @@ func (s *Store) TryAppend(ctx context.Context, subject string, expected uint64, 
 	if expected != events.AnySequence {
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
 	}
-	ack, err := s.js.PublishMsg(ctx, msg)
+	ack, err := s.publishMsg(ctx, msg)
 	if err == nil {
 		return ack.Sequence, ack.Duplicate, nil
 	}
@@ -227,7 +244,7 @@ func (s *Store) TryAppend(ctx context.Context, subject string, expected uint64, 
 
 // publish appends one event guarded by guard and returns its sequence.
 func (s *Store) publish(ctx context.Context, msg *nats.Msg, guard uint64, e events.Envelope) (uint64, error) {
-	ack, err := s.js.PublishMsg(ctx, msg)
+	ack, err := s.publishMsg(ctx, msg)
 	if err == nil {
 		if ack.Duplicate {
 			s.log.Debug("append was a duplicate", "subject", msg.Subject, "event_id", e.ID, "sequence", ack.Sequence)
@@ -246,6 +263,84 @@ func (s *Store) publish(ctx context.Context, msg *nats.Msg, guard uint64, e even
 		return seq, nil
 	}
 	return 0, fmt.Errorf("%w: %s is no longer at sequence %d: %w", events.ErrConflict, msg.Subject, guard, err)
+}
+
+// publishMsg publishes msg, retrying for up to the store's wait while the
+// stream cannot take it (PublishWaiting).
+func (s *Store) publishMsg(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {
+	ack, err := PublishWaiting(ctx, s.js, msg, s.wait)
+	if err == nil && ack.Duplicate {
+		s.log.Debug("append was a duplicate", "subject", msg.Subject, "sequence", ack.Sequence)
+	}
+	return ack, err
+}
+
+// PublishWaiting publishes msg to a stream, retrying for up to wait (none
+// if negative) while nothing can take it: no stream leader during a NATS
+// election, no answer, no connection. Then it gives up with an error that
+// wraps events.ErrUnavailable. A retry is safe for a message with an id
+// (jetstream.MsgIDHeader): JetStream answers an id it already stored with
+// the first store's acknowledgement, marked duplicate, before it looks at
+// an expected sequence.
+func PublishWaiting(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, wait time.Duration) (*jetstream.PubAck, error) {
+	if wait < 0 {
+		ack, err := js.PublishMsg(ctx, msg)
+		if err != nil && unavailable(err) {
+			return nil, fmt.Errorf("%w: %w", events.ErrUnavailable, err)
+		}
+		return ack, err
+	}
+	// Each attempt is bounded: a request in flight to a server that died
+	// is never answered, and waiting out the caller's whole deadline on it
+	// would leave no time to send it again once the stream has a leader.
+	publish := func() (*jetstream.PubAck, error) {
+		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
+		defer cancel()
+		ack, err := js.PublishMsg(actx, msg)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("no answer within %s: %w", publishAttemptTimeout, nats.ErrTimeout)
+		}
+		return ack, err
+	}
+	ack, err := publish()
+	if err == nil || !unavailable(err) {
+		return ack, err
+	}
+	giveUp := time.Now().Add(wait)
+	backoff := 50 * time.Millisecond
+	for attempt := 2; ; attempt++ {
+		if time.Now().Add(backoff).After(giveUp) {
+			return nil, fmt.Errorf("%w: gave up after %d attempts in %s: %w", events.ErrUnavailable, attempt-1, wait, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w (then %w)", events.ErrUnavailable, err, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+		if ack, err = publish(); err == nil || !unavailable(err) {
+			return ack, err
+		}
+	}
+}
+
+// publishAttemptTimeout bounds each attempt of PublishWaiting.
+const publishAttemptTimeout = 2 * time.Second
+
+// jsClusterNotAvailable is JetStream's error code 10008, "JetStream system
+// temporarily unavailable" (no meta leader, e.g. during an election).
+const jsClusterNotAvailable = 10008
+
+// unavailable reports whether a publish failed because nothing could take
+// it for now (no stream leader, no answer, no connection), as opposed to a
+// refusal: the same message may be sent again.
+func unavailable(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jsClusterNotAvailable
+	}
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
 }
 
 // message encodes an event as the message that stores it.
@@ -282,17 +377,63 @@ func isConflict(err error) bool {
 // storedAfter reports whether the first message on subject after sequence
 // after is the event id, and its sequence if so.
 func (s *Store) storedAfter(ctx context.Context, subject string, after uint64, id string) (uint64, bool, error) {
-	msg, err := s.stream.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(subject))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, false, nil
-	}
+	seq, msgID, found, err := s.leaderGet(ctx, after+1, subject)
 	if err != nil {
 		return 0, false, fmt.Errorf("natsjs: look for event %s on %s after a conflict: %w", id, subject, err)
 	}
-	if msg.Header.Get(jetstream.MsgIDHeader) != id {
+	if !found || msgID != id {
 		return 0, false, nil
 	}
-	return msg.Sequence, true, nil
+	return seq, true, nil
+}
+
+// jsNoMessageFound is JetStream's error code 10037, "no message found".
+const jsNoMessageFound = 10037
+
+// leaderGet reads the first message of subject at or after seq from the
+// stream's leader, returning its sequence and event id. Stream.GetMsg
+// would use a direct get, which any replica answers and a follower may
+// answer before it has applied the latest writes: after a conflict, a
+// write of ours that was stored a moment ago must not be missed.
+func (s *Store) leaderGet(ctx context.Context, seq uint64, subject string) (uint64, string, bool, error) {
+	req, err := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		NextFor string `json:"next_by_subj"`
+	}{seq, subject})
+	if err != nil {
+		return 0, "", false, err
+	}
+	reply, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+events.StreamName, req)
+	if err != nil {
+		return 0, "", false, err
+	}
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Sequence uint64 `json:"seq"`
+			Header   []byte `json:"hdrs"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return 0, "", false, fmt.Errorf("decode the stream's answer: %w", err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == jsNoMessageFound:
+		return 0, "", false, nil
+	case resp.Error != nil:
+		return 0, "", false, fmt.Errorf("%s (%d)", resp.Error.Description, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return 0, "", false, errors.New("the stream answered without a message")
+	}
+	h, err := nats.DecodeHeadersMsg(resp.Message.Header)
+	if err != nil {
+		return 0, "", false, fmt.Errorf("decode headers of message %d: %w", resp.Message.Sequence, err)
+	}
+	return resp.Message.Sequence, h.Get(jetstream.MsgIDHeader), true, nil
 }
 
 // checkSubject refuses subjects the stream does not capture, and wildcards,

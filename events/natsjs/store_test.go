@@ -664,3 +664,64 @@ func BenchmarkHistory(b *testing.B) {
 		})
 	}
 }
+
+// An append while the stream cannot take it (here: the stream is gone,
+// as it is to a writer while a NATS election runs) waits for it to come
+// back and goes through; a store told not to wait fails at once with
+// events.ErrUnavailable, as does one whose wait runs out.
+func TestAppendWaitsForAnUnavailableStream(t *testing.T) {
+	ns := natstest.Start(t)
+	_, js := natstest.Connect(t, ns)
+	nc, writerJS := natstest.Connect(t, ns)
+	ctx := t.Context()
+	if err := natsjs.Setup(ctx, js, natsjs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	open := func(wait time.Duration) *natsjs.Store {
+		s, err := natsjs.New(ctx, writerJS, natsjs.Options{UnavailableWait: wait})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	waiting, impatient, brief := open(time.Minute), open(-1), open(300*time.Millisecond)
+	name := events.GameServerName("arena", "gs-1")
+	appendOne := func(s *natsjs.Store) error {
+		_, err := s.Append(ctx, events.MustSubject(name), events.AnySequence, events.New(name, time.Now(), &eventsv1.GameServerScheduled{Host: "hosts/h1"}))
+		return err
+	}
+	if err := js.DeleteStream(ctx, events.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	if err := appendOne(impatient); !errors.Is(err, events.ErrUnavailable) {
+		t.Fatalf("append without waiting: %v, want events.ErrUnavailable", err)
+	}
+	if err := appendOne(brief); !errors.Is(err, events.ErrUnavailable) {
+		t.Fatalf("append whose wait ran out: %v, want events.ErrUnavailable", err)
+	}
+
+	// The stream comes back once the waiting append has been refused once.
+	sent := nc.Stats().OutMsgs
+	back := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for deadline := time.Now().Add(30 * time.Second); nc.Stats().OutMsgs == sent && time.Now().Before(deadline); {
+			<-tick.C
+		}
+		back <- natsjs.Setup(ctx, js, natsjs.Options{})
+	}()
+	if err := appendOne(waiting); err != nil {
+		t.Fatalf("append across the stream's absence: %v", err)
+	}
+	if err := <-back; err != nil {
+		t.Fatal(err)
+	}
+	hist, err := waiting.History(ctx, events.MustSubject(name), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) != 1 {
+		t.Fatalf("%d events stored, want 1", len(hist))
+	}
+}

@@ -66,7 +66,9 @@ func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []strin
 			}
 			return
 		}
-		msgs, err := cons.Messages(jetstream.PullMaxMessages(watchPull))
+		msgs, err := cons.Messages(jetstream.PullMaxMessages(watchPull),
+			// As FailoverPull: a lost node is noticed within two heartbeats.
+			jetstream.PullHeartbeat(2*time.Second), jetstream.PullExpiry(8*time.Second))
 		if err != nil {
 			if ctx.Err() == nil {
 				yield(events.Envelope{}, fmt.Errorf("natsjs: watch %v after %d: %w", subjects, after, err))

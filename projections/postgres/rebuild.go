@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections"
 )
 
@@ -563,7 +564,7 @@ func openFeed(ctx context.Context, js jetstream.JetStream, stream string, size i
 		case f.msgs <- m:
 		case <-f.done:
 		}
-	}, jetstream.PullMaxMessages(2*size))
+	}, append(natsjs.FailoverPull(time.Second), jetstream.PullMaxMessages(2*size))...)
 	if err != nil {
 		return nil, fmt.Errorf("projections: consume: %w", err)
 	}

@@ -40,6 +40,23 @@ type eventStore interface {
 	History(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)
 }
 
+// countingStore counts the events the stream acknowledged. An append that
+// failed may still have been stored; its retry from the outbox carries the
+// same event ids, is de-duplicated by the stream and counted then, once.
+type countingStore struct {
+	eventStore
+	published metric.Int64Counter
+}
+
+// Append appends and counts the events on success.
+func (s countingStore) Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error) {
+	seq, err := s.eventStore.Append(ctx, subject, expected, evs...)
+	if err == nil {
+		s.published.Add(context.WithoutCancel(ctx), int64(len(evs)))
+	}
+	return seq, err
+}
+
 // commandSource gives the agent its host's durable command consumer.
 type commandSource interface {
 	Consumer(ctx context.Context, host string) (jetstream.Consumer, error)
@@ -88,6 +105,10 @@ type Options struct {
 	// request per server, so at 10,000 hosts of 10 servers a 5 s period
 	// would cost the NATS server 20,000 requests/s (docs/scaling.md).
 	SyncInterval time.Duration
+	// ObserveJetStream, if set, is told the outcome of every heartbeat put
+	// (natsjs.Reconnector.Observe: a connection to a NATS server cut off
+	// from the cluster moves to another).
+	ObserveJetStream func(error)
 	// OutboxDir keeps events while NATS is unreachable; default LogDir/outbox.
 	OutboxDir string
 	// OutboxMax bounds the events kept; default 100000.
@@ -287,6 +308,12 @@ func New(opts Options) (*Agent, error) {
 		metric.WithDescription("Events refused because the outbox was full while NATS was unreachable.")); err != nil {
 		return nil, err
 	}
+	published, err := meter.Int64Counter("tether_agent_events_published",
+		metric.WithDescription("Events the stream acknowledged from this agent (an audit compares it with the stream)."))
+	if err != nil {
+		return nil, err
+	}
+	a.opts.Store = countingStore{eventStore: a.opts.Store, published: published}
 	if _, err = meter.Int64ObservableGauge("tether_agent_outbox_events",
 		metric.WithDescription("Events kept on disk, waiting for NATS."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
@@ -446,7 +473,11 @@ func (a *Agent) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
 		if !skip {
 			var b hostbeat.Beat
 			b, list = a.beat(list)
-			if err := hostbeat.Put(ctx, kv, a.opts.HostID, b); err != nil {
+			err := hostbeat.Put(ctx, kv, a.opts.HostID, b)
+			if a.opts.ObserveJetStream != nil && ctx.Err() == nil {
+				a.opts.ObserveJetStream(err)
+			}
+			if err != nil {
 				if ctx.Err() == nil {
 					a.log.Warn("host heartbeat failed", "err", err)
 				}

@@ -3,9 +3,11 @@ package agent
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/services/nats/commands"
 )
 
@@ -28,7 +30,7 @@ func (a *Agent) consumeCommands(ctx context.Context, cons jetstream.Consumer) er
 		if err := m.Ack(); err != nil {
 			a.log.Warn("ack command", "command", cmd.GetId(), "err", err)
 		}
-	})
+	}, natsjs.FailoverPull(2*time.Second)...)
 	if err != nil {
 		return fmt.Errorf("agent: consume commands: %w", err)
 	}

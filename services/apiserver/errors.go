@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -26,6 +28,7 @@ const (
 	ReasonVersionConflict   = "VERSION_CONFLICT"
 	ReasonInvalidTransition = "INVALID_TRANSITION"
 	ReasonProjectionBehind  = "PROJECTION_BEHIND"
+	ReasonUnavailable       = "UNAVAILABLE"
 	ReasonInternal          = "INTERNAL"
 )
 
@@ -71,6 +74,11 @@ func toStatus(log *slog.Logger, method string, err error) *status.Status {
 		ae = &apiError{code: code, reason: re.Reason, msg: re.Msg}
 	case errors.As(err, &te):
 		ae = &apiError{code: codes.FailedPrecondition, reason: ReasonInvalidTransition, msg: te.Error()}
+	case storeUnavailable(err):
+		// Nothing was refused: a retry, on this replica or another, may
+		// succeed (every call is idempotent through its request id).
+		log.Warn("store unavailable", "method", method, "err", err)
+		ae = &apiError{code: codes.Unavailable, reason: ReasonUnavailable, msg: "the event store or the views are unavailable for now; retry"}
 	case errors.Is(err, context.Canceled):
 		ae = &apiError{code: codes.Canceled, reason: "CANCELLED", msg: "request cancelled"}
 	case errors.Is(err, context.DeadlineExceeded):
@@ -96,6 +104,24 @@ func toStatus(log *slog.Logger, method string, err error) *status.Status {
 		return st
 	}
 	return withDetails
+}
+
+// storeUnavailable reports whether err says the event store or the views
+// could not be reached for now, rather than that they refused the call:
+// an append that gave up waiting for NATS, or a PostgreSQL connection that
+// failed or was ended by a server shutting down or restarting.
+func storeUnavailable(err error) bool {
+	if errors.Is(err, events.ErrUnavailable) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 08: connection exception; 57P01-57P03: admin or crash
+		// shutdown, cannot connect now (starting up).
+		return strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
+	}
+	var connectErr *pgconn.ConnectError
+	return errors.As(err, &connectErr) || pgconn.SafeToRetry(err)
 }
 
 // unaryErrors and streamErrors apply toStatus to every handler's error.

@@ -268,6 +268,12 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	// The agents' own: no waiting for an unavailable stream, the outbox
+	// keeps the events.
+	agentStore, err := natsjs.New(ctx, js, natsjs.Options{UnavailableWait: -1, Logger: log})
+	if err != nil {
+		return err
+	}
 	pool, err := connect.Postgres(ctx, dbURL, 20)
 	if err != nil {
 		return err
@@ -338,7 +344,7 @@ func Run(ctx context.Context, opts Options) error {
 			HostID: id, Capacity: opts.HostCapacity, Address: opts.Host,
 			Labels:  map[string]string{"zone": fmt.Sprintf("dev-%c", 'a'+rune(i%3))},
 			SDKAddr: sdkGRPC, SDKHTTPAddr: sdkHTTP,
-			LogDir: filepath.Join(opts.LogDir, id), JetStream: js, Store: store, Commands: bus,
+			LogDir: filepath.Join(opts.LogDir, id), JetStream: js, Store: agentStore, Commands: bus,
 			KillProcessesOnExit: true, Logger: log.With("component", "agent"), Tokens: tokens,
 		}
 		if opts.AgentOptions != nil {

@@ -356,9 +356,10 @@ func agentCommand(g *global) *cobra.Command {
 		Use:   "agent --host-id ID",
 		Short: "Run the host agent: launch and supervise game servers, serve the local SDK",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			svc := service{name: "tether-agent", conn: "tether-agent-" + opts.HostID}
+			svc := service{name: "tether-agent", conn: "tether-agent-" + opts.HostID, selfObserved: true}
 			return runService(cmd.Context(), g, svc, func(ctx context.Context, d deps) (runner, error) {
-				store, err := natsjs.New(ctx, d.js, natsjs.Options{Logger: d.log})
+				// No waiting for an unavailable stream: the outbox keeps the events.
+				store, err := natsjs.New(ctx, d.js, natsjs.Options{UnavailableWait: -1, Logger: d.log})
 				if err != nil {
 					return nil, err
 				}
@@ -367,7 +368,7 @@ func agentCommand(g *global) *cobra.Command {
 					return nil, err
 				}
 				opts.JetStream, opts.Store, opts.Commands, opts.Labels = d.js, store, bus, labels
-				opts.Logger, opts.MeterProvider = d.log, d.tel.MeterProvider
+				opts.Logger, opts.MeterProvider, opts.ObserveJetStream = d.log, d.tel.MeterProvider, d.reconnect.Observe
 				if tokenKeys != "" {
 					if opts.Tokens, err = playertoken.Parse(tokenKeys); err != nil {
 						return nil, err
@@ -488,6 +489,9 @@ type deps struct {
 	tel  *telemetry.Providers
 	js   jetstream.JetStream
 	pool *pgxpool.Pool
+	// reconnect moves the NATS connection to another server when
+	// JetStream stops answering through it (a minority partition).
+	reconnect *natsjs.Reconnector
 }
 
 // service names a service's process and says what it connects to.
@@ -495,7 +499,17 @@ type service struct {
 	name     string // its telemetry service name, and its NATS connection's
 	conn     string // its NATS connection's name, if not name
 	database bool   // whether it needs PostgreSQL (--database-url)
+	// selfObserved: the component reports its own regular JetStream calls
+	// to deps.reconnect (the agent's heartbeats), so no probe runs.
+	selfObserved bool
 }
+
+// Minority partitions: how often a control-plane process probes
+// JetStream, and how long it may fail before the connection moves.
+const (
+	jetStreamProbeEvery  = 2 * time.Second
+	jetStreamFailingMove = 6 * time.Second
+)
 
 // runService connects to NATS (and PostgreSQL, if the service needs it),
 // builds one component and runs it, with the admin endpoints if asked for,
@@ -526,12 +540,16 @@ func runService(ctx context.Context, g *global, svc service, build func(context.
 		}
 		defer pool.Close()
 	}
-	r, err := build(ctx, deps{log: log, tel: tel, js: js, pool: pool})
+	rc := natsjs.NewReconnector(nc, jetStreamFailingMove, log)
+	r, err := build(ctx, deps{log: log, tel: tel, js: js, pool: pool, reconnect: rc})
 	if err != nil {
 		return err
 	}
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return r.Run(ctx) })
+	if !svc.selfObserved {
+		eg.Go(func() error { rc.Watch(ctx, js, jetStreamProbeEvery); return nil })
+	}
 	if g.adminAddr != "" {
 		opts := admin.Options{Metrics: tel.MetricsHandler, Logger: log, Ready: func() error { return ready(nc, pool, r) }}
 		if rs, ok := r.(interface{ Status() string }); ok {

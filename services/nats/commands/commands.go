@@ -162,7 +162,7 @@ func (b *Bus) Send(ctx context.Context, host, sender string, cmd *agentv1.Comman
 	}
 	msg := &nats.Msg{Subject: Subject(host), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, cmd.Id)
-	if _, err := b.js.PublishMsg(ctx, msg); err != nil {
+	if _, err := natsjs.PublishWaiting(ctx, b.js, msg, natsjs.DefaultUnavailableWait); err != nil {
 		return fmt.Errorf("commands: send to %s: %w", host, err)
 	}
 	return nil

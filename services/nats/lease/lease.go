@@ -305,18 +305,40 @@ func (l *Lease) acquire(ctx context.Context) (bool, error) {
 }
 
 // renew extends the lease; an error means it is lost: the key was changed
-// by someone else (its revision is not ours), or no answer came while the
-// lease was still valid.
+// by someone else (its revision is not ours), or no write went through
+// while the lease was still valid. Until then a failed write (a NATS
+// election, a reconnect) is retried: a blip shorter than the lease does
+// not end the tenure.
 func (l *Lease) renew(ctx context.Context) error {
 	ctx, cancel := context.WithDeadline(ctx, l.validUntil)
 	defer cancel()
+	// Whichever attempt is stored was sent no earlier than the first: the
+	// key cannot expire before sent+TTL.
 	sent := time.Now()
-	rev, err := l.kv.Update(ctx, l.role, []byte(l.id), l.revision)
-	if err != nil {
-		return fmt.Errorf("lease: renew %s: %w", l.role, err)
+	backoff := 50 * time.Millisecond
+	for {
+		rev, err := l.kv.Update(ctx, l.role, []byte(l.id), l.revision)
+		if err == nil {
+			l.revision, l.validUntil = rev, sent.Add(l.ttl)
+			return nil
+		}
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			// An earlier attempt may have been stored without its answer
+			// reaching us: the key then holds our id at a newer revision.
+			if e, gerr := l.kv.Get(ctx, l.role); gerr == nil && string(e.Value()) == l.id && e.Revision() > l.revision {
+				l.revision, l.validUntil = e.Revision(), sent.Add(l.ttl)
+				return nil
+			}
+			return fmt.Errorf("lease: renew %s: taken by another instance: %w", l.role, err)
+		}
+		l.log.Debug("lease renewal failed; retrying while the lease is valid", "role", l.role, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("lease: renew %s: no write went through while the lease was valid: %w", l.role, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, l.ttl/10)
 	}
-	l.revision, l.validUntil = rev, sent.Add(l.ttl)
-	return nil
 }
 
 // release gives the lease up so a standby takes over at once; it deletes

@@ -110,6 +110,25 @@ func (h *Host) Cut() { h.net.ip("link", "set", h.link, "down") }
 // Heal brings the host's link back up.
 func (h *Host) Heal() { h.net.ip("link", "set", h.link, "up") }
 
+// Isolate partitions the host from others while both keep their links
+// (and so everyone else): a blackhole route to each other's address on
+// both sides, so neither reaches the other and connections between them
+// stall as on a real partition.
+func (h *Host) Isolate(others ...*Host) {
+	for _, o := range others {
+		h.net.ip("-n", h.Namespace, "route", "add", "blackhole", o.IP+"/32")
+		h.net.ip("-n", o.Namespace, "route", "add", "blackhole", h.IP+"/32")
+	}
+}
+
+// Rejoin undoes Isolate.
+func (h *Host) Rejoin(others ...*Host) {
+	for _, o := range others {
+		h.net.ip("-n", h.Namespace, "route", "del", "blackhole", o.IP+"/32")
+		h.net.ip("-n", o.Namespace, "route", "del", "blackhole", h.IP+"/32")
+	}
+}
+
 // ip runs `ip args…` and fails the test on error.
 func (n *Network) ip(args ...string) {
 	n.t.Helper()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/sdk/go/apiclient"
@@ -32,14 +35,15 @@ const (
 	restPort    = 8080
 	adminPort   = 7090
 	leaseTTL    = 4 * time.Second
-	fleetSize   = 12
+	fleetSize   = 20
 	agentHosts  = 4
 	hostLostFor = 20 * time.Second
 )
 
 // cluster is the running topology.
 type cluster struct {
-	t       *testing.T
+	t       *testing.T // the running (sub)test
+	root    *testing.T // TestCluster: what outlives a subtest is cleaned up with it
 	ctx     context.Context
 	bin     string // directory of the binaries
 	dir     string // logs and state
@@ -51,6 +55,12 @@ type cluster struct {
 
 	nats, apis, projectors, controllers, agents []*proc
 	api                                         *apiClients
+
+	jsMu sync.Mutex
+	js   map[string]jetstream.JetStream // by NATS node
+	// lostHosts are hosts the test cut for longer than host-lost-after,
+	// as "hosts/{id}": HOST_LOST is their servers' expected end.
+	lostHosts map[string]bool
 }
 
 // proc is one component's process in its host's namespace.
@@ -140,7 +150,7 @@ func clusterTest(t *testing.T) {
 
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	c := &cluster{t: t, ctx: t.Context(), dir: t.TempDir(), tokens: playertoken.NewKeySpec("cluster")}
+	c := &cluster{t: t, root: t, ctx: t.Context(), dir: t.TempDir(), tokens: playertoken.NewKeySpec("cluster"), lostHosts: map[string]bool{}, js: map[string]jetstream.JetStream{}}
 	c.bin = build(t)
 	c.net = netns.New(t)
 	var err error
@@ -165,6 +175,9 @@ func startCluster(t *testing.T) *cluster {
 				p.signal(t, syscall.SIGTERM)
 			}
 		}
+		// A stopped agent leaves its game servers running (the next agent
+		// of the host deals with them); this test's are stopped here.
+		c.killGameServers()
 		if t.Failed() {
 			c.dumpLogs()
 		}
@@ -238,6 +251,27 @@ func (c *cluster) proc(h *netns.Host, bin string, args ...string) *proc {
 	return &proc{name: h.Name, host: h, args: append([]string{bin}, args...), log: filepath.Join(c.dir, h.Name+".log")}
 }
 
+// killGameServers kills every game-server process started from this
+// test's binaries.
+func (c *cluster) killGameServers() {
+	procs, err := gameServerProcesses()
+	if err != nil {
+		c.root.Error(err)
+		return
+	}
+	for _, pids := range procs {
+		for _, pid := range pids {
+			exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+			if err != nil || !strings.HasPrefix(exe, c.bin+string(os.PathSeparator)) {
+				continue // gone, or not ours
+			}
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+				c.root.Errorf("kill game server %d: %v", pid, err)
+			}
+		}
+	}
+}
+
 // dumpLogs prints the tail of every component's log.
 func (c *cluster) dumpLogs() {
 	for _, group := range [][]*proc{c.nats, c.apis, c.projectors, c.controllers, c.agents} {
@@ -247,7 +281,14 @@ func (c *cluster) dumpLogs() {
 				continue
 			}
 			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-			c.t.Logf("--- %s (last 30 lines)\n%s", p.name, strings.Join(lines[max(0, len(lines)-30):], "\n"))
+			var problems []string
+			for _, l := range lines {
+				if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+					problems = append(problems, l)
+				}
+			}
+			c.t.Logf("--- %s (last 30 lines)\n%s\n--- %s (last 40 warnings and errors)\n%s", p.name, strings.Join(lines[max(0, len(lines)-30):], "\n"),
+				p.name, strings.Join(problems[max(0, len(problems)-40):], "\n"))
 		}
 	}
 }
@@ -328,8 +369,9 @@ func (c *cluster) rest(method, path string, body any) (int, []byte) {
 // apiClients are gRPC stubs over both API replicas (apiclient: round robin,
 // retried on another replica).
 type apiClients struct {
-	alloc   tetherv1.AllocationServiceClient
-	servers tetherv1.GameServerServiceClient
+	alloc       tetherv1.AllocationServiceClient
+	servers     tetherv1.GameServerServiceClient
+	projections tetherv1.ProjectionServiceClient
 }
 
 func newAPIClients(t *testing.T, endpoints []string) *apiClients {
@@ -339,5 +381,6 @@ func newAPIClients(t *testing.T, endpoints []string) *apiClients {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return &apiClients{alloc: tetherv1.NewAllocationServiceClient(conn), servers: tetherv1.NewGameServerServiceClient(conn)}
+	return &apiClients{alloc: tetherv1.NewAllocationServiceClient(conn), servers: tetherv1.NewGameServerServiceClient(conn),
+		projections: tetherv1.NewProjectionServiceClient(conn)}
 }

@@ -15,6 +15,7 @@ import (
 
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/sdk/go/apiclient"
+	"github.com/tetherhq/tether/services/testkit/netns"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
@@ -26,18 +27,26 @@ type load struct {
 	ok        int
 	failures  map[string]int // by gRPC code
 	allocated map[string]int // server name → successful allocations of it
-	failSince time.Time      // first failure since the last success; zero after a success
-	longest   time.Duration  // longest window without a success while failing
+	failSince time.Time      // start of the first failed call since the last success; zero after a success
+	lastOK    time.Time      // end of the last successful call
+	longest   time.Duration  // longest span from a failed call's start to the next success
+	slowest   time.Duration  // longest successful call
 	worstHow  string
 }
 
-func (l *load) record(name string, err error) {
+// record notes the outcome of a call that started at start. A failing
+// window runs from the start of its first failed call (when the
+// matchmaker asked, or the last success, whichever is later) to the end
+// of the next successful one.
+func (l *load) record(start time.Time, name string, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
 	if err == nil {
 		l.ok++
 		l.allocated[name]++
+		l.lastOK = now
+		l.slowest = max(l.slowest, now.Sub(start))
 		if !l.failSince.IsZero() {
 			if d := now.Sub(l.failSince); d > l.longest {
 				l.longest = d
@@ -48,11 +57,20 @@ func (l *load) record(name string, err error) {
 	}
 	code := status.Code(err).String()
 	l.failures[code]++
-	if l.failSince.IsZero() {
-		l.failSince = now
+	from := start
+	if from.Before(l.lastOK) {
+		from = l.lastOK
+	}
+	if l.failSince.IsZero() || from.Before(l.failSince) {
+		l.failSince = from
 		l.worstHow = code
 	}
 }
+
+// callDeadline is the load's deadline on each allocation, as a
+// matchmaker's: long enough to ride out a NATS election (4-9 s), during
+// which the API waits for the events stream instead of failing.
+const callDeadline = 10 * time.Second
 
 // run allocates with callers goroutines, each every interval, until ctx ends.
 func (l *load) run(ctx context.Context, c *cluster, callers int, interval time.Duration) {
@@ -62,7 +80,8 @@ func (l *load) run(ctx context.Context, c *cluster, callers int, interval time.D
 			t := time.NewTicker(interval)
 			defer t.Stop()
 			for ctx.Err() == nil {
-				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				start := time.Now()
+				cctx, cancel := context.WithTimeout(ctx, callDeadline)
 				resp, err := c.api.alloc.AllocateGameServer(cctx, &tetherv1.AllocateGameServerRequest{
 					Parent: "fleets/arena", RequestId: apiclient.NewRequestID("cluster-"),
 				})
@@ -71,7 +90,7 @@ func (l *load) run(ctx context.Context, c *cluster, callers int, interval time.D
 					return
 				}
 				name := resp.GetGameServer().GetName()
-				l.record(name, err)
+				l.record(start, name, err)
 				if err == nil {
 					sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 					_, _ = c.api.servers.ShutdownGameServer(sctx, &tetherv1.ShutdownGameServerRequest{Name: name, RequestId: apiclient.NewRequestID("cluster-end-")})
@@ -93,7 +112,7 @@ func (c *cluster) during(scenario func(), settle time.Duration) *load {
 	l := &load{failures: map[string]int{}, allocated: map[string]int{}}
 	ctx, cancel := context.WithCancel(c.ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); l.run(ctx, c, 2, 500*time.Millisecond) }()
+	go func() { defer close(done); l.run(ctx, c, 2, time.Second) }()
 	scenario()
 	select { // the load runs this long more: a duration, not a wait for an outcome
 	case <-c.ctx.Done():
@@ -117,7 +136,8 @@ func (l *load) check(t *testing.T, scenario string) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t.Logf("%s: %d allocations, failures %v, longest failing window %s (%s)", scenario, l.ok, l.failures, l.longest.Round(time.Millisecond), l.worstHow)
+	t.Logf("%s: %d allocations, slowest %s; failures %v, longest failing window %s (%s)", scenario, l.ok,
+		l.slowest.Round(time.Millisecond), l.failures, l.longest.Round(time.Millisecond), l.worstHow)
 	if l.ok == 0 {
 		t.Errorf("%s: no allocation succeeded", scenario)
 	}
@@ -131,9 +151,13 @@ func (l *load) check(t *testing.T, scenario string) {
 	}
 }
 
-// audit checks the views against a replay of the stream.
+// audit checks what every scenario must keep: the views equal a replay
+// of the stream, every event the agents published is in the stream once
+// and applied, and no server ended for a reason the test did not cause.
 func (c *cluster) audit(scenario string) {
 	c.t.Helper()
+	c.auditStream(scenario)
+	c.auditTerminations(scenario)
 	var endpoints []string
 	for _, p := range c.apis {
 		endpoints = append(endpoints, fmt.Sprintf("%s:%d", p.host.IP, grpcPort))
@@ -145,6 +169,31 @@ func (c *cluster) audit(scenario string) {
 		return
 	}
 	c.t.Logf("%s: %s", scenario, strings.TrimSpace(string(out)))
+}
+
+// scenario runs fn under allocation load in subtest t, then the load for
+// settle more, and checks the load and the audit; it logs the projection
+// lag seen meanwhile.
+func (c *cluster) scenario(t *testing.T, name string, fn func(), settle time.Duration) {
+	parent := c.t
+	c.t = t // helpers fail the subtest
+	defer func() { c.t = parent }()
+	ctx, cancel := context.WithCancel(c.ctx)
+	lag := c.sampleLag(ctx)
+	l := c.during(fn, settle)
+	cancel()
+	l.check(t, name)
+	t.Logf("%s: %s", name, lag)
+	c.audit(name)
+}
+
+// hold lets the load run for d: a duration the scenario chose, not a wait
+// for an outcome.
+func (c *cluster) hold(d time.Duration) {
+	select {
+	case <-c.ctx.Done():
+	case <-time.After(d):
+	}
 }
 
 // takeover kills (or stops) the lease holder of group and returns how long
@@ -164,7 +213,24 @@ func (c *cluster) takeover(group []*proc, sig syscall.Signal) time.Duration {
 	})
 	d := time.Since(killed)
 	old.start(c)
+	c.waitReady(old)
 	return d
+}
+
+// waitReady waits until p's /readyz answers ready.
+func (c *cluster) waitReady(p *proc) {
+	c.t.Helper()
+	wait.For(c.t, time.Minute, p.name+" to be ready", func() bool { return strings.HasPrefix(p.status(), "ready") })
+}
+
+// byName is the process of group on the host so named.
+func byName(group []*proc, name string) *proc {
+	for _, p := range group {
+		if p.name == name {
+			return p
+		}
+	}
+	return nil
 }
 
 func TestCluster(t *testing.T) {
@@ -183,52 +249,295 @@ func TestCluster(t *testing.T) {
 	wait.For(t, 2*time.Minute, fmt.Sprintf("%d READY servers", fleetSize), func() bool { return c.ready() >= fleetSize })
 
 	t.Run("a steady state through both API replicas", func(t *testing.T) {
-		l := c.during(func() {}, 20*time.Second)
-		l.check(t, "steady")
-		c.audit("steady")
+		c.scenario(t, "steady", func() {}, 20*time.Second)
+	})
+	t.Run("b kill -9 the NATS node leading the events stream", func(t *testing.T) {
+		var elected, current time.Duration
+		var node string
+		c.scenario(t, "events stream leader kill", func() {
+			node = c.streamLeader()
+			p := byName(c.nats, node)
+			killed := time.Now()
+			p.signal(t, syscall.SIGKILL)
+			wait.Until(t, 30*time.Second, "a new events stream leader", func() error {
+				info, err := c.anyStreamInfo()
+				if err != nil {
+					return err
+				}
+				if l := info.Cluster.Leader; l == "" || l == node {
+					return fmt.Errorf("leader %q", l)
+				}
+				return nil
+			})
+			elected = time.Since(killed)
+			c.hold(5 * time.Second)
+			p.start(c)
+			restarted := time.Now()
+			c.replicasCurrent(time.Minute)
+			current = time.Since(restarted)
+		}, 10*time.Second)
+		t.Logf("events stream: new leader %s after kill -9 of %s; the restarted node current again after %s",
+			elected.Round(time.Millisecond), node, current.Round(time.Millisecond))
 	})
 	t.Run("c kill -9 the active controller", func(t *testing.T) {
 		var d time.Duration
-		l := c.during(func() { d = c.takeover(c.controllers, syscall.SIGKILL) }, 10*time.Second)
+		c.scenario(t, "controller kill", func() { d = c.takeover(c.controllers, syscall.SIGKILL) }, 10*time.Second)
 		t.Logf("controller takeover after kill -9: %s (lease TTL %s)", d.Round(time.Millisecond), leaseTTL)
 		if d > leaseTTL+2*time.Second {
 			t.Errorf("controller takeover took %s, more than the lease TTL + 2s", d)
 		}
-		l.check(t, "controller kill")
-		c.audit("controller kill")
 	})
 	t.Run("c2 SIGTERM the active controller", func(t *testing.T) {
 		var d time.Duration
-		l := c.during(func() { d = c.takeover(c.controllers, syscall.SIGTERM) }, 5*time.Second)
+		c.scenario(t, "controller stop", func() { d = c.takeover(c.controllers, syscall.SIGTERM) }, 5*time.Second)
 		t.Logf("controller takeover after SIGTERM: %s", d.Round(time.Millisecond))
 		if d > 2*time.Second {
 			t.Errorf("controller takeover after a clean stop took %s, more than 2s", d)
 		}
-		l.check(t, "controller stop")
 	})
 	t.Run("d kill -9 the active projector", func(t *testing.T) {
 		var d time.Duration
-		l := c.during(func() { d = c.takeover(c.projectors, syscall.SIGKILL) }, 10*time.Second)
+		c.scenario(t, "projector kill", func() { d = c.takeover(c.projectors, syscall.SIGKILL) }, 10*time.Second)
 		t.Logf("projector takeover after kill -9: %s", d.Round(time.Millisecond))
 		if d > 5*time.Second {
 			t.Errorf("projector takeover took %s, more than 5s", d)
 		}
-		l.check(t, "projector kill")
-		c.audit("projector kill")
 	})
+	t.Run("e kill -9 one API replica under allocation load", func(t *testing.T) {
+		c.scenario(t, "API replica kill", func() {
+			p := c.apis[0]
+			p.signal(t, syscall.SIGKILL)
+			c.hold(10 * time.Second) // the load goes on through the other replica
+			p.start(c)
+			c.waitReady(p)
+		}, 5*time.Second)
+	})
+	t.Run("f cut a host's link, shorter then longer than host-lost-after", func(t *testing.T) {
+		c.hostCut(t)
+	})
+	t.Run("g isolate one NATS node from the other two", func(t *testing.T) {
+		var elected time.Duration
+		var node string
+		c.scenario(t, "NATS minority partition", func() {
+			node = c.streamLeader()
+			p := byName(c.nats, node)
+			var majority []*proc
+			var others []*netns.Host
+			for _, n := range c.nats {
+				if n != p {
+					majority = append(majority, n)
+					others = append(others, n.host)
+				}
+			}
+			cut := time.Now()
+			p.host.Isolate(others...)
+			rejoined := false
+			defer func() {
+				if !rejoined { // a failure before the rejoin below
+					p.host.Rejoin(others...)
+				}
+			}()
+			wait.Until(t, 30*time.Second, "the majority to elect an events stream leader", func() error {
+				info, err := c.streamInfo(majority[0])
+				if err != nil {
+					return err
+				}
+				if l := info.Cluster.Leader; l == "" || l == node {
+					return fmt.Errorf("leader %q", l)
+				}
+				return nil
+			})
+			elected = time.Since(cut)
+			c.hold(15 * time.Second)
+			p.host.Rejoin(others...)
+			rejoined = true
+			c.replicasCurrent(time.Minute)
+		}, 10*time.Second)
+		t.Logf("NATS minority partition: the majority elected a new events stream leader %s after %s was isolated",
+			elected.Round(time.Millisecond), node)
+	})
+	t.Run("h restart PostgreSQL", func(t *testing.T) {
+		var down time.Duration
+		c.scenario(t, "PostgreSQL restart", func() {
+			start := time.Now()
+			if err := c.pg.Restart(c.ctx); err != nil {
+				t.Fatal(err)
+			}
+			down = time.Since(start)
+		}, 15*time.Second)
+		t.Logf("PostgreSQL restart took %s", down.Round(time.Millisecond))
+	})
+}
+
+// hostCut cuts the first agent host's link for less than host-lost-after
+// (its servers must carry on untouched), then for longer (they are
+// terminated HOST_LOST and replaced elsewhere, and on the heal their
+// processes are stopped on the old host). Throughout, no server name runs
+// in two live processes.
+func (c *cluster) hostCut(t *testing.T) {
+	census, stopCensus := c.watchProcesses(t)
+	defer stopCensus()
+
+	h := c.busiestHost()
+	hostName := "hosts/" + h.name
+	before := c.liveOn(hostName)
+	t.Logf("short cut: %s, with %d live servers", hostName, len(before))
+	c.scenario(t, "short host cut", func() {
+		h.host.Cut()
+		defer h.host.Heal()
+		c.hold(hostLostFor / 2)
+		h.host.Heal()
+		c.waitReady(h)
+	}, 5*time.Second)
+	for name := range before {
+		g, err := c.api.servers.GetGameServer(c.ctx, &tetherv1.GetGameServerRequest{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.GetState() == tetherv1.GameServer_TERMINATED && g.GetReason() != "SHUTDOWN_REQUESTED_BY_API" {
+			t.Errorf("short cut: %s ended %s", name, g.GetReason())
+		}
+	}
+
+	var lostAfter, stoppedAfter time.Duration
+	var lost map[string]bool
+	h = c.busiestHost()
+	hostName = "hosts/" + h.name
+	c.lostHosts[hostName] = true
+	c.scenario(t, "long host cut", func() {
+		lost = c.liveOn(hostName)
+		cut := time.Now()
+		h.host.Cut()
+		defer h.host.Heal() // on a failure before the heal below (a second heal is a no-op)
+		wait.For(t, hostLostFor+30*time.Second, "the cut host's servers to be terminated", func() bool {
+			return len(c.liveOn(hostName)) == 0
+		})
+		lostAfter = time.Since(cut)
+		running := 0
+		procs, err := gameServerProcesses()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name := range lost {
+			running += len(procs[name])
+		}
+		t.Logf("long cut: %d servers of %s terminated after %s; %d of their processes still run on the cut host",
+			len(lost), hostName, lostAfter.Round(time.Millisecond), running)
+		// The load keeps taking servers, so the fleet is rarely all READY.
+		wait.For(t, time.Minute, fmt.Sprintf("%d READY servers elsewhere", 2*fleetSize/3), func() bool { return c.ready() >= 2*fleetSize/3 })
+		healed := time.Now()
+		h.host.Heal()
+		wait.For(t, time.Minute, "the healed host to stop its replaced servers' processes", func() bool {
+			procs, err := gameServerProcesses()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name := range lost {
+				if len(procs[name]) > 0 {
+					return false
+				}
+			}
+			return true
+		})
+		stoppedAfter = time.Since(healed)
+		c.waitReady(h)
+	}, 5*time.Second)
+	t.Logf("long cut: servers terminated %s after the cut (host-lost-after %s); their processes stopped %s after the heal; %s",
+		lostAfter.Round(time.Millisecond), hostLostFor, stoppedAfter.Round(time.Millisecond), census())
+}
+
+// busiestHost is the agent host with the most READY servers, waiting
+// for one to have any.
+func (c *cluster) busiestHost() *proc {
+	c.t.Helper()
+	var best *proc
+	wait.For(c.t, time.Minute, "an agent host with READY servers", func() bool {
+		resp, err := c.api.servers.ListGameServers(c.ctx, &tetherv1.ListGameServersRequest{Parent: "fleets/arena", Filter: "state=READY", PageSize: 1000})
+		if err != nil {
+			return false
+		}
+		count := map[string]int{}
+		for _, g := range resp.GetGameServers() {
+			count[g.GetHost()]++
+		}
+		best = nil
+		for _, a := range c.agents {
+			if n := count["hosts/"+a.name]; n > 0 && (best == nil || n > count["hosts/"+best.name]) {
+				best = a
+			}
+		}
+		return best != nil
+	})
+	return best
+}
+
+// liveOn lists the servers the views place on host that are not
+// TERMINATED.
+func (c *cluster) liveOn(host string) map[string]bool {
+	c.t.Helper()
+	resp, err := c.api.servers.ListGameServers(c.ctx, &tetherv1.ListGameServersRequest{
+		Parent: "fleets/arena", Filter: "host=" + host, PageSize: 1000,
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, g := range resp.GetGameServers() {
+		if g.GetState() != tetherv1.GameServer_TERMINATED {
+			out[g.GetName()] = true
+		}
+	}
+	return out
+}
+
+// watchProcesses samples the game-server processes every 100 ms until
+// stopped, failing t when a server name runs in two live processes; the
+// summary says how many samples it took.
+func (c *cluster) watchProcesses(t *testing.T) (summary func() string, stop func()) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	done := make(chan struct{})
+	var mu sync.Mutex
+	samples := 0
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			procs, err := gameServerProcesses()
+			if err != nil {
+				t.Errorf("process census: %v", err)
+				return
+			}
+			mu.Lock()
+			samples++
+			for name, pids := range procs {
+				if strings.HasPrefix(name, "fleets/arena/") && len(pids) > 1 {
+					t.Errorf("%s runs in %d live processes: %v", name, len(pids), pids)
+				}
+			}
+			mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			return fmt.Sprintf("no server name in two live processes in %d samples of the processes", samples)
+		}, func() {
+			cancel()
+			<-done
+		}
 }
 
 // ready counts the fleet's READY servers.
 func (c *cluster) ready() int {
-	resp, err := c.api.servers.ListGameServers(c.ctx, &tetherv1.ListGameServersRequest{Parent: "fleets/arena", PageSize: 500})
+	resp, err := c.api.servers.ListGameServers(c.ctx, &tetherv1.ListGameServersRequest{Parent: "fleets/arena", Filter: "state=READY", PageSize: 1000})
 	if err != nil {
 		return 0
 	}
-	n := 0
-	for _, g := range resp.GetGameServers() {
-		if g.GetState() == tetherv1.GameServer_READY {
-			n++
-		}
-	}
-	return n
+	return len(resp.GetGameServers())
 }

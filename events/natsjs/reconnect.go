@@ -1,0 +1,89 @@
+package natsjs
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tetherhq/tether/events"
+)
+
+// Reconnector moves a connection to another server of the NATS cluster
+// when JetStream has not answered through it for a while although the
+// connection itself is up. That is a server cut off from the others (a
+// minority partition): it keeps its clients, but no stream has a leader
+// it can reach, and the client is never told. Calls observed as failing
+// for longer than After, on a connection that knows other servers, make it
+// reconnect elsewhere (at most once per After).
+type Reconnector struct {
+	nc    *nats.Conn
+	after time.Duration
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	failing time.Time // first failure since the last success; zero when none
+	forced  time.Time // last forced reconnect
+}
+
+// NewReconnector watches nc; after is how long JetStream may fail before
+// the connection moves.
+func NewReconnector(nc *nats.Conn, after time.Duration, log *slog.Logger) *Reconnector {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Reconnector{nc: nc, after: after, log: log}
+}
+
+// Observe records the outcome of a JetStream call made through the
+// connection, and reconnects when calls have failed for longer than After.
+// Errors that are refusals (not found, conflicts) count as answers.
+func (r *Reconnector) Observe(err error) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	failed := err != nil && (unavailable(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, events.ErrUnavailable))
+	if !failed {
+		r.failing = time.Time{}
+		return
+	}
+	if r.failing.IsZero() {
+		r.failing = now
+		return
+	}
+	if now.Sub(r.failing) < r.after || now.Sub(r.forced) < r.after || !r.nc.IsConnected() || len(r.nc.Servers()) < 2 {
+		return
+	}
+	r.log.Warn("JetStream has not answered through this NATS server; reconnecting to another",
+		"server", r.nc.ConnectedUrlRedacted(), "failing_for", now.Sub(r.failing).Round(time.Millisecond), "err", err)
+	if ferr := r.nc.ForceReconnect(); ferr != nil {
+		r.log.Warn("force reconnect", "err", ferr)
+	}
+	r.forced, r.failing = now, time.Time{}
+}
+
+// Watch probes JetStream through the connection every interval (the
+// events stream's info, which its leader answers) until ctx ends, for a
+// process that makes no regular JetStream call of its own to observe.
+func (r *Reconnector) Watch(ctx context.Context, js jetstream.JetStream, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, interval)
+		_, err := js.Stream(pctx, events.StreamName)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		r.Observe(err)
+	}
+}
