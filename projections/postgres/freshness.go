@@ -13,7 +13,10 @@ import (
 
 // Freshness tracks the views' checkpoint so reads can wait for their own
 // writes. One LISTEN connection per process serves every waiter; a slow poll
-// covers notifications lost while that connection was down.
+// covers notifications lost while that connection was down. The checkpoint
+// only grows, except when the database is restored from an older copy or
+// recreated: a reading below what was seen then lowers it, so that waiters
+// wait for the views to reach their sequence again.
 type Freshness struct {
 	pool  *pgxpool.Pool
 	views *Views
@@ -38,6 +41,23 @@ func (f *Freshness) Seen() uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.seen
+}
+
+// read records the checkpoint as read from the views: below what was seen,
+// the views went back (a restore), and the waiters must wait for them again.
+func (f *Freshness) read(cp uint64) {
+	f.mu.Lock()
+	seen := f.seen
+	if cp < seen {
+		f.seen = cp
+	}
+	f.mu.Unlock()
+	if cp < seen {
+		f.log.Warn("the views' checkpoint went back (database restored or recreated); reads wait for them to catch up again",
+			"checkpoint", cp, "seen", seen)
+		return
+	}
+	f.observe(cp)
 }
 
 func (f *Freshness) observe(cp uint64) {
@@ -104,7 +124,7 @@ func (f *Freshness) listen(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		f.observe(cp)
+		f.read(cp)
 		wctx, cancel := context.WithTimeout(ctx, f.poll)
 		n, err := conn.Conn().WaitForNotification(wctx)
 		cancel()

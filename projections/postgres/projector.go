@@ -217,8 +217,20 @@ func (p *Projector) Lag() uint64 {
 // newer lease epoch has written the checkpoint: this one lost its lease.
 var ErrFenced = errors.New("projector: a projector with a newer lease epoch has taken over")
 
+// ErrViewsBehind is the error of a batch refused because the views'
+// checkpoint is below what this projector has committed, or gone: the
+// database was restored from an older copy, or dropped and created again,
+// under the running projector. Its consumer is past the views' checkpoint,
+// so applying the batch would skip the events in between for good. The
+// batch is retried (the projector reports not ready meanwhile) until a
+// rebuild swaps in views at or past its checkpoint; a restarted projector
+// projects again from the views' own checkpoint.
+var ErrViewsBehind = errors.New("projector: the views went back behind this projector's checkpoint " +
+	"(database restored or recreated under it): run tetherctl projections rebuild, or restart the projector")
+
 // Ready reports why the projector cannot apply events now: its last batch
-// failed and is being retried (PostgreSQL unreachable).
+// failed and is being retried (PostgreSQL unreachable, or the views went
+// back behind it: ErrViewsBehind).
 func (p *Projector) Ready() error {
 	if err := p.failing.Load(); err != nil {
 		return fmt.Errorf("applying a batch fails: %w", *err)
@@ -251,9 +263,10 @@ func (p *Projector) RunFenced(ctx context.Context, epoch uint64) error {
 		case msgs <- m:
 		case <-ctx.Done():
 		}
-	}, jetstream.PullMaxMessages(2*p.opts.BatchSize), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		p.log.Warn("projector consume error", "err", err)
-	}))
+	}, append(natsjs.FailoverPull(time.Second), jetstream.PullMaxMessages(2*p.opts.BatchSize),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			p.log.Warn("projector consume error", "err", err)
+		}))...)
 	if err != nil {
 		return fmt.Errorf("projector: consume: %w", err)
 	}
@@ -443,13 +456,20 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 	defer func() { _ = tx.Rollback(ctx) }() // No-op after commit; a failed batch is retried whole.
 
 	var cp, fence int64
-	if err := tx.QueryRow(ctx, `SELECT sequence, fence FROM projector_checkpoints WHERE partition = $1 FOR UPDATE`,
-		p.opts.Partition).Scan(&cp, &fence); err != nil {
+	err = tx.QueryRow(ctx, `SELECT sequence, fence FROM projector_checkpoints WHERE partition = $1 FOR UPDATE`,
+		p.opts.Partition).Scan(&cp, &fence)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: the checkpoint row is gone", ErrViewsBehind)
+	case err != nil:
 		return fmt.Errorf("projector: lock checkpoint: %w", err)
 	}
 	epoch := p.fence.Load()
 	if epoch > 0 && uint64(fence) > epoch {
 		return fmt.Errorf("%w (checkpoint epoch %d, ours %d)", ErrFenced, fence, epoch)
+	}
+	if ours := p.checkpoint.Load(); uint64(cp) < ours {
+		return fmt.Errorf("%w: the views' checkpoint is %d, this projector committed %d", ErrViewsBehind, cp, ours)
 	}
 	folds := folders()
 	held := p.held
@@ -495,7 +515,10 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 		kinds = append(kinds, kind)
 	}
 	if last == uint64(cp) {
-		return nil // the whole batch was applied before
+		// The whole batch was applied before, by this projector or by a
+		// rebuild that swapped in views past it: they are at cp.
+		p.checkpoint.Store(uint64(cp))
+		return nil
 	}
 	if held == nil { // held states start from empty tables and live in memory
 		if err := eachFolder(folds, func(f folder) error { return f.load(ctx, tx) }); err != nil {
