@@ -217,6 +217,11 @@ func (p *Projector) Lag() uint64 {
 // newer lease epoch has written the checkpoint: this one lost its lease.
 var ErrFenced = errors.New("projector: a projector with a newer lease epoch has taken over")
 
+// ErrGap is the error of a batch that skips events after the checkpoint:
+// nothing of it is applied, and the projector reads again from the
+// checkpoint with a fresh consumer.
+var ErrGap = errors.New("projector: the consumer skipped events after the checkpoint")
+
 // ErrViewsBehind is the error of a batch refused because the views'
 // checkpoint is below what this projector has committed, or gone: the
 // database was restored from an older copy, or dropped and created again,
@@ -249,6 +254,18 @@ func (p *Projector) Run(ctx context.Context) error { return p.RunFenced(ctx, 0) 
 // checkpoint first, so nothing a predecessor had in hand is skipped.
 func (p *Projector) RunFenced(ctx context.Context, epoch uint64) error {
 	p.fence.Store(epoch)
+	for {
+		err := p.consume(ctx)
+		if !errors.Is(err, ErrGap) {
+			return err
+		}
+		p.log.Warn("projector consumer skipped events; reading again from the checkpoint", "err", err)
+	}
+}
+
+// consume runs one consumer from the checkpoint until ctx ends or a batch
+// fails for good (ErrGap: the caller starts another).
+func (p *Projector) consume(ctx context.Context) error {
 	cons, err := p.Consumer(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -316,7 +333,7 @@ func (p *Projector) applyWithRetry(ctx context.Context, batch []jetstream.Msg) e
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, ErrFenced) {
+		if errors.Is(err, ErrFenced) || errors.Is(err, ErrGap) {
 			return err
 		}
 		p.failing.Store(&err)
@@ -496,6 +513,13 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 		p.pending.Store(meta.NumPending)
 		if seq <= last {
 			continue // already applied: a redelivery
+		}
+		if seq > last+1 {
+			// The stream has no gaps (no deletes, no limits): an event
+			// between was handed out and lost (its pull's answer went with a
+			// NATS node), and with AckAll acknowledging what follows it would
+			// acknowledge it too, so it would never come again.
+			return fmt.Errorf("%w: expected event %d, got %d", ErrGap, last+1, seq)
 		}
 		last = seq
 		data := m.Data()

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -357,4 +358,32 @@ func TestViewsReadBack(t *testing.T) {
 	if len(hosts) != 1 || hosts[0].State.GetStatus() != eventsv1.HostStatus_HOST_STATUS_ONLINE || hosts[0].Used != 2 {
 		t.Fatalf("hosts = %+v", hosts)
 	}
+}
+
+// A batch that skips an event after the checkpoint (one handed out and
+// lost with its pull, which AckAll would acknowledge with what follows) is
+// refused whole, and the projector goes on once it has the event.
+func TestBatchWithAGapIsRefused(t *testing.T) {
+	e := newEnv(t)
+	e.scenario(4)
+	pool := e.pool()
+	p := e.projector(pool, "gappy", time.Minute, 100)
+	msgs := fetchAll(t, e, p)
+	if len(msgs) < 6 {
+		t.Fatalf("%d events, want at least 6", len(msgs))
+	}
+	if err := p.ApplyBatch(e.ctx, msgs[:3]); err != nil {
+		t.Fatal(err)
+	}
+	before := p.Checkpoint()
+	if err := p.ApplyBatch(e.ctx, msgs[4:]); !errors.Is(err, postgres.ErrGap) {
+		t.Fatalf("batch skipping event %d: %v, want ErrGap", before+1, err)
+	}
+	if p.Checkpoint() != before {
+		t.Fatalf("checkpoint moved from %d to %d over a gap", before, p.Checkpoint())
+	}
+	if err := p.ApplyBatch(e.ctx, msgs[3:]); err != nil {
+		t.Fatal(err)
+	}
+	assertSameViews(t, pool, e.freshReplay())
 }
