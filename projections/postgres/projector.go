@@ -254,12 +254,29 @@ func (p *Projector) Run(ctx context.Context) error { return p.RunFenced(ctx, 0) 
 // checkpoint first, so nothing a predecessor had in hand is skipped.
 func (p *Projector) RunFenced(ctx context.Context, epoch uint64) error {
 	p.fence.Store(epoch)
+	backoff := 100 * time.Millisecond
 	for {
 		err := p.consume(ctx)
-		if !errors.Is(err, ErrGap) {
+		_, poison := errors.AsType[*PoisonError](err)
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrFenced) || poison:
 			return err
+		case errors.Is(err, ErrGap):
+			p.log.Warn("projector consumer skipped events; reading again from the checkpoint", "err", err)
+			continue
 		}
-		p.log.Warn("projector consumer skipped events; reading again from the checkpoint", "err", err)
+		// NATS between leaders (an election after a node was lost): the
+		// consumer cannot be read or created for a few seconds.
+		p.failing.Store(&err)
+		p.log.Warn("projector consumer failed; retrying", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 
