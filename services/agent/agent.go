@@ -545,9 +545,11 @@ func (a *Agent) evaluateHealth(ctx context.Context) error {
 // from the stream.
 func (a *Agent) publishOutbox(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
+	states := map[string]*streamState{} // servers' states from the stream, for this drain
 	for {
 		e, ok, ready := a.outbox.head()
 		if !ok {
+			clear(states)
 			a.rebuildResynced(ctx)
 			select {
 			case <-ctx.Done():
@@ -565,7 +567,19 @@ func (a *Agent) publishOutbox(ctx context.Context) error {
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = a.opts.Store.Append(pctx, e.subject, events.AnySequence, env)
+		applies, err := a.stillApplies(pctx, e.subject, env, states)
+		if err == nil && !applies {
+			cancel()
+			a.log.Warn("outbox event dropped: the control plane ended its server while this host was out of reach",
+				"subject", e.subject, "type", env.Type, "event_id", env.ID)
+			if err := a.outbox.pop(); err != nil {
+				return err
+			}
+			continue
+		}
+		if err == nil {
+			_, err = a.opts.Store.Append(pctx, e.subject, events.AnySequence, env)
+		}
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -588,6 +602,57 @@ func (a *Agent) publishOutbox(ctx context.Context) error {
 			a.log.Info("outbox drained")
 		}
 	}
+}
+
+// streamState is a game server as the stream has it: its state and the
+// ids of its events.
+type streamState struct {
+	state *eventsv1.GameServerState
+	ids   map[string]bool
+}
+
+// stillApplies reports whether an event kept in the outbox still applies
+// to its game server as the stream has it. Kept while the host was out of
+// reach, it was decided on the agent's own state; meanwhile the control
+// plane may have ended the server (HOST_LOST), and an observation such as
+// HealthDegraded no longer applies to a TERMINATED server: appended, it
+// would only be dead-lettered. An event the stream already holds (an
+// append whose answer was lost) is published again, to be de-duplicated.
+// states caches each server for the drain, advanced by the events
+// published. Other aggregates always apply.
+func (a *Agent) stillApplies(ctx context.Context, subject string, env events.Envelope, states map[string]*streamState) (bool, error) {
+	if events.KindOf(subject) != events.KindGameServer {
+		return true, nil
+	}
+	st, ok := states[subject]
+	if !ok {
+		hist, err := a.opts.Store.History(ctx, subject, 0)
+		if err != nil {
+			return false, err
+		}
+		st = &streamState{ids: map[string]bool{}}
+		for _, h := range hist {
+			st.ids[h.ID] = true
+			if st.state, err = events.ApplyGameServer(st.state, h); err != nil {
+				return true, nil // a history the projector judges: not ours to drop events over
+			}
+		}
+		states[subject] = st
+	}
+	if st.ids[env.ID] {
+		return true, nil
+	}
+	next, err := events.ApplyGameServer(st.state, env)
+	if _, refused := errors.AsType[*events.TransitionError](err); refused && st.state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
+		return false, nil
+	}
+	if err != nil {
+		delete(states, subject) // not ours to judge: publish it, read the stream afresh next time
+		return true, nil
+	}
+	st.state = next
+	st.ids[env.ID] = true
+	return true, nil
 }
 
 // OutboxLen returns the number of events waiting in the outbox for NATS.
