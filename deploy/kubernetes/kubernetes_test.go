@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tetherhq/tether/services/testkit/tethercli"
 )
 
 const (
@@ -469,7 +471,7 @@ func TestMigrateJob(t *testing.T) {
 // flag of that subcommand; the secrets are the documented ones.
 func TestCommandsFlagsAndEnvironment(t *testing.T) {
 	b := renderBase(t)
-	cli := readTetherCLI(t, tetherCmdDir)
+	cli := tethercli.Read(t, tetherCmdDir)
 	configMaps := map[string]map[string]string{}
 	for _, cm := range b.configMaps {
 		configMaps[cm.Name] = cm.Data
@@ -484,7 +486,7 @@ func TestCommandsFlagsAndEnvironment(t *testing.T) {
 			if len(c.Command) != 0 {
 				t.Errorf("%s: command %q overrides the image's entrypoint", where, c.Command)
 			}
-			cli.checkArgs(t, where, c.Args)
+			cli.CheckArgs(t, where, c.Args)
 			if len(c.Args) == 0 {
 				continue
 			}
@@ -519,7 +521,7 @@ func TestCommandsFlagsAndEnvironment(t *testing.T) {
 				}
 			}
 			for v := range vars {
-				if flag, ok := flagOfEnv(v); ok && !cli.hasFlag(cmd, flag) {
+				if flag, ok := tethercli.FlagOfEnv(v); ok && !cli.HasFlag(cmd, flag) {
 					t.Errorf("%s: %s sets --%s, which tether %s does not have: it would be ignored", where, v, flag, cmd)
 				}
 			}

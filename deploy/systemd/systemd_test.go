@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tetherhq/tether/services/testkit/tethercli"
 )
 
 const (
@@ -180,7 +182,7 @@ func execStart(t *testing.T, u unit, file string) []string {
 }
 
 func TestExecStartRunsATetherSubcommand(t *testing.T) {
-	cli := readTetherCLI(t, tetherCmdDir)
+	cli := tethercli.Read(t, tetherCmdDir)
 	admin := map[string]string{} // --admin-addr → unit
 	for file, cmd := range units {
 		u := parseUnit(t, file)
@@ -189,7 +191,7 @@ func TestExecStartRunsATetherSubcommand(t *testing.T) {
 			t.Errorf("%s: ExecStart=%q, want %s %s …", file, words, binary, cmd)
 			continue
 		}
-		cli.checkArgs(t, file, words[1:])
+		cli.CheckArgs(t, file, words[1:])
 		if addr := flagValue(words, "--admin-addr"); addr != "" {
 			if other, ok := admin[addr]; ok {
 				t.Errorf("%s and %s both serve their admin endpoints on %s: they could not share a host", file, other, addr)
@@ -240,7 +242,7 @@ func TestAgentLeavesGameServersRunning(t *testing.T) {
 // secret are there, and every TETHER_ variable, commented out or not, sets
 // a flag some subcommand has.
 func TestEnvironmentFile(t *testing.T) {
-	cli := readTetherCLI(t, tetherCmdDir)
+	cli := tethercli.Read(t, tetherCmdDir)
 	data, err := os.ReadFile("tether.env")
 	if err != nil {
 		t.Fatal(err)
@@ -259,13 +261,13 @@ func TestEnvironmentFile(t *testing.T) {
 		if !commented {
 			set[name] = true
 		}
-		flag, ok := flagOfEnv(name)
+		flag, ok := tethercli.FlagOfEnv(name)
 		if !ok {
 			continue
 		}
-		known := cli.global[flag]
+		known := false
 		for _, cmd := range units {
-			known = known || cli.flags[cmd][flag]
+			known = known || cli.HasFlag(cmd, flag)
 		}
 		if !known {
 			t.Errorf("tether.env:%d: %s sets --%s, which no tether subcommand of these units has", n+1, name, flag)

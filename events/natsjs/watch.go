@@ -67,7 +67,7 @@ func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []strin
 			return
 		}
 		msgs, err := cons.Messages(jetstream.PullMaxMessages(watchPull),
-			// As FailoverPull: a lost node is noticed within two heartbeats.
+			// As FailoverPull (below): a lost node is noticed within two heartbeats.
 			jetstream.PullHeartbeat(2*time.Second), jetstream.PullExpiry(8*time.Second))
 		if err != nil {
 			if ctx.Err() == nil {
@@ -154,4 +154,14 @@ func (s *Store) SequenceAt(ctx context.Context, t time.Time) (uint64, error) {
 		}
 	}
 	return lo, nil
+}
+
+// FailoverPull are the pull options of a long-running consumer that must
+// notice soon when the NATS node serving its pulls is lost: the server
+// sends an idle heartbeat every heartbeat, and two missed ones make the
+// client pull again (from the new consumer leader) instead of waiting out
+// jetstream's default of 30 s pulls and 15 s heartbeats. Each consumer
+// costs the server one heartbeat message per heartbeat while idle.
+func FailoverPull(heartbeat time.Duration) []jetstream.PullConsumeOpt {
+	return []jetstream.PullConsumeOpt{jetstream.PullHeartbeat(heartbeat), jetstream.PullExpiry(4 * heartbeat)}
 }

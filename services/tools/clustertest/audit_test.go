@@ -166,38 +166,35 @@ func (c *cluster) storedEvents() (byProducer map[string]int, duplicates []string
 	return byProducer, duplicates, last, nil
 }
 
-// published sums a counter over every process of group, from /metrics.
-func published(group []*proc, metricName string) (float64, error) {
+// published is the value of a counter on one process, from its /metrics
+// (summed over the counter's series).
+func published(p *proc, metricName string) (float64, error) {
+	resp, err := http.Get(p.adminURL("/metrics"))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
 	var sum float64
-	for _, p := range group {
-		resp, err := http.Get(p.adminURL("/metrics"))
+	found := false
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, metricName) {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("%s: %q: %w", p.name, line, err)
 		}
-		found := false
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			line := sc.Text()
-			if !strings.HasPrefix(line, metricName) {
-				continue
-			}
-			fields := strings.Fields(line)
-			v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-			if err != nil {
-				resp.Body.Close()
-				return 0, fmt.Errorf("%s: %q: %w", p.name, line, err)
-			}
-			sum += v
-			found = true
-		}
-		err = sc.Err()
-		resp.Body.Close()
-		if err != nil {
-			return 0, err
-		}
-		if !found {
-			return 0, fmt.Errorf("%s serves no %s", p.name, metricName)
-		}
+		sum += v
+		found = true
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	if !found {
+		return 0, fmt.Errorf("%s serves no %s", p.name, metricName)
 	}
 	return sum, nil
 }
@@ -207,30 +204,28 @@ func published(group []*proc, metricName string) (float64, error) {
 // the views applied the whole stream.
 func (c *cluster) auditStream(scenario string) {
 	c.t.Helper()
-	var pub float64
-	var stored, applied int64
+	var pub, stored, applied int64
 	wait.Until(c.t, time.Minute, "agents' published events to equal the stream's and the views to apply it", func() error {
-		var err error
-		if pub, err = published(c.agents, "tether_agent_events_published"); err != nil {
-			return err
+		// The counters first: what they count is in the stream by the time
+		// it is read.
+		perAgent := make([]int64, len(c.agents))
+		for i, a := range c.agents {
+			n, err := published(a, "tether_agent_events_published")
+			if err != nil {
+				return err
+			}
+			perAgent[i] = int64(n)
 		}
 		byProducer, dups, last, err := c.storedEvents()
 		if err != nil {
 			return err
 		}
-		if len(dups) > 0 {
-			c.t.Errorf("%s: %d events stored twice: %v", scenario, len(dups), dups[:min(5, len(dups))])
-		}
-		stored = 0
+		pub, stored = 0, 0
 		var perHost []string
-		for _, a := range c.agents {
-			n := byProducer[events.HostName(a.name)]
-			stored += int64(n)
-			p, err := published([]*proc{a}, "tether_agent_events_published")
-			if err != nil {
-				return err
-			}
-			perHost = append(perHost, fmt.Sprintf("%s %d/%d", a.name, int64(p), n))
+		for i, a := range c.agents {
+			n := int64(byProducer[events.HostName(a.name)])
+			pub, stored = pub+perAgent[i], stored+n
+			perHost = append(perHost, fmt.Sprintf("%s %d/%d", a.name, perAgent[i], n))
 		}
 		st, err := c.api.projections.GetProjectionStatus(c.ctx, &tetherv1.GetProjectionStatusRequest{})
 		if err != nil {
@@ -238,9 +233,11 @@ func (c *cluster) auditStream(scenario string) {
 		}
 		applied = st.GetCheckpoint()
 		switch {
-		case int64(pub) != stored:
+		case len(dups) > 0:
+			return fmt.Errorf("%d events stored twice: %v", len(dups), dups[:min(5, len(dups))])
+		case pub != stored:
 			return fmt.Errorf("agents published %d events, the stream holds %d of theirs (published/stored per host: %s)",
-				int64(pub), stored, strings.Join(perHost, ", "))
+				pub, stored, strings.Join(perHost, ", "))
 		case applied != int64(last):
 			return fmt.Errorf("views applied %d of %d events", applied, last)
 		case st.GetDeadLetters() != 0:
@@ -249,7 +246,7 @@ func (c *cluster) auditStream(scenario string) {
 		return nil
 	})
 	c.t.Logf("%s: agents published %d events = %d in the stream, none twice; views applied all %d events of the stream",
-		scenario, int64(pub), stored, applied)
+		scenario, pub, stored, applied)
 }
 
 // auditTerminations checks that every terminated server ended for a

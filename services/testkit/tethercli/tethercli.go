@@ -1,4 +1,8 @@
-package systemd_test
+// Package tethercli reads what the tether binary accepts (its
+// subcommands and their flags) from its source, for tests that check
+// deployment files (Kubernetes manifests, systemd units) name only
+// subcommands and flags that exist.
+package tethercli
 
 import (
 	"go/ast"
@@ -10,27 +14,26 @@ import (
 	"testing"
 )
 
-// tetherCLI is what the tether binary accepts, read from its source
+// CLI is what the tether binary accepts, read from its source
 // (services/cmd/tether): each subcommand's flags, and the root's, which
-// every subcommand has. A copy of deploy/kubernetes/cli_test.go: test files
-// cannot be shared between packages, and neither package is the other's.
-type tetherCLI struct {
-	global map[string]bool            // the root's persistent flags
-	flags  map[string]map[string]bool // subcommand → its own flags
+// every subcommand has.
+type CLI struct {
+	Global map[string]bool            // the root's persistent flags
+	Flags  map[string]map[string]bool // subcommand → its own flags
 }
 
-// readTetherCLI parses the non-test Go files of services/cmd/tether: every
+// Read parses the non-test Go files of services/cmd/tether: every
 // function that builds a cobra.Command with a Use: literal owns the flags
 // defined in it (f.StringVar(&x, "name", …), f.Bool("name", …)); the
 // command "tether" is the root.
-func readTetherCLI(t *testing.T, dir string) tetherCLI {
+func Read(t testing.TB, dir string) CLI {
 	t.Helper()
 	fset := token.NewFileSet()
 	matches, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli := tetherCLI{global: map[string]bool{}, flags: map[string]map[string]bool{}}
+	cli := CLI{Global: map[string]bool{}, Flags: map[string]map[string]bool{}}
 	for _, path := range matches {
 		if strings.HasSuffix(path, "_test.go") {
 			continue
@@ -49,14 +52,14 @@ func readTetherCLI(t *testing.T, dir string) tetherCLI {
 			case "":
 			case "tether":
 				for name := range flags {
-					cli.global[name] = true
+					cli.Global[name] = true
 				}
 			default:
-				cli.flags[use] = flags
+				cli.Flags[use] = flags
 			}
 		}
 	}
-	if len(cli.flags) == 0 || len(cli.global) == 0 {
+	if len(cli.Flags) == 0 || len(cli.Global) == 0 {
 		t.Fatalf("found no cobra commands or no root flags in %s: has the way tether builds its commands changed?", dir)
 	}
 	return cli
@@ -117,14 +120,14 @@ func stringLit(e ast.Expr) (string, bool) {
 	return s, err == nil
 }
 
-// hasFlag reports whether subcommand cmd takes --name.
-func (c tetherCLI) hasFlag(cmd, name string) bool {
-	return c.global[name] || c.flags[cmd][name]
+// HasFlag reports whether subcommand cmd takes --name.
+func (c CLI) HasFlag(cmd, name string) bool {
+	return c.Global[name] || c.Flags[cmd][name]
 }
 
-// flagOfEnv is the flag a TETHER_ variable sets (TETHER_LOG_LEVEL:
+// FlagOfEnv is the flag a TETHER_ variable sets (TETHER_LOG_LEVEL:
 // log-level), as services/cmd/tether/env.go reads them.
-func flagOfEnv(env string) (string, bool) {
+func FlagOfEnv(env string) (string, bool) {
 	rest, ok := strings.CutPrefix(env, "TETHER_")
 	if !ok {
 		return "", false
@@ -132,16 +135,16 @@ func flagOfEnv(env string) (string, bool) {
 	return strings.ToLower(strings.ReplaceAll(rest, "_", "-")), true
 }
 
-// checkArgs fails for a subcommand tether does not have, or a flag that
+// CheckArgs fails for a subcommand tether does not have, or a flag that
 // subcommand does not take, in args (args[0] is the subcommand).
-func (c tetherCLI) checkArgs(t *testing.T, where string, args []string) {
+func (c CLI) CheckArgs(t testing.TB, where string, args []string) {
 	t.Helper()
 	if len(args) == 0 {
 		t.Errorf("%s: no args: which tether subcommand?", where)
 		return
 	}
 	cmd := args[0]
-	if _, ok := c.flags[cmd]; !ok {
+	if _, ok := c.Flags[cmd]; !ok {
 		t.Errorf("%s: tether has no subcommand %q", where, cmd)
 		return
 	}
@@ -151,7 +154,7 @@ func (c tetherCLI) checkArgs(t *testing.T, where string, args []string) {
 			continue
 		}
 		name, _, _ = strings.Cut(name, "=")
-		if !c.hasFlag(cmd, name) {
+		if !c.HasFlag(cmd, name) {
 			t.Errorf("%s: tether %s has no flag --%s", where, cmd, name)
 		}
 	}
