@@ -285,7 +285,7 @@ func (s *Store) publishMsg(ctx context.Context, msg *nats.Msg) (*jetstream.PubAc
 func PublishWaiting(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, wait time.Duration) (*jetstream.PubAck, error) {
 	if wait < 0 {
 		ack, err := js.PublishMsg(ctx, msg)
-		if err != nil && unavailable(err) {
+		if err != nil && retryable(err) {
 			return nil, fmt.Errorf("%w: %w", events.ErrUnavailable, err)
 		}
 		return ack, err
@@ -303,7 +303,7 @@ func PublishWaiting(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, 
 		return ack, err
 	}
 	ack, err := publish()
-	if err == nil || !unavailable(err) {
+	if err == nil || !retryable(err) {
 		return ack, err
 	}
 	giveUp := time.Now().Add(wait)
@@ -318,7 +318,7 @@ func PublishWaiting(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, 
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
-		if ack, err = publish(); err == nil || !unavailable(err) {
+		if ack, err = publish(); err == nil || !retryable(err) {
 			return ack, err
 		}
 	}
@@ -330,6 +330,28 @@ const publishAttemptTimeout = 2 * time.Second
 // jsClusterNotAvailable is JetStream's error code 10008, "JetStream system
 // temporarily unavailable" (no meta leader, e.g. during an election).
 const jsClusterNotAvailable = 10008
+
+// jsDuplicateInProcess is JetStream's error code 10158, "duplicate message
+// id is in process": a message with the same id, sent by an earlier attempt,
+// is proposed to the stream's replicas but not yet stored. Sent again
+// later, the message is answered as that one's duplicate, or stored if the
+// proposal was lost with its leader.
+const jsDuplicateInProcess = 10158
+
+// retryable reports whether a publish may be sent again as it is, and
+// should be: nothing could take it (unavailable), or an earlier attempt of
+// the same message is still being stored.
+func retryable(err error) bool {
+	var apiErr *jetstream.APIError
+	return unavailable(err) || errors.As(err, &apiErr) && apiErr.ErrorCode == jsDuplicateInProcess
+}
+
+// Unavailable reports whether err is JetStream not being able to answer
+// for now (no stream leader, no answer, no connection) rather than a
+// refusal: a caller may try again, here or through another server.
+func Unavailable(err error) bool {
+	return errors.Is(err, events.ErrUnavailable) || unavailable(err)
+}
 
 // unavailable reports whether a publish failed because nothing could take
 // it for now (no stream leader, no answer, no connection), as opposed to a
@@ -425,7 +447,7 @@ func (s *Store) leaderGet(ctx context.Context, seq uint64, subject string) (uint
 	case resp.Error != nil && resp.Error.ErrCode == jsNoMessageFound:
 		return 0, "", false, nil
 	case resp.Error != nil:
-		return 0, "", false, fmt.Errorf("%s (%d)", resp.Error.Description, resp.Error.ErrCode)
+		return 0, "", false, &jetstream.APIError{Code: resp.Error.Code, ErrorCode: jetstream.ErrorCode(resp.Error.ErrCode), Description: resp.Error.Description}
 	case resp.Message == nil:
 		return 0, "", false, errors.New("the stream answered without a message")
 	}

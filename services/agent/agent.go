@@ -567,10 +567,10 @@ func (a *Agent) publishOutbox(ctx context.Context) error {
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		applies, err := a.stillApplies(pctx, e.subject, env, states)
+		env, applies, err := a.onStream(pctx, e.subject, env, states)
 		if err == nil && !applies {
 			cancel()
-			a.log.Warn("outbox event dropped: the control plane ended its server while this host was out of reach",
+			a.log.Warn("outbox event dropped: its game server moved on in the stream while this host was out of reach",
 				"subject", e.subject, "type", env.Type, "event_id", env.ID)
 			if err := a.outbox.pop(); err != nil {
 				return err
@@ -604,55 +604,95 @@ func (a *Agent) publishOutbox(ctx context.Context) error {
 	}
 }
 
-// streamState is a game server as the stream has it: its state and the
-// ids of its events.
+// streamState is a game server as the stream has it: its state, the ids
+// of its events, and its last event if that is a process exit (what a
+// termination that follows is decided on).
 type streamState struct {
 	state *eventsv1.GameServerState
 	ids   map[string]bool
+	exit  *eventsv1.ProcessExited
 }
 
-// stillApplies reports whether an event kept in the outbox still applies
-// to its game server as the stream has it. Kept while the host was out of
-// reach, it was decided on the agent's own state; meanwhile the control
-// plane may have ended the server (HOST_LOST), and an observation such as
-// HealthDegraded no longer applies to a TERMINATED server: appended, it
-// would only be dead-lettered. An event the stream already holds (an
-// append whose answer was lost) is published again, to be de-duplicated.
+// onStream decides what becomes of an event kept in the outbox, given its
+// game server as the stream has it. Kept while the host was out of reach,
+// the event was decided on the agent's own state, and meanwhile the
+// control plane may have moved the server on:
+//   - an event the server's state refuses (HealthDegraded once the
+//     control plane ended the server HOST_LOST, GameServerUnhealthy once a
+//     shutdown was requested) is dropped, with a warning: appended, it would
+//     only be dead-lettered;
+//   - a termination after a process exit is decided again on the stream's
+//     state: an exit while SHUTTING_DOWN ends the server for the shutdown's
+//     reason, not PROCESS_EXITED, even when the agent had not yet heard of
+//     the shutdown (a NATS partition hid it);
+//   - an event the stream already holds (an append whose answer was lost)
+//     is published again as it is, to be de-duplicated.
+//
 // states caches each server for the drain, advanced by the events
-// published. Other aggregates always apply.
-func (a *Agent) stillApplies(ctx context.Context, subject string, env events.Envelope, states map[string]*streamState) (bool, error) {
+// published. Other aggregates' events are published as they are.
+func (a *Agent) onStream(ctx context.Context, subject string, env events.Envelope, states map[string]*streamState) (events.Envelope, bool, error) {
 	if events.KindOf(subject) != events.KindGameServer {
-		return true, nil
+		return env, true, nil
 	}
 	st, ok := states[subject]
 	if !ok {
 		hist, err := a.opts.Store.History(ctx, subject, 0)
 		if err != nil {
-			return false, err
+			return env, false, err
 		}
 		st = &streamState{ids: map[string]bool{}}
 		for _, h := range hist {
 			st.ids[h.ID] = true
 			if st.state, err = events.ApplyGameServer(st.state, h); err != nil {
-				return true, nil // a history the projector judges: not ours to drop events over
+				return env, true, nil // a history the projector judges: not ours to drop events over
 			}
+			st.exit, _ = h.Data.(*eventsv1.ProcessExited)
 		}
 		states[subject] = st
 	}
 	if st.ids[env.ID] {
-		return true, nil
+		return env, true, nil
+	}
+	if term, ok := env.Data.(*eventsv1.GameServerTerminated); ok && st.exit != nil {
+		env = a.redecideTermination(env, term, st)
 	}
 	next, err := events.ApplyGameServer(st.state, env)
-	if _, refused := errors.AsType[*events.TransitionError](err); refused && st.state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
-		return false, nil
+	if _, refused := errors.AsType[*events.TransitionError](err); refused {
+		return env, false, nil
 	}
 	if err != nil {
 		delete(states, subject) // not ours to judge: publish it, read the stream afresh next time
-		return true, nil
+		return env, true, nil
 	}
 	st.state = next
 	st.ids[env.ID] = true
-	return true, nil
+	st.exit, _ = env.Data.(*eventsv1.ProcessExited)
+	return env, true, nil
+}
+
+// redecideTermination decides a termination that follows a process exit
+// again, on the server's state as the stream has it (events.RecordExit),
+// keeping the envelope (its id above all) and the last heartbeat the agent
+// saw.
+func (a *Agent) redecideTermination(env events.Envelope, term *eventsv1.GameServerTerminated, st *streamState) events.Envelope {
+	cmd := events.RecordExit{Exited: st.exit}
+	if t := term.GetEvidence().GetLastHeartbeatTime(); t != nil {
+		cmd.LastHeartbeat = t.AsTime()
+	}
+	msgs, err := events.DecideGameServer(env.Aggregate, st.state, cmd)
+	if err != nil || len(msgs) != 2 {
+		return env // the stream's state refuses the exit: the caller drops the termination
+	}
+	again, ok := msgs[1].(*eventsv1.GameServerTerminated)
+	if !ok {
+		return env
+	}
+	if again.GetReason() != term.GetReason() {
+		a.log.Info("outbox termination decided again on the server's state in the stream",
+			"game_server", env.Aggregate, "event_id", env.ID, "was", events.ReasonName(term.GetReason()), "now", events.ReasonName(again.GetReason()))
+	}
+	env.Data = again
+	return env
 }
 
 // OutboxLen returns the number of events waiting in the outbox for NATS.

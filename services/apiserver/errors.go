@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections"
 )
 
@@ -108,10 +109,12 @@ func toStatus(log *slog.Logger, method string, err error) *status.Status {
 
 // storeUnavailable reports whether err says the event store or the views
 // could not be reached for now, rather than that they refused the call:
-// an append that gave up waiting for NATS, or a PostgreSQL connection that
-// failed or was ended by a server shutting down or restarting.
+// an append that gave up waiting for NATS, a read JetStream could not
+// answer (no stream leader, no answer: natsjs.Unavailable), or a
+// PostgreSQL connection that failed or was ended by a server shutting down
+// or restarting.
 func storeUnavailable(err error) bool {
-	if errors.Is(err, events.ErrUnavailable) {
+	if natsjs.Unavailable(err) {
 		return true
 	}
 	var pgErr *pgconn.PgError

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 
 	"github.com/tetherhq/tether/events"
@@ -24,6 +26,10 @@ func TestStoreUnavailableIsUnavailable(t *testing.T) {
 	}{
 		{"append gave up waiting for NATS", fmt.Errorf("allocate: %w", fmt.Errorf("%w: no response from stream", events.ErrUnavailable)), codes.Unavailable},
 		{"append gave up at the deadline", fmt.Errorf("%w: no response (then %w)", events.ErrUnavailable, context.DeadlineExceeded), codes.Unavailable},
+		{"JetStream without a leader answering a read", fmt.Errorf("projections: stream info: %w",
+			&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}), codes.Unavailable},
+		{"JetStream not answering a read", fmt.Errorf("natsjs: read: %w", nats.ErrTimeout), codes.Unavailable},
+		{"JetStream refusing", &jetstream.APIError{Code: 400, ErrorCode: 10058, Description: "stream name already in use"}, codes.Internal},
 		{"PostgreSQL shutting down", fmt.Errorf("read candidates: %w", &pgconn.PgError{Code: "57P01"}), codes.Unavailable},
 		{"PostgreSQL starting up", &pgconn.PgError{Code: "57P03"}, codes.Unavailable},
 		{"PostgreSQL connection failure", &pgconn.PgError{Code: "08006"}, codes.Unavailable},

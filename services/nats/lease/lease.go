@@ -38,8 +38,13 @@ import (
 const Bucket = "TETHER_LEADER"
 
 // DefaultTTL is the bucket's TTL unless `tether migrate --lease-ttl` says
-// otherwise: how long a silent holder keeps its lease.
-const DefaultTTL = 10 * time.Second
+// otherwise: how long a silent holder keeps its lease. 4 s has a standby
+// take over within about 4 s of a holder's crash. The price: a holder whose
+// renewals cannot land for 4 s (a NATS election of the bucket's leader
+// takes 4-9 s) gives the lease up and takes it again after the election;
+// epochs make that safe, and a longer TTL only trades it for slower
+// takeovers.
+const DefaultTTL = 4 * time.Second
 
 // Setup creates the bucket, or updates it where its TTL or replicas differ
 // (a bucket already as wanted is not written to: see natsjs.EnsureStream).

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,6 +32,7 @@ import (
 const (
 	natsPort    = 4222
 	routePort   = 6222
+	monitorPort = 8222 // NATS monitoring (/jsz, /routez), dumped when a scenario fails
 	grpcPort    = 9090
 	restPort    = 8080
 	adminPort   = 7090
@@ -180,6 +182,7 @@ func startCluster(t *testing.T) *cluster {
 		c.killGameServers()
 		if t.Failed() {
 			c.dumpLogs()
+			c.keepLogs()
 		}
 	})
 
@@ -194,7 +197,7 @@ func startCluster(t *testing.T) *cluster {
 	c.natsURL = strings.Join(urls, ",")
 	for i, h := range hosts {
 		p := c.proc(h, filepath.Join(c.bin, "nats-server"), "--jetstream", "--store_dir", filepath.Join(c.dir, h.Name),
-			"--server_name", h.Name, "--addr", h.IP, "--port", fmt.Sprint(natsPort),
+			"--server_name", h.Name, "--addr", h.IP, "--port", fmt.Sprint(natsPort), "--http_port", fmt.Sprint(monitorPort),
 			"--cluster_name", "tether", "--cluster", routes[i], "--routes", strings.Join(routes, ","))
 		c.nats = append(c.nats, p)
 		p.start(c)
@@ -274,6 +277,7 @@ func (c *cluster) killGameServers() {
 
 // dumpLogs prints the tail of every component's log.
 func (c *cluster) dumpLogs() {
+	c.dumpNATS()
 	for _, group := range [][]*proc{c.nats, c.apis, c.projectors, c.controllers, c.agents} {
 		for _, p := range group {
 			b, err := os.ReadFile(p.log)
@@ -289,6 +293,62 @@ func (c *cluster) dumpLogs() {
 			}
 			c.t.Logf("--- %s (last 30 lines)\n%s\n--- %s (last 40 warnings and errors)\n%s", p.name, strings.Join(lines[max(0, len(lines)-30):], "\n"),
 				p.name, strings.Join(problems[max(0, len(problems)-40):], "\n"))
+		}
+	}
+}
+
+// keepLogs copies every component's log (and the agents' game server
+// logs) out of the test's temporary directory, which is removed, into a
+// directory that stays, and says where.
+func (c *cluster) keepLogs() {
+	dst, err := os.MkdirTemp("", "tether-cluster-logs-")
+	if err != nil {
+		c.t.Logf("keep logs: %v", err)
+		return
+	}
+	err = filepath.WalkDir(c.dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".log") {
+			return err
+		}
+		rel, err := filepath.Rel(c.dir, path)
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, 0o644)
+	})
+	if err != nil {
+		c.t.Logf("keep logs: %v", err)
+	}
+	c.t.Logf("logs kept in %s", dst)
+}
+
+// dumpNATS logs each NATS node's view of the cluster: its routes and the
+// events stream's replicas and leader, as its monitoring port reports them.
+func (c *cluster) dumpNATS() {
+	client := http.Client{Timeout: 2 * time.Second}
+	for _, p := range c.nats {
+		for _, path := range []string{"/routez", "/jsz?streams=true&consumers=false&raft=true"} {
+			url := fmt.Sprintf("http://%s:%d%s", p.host.IP, monitorPort, path)
+			resp, err := client.Get(url)
+			if err != nil {
+				c.t.Logf("--- %s %s: %v", p.name, path, err)
+				continue
+			}
+			b, err := io.ReadAll(resp.Body)
+			_ = resp.Body.Close() // read in full or failed above
+			if err != nil {
+				c.t.Logf("--- %s %s: %v", p.name, path, err)
+				continue
+			}
+			c.t.Logf("--- %s %s\n%s", p.name, path, b)
 		}
 	}
 }

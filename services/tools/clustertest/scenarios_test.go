@@ -341,6 +341,7 @@ func TestCluster(t *testing.T) {
 			rejoined := false
 			defer func() {
 				if !rejoined { // a failure before the rejoin below
+					c.dumpNATS() // the nodes' view while partitioned
 					p.host.Rejoin(others...)
 				}
 			}()
