@@ -505,10 +505,15 @@ type service struct {
 }
 
 // Minority partitions: how often a control-plane process probes
-// JetStream, and how long it may fail before the connection moves.
+// JetStream, and how long it may fail before the connection moves to
+// another NATS server. A control-plane process moves after 3 s, so an API
+// replica attached to a cut-off server answers again within a matchmaker's
+// deadline; during an ordinary election (4-9 s) that moves a handful of
+// connections once. Agents, thousands of them, wait 6 s.
 const (
-	jetStreamProbeEvery  = 2 * time.Second
-	jetStreamFailingMove = 6 * time.Second
+	jetStreamProbeEvery       = time.Second
+	jetStreamFailingMove      = 3 * time.Second
+	agentJetStreamFailingMove = 6 * time.Second
 )
 
 // runService connects to NATS (and PostgreSQL, if the service needs it),
@@ -540,7 +545,11 @@ func runService(ctx context.Context, g *global, svc service, build func(context.
 		}
 		defer pool.Close()
 	}
-	rc := natsjs.NewReconnector(nc, jetStreamFailingMove, log)
+	move := jetStreamFailingMove
+	if svc.selfObserved {
+		move = agentJetStreamFailingMove
+	}
+	rc := natsjs.NewReconnector(nc, move, log)
 	r, err := build(ctx, deps{log: log, tel: tel, js: js, pool: pool, reconnect: rc})
 	if err != nil {
 		return err
