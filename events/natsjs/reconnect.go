@@ -3,6 +3,7 @@ package natsjs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -66,9 +67,12 @@ func (r *Reconnector) Observe(err error) {
 	r.forced, r.failing = now, time.Time{}
 }
 
-// Watch probes JetStream through the connection every interval (the
-// events stream's info, which its leader answers) until ctx ends, for a
-// process that makes no regular JetStream call of its own to observe.
+// Watch probes JetStream through the connection every interval until ctx
+// ends, for a process that makes no regular JetStream call of its own to
+// observe. The probe is the events stream's info, which its leader
+// answers, judged by Quorate: a leader cut off from its replicas goes on
+// answering until it steps down (10 s), while every write through it
+// fails.
 func (r *Reconnector) Watch(ctx context.Context, js jetstream.JetStream, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -79,11 +83,44 @@ func (r *Reconnector) Watch(ctx context.Context, js jetstream.JetStream, interva
 		case <-t.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, interval)
-		_, err := js.Stream(pctx, events.StreamName)
+		s, err := js.Stream(pctx, events.StreamName)
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
+		if err == nil {
+			err = Quorate(s.CachedInfo(), replicaSeenWithin)
+		}
 		r.Observe(err)
 	}
+}
+
+// replicaSeenWithin is how recently a stream's leader must have heard from
+// a replica to count it: nats-server's raft leader hears from each
+// follower at least every second (heartbeats).
+const replicaSeenWithin = 4 * time.Second
+
+// Quorate reports, from a stream's info, whether the leader that answered
+// has heard from a majority of the stream's peers (itself included) within
+// seen; if not, an error wrapping events.ErrUnavailable. A stream of one
+// replica is always quorate.
+func Quorate(info *jetstream.StreamInfo, seen time.Duration) error {
+	c := info.Cluster
+	if c == nil || len(c.Replicas) == 0 {
+		return nil
+	}
+	if c.Leader == "" {
+		return fmt.Errorf("%w: stream %s has no leader", events.ErrUnavailable, info.Config.Name)
+	}
+	heard := 1 // the leader
+	for _, p := range c.Replicas {
+		if !p.Offline && p.Active <= seen {
+			heard++
+		}
+	}
+	if peers := 1 + len(c.Replicas); 2*heard <= peers {
+		return fmt.Errorf("%w: stream %s's leader %s has heard from %d of its %d peers within %s (itself included): it is cut off from the others",
+			events.ErrUnavailable, info.Config.Name, c.Leader, heard, peers, seen)
+	}
+	return nil
 }

@@ -1,12 +1,14 @@
 package natsjs_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/services/testkit/natstest"
 	"github.com/tetherhq/tether/services/testkit/wait"
@@ -53,4 +55,41 @@ func TestReconnectorMovesAConnectionJetStreamFailsThrough(t *testing.T) {
 		rl.Observe(jetstream.ErrNoStreamResponse)
 		return lone.Stats().Reconnects == 0
 	})
+}
+
+// A stream's leader counts only the replicas it heard from lately: one cut
+// off from the others (a minority partition) goes on answering stream info
+// until it steps down, and the Reconnector's probe must see that as
+// failing.
+func TestQuorate(t *testing.T) {
+	peer := func(name string, active time.Duration, offline bool) *jetstream.PeerInfo {
+		return &jetstream.PeerInfo{Name: name, Current: true, Active: active, Offline: offline}
+	}
+	for _, tc := range []struct {
+		name   string
+		leader string
+		peers  []*jetstream.PeerInfo
+		ok     bool
+	}{
+		{"one replica", "n1", nil, true},
+		{"both followers heard from", "n1", []*jetstream.PeerInfo{peer("n2", 300*time.Millisecond, false), peer("n3", time.Second, false)}, true},
+		{"one follower silent: still a majority", "n1", []*jetstream.PeerInfo{peer("n2", 300*time.Millisecond, false), peer("n3", 9*time.Second, false)}, true},
+		{"both followers silent: the leader is cut off", "n1", []*jetstream.PeerInfo{peer("n2", 6*time.Second, false), peer("n3", 9*time.Second, false)}, false},
+		{"a follower offline, the other silent", "n1", []*jetstream.PeerInfo{peer("n2", 0, true), peer("n3", 5*time.Second, false)}, false},
+		{"no leader", "", []*jetstream.PeerInfo{peer("n2", 0, false), peer("n3", 0, false)}, false},
+		{"R5, two of four followers heard from", "n1", []*jetstream.PeerInfo{peer("n2", 0, false), peer("n3", 0, false), peer("n4", time.Minute, false), peer("n5", time.Minute, false)}, true},
+		{"R5, one of four followers heard from", "n1", []*jetstream.PeerInfo{peer("n2", 0, false), peer("n3", time.Minute, false), peer("n4", time.Minute, false), peer("n5", time.Minute, false)}, false},
+	} {
+		info := &jetstream.StreamInfo{Config: jetstream.StreamConfig{Name: "TETHER_EVENTS"}}
+		if tc.peers != nil || tc.leader == "" {
+			info.Cluster = &jetstream.ClusterInfo{Leader: tc.leader, Replicas: tc.peers}
+		}
+		err := natsjs.Quorate(info, 4*time.Second)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: Quorate = %v, want ok %v", tc.name, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, events.ErrUnavailable) {
+			t.Errorf("%s: %v does not wrap events.ErrUnavailable", tc.name, err)
+		}
+	}
 }

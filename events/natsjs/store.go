@@ -399,35 +399,49 @@ func isConflict(err error) bool {
 // storedAfter reports whether the first message on subject after sequence
 // after is the event id, and its sequence if so.
 func (s *Store) storedAfter(ctx context.Context, subject string, after uint64, id string) (uint64, bool, error) {
-	seq, msgID, found, err := s.leaderGet(ctx, after+1, subject)
+	m, found, err := s.leaderGet(ctx, msgGetRequest{Seq: after + 1, NextFor: subject})
 	if err != nil {
 		return 0, false, fmt.Errorf("natsjs: look for event %s on %s after a conflict: %w", id, subject, err)
 	}
-	if !found || msgID != id {
+	if !found || m.Header.Get(jetstream.MsgIDHeader) != id {
 		return 0, false, nil
 	}
-	return seq, true, nil
+	return m.Sequence, true, nil
 }
 
 // jsNoMessageFound is JetStream's error code 10037, "no message found".
 const jsNoMessageFound = 10037
 
-// leaderGet reads the first message of subject at or after seq from the
-// stream's leader, returning its sequence and event id. Stream.GetMsg
-// would use a direct get, which any replica answers and a follower may
-// answer before it has applied the latest writes: after a conflict, a
-// write of ours that was stored a moment ago must not be missed.
-func (s *Store) leaderGet(ctx context.Context, seq uint64, subject string) (uint64, string, bool, error) {
-	req, err := json.Marshal(struct {
-		Seq     uint64 `json:"seq"`
-		NextFor string `json:"next_by_subj"`
-	}{seq, subject})
+// msgGetRequest asks the stream's leader for one message: the first of
+// subject NextFor at or after Seq, or the last of subject LastFor.
+type msgGetRequest struct {
+	Seq     uint64 `json:"seq,omitempty"`
+	NextFor string `json:"next_by_subj,omitempty"`
+	LastFor string `json:"last_by_subj,omitempty"`
+}
+
+// leaderMessage is a message as the stream's leader returned it.
+type leaderMessage struct {
+	Sequence uint64
+	Subject  string
+	Header   nats.Header
+	Data     []byte
+}
+
+// leaderGet reads one message from the stream's leader (found=false when
+// there is none). Stream.GetMsg would use a direct get, which any replica
+// answers, and a replica may answer before it has applied the latest
+// writes, or long after, cut off from the others: after a conflict, a
+// write of ours that was stored a moment ago must not be missed, and
+// CurrentHistory must not stop short.
+func (s *Store) leaderGet(ctx context.Context, r msgGetRequest) (leaderMessage, bool, error) {
+	req, err := json.Marshal(r)
 	if err != nil {
-		return 0, "", false, err
+		return leaderMessage{}, false, err
 	}
 	reply, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+events.StreamName, req)
 	if err != nil {
-		return 0, "", false, err
+		return leaderMessage{}, false, err
 	}
 	var resp struct {
 		Error *struct {
@@ -437,25 +451,78 @@ func (s *Store) leaderGet(ctx context.Context, seq uint64, subject string) (uint
 		} `json:"error"`
 		Message *struct {
 			Sequence uint64 `json:"seq"`
+			Subject  string `json:"subject"`
 			Header   []byte `json:"hdrs"`
+			Data     []byte `json:"data"`
 		} `json:"message"`
 	}
 	if err := json.Unmarshal(reply.Data, &resp); err != nil {
-		return 0, "", false, fmt.Errorf("decode the stream's answer: %w", err)
+		return leaderMessage{}, false, fmt.Errorf("decode the stream's answer: %w", err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrCode == jsNoMessageFound:
-		return 0, "", false, nil
+		return leaderMessage{}, false, nil
 	case resp.Error != nil:
-		return 0, "", false, &jetstream.APIError{Code: resp.Error.Code, ErrorCode: jetstream.ErrorCode(resp.Error.ErrCode), Description: resp.Error.Description}
+		return leaderMessage{}, false, &jetstream.APIError{Code: resp.Error.Code, ErrorCode: jetstream.ErrorCode(resp.Error.ErrCode), Description: resp.Error.Description}
 	case resp.Message == nil:
-		return 0, "", false, errors.New("the stream answered without a message")
+		return leaderMessage{}, false, errors.New("the stream answered without a message")
 	}
-	h, err := nats.DecodeHeadersMsg(resp.Message.Header)
+	m := leaderMessage{Sequence: resp.Message.Sequence, Subject: resp.Message.Subject, Data: resp.Message.Data}
+	if len(resp.Message.Header) > 0 {
+		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return leaderMessage{}, false, fmt.Errorf("decode headers of message %d: %w", m.Sequence, err)
+		}
+	}
+	return m, true, nil
+}
+
+// CurrentHistory is History checked against the stream's leader: it
+// returns every event on subject (no wildcards) from sequence from that
+// the leader held when CurrentHistory asked it. History's direct gets and
+// consumer may be answered by a replica behind the leader (catching up,
+// or cut off from the others in a minority partition), and a caller that
+// decides on absence (no such server yet, an event the state refuses)
+// must not decide on a replica's past. The events such a replica missed
+// are read from the leader one by one. It costs History plus one request
+// to the leader.
+func (s *Store) CurrentHistory(ctx context.Context, subject string, from uint64) ([]events.Envelope, error) {
+	return s.currentHistory(ctx, subject, from, s.History)
+}
+
+// currentHistory completes what read returns from the stream's leader.
+func (s *Store) currentHistory(ctx context.Context, subject string, from uint64,
+	read func(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)) ([]events.Envelope, error) {
+	if err := checkSubject(subject); err != nil {
+		return nil, err
+	}
+	hist, err := read(ctx, subject, from)
 	if err != nil {
-		return 0, "", false, fmt.Errorf("decode headers of message %d: %w", resp.Message.Sequence, err)
+		return nil, err
 	}
-	return resp.Message.Sequence, h.Get(jetstream.MsgIDHeader), true, nil
+	last, found, err := s.leaderGet(ctx, msgGetRequest{LastFor: subject})
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: last event of %s from the stream's leader: %w", subject, err)
+	}
+	done := max(from, 1) - 1 // the sequence read up to
+	if len(hist) > 0 {
+		done = hist[len(hist)-1].Sequence
+	}
+	for found && done < last.Sequence {
+		m, ok, err := s.leaderGet(ctx, msgGetRequest{Seq: done + 1, NextFor: subject})
+		if err != nil {
+			return nil, fmt.Errorf("natsjs: read %s after %d from the stream's leader: %w", subject, done, err)
+		}
+		if !ok {
+			return nil, fmt.Errorf("natsjs: read %s after %d from the stream's leader: its last event %d is gone", subject, done, last.Sequence)
+		}
+		env, err := unmarshal(m.Data, subject, m.Sequence)
+		if err != nil {
+			return nil, err
+		}
+		hist = append(hist, env)
+		done = m.Sequence
+	}
+	return hist, nil
 }
 
 // checkSubject refuses subjects the stream does not capture, and wildcards,

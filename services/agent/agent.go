@@ -38,6 +38,9 @@ import (
 type eventStore interface {
 	Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error)
 	History(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)
+	// CurrentHistory is History as the stream's leader has it, for
+	// decisions on absence (natsjs.Store.CurrentHistory).
+	CurrentHistory(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)
 }
 
 // countingStore counts the events the stream acknowledged. An append that
@@ -567,7 +570,7 @@ func (a *Agent) publishOutbox(ctx context.Context) error {
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		env, applies, err := a.onStream(pctx, e.subject, env, states)
+		env, expected, applies, err := a.onStream(pctx, e.subject, env, states)
 		if err == nil && !applies {
 			cancel()
 			a.log.Warn("outbox event dropped: its game server moved on in the stream while this host was out of reach",
@@ -577,10 +580,25 @@ func (a *Agent) publishOutbox(ctx context.Context) error {
 			}
 			continue
 		}
+		var seq uint64
 		if err == nil {
-			_, err = a.opts.Store.Append(pctx, e.subject, events.AnySequence, env)
+			seq, err = a.opts.Store.Append(pctx, e.subject, expected, env)
 		}
 		cancel()
+		if st := states[e.subject]; st != nil {
+			if err == nil {
+				st.seq = seq
+			} else {
+				// Judged on a state that has moved on (a conflict), or
+				// perhaps stored without an answer: read the stream afresh.
+				delete(states, e.subject)
+			}
+		}
+		if errors.Is(err, events.ErrConflict) {
+			a.log.Info("outbox event's game server changed in the stream meanwhile; judging it again",
+				"subject", e.subject, "type", env.Type, "event_id", env.ID)
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -604,11 +622,12 @@ func (a *Agent) publishOutbox(ctx context.Context) error {
 	}
 }
 
-// streamState is a game server as the stream has it: its state, the ids
-// of its events, and its last event if that is a process exit (what a
-// termination that follows is decided on).
+// streamState is a game server as the stream has it: its state, the
+// sequence of its last event, the ids of its events, and its last event if
+// that is a process exit (what a termination that follows is decided on).
 type streamState struct {
 	state *eventsv1.GameServerState
+	seq   uint64
 	ids   map[string]bool
 	exit  *eventsv1.ProcessExited
 }
@@ -628,46 +647,55 @@ type streamState struct {
 //   - an event the stream already holds (an append whose answer was lost)
 //     is published again as it is, to be de-duplicated.
 //
+// The server is read as the stream's leader has it (CurrentHistory): a
+// replica behind it, cut off in a minority partition, would show a past
+// that refuses what the present accepts. An event judged to apply is
+// appended only onto the sequence it was judged on (the expected sequence
+// returned): a conflict means the server moved on meanwhile, and it is
+// judged again.
+//
 // states caches each server for the drain, advanced by the events
 // published. Other aggregates' events are published as they are.
-func (a *Agent) onStream(ctx context.Context, subject string, env events.Envelope, states map[string]*streamState) (events.Envelope, bool, error) {
+func (a *Agent) onStream(ctx context.Context, subject string, env events.Envelope, states map[string]*streamState) (events.Envelope, uint64, bool, error) {
 	if events.KindOf(subject) != events.KindGameServer {
-		return env, true, nil
+		return env, events.AnySequence, true, nil
 	}
 	st, ok := states[subject]
 	if !ok {
-		hist, err := a.opts.Store.History(ctx, subject, 0)
+		hist, err := a.opts.Store.CurrentHistory(ctx, subject, 0)
 		if err != nil {
-			return env, false, err
+			return env, 0, false, err
 		}
 		st = &streamState{ids: map[string]bool{}}
 		for _, h := range hist {
 			st.ids[h.ID] = true
+			st.seq = h.Sequence
 			if st.state, err = events.ApplyGameServer(st.state, h); err != nil {
-				return env, true, nil // a history the projector judges: not ours to drop events over
+				return env, events.AnySequence, true, nil // a history the projector judges: not ours to drop events over
 			}
 			st.exit, _ = h.Data.(*eventsv1.ProcessExited)
 		}
 		states[subject] = st
 	}
 	if st.ids[env.ID] {
-		return env, true, nil
+		return env, events.AnySequence, true, nil
 	}
 	if term, ok := env.Data.(*eventsv1.GameServerTerminated); ok && st.exit != nil {
 		env = a.redecideTermination(env, term, st)
 	}
 	next, err := events.ApplyGameServer(st.state, env)
 	if _, refused := errors.AsType[*events.TransitionError](err); refused {
-		return env, false, nil
+		return env, 0, false, nil
 	}
 	if err != nil {
 		delete(states, subject) // not ours to judge: publish it, read the stream afresh next time
-		return env, true, nil
+		return env, events.AnySequence, true, nil
 	}
+	expected := st.seq
 	st.state = next
 	st.ids[env.ID] = true
 	st.exit, _ = env.Data.(*eventsv1.ProcessExited)
-	return env, true, nil
+	return env, expected, true, nil
 }
 
 // redecideTermination decides a termination that follows a process exit

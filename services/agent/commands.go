@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,28 @@ import (
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/services/nats/commands"
 )
+
+// retryLater is a command that failed for a reason that may pass (the
+// stream could not be read): the command is redelivered, up to
+// commandAttempts deliveries in all.
+type retryLater struct{ err error }
+
+func (r retryLater) Error() string { return r.err.Error() }
+func (r retryLater) Unwrap() error { return r.err }
+
+// A command that failed for a passing reason is redelivered after
+// commandRetryDelay, commandAttempts times in all; the controller's start
+// deadline covers what is left.
+const (
+	commandRetryDelay = time.Second
+	commandAttempts   = 5
+)
+
+// redeliverable reports whether m may be delivered again.
+func redeliverable(m jetstream.Msg) bool {
+	meta, err := m.Metadata()
+	return err == nil && meta.NumDelivered < commandAttempts
+}
 
 // consumeCommands handles the host's commands until ctx ends. A command is
 // acknowledged once handled; one that cannot be decoded is terminated so it
@@ -24,7 +47,15 @@ func (a *Agent) consumeCommands(ctx context.Context, cons jetstream.Consumer) er
 			}
 			return
 		}
-		if err := a.handle(ctx, cmd); err != nil {
+		err = a.handle(ctx, cmd)
+		if _, later := errors.AsType[retryLater](err); later && redeliverable(m) {
+			a.log.Warn("command failed; redelivered in a moment", "command", cmd.GetId(), "err", err)
+			if err := m.NakWithDelay(commandRetryDelay); err != nil {
+				a.log.Warn("nak command", "command", cmd.GetId(), "err", err)
+			}
+			return
+		}
+		if err != nil {
 			a.log.Error("command failed", "command", cmd.GetId(), "err", err)
 		}
 		if err := m.Ack(); err != nil {

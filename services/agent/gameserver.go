@@ -126,7 +126,18 @@ func (a *Agent) start(ctx context.Context, spec *agentv1.StartGameServer) error 
 	a.tokens[gs.token] = gs
 	a.mu.Unlock()
 
-	gs.refresh(ctx)
+	// Read as the stream's leader has it: a replica behind it (cut off
+	// in a minority partition) may not hold the server yet, and a start
+	// ignored for that would leave it SCHEDULED until the controller's
+	// start deadline. A server that cannot be read is started on the
+	// command's redelivery.
+	gs.mu.Lock()
+	err = gs.foldNewer(ctx, a.opts.Store.CurrentHistory)
+	gs.mu.Unlock()
+	if err != nil {
+		a.forget(gs)
+		return retryLater{fmt.Errorf("agent: start %s: read its history: %w", name, err)}
+	}
 	if l := gs.lifecycle(); l != eventsv1.Lifecycle_LIFECYCLE_SCHEDULED {
 		gs.log.Warn("start for a game server that is not SCHEDULED; ignored", "state", events.LifecycleName(l))
 		a.forget(gs)
@@ -405,10 +416,15 @@ func (gs *gameServer) refresh(ctx context.Context) {
 }
 
 func (gs *gameServer) refreshLocked(ctx context.Context) error {
+	return gs.foldNewer(ctx, gs.a.opts.Store.History)
+}
+
+// foldNewer folds the events read by read after the last known sequence.
+func (gs *gameServer) foldNewer(ctx context.Context, read func(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)) error {
 	if gs.resync {
 		return nil // its queued events are not in the stream yet; rebuild follows the outbox
 	}
-	hist, err := gs.a.opts.Store.History(ctx, gs.subject, gs.seq+1)
+	hist, err := read(ctx, gs.subject, gs.seq+1)
 	if err != nil {
 		return err
 	}

@@ -196,9 +196,13 @@ func startCluster(t *testing.T) *cluster {
 	}
 	c.natsURL = strings.Join(urls, ",")
 	for i, h := range hosts {
-		p := c.proc(h, filepath.Join(c.bin, "nats-server"), "--jetstream", "--store_dir", filepath.Join(c.dir, h.Name),
+		args := []string{"--jetstream", "--store_dir", filepath.Join(c.dir, h.Name),
 			"--server_name", h.Name, "--addr", h.IP, "--port", fmt.Sprint(natsPort), "--http_port", fmt.Sprint(monitorPort),
-			"--cluster_name", "tether", "--cluster", routes[i], "--routes", strings.Join(routes, ","))
+			"--cluster_name", "tether", "--cluster", routes[i], "--routes", strings.Join(routes, ",")}
+		if os.Getenv("TETHER_CLUSTER_NATS_DEBUG") != "" {
+			args = append(args, "-D") // raft elections and votes in the nodes' logs
+		}
+		p := c.proc(h, filepath.Join(c.bin, "nats-server"), args...)
 		c.nats = append(c.nats, p)
 		p.start(c)
 	}
@@ -351,6 +355,29 @@ func (c *cluster) dumpNATS() {
 			c.t.Logf("--- %s %s\n%s", p.name, path, b)
 		}
 	}
+}
+
+// metaLeader is the JetStream meta leader as node's monitoring port
+// reports it, or "" if it knows none.
+func (c *cluster) metaLeader(node *proc) (string, error) {
+	client := http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get(fmt.Sprintf("http://%s:%d/jsz", node.host.IP, monitorPort))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var jsz struct {
+		Meta *struct {
+			Leader string `json:"leader"`
+		} `json:"meta_cluster"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&jsz); err != nil {
+		return "", fmt.Errorf("%s /jsz: %w", node.name, err)
+	}
+	if jsz.Meta == nil {
+		return "", nil
+	}
+	return jsz.Meta.Leader, nil
 }
 
 // leader returns the one process of group whose lease status says it

@@ -323,11 +323,12 @@ func TestCluster(t *testing.T) {
 			// note). Set TETHER_CLUSTER_PARTITION=1 to run it.
 			t.Skip("scenario g (NATS minority partition) is unfinished: set TETHER_CLUSTER_PARTITION=1 to run it")
 		}
-		var elected time.Duration
-		var node string
+		var elected, metaElected time.Duration
+		var node, meta string
 		c.scenario(t, "NATS minority partition", func() {
 			node = c.streamLeader()
 			p := byName(c.nats, node)
+			meta, _ = c.metaLeader(p) // only reported: "" if p cannot tell
 			var majority []*proc
 			var others []*netns.Host
 			for _, n := range c.nats {
@@ -356,13 +357,24 @@ func TestCluster(t *testing.T) {
 				return nil
 			})
 			elected = time.Since(cut)
+			wait.Until(t, 30*time.Second, "the majority to have a JetStream meta leader", func() error {
+				l, err := c.metaLeader(majority[0])
+				if err != nil {
+					return err
+				}
+				if l == "" || l == node {
+					return fmt.Errorf("meta leader %q", l)
+				}
+				return nil
+			})
+			metaElected = time.Since(cut)
 			c.hold(15 * time.Second)
 			p.host.Rejoin(others...)
 			rejoined = true
 			c.replicasCurrent(time.Minute)
 		}, 10*time.Second)
-		t.Logf("NATS minority partition: the majority elected a new events stream leader %s after %s was isolated",
-			elected.Round(time.Millisecond), node)
+		t.Logf("NATS minority partition: the majority elected a new events stream leader %s and had a meta leader %s after %s (meta leader then: %q) was isolated",
+			elected.Round(time.Millisecond), metaElected.Round(time.Millisecond), node, meta)
 	})
 	t.Run("h restart PostgreSQL", func(t *testing.T) {
 		var down time.Duration

@@ -394,6 +394,7 @@ type countingStore struct {
 	inner interface {
 		Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error)
 		History(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)
+		CurrentHistory(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)
 	}
 	n *atomic.Int64
 }
@@ -410,4 +411,9 @@ func (c countingStore) Append(ctx context.Context, subject string, expected uint
 // History reads.
 func (c countingStore) History(ctx context.Context, subject string, from uint64) ([]events.Envelope, error) {
 	return c.inner.History(ctx, subject, from)
+}
+
+// CurrentHistory reads as the stream's leader has it.
+func (c countingStore) CurrentHistory(ctx context.Context, subject string, from uint64) ([]events.Envelope, error) {
+	return c.inner.CurrentHistory(ctx, subject, from)
 }

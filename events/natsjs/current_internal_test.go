@@ -1,0 +1,81 @@
+package natsjs
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/services/testkit/natstest"
+)
+
+// CurrentHistory completes, from the stream's leader, a history that a
+// replica behind the leader answered short (here a reader that returns
+// only the first events of what is stored), so a decision on absence is
+// never made on a replica's past.
+func TestCurrentHistoryCompletesAReplicasShortAnswer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, js := natstest.Connect(t, natstest.Start(t))
+	if err := Setup(ctx, js, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(ctx, js, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := events.GameServerName("arena", "gs-a")
+	subject := events.MustSubject(name)
+	other := events.MustSubject(events.GameServerName("arena", "gs-b"))
+	for i := range 5 {
+		for _, subj := range []string{subject, other} {
+			ev := events.New(name, time.Now(), &eventsv1.HealthDegraded{MissedPeriods: int32(i)})
+			if _, err := s.Append(ctx, subj, events.AnySequence, ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	full, err := s.History(ctx, subject, 0)
+	if err != nil || len(full) != 5 {
+		t.Fatalf("history: %d events, %v", len(full), err)
+	}
+	for _, tc := range []struct {
+		name  string
+		from  uint64
+		known int // events the behind replica holds, of those from from
+	}{
+		{"the replica holds nothing of the server", 0, 0},
+		{"the replica holds the first two", 0, 2},
+		{"the replica is current", 0, 5},
+		{"from the third event, the replica holds none of it", full[2].Sequence, 0},
+		{"from between events, the replica holds one", full[2].Sequence - 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want, err := s.History(ctx, subject, tc.from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			behind := func(ctx context.Context, subj string, from uint64) ([]events.Envelope, error) {
+				h, err := s.History(ctx, subj, from)
+				return h[:tc.known], err
+			}
+			got, err := s.currentHistory(ctx, subject, tc.from, behind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("%d events, want %d", len(got), len(want))
+			}
+			for i := range want {
+				if got[i].ID != want[i].ID || got[i].Sequence != want[i].Sequence || got[i].Type != want[i].Type {
+					t.Errorf("event %d: %s seq %d, want %s seq %d", i, got[i].ID, got[i].Sequence, want[i].ID, want[i].Sequence)
+				}
+			}
+		})
+	}
+	if _, err := s.CurrentHistory(ctx, events.FleetGameServersSubject("arena"), 0); err == nil {
+		t.Error("CurrentHistory of a wildcard: no error")
+	}
+}
