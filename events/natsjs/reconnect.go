@@ -20,7 +20,8 @@ import (
 // minority partition): it keeps its clients, but no stream has a leader
 // it can reach, and the client is never told. Calls observed as failing
 // for longer than After, on a connection that knows other servers, make it
-// reconnect elsewhere (at most once per After).
+// reconnect elsewhere (at most once per After); a leader seen cut off from
+// its peers (ErrCutOff) makes it reconnect at once.
 type Reconnector struct {
 	nc    *nats.Conn
 	after time.Duration
@@ -47,16 +48,19 @@ func (r *Reconnector) Observe(err error) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	failed := err != nil && (unavailable(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, events.ErrUnavailable))
+	failed := err != nil && (unavailable(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, events.ErrUnavailable) || errors.Is(err, ErrCutOff))
 	if !failed {
 		r.failing = time.Time{}
 		return
 	}
 	if r.failing.IsZero() {
 		r.failing = now
-		return
+		if !errors.Is(err, ErrCutOff) {
+			return
+		}
 	}
-	if now.Sub(r.failing) < r.after || now.Sub(r.forced) < r.after || !r.nc.IsConnected() || len(r.nc.Servers()) < 2 {
+	cutOff := errors.Is(err, ErrCutOff) // seen, not inferred from silence: move at once
+	if (!cutOff && now.Sub(r.failing) < r.after) || now.Sub(r.forced) < r.after || !r.nc.IsConnected() || len(r.nc.Servers()) < 2 {
 		return
 	}
 	r.log.Warn("JetStream has not answered through this NATS server; reconnecting to another",
@@ -98,7 +102,12 @@ func (r *Reconnector) Watch(ctx context.Context, js jetstream.JetStream, interva
 // replicaSeenWithin is how recently a stream's leader must have heard from
 // a replica to count it: nats-server's raft leader hears from each
 // follower at least every second (heartbeats).
-const replicaSeenWithin = 4 * time.Second
+const replicaSeenWithin = 3 * time.Second
+
+// ErrCutOff is a stream leader that has not heard from a majority of its
+// peers (Quorate). Observed, it moves the connection at once: it is seen,
+// not inferred from calls that went unanswered.
+var ErrCutOff = errors.New("natsjs: the stream's leader is cut off from the others")
 
 // Quorate reports, from a stream's info, whether the leader that answered
 // has heard from a majority of the stream's peers (itself included) within
@@ -119,8 +128,8 @@ func Quorate(info *jetstream.StreamInfo, seen time.Duration) error {
 		}
 	}
 	if peers := 1 + len(c.Replicas); 2*heard <= peers {
-		return fmt.Errorf("%w: stream %s's leader %s has heard from %d of its %d peers within %s (itself included): it is cut off from the others",
-			events.ErrUnavailable, info.Config.Name, c.Leader, heard, peers, seen)
+		return fmt.Errorf("%w: %w: stream %s's leader %s has heard from %d of its %d peers within %s (itself included)",
+			events.ErrUnavailable, ErrCutOff, info.Config.Name, c.Leader, heard, peers, seen)
 	}
 	return nil
 }

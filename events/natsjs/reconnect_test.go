@@ -2,6 +2,7 @@ package natsjs_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,6 +47,15 @@ func TestReconnectorMovesAConnectionJetStreamFailsThrough(t *testing.T) {
 	if to := nc.ConnectedServerName(); to == from {
 		t.Logf("reconnected to the same server %s (picked at random among the cluster's)", to)
 	}
+
+	// A leader seen cut off from its peers moves the connection at once,
+	// on the first observation (After here is far longer than the test).
+	rc := natsjs.NewReconnector(nc, time.Hour, nil)
+	before := nc.Stats().Reconnects
+	rc.Observe(fmt.Errorf("probe: %w", natsjs.ErrCutOff))
+	wait.For(t, 10*time.Second, "the connection to move on a leader cut off", func() bool {
+		return nc.Stats().Reconnects == before+1 && nc.IsConnected()
+	})
 
 	// Alone: nowhere to go.
 	single := natstest.Start(t)

@@ -83,6 +83,9 @@ func toStatus(log *slog.Logger, method string, err error) *status.Status {
 	case errors.Is(err, context.Canceled):
 		ae = &apiError{code: codes.Canceled, reason: "CANCELLED", msg: "request cancelled"}
 	case errors.Is(err, context.DeadlineExceeded):
+		// The caller's deadline: which step it ran out in says where the
+		// time went (NATS or PostgreSQL slow or cut off).
+		log.Warn("call ran out of its deadline", "method", method, "err", err)
 		ae = &apiError{code: codes.DeadlineExceeded, reason: "DEADLINE_EXCEEDED", msg: "deadline exceeded"}
 	default:
 		if s, ok := status.FromError(err); ok {

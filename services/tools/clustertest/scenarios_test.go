@@ -33,7 +33,11 @@ type load struct {
 	longest   time.Duration  // longest span from a failed call's start to the next success
 	slowest   time.Duration  // longest successful call
 	worstHow  string
+	failed    []string // the first failed calls: when, how long, the error
 }
+
+// failedKept bounds load.failed.
+const failedKept = 10
 
 // record notes the outcome of a call that started at start. A failing
 // window runs from the start of its first failed call (when the
@@ -58,6 +62,9 @@ func (l *load) record(start time.Time, name string, err error) {
 	}
 	code := status.Code(err).String()
 	l.failures[code]++
+	if len(l.failed) < failedKept {
+		l.failed = append(l.failed, fmt.Sprintf("%s +%s: %v", start.Format("15:04:05.000"), now.Sub(start).Round(time.Millisecond), err))
+	}
 	from := start
 	if from.Before(l.lastOK) {
 		from = l.lastOK
@@ -144,6 +151,9 @@ func (l *load) check(t *testing.T, scenario string) {
 	}
 	if l.longest > 5*time.Second {
 		t.Errorf("%s: allocations failed for %s in a row, more than 5s", scenario, l.longest)
+	}
+	if len(l.failed) > 0 {
+		t.Logf("%s: failed calls (started, took, error):\n  %s", scenario, strings.Join(l.failed, "\n  "))
 	}
 	for name, n := range l.allocated {
 		if n > 1 {
