@@ -79,3 +79,36 @@ func TestCurrentHistoryCompletesAReplicasShortAnswer(t *testing.T) {
 		t.Error("CurrentHistory of a wildcard: no error")
 	}
 }
+
+// A last event older than the first a replica showed is read again from
+// the leader; a leader that does not have it either is an error, never a
+// history cut short.
+func TestLastSequenceAfterAskTheLeader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, js := natstest.Connect(t, natstest.Start(t))
+	if err := Setup(ctx, js, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(ctx, js, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := events.GameServerName("arena", "gs-a")
+	subject := events.MustSubject(name)
+	var last uint64
+	for range 3 {
+		if last, err = s.Append(ctx, subject, events.AnySequence, events.New(name, time.Now(), &eventsv1.HealthDegraded{})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.lastSequenceAfter(ctx, subject, last-1); err != nil || got != last {
+		t.Errorf("lastSequenceAfter(%d) = %d, %v; want %d", last-1, got, err, last)
+	}
+	if got, err := s.lastSequenceAfter(ctx, subject, last+5); err == nil {
+		t.Errorf("lastSequenceAfter past the leader's last = %d, want an error", got)
+	}
+	if got, err := s.lastSequenceAfter(ctx, events.MustSubject(events.GameServerName("arena", "none")), 1); err == nil {
+		t.Errorf("lastSequenceAfter of an empty subject = %d, want an error", got)
+	}
+}

@@ -608,11 +608,11 @@ func (s *Store) History(ctx context.Context, subject string, from uint64) ([]eve
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: read %s from %d: %w", subject, from, err)
 	}
-	last, err := s.stream.GetLastMsgForSubject(ctx, subject)
+	lastSeq, err := s.lastSequenceAfter(ctx, subject, first.Sequence)
 	if err != nil {
-		return nil, fmt.Errorf("natsjs: read last event of %s: %w", subject, err)
+		return nil, err
 	}
-	if last.Sequence == first.Sequence {
+	if lastSeq == first.Sequence {
 		env, err := decode(first)
 		if err != nil {
 			return nil, err
@@ -678,6 +678,29 @@ func (s *Store) History(ctx context.Context, subject string, from uint64) ([]eve
 		}
 	}
 	return out, nil
+}
+
+// lastSequenceAfter returns the sequence of subject's last event, which
+// a replica showed to be at least first. Two direct gets may be answered
+// by two replicas, one behind the other (catching up, or cut off from the
+// others): if the last event comes back older than first, or missing, it
+// is read from the stream's leader.
+func (s *Store) lastSequenceAfter(ctx context.Context, subject string, first uint64) (uint64, error) {
+	last, err := s.stream.GetLastMsgForSubject(ctx, subject)
+	if err == nil && last.Sequence >= first {
+		return last.Sequence, nil
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, fmt.Errorf("natsjs: read last event of %s: %w", subject, err)
+	}
+	m, found, err := s.leaderGet(ctx, msgGetRequest{LastFor: subject})
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("natsjs: read last event of %s from the stream's leader (a replica is behind): %w", subject, err)
+	case !found || m.Sequence < first:
+		return 0, fmt.Errorf("natsjs: read last event of %s: the stream's leader has none at or after %d, which a replica showed", subject, first)
+	}
+	return m.Sequence, nil
 }
 
 // decode decodes a message read by a direct get.

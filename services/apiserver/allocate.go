@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
@@ -317,13 +319,31 @@ func SessionCreatedID(allocationID string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
+// noticeWait bounds the sending of an allocation notice: the commands
+// stream's election (4-9 s) included.
+const noticeWait = natsjs.DefaultUnavailableWait + time.Second
+
 // notify tells the server's agent to re-read it, so that the game learns of
-// its allocation through WatchGameServer at once. A lost notice delays
-// that until the agent's periodic sync; it is logged, not returned.
+// its allocation through WatchGameServer at once. The notice is sent in the
+// background: the allocation is stored, and the matchmaker's answer does
+// not wait on the commands stream (leaderless for seconds in a NATS
+// election). A lost notice delays the game's news until the agent's
+// periodic sync, as does the server's stop; it is logged, not returned.
 func (a *allocationService) notify(ctx context.Context, state *eventsv1.GameServerState) {
 	if a.s.opts.Commands == nil {
 		return
 	}
+	// The call's span goes along, its cancellation does not: the server's
+	// stop ends what is left.
+	ctx, cancel := context.WithTimeout(trace.ContextWithSpan(a.s.noticeCtx, trace.SpanFromContext(ctx)), noticeWait)
+	a.s.notices.Go(func() {
+		defer cancel()
+		a.sendNotice(ctx, state)
+	})
+}
+
+// sendNotice sends the refresh command of notify.
+func (a *allocationService) sendNotice(ctx context.Context, state *eventsv1.GameServerState) {
 	host, err := events.ParseHostName(state.GetHost())
 	if err != nil {
 		a.s.log.Warn("allocation: server has no valid host", "game_server", state.GetName(), "err", err)

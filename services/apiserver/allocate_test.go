@@ -1,7 +1,10 @@
 package apiserver_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"testing"
@@ -9,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
@@ -300,5 +304,35 @@ func TestPlayerSessionsAPI(t *testing.T) {
 	}
 	if r := s.do(http.MethodGet, "/v1/"+gsess+"/playerSessions/ps-nope", nil); r.status != http.StatusNotFound {
 		t.Fatalf("unknown player session: %d", r.status)
+	}
+}
+
+// The allocation is answered once it is stored: the notice to the server's
+// agent is sent in the background, so a commands stream that cannot take
+// it (here deleted: publishes get no answer, and are retried for
+// natsjs.DefaultUnavailableWait, 12 s) does not hold the matchmaker's
+// answer. The cluster test found it in a NATS partition's rejoin, where
+// the commands stream was between leaders.
+func TestAllocateDoesNotWaitForTheAgentsNotice(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	s.createFleet("arena", fleetWithoutReplicas())
+	s.seedReady("arena", 2, 1, nil)
+	if err := s.JS.DeleteStream(s.Ctx, commands.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(map[string]any{"requestId": "req-notice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A matchmaker's deadline, well inside the 12 s a notice may take.
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Post(s.base+"/v1/fleets/arena/gameServers:allocate", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("allocate with the commands stream gone: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("allocate: %d %s", resp.StatusCode, b)
 	}
 }

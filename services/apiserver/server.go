@@ -207,6 +207,10 @@ type Server struct {
 
 	policyMu sync.Mutex
 	policies map[string]cachedPolicy // fleet → player-session policy
+
+	notices     sync.WaitGroup  // allocation notices to agents still being sent
+	noticeCtx   context.Context // ends the notices when Run returns
+	stopNotices context.CancelFunc
 }
 
 // New builds a server and binds its listeners, so the addresses are known
@@ -218,6 +222,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, log: opts.Logger, producer: "apiservers/" + opts.ReplicaID, prop: propagation.TraceContext{},
 		candidates: newCandidatePool(opts.Views, opts.Now, opts.Logger), policies: map[string]cachedPolicy{}}
+	s.noticeCtx, s.stopNotices = context.WithCancel(context.Background())
 	var err error
 	if s.grpcLis = opts.GRPCListener; s.grpcLis == nil {
 		if s.grpcLis, err = net.Listen("tcp", opts.GRPCAddr); err != nil {
@@ -241,6 +246,10 @@ func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
 
 // Run serves until ctx ends, then stops gracefully.
 func (s *Server) Run(ctx context.Context) error {
+	defer func() { // last: notices are best-effort, and the caller closes NATS after Run
+		s.stopNotices()
+		s.notices.Wait()
+	}()
 	gs := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(s.opts.TracerProvider),
