@@ -182,6 +182,8 @@ func startCluster(t *testing.T) *cluster {
 		c.killGameServers()
 		if t.Failed() {
 			c.dumpLogs()
+		}
+		if t.Failed() || os.Getenv("TETHER_CLUSTER_KEEP_LOGS") != "" {
 			c.keepLogs()
 		}
 	})

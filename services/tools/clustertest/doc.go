@@ -10,5 +10,6 @@
 // It needs root. `make cluster-test` runs it (TETHER_CLUSTER_TEST=require:
 // a machine that cannot run it fails); elsewhere it is skipped with the
 // reason. TETHER_CLUSTER_NATS_DEBUG=1 starts the NATS nodes with -D, so
-// their logs (kept on a failure) show raft elections and votes.
+// their logs (kept on a failure) show raft elections and votes;
+// TETHER_CLUSTER_KEEP_LOGS=1 keeps the logs of a run that passed too.
 package clustertest
