@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -266,6 +267,9 @@ type Agent struct {
 	ports       *portPool
 	sdk         *sdkServer
 	outbox      *outbox
+	// stopping is set when the agent stops: SDK streams it ends then are
+	// not game servers disconnecting.
+	stopping atomic.Bool
 
 	outboxFull metric.Int64Counter
 

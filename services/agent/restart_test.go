@@ -12,6 +12,7 @@ import (
 	"time"
 
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
@@ -191,5 +192,44 @@ func TestExitIsLoggedInWords(t *testing.T) {
 	})
 	if strings.Contains(h.logs.String(), "exit_code=0x") {
 		t.Fatalf("an exit code logged as a pointer:\n%s", h.logs.String())
+	}
+}
+
+// An agent that stops (SIGTERM) ends its game servers' SDK streams as it
+// goes, and leaves the processes running: that is no disconnection of
+// theirs, and nothing is recorded (found trying a cluster by hand: each
+// agent stop logged a failed SdkDisconnected write).
+func TestStoppedAgentRecordsNoSDKDisconnect(t *testing.T) {
+	keep := func(o *agent.Options) { o.LogDir, o.KillProcessesOnExit = t.TempDir(), false }
+	h := newHarnessOpts(t, keep)
+	name := "fleets/arena/gameServers/gs-stays"
+	h.scheduleSpec(name, &eventsv1.FleetSpec{
+		Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
+		Health:   &eventsv1.HealthPolicy{Disabled: true},
+	})
+	pid := int(h.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted).GetPid())
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	stream, err := sdkClient(t, h, name).HealthStream(h.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&sdkv1.HealthStreamRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitEvent(name, "SdkConnected")
+
+	h.crash() // the agent's context ends, as on SIGTERM
+	err = <-h.done
+	h.done <- err // for the harness's cleanup
+	if err != nil {
+		t.Fatalf("agent: %v", err)
+	}
+	if !running(pid) {
+		t.Fatalf("the process %d did not outlive its agent", pid)
+	}
+	// The stream's end may be handled after Run returned.
+	wait.Holds(t, time.Second, "no SdkDisconnected recorded", func() bool { return !h.has(name, "SdkDisconnected") })
+	if strings.Contains(h.logs.String(), "record SDK disconnected") {
+		t.Errorf("the agent tried to record a disconnection as it stopped:\n%s", h.logs.String())
 	}
 }

@@ -117,6 +117,7 @@ func (s *sdkServer) run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		<-ctx.Done()
+		s.a.stopping.Store(true)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		err := hs.Shutdown(sctx)
@@ -355,6 +356,11 @@ func (gs *gameServer) streamClosed(kind eventsv1.DisconnectKind, detail string) 
 	defer gs.mu.Unlock()
 	gs.streams--
 	if gs.streams > 0 || gs.state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
+		return
+	}
+	if gs.a.stopping.Load() {
+		// The agent ends the stream as it stops; the game server runs on
+		// and its SDK reconnects to the next agent on the host.
 		return
 	}
 	select {
