@@ -733,6 +733,21 @@ func TestNATSValues(t *testing.T) {
 			t.Errorf("nats-values.yaml %s = %v (%v), want %v", path, got, err, want)
 		}
 	}
+	// The route settings are the ones the cluster test runs with.
+	conf, err := os.ReadFile("../nats/tether-cluster.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := regexp.MustCompile(`(?m)^\s*(\w+):\s*"?([^"\s]+)"?\s*$`).FindAllStringSubmatch(string(conf), -1)
+	if len(settings) == 0 {
+		t.Fatal("no settings found in tether-cluster.conf")
+	}
+	for _, kv := range settings {
+		got, err := lookup(values, "config.cluster.merge."+kv[1])
+		if err != nil || fmt.Sprint(got) != kv[2] {
+			t.Errorf("nats-values.yaml config.cluster.merge.%s = %v (%v), want %s as in deploy/nats/tether-cluster.conf", kv[1], got, err, kv[2])
+		}
+	}
 }
 
 // leafPaths lists the dotted paths of v's leaves (an empty map is a leaf).

@@ -197,8 +197,12 @@ func startCluster(t *testing.T) *cluster {
 		routes = append(routes, fmt.Sprintf("nats://%s:%d", h.IP, routePort))
 	}
 	c.natsURL = strings.Join(urls, ",")
+	conf, err := filepath.Abs(natsClusterConf)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i, h := range hosts {
-		args := []string{"--jetstream", "--store_dir", filepath.Join(c.dir, h.Name),
+		args := []string{"-c", conf, "--jetstream", "--store_dir", filepath.Join(c.dir, h.Name),
 			"--server_name", h.Name, "--addr", h.IP, "--port", fmt.Sprint(natsPort), "--http_port", fmt.Sprint(monitorPort),
 			"--cluster_name", "tether", "--cluster", routes[i], "--routes", strings.Join(routes, ",")}
 		if os.Getenv("TETHER_CLUSTER_NATS_DEBUG") != "" {
@@ -358,6 +362,10 @@ func (c *cluster) dumpNATS() {
 		}
 	}
 }
+
+// natsClusterConf is the route settings a Tether NATS cluster runs with
+// (deploy/nats/tether-cluster.conf says why), relative to this package.
+const natsClusterConf = "../../../deploy/nats/tether-cluster.conf"
 
 // metaLeader is the JetStream meta leader as node's monitoring port
 // reports it, or "" if it knows none.
