@@ -23,7 +23,9 @@ import (
 
 // jetStream is the test's own client of one NATS node (so a test can
 // ask the majority side of a partition), for the audit and to find stream
-// leaders.
+// leaders. It reconnects to that node only: a client that followed the
+// servers it discovered would, after the node's restart in scenario b,
+// ask another, perhaps the one scenario g isolates.
 func (c *cluster) jetStream(node *proc) jetstream.JetStream {
 	c.t.Helper()
 	c.jsMu.Lock()
@@ -32,7 +34,8 @@ func (c *cluster) jetStream(node *proc) jetstream.JetStream {
 		return js
 	}
 	nc, err := nats.Connect(fmt.Sprintf("nats://%s:%d", node.host.IP, natsPort),
-		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
+		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true),
+		nats.IgnoreDiscoveredServers())
 	if err != nil {
 		c.t.Fatal(err)
 	}
