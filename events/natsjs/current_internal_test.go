@@ -11,13 +11,11 @@ import (
 	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 
-// CurrentHistory completes, from the stream's leader, a history that a
-// replica behind the leader answered short (here a reader that returns
-// only the first events of what is stored), so a decision on absence is
-// never made on a replica's past.
-func TestCurrentHistoryCompletesAReplicasShortAnswer(t *testing.T) {
+// newTestStore is a store on an embedded NATS server of its own.
+func newTestStore(t *testing.T) (context.Context, *Store) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	_, js := natstest.Connect(t, natstest.Start(t))
 	if err := Setup(ctx, js, Options{}); err != nil {
 		t.Fatal(err)
@@ -26,6 +24,15 @@ func TestCurrentHistoryCompletesAReplicasShortAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ctx, s
+}
+
+// CurrentHistory completes, from the stream's leader, a history that a
+// replica behind the leader answered short (here a reader that returns
+// only the first events of what is stored), so a decision on absence is
+// never made on a replica's past.
+func TestCurrentHistoryCompletesAReplicasShortAnswer(t *testing.T) {
+	ctx, s := newTestStore(t)
 	name := events.GameServerName("arena", "gs-a")
 	subject := events.MustSubject(name)
 	other := events.MustSubject(events.GameServerName("arena", "gs-b"))
@@ -84,19 +91,11 @@ func TestCurrentHistoryCompletesAReplicasShortAnswer(t *testing.T) {
 // the leader; a leader that does not have it either is an error, never a
 // history cut short.
 func TestLastSequenceAfterAskTheLeader(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, js := natstest.Connect(t, natstest.Start(t))
-	if err := Setup(ctx, js, Options{}); err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(ctx, js, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, s := newTestStore(t)
 	name := events.GameServerName("arena", "gs-a")
 	subject := events.MustSubject(name)
 	var last uint64
+	var err error
 	for range 3 {
 		if last, err = s.Append(ctx, subject, events.AnySequence, events.New(name, time.Now(), &eventsv1.HealthDegraded{})); err != nil {
 			t.Fatal(err)

@@ -40,13 +40,7 @@ func TestOutboxDropsEventsForAServerEndedWhileTheHostWasCut(t *testing.T) {
 	link.cut()
 	// The controller gives the host up; then the process dies on it.
 	before := h.decideElsewhere(name, events.Terminate{Reason: eventsv1.Reason_REASON_HOST_LOST})
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	wait.For(t, 10*time.Second, "the exit kept in the outbox", func() bool { return h.agent.OutboxLen() >= 2 })
-
-	link.heal()
-	wait.For(t, 15*time.Second, "the outbox to drain", func() bool { return h.agent.OutboxLen() == 0 })
+	exitWhileCut(t, h, link, pid)
 	after := h.history(name)[before:]
 	if len(after) != 1 || after[0].Type != "GameServerTerminated" ||
 		after[0].Data.(*eventsv1.GameServerTerminated).GetReason() != eventsv1.Reason_REASON_HOST_LOST {
@@ -87,13 +81,7 @@ func TestOutboxTerminationIsDecidedOnTheStreamsState(t *testing.T) {
 		Reason: eventsv1.Reason_REASON_SHUTDOWN_REQUESTED_BY_API, Deadline: time.Now().Add(time.Minute),
 		Evidence: &eventsv1.Evidence{RequestedBy: "api-1", Detail: "match over"},
 	})
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	wait.For(t, 10*time.Second, "the exit kept in the outbox", func() bool { return h.agent.OutboxLen() >= 2 })
-
-	link.heal()
-	wait.For(t, 15*time.Second, "the outbox to drain", func() bool { return h.agent.OutboxLen() == 0 })
+	exitWhileCut(t, h, link, pid)
 	after := h.history(name)[before:]
 	if got := types(after); strings.Join(got, " ") != "ShutdownRequested ProcessExited GameServerTerminated" {
 		t.Fatalf("after the cut the stream has %v, want ShutdownRequested ProcessExited GameServerTerminated", got)
@@ -107,6 +95,19 @@ func TestOutboxTerminationIsDecidedOnTheStreamsState(t *testing.T) {
 	if st := fold(t, h.history(name)); st.GetLifecycle() != eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
 		t.Fatalf("the stream folds to %s", events.LifecycleName(st.GetLifecycle()))
 	}
+}
+
+// exitWhileCut kills the server's process while the host is cut off (its
+// exit and termination go to the outbox), heals the link and waits for the
+// outbox to drain.
+func exitWhileCut(t *testing.T, h *harness, link *cuttableLink, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "the exit kept in the outbox", func() bool { return h.agent.OutboxLen() >= 2 })
+	link.heal()
+	wait.For(t, 15*time.Second, "the outbox to drain", func() bool { return h.agent.OutboxLen() == 0 })
 }
 
 // newCutHost runs an agent for host h1 that reaches NATS through a link
