@@ -20,6 +20,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/apiserver"
+	"github.com/tetherhq/tether/services/platform/apikeys"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
 	kit "github.com/tetherhq/tether/services/testkit/stack"
 	"github.com/tetherhq/tether/services/testkit/wait"
@@ -37,6 +38,7 @@ type stack struct {
 	bases     []string // every replica's REST base URL; base is bases[0]
 	grpcAddrs []string // every replica's gRPC address
 	tracer    trace.TracerProvider
+	key       string
 }
 
 type stackOptions struct {
@@ -44,18 +46,20 @@ type stackOptions struct {
 	readWait      time.Duration
 	lateProjector bool // leave the projector stopped until startProjector
 	replicas      int  // API replicas over the same NATS and PostgreSQL; default 1
+	keys          *apikeys.Keys
+	key           string // the API key the helpers call with, when keys are set
 }
 
 func newStack(t testing.TB, o stackOptions) *stack {
 	t.Helper()
 	opts := []kit.Option{kit.WithAPI(o.replicas, func(_ *kit.Stack, a *apiserver.Options) {
-		a.ReadWait, a.TracerProvider = o.readWait, o.tracer
+		a.ReadWait, a.TracerProvider, a.Keys = o.readWait, o.tracer, o.keys
 	})}
 	if !o.lateProjector {
 		opts = append(opts, kit.WithProjector(func(p *postgres.ProjectorOptions) { p.TracerProvider = o.tracer }))
 	}
 	k := kit.New(t, opts...)
-	s := &stack{Stack: k, t: t, tracer: o.tracer}
+	s := &stack{Stack: k, t: t, tracer: o.tracer, key: o.key}
 	for _, api := range k.APIs {
 		s.bases = append(s.bases, "http://"+api.HTTPAddr())
 		s.grpcAddrs = append(s.grpcAddrs, api.GRPCAddr())
@@ -86,6 +90,12 @@ func (s *stack) do(method, path string, body any) response {
 // doAt calls one replica's REST API.
 func (s *stack) doAt(base, method, path string, body any) response {
 	s.t.Helper()
+	return s.doWithKey(base, s.key, method, path, body)
+}
+
+// doWithKey calls one replica's REST API with an API key ("": none).
+func (s *stack) doWithKey(base, key, method, path string, body any) response {
+	s.t.Helper()
 	var r io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -99,6 +109,9 @@ func (s *stack) doAt(base, method, path string, body any) response {
 		s.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		s.t.Fatalf("%s %s: %v", method, path, err)

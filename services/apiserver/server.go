@@ -34,6 +34,7 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/services/apiserver/openapi"
+	"github.com/tetherhq/tether/services/platform/apikeys"
 	"github.com/tetherhq/tether/services/platform/playertoken"
 )
 
@@ -117,6 +118,10 @@ type Options struct {
 	// (status, rebuild, check, dead letters; the pool of the live views).
 	ProjectionPool *pgxpool.Pool
 	JetStream      jetstream.JetStream
+	// Keys, when set, authenticate every call (Authorization: Bearer <key>)
+	// and the permission matrix authorises it by the key's role; without
+	// them every caller may do everything.
+	Keys *apikeys.Keys
 	// MetricsHandler, when set, is served at /metrics on the HTTP address.
 	MetricsHandler http.Handler
 	// Logger; default discards.
@@ -250,13 +255,23 @@ func (s *Server) Run(ctx context.Context) error {
 		s.stopNotices()
 		s.notices.Wait()
 	}()
+	unary := []grpc.UnaryServerInterceptor{unaryErrors(s.log), unaryRequests()}
+	stream := []grpc.StreamServerInterceptor{streamErrors(s.log), streamRequests()}
+	if s.opts.Keys != nil {
+		go s.opts.Keys.Watch(ctx, apikeys.DefaultReloadEvery) // rotation and revocation without a restart
+		a := &authenticator{keys: s.opts.Keys, now: s.opts.Now, log: s.log}
+		unary = append([]grpc.UnaryServerInterceptor{a.unary()}, unary...)
+		stream = append([]grpc.StreamServerInterceptor{a.stream()}, stream...)
+	} else {
+		s.log.Warn("API authentication is off: every caller may do everything (give the API keys, --api-keys)")
+	}
 	gs := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(s.opts.TracerProvider),
 			otelgrpc.WithMeterProvider(s.opts.MeterProvider),
 			otelgrpc.WithPropagators(s.prop))),
-		grpc.ChainUnaryInterceptor(unaryErrors(s.log), unaryRequests()),
-		grpc.ChainStreamInterceptor(streamErrors(s.log), streamRequests()),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.opts.Keepalive, Timeout: s.opts.Keepalive / 2}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)

@@ -12,6 +12,7 @@
 package apiclient
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -83,6 +84,26 @@ func Dial(endpoints []string, opts ...grpc.DialOption) (*grpc.ClientConn, error)
 	}
 	return conn, nil
 }
+
+// WithKey sends an API key with every call (Authorization: Bearer key),
+// for an API that authenticates its callers (tether apiserver --api-keys).
+// It is sent over plain text too when the connection is not TLS: use it
+// so only on loopback or a trusted network.
+func WithKey(key string) grpc.DialOption {
+	return grpc.WithPerRPCCredentials(bearerKey(key))
+}
+
+// bearerKey is an API key as per-call credentials.
+type bearerKey string
+
+// GetRequestMetadata implements credentials.PerRPCCredentials.
+func (k bearerKey) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(k)}, nil
+}
+
+// RequireTransportSecurity implements credentials.PerRPCCredentials: the
+// caller decides (WithKey's comment).
+func (bearerKey) RequireTransportSecurity() bool { return false }
 
 // NewRequestID returns a fresh idempotency key for a mutating call (its
 // request_id field): retries of the call, on any replica, carry the same

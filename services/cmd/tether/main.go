@@ -35,6 +35,7 @@ import (
 	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/nats/lease"
 	"github.com/tetherhq/tether/services/platform/admin"
+	"github.com/tetherhq/tether/services/platform/apikeys"
 	"github.com/tetherhq/tether/services/platform/connect"
 	"github.com/tetherhq/tether/services/platform/migrate"
 	"github.com/tetherhq/tether/services/platform/playertoken"
@@ -83,7 +84,7 @@ func rootCommand() *cobra.Command {
 		}
 		return g.startProfiling(cmd.Context())
 	}
-	root.AddCommand(devCommand(&g), migrateCommand(&g), apiserverCommand(&g), projectorCommand(&g), controllerCommand(&g), agentCommand(&g), chaosCommand(&g), simCommand(&g))
+	root.AddCommand(devCommand(&g), migrateCommand(&g), keysCommand(), apiserverCommand(&g), projectorCommand(&g), controllerCommand(&g), agentCommand(&g), chaosCommand(&g), simCommand(&g))
 	documentEnv(root)
 	return root
 }
@@ -197,7 +198,7 @@ func tour(a dev.Addresses, demo bool) string {
 
 func apiserverCommand(g *global) *cobra.Command {
 	var opts apiserver.Options
-	var tokenKeys string
+	var tokenKeys, keysFile string
 	cmd := &cobra.Command{
 		Use:   "apiserver",
 		Short: "Serve the control-plane API (gRPC and REST)",
@@ -214,6 +215,12 @@ func apiserverCommand(g *global) *cobra.Command {
 				bus, err := commands.New(ctx, d.js)
 				if err != nil {
 					return nil, err
+				}
+				if keysFile != "" {
+					if opts.Keys, err = apikeys.Load(keysFile, d.log); err != nil {
+						return nil, err
+					}
+					d.log.Info("API callers authenticate with the keys of a file", "file", keysFile, "keys", opts.Keys.Len())
 				}
 				opts.Tokens, opts.Commands = tokens, bus
 				opts.ProjectionPool, opts.JetStream = d.pool, d.js
@@ -233,6 +240,8 @@ func apiserverCommand(g *global) *cobra.Command {
 	f.StringVar(&tokenKeys, "player-token-keys", "",
 		"player-session token keys, \"id:base64secret[,id:base64secret…]\"; the first signs")
 	f.DurationVar(&opts.TokenTTL, "player-token-ttl", apiserver.DefaultTokenTTL, "how long a player-session token is valid")
+	f.StringVar(&keysFile, "api-keys", "",
+		"API keys file (`tether keys add`); re-read when it changes. Without it every caller may do everything")
 	return cmd
 }
 

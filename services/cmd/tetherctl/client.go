@@ -29,9 +29,14 @@ type client struct {
 // dial prepares a connection to the replicas addr lists (comma-separated);
 // it connects on the first call, spreads calls over the replicas and
 // retries a call a replica could not take on another (apiclient). Each
-// call is bounded by timeout, its retries included.
-func dial(addr string, timeout time.Duration) (*client, error) {
-	conn, err := apiclient.Dial(apiclient.Split(addr))
+// call is bounded by timeout, its retries included, and carries key (an
+// API key) when it is set.
+func dial(addr, key string, timeout time.Duration) (*client, error) {
+	var opts []grpc.DialOption
+	if key != "" {
+		opts = append(opts, apiclient.WithKey(key))
+	}
+	conn, err := apiclient.Dial(apiclient.Split(addr), opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,8 @@ const (
 	defaultTimeout = 10 * time.Second
 	// addrEnv names the environment variable that overrides defaultAddr.
 	addrEnv = "TETHER_ADDR"
+	// tokenEnv holds the API key when --token is not given.
+	tokenEnv = "TETHER_TOKEN"
 )
 
 // Output formats of -o/--output.
@@ -30,6 +32,7 @@ const (
 type app struct {
 	out     io.Writer
 	addr    string
+	key     string
 	output  string
 	timeout time.Duration
 	now     func() time.Time
@@ -59,6 +62,9 @@ Names may be given short or in full: "arena" or "fleets/arena",
 			if a.timeout <= 0 {
 				return fmt.Errorf("--timeout must be positive, not %s", a.timeout)
 			}
+			if a.key == "" { // read here, not as the flag's default: --help would print it
+				a.key = os.Getenv(tokenEnv)
+			}
 			return nil
 		},
 	}
@@ -69,6 +75,7 @@ Names may be given short or in full: "arena" or "fleets/arena",
 	}
 	f := root.PersistentFlags()
 	f.StringVar(&a.addr, "addr", addr, "API server gRPC address, or several replicas' comma-separated (calls are spread over them and retried on another when one is down) (default from $"+addrEnv+")")
+	f.StringVar(&a.key, "token", "", "API key, for an API that authenticates callers (tether keys add) (default from $"+tokenEnv+")")
 	f.StringVarP(&a.output, "output", "o", formatTable, "output format: table, json or yaml")
 	f.DurationVar(&a.timeout, "timeout", defaultTimeout, "time limit of each API request")
 	root.AddCommand(a.projectionsCommand(), a.statusCommand())
@@ -115,7 +122,7 @@ func addMinSequence(cmd *cobra.Command, seq *int64) {
 
 // withClient dials the API, runs f and closes the connection.
 func (a *app) withClient(f func(c *client) error) error {
-	c, err := dial(a.addr, a.timeout)
+	c, err := dial(a.addr, a.key, a.timeout)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,198 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/tetherhq/tether/services/platform/apikeys"
+)
+
+// Error reasons of refused callers.
+const (
+	ReasonUnauthenticated  = "UNAUTHENTICATED"
+	ReasonPermissionDenied = "PERMISSION_DENIED"
+)
+
+// action is a kind of call; roles are granted actions, and every RPC is
+// one action (rpcActions).
+type action string
+
+// The actions.
+const (
+	readFleets         action = "fleets.read"
+	writeFleets        action = "fleets.write"
+	readGameServers    action = "gameservers.read"
+	writeGameServers   action = "gameservers.write"
+	readHosts          action = "hosts.read"
+	allocate           action = "allocate"
+	readSessions       action = "sessions.read"
+	writeSessions      action = "sessions.write"
+	readHistory        action = "history.read"
+	watchEvents        action = "events.watch"
+	readProjections    action = "projections.read"
+	operateProjections action = "projections.write"
+)
+
+// rpcActions is the action of every RPC, by its full method name. An RPC
+// that is not listed is refused to every role but admin: deny by default
+// (TestEveryRPCHasAnAction fails the build of a new RPC without a rule).
+var rpcActions = map[string]action{
+	"/tether.v1.FleetService/CreateFleet": writeFleets,
+	"/tether.v1.FleetService/GetFleet":    readFleets,
+	"/tether.v1.FleetService/ListFleets":  readFleets,
+	"/tether.v1.FleetService/UpdateFleet": writeFleets,
+	"/tether.v1.FleetService/DeleteFleet": writeFleets,
+
+	"/tether.v1.GameServerService/ListGameServers":    readGameServers,
+	"/tether.v1.GameServerService/GetGameServer":      readGameServers,
+	"/tether.v1.GameServerService/CreateGameServer":   writeGameServers,
+	"/tether.v1.GameServerService/ShutdownGameServer": writeGameServers,
+	"/tether.v1.GameServerService/DeleteGameServer":   writeGameServers,
+
+	"/tether.v1.HostService/ListHosts": readHosts,
+	"/tether.v1.HostService/GetHost":   readHosts,
+
+	"/tether.v1.AllocationService/AllocateGameServer": allocate,
+
+	"/tether.v1.GameSessionService/GetGameSession":         readSessions,
+	"/tether.v1.GameSessionService/ListGameSessions":       readSessions,
+	"/tether.v1.GameSessionService/GetPlayerSession":       readSessions,
+	"/tether.v1.GameSessionService/ListPlayerSessions":     readSessions,
+	"/tether.v1.GameSessionService/CreatePlayerSession":    writeSessions,
+	"/tether.v1.GameSessionService/ReconnectPlayerSession": writeSessions,
+
+	"/tether.v1.HistoryService/ListEvents":  readHistory,
+	"/tether.v1.HistoryService/GetStateAt":  readHistory,
+	"/tether.v1.HistoryService/Explain":     readHistory,
+	"/tether.v1.HistoryService/WatchEvents": watchEvents,
+
+	"/tether.v1.ProjectionService/GetProjectionStatus": readProjections,
+	"/tether.v1.ProjectionService/ListDeadLetters":     readProjections,
+	"/tether.v1.ProjectionService/CheckProjections":    operateProjections,
+	"/tether.v1.ProjectionService/RebuildProjections":  operateProjections,
+	"/tether.v1.ProjectionService/RetryDeadLetter":     operateProjections,
+}
+
+// reads is what every role that reads may read.
+var reads = []action{readFleets, readGameServers, readHosts, readSessions, readProjections, watchEvents}
+
+// roleActions is the permission matrix: what each role may do (admin:
+// everything, listed or not). docs/security.md shows it.
+var roleActions = map[apikeys.Role][]action{
+	apikeys.Operator:   append([]action{writeFleets, writeGameServers, operateProjections, readHistory}, reads...),
+	apikeys.Matchmaker: {allocate, readSessions, writeSessions, readGameServers},
+	apikeys.Viewer:     reads,
+	apikeys.Auditor:    append([]action{readHistory}, reads...),
+}
+
+// permits reports whether role may call method.
+func permits(role apikeys.Role, method string) bool {
+	if role == apikeys.Admin {
+		return true
+	}
+	a, ok := rpcActions[method]
+	if !ok {
+		return false
+	}
+	for _, granted := range roleActions[role] {
+		if granted == a {
+			return true
+		}
+	}
+	return false
+}
+
+// principalKey carries the caller's apikeys.Principal in a call's context.
+type principalKey struct{}
+
+// PrincipalFrom returns the authenticated caller of a call, if the API
+// authenticates callers.
+func PrincipalFrom(ctx context.Context) (apikeys.Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(apikeys.Principal)
+	return p, ok
+}
+
+// authenticator checks every call's credentials against the keys and the
+// permission matrix. It covers gRPC and the REST gateway alike: the
+// gateway forwards the Authorization header as the call's metadata.
+type authenticator struct {
+	keys *apikeys.Keys
+	now  func() time.Time
+	log  *slog.Logger
+}
+
+// bearer returns the key an Authorization value carries.
+func bearer(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		scheme, token, ok := strings.Cut(v, " ")
+		if ok && strings.EqualFold(scheme, "bearer") {
+			return strings.TrimSpace(token)
+		}
+	}
+	return ""
+}
+
+// check authenticates and authorises a call to method, returning the
+// context that carries its principal.
+func (a *authenticator) check(ctx context.Context, method string) (context.Context, error) {
+	p, err := a.keys.Authenticate(bearer(ctx), a.now())
+	if err != nil {
+		if !errors.Is(err, apikeys.ErrNoKey) {
+			a.log.Warn("call refused: bad credentials", "method", method, "reason", err)
+		}
+		return ctx, refusal(codes.Unauthenticated, ReasonUnauthenticated, err.Error())
+	}
+	if !permits(p.Role, method) {
+		a.log.Warn("call refused: not permitted", "method", method, "principal", p.Name, "role", p.Role)
+		return ctx, refusal(codes.PermissionDenied, ReasonPermissionDenied,
+			"the "+string(p.Role)+" role ("+p.Name+") may not call "+method)
+	}
+	return context.WithValue(ctx, principalKey{}, p), nil
+}
+
+// refusal is a status with its ErrorInfo reason.
+func refusal(code codes.Code, reason, msg string) error {
+	st := status.New(code, msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+func (a *authenticator) unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, err := a.check(ctx, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+func (a *authenticator) stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, err := a.check(ss.Context(), info.FullMethod)
+		if err != nil {
+			return err
+		}
+		return handler(srv, &principalStream{ServerStream: ss, ctx: ctx})
+	}
+}
+
+// principalStream is a server stream whose context carries the principal.
+type principalStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *principalStream) Context() context.Context { return s.ctx }

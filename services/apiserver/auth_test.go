@@ -1,0 +1,149 @@
+package apiserver_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
+	"github.com/tetherhq/tether/services/apiserver"
+	"github.com/tetherhq/tether/services/platform/apikeys"
+)
+
+// roleKeys writes a keys file with one key per role (plus an expired
+// admin key) and returns the loaded keys and the secrets by role.
+func roleKeys(t *testing.T) (*apikeys.Keys, map[apikeys.Role]string, string) {
+	t.Helper()
+	secrets := map[apikeys.Role]string{}
+	var lines []string
+	for _, r := range apikeys.Roles {
+		secret, line, err := apikeys.New("test-"+string(r), r, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		secrets[r], lines = secret, append(lines, line)
+	}
+	expired, line, err := apikeys.New("test-expired", apikeys.Admin, time.Now().Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(path, []byte(strings.Join(append(lines, line), "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := apikeys.Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys, secrets, expired
+}
+
+// With API keys, every REST call needs one, and the key's role decides
+// what it may do: no key or an expired one is 401, a role without the
+// permission 403, with the reason in the ErrorInfo.
+func TestRESTCallsAreAuthenticatedAndAuthorised(t *testing.T) {
+	keys, key, expired := roleKeys(t)
+	s := newStack(t, stackOptions{keys: keys, key: key[apikeys.Admin]})
+	call := func(k, method, path string, body any) response {
+		t.Helper()
+		return s.doWithKey(s.base, k, method, path, body)
+	}
+
+	for _, tc := range []struct{ name, key, reason string }{
+		{"no key", "", apiserver.ReasonUnauthenticated},
+		{"an unknown key", "tether_not-a-key", apiserver.ReasonUnauthenticated},
+		{"an expired key", expired, apiserver.ReasonUnauthenticated},
+	} {
+		if r := call(tc.key, http.MethodGet, "/v1/fleets", nil); r.status != http.StatusUnauthorized || r.reason() != tc.reason {
+			t.Errorf("%s: %d %s, want 401 %s", tc.name, r.status, r.reason(), tc.reason)
+		}
+	}
+
+	if r := call(key[apikeys.Viewer], http.MethodGet, "/v1/fleets", nil); r.status != http.StatusOK {
+		t.Errorf("viewer lists fleets: %d %v", r.status, r.body)
+	}
+	if r := call(key[apikeys.Viewer], http.MethodPost, "/v1/fleets?fleetId=arena", fleetWithoutReplicas()); r.status != http.StatusForbidden || r.reason() != apiserver.ReasonPermissionDenied {
+		t.Errorf("viewer creates a fleet: %d %s, want 403 %s", r.status, r.reason(), apiserver.ReasonPermissionDenied)
+	}
+	if r := call(key[apikeys.Operator], http.MethodPost, "/v1/fleets?fleetId=arena", fleetWithoutReplicas()); r.status != http.StatusOK {
+		t.Fatalf("operator creates a fleet: %d %v", r.status, r.body)
+	}
+	s.seedReady("arena", 1, 1, nil)
+	if r := call(key[apikeys.Matchmaker], http.MethodPost, "/v1/fleets/arena/gameServers:allocate", map[string]any{"requestId": "auth-1"}); r.status != http.StatusOK {
+		t.Errorf("matchmaker allocates: %d %v", r.status, r.body)
+	}
+	if r := call(key[apikeys.Matchmaker], http.MethodDelete, "/v1/fleets/arena", nil); r.status != http.StatusForbidden {
+		t.Errorf("matchmaker deletes a fleet: %d %v, want 403", r.status, r.body)
+	}
+	if r := call(key[apikeys.Viewer], http.MethodGet, "/v1/fleets/arena/events", nil); r.status != http.StatusForbidden {
+		t.Errorf("viewer reads history: %d, want 403", r.status)
+	}
+	if r := call(key[apikeys.Auditor], http.MethodGet, "/v1/fleets/arena/events", nil); r.status != http.StatusOK {
+		t.Errorf("auditor reads history: %d %v", r.status, r.body)
+	}
+	if r := call(key[apikeys.Admin], http.MethodDelete, "/v1/fleets/arena", nil); r.status != http.StatusOK {
+		t.Errorf("admin deletes the fleet: %d %v", r.status, r.body)
+	}
+	// Open to all, as before.
+	resp, err := http.Get(s.base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz without a key: %d", resp.StatusCode)
+	}
+}
+
+// gRPC calls take the key in the authorization metadata, unary and
+// streaming alike.
+func TestGRPCCallsAreAuthenticatedAndAuthorised(t *testing.T) {
+	keys, key, _ := roleKeys(t)
+	s := newStack(t, stackOptions{keys: keys})
+	conn, err := grpc.NewClient(s.grpcAddrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fleets := tetherv1.NewFleetServiceClient(conn)
+	as := func(k string) context.Context {
+		ctx, cancel := context.WithTimeout(s.Ctx, 10*time.Second)
+		t.Cleanup(cancel)
+		if k == "" {
+			return ctx
+		}
+		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+k)
+	}
+	if _, err := fleets.ListFleets(as(""), &tetherv1.ListFleetsRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("no key: %v, want UNAUTHENTICATED", err)
+	}
+	if _, err := fleets.ListFleets(as(key[apikeys.Auditor]), &tetherv1.ListFleetsRequest{}); err != nil {
+		t.Errorf("auditor lists fleets: %v", err)
+	}
+	if _, err := fleets.DeleteFleet(as(key[apikeys.Auditor]), &tetherv1.DeleteFleetRequest{Name: "fleets/none"}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("auditor deletes a fleet: %v, want PERMISSION_DENIED", err)
+	}
+	history := tetherv1.NewHistoryServiceClient(conn)
+	for role, want := range map[apikeys.Role]codes.Code{apikeys.Matchmaker: codes.PermissionDenied, apikeys.Viewer: codes.OK} {
+		stream, err := history.WatchEvents(as(key[role]), &tetherv1.WatchEventsRequest{})
+		if err == nil {
+			_, err = stream.Header() // the interceptor's answer arrives with the stream's first reply
+			if err == nil && want != codes.OK {
+				_, err = stream.Recv()
+			}
+		}
+		if status.Code(err) != want {
+			t.Errorf("%s watches events: %v, want %s", role, err, want)
+		}
+	}
+}
