@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/services/platform/apikeys"
 )
 
@@ -157,7 +158,16 @@ func (a *authenticator) check(ctx context.Context, method string) (context.Conte
 		return ctx, refusal(codes.PermissionDenied, ReasonPermissionDenied,
 			"the "+string(p.Role)+" role ("+p.Name+") may not call "+method)
 	}
-	return context.WithValue(ctx, principalKey{}, p), nil
+	return events.WithActor(context.WithValue(ctx, principalKey{}, p), p.Actor()), nil
+}
+
+// requestedBy is who asked for what a call does, for an event's evidence:
+// the caller when the API authenticates callers, else the replica.
+func requestedBy(ctx context.Context, replica string) string {
+	if a := events.ActorFrom(ctx); a != "" {
+		return a
+	}
+	return replica
 }
 
 // refusal is a status with its ErrorInfo reason.

@@ -91,6 +91,27 @@ func TestRESTCallsAreAuthenticatedAndAuthorised(t *testing.T) {
 	if r := call(key[apikeys.Auditor], http.MethodGet, "/v1/fleets/arena/events", nil); r.status != http.StatusOK {
 		t.Errorf("auditor reads history: %d %v", r.status, r.body)
 	}
+	// Who did what: each event names the caller as its actor.
+	for _, tc := range []struct{ path, typ, actor string }{
+		{"/v1/fleets/arena/events", "FleetCreated", "test-operator (operator, api-key)"},
+		{"/v1/fleets/arena/gameServers/gs-000/events", "GameServerAllocated", "test-matchmaker (matchmaker, api-key)"},
+	} {
+		r := call(key[apikeys.Auditor], http.MethodGet, tc.path, nil)
+		evs, _ := r.body["events"].([]any)
+		found := false
+		for _, e := range evs {
+			m, _ := e.(map[string]any)
+			if m["type"] == tc.typ {
+				found = true
+				if m["actor"] != tc.actor {
+					t.Errorf("%s's actor %v, want %q", tc.typ, m["actor"], tc.actor)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no %s in %s: %d %v", tc.typ, tc.path, r.status, r.body)
+		}
+	}
 	if r := call(key[apikeys.Admin], http.MethodDelete, "/v1/fleets/arena", nil); r.status != http.StatusOK {
 		t.Errorf("admin deletes the fleet: %d %v", r.status, r.body)
 	}

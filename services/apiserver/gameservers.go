@@ -264,7 +264,7 @@ func (g *gameServerService) shutdown(ctx context.Context, name, requestID string
 		host = row.State.GetHost()
 		return events.DecideGameServer(name, row.State, events.RequestShutdown{
 			Reason: eventsv1.Reason_REASON_SHUTDOWN_REQUESTED_BY_API, Deadline: deadline,
-			Evidence: &eventsv1.Evidence{RequestedBy: s.producer, Detail: detail},
+			Evidence: &eventsv1.Evidence{RequestedBy: requestedBy(ctx, s.producer), Detail: detail},
 		})
 	})
 	if err != nil {

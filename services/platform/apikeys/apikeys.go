@@ -75,6 +75,13 @@ type Principal struct {
 	Via string
 }
 
+// Actor is how events record the principal as their actor: its name, then
+// its role and how it authenticated, e.g. "matchmaker-eu (matchmaker,
+// api-key)".
+func (p Principal) Actor() string {
+	return p.Name + " (" + string(p.Role) + ", " + p.Via + ")"
+}
+
 // Errors Authenticate returns; each is a reason a caller is refused.
 var (
 	ErrNoKey      = errors.New("no API key: send Authorization: Bearer <key>")
@@ -198,8 +205,13 @@ func (k *Keys) Watch(ctx context.Context, interval time.Duration) {
 // events and in logs.
 var namePattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._@-]{0,62}$`)
 
-// parse reads the content of a keys file.
+// parse reads the content of a keys file. An empty one is refused: it is
+// more likely a file caught while being rewritten than a wish to refuse
+// every caller (a file of comments only does that).
 func parse(data []byte) (map[[sha256.Size]byte]key, error) {
+	if len(data) == 0 {
+		return nil, errors.New("the file is empty (caught while being written? replace it whole: write beside it, then rename)")
+	}
 	out := map[[sha256.Size]byte]key{}
 	names := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(data))

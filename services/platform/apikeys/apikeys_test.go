@@ -91,6 +91,16 @@ func TestLoadRefusesBadFiles(t *testing.T) {
 			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
 		}
 	}
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apikeys.Load(empty, nil); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("an empty file: %v, want it refused", err)
+	}
+	if keys, err := apikeys.Load(writeKeys(t, "", "# no keys yet"), nil); err != nil || keys.Len() != 0 {
+		t.Errorf("a file of comments: %v keys, %v; want 0 and no error", keys, err)
+	}
 	if _, err := apikeys.Load(filepath.Join(t.TempDir(), "missing"), nil); err == nil {
 		t.Error("a missing file: no error")
 	}
