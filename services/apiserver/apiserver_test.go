@@ -48,12 +48,13 @@ type stackOptions struct {
 	replicas      int  // API replicas over the same NATS and PostgreSQL; default 1
 	keys          *apikeys.Keys
 	key           string // the API key the helpers call with, when keys are set
+	maxBody       int64  // the REST body limit; default the API's
 }
 
 func newStack(t testing.TB, o stackOptions) *stack {
 	t.Helper()
 	opts := []kit.Option{kit.WithAPI(o.replicas, func(_ *kit.Stack, a *apiserver.Options) {
-		a.ReadWait, a.TracerProvider, a.Keys = o.readWait, o.tracer, o.keys
+		a.ReadWait, a.TracerProvider, a.Keys, a.MaxBodyBytes = o.readWait, o.tracer, o.keys, o.maxBody
 	})}
 	if !o.lateProjector {
 		opts = append(opts, kit.WithProjector(func(p *postgres.ProjectorOptions) { p.TracerProvider = o.tracer }))

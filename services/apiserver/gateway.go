@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"mime"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/genproto/googleapis/api/annotations"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -45,7 +47,82 @@ func (s *Server) newGateway() *runtime.ServeMux {
 		}}),
 		runtime.WithMetadata(unknownQueryMetadata),
 		runtime.WithErrorHandler(s.gatewayError),
+		runtime.WithRoutingErrorHandler(routingError),
 	)
+}
+
+// DefaultMaxBodyBytes is the default of Options.MaxBodyBytes.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Reasons of requests the REST layer refuses before the gateway.
+const (
+	ReasonBodyTooLarge         = "BODY_TOO_LARGE"
+	ReasonUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
+	ReasonMethodNotAllowed     = "METHOD_NOT_ALLOWED"
+)
+
+// guardBody reads a REST request's body before anything else is done
+// with it, refusing one over max bytes (413) and one that is not JSON
+// (415: a browser page's cross-site text/plain POST is refused too).
+func guardBody(max int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.ContentLength > max {
+			refuseHTTP(w, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge, fmt.Sprintf("the request body is %d bytes, more than the %d allowed", r.ContentLength, max))
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+		if err != nil {
+			refuseHTTP(w, http.StatusBadRequest, ReasonInvalidArgument, "reading the request body: "+err.Error())
+			return
+		}
+		if int64(len(body)) > max {
+			refuseHTTP(w, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge, fmt.Sprintf("the request body is more than the %d bytes allowed", max))
+			return
+		}
+		if len(body) > 0 {
+			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+				refuseHTTP(w, http.StatusUnsupportedMediaType, ReasonUnsupportedMediaType,
+					fmt.Sprintf("the request body must be JSON, sent with Content-Type: application/json (got %q)", r.Header.Get("Content-Type")))
+				return
+			}
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// refuseHTTP answers with the API's error shape (a google.rpc.Status with
+// an ErrorInfo) and the given HTTP status.
+func refuseHTTP(w http.ResponseWriter, httpStatus int, reason, msg string) {
+	st := status.New(codes.InvalidArgument, msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
+		st = d
+	}
+	b, err := protojson.Marshal(st.Proto())
+	if err != nil { // a Status with an ErrorInfo always marshals
+		b = []byte(`{"code":3,"message":"refused"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpStatus)
+	_, _ = w.Write(b) // the client may be gone; nothing more to do
+}
+
+// routingError answers a path the API has but not for the request's
+// method with 405 (the gateway's default says 501, "not implemented"), and
+// an unknown path with 404, in the API's error shape.
+func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	switch httpStatus {
+	case http.StatusMethodNotAllowed:
+		refuseHTTP(w, http.StatusMethodNotAllowed, ReasonMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
+	case http.StatusNotFound:
+		refuseHTTP(w, http.StatusNotFound, ReasonNotFound, "no such path: "+r.URL.Path)
+	default:
+		runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)
+	}
 }
 
 // bodyKey is the context key of a request's kept body.

@@ -122,6 +122,9 @@ type Options struct {
 	// and the permission matrix authorises it by the key's role; without
 	// them every caller may do everything.
 	Keys *apikeys.Keys
+	// MaxBodyBytes bounds a REST request's body (413 above it); default
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
 	// MetricsHandler, when set, is served at /metrics on the HTTP address.
 	MetricsHandler http.Handler
 	// Logger; default discards.
@@ -134,6 +137,9 @@ type Options struct {
 	Now func() time.Time
 }
 
+// readTimeout bounds reading a whole REST request, body included.
+const readTimeout = 30 * time.Second
+
 // The defaults of Options, and of the `tether apiserver` flags.
 const (
 	DefaultGRPCAddr  = "127.0.0.1:7070"
@@ -144,6 +150,9 @@ const (
 )
 
 func (o *Options) setDefaults() {
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
 	if o.GRPCAddr == "" {
 		o.GRPCAddr = DefaultGRPCAddr
 	}
@@ -308,13 +317,17 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", keepBody(gw))
+	mux.Handle("/v1/", guardBody(s.opts.MaxBodyBytes, keepBody(gw)))
 	mux.Handle("GET /openapi.json", openapi.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	if s.opts.MetricsHandler != nil {
 		mux.Handle("GET /metrics", s.opts.MetricsHandler)
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	// ReadTimeout bounds reading a whole request, its body included, so a
+	// client sending slowly cannot hold a connection for ever; answers
+	// have no write timeout, since events:watch streams for as long as its
+	// client reads.
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: readTimeout, IdleTimeout: 120 * time.Second}
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.opts.Freshness.Run(ctx) })

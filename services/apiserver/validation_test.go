@@ -295,7 +295,10 @@ func TestAllocationRequestIDReused(t *testing.T) {
 // standalone server) is created or its template updated, instead of
 // looping on failed starts.
 func TestTemplateThatCanNeverRunIsRefused(t *testing.T) {
-	s := newStack(t, stackOptions{})
+	// Templates this large reach the API over gRPC (4 MiB messages); the
+	// REST body limit is raised here so the same validation is tested
+	// through REST.
+	s := newStack(t, stackOptions{maxBody: 8 << 20})
 	s.createFleet("arena", fleetWithoutReplicas())
 	big := strings.Repeat("x", 128<<10) // one byte over MAX_ARG_STRLEN with its NUL
 	chunk := strings.Repeat("y", 100<<10)

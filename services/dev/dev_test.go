@@ -151,6 +151,9 @@ func (s *stack) rest(method, path string, body any, out any) int {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		s.t.Fatalf("%s %s: %v", method, path, err)

@@ -240,6 +240,7 @@ func apiserverCommand(g *global) *cobra.Command {
 	f.StringVar(&tokenKeys, "player-token-keys", "",
 		"player-session token keys, \"id:base64secret[,id:base64secret…]\"; the first signs")
 	f.DurationVar(&opts.TokenTTL, "player-token-ttl", apiserver.DefaultTokenTTL, "how long a player-session token is valid")
+	f.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", apiserver.DefaultMaxBodyBytes, "largest REST request body (413 above it)")
 	f.StringVar(&keysFile, "api-keys", "",
 		"API keys file (`tether keys add`); re-read when it changes. Without it every caller may do everything")
 	return cmd

@@ -1,0 +1,95 @@
+package apiserver_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tetherhq/tether/services/apiserver"
+)
+
+// rawResponse is a REST answer to a hand-made request.
+type rawResponse struct {
+	status int
+	reason string
+}
+
+// raw sends a hand-made request and decodes the API's error shape.
+func raw(t *testing.T, req *http.Request) rawResponse {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Details []struct {
+			Reason string `json:"reason"`
+		} `json:"details"`
+	}
+	if resp.StatusCode >= 400 {
+		if err := json.Unmarshal(b, &body); err != nil {
+			t.Fatalf("%s %s: %d, body not the API's error shape: %s", req.Method, req.URL.Path, resp.StatusCode, b)
+		}
+	}
+	out := rawResponse{status: resp.StatusCode}
+	if len(body.Details) > 0 {
+		out.reason = body.Details[0].Reason
+	}
+	return out
+}
+
+// The REST layer refuses, before any work: a body that is not JSON (415,
+// so a browser page's cross-site text/plain POST cannot create a fleet),
+// a body over the limit (413, not 429: it is no reason to retry), a
+// method the path does not take (405, not 501) and a path the API does
+// not have (404), each with its reason.
+func TestRESTRefusesBadRequestsBeforeAnyWork(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	fleet, err := json.Marshal(fleetWithoutReplicas())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(method, path, contentType string, body io.Reader) *http.Request {
+		r, err := http.NewRequest(method, s.base+path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if contentType != "" {
+			r.Header.Set("Content-Type", contentType)
+		}
+		return r
+	}
+	big := `{"pad":"` + strings.Repeat("x", apiserver.DefaultMaxBodyBytes) + `"}`
+	chunked := req(http.MethodPost, "/v1/fleets?fleetId=big2", "application/json", io.MultiReader(strings.NewReader(big)))
+	chunked.ContentLength = -1 // sent chunked: the limit holds without a length
+	for _, tc := range []struct {
+		name   string
+		req    *http.Request
+		status int
+		reason string
+	}{
+		{"text/plain", req(http.MethodPost, "/v1/fleets?fleetId=a1", "text/plain", bytes.NewReader(fleet)), http.StatusUnsupportedMediaType, apiserver.ReasonUnsupportedMediaType},
+		{"form", req(http.MethodPost, "/v1/fleets?fleetId=a2", "application/x-www-form-urlencoded", bytes.NewReader(fleet)), http.StatusUnsupportedMediaType, apiserver.ReasonUnsupportedMediaType},
+		{"no content type", req(http.MethodPost, "/v1/fleets?fleetId=a3", "", bytes.NewReader(fleet)), http.StatusUnsupportedMediaType, apiserver.ReasonUnsupportedMediaType},
+		{"too large", req(http.MethodPost, "/v1/fleets?fleetId=big", "application/json", strings.NewReader(big)), http.StatusRequestEntityTooLarge, apiserver.ReasonBodyTooLarge},
+		{"too large, chunked", chunked, http.StatusRequestEntityTooLarge, apiserver.ReasonBodyTooLarge},
+		{"wrong method", req(http.MethodPut, "/v1/fleets", "", nil), http.StatusMethodNotAllowed, apiserver.ReasonMethodNotAllowed},
+		{"unknown path", req(http.MethodGet, "/v1/nothing/here", "", nil), http.StatusNotFound, apiserver.ReasonNotFound},
+		{"JSON with a charset", req(http.MethodPost, "/v1/fleets?fleetId=ok", "application/json; charset=utf-8", bytes.NewReader(fleet)), http.StatusOK, ""},
+	} {
+		if got := raw(t, tc.req); got.status != tc.status || got.reason != tc.reason {
+			t.Errorf("%s: %d %q, want %d %q", tc.name, got.status, got.reason, tc.status, tc.reason)
+		}
+	}
+	if r := s.do(http.MethodGet, "/v1/fleets/a1", nil); r.status != http.StatusNotFound {
+		t.Errorf("the text/plain POST created a fleet: %d %v", r.status, r.body)
+	}
+}
