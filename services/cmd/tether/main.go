@@ -161,7 +161,7 @@ Tether is running.
   Data     %s
 %s
 Press Ctrl-C to stop.
-`, a.REST, a.GRPC, a.NATS, a.Database, strings.Join(a.SDK, " "), a.DataDir, tour(a, opts.DemoGameServer != ""))
+`, a.REST, a.GRPC, connect.Redact(a.NATS), connect.Redact(a.Database), strings.Join(a.SDK, " "), a.DataDir, tour(a, opts.DemoGameServer != ""))
 			}
 			return dev.Run(cmd.Context(), opts)
 		},

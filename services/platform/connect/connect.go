@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -56,7 +58,7 @@ func NATS(url string, opts NATSOptions) (*nats.Conn, jetstream.JetStream, error)
 		}),
 	)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", Redact(url), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -64,6 +66,23 @@ func NATS(url string, opts NATSOptions) (*nats.Conn, jetstream.JetStream, error)
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
 	return nc, js, nil
+}
+
+// Redact returns a URL, or a comma-separated list of URLs, with their
+// passwords replaced by "xxxxx", for logs, errors and banners. Text that
+// is no URL is returned as it is.
+func Redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil || u.User == nil {
+			continue
+		}
+		if _, has := u.User.Password(); has {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // Postgres checks that the database at url has every migration of this

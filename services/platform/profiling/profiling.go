@@ -2,7 +2,8 @@
 // address of its own, for tracing a regression in a running service. It is
 // off unless asked for (`tether --pprof-addr 127.0.0.1:6060 …`): profiles
 // expose internals and cost CPU while taken, so bind it to loopback or a
-// private network.
+// private network. The command line is not served (/debug/pprof/cmdline):
+// secrets given as flags would show there.
 package profiling
 
 import (
@@ -30,7 +31,6 @@ func Listen(addr string) (net.Listener, error) {
 func Serve(ctx context.Context, l net.Listener, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

@@ -18,7 +18,7 @@ func TestServeProfilesUntilCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Serve(ctx, l, slog.New(slog.DiscardHandler)) }()
-	for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1", "/debug/pprof/cmdline"} {
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1"} {
 		resp, err := http.Get("http://" + l.Addr().String() + path)
 		if err != nil {
 			t.Fatal(err)
@@ -31,6 +31,16 @@ func TestServeProfilesUntilCancelled(t *testing.T) {
 		if path == "/debug/pprof/goroutine?debug=1" && !strings.Contains(string(body), "goroutine profile") {
 			t.Fatalf("goroutine profile: %q", body[:min(len(body), 200)])
 		}
+	}
+	// The command line holds secrets given as flags (player-token keys):
+	// it is not served.
+	resp, err := http.Get("http://" + l.Addr().String() + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/debug/pprof/cmdline: %d, want 404", resp.StatusCode)
 	}
 	cancel()
 	select {
