@@ -515,6 +515,7 @@ func createDemoFleet(ctx context.Context, rest, binary string) error {
 	if err != nil {
 		return err
 	}
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("create demo fleet: %w", err)

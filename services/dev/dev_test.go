@@ -602,3 +602,13 @@ func TestRestartIsNotHeldUpByAnEarlierRunsLease(t *testing.T) {
 	// Well within the earlier lease's TTL.
 	wait.For(t, 5*time.Second, "the new controller to schedule a server", func() bool { return len(s.gameServers("arena")) > 0 })
 }
+
+// `tether dev --demo` (make run) creates the demo fleet through the REST
+// API, and its 3 servers become READY: the API's rules for bodies apply
+// to the stack's own call too.
+func TestDemoFleetIsCreated(t *testing.T) {
+	s := startStack(t, 1, func(o *dev.Options) { o.DemoGameServer = gameServerBin })
+	wait.For(t, 20*time.Second, "the demo fleet's 3 READY servers", func() bool {
+		return len(byState(s.gameServers(dev.DemoFleet), "READY")) == 3
+	})
+}

@@ -329,6 +329,7 @@ func createFleet(ctx context.Context, rest, id string, n int, bin string, env ma
 	if err != nil {
 		return err
 	}
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("chaos: create fleet %s: %w", id, err)
