@@ -31,10 +31,12 @@ import (
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/apiserver"
 	"github.com/tetherhq/tether/services/controller"
+	"github.com/tetherhq/tether/services/dev/devkeys"
 	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/dev/pgtemp"
 	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/nats/lease"
+	"github.com/tetherhq/tether/services/platform/apikeys"
 	"github.com/tetherhq/tether/services/platform/connect"
 	"github.com/tetherhq/tether/services/platform/migrate"
 	"github.com/tetherhq/tether/services/platform/playertoken"
@@ -101,6 +103,10 @@ type Options struct {
 	MeterProvider metric.MeterProvider
 	// MetricsHandler is served at /metrics on the REST address.
 	MetricsHandler http.Handler
+	// Auth turns API authentication on: Run makes one API key per role in
+	// KeysDir(DataDir) (Addresses.AdminKey is the admin's), and every API
+	// call must carry one. `tether dev` turns it on.
+	Auth bool
 	// PlayerTokenKeys signs and checks player-session tokens (playertoken.Parse
 	// format); default a fresh random key per run.
 	PlayerTokenKeys string
@@ -155,15 +161,20 @@ type Addresses struct {
 	DataDir string
 	// SDK lists each host's local SDK gRPC address.
 	SDK []string
+	// KeysDir holds one API key per role, <role>.key, when the stack
+	// authenticates API calls (Options.Auth); empty otherwise.
+	KeysDir string
+	// AdminKey is the admin role's API key (Options.Auth); empty otherwise.
+	AdminKey string
 }
 
 func (o *Options) setDefaults() error {
 	if o.DataDir == "" {
-		cache, err := os.UserCacheDir()
+		dir, err := devkeys.DefaultDataDir()
 		if err != nil {
 			return fmt.Errorf("dev: no data dir given and no user cache dir: %w", err)
 		}
-		o.DataDir = filepath.Join(cache, "tether", "dev")
+		o.DataDir = dir
 	}
 	if o.Host == "" {
 		o.Host = "127.0.0.1"
@@ -307,10 +318,17 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	var keys *apikeys.Keys
+	var adminKey string
+	if opts.Auth {
+		if keys, adminKey, err = writeKeys(opts.DataDir); err != nil {
+			return err
+		}
+	}
 	api, err := apiserver.New(apiserver.Options{
 		GRPCListener: grpcLis, HTTPListener: restLis, ProjectionPool: pool, JetStream: js,
 		Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
-		Tokens: tokens, Commands: bus, Watch: store,
+		Tokens: tokens, Commands: bus, Watch: store, Keys: keys,
 		Logger: log.With("component", "apiserver"), TracerProvider: opts.TracerProvider,
 		MeterProvider: opts.MeterProvider, MetricsHandler: opts.MetricsHandler,
 	})
@@ -332,7 +350,10 @@ func Run(ctx context.Context, opts Options) error {
 	gamePorts := newGamePorts(log, opts.Host, opts.GamePortBase)
 	defer gamePorts.release()
 	var agents []*agent.Agent
-	addrs := Addresses{REST: "http://" + api.HTTPAddr(), GRPC: api.GRPCAddr(), NATS: natsURL, Database: dbURL, DataDir: opts.DataDir}
+	addrs := Addresses{REST: "http://" + api.HTTPAddr(), GRPC: api.GRPCAddr(), NATS: natsURL, Database: dbURL, DataDir: opts.DataDir, AdminKey: adminKey}
+	if opts.Auth {
+		addrs.KeysDir = KeysDir(opts.DataDir)
+	}
 	for i := range opts.Hosts {
 		id := fmt.Sprintf("h%d", i+1)
 		sdkGRPC, sdkHTTP := "127.0.0.1:0", "127.0.0.1:0"
@@ -383,7 +404,7 @@ func Run(ctx context.Context, opts Options) error {
 		})
 	}
 	if opts.DemoGameServer != "" {
-		if err := createDemoFleet(ctx, addrs.REST, opts.DemoGameServer); err != nil {
+		if err := createDemoFleet(ctx, addrs.REST, adminKey, opts.DemoGameServer); err != nil {
 			log.Error("demo fleet not created", "err", err)
 		}
 	}
@@ -508,7 +529,7 @@ func portOrFree(log *slog.Logger, what, host string, port int) int {
 const DemoFleet = "demo"
 
 // createDemoFleet creates the demo fleet through the REST API, unless it exists.
-func createDemoFleet(ctx context.Context, rest, binary string) error {
+func createDemoFleet(ctx context.Context, rest, key, binary string) error {
 	body := fmt.Sprintf(`{"replicas": 3, "template": {"command": %q, "ports": [{"name": "game", "protocol": "UDP"}]},
   "labels": {"mode": "demo"}}`, binary)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rest+"/v1/fleets?fleetId="+DemoFleet+"&requestId=dev-demo-fleet", strings.NewReader(body))
@@ -516,6 +537,9 @@ func createDemoFleet(ctx context.Context, rest, binary string) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("create demo fleet: %w", err)

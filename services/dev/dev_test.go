@@ -69,6 +69,7 @@ type stack struct {
 	t     *testing.T
 	ctx   context.Context
 	addrs dev.Addresses
+	key   string // the API key rest calls with, if any
 	store *natsjs.Store
 	js    jetstream.JetStream // the test's own client of the stack's NATS
 }
@@ -153,6 +154,9 @@ func (s *stack) rest(method, path string, body any, out any) int {
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if s.key != "" {
+		req.Header.Set("Authorization", "Bearer "+s.key)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

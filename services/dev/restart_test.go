@@ -20,6 +20,7 @@ import (
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev"
+	"github.com/tetherhq/tether/services/dev/devkeys"
 	"github.com/tetherhq/tether/services/testkit/freeport"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
 	"github.com/tetherhq/tether/services/testkit/wait"
@@ -253,7 +254,7 @@ func TestDevKilledAndRestarted(t *testing.T) {
 	args := []string{"--log-level", "warn", "dev", "--data-dir", dataDir, "--hosts", "1",
 		"--rest-port", "-1", "--grpc-port", "-1", "--nats-port", "-1", "--sdk-port", "-1"}
 	first := startTether(t, env, args...)
-	s := &stack{t: t, addrs: dev.Addresses{REST: restAddress(t, first)}}
+	s := &stack{t: t, addrs: dev.Addresses{REST: restAddress(t, first)}, key: devKey(t, dataDir, "admin")}
 	if code := s.rest("POST", "/v1/fleets?fleetId=arena", fleetSpec(3, nil), nil); code != http.StatusOK {
 		t.Fatalf("create fleet: %d", code)
 	}
@@ -265,7 +266,7 @@ func TestDevKilledAndRestarted(t *testing.T) {
 	first.kill()
 
 	second := startTether(t, env, args...)
-	s.addrs.REST = restAddress(t, second)
+	s.addrs.REST, s.key = restAddress(t, second), devKey(t, dataDir, "admin") // keys are made at each start
 	wait.For(t, 60*time.Second, "the old servers terminated and 3 fresh READY", func() bool {
 		list := s.gameServers("arena")
 		ended := 0
@@ -360,4 +361,15 @@ func (s *stack) tryAllocate(fleet string) (string, bool) {
 		s.t.Fatalf("allocate: %d", code)
 		return "", false
 	}
+}
+
+// devKey reads a role's API key that `tether dev` made in dataDir (it is
+// written before the banner that restAddress waits for).
+func devKey(t *testing.T, dataDir, role string) string {
+	t.Helper()
+	b, err := os.ReadFile(devkeys.File(dataDir, role))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
 }

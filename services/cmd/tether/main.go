@@ -150,6 +150,7 @@ and the API server, and prints their addresses. Ctrl-C stops everything.`,
 				}
 			}
 			opts.TracerProvider, opts.MeterProvider, opts.MetricsHandler = tel.TracerProvider, tel.MeterProvider, tel.MetricsHandler
+			opts.Auth = true
 			opts.Ready = func(a dev.Addresses) {
 				fmt.Printf(`
 Tether is running.
@@ -159,9 +160,10 @@ Tether is running.
   Database %s
   SDK      %s   (one per host)
   Data     %s
+  API keys %s/{admin,operator,matchmaker,viewer,auditor}.key   (made at each start; tetherctl on this machine reads admin.key)
 %s
 Press Ctrl-C to stop.
-`, a.REST, a.GRPC, connect.Redact(a.NATS), connect.Redact(a.Database), strings.Join(a.SDK, " "), a.DataDir, tour(a, opts.DemoGameServer != ""))
+`, a.REST, a.GRPC, connect.Redact(a.NATS), connect.Redact(a.Database), strings.Join(a.SDK, " "), a.DataDir, a.KeysDir, tour(a, opts.DemoGameServer != ""))
 			}
 			return dev.Run(cmd.Context(), opts)
 		},
@@ -179,6 +181,8 @@ Press Ctrl-C to stop.
 	f.IntVar(&opts.Hosts, "hosts", dev.DefaultHosts, "simulated hosts, each a host agent on loopback")
 	f.IntVar(&opts.HostCapacity, "host-capacity", agent.DefaultCapacity, "game server slots per host")
 	f.BoolVar(&demo, "demo", false, "create a demo fleet of the example game server (tether-gameserver next to this binary)")
+	f.StringVar(&opts.PlayerTokenKeys, "player-token-keys", "",
+		"player-session token keys, \"id:base64secret[,id:base64secret…]\" (default: a fresh key per run)")
 	return cmd
 }
 
@@ -190,7 +194,7 @@ func tour(a dev.Addresses, demo bool) string {
 		b.WriteString("  bin/tetherctl gameservers list              # the demo fleet's 3 game servers\n")
 	}
 	fmt.Fprintf(&b, "  bin/tetherctl --addr %s fleets list\n", a.GRPC)
-	fmt.Fprintf(&b, "  curl -s %s/v1/fleets/-/gameServers\n", a.REST)
+	fmt.Fprintf(&b, "  curl -s -H \"Authorization: Bearer $(cat %s)\" %s/v1/fleets/-/gameServers\n", dev.AdminKeyFile(a.DataDir), a.REST)
 	b.WriteString("  bin/tetherctl fleets create -f deploy/examples/arena.yaml\n")
 	b.WriteString("  bin/tetherctl gameservers watch                # then kill -9 a game server's pid\n")
 	return b.String()

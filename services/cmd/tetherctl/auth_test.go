@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tetherhq/tether/services/apiserver"
+	"github.com/tetherhq/tether/services/dev/devkeys"
 	"github.com/tetherhq/tether/services/platform/apikeys"
 	kit "github.com/tetherhq/tether/services/testkit/stack"
 )
@@ -30,6 +32,7 @@ func TestTokenAuthenticatesTetherctl(t *testing.T) {
 	ctx := context.Background()
 
 	t.Setenv(tokenEnv, "")
+	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // no tether dev keys of this machine's
 	if r := runCLI(ctx, addr, nil, "fleets", "list"); r.code == 0 || !strings.Contains(r.stderr, "no API key") {
 		t.Errorf("no token: exit %d, stderr %q; want a refusal that says no API key", r.code, r.stderr)
 	}
@@ -45,5 +48,44 @@ func TestTokenAuthenticatesTetherctl(t *testing.T) {
 	}
 	if r := runCLI(ctx, addr, nil, "--help"); strings.Contains(r.stdout, viewer) {
 		t.Errorf("--help prints the key of $%s", tokenEnv)
+	}
+}
+
+// Without --token or $TETHER_TOKEN, tetherctl talking to an API on this
+// machine uses the admin key of `tether dev` (its default data dir), so
+// the README's tour needs no step for keys; an API elsewhere never gets it.
+func TestDevAdminKeyIsFoundOnThisMachineOnly(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	t.Setenv(tokenEnv, "")
+	dataDir := filepath.Join(cache, "tether", "dev")
+	if err := os.MkdirAll(devkeys.Dir(dataDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(devkeys.Dir(dataDir), "api-keys")
+	admin, err := apikeys.Add(file, "dev-admin", apikeys.Admin, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(devkeys.File(dataDir, "admin"), []byte(admin+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := apikeys.Load(file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := kit.New(t, kit.WithAPI(1, func(_ *kit.Stack, o *apiserver.Options) { o.Keys = keys }))
+	if r := runCLI(context.Background(), k.APIs[0].GRPCAddr(), nil, "fleets", "list"); r.code != 0 {
+		t.Fatalf("tetherctl with the dev key found: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, addr := range []string{"10.0.0.4:7070", "api.example.com:7070", "127.0.0.1:7070,10.0.0.5:7070"} {
+		if got := devAdminKey(addr); got != "" {
+			t.Errorf("devAdminKey(%q) gave the dev key away", addr)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:7070", "localhost:7070", "[::1]:7070"} {
+		if got := devAdminKey(addr); got != admin {
+			t.Errorf("devAdminKey(%q) = %q, want the dev admin key", addr, got)
+		}
 	}
 }

@@ -65,6 +65,9 @@ Names may be given short or in full: "arena" or "fleets/arena",
 			if a.key == "" { // read here, not as the flag's default: --help would print it
 				a.key = os.Getenv(tokenEnv)
 			}
+			if a.key == "" {
+				a.key = devAdminKey(a.addr)
+			}
 			return nil
 		},
 	}

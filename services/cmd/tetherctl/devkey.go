@@ -1,0 +1,48 @@
+package main
+
+import (
+	"net"
+	"os"
+	"strings"
+
+	"github.com/tetherhq/tether/sdk/go/apiclient"
+	"github.com/tetherhq/tether/services/dev/devkeys"
+)
+
+// devAdminKey is the admin key of a `tether dev` stack on this machine
+// (its default data dir), when every endpoint of addr is on loopback;
+// otherwise, or without one, "". The key never leaves the machine: a
+// remote API needs --token.
+func devAdminKey(addr string) string {
+	endpoints := apiclient.Split(addr)
+	if len(endpoints) == 0 {
+		return ""
+	}
+	for _, e := range endpoints {
+		if !loopback(e) {
+			return ""
+		}
+	}
+	dir, err := devkeys.DefaultDataDir()
+	if err != nil {
+		return ""
+	}
+	b, err := os.ReadFile(devkeys.File(dir, "admin"))
+	if err != nil {
+		return "" // no dev stack here: the API answers what it needs
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// loopback reports whether a host:port endpoint is on this machine.
+func loopback(endpoint string) bool {
+	host, _, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
