@@ -209,7 +209,7 @@ func explainText(w io.Writer, x *tetherv1.Explanation, bold bool) {
 }
 
 // timeline writes events one a line: offset (from the first event, or to
-// the last with fromEnd), sequence, type, producer and the payload.
+// the last with fromEnd), sequence, type, actor and the payload.
 func timeline(w io.Writer, evs []*tetherv1.Event, fromEnd bool) {
 	if len(evs) == 0 {
 		fmt.Fprintln(w, "(no events)")
@@ -219,12 +219,22 @@ func timeline(w io.Writer, evs []*tetherv1.Event, fromEnd bool) {
 	if fromEnd {
 		ref = evs[len(evs)-1].GetTime().AsTime()
 	}
-	row(w, "OFFSET", "SEQ", "TYPE", "PRODUCER", "DATA")
+	row(w, "OFFSET", "SEQ", "TYPE", "ACTOR", "DATA")
 	for _, e := range evs {
 		d := e.GetTime().AsTime().Sub(ref)
 		data, _ := protojson.Marshal(e.GetData()) // a Struct always encodes
-		row(w, fmt.Sprintf("%+.3fs", d.Seconds()), fmt.Sprint(e.GetSequence()), e.GetType(), orDash(e.GetProducer()), clip(string(data), 100))
+		row(w, fmt.Sprintf("%+.3fs", d.Seconds()), fmt.Sprint(e.GetSequence()), e.GetType(), actorOf(e), clip(string(data), 100))
 	}
+}
+
+// actorOf is who an event was written for: the API's caller (a key's name,
+// role and how it authenticated), else the component that wrote it;
+// events from before actors were recorded show their producer.
+func actorOf(e *tetherv1.Event) string {
+	if a := e.GetActor(); a != "" {
+		return a
+	}
+	return orDash(e.GetProducer())
 }
 
 // clip shortens s to n runes with an ellipsis.

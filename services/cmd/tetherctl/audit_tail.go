@@ -50,7 +50,7 @@ func (a *app) auditTailCommand() *cobra.Command {
 		Use:   "tail [--fleet NAME] [--host NAME] [--type TYPE]... [--after SEQUENCE]",
 		Short: "Print events as they are stored, until interrupted",
 		Long: `Print one line per event as it is stored, until interrupted (Ctrl-C): time,
-sequence, type, resource, producer and the start of its data. Without --after
+sequence, type, resource, actor and the start of its data. Without --after
 it starts with the events stored from now on; --after SEQUENCE starts with
 the event after that one. --fleet keeps the fleet's and its game servers'
 events, --host those written by the host's agent or about the host, --type
@@ -228,7 +228,7 @@ func (a *app) printTailEvent(ev *tetherv1.Event) error {
 	switch a.output {
 	case formatTable:
 		_, err = fmt.Fprintf(a.out, "%s %6d %-22s %-28s %-18s %s\n", ev.GetTime().AsTime().Local().Format("15:04:05.000"),
-			ev.GetSequence(), ev.GetType(), shortName(ev.GetAggregate()), orDash(ev.GetProducer()), tailData(ev))
+			ev.GetSequence(), ev.GetType(), shortName(ev.GetAggregate()), actorOf(ev), tailData(ev))
 	case formatYAML:
 		var doc []byte
 		if doc, err = eventJSON(ev); err != nil {

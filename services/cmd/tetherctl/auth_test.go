@@ -23,6 +23,10 @@ func TestTokenAuthenticatesTetherctl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	operator, err := apikeys.Add(file, "ci-operator", apikeys.Operator, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	keys, err := apikeys.Load(file, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +45,14 @@ func TestTokenAuthenticatesTetherctl(t *testing.T) {
 	}
 	if r := runCLI(ctx, addr, nil, "--token", viewer, "fleets", "delete", "arena"); r.code == 0 || !strings.Contains(r.stderr, "may not call") {
 		t.Errorf("viewer deletes a fleet: exit %d, stderr %q; want a refusal", r.code, r.stderr)
+	}
+	// Who did it: the history shows the key that created the fleet.
+	if r := runCLI(ctx, addr, nil, "--token", operator, "fleets", "create", "-f", "../../../deploy/examples/arena.yaml"); r.code != 0 {
+		t.Fatalf("operator creates a fleet: exit %d\n%s", r.code, r.stderr)
+	}
+	r := runCLI(ctx, addr, nil, "--token", operator, "audit", "history", "fleets/arena")
+	if r.code != 0 || !strings.Contains(r.stdout, "ACTOR") || !strings.Contains(r.stdout, "ci-operator (operator, api-key)") {
+		t.Errorf("audit history: exit %d, want the operator key as the actor:\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	t.Setenv(tokenEnv, viewer)
 	if r := runCLI(ctx, addr, nil, "fleets", "list"); r.code != 0 {
