@@ -17,7 +17,7 @@ func (a *app) auditExportCommand() *cobra.Command {
 		Short: "Print the events stored in a time range as JSON lines, for auditors' tools",
 		Long: `Print every event stored from --from up to (not including) --to, oldest
 first, one JSON object per line in the API's event shape (sequence, id, type,
-aggregate, time, producer, request and correlation ids, data), whatever -o
+aggregate, time, producer, actor, request and correlation ids, data), whatever -o
 says. TIME is an RFC 3339 time (2026-11-23T10:00:00Z) or a duration ago
 (90m); --to defaults to now. The range is by the time each event was stored,
 which orders events like their sequences; an event's "time" is when its
