@@ -1,8 +1,13 @@
 package agent_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -231,5 +236,67 @@ func TestStoppedAgentRecordsNoSDKDisconnect(t *testing.T) {
 	wait.Holds(t, time.Second, "no SdkDisconnected recorded", func() bool { return !h.has(name, "SdkDisconnected") })
 	if strings.Contains(h.logs.String(), "record SDK disconnected") {
 		t.Errorf("the agent tried to record a disconnection as it stopped:\n%s", h.logs.String())
+	}
+}
+
+// The SDK's REST API reads nothing from a caller without a game server's
+// token (401 before the body), and takes no body larger than an SDK call
+// needs (413); a call with the token and a small body is served.
+func TestSDKRESTChecksTheTokenBeforeTheBody(t *testing.T) {
+	h := newHarnessOpts(t, func(*agent.Options) {})
+	name := "fleets/arena/gameServers/gs-rest"
+	h.scheduleSpec(name, &eventsv1.FleetSpec{
+		Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
+		Health:   &eventsv1.HealthPolicy{Disabled: true},
+	})
+	pid := h.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted).GetPid()
+	token := processEnv(t, pid)["TETHER_GAMESERVER_TOKEN"]
+	post := func(token string, body io.Reader, length int64) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, "http://"+h.agent.SDKHTTPAddr()+"/v1/sdk/health", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = length
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// 512 MB announced and never sent: answered at once, unread.
+	conn, err := net.Dial("tcp", h.agent.SDKHTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "POST /v1/sdk/health HTTP/1.1\r\nHost: sdk\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 512<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to 512 MB announced without a token: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("no token, 512 MB announced: %d, want 401", resp.StatusCode)
+	}
+	if code := post("not-a-token", strings.NewReader("{}"), 2); code != http.StatusUnauthorized {
+		t.Errorf("an unknown token: %d, want 401", code)
+	}
+	big := strings.Repeat(" ", 1<<20) + "{}"
+	if code := post(token, strings.NewReader(big), int64(len(big))); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("1 MB with the token: %d, want 413", code)
+	}
+	if code := post(token, strings.NewReader("{}"), 2); code != http.StatusOK {
+		t.Errorf("a heartbeat with the token: %d, want 200", code)
 	}
 }

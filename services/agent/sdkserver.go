@@ -84,6 +84,7 @@ func (s *sdkServer) run(ctx context.Context) error {
 	}
 	kaTime, kaTimeout := s.keepalive()
 	gs := grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxSDKMessage),
 		grpc.ChainUnaryInterceptor(s.authUnary),
 		grpc.ChainStreamInterceptor(s.authStream),
 		// Keepalive pings find a peer that vanished without closing (a
@@ -101,7 +102,7 @@ func (s *sdkServer) run(ctx context.Context) error {
 	if err := sdkv1.RegisterSDKServiceHandler(ctx, gw, conn); err != nil {
 		return fmt.Errorf("agent: SDK gateway: %w", err)
 	}
-	hs := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: s.guardREST(gw), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := gs.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -131,6 +132,37 @@ func (s *sdkServer) run(ctx context.Context) error {
 }
 
 // authenticate finds the game server whose token the call carries.
+// maxSDKMessage bounds an SDK request, REST body or gRPC message: the
+// SDK's calls carry a few labels or a player token, never more.
+const maxSDKMessage = 64 << 10
+
+// guardREST refuses an SDK REST call without a known game server token
+// before its body is read (a process with no token cannot make the agent
+// read anything), and bounds the body to maxSDKMessage.
+func (s *sdkServer) guardREST(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if token == "" || s.a.byToken(token) == nil {
+			s.a.log.Warn("SDK call rejected: missing or unknown token", "path", r.URL.Path, "remote", r.RemoteAddr, "token_present", token != "")
+			sdkRefusal(w, http.StatusUnauthorized, `{"code":16,"message":"missing or unknown game server token: send Authorization: Bearer $TETHER_GAMESERVER_TOKEN"}`)
+			return
+		}
+		if r.ContentLength > maxSDKMessage {
+			sdkRefusal(w, http.StatusRequestEntityTooLarge, `{"code":3,"message":"the request body is larger than the SDK takes"}`)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxSDKMessage)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// sdkRefusal answers an SDK REST call with a JSON error.
+func sdkRefusal(w http.ResponseWriter, code int, body string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, body) // the process may be gone; nothing more to do
+}
+
 func (s *sdkServer) authenticate(ctx context.Context, method string) (*gameServer, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	var token string
