@@ -6,6 +6,7 @@ package apiserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -122,6 +123,9 @@ type Options struct {
 	// and the permission matrix authorises it by the key's role; without
 	// them every caller may do everything.
 	Keys *apikeys.Keys
+	// TLS, when set, serves both listeners over TLS (its certificate, e.g.
+	// from tlsfiles, may change while serving); nil serves plain text.
+	TLS *tls.Config
 	// MaxBodyBytes bounds a REST request's body (413 above it); default
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
@@ -292,7 +296,15 @@ func (s *Server) Run(ctx context.Context) error {
 	tetherv1.RegisterHistoryServiceServer(gs, &historyService{s: s})
 	tetherv1.RegisterProjectionServiceServer(gs, &projectionService{s: s})
 
-	conn, err := grpc.NewClient(s.GRPCAddr(),
+	// The REST gateway calls the gRPC server over a loopback listener of
+	// its own, in plain text: the public gRPC listener may be TLS, whose
+	// certificate names the API's public name, not 127.0.0.1. The calls
+	// carry the caller's key, so they are authenticated like any other.
+	gatewayLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("apiserver: gateway listener: %w", err)
+	}
+	conn, err := grpc.NewClient(gatewayLis.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
 			otelgrpc.WithTracerProvider(s.opts.TracerProvider),
@@ -331,19 +343,32 @@ func (s *Server) Run(ctx context.Context) error {
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.opts.Freshness.Run(ctx) })
+	grpcLis := s.grpcLis
+	if s.opts.TLS != nil {
+		cfg := s.opts.TLS.Clone()
+		cfg.NextProtos = []string{"h2"} // gRPC clients insist on HTTP/2 by ALPN
+		grpcLis = tls.NewListener(grpcLis, cfg)
+		hs.TLSConfig = s.opts.TLS.Clone()
+	}
+	for _, l := range []net.Listener{grpcLis, gatewayLis} {
+		g.Go(func() error {
+			if err := gs.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				return fmt.Errorf("apiserver: gRPC: %w", err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
-		if err := gs.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			return fmt.Errorf("apiserver: gRPC: %w", err)
+		serve := func() error { return hs.Serve(s.httpLis) }
+		if s.opts.TLS != nil {
+			serve = func() error { return hs.ServeTLS(s.httpLis, "", "") } // the certificate comes from TLSConfig
 		}
-		return nil
-	})
-	g.Go(func() error {
-		if err := hs.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("apiserver: REST: %w", err)
 		}
 		return nil
 	})
-	s.log.Info("api server listening", "grpc", s.GRPCAddr(), "rest", s.HTTPAddr(), "replica", s.opts.ReplicaID)
+	s.log.Info("api server listening", "grpc", s.GRPCAddr(), "rest", s.HTTPAddr(), "tls", s.opts.TLS != nil, "replica", s.opts.ReplicaID)
 	g.Go(func() error {
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -41,6 +41,7 @@ import (
 	"github.com/tetherhq/tether/services/platform/playertoken"
 	"github.com/tetherhq/tether/services/platform/profiling"
 	"github.com/tetherhq/tether/services/platform/telemetry"
+	"github.com/tetherhq/tether/services/platform/tlsfiles"
 	"github.com/tetherhq/tether/services/projector"
 	"github.com/tetherhq/tether/services/tools/chaos"
 )
@@ -202,7 +203,7 @@ func tour(a dev.Addresses, demo bool) string {
 
 func apiserverCommand(g *global) *cobra.Command {
 	var opts apiserver.Options
-	var tokenKeys, keysFile string
+	var tokenKeys, keysFile, tlsCert, tlsKey string
 	cmd := &cobra.Command{
 		Use:   "apiserver",
 		Short: "Serve the control-plane API (gRPC and REST)",
@@ -219,6 +220,16 @@ func apiserverCommand(g *global) *cobra.Command {
 				bus, err := commands.New(ctx, d.js)
 				if err != nil {
 					return nil, err
+				}
+				if (tlsCert == "") != (tlsKey == "") {
+					return nil, errors.New("give both --tls-cert and --tls-key, or neither")
+				}
+				if tlsCert != "" {
+					certs, err := tlsfiles.New(tlsCert, tlsKey, d.log)
+					if err != nil {
+						return nil, err
+					}
+					opts.TLS = certs.Config()
 				}
 				if keysFile != "" {
 					if opts.Keys, err = apikeys.Load(keysFile, d.log); err != nil {
@@ -245,6 +256,8 @@ func apiserverCommand(g *global) *cobra.Command {
 		"player-session token keys, \"id:base64secret[,id:base64secret…]\"; the first signs")
 	f.DurationVar(&opts.TokenTTL, "player-token-ttl", apiserver.DefaultTokenTTL, "how long a player-session token is valid")
 	f.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", apiserver.DefaultMaxBodyBytes, "largest REST request body (413 above it)")
+	f.StringVar(&tlsCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM; re-read when it changes)")
+	f.StringVar(&tlsKey, "tls-key", "", "the TLS certificate's private key (PEM)")
 	f.StringVar(&keysFile, "api-keys", "",
 		"API keys file (`tether keys add`); re-read when it changes. Without it every caller may do everything")
 	return cmd

@@ -11,7 +11,9 @@ import (
 	"github.com/tetherhq/tether/services/apiserver"
 	"github.com/tetherhq/tether/services/dev/devkeys"
 	"github.com/tetherhq/tether/services/platform/apikeys"
+	"github.com/tetherhq/tether/services/platform/tlsfiles"
 	kit "github.com/tetherhq/tether/services/testkit/stack"
+	"github.com/tetherhq/tether/services/testkit/testcerts"
 )
 
 // Against an API that authenticates callers, tetherctl sends the key of
@@ -99,5 +101,28 @@ func TestDevAdminKeyIsFoundOnThisMachineOnly(t *testing.T) {
 		if got := devAdminKey(addr); got != admin {
 			t.Errorf("devAdminKey(%q) = %q, want the dev admin key", addr, got)
 		}
+	}
+}
+
+// tetherctl --ca talks to an API that serves TLS; without it, it cannot.
+func TestCAConnectsOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "api.crt"), filepath.Join(dir, "api.key")
+	testcerts.Write(t, certFile, keyFile, "api")
+	certs, err := tlsfiles.New(certFile, keyFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := kit.New(t, kit.WithAPI(1, func(_ *kit.Stack, o *apiserver.Options) { o.TLS = certs.Config() }))
+	addr := k.APIs[0].GRPCAddr()
+	t.Setenv(caEnv, "")
+	if r := runCLI(context.Background(), addr, nil, "--ca", certFile, "fleets", "list"); r.code != 0 {
+		t.Fatalf("--ca: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := runCLI(context.Background(), addr, nil, "--timeout", "3s", "fleets", "list"); r.code == 0 {
+		t.Error("plain text to a TLS API: succeeded")
+	}
+	if r := runCLI(context.Background(), addr, nil, "--tls", "--timeout", "3s", "fleets", "list"); r.code == 0 {
+		t.Error("--tls with the system's authorities, to a self-signed API: succeeded")
 	}
 }

@@ -30,11 +30,19 @@ type client struct {
 // it connects on the first call, spreads calls over the replicas and
 // retries a call a replica could not take on another (apiclient). Each
 // call is bounded by timeout, its retries included, and carries key (an
-// API key) when it is set.
-func dial(addr, key string, timeout time.Duration) (*client, error) {
+// API key) when it is set. With tls (or a caFile, the authorities to
+// trust instead of the system's) it connects over TLS.
+func dial(addr, key string, tls bool, caFile string, timeout time.Duration) (*client, error) {
 	var opts []grpc.DialOption
 	if key != "" {
 		opts = append(opts, apiclient.WithKey(key))
+	}
+	if tls || caFile != "" {
+		o, err := apiclient.WithCA(caFile)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, o)
 	}
 	conn, err := apiclient.Dial(apiclient.Split(addr), opts...)
 	if err != nil {

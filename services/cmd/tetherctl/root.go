@@ -18,6 +18,8 @@ const (
 	addrEnv = "TETHER_ADDR"
 	// tokenEnv holds the API key when --token is not given.
 	tokenEnv = "TETHER_TOKEN"
+	// caEnv names the CA file when --ca is not given.
+	caEnv = "TETHER_CA"
 )
 
 // Output formats of -o/--output.
@@ -33,6 +35,8 @@ type app struct {
 	out     io.Writer
 	addr    string
 	key     string
+	tls     bool
+	ca      string
 	output  string
 	timeout time.Duration
 	now     func() time.Time
@@ -79,6 +83,8 @@ Names may be given short or in full: "arena" or "fleets/arena",
 	f := root.PersistentFlags()
 	f.StringVar(&a.addr, "addr", addr, "API server gRPC address, or several replicas' comma-separated (calls are spread over them and retried on another when one is down) (default from $"+addrEnv+")")
 	f.StringVar(&a.key, "token", "", "API key, for an API that authenticates callers (tether keys add) (default from $"+tokenEnv+")")
+	f.BoolVar(&a.tls, "tls", false, "connect over TLS, trusting the system's certificate authorities")
+	f.StringVar(&a.ca, "ca", os.Getenv(caEnv), "connect over TLS, trusting the certificate authorities of this PEM file (default from $"+caEnv+")")
 	f.StringVarP(&a.output, "output", "o", formatTable, "output format: table, json or yaml")
 	f.DurationVar(&a.timeout, "timeout", defaultTimeout, "time limit of each API request")
 	root.AddCommand(a.projectionsCommand(), a.statusCommand())
@@ -125,7 +131,7 @@ func addMinSequence(cmd *cobra.Command, seq *int64) {
 
 // withClient dials the API, runs f and closes the connection.
 func (a *app) withClient(f func(c *client) error) error {
-	c, err := dial(a.addr, a.key, a.timeout)
+	c, err := dial(a.addr, a.key, a.tls, a.ca, a.timeout)
 	if err != nil {
 		return err
 	}

@@ -10,10 +10,12 @@ package stack
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -233,6 +235,7 @@ func (s *Stack) startAPIs() {
 	if s.Tokens, err = playertoken.Parse(playertoken.NewKeySpec("test")); err != nil {
 		t.Fatal(err)
 	}
+	tlsServed := false
 	for range s.cfg.replicas {
 		o := apiserver.Options{
 			GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
@@ -242,6 +245,7 @@ func (s *Stack) startAPIs() {
 		for _, f := range s.cfg.apiFn {
 			f(s, &o)
 		}
+		tlsServed = o.TLS != nil
 		api, err := apiserver.New(o)
 		if err != nil {
 			t.Fatal(err)
@@ -250,8 +254,14 @@ func (s *Stack) startAPIs() {
 		s.Go(fmt.Sprintf("API replica %d", len(s.APIs)), api.Run)
 	}
 	last := "http://" + s.APIs[len(s.APIs)-1].HTTPAddr() + "/healthz"
+	client := http.DefaultClient
+	if tlsServed {
+		// Only whether it answers: the test checks the certificate itself.
+		last = "https" + strings.TrimPrefix(last, "http")
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	}
 	wait.Until(t, 10*time.Second, "the API to answer "+last, func() error {
-		resp, err := http.Get(last)
+		resp, err := client.Get(last)
 		if err != nil {
 			return err
 		}
