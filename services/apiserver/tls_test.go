@@ -17,9 +17,9 @@ import (
 	"github.com/tetherhq/tether/sdk/go/apiclient"
 	"github.com/tetherhq/tether/services/apiserver"
 	"github.com/tetherhq/tether/services/platform/tlsfiles"
+	kit "github.com/tetherhq/tether/services/testkit/stack"
 	"github.com/tetherhq/tether/services/testkit/testcerts"
 	"github.com/tetherhq/tether/services/testkit/wait"
-	kit "github.com/tetherhq/tether/services/testkit/stack"
 )
 
 // With a certificate, the API serves gRPC and REST over TLS only, and a
