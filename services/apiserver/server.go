@@ -126,6 +126,9 @@ type Options struct {
 	// TLS, when set, serves both listeners over TLS (its certificate, e.g.
 	// from tlsfiles, may change while serving); nil serves plain text.
 	TLS *tls.Config
+	// Insecure allows serving plain text (no TLS) on an address other
+	// machines can reach; without it New refuses to.
+	Insecure bool
 	// MaxBodyBytes bounds a REST request's body (413 above it); default
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
@@ -253,7 +256,24 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("apiserver: listen REST on %s: %w", opts.HTTPAddr, err)
 		}
 	}
+	if opts.TLS == nil && !opts.Insecure {
+		for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
+			if !onLoopback(l.Addr()) {
+				_ = s.grpcLis.Close() // releasing the ports just taken; their errors change nothing
+				_ = s.httpLis.Close()
+				return nil, fmt.Errorf("apiserver: refusing to serve the API in plain text on %s, which other machines can reach: "+
+					"give a certificate (--tls-cert, --tls-key), or --insecure on a trusted network or behind a proxy that ends TLS", l.Addr())
+			}
+		}
+	}
 	return s, nil
+}
+
+// onLoopback reports whether a listener's address is reachable from this
+// machine only.
+func onLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }
 
 // GRPCAddr returns the bound gRPC address.

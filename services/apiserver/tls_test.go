@@ -2,6 +2,7 @@ package apiserver_test
 
 import (
 	"context"
+	"strings"
 	"crypto/tls"
 	"crypto/x509"
 	"net/http"
@@ -92,4 +93,24 @@ func TestAPIServesTLSAndARenewedCertificate(t *testing.T) {
 		serial, code := restSerial()
 		return serial == second.String() && code == http.StatusOK
 	})
+}
+
+// Plain text is served on loopback only: on an address other machines can
+// reach, New refuses without a certificate unless told Insecure.
+func TestPlainTextOnlyOnLoopbackUnlessInsecure(t *testing.T) {
+	var base apiserver.Options
+	kit.New(t, kit.WithAPI(1, func(_ *kit.Stack, o *apiserver.Options) {
+		base = *o // a complete set of options, before this replica's changes
+		o.GRPCAddr, o.Insecure = "0.0.0.0:0", true
+	}))
+	refused := base
+	refused.GRPCAddr = "0.0.0.0:0"
+	if _, err := apiserver.New(refused); err == nil || !strings.Contains(err.Error(), "--tls-cert") {
+		t.Errorf("plain text on 0.0.0.0: %v, want a refusal that names --tls-cert", err)
+	}
+	onLoopback := base
+	onLoopback.GRPCAddr, onLoopback.HTTPAddr = "127.0.0.1:0", "[::1]:0"
+	if _, err := apiserver.New(onLoopback); err != nil && !strings.Contains(err.Error(), "listen") {
+		t.Errorf("plain text on loopback: %v", err)
+	}
 }

@@ -256,6 +256,8 @@ func apiserverCommand(g *global) *cobra.Command {
 		"player-session token keys, \"id:base64secret[,id:base64secret…]\"; the first signs")
 	f.DurationVar(&opts.TokenTTL, "player-token-ttl", apiserver.DefaultTokenTTL, "how long a player-session token is valid")
 	f.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", apiserver.DefaultMaxBodyBytes, "largest REST request body (413 above it)")
+	f.BoolVar(&opts.Insecure, "insecure", false,
+		"serve plain text (no TLS) on an address other machines can reach: a trusted network, or behind a proxy that ends TLS")
 	f.StringVar(&tlsCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM; re-read when it changes)")
 	f.StringVar(&tlsKey, "tls-key", "", "the TLS certificate's private key (PEM)")
 	f.StringVar(&keysFile, "api-keys", "",

@@ -230,7 +230,8 @@ func startCluster(t *testing.T) *cluster {
 	for i := range 2 {
 		h := c.net.Host(fmt.Sprintf("api%d", i+1))
 		c.apis = append(c.apis, c.proc(h, tether, append([]string{"apiserver", "--database-url", c.dbURL,
-			"--grpc-addr", fmt.Sprintf("%s:%d", h.IP, grpcPort), "--http-addr", fmt.Sprintf("%s:%d", h.IP, restPort)}, common(h)...)...))
+			"--grpc-addr", fmt.Sprintf("%s:%d", h.IP, grpcPort), "--http-addr", fmt.Sprintf("%s:%d", h.IP, restPort),
+			"--insecure"}, common(h)...)...)) // the test's own network
 		h = c.net.Host(fmt.Sprintf("proj%d", i+1))
 		c.projectors = append(c.projectors, c.proc(h, tether, append([]string{"projector", "--database-url", c.dbURL, "--id", h.Name}, common(h)...)...))
 		h = c.net.Host(fmt.Sprintf("ctl%d", i+1))
