@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -131,13 +130,12 @@ type authenticator struct {
 	log  *slog.Logger
 }
 
-// bearer returns the key an Authorization value carries.
+// bearer returns the key a call's authorization metadata carries.
 func bearer(ctx context.Context) string {
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get("authorization") {
-		scheme, token, ok := strings.Cut(v, " ")
-		if ok && strings.EqualFold(scheme, "bearer") {
-			return strings.TrimSpace(token)
+		if token := bearerOf(v); token != "" {
+			return token
 		}
 	}
 	return ""

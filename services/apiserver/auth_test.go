@@ -1,7 +1,10 @@
 package apiserver_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -69,6 +72,27 @@ func TestRESTCallsAreAuthenticatedAndAuthorised(t *testing.T) {
 		}
 	}
 
+	// Without a key nothing is read: 512 MB announced, none sent, answered.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "POST /v1/fleets?fleetId=x HTTP/1.1\r\nHost: api\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 512<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a body announced without a key: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a body announced without a key: %d, want 401", resp.StatusCode)
+	}
+
 	if r := call(key[apikeys.Viewer], http.MethodGet, "/v1/fleets", nil); r.status != http.StatusOK {
 		t.Errorf("viewer lists fleets: %d %v", r.status, r.body)
 	}
@@ -116,7 +140,7 @@ func TestRESTCallsAreAuthenticatedAndAuthorised(t *testing.T) {
 		t.Errorf("admin deletes the fleet: %d %v", r.status, r.body)
 	}
 	// Open to all, as before.
-	resp, err := http.Get(s.base + "/healthz")
+	resp, err = http.Get(s.base + "/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}

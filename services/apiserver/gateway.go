@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
@@ -27,6 +28,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/tetherhq/tether/services/platform/apikeys"
 )
 
 // This file sets up the REST gateway to refuse what it cannot map onto the
@@ -59,33 +62,50 @@ const (
 	ReasonBodyTooLarge         = "BODY_TOO_LARGE"
 	ReasonUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
 	ReasonMethodNotAllowed     = "METHOD_NOT_ALLOWED"
+	ReasonCrossOrigin          = "CROSS_ORIGIN"
 )
 
-// guardBody reads a REST request's body before anything else is done
-// with it, refusing one over max bytes (413) and one that is not JSON
-// (415: a browser page's cross-site text/plain POST is refused too).
-func guardBody(max int64, next http.Handler) http.Handler {
+// guardBody checks a REST request before anything else is done with it:
+//   - a call that changes something, sent by a browser page of another
+//     site (its Origin or Sec-Fetch-Site says so), is refused (403), keys
+//     or not: a page cannot shut a match down, even with an empty body;
+//   - with keys, a call without a valid key is refused (401) before its
+//     body is read;
+//   - a body over max bytes is refused (413), and one that is not JSON
+//     (415).
+func guardBody(max int64, keys *apikeys.Keys, now func() time.Time, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && crossSite(r) {
+			refuseHTTP(w, http.StatusForbidden, codes.PermissionDenied, ReasonCrossOrigin,
+				"calls that change something are not taken from a browser page of another site")
+			return
+		}
+		if keys != nil {
+			if _, err := keys.Authenticate(bearerOf(r.Header.Get("Authorization")), now()); err != nil {
+				refuseHTTP(w, http.StatusUnauthorized, codes.Unauthenticated, ReasonUnauthenticated, err.Error())
+				return
+			}
+		}
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return
 		}
 		if r.ContentLength > max {
-			refuseHTTP(w, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge, fmt.Sprintf("the request body is %d bytes, more than the %d allowed", r.ContentLength, max))
+			refuseHTTP(w, http.StatusRequestEntityTooLarge, codes.InvalidArgument, ReasonBodyTooLarge, fmt.Sprintf("the request body is %d bytes, more than the %d allowed", r.ContentLength, max))
 			return
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 		if err != nil {
-			refuseHTTP(w, http.StatusBadRequest, ReasonInvalidArgument, "reading the request body: "+err.Error())
+			refuseHTTP(w, http.StatusBadRequest, codes.InvalidArgument, ReasonInvalidArgument, "reading the request body: "+err.Error())
 			return
 		}
 		if int64(len(body)) > max {
-			refuseHTTP(w, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge, fmt.Sprintf("the request body is more than the %d bytes allowed", max))
+			refuseHTTP(w, http.StatusRequestEntityTooLarge, codes.InvalidArgument, ReasonBodyTooLarge, fmt.Sprintf("the request body is more than the %d bytes allowed", max))
 			return
 		}
 		if len(body) > 0 {
 			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-				refuseHTTP(w, http.StatusUnsupportedMediaType, ReasonUnsupportedMediaType,
+				refuseHTTP(w, http.StatusUnsupportedMediaType, codes.InvalidArgument, ReasonUnsupportedMediaType,
 					fmt.Sprintf("the request body must be JSON, sent with Content-Type: application/json (got %q)", r.Header.Get("Content-Type")))
 				return
 			}
@@ -95,10 +115,35 @@ func guardBody(max int64, next http.Handler) http.Handler {
 	})
 }
 
+// crossSite reports whether a browser sent r from a page of another site:
+// its Sec-Fetch-Site says so, or its Origin names another host.
+// Non-browser clients send neither.
+func crossSite(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "cross-site", "same-site":
+		return true
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return false
+	}
+	u, err := url.Parse(origin)
+	return err != nil || u.Host != r.Host
+}
+
+// bearerOf returns the key an Authorization header value carries.
+func bearerOf(v string) string {
+	scheme, token, ok := strings.Cut(v, " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}
+
 // refuseHTTP answers with the API's error shape (a google.rpc.Status with
 // an ErrorInfo) and the given HTTP status.
-func refuseHTTP(w http.ResponseWriter, httpStatus int, reason, msg string) {
-	st := status.New(codes.InvalidArgument, msg)
+func refuseHTTP(w http.ResponseWriter, httpStatus int, code codes.Code, reason, msg string) {
+	st := status.New(code, msg)
 	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
 		st = d
 	}
@@ -117,9 +162,9 @@ func refuseHTTP(w http.ResponseWriter, httpStatus int, reason, msg string) {
 func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
 	switch httpStatus {
 	case http.StatusMethodNotAllowed:
-		refuseHTTP(w, http.StatusMethodNotAllowed, ReasonMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
+		refuseHTTP(w, http.StatusMethodNotAllowed, codes.Unimplemented, ReasonMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
 	case http.StatusNotFound:
-		refuseHTTP(w, http.StatusNotFound, ReasonNotFound, "no such path: "+r.URL.Path)
+		refuseHTTP(w, http.StatusNotFound, codes.NotFound, ReasonNotFound, "no such path: "+r.URL.Path)
 	default:
 		runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)
 	}

@@ -67,6 +67,7 @@ func TestRESTRefusesBadRequestsBeforeAnyWork(t *testing.T) {
 		}
 		return r
 	}
+	withHeader := func(r *http.Request, k, v string) *http.Request { r.Header.Set(k, v); return r }
 	big := `{"pad":"` + strings.Repeat("x", apiserver.DefaultMaxBodyBytes) + `"}`
 	chunked := req(http.MethodPost, "/v1/fleets?fleetId=big2", "application/json", io.MultiReader(strings.NewReader(big)))
 	chunked.ContentLength = -1 // sent chunked: the limit holds without a length
@@ -83,6 +84,13 @@ func TestRESTRefusesBadRequestsBeforeAnyWork(t *testing.T) {
 		{"too large, chunked", chunked, http.StatusRequestEntityTooLarge, apiserver.ReasonBodyTooLarge},
 		{"wrong method", req(http.MethodPut, "/v1/fleets", "", nil), http.StatusMethodNotAllowed, apiserver.ReasonMethodNotAllowed},
 		{"unknown path", req(http.MethodGet, "/v1/nothing/here", "", nil), http.StatusNotFound, apiserver.ReasonNotFound},
+		{"a page of another site, empty body", withHeader(req(http.MethodPost, "/v1/fleets/-/gameServers:allocate", "", nil), "Origin", "https://evil.example"),
+			http.StatusForbidden, apiserver.ReasonCrossOrigin},
+		{"a page of another site, by Sec-Fetch-Site", withHeader(req(http.MethodPost, "/v1/fleets?fleetId=a4", "application/json", bytes.NewReader(fleet)), "Sec-Fetch-Site", "cross-site"),
+			http.StatusForbidden, apiserver.ReasonCrossOrigin},
+		{"a page of the API's own origin", withHeader(req(http.MethodPost, "/v1/fleets?fleetId=same", "application/json", bytes.NewReader(fleet)), "Origin", s.base),
+			http.StatusOK, ""},
+		{"a read from a page of another site", withHeader(req(http.MethodGet, "/v1/fleets", "", nil), "Origin", "https://evil.example"), http.StatusOK, ""},
 		{"JSON with a charset", req(http.MethodPost, "/v1/fleets?fleetId=ok", "application/json; charset=utf-8", bytes.NewReader(fleet)), http.StatusOK, ""},
 	} {
 		if got := raw(t, tc.req); got.status != tc.status || got.reason != tc.reason {

@@ -144,6 +144,9 @@ type Options struct {
 	Now func() time.Time
 }
 
+// maxMaxBodyBytes caps Options.MaxBodyBytes: a body is held in memory.
+const maxMaxBodyBytes = 64 << 20
+
 // readTimeout bounds reading a whole REST request, body included.
 const readTimeout = 30 * time.Second
 
@@ -160,6 +163,7 @@ func (o *Options) setDefaults() {
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	o.MaxBodyBytes = min(o.MaxBodyBytes, maxMaxBodyBytes)
 	if o.GRPCAddr == "" {
 		o.GRPCAddr = DefaultGRPCAddr
 	}
@@ -349,7 +353,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", guardBody(s.opts.MaxBodyBytes, keepBody(gw)))
+	mux.Handle("/v1/", guardBody(s.opts.MaxBodyBytes, s.opts.Keys, s.opts.Now, keepBody(gw)))
 	mux.Handle("GET /openapi.json", openapi.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	if s.opts.MetricsHandler != nil {

@@ -92,12 +92,12 @@ func TestDevAdminKeyIsFoundOnThisMachineOnly(t *testing.T) {
 	if r := runCLI(context.Background(), k.APIs[0].GRPCAddr(), nil, "fleets", "list"); r.code != 0 {
 		t.Fatalf("tetherctl with the dev key found: exit %d\n%s", r.code, r.stderr)
 	}
-	for _, addr := range []string{"10.0.0.4:7070", "api.example.com:7070", "127.0.0.1:7070,10.0.0.5:7070"} {
+	for _, addr := range []string{"10.0.0.4:7070", "api.example.com:7070", "localhost:7070", "dns:///api:7070", "127.0.0.1:7070,10.0.0.5:7070"} {
 		if got := devAdminKey(addr); got != "" {
 			t.Errorf("devAdminKey(%q) gave the dev key away", addr)
 		}
 	}
-	for _, addr := range []string{"127.0.0.1:7070", "localhost:7070", "[::1]:7070"} {
+	for _, addr := range []string{"127.0.0.1:7070", "[::1]:7070"} {
 		if got := devAdminKey(addr); got != admin {
 			t.Errorf("devAdminKey(%q) = %q, want the dev admin key", addr, got)
 		}

@@ -11,8 +11,8 @@ import (
 
 // devAdminKey is the admin key of a `tether dev` stack on this machine
 // (its default data dir), when every endpoint of addr is on loopback;
-// otherwise, or without one, "". The key never leaves the machine: a
-// remote API needs --token.
+// otherwise, or without one, "". The key is sent to loopback addresses
+// only: a remote API needs --token.
 func devAdminKey(addr string) string {
 	endpoints := apiclient.Split(addr)
 	if len(endpoints) == 0 {
@@ -34,14 +34,13 @@ func devAdminKey(addr string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// loopback reports whether a host:port endpoint is on this machine.
+// loopback reports whether a host:port endpoint is a loopback address
+// (an IP: a name such as localhost is resolved by others, and could
+// resolve elsewhere).
 func loopback(endpoint string) bool {
 	host, _, err := net.SplitHostPort(endpoint)
 	if err != nil {
 		return false
-	}
-	if host == "localhost" {
-		return true
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()

@@ -29,6 +29,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -325,6 +326,10 @@ func Add(path, name string, role Role, expires time.Time) (string, error) {
 		return "", fmt.Errorf("apikeys: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // a no-op once renamed
+	if err := keepAccess(tmp, path); err != nil {
+		tmp.Close()
+		return "", err
+	}
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return "", fmt.Errorf("apikeys: %w", err)
@@ -336,4 +341,26 @@ func Add(path, name string, role Role, expires time.Time) (string, error) {
 		return "", fmt.Errorf("apikeys: %w", err)
 	}
 	return secret, nil
+}
+
+// keepAccess gives tmp the mode and owner of the file at path, if there is
+// one, so that the API servers that read it still can once tmp replaces it
+// (a file replaced by root must not become root's alone).
+func keepAccess(tmp *os.File, path string) error {
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // a new file: 0600, its maker's
+	}
+	if err != nil {
+		return fmt.Errorf("apikeys: %w", err)
+	}
+	if err := tmp.Chmod(fi.Mode().Perm()); err != nil {
+		return fmt.Errorf("apikeys: %w", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 {
+		if err := tmp.Chown(int(st.Uid), int(st.Gid)); err != nil {
+			return fmt.Errorf("apikeys: %w", err)
+		}
+	}
+	return nil
 }

@@ -175,6 +175,16 @@ func TestAdd(t *testing.T) {
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("file mode %v, %v; want 0600", fi.Mode().Perm(), err)
 	}
+	// A file the API servers' group reads stays readable to them.
+	if err := os.Chmod(path, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apikeys.Add(path, "later", apikeys.Viewer, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Errorf("after a key was added to a 0640 file: mode %v, %v; want 0640 kept", fi.Mode().Perm(), err)
+	}
 	keys, err := apikeys.Load(path, nil)
 	if err != nil {
 		t.Fatal(err)

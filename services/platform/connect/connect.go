@@ -69,21 +69,38 @@ func NATS(url string, opts NATSOptions) (*nats.Conn, jetstream.JetStream, error)
 }
 
 // Redact returns a URL, or a comma-separated list of URLs, with their
-// passwords replaced by "xxxxx", for logs, errors and banners. Text that
-// is no URL is returned as it is.
+// secrets replaced by "xxxxx", for logs, errors and banners: passwords,
+// a NATS URL's token (nats://TOKEN@host, where a user name would be) and
+// a password query parameter. Text that is no URL is returned as it is.
 func Redact(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, p := range parts {
 		u, err := url.Parse(strings.TrimSpace(p))
-		if err != nil || u.User == nil {
+		if err != nil || u.Scheme == "" {
 			continue
 		}
-		if _, has := u.User.Password(); has {
-			parts[i] = u.Redacted()
+		changed := false
+		if u.User != nil {
+			if _, has := u.User.Password(); has {
+				u.User, changed = url.UserPassword(u.User.Username(), "xxxxx"), true
+			} else if natsScheme[u.Scheme] {
+				u.User, changed = url.User("xxxxx"), true
+			}
+		}
+		if q := u.Query(); q.Has("password") {
+			q.Set("password", "xxxxx")
+			u.RawQuery, changed = q.Encode(), true
+		}
+		if changed {
+			parts[i] = u.String()
 		}
 	}
 	return strings.Join(parts, ",")
 }
+
+// natsScheme lists the URL schemes of NATS, whose user part alone is a
+// token.
+var natsScheme = map[string]bool{"nats": true, "tls": true, "ws": true, "wss": true}
 
 // Postgres checks that the database at url has every migration of this
 // binary (migrations.Check: `tether migrate` applies them) and returns a
