@@ -2,12 +2,12 @@ package apiserver_test
 
 import (
 	"context"
-	"strings"
 	"crypto/tls"
 	"crypto/x509"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
