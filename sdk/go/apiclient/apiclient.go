@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 
@@ -76,7 +77,13 @@ func Dial(endpoints []string, opts ...grpc.DialOption) (*grpc.ClientConn, error)
 		r := manual.NewBuilderWithScheme("tether-api")
 		addrs := make([]resolver.Address, len(endpoints))
 		for i, e := range endpoints {
-			addrs[i] = resolver.Address{Addr: e}
+			// Over TLS each replica's certificate is checked against its
+			// own host, not the list's made-up target name.
+			host, _, err := net.SplitHostPort(e)
+			if err != nil {
+				host = e
+			}
+			addrs[i] = resolver.Address{Addr: e, ServerName: host}
 		}
 		r.InitialState(resolver.State{Addresses: addrs})
 		base = append(base, grpc.WithResolvers(r))

@@ -261,7 +261,7 @@ func apiserverCommand(g *global) *cobra.Command {
 	f.StringVar(&tlsCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM; re-read when it changes)")
 	f.StringVar(&tlsKey, "tls-key", "", "the TLS certificate's private key (PEM)")
 	f.StringVar(&keysFile, "api-keys", "",
-		"API keys file (`tether keys add`); re-read when it changes. Without it every caller may do everything")
+		"API keys file (made with: tether keys add); re-read when it changes. Without it every caller may do everything")
 	return cmd
 }
 

@@ -113,9 +113,14 @@ func TestCAConnectsOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := kit.New(t, kit.WithAPI(1, func(_ *kit.Stack, o *apiserver.Options) { o.TLS = certs.Config() }))
+	k := kit.New(t, kit.WithAPI(2, func(_ *kit.Stack, o *apiserver.Options) { o.TLS = certs.Config() }))
 	addr := k.APIs[0].GRPCAddr()
 	t.Setenv(caEnv, "")
+	// Two replicas: each is checked against its own address.
+	both := addr + "," + k.APIs[1].GRPCAddr()
+	if r := runCLI(context.Background(), both, nil, "--ca", certFile, "fleets", "list"); r.code != 0 {
+		t.Fatalf("--ca with two replicas: exit %d\n%s", r.code, r.stderr)
+	}
 	if r := runCLI(context.Background(), addr, nil, "--ca", certFile, "fleets", "list"); r.code != 0 {
 		t.Fatalf("--ca: exit %d\n%s", r.code, r.stderr)
 	}
