@@ -218,14 +218,16 @@ func (gs *gameServer) supervise(ctx context.Context) {
 		if werr != nil {
 			gs.log.Error("wait for game server process", "err", werr)
 		}
-		gs.forgetProcess()
 		exited := exitFacts(end, attempt)
 		if ctx.Err() != nil && !gs.a.opts.KillProcessesOnExit {
 			// The agent is stopping and leaves its processes be: it no longer
-			// supervises them, and records nothing more of them.
-			gs.log.Info("agent stopping; process end not recorded", "pid", proc.Pid())
+			// supervises them, and records nothing more of them. The
+			// process record stays, so the next agent on the host finds the
+			// server whose process had ended and terminates it.
+			gs.log.Info("agent stopping; process end not recorded (the next agent will)", "pid", proc.Pid())
 			return
 		}
+		gs.forgetProcess()
 		gs.mu.Lock()
 		gs.proc = nil
 		gs.pid.Store(0)
