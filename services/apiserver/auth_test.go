@@ -21,6 +21,7 @@ import (
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/services/apiserver"
 	"github.com/tetherhq/tether/services/platform/apikeys"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // roleKeys writes a keys file with one key per role (plus an expired
@@ -190,5 +191,53 @@ func TestGRPCCallsAreAuthenticatedAndAuthorised(t *testing.T) {
 		if status.Code(err) != want {
 			t.Errorf("%s watches events: %v, want %s", role, err, want)
 		}
+	}
+}
+
+// A key is rotated without a restart: a key added to the file works within
+// seconds, and the one removed is refused.
+func TestKeyRotationWithoutARestart(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "keys")
+	old, err := apikeys.Add(file, "matchmaker-old", apikeys.Matchmaker, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := apikeys.Load(file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStack(t, stackOptions{keys: keys, key: old})
+	status := func(key string) int {
+		t.Helper()
+		return s.doWithKey(s.base, key, http.MethodGet, "/v1/fleets/-/gameServers", nil).status
+	}
+	if code := status(old); code != http.StatusOK {
+		t.Fatalf("the old key: %d", code)
+	}
+	fresh, err := apikeys.Add(file, "matchmaker-new", apikeys.Matchmaker, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "the added key to be taken", func() bool { return status(fresh) == http.StatusOK })
+	// Revoke the old one: its line leaves the file (replaced whole).
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for line := range strings.Lines(string(data)) {
+		if !strings.HasPrefix(line, "matchmaker-old ") {
+			kept = append(kept, line)
+		}
+	}
+	if err := os.WriteFile(file+".new", []byte(strings.Join(kept, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(file+".new", file); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "the revoked key to be refused", func() bool { return status(old) == http.StatusUnauthorized })
+	if code := status(fresh); code != http.StatusOK {
+		t.Errorf("the new key after the old one's revocation: %d", code)
 	}
 }

@@ -118,12 +118,15 @@ func (f *fleetService) ListFleets(ctx context.Context, req *tetherv1.ListFleetsR
 		return nil, err
 	}
 	resp := &tetherv1.ListFleetsResponse{}
+	bytes := 0
 	for i, r := range rows {
-		if i == size {
+		if i == size || full(i, bytes) {
 			resp.NextPageToken = encodePageToken(rows[i-1].State.GetName(), "fleets")
 			break
 		}
-		resp.Fleets = append(resp.Fleets, fleetToAPI(r.State, r.Sequence, r.Counts))
+		f := fleetToAPI(r.State, r.Sequence, r.Counts)
+		resp.Fleets = append(resp.Fleets, f)
+		bytes += proto.Size(f)
 	}
 	return resp, nil
 }

@@ -66,12 +66,15 @@ func (g *gameServerService) ListGameServers(ctx context.Context, req *tetherv1.L
 		return nil, err
 	}
 	resp := &tetherv1.ListGameServersResponse{}
+	bytes := 0
 	for i, r := range rows {
-		if i == size {
+		if i == size || full(i, bytes) {
 			resp.NextPageToken = encodePageToken(rows[i-1].State.GetName(), key)
 			break
 		}
-		resp.GameServers = append(resp.GameServers, gameServerToAPI(r.State, r.Sequence))
+		g := gameServerToAPI(r.State, r.Sequence)
+		resp.GameServers = append(resp.GameServers, g)
+		bytes += proto.Size(g)
 	}
 	return resp, nil
 }

@@ -11,6 +11,17 @@ const (
 	maxPageSize     = 1000
 )
 
+// pageBytes bounds the encoded size of a list page: a page also ends
+// early (with a next page token) once its items reach it, so that a few
+// large specs (templates near the event size limit) never make a page
+// larger than clients take (gRPC's 4 MiB by default). A page holds at
+// least one item.
+const pageBytes = 2 << 20
+
+// full reports whether a page already holding size bytes of items, and n
+// of them, is full.
+func full(n, size int) bool { return n > 0 && size >= pageBytes }
+
 func pageSize(n int32) (int, error) {
 	switch {
 	case n < 0:
