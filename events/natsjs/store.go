@@ -423,7 +423,6 @@ type msgGetRequest struct {
 // leaderMessage is a message as the stream's leader returned it.
 type leaderMessage struct {
 	Sequence uint64
-	Subject  string
 	Header   nats.Header
 	Data     []byte
 }
@@ -451,7 +450,6 @@ func (s *Store) leaderGet(ctx context.Context, r msgGetRequest) (leaderMessage, 
 		} `json:"error"`
 		Message *struct {
 			Sequence uint64 `json:"seq"`
-			Subject  string `json:"subject"`
 			Header   []byte `json:"hdrs"`
 			Data     []byte `json:"data"`
 		} `json:"message"`
@@ -467,7 +465,7 @@ func (s *Store) leaderGet(ctx context.Context, r msgGetRequest) (leaderMessage, 
 	case resp.Message == nil:
 		return leaderMessage{}, false, errors.New("the stream answered without a message")
 	}
-	m := leaderMessage{Sequence: resp.Message.Sequence, Subject: resp.Message.Subject, Data: resp.Message.Data}
+	m := leaderMessage{Sequence: resp.Message.Sequence, Data: resp.Message.Data}
 	if len(resp.Message.Header) > 0 {
 		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
 			return leaderMessage{}, false, fmt.Errorf("decode headers of message %d: %w", m.Sequence, err)

@@ -75,14 +75,7 @@ func TestDisconnectGraceRunsOnTheAgentsClock(t *testing.T) {
 		SdkDisconnectGraceSeconds: grace,
 	})
 	h.waitEvent(name, "ProcessStarted")
-	stream, err := sdkClient(t, h, name).HealthStream(h.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.Send(&sdkv1.HealthStreamRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	h.waitEvent(name, "SdkConnected")
+	stream := connectSDK(t, h, name)
 	if _, err := stream.CloseAndRecv(); err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +92,21 @@ func TestDisconnectGraceRunsOnTheAgentsClock(t *testing.T) {
 	if u.GetReason() != eventsv1.Reason_REASON_SDK_DISCONNECT_GRACE_EXPIRED {
 		t.Fatalf("unhealthy with %s, want SDK_DISCONNECT_GRACE_EXPIRED", u.GetReason())
 	}
+}
+
+// connectSDK opens the server's heartbeat stream as its process would and
+// waits until the agent recorded the connection.
+func connectSDK(t *testing.T, h *harness, name string) grpc.ClientStreamingClient[sdkv1.HealthStreamRequest, sdkv1.HealthStreamResponse] {
+	t.Helper()
+	stream, err := sdkClient(t, h, name).HealthStream(h.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&sdkv1.HealthStreamRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitEvent(name, "SdkConnected")
+	return stream
 }
 
 // sdkClient is an SDK client that calls as the server's process: with the

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
@@ -214,17 +213,10 @@ func TestStoppedAgentRecordsNoSDKDisconnect(t *testing.T) {
 	})
 	pid := int(h.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted).GetPid())
 	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
-	stream, err := sdkClient(t, h, name).HealthStream(h.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.Send(&sdkv1.HealthStreamRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	h.waitEvent(name, "SdkConnected")
+	connectSDK(t, h, name)
 
 	h.crash() // the agent's context ends, as on SIGTERM
-	err = <-h.done
+	err := <-h.done
 	h.done <- err // for the harness's cleanup
 	if err != nil {
 		t.Fatalf("agent: %v", err)

@@ -111,16 +111,6 @@ func permits(role apikeys.Role, method string) bool {
 	return false
 }
 
-// principalKey carries the caller's apikeys.Principal in a call's context.
-type principalKey struct{}
-
-// PrincipalFrom returns the authenticated caller of a call, if the API
-// authenticates callers.
-func PrincipalFrom(ctx context.Context) (apikeys.Principal, bool) {
-	p, ok := ctx.Value(principalKey{}).(apikeys.Principal)
-	return p, ok
-}
-
 // authenticator checks every call's credentials against the keys and the
 // permission matrix. It covers gRPC and the REST gateway alike: the
 // gateway forwards the Authorization header as the call's metadata.
@@ -142,7 +132,7 @@ func bearer(ctx context.Context) string {
 }
 
 // check authenticates and authorises a call to method, returning the
-// context that carries its principal.
+// context that carries its principal as the actor of the events it writes.
 func (a *authenticator) check(ctx context.Context, method string) (context.Context, error) {
 	p, err := a.keys.Authenticate(bearer(ctx), a.now())
 	if err != nil {
@@ -156,7 +146,7 @@ func (a *authenticator) check(ctx context.Context, method string) (context.Conte
 		return ctx, refusal(codes.PermissionDenied, ReasonPermissionDenied,
 			"the "+string(p.Role)+" role ("+p.Name+") may not call "+method)
 	}
-	return events.WithActor(context.WithValue(ctx, principalKey{}, p), p.Actor()), nil
+	return events.WithActor(ctx, p.Actor()), nil
 }
 
 // requestedBy is who asked for what a call does, for an event's evidence:
@@ -168,13 +158,16 @@ func requestedBy(ctx context.Context, replica string) string {
 	return replica
 }
 
-// refusal is a status with its ErrorInfo reason.
-func refusal(code codes.Code, reason, msg string) error {
+// refusal is a status with its ErrorInfo reason, as an error.
+func refusal(code codes.Code, reason, msg string) error { return reasonStatus(code, reason, msg).Err() }
+
+// reasonStatus is a status with its ErrorInfo reason.
+func reasonStatus(code codes.Code, reason, msg string) *status.Status {
 	st := status.New(code, msg)
 	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
 		st = d
 	}
-	return st.Err()
+	return st
 }
 
 func (a *authenticator) unary() grpc.UnaryServerInterceptor {
@@ -197,7 +190,7 @@ func (a *authenticator) stream() grpc.StreamServerInterceptor {
 	}
 }
 
-// principalStream is a server stream whose context carries the principal.
+// principalStream is a server stream whose context carries the caller as actor.
 type principalStream struct {
 	grpc.ServerStream
 	ctx context.Context

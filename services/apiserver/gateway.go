@@ -19,7 +19,6 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/genproto/googleapis/api/annotations"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -143,11 +142,7 @@ func bearerOf(v string) string {
 // refuseHTTP answers with the API's error shape (a google.rpc.Status with
 // an ErrorInfo) and the given HTTP status.
 func refuseHTTP(w http.ResponseWriter, httpStatus int, code codes.Code, reason, msg string) {
-	st := status.New(code, msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
-		st = d
-	}
-	b, err := protojson.Marshal(st.Proto())
+	b, err := protojson.Marshal(reasonStatus(code, reason, msg).Proto())
 	if err != nil { // a Status with an ErrorInfo always marshals
 		b = []byte(`{"code":3,"message":"refused"}`)
 	}

@@ -328,6 +328,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("apiserver: gateway listener: %w", err)
 	}
+	defer gatewayLis.Close() // on a return before it serves; serving, the gRPC server's stop closes it
 	conn, err := grpc.NewClient(gatewayLis.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
