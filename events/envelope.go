@@ -57,6 +57,12 @@ type Envelope struct {
 	Data proto.Message
 	// Sequence is the stream sequence, set once stored (0 before).
 	Sequence uint64
+	// Writer is who signed the event, as the store that read it verified
+	// the signature (see writers.go): empty when that store verifies no
+	// signatures, UnverifiedWriter when the event carries no valid
+	// signature of a known key, else the signer's principal ("controller",
+	// "hosts/h1"). It is not stored in the envelope: the store derives it.
+	Writer string
 }
 
 // New wraps a payload for an aggregate with a fresh random id.

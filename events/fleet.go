@@ -248,6 +248,9 @@ func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, e
 	if !row.allows(state) {
 		return nil, &TransitionError{Aggregate: e.Aggregate, From: from, Event: e.Type}
 	}
+	if err := checkWriter(e, ""); err != nil {
+		return nil, err
+	}
 	next := proto.CloneOf(state)
 	if next == nil {
 		next = &eventsv1.FleetState{}

@@ -102,6 +102,9 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 	if !slices.Contains(row.from, from) {
 		return nil, &TransitionError{Aggregate: e.Aggregate, From: LifecycleName(from), Event: e.Type}
 	}
+	if err := checkWriter(e, state.GetHost()); err != nil {
+		return nil, err
+	}
 	// Only a reservation can end: from ALLOCATED this would free a server
 	// holding a match, from STARTING make one READY that never called Ready.
 	if r, ok := e.Data.(*eventsv1.GameServerReady); ok && r.GetReservationEnded() && from != reserved {

@@ -92,6 +92,9 @@ func ApplyHost(state *eventsv1.HostState, e Envelope) (*eventsv1.HostState, erro
 	if !slices.Contains(row.from, from) {
 		return nil, &TransitionError{Aggregate: e.Aggregate, From: trimEnumPrefix(from.String(), "HOST_STATUS_"), Event: e.Type}
 	}
+	if err := checkWriter(e, e.Aggregate); err != nil {
+		return nil, err
+	}
 	next := proto.CloneOf(state)
 	if next == nil {
 		next = &eventsv1.HostState{}

@@ -189,6 +189,15 @@ func ApplyGameSession(state *eventsv1.GameSessionState, e Envelope) (*eventsv1.G
 	if state.GetStatus() == gsessEnded {
 		return nil, &TransitionError{Aggregate: e.Aggregate, From: "ENDED", Event: e.Type}
 	}
+	host := state.GetHost()
+	if c, ok := e.Data.(*eventsv1.GameSessionCreated); ok {
+		// An agent may create the session its allocator left out, for its
+		// own host only.
+		host = c.GetHost()
+	}
+	if err := checkWriter(e, host); err != nil {
+		return nil, err
+	}
 	next := proto.CloneOf(state)
 	if next == nil {
 		next = &eventsv1.GameSessionState{}
@@ -214,6 +223,7 @@ func ApplyGameSession(state *eventsv1.GameSessionState, e Envelope) (*eventsv1.G
 		next.Properties = maps.Clone(d.GetProperties())
 		next.Policy = proto.CloneOf(d.GetPolicy())
 		next.AllocationRequestId = d.GetAllocationRequestId()
+		next.Host = d.GetHost()
 		next.CreateTime = at
 		for _, seat := range d.GetPlayers() {
 			if err := addSeat(seat); err != nil {
@@ -552,12 +562,12 @@ func decideAccept(p *eventsv1.PlayerSessionState, c AcceptPlayer) ([]proto.Messa
 }
 
 // SessionCreated is the GameSessionCreated that follows an allocation of
-// gameServer: the allocation's game session, properties and seats, with the
-// fleet's policy (reservations end after its timeout from now; max players
-// from the allocation).
-func SessionCreated(gameServer string, alloc *eventsv1.GameServerAllocated, policy *eventsv1.PlayerSessionPolicy, now time.Time, requestID string) *eventsv1.GameSessionCreated {
+// gameServer, on host: the allocation's game session, properties and
+// seats, with the fleet's policy (reservations end after its timeout from
+// now; max players from the allocation).
+func SessionCreated(gameServer, host string, alloc *eventsv1.GameServerAllocated, policy *eventsv1.PlayerSessionPolicy, now time.Time, requestID string) *eventsv1.GameSessionCreated {
 	c := &eventsv1.GameSessionCreated{
-		GameServer: gameServer, Properties: maps.Clone(alloc.GetProperties()), AllocationRequestId: requestID,
+		GameServer: gameServer, Host: host, Properties: maps.Clone(alloc.GetProperties()), AllocationRequestId: requestID,
 		Policy: &eventsv1.GameSessionPolicy{
 			MaxPlayers: alloc.GetMaxPlayers(), ReservationTimeoutSeconds: policy.GetReservationTimeoutSeconds(),
 			ReconnectWindowSeconds: policy.GetReconnectWindowSeconds(),

@@ -24,7 +24,7 @@ func TestSessionCreatedFromAllocation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := events.SessionCreated("fleets/f/gameServers/gs-1", alloc, tt.policy, now, "req-1")
+			c := events.SessionCreated("fleets/f/gameServers/gs-1", "hosts/h1", alloc, tt.policy, now, "req-1")
 			if c.GetGameServer() != "fleets/f/gameServers/gs-1" || c.GetAllocationRequestId() != "req-1" || c.GetPolicy().GetMaxPlayers() != 8 ||
 				c.GetPolicy().GetReconnectWindowSeconds() != 120 || c.GetProperties()["map"] != "dust" || len(c.GetPlayers()) != 2 {
 				t.Fatalf("created = %v", c)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/tetherhq/tether/events"
 )
@@ -56,6 +57,13 @@ type Options struct {
 	// Negative: no retry, for a writer with a fallback of its own (the
 	// agent's outbox). An append that gave up wraps events.ErrUnavailable.
 	UnavailableWait time.Duration
+	// Signer, when set, signs every appended event (HeaderSigner,
+	// HeaderSignature) with the writer's NATS nkey, so readers that verify
+	// know who wrote it (natsauth).
+	Signer nkeys.KeyPair
+	// Verifier, when set, verifies the signatures of the events the store
+	// reads and sets their Envelope.Writer, which the folds check.
+	Verifier *Verifier
 	// Logger; default discards.
 	Logger *slog.Logger
 }
@@ -97,10 +105,12 @@ func (o *Options) Validate() error {
 // Store appends events to the stream and reads them back. It is safe for
 // concurrent use.
 type Store struct {
-	js     jetstream.JetStream
-	stream jetstream.Stream
-	wait   time.Duration // Options.UnavailableWait
-	log    *slog.Logger
+	js       jetstream.JetStream
+	stream   jetstream.Stream
+	wait     time.Duration // Options.UnavailableWait
+	signer   nkeys.KeyPair
+	verifier *Verifier
+	log      *slog.Logger
 }
 
 // Setup creates the events stream, or updates its configuration where it
@@ -131,7 +141,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: stream %s: %w", events.StreamName, err)
 	}
-	return &Store{js: js, stream: stream, wait: opts.UnavailableWait, log: opts.Logger}, nil
+	return &Store{js: js, stream: stream, wait: opts.UnavailableWait, signer: opts.Signer, verifier: opts.Verifier, log: opts.Logger}, nil
 }
 
 // streamConfig is the events stream's configuration under opts.
@@ -192,7 +202,7 @@ func (s *Store) Append(ctx context.Context, subject string, expected uint64, evs
 	// predecessors stored.
 	msgs := make([]*nats.Msg, len(evs))
 	for i, e := range evs {
-		m, err := message(subject, e)
+		m, err := s.message(subject, e)
 		if err != nil {
 			return 0, err
 		}
@@ -225,7 +235,7 @@ func (s *Store) TryAppend(ctx context.Context, subject string, expected uint64, 
 	if err := checkSubject(subject); err != nil {
 		return 0, false, err
 	}
-	msg, err := message(subject, e)
+	msg, err := s.message(subject, e)
 	if err != nil {
 		return 0, false, err
 	}
@@ -365,8 +375,9 @@ func unavailable(err error) bool {
 		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
 }
 
-// message encodes an event as the message that stores it.
-func message(subject string, e events.Envelope) (*nats.Msg, error) {
+// message encodes an event as the message that stores it, signed when
+// the store has a Signer.
+func (s *Store) message(subject string, e events.Envelope) (*nats.Msg, error) {
 	data, err := e.Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: append to %s: %w", subject, err)
@@ -382,6 +393,11 @@ func message(subject string, e events.Envelope) (*nats.Msg, error) {
 	}
 	if e.TraceState != "" {
 		h.Set(HeaderTraceState, e.TraceState)
+	}
+	if s.signer != nil {
+		if err := sign(s.signer, subject, data, h); err != nil {
+			return nil, fmt.Errorf("natsjs: sign %s %s: %w", e.Type, e.ID, err)
+		}
 	}
 	return &nats.Msg{Subject: subject, Data: data, Header: h}, nil
 }
@@ -513,7 +529,7 @@ func (s *Store) currentHistory(ctx context.Context, subject string, from uint64,
 		if !ok {
 			return nil, fmt.Errorf("natsjs: read %s after %d from the stream's leader: its last event %d is gone", subject, done, last.Sequence)
 		}
-		env, err := unmarshal(m.Data, subject, m.Sequence)
+		env, err := s.open(m.Data, subject, m.Header, m.Sequence)
 		if err != nil {
 			return nil, err
 		}
@@ -552,7 +568,7 @@ func (s *Store) Event(ctx context.Context, seq uint64) (events.Envelope, error) 
 	if err != nil {
 		return events.Envelope{}, fmt.Errorf("natsjs: read event %d: %w", seq, err)
 	}
-	return decode(msg)
+	return s.decode(msg)
 }
 
 // LastEvent returns the last event on a subject (one direct get), or
@@ -565,7 +581,7 @@ func (s *Store) LastEvent(ctx context.Context, subject string) (events.Envelope,
 	if err != nil {
 		return events.Envelope{}, false, fmt.Errorf("natsjs: last event of %s: %w", subject, err)
 	}
-	e, err := decode(msg)
+	e, err := s.decode(msg)
 	return e, err == nil, err
 }
 
@@ -611,7 +627,7 @@ func (s *Store) History(ctx context.Context, subject string, from uint64) ([]eve
 		return nil, err
 	}
 	if lastSeq == first.Sequence {
-		env, err := decode(first)
+		env, err := s.decode(first)
 		if err != nil {
 			return nil, err
 		}
@@ -658,7 +674,7 @@ func (s *Store) History(ctx context.Context, subject string, from uint64) ([]eve
 				// AckNone means no redelivery: a gap is a lost message.
 				return nil, fmt.Errorf("natsjs: read %s: delivery %d arrived as %d; messages were lost, read again", subject, delivered, meta.Sequence.Consumer)
 			}
-			env, err := unmarshal(m.Data(), m.Subject(), meta.Sequence.Stream)
+			env, err := s.open(m.Data(), m.Subject(), m.Headers(), meta.Sequence.Stream)
 			if err != nil {
 				return nil, err
 			}
@@ -702,17 +718,19 @@ func (s *Store) lastSequenceAfter(ctx context.Context, subject string, first uin
 }
 
 // decode decodes a message read by a direct get.
-func decode(m *jetstream.RawStreamMsg) (events.Envelope, error) {
-	return unmarshal(m.Data, m.Subject, m.Sequence)
+func (s *Store) decode(m *jetstream.RawStreamMsg) (events.Envelope, error) {
+	return s.open(m.Data, m.Subject, m.Header, m.Sequence)
 }
 
-// unmarshal decodes a stored event; errors name its sequence.
-func unmarshal(data []byte, subject string, seq uint64) (events.Envelope, error) {
+// open decodes a stored event and, with a Verifier, says who wrote it;
+// errors name its sequence.
+func (s *Store) open(data []byte, subject string, h nats.Header, seq uint64) (events.Envelope, error) {
 	env, err := events.Unmarshal(data)
 	if err != nil {
 		return events.Envelope{}, fmt.Errorf("natsjs: sequence %d on %s: %w", seq, subject, err)
 	}
 	env.Sequence = seq
+	env.Writer = s.verifier.Writer(subject, seq, data, h)
 	return env, nil
 }
 

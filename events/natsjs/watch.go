@@ -93,7 +93,7 @@ func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []strin
 			if until > 0 && seq > until {
 				return
 			}
-			env, err := unmarshal(m.Data(), m.Subject(), seq)
+			env, err := s.open(m.Data(), m.Subject(), m.Headers(), seq)
 			if err != nil {
 				env = events.Envelope{Sequence: seq}
 				env.Aggregate, _ = events.NameFromSubject(m.Subject())

@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections"
 )
 
@@ -139,7 +141,7 @@ func RetryDeadLetter(ctx context.Context, opts ReplayOptions, seq uint64) (Retry
 	if err != nil {
 		return RetryResult{}, err
 	}
-	r := refolder{tx: tx, subject: subject, history: history, dead: dead, retry: seq, upcast: opts.Upcast}
+	r := refolder{tx: tx, subject: subject, history: history, dead: dead, retry: seq, upcast: opts.Upcast, verifier: opts.Verifier}
 	res := RetryResult{Aggregate: name}
 	if v, ok := views[events.KindOf(subject)]; ok {
 		res.Sequence, err = v.refold(ctx, &r)
@@ -169,8 +171,9 @@ func RetryDeadLetter(ctx context.Context, opts ReplayOptions, seq uint64) (Retry
 
 // rawEvent is one stored message of an aggregate.
 type rawEvent struct {
-	seq  uint64
-	data []byte
+	seq    uint64
+	data   []byte
+	header nats.Header
 }
 
 // subjectHistory reads an aggregate's messages up to sequence upTo.
@@ -196,7 +199,7 @@ func subjectHistory(ctx context.Context, js jetstream.JetStream, stream, subject
 		if meta.Sequence.Stream > upTo {
 			return out, nil
 		}
-		out = append(out, rawEvent{seq: meta.Sequence.Stream, data: m.Data()})
+		out = append(out, rawEvent{seq: meta.Sequence.Stream, data: m.Data(), header: m.Headers()})
 		if meta.NumPending == 0 || meta.Sequence.Stream == upTo {
 			return out, nil
 		}
@@ -211,6 +214,7 @@ type refolder struct {
 	dead     map[uint64]bool
 	retry    uint64
 	upcast   Upcaster
+	verifier *natsjs.Verifier
 	resolved []uint64
 	envs     []events.Envelope
 	raw      [][]byte
@@ -230,6 +234,7 @@ func refold[S proto.Message](ctx context.Context, r *refolder, t aggregateTable[
 		decoded := err == nil
 		if decoded {
 			env.Sequence = m.seq
+			env.Writer = r.verifier.Writer(r.subject, m.seq, m.data, m.header)
 			var next S
 			if next, err = t.apply(state, env); err == nil {
 				state, last = next, m.seq

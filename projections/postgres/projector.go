@@ -72,6 +72,12 @@ type ProjectorOptions struct {
 	// Upcast, when set, rewrites stored event bytes before they are decoded
 	// (see Upcaster).
 	Upcast Upcaster
+	// Verifier, when set, verifies each event's signature (natsauth): an
+	// event its writer may not write (a host agent's on another host's
+	// game server, or one without a valid signature) is dead-lettered with
+	// events.ErrUnauthorizedWriter, counted in
+	// tether_projector_unauthorized_events, and changes no view.
+	Verifier *natsjs.Verifier
 }
 
 // Upcaster rewrites the stored bytes of an event that the current code could
@@ -157,7 +163,9 @@ type Projector struct {
 
 	applied     metric.Int64Counter
 	deadLetters metric.Int64Counter
-	batchTime   metric.Float64Histogram
+	// unauthorized counts the dead letters refused for their writer.
+	unauthorized metric.Int64Counter
+	batchTime    metric.Float64Histogram
 
 	checkpoint atomic.Uint64         // last committed sequence
 	fence      atomic.Uint64         // the lease epoch of this run (RunFenced), 0 without a lease
@@ -183,6 +191,10 @@ func NewProjector(opts ProjectorOptions) (*Projector, error) {
 	}
 	if p.deadLetters, err = meter.Int64Counter("tether_projector_dead_letters",
 		metric.WithDescription("Events the projector could not apply and moved to the dead letters.")); err != nil {
+		return nil, err
+	}
+	if p.unauthorized, err = meter.Int64Counter("tether_projector_unauthorized_events",
+		metric.WithDescription("Events refused because their writer may not write them (a host agent's on another host's aggregate, or no valid signature): a compromised or misconfigured writer.")); err != nil {
 		return nil, err
 	}
 	if p.batchTime, err = meter.Float64Histogram("tether_projector_batch_duration_seconds",
@@ -549,6 +561,7 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 			continue
 		}
 		env.Sequence = seq
+		env.Writer = p.opts.Verifier.Writer(m.Subject(), seq, m.Data(), m.Headers())
 		kind := events.KindOf(m.Subject())
 		folds[kind].want(env.Aggregate) // decode refuses a kind without a view
 		envs = append(envs, env)
@@ -584,6 +597,11 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 	for _, d := range dead {
 		b.Queue(`INSERT INTO dead_letters (sequence, subject, type, error, data) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (sequence) DO NOTHING`, int64(d.seq), d.subject, d.typ, d.err.Error(), d.data)
+		if errors.Is(d.err, events.ErrUnauthorizedWriter) {
+			p.log.Error("projector refused an event its writer may not write: a host's credentials may be compromised",
+				"sequence", d.seq, "subject", d.subject, "type", d.typ, "err", d.err)
+			continue
+		}
 		p.log.Warn("projector dead-lettered an event", "sequence", d.seq, "subject", d.subject, "type", d.typ, "err", d.err)
 	}
 	b.Queue(`UPDATE projector_checkpoints SET sequence = $2, update_time = now(), fence = GREATEST(fence, $3) WHERE partition = $1`,
@@ -605,6 +623,15 @@ ON CONFLICT (sequence) DO NOTHING`, int64(d.seq), d.subject, d.typ, d.err.Error(
 	p.applied.Add(ctx, int64(len(envs)), attrs)
 	if len(dead) > 0 {
 		p.deadLetters.Add(ctx, int64(len(dead)), attrs)
+		refused := 0
+		for _, d := range dead {
+			if errors.Is(d.err, events.ErrUnauthorizedWriter) {
+				refused++
+			}
+		}
+		if refused > 0 {
+			p.unauthorized.Add(ctx, int64(refused), attrs)
+		}
 	}
 	p.batchTime.Record(ctx, time.Since(start).Seconds(), attrs)
 	span.SetAttributes(attribute.Int64("tether.checkpoint", int64(last)))

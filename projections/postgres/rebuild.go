@@ -105,6 +105,10 @@ type ReplayOptions struct {
 	BatchSize int
 	// Upcast is handed to the replaying projector (ProjectorOptions.Upcast).
 	Upcast Upcaster
+	// Verifier is handed to the replaying projector
+	// (ProjectorOptions.Verifier): a replay must judge writers as the live
+	// projector does.
+	Verifier *natsjs.Verifier
 	// Progress, when set, is called at most every ProgressInterval and at
 	// each phase change, from the replaying goroutine.
 	Progress func(RebuildProgress)
@@ -234,6 +238,7 @@ func startReplay(ctx context.Context, opts ReplayOptions, stopOnPoison bool) (_ 
 	if r.proj, err = NewProjector(ProjectorOptions{
 		Pool: r.pool, JetStream: opts.JetStream, Stream: opts.Stream, Partition: opts.Partition,
 		BatchSize: opts.BatchSize, Logger: opts.Logger, Scratch: true, StopOnPoison: stopOnPoison, Upcast: opts.Upcast,
+		Verifier: opts.Verifier,
 	}); err != nil {
 		return nil, err
 	}

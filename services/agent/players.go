@@ -160,7 +160,7 @@ func (gs *gameServer) sessionFromAllocation(gsess string) func() *eventsv1.GameS
 		return nil
 	}
 	return func() *eventsv1.GameSessionCreated {
-		return events.SessionCreated(gs.name, alloc, policy, gs.a.opts.Clock.Now(), "")
+		return events.SessionCreated(gs.name, gs.a.host, alloc, policy, gs.a.opts.Clock.Now(), "")
 	}
 }
 
@@ -212,7 +212,7 @@ func (s *sdkServer) Allocate(ctx context.Context, req *sdkv1.AllocateRequest) (*
 	if err := gs.record(ctx, events.Allocate{Allocated: alloc}); err != nil {
 		return nil, sdkError(err)
 	}
-	created := events.SessionCreated(gs.name, alloc, policy, s.a.opts.Clock.Now(), "")
+	created := events.SessionCreated(gs.name, s.a.host, alloc, policy, s.a.opts.Clock.Now(), "")
 	if _, _, err := s.a.decideSession(ctx, name, events.CreateGameSession{Created: created}, nil); err != nil {
 		// The allocation stands; the controller creates the session from it.
 		gs.log.Warn("self-allocation: game session not created yet; the controller will", "game_session", name, "err", err)

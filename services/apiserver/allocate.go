@@ -284,7 +284,7 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 	if err != nil {
 		return nil, err
 	}
-	created := events.SessionCreated(name, alloc, policy, now, req.GetRequestId())
+	created := events.SessionCreated(name, state.GetHost(), alloc, policy, now, req.GetRequestId())
 	sessionSeq, err := a.createSession(ctx, envs[0], created)
 	if err != nil {
 		// The allocation stands; the controller creates the session from it.
@@ -385,7 +385,7 @@ func (a *allocationService) replay(ctx context.Context, gameServer string, seq u
 	if err != nil {
 		return nil, err
 	}
-	created := events.SessionCreated(gameServer, alloc, policy, env.Time, env.RequestID)
+	created := events.SessionCreated(gameServer, row.State.GetHost(), alloc, policy, env.Time, env.RequestID)
 	// The server may have moved on since; the response shows it as it was
 	// right after the allocation, with its current process facts.
 	state := proto.CloneOf(row.State)

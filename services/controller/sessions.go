@@ -64,7 +64,7 @@ func sessionEnd(gs *eventsv1.GameServerState, s *eventsv1.GameSessionState) even
 // conflict: its allocator created it after all).
 func (p planner) createSession(u uncreatedSession, now time.Time, out *Plan) {
 	alloc := u.server.GetAllocation()
-	created := events.SessionCreated(u.server.GetName(), alloc, u.policy, now, "")
+	created := events.SessionCreated(u.server.GetName(), u.server.GetHost(), alloc, u.policy, now, "")
 	name := alloc.GetGameSession()
 	msgs, err := events.DecideGameSession(name, nil, events.CreateGameSession{Created: created})
 	if err != nil {

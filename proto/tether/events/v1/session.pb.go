@@ -413,8 +413,12 @@ type GameSessionCreated struct {
 	Players []*PlayerSeat `protobuf:"bytes,4,rep,name=players,proto3" json:"players,omitempty"`
 	// Request id of the allocation, if any.
 	AllocationRequestId string `protobuf:"bytes,5,opt,name=allocation_request_id,json=allocationRequestId,proto3" json:"allocation_request_id,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Host resource name of the game server ("hosts/{host}"): only its agent
+	// may write the session's player events when writers are verified.
+	// Empty on sessions created before it existed.
+	Host          string `protobuf:"bytes,6,opt,name=host,proto3" json:"host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GameSessionCreated) Reset() {
@@ -478,6 +482,13 @@ func (x *GameSessionCreated) GetPlayers() []*PlayerSeat {
 func (x *GameSessionCreated) GetAllocationRequestId() string {
 	if x != nil {
 		return x.AllocationRequestId
+	}
+	return ""
+}
+
+func (x *GameSessionCreated) GetHost() string {
+	if x != nil {
+		return x.Host
 	}
 	return ""
 }
@@ -1171,7 +1182,9 @@ type GameSessionState struct {
 	// Time of GameSessionCreated.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Time of the last event.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Host resource name of the game server, from GameSessionCreated.
+	Host          string `protobuf:"bytes,12,opt,name=host,proto3" json:"host,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1283,6 +1296,13 @@ func (x *GameSessionState) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *GameSessionState) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
 var File_tether_events_v1_session_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_session_proto_rawDesc = "" +
@@ -1300,7 +1320,7 @@ const file_tether_events_v1_session_proto_rawDesc = "" +
 	"\vplayer_data\x18\x03 \x01(\tR\n" +
 	"playerData\x12\x12\n" +
 	"\x04slot\x18\x04 \x01(\x05R\x04slot\x12M\n" +
-	"\x14reservation_deadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x13reservationDeadline\"\xf3\x02\n" +
+	"\x14reservation_deadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x13reservationDeadline\"\x87\x03\n" +
 	"\x12GameSessionCreated\x12\x1f\n" +
 	"\vgame_server\x18\x01 \x01(\tR\n" +
 	"gameServer\x12T\n" +
@@ -1309,7 +1329,8 @@ const file_tether_events_v1_session_proto_rawDesc = "" +
 	"properties\x12;\n" +
 	"\x06policy\x18\x03 \x01(\v2#.tether.events.v1.GameSessionPolicyR\x06policy\x126\n" +
 	"\aplayers\x18\x04 \x03(\v2\x1c.tether.events.v1.PlayerSeatR\aplayers\x122\n" +
-	"\x15allocation_request_id\x18\x05 \x01(\tR\x13allocationRequestId\x1a=\n" +
+	"\x15allocation_request_id\x18\x05 \x01(\tR\x13allocationRequestId\x12\x12\n" +
+	"\x04host\x18\x06 \x01(\tR\x04host\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa9\x01\n" +
@@ -1360,7 +1381,7 @@ const file_tether_events_v1_session_proto_rawDesc = "" +
 	"\n" +
 	"connection\x18\r \x01(\x03R\n" +
 	"connection\x12>\n" +
-	"\x1bconnection_token_generation\x18\x0e \x01(\x03R\x19connectionTokenGeneration\"\xc8\x05\n" +
+	"\x1bconnection_token_generation\x18\x0e \x01(\x03R\x19connectionTokenGeneration\"\xdc\x05\n" +
 	"\x10GameSessionState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vgame_server\x18\x02 \x01(\tR\n" +
@@ -1379,7 +1400,8 @@ const file_tether_events_v1_session_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x1a=\n" +
+	"updateTime\x12\x12\n" +
+	"\x04host\x18\f \x01(\tR\x04host\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xd1\x01\n" +
