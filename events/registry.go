@@ -1,6 +1,7 @@
 package events
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -111,12 +112,18 @@ func KindOf(subject string) string {
 	return kind
 }
 
-// Fold folds events, in order, into the aggregate's state from none.
+// Fold folds events, in order, into the aggregate's state from none. An
+// event its writer may not write (ErrUnauthorizedWriter) is left out, as
+// the projector leaves it out of the views.
 func (a Aggregate) Fold(evs []Envelope) (proto.Message, error) {
 	var state proto.Message
 	for _, e := range evs {
-		var err error
-		if state, err = a.Apply(state, e); err != nil {
+		next, err := a.Apply(state, e)
+		if errors.Is(err, ErrUnauthorizedWriter) {
+			continue
+		}
+		state = next
+		if err != nil {
 			return nil, fmt.Errorf("fold %s at %d: %w", e.Aggregate, e.Sequence, err)
 		}
 	}

@@ -31,6 +31,27 @@ type Signers interface {
 	VerifyFrom() uint64
 }
 
+// Signer signs the events a store appends: natsauth.Credentials, whose key
+// may be rotated while the store runs, or a fixed KeySigner.
+type Signer interface {
+	// Sign signs content with the current key and returns the key's
+	// public half with the signature.
+	Sign(content []byte) (publicKey string, signature []byte, err error)
+}
+
+// KeySigner signs with one key pair.
+type KeySigner struct{ KeyPair nkeys.KeyPair }
+
+// Sign implements Signer.
+func (k KeySigner) Sign(content []byte) (string, []byte, error) {
+	pub, err := k.KeyPair.PublicKey()
+	if err != nil {
+		return "", nil, err
+	}
+	sig, err := k.KeyPair.Sign(content)
+	return pub, sig, err
+}
+
 // signedContent is what a signature covers.
 func signedContent(subject string, data []byte) []byte {
 	b := make([]byte, 0, len(subject)+1+len(data))
@@ -39,13 +60,9 @@ func signedContent(subject string, data []byte) []byte {
 	return append(b, data...)
 }
 
-// sign adds the signature headers of data on subject, signed by kp.
-func sign(kp nkeys.KeyPair, subject string, data []byte, h nats.Header) error {
-	pub, err := kp.PublicKey()
-	if err != nil {
-		return err
-	}
-	sig, err := kp.Sign(signedContent(subject, data))
+// sign adds the signature headers of data on subject, signed by s.
+func sign(s Signer, subject string, data []byte, h nats.Header) error {
+	pub, sig, err := s.Sign(signedContent(subject, data))
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 
 	"github.com/tetherhq/tether/events"
 )
@@ -60,7 +59,7 @@ type Options struct {
 	// Signer, when set, signs every appended event (HeaderSigner,
 	// HeaderSignature) with the writer's NATS nkey, so readers that verify
 	// know who wrote it (natsauth).
-	Signer nkeys.KeyPair
+	Signer Signer
 	// Verifier, when set, verifies the signatures of the events the store
 	// reads and sets their Envelope.Writer, which the folds check.
 	Verifier *Verifier
@@ -108,7 +107,7 @@ type Store struct {
 	js       jetstream.JetStream
 	stream   jetstream.Stream
 	wait     time.Duration // Options.UnavailableWait
-	signer   nkeys.KeyPair
+	signer   Signer
 	verifier *Verifier
 	log      *slog.Logger
 }

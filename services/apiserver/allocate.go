@@ -206,8 +206,15 @@ func (a *allocationService) catchUp(ctx context.Context, name string, state *eve
 		return nil, 0, err
 	}
 	for _, e := range evs {
-		if state, err = events.ApplyGameServer(state, e); err != nil {
+		next, err := events.ApplyGameServer(state, e)
+		switch {
+		case errors.Is(err, events.ErrUnauthorizedWriter):
+			// Not the server's: the projector dead-letters it too.
+			a.s.log.Error("event refused: its writer may not write it", "game_server", name, "sequence", e.Sequence, "type", e.Type, "err", err)
+		case err != nil:
 			return nil, 0, fmt.Errorf("fold %s: %w", name, err)
+		default:
+			state = next
 		}
 		seq = e.Sequence
 	}

@@ -42,7 +42,7 @@ func (p *projectionService) replayOptions() (postgres.ReplayOptions, error) {
 		return postgres.ReplayOptions{}, &apiError{code: codes.Unimplemented, reason: ReasonProjectionsUnavailable,
 			msg: "this API server has no database pool or JetStream handle for projection operations"}
 	}
-	return postgres.ReplayOptions{Pool: o.ProjectionPool, JetStream: o.JetStream, Logger: p.s.log.With("component", "projections")}, nil
+	return postgres.ReplayOptions{Pool: o.ProjectionPool, JetStream: o.JetStream, Verifier: o.Verifier, Logger: p.s.log.With("component", "projections")}, nil
 }
 
 // projectionError decides the status of the projection operations' errors.

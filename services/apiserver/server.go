@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
@@ -119,6 +120,9 @@ type Options struct {
 	// (status, rebuild, check, dead letters; the pool of the live views).
 	ProjectionPool *pgxpool.Pool
 	JetStream      jetstream.JetStream
+	// Verifier, when set, judges event writers in rebuilds, checks and
+	// dead-letter retries as the live projector does (its --nats-signers).
+	Verifier *natsjs.Verifier
 	// Keys, when set, authenticate every call (Authorization: Bearer <key>)
 	// and the permission matrix authorises it by the key's role; without
 	// them every caller may do everything.

@@ -34,6 +34,7 @@ import (
 	"github.com/tetherhq/tether/services/dev"
 	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/nats/lease"
+	"github.com/tetherhq/tether/services/nats/natsauth"
 	"github.com/tetherhq/tether/services/platform/admin"
 	"github.com/tetherhq/tether/services/platform/apikeys"
 	"github.com/tetherhq/tether/services/platform/connect"
@@ -62,6 +63,9 @@ type global struct {
 	dbURL     string
 	pprofAddr string
 	adminAddr string
+	// natsCreds and natsSigners: see natsauth.go.
+	natsCreds   string
+	natsSigners string
 }
 
 func rootCommand() *cobra.Command {
@@ -75,6 +79,10 @@ func rootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server")
 	root.PersistentFlags().StringVar(&g.dbURL, "database-url", "", "PostgreSQL URL")
+	root.PersistentFlags().StringVar(&g.natsCreds, "nats-creds", "",
+		"NATS credentials file of this component or host (made with: tether nats-auth init); its key also signs the events written; re-read when it changes")
+	root.PersistentFlags().StringVar(&g.natsSigners, "nats-signers", "",
+		"signers file (tether nats-auth): verify who wrote each event read, and refuse a host agent's event on another host's servers; re-read when it changes")
 	root.PersistentFlags().StringVar(&g.pprofAddr, "pprof-addr", "",
 		"serve Go runtime profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060; off when empty")
 	root.PersistentFlags().StringVar(&g.adminAddr, "admin-addr", "",
@@ -208,8 +216,8 @@ func apiserverCommand(g *global) *cobra.Command {
 		Use:   "apiserver",
 		Short: "Serve the control-plane API (gRPC and REST)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runService(cmd.Context(), g, service{name: "tether-apiserver", database: true}, func(ctx context.Context, d deps) (runner, error) {
-				store, err := natsjs.New(ctx, d.js, natsjs.Options{Logger: d.log})
+			return runService(cmd.Context(), g, service{name: "tether-apiserver", database: true, principal: natsauth.APIServer}, func(ctx context.Context, d deps) (runner, error) {
+				store, err := natsjs.New(ctx, d.js, d.auth.storeOptions(natsjs.Options{Logger: d.log}))
 				if err != nil {
 					return nil, err
 				}
@@ -238,7 +246,7 @@ func apiserverCommand(g *global) *cobra.Command {
 					d.log.Info("API callers authenticate with the keys of a file", "file", keysFile, "keys", opts.Keys.Len())
 				}
 				opts.Tokens, opts.Commands = tokens, bus
-				opts.ProjectionPool, opts.JetStream = d.pool, d.js
+				opts.ProjectionPool, opts.JetStream, opts.Verifier = d.pool, d.js, d.auth.verifier()
 				opts.Store, opts.Views, opts.Freshness = store, postgres.NewViews(d.pool), postgres.NewFreshness(d.pool, d.log)
 				opts.Watch = store
 				opts.Logger, opts.TracerProvider, opts.MeterProvider = d.log, d.tel.TracerProvider, d.tel.MeterProvider
@@ -271,11 +279,12 @@ func projectorCommand(g *global) *cobra.Command {
 		Use:   "projector",
 		Short: "Fold the event stream into the PostgreSQL views (one active instance; others stand by)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runService(cmd.Context(), g, service{name: "tether-projector", database: true}, func(ctx context.Context, d deps) (runner, error) {
+			return runService(cmd.Context(), g, service{name: "tether-projector", database: true, principal: natsauth.Projector}, func(ctx context.Context, d deps) (runner, error) {
 				if _, err := natsjs.New(ctx, d.js, natsjs.Options{Logger: d.log}); err != nil {
 					return nil, err
 				}
 				opts.Projector.Pool, opts.Projector.JetStream, opts.Logger = d.pool, d.js, d.log
+				opts.Projector.Verifier = d.auth.verifier()
 				opts.Projector.TracerProvider, opts.Projector.MeterProvider = d.tel.TracerProvider, d.tel.MeterProvider
 				return projector.New(opts)
 			})
@@ -312,7 +321,11 @@ telling you to run this.`,
 				return errors.New("--database-url (or DATABASE_URL) is required (or --skip-database to set up NATS only)")
 			}
 			ctx := cmd.Context()
-			nc, js, err := connect.NATS(g.natsURL, connect.NATSOptions{Name: "tether-migrate", Logger: log})
+			auth, err := g.natsAuth(log, natsauth.Admin)
+			if err != nil {
+				return err
+			}
+			nc, js, err := connect.NATS(g.natsURL, connect.NATSOptions{Name: "tether-migrate", Logger: log, Auth: auth.options()})
 			if err != nil {
 				return err
 			}
@@ -343,8 +356,8 @@ func controllerCommand(g *global) *cobra.Command {
 		Use:   "controller",
 		Short: "Keep fleets at their replica count (one active instance; others stand by)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runService(cmd.Context(), g, service{name: "tether-controller", database: true}, func(ctx context.Context, d deps) (runner, error) {
-				store, err := natsjs.New(ctx, d.js, natsjs.Options{Logger: d.log})
+			return runService(cmd.Context(), g, service{name: "tether-controller", database: true, principal: natsauth.Controller}, func(ctx context.Context, d deps) (runner, error) {
+				store, err := natsjs.New(ctx, d.js, d.auth.storeOptions(natsjs.Options{Logger: d.log}))
 				if err != nil {
 					return nil, err
 				}
@@ -385,10 +398,10 @@ func agentCommand(g *global) *cobra.Command {
 		Use:   "agent --host-id ID",
 		Short: "Run the host agent: launch and supervise game servers, serve the local SDK",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			svc := service{name: "tether-agent", conn: "tether-agent-" + opts.HostID, selfObserved: true}
+			svc := service{name: "tether-agent", conn: "tether-agent-" + opts.HostID, selfObserved: true, principal: natsauth.HostPrincipal(opts.HostID)}
 			return runService(cmd.Context(), g, svc, func(ctx context.Context, d deps) (runner, error) {
 				// No waiting for an unavailable stream: the outbox keeps the events.
-				store, err := natsjs.New(ctx, d.js, natsjs.Options{UnavailableWait: -1, Logger: d.log})
+				store, err := natsjs.New(ctx, d.js, d.auth.storeOptions(natsjs.Options{UnavailableWait: -1, Logger: d.log}))
 				if err != nil {
 					return nil, err
 				}
@@ -521,6 +534,8 @@ type deps struct {
 	// reconnect moves the NATS connection to another server when
 	// JetStream stops answering through it (a minority partition).
 	reconnect *natsjs.Reconnector
+	// auth signs the events the service writes and verifies those it reads.
+	auth *natsAuth
 }
 
 // service names a service's process and says what it connects to.
@@ -528,6 +543,8 @@ type service struct {
 	name     string // its telemetry service name, and its NATS connection's
 	conn     string // its NATS connection's name, if not name
 	database bool   // whether it needs PostgreSQL (--database-url)
+	// principal is whose NATS credentials it must be given, if any.
+	principal string
 	// selfObserved: the component reports its own regular JetStream calls
 	// to deps.reconnect (the agent's heartbeats), so no probe runs.
 	selfObserved bool
@@ -561,12 +578,17 @@ func runService(ctx context.Context, g *global, svc service, build func(context.
 		return err
 	}
 	defer shutdown(log, tel)
+	auth, err := g.natsAuth(log, svc.principal)
+	if err != nil {
+		return err
+	}
 	conn := cmp.Or(svc.conn, svc.name)
-	nc, js, err := connect.NATS(g.natsURL, connect.NATSOptions{Name: conn, Logger: log})
+	nc, js, err := connect.NATS(g.natsURL, connect.NATSOptions{Name: conn, Logger: log, Auth: auth.options()})
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+	auth.watch(ctx, nc, log)
 	var pool *pgxpool.Pool
 	if svc.database {
 		if pool, err = connect.Postgres(ctx, g.dbURL, 20); err != nil {
@@ -579,7 +601,7 @@ func runService(ctx context.Context, g *global, svc service, build func(context.
 		move = agentJetStreamFailingMove
 	}
 	rc := natsjs.NewReconnector(nc, move, log)
-	r, err := build(ctx, deps{log: log, tel: tel, js: js, pool: pool, reconnect: rc})
+	r, err := build(ctx, deps{log: log, tel: tel, js: js, pool: pool, reconnect: rc, auth: auth})
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -35,6 +36,10 @@ type Options struct {
 	// Cluster, when set, makes the server a node of a JetStream cluster
 	// (tests of replicated streams and of a node's loss).
 	Cluster *Cluster
+	// AuthConfig, when set, is a nats-server configuration file whose
+	// authentication the server takes: natsauth's server.conf (operator,
+	// accounts, resolver). ReloadAuth reads it again.
+	AuthConfig string
 }
 
 // Cluster joins an embedded server to a NATS cluster.
@@ -72,6 +77,7 @@ func (o *Options) Validate() error {
 // Server is a running embedded nats-server.
 type Server struct {
 	srv      *server.Server
+	options  func() (*server.Options, error) // the server's options, AuthConfig read afresh
 	storeDir string
 	tempDir  string // removed on Shutdown; empty when the caller owns StoreDir
 	log      *slog.Logger
@@ -107,20 +113,31 @@ func Start(opts Options) (*Server, error) {
 		}
 		s.storeDir, s.tempDir = dir, dir
 	}
-	sopts := &server.Options{
-		Host:      opts.Host,
-		Port:      port,
-		JetStream: true,
-		StoreDir:  s.storeDir,
-		NoSigs:    true,
+	s.options = func() (*server.Options, error) {
+		sopts := &server.Options{}
+		if opts.AuthConfig != "" {
+			var err error
+			if sopts, err = server.ProcessConfigFile(opts.AuthConfig); err != nil {
+				return nil, fmt.Errorf("natsembed: auth config: %w", err)
+			}
+			sopts.ConfigFile = "" // its other settings are ours, below
+		}
+		sopts.Host, sopts.Port = opts.Host, port
+		sopts.JetStream, sopts.StoreDir = true, s.storeDir
+		sopts.NoSigs = true
 		// Application-level keepalive towards clients (DESIGN.md §1 failure 2).
-		PingInterval: 20 * time.Second,
-		MaxPingsOut:  3,
+		sopts.PingInterval, sopts.MaxPingsOut = 20*time.Second, 3
+		if c := opts.Cluster; c != nil {
+			sopts.ServerName = c.ServerName
+			sopts.Cluster = server.ClusterOpts{Name: c.Name, Host: opts.Host, Port: c.Port}
+			sopts.Routes = server.RoutesFromStr(strings.Join(c.Routes, ","))
+		}
+		return sopts, nil
 	}
-	if c := opts.Cluster; c != nil {
-		sopts.ServerName = c.ServerName
-		sopts.Cluster = server.ClusterOpts{Name: c.Name, Host: opts.Host, Port: c.Port}
-		sopts.Routes = server.RoutesFromStr(strings.Join(c.Routes, ","))
+	sopts, err := s.options()
+	if err != nil {
+		s.removeTemp()
+		return nil, err
 	}
 	srv, err := server.NewServer(sopts)
 	if err != nil {
@@ -171,6 +188,23 @@ func (s *Server) ClientURL() string { return s.srv.ClientURL() }
 
 // Name returns the server's name (its cluster node name, when clustered).
 func (s *Server) Name() string { return s.srv.Name() }
+
+// ReloadAuth reads Options.AuthConfig again and applies it to the running
+// server, as nats-server does on SIGHUP: a revoked user's connections are
+// closed, new users are accepted.
+func (s *Server) ReloadAuth() error {
+	sopts, err := s.options()
+	if err != nil {
+		return err
+	}
+	if addr, ok := s.srv.Addr().(*net.TCPAddr); ok {
+		sopts.Port = addr.Port // a random port stays the one it became
+	}
+	if err := s.srv.ReloadOptions(sopts); err != nil {
+		return fmt.Errorf("natsembed: reload: %w", err)
+	}
+	return nil
+}
 
 // StoreDir returns the JetStream store directory in use.
 func (s *Server) StoreDir() string { return s.storeDir }

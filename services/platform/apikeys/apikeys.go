@@ -28,9 +28,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tetherhq/tether/services/platform/filewatch"
 )
 
 // Role is what a principal may do; the API's permission matrix says which
@@ -97,49 +98,32 @@ type key struct {
 	expires time.Time // zero: never
 }
 
-// Keys is the set of keys of a keys file, safe for concurrent use.
+// Keys is the set of keys of a keys file, safe for concurrent use. The
+// file is reloaded when it changes (Watch): a file that does not parse
+// leaves the keys loaded before in force.
 type Keys struct {
-	path string
-	log  *slog.Logger
-
-	mu     sync.RWMutex
-	byHash map[[sha256.Size]byte]key
-	loaded []byte // the file's content as last loaded
+	file *filewatch.File[map[[sha256.Size]byte]key]
 }
 
 // Load reads the keys file at path. A file that does not parse is an error
 // naming its line.
 func Load(path string, log *slog.Logger) (*Keys, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	data, err := os.ReadFile(path)
+	f, err := filewatch.Load(path, "API keys", parse, log)
 	if err != nil {
 		return nil, fmt.Errorf("apikeys: %w", err)
 	}
-	byHash, err := parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("apikeys: %s: %w", path, err)
-	}
-	return &Keys{path: path, log: log, byHash: byHash, loaded: data}, nil
+	return &Keys{file: f}, nil
 }
 
 // Len is the number of keys loaded.
-func (k *Keys) Len() int {
-	k.mu.RLock()
-	defer k.mu.RUnlock()
-	return len(k.byHash)
-}
+func (k *Keys) Len() int { return len(k.file.Value()) }
 
 // Authenticate returns the principal whose key secret is, at time now.
 func (k *Keys) Authenticate(secret string, now time.Time) (Principal, error) {
 	if secret == "" {
 		return Principal{}, ErrNoKey
 	}
-	sum := sha256.Sum256([]byte(secret))
-	k.mu.RLock()
-	found, ok := k.byHash[sum]
-	k.mu.RUnlock()
+	found, ok := k.file.Value()[sha256.Sum256([]byte(secret))]
 	switch {
 	case !ok:
 		return Principal{}, ErrUnknownKey
@@ -153,54 +137,19 @@ func (k *Keys) Authenticate(secret string, now time.Time) (Principal, error) {
 // parse, or cannot be read, leaves the loaded keys in force: the error says
 // why.
 func (k *Keys) Reload() (changed bool, err error) {
-	data, err := os.ReadFile(k.path)
+	changed, err = k.file.Reload()
 	if err != nil {
 		return false, fmt.Errorf("apikeys: %w", err)
 	}
-	k.mu.RLock()
-	same := bytes.Equal(data, k.loaded)
-	k.mu.RUnlock()
-	if same {
-		return false, nil
-	}
-	byHash, err := parse(data)
-	if err != nil {
-		return false, fmt.Errorf("apikeys: %s: %w", k.path, err)
-	}
-	k.mu.Lock()
-	k.byHash, k.loaded = byHash, data
-	k.mu.Unlock()
-	return true, nil
+	return changed, nil
 }
 
 // DefaultReloadEvery is how often Watch looks at the file.
-const DefaultReloadEvery = 2 * time.Second
+const DefaultReloadEvery = filewatch.DefaultInterval
 
 // Watch reloads the file every interval until ctx ends, logging each
 // change and each file that was refused.
-func (k *Keys) Watch(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	var lastErr string
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		changed, err := k.Reload()
-		switch {
-		case err != nil && err.Error() != lastErr:
-			k.log.Error("API keys file refused; the keys loaded before stay in force", "file", k.path, "err", err)
-			lastErr = err.Error()
-		case err == nil && changed:
-			k.log.Info("API keys reloaded", "file", k.path, "keys", k.Len())
-			lastErr = ""
-		case err == nil:
-			lastErr = ""
-		}
-	}
-}
+func (k *Keys) Watch(ctx context.Context, interval time.Duration) { k.file.Watch(ctx, interval) }
 
 // namePattern is what a key's name may be: it is shown as the actor of
 // events and in logs.

@@ -29,6 +29,8 @@ type NATSOptions struct {
 	MaxPingsOutstanding int
 	// Logger receives connection state changes.
 	Logger *slog.Logger
+	// Auth are more options: credentials (natsauth.Credentials.NATSOptions).
+	Auth []nats.Option
 }
 
 // NATS connects to url and returns the connection and its JetStream
@@ -44,7 +46,7 @@ func NATS(url string, opts NATSOptions) (*nats.Conn, jetstream.JetStream, error)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	nc, err := nats.Connect(url,
+	nc, err := nats.Connect(url, append([]nats.Option{
 		nats.Name(opts.Name),
 		nats.PingInterval(opts.PingInterval),
 		nats.MaxPingsOutstanding(opts.MaxPingsOutstanding),
@@ -56,7 +58,16 @@ func NATS(url string, opts NATSOptions) (*nats.Conn, jetstream.JetStream, error)
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
 		}),
-	)
+		// Asynchronous errors, such as a publish or subscription the
+		// credentials do not permit: a misconfiguration, or a probe.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				log.Error("nats error", "subject", sub.Subject, "err", err)
+				return
+			}
+			log.Error("nats error", "err", err)
+		}),
+	}, opts.Auth...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", Redact(url), err)
 	}

@@ -1,0 +1,180 @@
+// Package natsauth gives every Tether component and every host agent a
+// NATS identity of its own, with only the subjects it uses (DESIGN.md §7,
+// docs/security.md): decentralized NATS auth, one operator, one account
+// for Tether (JetStream enabled) and one user per principal, whose
+// credentials file (.creds: a user JWT and its nkey seed) a component
+// connects with. The same nkey signs the events the component appends
+// (events/natsjs), and the signers file maps each public key to its
+// principal, so readers know who wrote each event.
+//
+// What NATS refuses by subject: a host agent beats only its own heartbeat
+// key, reads only its own commands, writes only its own host's events, and
+// cannot touch a stream's configuration; only the admin principal (`tether
+// migrate`) may create, update, purge or delete streams. What the subjects
+// cannot say (a host agent writes game-server events, and a game server's
+// subject does not name its host), the signature says: the folds refuse a
+// host agent's event on another host's game server (events.checkWriter).
+package natsauth
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/services/nats/commands"
+	"github.com/tetherhq/tether/services/nats/hostbeat"
+	"github.com/tetherhq/tether/services/nats/lease"
+)
+
+// The control-plane principals. A host agent's principal is
+// HostPrincipal(id).
+const (
+	// Admin sets up and changes streams and buckets (`tether migrate`) and
+	// may do anything.
+	Admin = "admin"
+	// APIServer is the API (gRPC and REST).
+	APIServer = "apiserver"
+	// Controller is the controller.
+	Controller = "controller"
+	// Projector is the projector.
+	Projector = "projector"
+)
+
+// Components lists the control-plane principals, in the order Init
+// creates them.
+func Components() []string { return []string{Admin, APIServer, Controller, Projector} }
+
+// HostPrincipal returns the principal of the agent of host id: its host's
+// resource name, "hosts/h1".
+func HostPrincipal(id string) string { return events.HostName(id) }
+
+// HostID returns the host id of a host agent's principal, ok=false for
+// any other principal.
+func HostID(principal string) (string, bool) {
+	id, ok := strings.CutPrefix(principal, "hosts/")
+	return id, ok && events.CheckID(id) == nil
+}
+
+// CheckPrincipal refuses a principal that is neither a component nor a
+// host agent with a valid host id.
+func CheckPrincipal(principal string) error {
+	for _, c := range Components() {
+		if principal == c {
+			return nil
+		}
+	}
+	if _, ok := HostID(principal); ok {
+		return nil
+	}
+	return fmt.Errorf("natsauth: %q is no principal: one of %s, or hosts/ID", principal, strings.Join(Components(), ", "))
+}
+
+// InboxPrefix is the prefix of a principal's reply subjects: its
+// permissions let it subscribe there only, so one host agent cannot read
+// the replies (its commands, its reads) of another. It does not change
+// when the principal's key is rotated.
+func InboxPrefix(principal string) string {
+	return "_INBOX." + strings.ReplaceAll(principal, "/", ".")
+}
+
+// Permissions are the subjects a principal may publish to (Publish, less
+// PublishDeny) and subscribe to.
+type Permissions struct {
+	Publish     []string
+	PublishDeny []string
+	Subscribe   []string
+}
+
+// The JetStream API subjects, by the name of what they act on.
+const (
+	jsAPI       = "$JS.API."
+	kvHosts     = "KV_" + hostbeat.Bucket
+	projectorCn = "tether-projector" // the projector's durable consumer
+)
+
+// jsRead is what every control-plane component reads: stream and
+// consumer information, single messages, and its consumers' deliveries.
+var jsRead = []string{
+	jsAPI + "INFO",
+	jsAPI + "STREAM.INFO.*",
+	jsAPI + "STREAM.NAMES",
+	jsAPI + "STREAM.LIST",
+	jsAPI + "STREAM.MSG.GET.*",
+	jsAPI + "DIRECT.GET.*",
+	jsAPI + "DIRECT.GET.*.>",
+	jsAPI + "CONSUMER.INFO.*.*",
+	jsAPI + "CONSUMER.NAMES.*",
+	jsAPI + "CONSUMER.LIST.*",
+	jsAPI + "CONSUMER.CREATE.>",
+	jsAPI + "CONSUMER.DURABLE.CREATE.>",
+	jsAPI + "CONSUMER.MSG.NEXT.*.*",
+	jsAPI + "CONSUMER.DELETE.*.*",
+	"$JS.ACK.>",
+	"$JS.FC.>",
+}
+
+// eventSubjects is every event subject.
+const eventSubjects = events.SubjectPrefix + ".>"
+
+// PermissionsOf returns what principal may do.
+func PermissionsOf(principal string) (Permissions, error) {
+	if err := CheckPrincipal(principal); err != nil {
+		return Permissions{}, err
+	}
+	p := Permissions{Subscribe: []string{InboxPrefix(principal) + ".>"}}
+	switch principal {
+	case Admin:
+		return Permissions{Publish: []string{">"}, Subscribe: []string{">"}}, nil
+	case APIServer:
+		p.Publish = append([]string{eventSubjects, commands.Subject("*")}, jsRead...)
+	case Controller:
+		p.Publish = append([]string{eventSubjects, commands.Subject("*"), "$KV." + lease.Bucket + ".*", "$KV." + hostbeat.Bucket + ".*"}, jsRead...)
+	case Projector:
+		p.Publish = append([]string{"$KV." + lease.Bucket + ".*"}, jsRead...)
+	default:
+		id, _ := HostID(principal)
+		p.Publish, p.PublishDeny = agentPermissions(id)
+	}
+	return p, nil
+}
+
+// agentPermissions are a host agent's: its own host's events and any game
+// server's and game session's (the folds judge those by signature), its
+// own heartbeat key, its own commands' durable consumer, and reads of the
+// events stream.
+func agentPermissions(id string) (allow, deny []string) {
+	durable := "agent-" + id
+	cmd := commands.StreamName
+	ev := events.StreamName
+	allow = []string{
+		events.MustSubject(events.HostName(id)),
+		events.SubjectPrefix + "." + events.KindGameServer + ".>",
+		events.SubjectPrefix + "." + events.KindGameSession + ".*",
+		"$KV." + hostbeat.Bucket + "." + id,
+		jsAPI + "INFO",
+		jsAPI + "STREAM.INFO." + ev,
+		jsAPI + "STREAM.INFO." + cmd,
+		jsAPI + "STREAM.INFO." + kvHosts,
+		jsAPI + "STREAM.MSG.GET." + ev,
+		jsAPI + "DIRECT.GET." + ev,
+		jsAPI + "DIRECT.GET." + ev + ".>",
+		jsAPI + "DIRECT.GET." + kvHosts + ".$KV." + hostbeat.Bucket + "." + id,
+		// History reads: ephemeral consumers of the events stream.
+		jsAPI + "CONSUMER.CREATE." + ev + ".>",
+		jsAPI + "CONSUMER.INFO." + ev + ".*",
+		jsAPI + "CONSUMER.MSG.NEXT." + ev + ".*",
+		jsAPI + "CONSUMER.DELETE." + ev + ".*",
+		// Its own commands, through its own durable consumer.
+		jsAPI + "CONSUMER.CREATE." + cmd + "." + durable + "." + commands.Subject(id),
+		jsAPI + "CONSUMER.DURABLE.CREATE." + cmd + "." + durable,
+		jsAPI + "CONSUMER.INFO." + cmd + "." + durable,
+		jsAPI + "CONSUMER.MSG.NEXT." + cmd + "." + durable,
+		"$JS.ACK." + cmd + "." + durable + ".>",
+	}
+	// The projector's durable consumer is not a history read's.
+	deny = []string{
+		jsAPI + "CONSUMER.*." + ev + "." + projectorCn,
+		jsAPI + "CONSUMER.*." + ev + "." + projectorCn + ".>",
+	}
+	return allow, deny
+}
