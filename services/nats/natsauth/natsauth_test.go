@@ -2,6 +2,7 @@ package natsauth_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -9,9 +10,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/nats/natsauth"
 	"github.com/tetherhq/tether/services/platform/migrate"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // startAuthServer makes a credentials directory for hosts and starts an
@@ -76,5 +81,98 @@ func TestOnlyAdminChangesStreams(t *testing.T) {
 	}
 	if _, err := admin.Stream(ctx, "TETHER_EVENTS"); err != nil {
 		t.Fatalf("the events stream is gone: %v", err)
+	}
+}
+
+// TestRotateAndRevokeWithoutARestart rotates a host's key while its
+// connection runs: the connection moves to the new key when it sees the
+// file change, the old key is revoked with a configuration reload, and the
+// events signed by either key stay verified.
+func TestRotateAndRevokeWithoutARestart(t *testing.T) {
+	dir, srv := startAuthServer(t, "h1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, admin := connectAs(t, dir, srv, natsauth.Admin)
+	if err := migrate.NATS(ctx, admin, migrate.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	path := natsauth.CredsPath(dir, natsauth.HostPrincipal("h1"))
+	creds, err := natsauth.LoadCredentials(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldFile, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(srv.ClientURL(), creds.NATSOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := natsjs.New(ctx, js, natsjs.Options{Signer: creds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go creds.Watch(watchCtx, 20*time.Millisecond, func() { _ = nc.ForceReconnect() })
+	e := events.New("hosts/h1", time.Now(), &eventsv1.HostRegistered{Capacity: 1})
+	if _, err := store.Append(ctx, events.MustSubject("hosts/h1"), events.AnySequence, e); err != nil {
+		t.Fatalf("append as h1: %v", err)
+	}
+
+	oldKey, err := natsauth.Rotate(dir, natsauth.HostPrincipal("h1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "the credentials to rotate", func() bool { return creds.Current().PublicKey != oldKey })
+	if err := natsauth.Revoke(dir, oldKey); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.ReloadAuth(); err != nil {
+		t.Fatal(err)
+	}
+	// The running connection is on the new key: it still writes.
+	wait.For(t, 10*time.Second, "a write with the new key", func() bool {
+		e := events.New("hosts/h1", time.Now(), &eventsv1.HostOnline{})
+		c, done := context.WithTimeout(ctx, time.Second)
+		defer done()
+		_, err := store.Append(c, events.MustSubject("hosts/h1"), events.AnySequence, e)
+		return err == nil
+	})
+	// The old credentials no longer connect.
+	oldPath := filepath.Join(t.TempDir(), "old.creds")
+	if err := os.WriteFile(oldPath, oldFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := nats.Connect(srv.ClientURL(), nats.UserCredentials(oldPath)); err == nil {
+		c.Close()
+		t.Fatal("the revoked credentials connected")
+	}
+	// Both keys' events are verified as h1's.
+	signers, err := natsauth.LoadSigners(filepath.Join(dir, natsauth.SignersFile), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := natsjs.New(ctx, admin, natsjs.Options{Verifier: natsjs.NewVerifier(signers)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist, err := reader.History(ctx, events.MustSubject("hosts/h1"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) < 2 {
+		t.Fatalf("%d events", len(hist))
+	}
+	for _, e := range hist {
+		if e.Writer != "hosts/h1" {
+			t.Errorf("event %d (%s) was written by %q", e.Sequence, e.Type, e.Writer)
+		}
 	}
 }
