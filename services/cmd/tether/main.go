@@ -93,7 +93,7 @@ func rootCommand() *cobra.Command {
 		}
 		return g.startProfiling(cmd.Context())
 	}
-	root.AddCommand(devCommand(&g), migrateCommand(&g), keysCommand(), apiserverCommand(&g), projectorCommand(&g), controllerCommand(&g), agentCommand(&g), chaosCommand(&g), simCommand(&g))
+	root.AddCommand(devCommand(&g), migrateCommand(&g), keysCommand(), natsAuthCommand(), apiserverCommand(&g), projectorCommand(&g), controllerCommand(&g), agentCommand(&g), chaosCommand(&g), simCommand(&g))
 	documentEnv(root)
 	return root
 }
