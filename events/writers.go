@@ -33,10 +33,10 @@ func HostWriter(writer string) (host string, ok bool) {
 // them checks no signatures. Control-plane writers pass; a host agent
 // passes only on its own host's aggregates.
 func checkWriter(e Envelope, host string) error {
-	switch {
-	case e.Writer == "":
+	switch e.Writer {
+	case "":
 		return nil
-	case e.Writer == UnverifiedWriter:
+	case UnverifiedWriter:
 		return fmt.Errorf("%w: %s %s on %s has no valid signature of a known key", ErrUnauthorizedWriter, e.Type, e.ID, e.Aggregate)
 	}
 	h, isHost := HostWriter(e.Writer)

@@ -29,9 +29,9 @@ import (
 // Every file is written beside its final name and renamed over it, so a
 // watcher never sees half a file.
 const (
-	keysDir    = "keys"
-	credsDir   = "creds"
-	ServerConf = "server.conf"
+	keysDir     = "keys"
+	credsDir    = "creds"
+	ServerConf  = "server.conf"
 	SignersFile = "signers"
 	revokedFile = "revoked"
 )

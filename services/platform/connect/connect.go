@@ -51,7 +51,7 @@ func NATS(url string, opts NATSOptions) (*nats.Conn, jetstream.JetStream, error)
 		nats.PingInterval(opts.PingInterval),
 		nats.MaxPingsOutstanding(opts.MaxPingsOutstanding),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(500*time.Millisecond),
+		nats.ReconnectWait(500 * time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			log.Warn("nats disconnected", "err", err)
 		}),

@@ -28,7 +28,7 @@ type File[T any] struct {
 	mu       sync.RWMutex
 	onChange func(T)
 	value    T
-	loaded []byte // the file's content as last parsed
+	loaded   []byte // the file's content as last parsed
 }
 
 // Load reads and parses the file at path; what names it in logs and
