@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -36,6 +37,7 @@ import (
 	"github.com/tetherhq/tether/services/dev/pgtemp"
 	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/nats/lease"
+	"github.com/tetherhq/tether/services/nats/natsauth"
 	"github.com/tetherhq/tether/services/platform/apikeys"
 	"github.com/tetherhq/tether/services/platform/connect"
 	"github.com/tetherhq/tether/services/platform/migrate"
@@ -166,6 +168,9 @@ type Addresses struct {
 	KeysDir string
 	// AdminKey is the admin role's API key (Options.Auth); empty otherwise.
 	AdminKey string
+	// NATSCreds is the admin's NATS credentials file when the embedded
+	// NATS server authenticates (Options.Auth); empty otherwise.
+	NATSCreds string
 }
 
 func (o *Options) setDefaults() error {
@@ -229,10 +234,31 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	natsURL := opts.NATSURL
+	ids := &natsIdentities{log: log}
+	defer ids.close()
 	if natsURL == "" {
+		var authConfig string
+		if opts.Auth {
+			// Each component and host its own NATS user, as in production.
+			ids.dir = NATSAuthDir(opts.DataDir)
+			hosts := make([]string, opts.Hosts)
+			for i := range hosts {
+				hosts[i] = hostID(i)
+			}
+			if err := natsauth.Init(ids.dir, hosts); err != nil {
+				return err
+			}
+			authConfig = filepath.Join(ids.dir, natsauth.ServerConf)
+			signers, err := natsauth.LoadSigners(filepath.Join(ids.dir, natsauth.SignersFile), log)
+			if err != nil {
+				return err
+			}
+			ids.signers = signers
+		}
 		ns, err := natsembed.Start(natsembed.Options{
 			Host: opts.Host, Port: portOrFree(log, "NATS", opts.Host, opts.NATSPort),
 			StoreDir: filepath.Join(opts.DataDir, "nats"), Logger: log.With("component", "nats"),
+			AuthConfig: authConfig,
 		})
 		if err != nil {
 			return err
@@ -258,11 +284,20 @@ func Run(ctx context.Context, opts Options) error {
 		dbURL = pg.URL("tether")
 	}
 
-	nc, js, err := connect.NATS(natsURL, connect.NATSOptions{Name: "tether-dev", Logger: log})
+	var adminAuth []nats.Option
+	if ids.dir != "" {
+		admin, err := natsauth.LoadCredentials(natsauth.CredsPath(ids.dir, natsauth.Admin), log)
+		if err != nil {
+			return err
+		}
+		adminAuth = admin.NATSOptions()
+	}
+	nc, js, err := connect.NATS(natsURL, connect.NATSOptions{Name: "tether-dev", Logger: log, Auth: adminAuth})
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+	ids.url, ids.sharedJ = natsURL, js
 	if opts.NATSURL == "" {
 		if err := dropEarlierLease(ctx, js, log); err != nil {
 			return err
@@ -275,13 +310,16 @@ func Run(ctx context.Context, opts Options) error {
 	if err := migrate.Postgres(ctx, dbURL, log); err != nil {
 		return err
 	}
-	store, err := natsjs.New(ctx, js, natsjs.Options{Logger: log})
+	// The stack's own store, for Started's callers: the admin's.
+	store, err := natsjs.New(ctx, js, ids.storeOptions(identity{}, natsjs.Options{Logger: log}))
 	if err != nil {
 		return err
 	}
-	// The agents' own: no waiting for an unavailable stream, the outbox
-	// keeps the events.
-	agentStore, err := natsjs.New(ctx, js, natsjs.Options{UnavailableWait: -1, Logger: log})
+	apiID, err := ids.as(natsauth.APIServer)
+	if err != nil {
+		return err
+	}
+	apiStore, err := natsjs.New(ctx, apiID.js, ids.storeOptions(apiID, natsjs.Options{Logger: log}))
 	if err != nil {
 		return err
 	}
@@ -291,8 +329,12 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer pool.Close()
 
+	projID, err := ids.as(natsauth.Projector)
+	if err != nil {
+		return err
+	}
 	projector, err := postgres.NewProjector(postgres.ProjectorOptions{
-		Pool: pool, JetStream: js, Logger: log.With("component", "projector"),
+		Pool: pool, JetStream: projID.js, Verifier: ids.verifier(), Logger: log.With("component", "projector"),
 		TracerProvider: opts.TracerProvider, MeterProvider: opts.MeterProvider,
 	})
 	if err != nil {
@@ -307,7 +349,7 @@ func Run(ctx context.Context, opts Options) error {
 		_ = grpcLis.Close() // Releasing a port on the error path; nothing to report.
 		return err
 	}
-	bus, err := commands.New(ctx, js)
+	apiBus, err := commands.New(ctx, apiID.js)
 	if err != nil {
 		return err
 	}
@@ -326,19 +368,31 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 	api, err := apiserver.New(apiserver.Options{
-		GRPCListener: grpcLis, HTTPListener: restLis, ProjectionPool: pool, JetStream: js,
-		Store: store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
-		Tokens: tokens, Commands: bus, Watch: store, Keys: keys,
+		GRPCListener: grpcLis, HTTPListener: restLis, ProjectionPool: pool, JetStream: apiID.js, Verifier: ids.verifier(),
+		Store: apiStore, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
+		Tokens: tokens, Commands: apiBus, Watch: apiStore, Keys: keys,
 		Logger: log.With("component", "apiserver"), TracerProvider: opts.TracerProvider,
 		MeterProvider: opts.MeterProvider, MetricsHandler: opts.MetricsHandler,
 	})
 	if err != nil {
 		return err
 	}
+	ctlID, err := ids.as(natsauth.Controller)
+	if err != nil {
+		return err
+	}
+	ctlStore, err := natsjs.New(ctx, ctlID.js, ids.storeOptions(ctlID, natsjs.Options{Logger: log}))
+	if err != nil {
+		return err
+	}
+	ctlBus, err := commands.New(ctx, ctlID.js)
+	if err != nil {
+		return err
+	}
 	ctlFresh := postgres.NewFreshness(pool, log)
 	ctlOpts := controller.Options{
-		JetStream: js, Store: store, Views: postgres.NewViews(pool), Freshness: ctlFresh,
-		Commands: bus, Logger: log.With("component", "controller"), MeterProvider: opts.MeterProvider,
+		JetStream: ctlID.js, Store: ctlStore, Views: postgres.NewViews(pool), Freshness: ctlFresh,
+		Commands: ctlBus, Logger: log.With("component", "controller"), MeterProvider: opts.MeterProvider,
 	}
 	if opts.ControllerOptions != nil {
 		opts.ControllerOptions(&ctlOpts)
@@ -354,8 +408,24 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Auth {
 		addrs.KeysDir = KeysDir(opts.DataDir)
 	}
+	if ids.dir != "" {
+		addrs.NATSCreds = natsauth.CredsPath(ids.dir, natsauth.Admin)
+	}
 	for i := range opts.Hosts {
-		id := fmt.Sprintf("h%d", i+1)
+		id := hostID(i)
+		hostNATS, err := ids.as(natsauth.HostPrincipal(id))
+		if err != nil {
+			return err
+		}
+		// No waiting for an unavailable stream: the outbox keeps the events.
+		agentStore, err := natsjs.New(ctx, hostNATS.js, ids.storeOptions(hostNATS, natsjs.Options{UnavailableWait: -1, Logger: log}))
+		if err != nil {
+			return err
+		}
+		agentBus, err := commands.New(ctx, hostNATS.js)
+		if err != nil {
+			return err
+		}
 		sdkGRPC, sdkHTTP := "127.0.0.1:0", "127.0.0.1:0"
 		if opts.SDKPort > 0 {
 			sdkGRPC = net.JoinHostPort(opts.Host, strconv.Itoa(portOrFree(log, "SDK "+id, opts.Host, opts.SDKPort+2*i)))
@@ -365,7 +435,7 @@ func Run(ctx context.Context, opts Options) error {
 			HostID: id, Capacity: opts.HostCapacity, Address: opts.Host,
 			Labels:  map[string]string{"zone": fmt.Sprintf("dev-%c", 'a'+rune(i%3))},
 			SDKAddr: sdkGRPC, SDKHTTPAddr: sdkHTTP,
-			LogDir: filepath.Join(opts.LogDir, id), JetStream: js, Store: agentStore, Commands: bus,
+			LogDir: filepath.Join(opts.LogDir, id), JetStream: hostNATS.js, Store: agentStore, Commands: agentBus,
 			KillProcessesOnExit: true, Logger: log.With("component", "agent"), Tokens: tokens,
 		}
 		if opts.AgentOptions != nil {
@@ -552,3 +622,6 @@ func createDemoFleet(ctx context.Context, rest, key, binary string) error {
 	}
 	return fmt.Errorf("create demo fleet: %s: %s", resp.Status, msg)
 }
+
+// hostID is the id of the stack's host i (0-based).
+func hostID(i int) string { return fmt.Sprintf("h%d", i+1) }

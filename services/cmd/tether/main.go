@@ -165,14 +165,14 @@ and the API server, and prints their addresses. Ctrl-C stops everything.`,
 Tether is running.
   REST     %s   (OpenAPI: %[1]s/openapi.json, metrics: %[1]s/metrics)
   gRPC     %s
-  NATS     %s
+  NATS     %s%s
   Database %s
   SDK      %s   (one per host)
   Data     %s
   API keys %s/{admin,operator,matchmaker,viewer,auditor}.key   (made at each start; tetherctl on this machine reads admin.key)
 %s
 Press Ctrl-C to stop.
-`, a.REST, a.GRPC, connect.Redact(a.NATS), connect.Redact(a.Database), strings.Join(a.SDK, " "), a.DataDir, a.KeysDir, tour(a, opts.DemoGameServer != ""))
+`, a.REST, a.GRPC, connect.Redact(a.NATS), natsCredsNote(a.NATSCreds), connect.Redact(a.Database), strings.Join(a.SDK, " "), a.DataDir, a.KeysDir, tour(a, opts.DemoGameServer != ""))
 			}
 			return dev.Run(cmd.Context(), opts)
 		},
@@ -193,6 +193,14 @@ Press Ctrl-C to stop.
 	f.StringVar(&opts.PlayerTokenKeys, "player-token-keys", "",
 		"player-session token keys, \"id:base64secret[,id:base64secret…]\" (default: a fresh key per run)")
 	return cmd
+}
+
+// natsCredsNote says which credentials connect to the dev NATS server.
+func natsCredsNote(file string) string {
+	if file == "" {
+		return ""
+	}
+	return "   (credentials: " + file + "; each component and host has its own)"
 }
 
 // tour tells the user what to try next.

@@ -1,0 +1,78 @@
+package dev
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/services/nats/natsauth"
+	"github.com/tetherhq/tether/services/platform/connect"
+)
+
+// NATSAuthDir is where a dev stack with Options.Auth keeps its NATS
+// credentials (natsauth): creds/admin.creds connects the `nats` CLI.
+func NATSAuthDir(dataDir string) string { return filepath.Join(dataDir, "nats-auth") }
+
+// natsIdentities connects each component to NATS as its own principal, as
+// production does (docs/security.md), when the stack authenticates: then
+// one host's agent cannot touch another's. Without authentication every
+// component shares one connection.
+type natsIdentities struct {
+	url     string
+	dir     string // "" without authentication
+	log     *slog.Logger
+	shared  *nats.Conn
+	sharedJ jetstream.JetStream
+	signers *natsauth.Signers
+	conns   []*nats.Conn
+}
+
+// identity is one principal's connection and what signs its events.
+type identity struct {
+	js     jetstream.JetStream
+	signer natsjs.Signer
+}
+
+// as returns principal's connection (a new one with its credentials, or
+// the shared one).
+func (n *natsIdentities) as(principal string) (identity, error) {
+	if n.dir == "" {
+		return identity{js: n.sharedJ}, nil
+	}
+	creds, err := natsauth.LoadCredentials(natsauth.CredsPath(n.dir, principal), n.log)
+	if err != nil {
+		return identity{}, err
+	}
+	nc, js, err := connect.NATS(n.url, connect.NATSOptions{Name: "tether-dev-" + principal, Logger: n.log, Auth: creds.NATSOptions()})
+	if err != nil {
+		return identity{}, fmt.Errorf("dev: connect as %s: %w", principal, err)
+	}
+	n.conns = append(n.conns, nc)
+	return identity{js: js, signer: creds}, nil
+}
+
+// storeOptions signs as id and verifies writers.
+func (n *natsIdentities) storeOptions(id identity, o natsjs.Options) natsjs.Options {
+	o.Signer = id.signer
+	o.Verifier = n.verifier()
+	return o
+}
+
+// verifier verifies event writers when the stack authenticates.
+func (n *natsIdentities) verifier() *natsjs.Verifier {
+	if n.signers == nil {
+		return nil
+	}
+	return natsjs.NewVerifier(n.signers)
+}
+
+// close closes the connections as made.
+func (n *natsIdentities) close() {
+	for _, nc := range n.conns {
+		nc.Close()
+	}
+}
