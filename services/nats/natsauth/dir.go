@@ -243,18 +243,25 @@ func (k *signingKeys) writeServerConf(dir string) error {
 	if err != nil {
 		return fmt.Errorf("natsauth: %w", err)
 	}
-	oc := jwt.NewOperatorClaims(opPub)
-	oc.Name = "tether"
-	oc.SystemAccount = sysPub
-	opJWT, err := oc.Encode(k.operator)
+	// The operator's and the system account's JWTs are made once: nats-server
+	// cannot reload a changed operator, and a JWT encoded again is changed
+	// (its id and time).
+	opJWT, err := k.stableJWT(dir, "operator", func() (string, error) {
+		oc := jwt.NewOperatorClaims(opPub)
+		oc.Name = "tether"
+		oc.SystemAccount = sysPub
+		return oc.Encode(k.operator)
+	})
 	if err != nil {
-		return fmt.Errorf("natsauth: operator: %w", err)
+		return err
 	}
-	sc := jwt.NewAccountClaims(sysPub)
-	sc.Name = "SYS"
-	sysJWT, err := sc.Encode(k.operator)
+	sysJWT, err := k.stableJWT(dir, "system", func() (string, error) {
+		sc := jwt.NewAccountClaims(sysPub)
+		sc.Name = "SYS"
+		return sc.Encode(k.operator)
+	})
 	if err != nil {
-		return fmt.Errorf("natsauth: system account: %w", err)
+		return err
 	}
 	ac := jwt.NewAccountClaims(accPub)
 	ac.Name = AccountName
@@ -281,6 +288,24 @@ func (k *signingKeys) writeServerConf(dir string) error {
 	fmt.Fprintf(&b, "  %s: %s\n", accPub, strconv.Quote(accJWT))
 	b.WriteString("}\n")
 	return writeFile(filepath.Join(dir, ServerConf), b.Bytes(), 0o644)
+}
+
+// stableJWT returns the JWT kept in keys/<name>.jwt, making it with encode
+// the first time.
+func (k *signingKeys) stableJWT(dir, name string, encode func() (string, error)) (string, error) {
+	path := filepath.Join(dir, keysDir, name+".jwt")
+	b, err := os.ReadFile(path)
+	if err == nil {
+		return string(bytes.TrimSpace(b)), nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("natsauth: %w", err)
+	}
+	token, err := encode()
+	if err != nil {
+		return "", fmt.Errorf("natsauth: %s JWT: %w", name, err)
+	}
+	return token, writeFile(path, []byte(token+"\n"), 0o600)
 }
 
 // readRevoked reads the revoked file: public key → Unix time.
