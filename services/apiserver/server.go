@@ -298,6 +298,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}()
 	unary := []grpc.UnaryServerInterceptor{unaryErrors(s.log), unaryRequests()}
 	stream := []grpc.StreamServerInterceptor{streamErrors(s.log), streamRequests()}
+	go s.opts.Tokens.Watch(ctx, apikeys.DefaultReloadEvery) // a keys file rotates without a restart
 	if s.opts.Keys != nil {
 		go s.opts.Keys.Watch(ctx, apikeys.DefaultReloadEvery) // rotation and revocation without a restart
 		a := &authenticator{keys: s.opts.Keys, now: s.opts.Now, log: s.log}

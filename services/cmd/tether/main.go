@@ -219,7 +219,7 @@ func tour(a dev.Addresses, demo bool) string {
 
 func apiserverCommand(g *global) *cobra.Command {
 	var opts apiserver.Options
-	var tokenKeys, keysFile, tlsCert, tlsKey string
+	var tokenKeys, tokenKeysFile, keysFile, tlsCert, tlsKey string
 	cmd := &cobra.Command{
 		Use:   "apiserver",
 		Short: "Serve the control-plane API (gRPC and REST)",
@@ -229,9 +229,12 @@ func apiserverCommand(g *global) *cobra.Command {
 				if err != nil {
 					return nil, err
 				}
-				tokens, err := playertoken.Parse(tokenKeys)
+				tokens, err := playerTokenKeys(tokenKeys, tokenKeysFile, d.log)
 				if err != nil {
-					return nil, fmt.Errorf("%w (set --player-token-keys or TETHER_PLAYER_TOKEN_KEYS; the agents need the same keys)", err)
+					return nil, err
+				}
+				if tokens == nil {
+					return nil, errors.New("player-token keys are required: give --player-token-keys-file (or TETHER_PLAYER_TOKEN_KEYS_FILE); the agents need the same keys")
 				}
 				bus, err := commands.New(ctx, d.js)
 				if err != nil {
@@ -269,7 +272,9 @@ func apiserverCommand(g *global) *cobra.Command {
 	f.DurationVar(&opts.ReadWait, "read-wait", apiserver.DefaultReadWait, "longest a read waits for min_sequence")
 	f.DurationVar(&opts.Keepalive, "keepalive", apiserver.DefaultKeepalive, "gRPC keepalive ping interval on idle connections")
 	f.StringVar(&tokenKeys, "player-token-keys", "",
-		"player-session token keys, \"id:base64secret[,id:base64secret…]\"; the first signs")
+		"player-session token keys, \"id:base64secret[,id:base64secret…]\"; the first signs (prefer --player-token-keys-file: a flag shows in ps)")
+	f.StringVar(&tokenKeysFile, "player-token-keys-file", "",
+		"file of player-session token keys, one id:base64secret per line, the first signs; re-read when it changes (rotation without a restart)")
 	f.DurationVar(&opts.TokenTTL, "player-token-ttl", apiserver.DefaultTokenTTL, "how long a player-session token is valid")
 	f.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", apiserver.DefaultMaxBodyBytes, "largest REST request body (413 above it)")
 	f.BoolVar(&opts.Insecure, "insecure", false,
@@ -654,4 +659,18 @@ func shutdown(log *slog.Logger, tel *telemetry.Providers) {
 	if err := tel.Shutdown(ctx); err != nil {
 		log.Warn("telemetry shutdown", "err", err)
 	}
+}
+
+// playerTokenKeys reads the player-token keys from a file (followed on
+// change) or from a flag's value; nil when neither is given.
+func playerTokenKeys(spec, file string, log *slog.Logger) (*playertoken.Ring, error) {
+	switch {
+	case spec != "" && file != "":
+		return nil, errors.New("give --player-token-keys or --player-token-keys-file, not both")
+	case file != "":
+		return playertoken.LoadFile(file, log)
+	case spec != "":
+		return playertoken.Parse(spec)
+	}
+	return nil, nil
 }

@@ -9,15 +9,20 @@
 package playertoken
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tetherhq/tether/services/platform/filewatch"
 )
 
 // Errors Verify returns; each says why a token is refused.
@@ -40,9 +45,20 @@ type key struct {
 	secret []byte
 }
 
-// Ring holds the keys: the first signs, all verify.
+// Ring holds the keys: the first signs, all verify. A ring read from a
+// file (LoadFile) follows the file: Watch reloads it when it changes, so
+// keys rotate without a restart.
 type Ring struct {
-	keys []key
+	keys []key                  // a ring from Parse
+	file *filewatch.File[[]key] // a ring from LoadFile; nil otherwise
+}
+
+// current returns the keys in force.
+func (r *Ring) current() []key {
+	if r.file != nil {
+		return r.file.Value()
+	}
+	return r.keys
 }
 
 // minSecret is the shortest secret accepted, in bytes.
@@ -53,7 +69,57 @@ const minSecret = 16
 // only verify, which is how a key is rotated: add the new key first, keep
 // the old one second until every token it signed has expired, then drop it.
 func Parse(spec string) (*Ring, error) {
-	r := &Ring{}
+	keys, err := parseKeys(spec)
+	if err != nil {
+		return nil, err
+	}
+	return &Ring{keys: keys}, nil
+}
+
+// LoadFile reads a ring from a file holding what Parse reads, keys
+// separated by commas or new lines, '#' starting a comment line: a file
+// keeps the keys off command lines and out of environments, and Watch
+// follows its changes. A file that others than its owner may read is
+// logged as a warning.
+func LoadFile(path string, log *slog.Logger) (*Ring, error) {
+	f, err := filewatch.Load(path, "player-token keys", func(b []byte) ([]key, error) {
+		var spec []string
+		for line := range strings.Lines(string(b)) {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				spec = append(spec, line)
+			}
+		}
+		return parseKeys(strings.Join(spec, ","))
+	}, log)
+	if err != nil {
+		return nil, fmt.Errorf("playertoken: %w", err)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 && log != nil {
+		log.Warn("the player-token keys file may be read by others than its owner: chmod 600 it", "file", path, "mode", fi.Mode().Perm().String())
+	}
+	return &Ring{file: f}, nil
+}
+
+// Watch reloads a ring read by LoadFile every interval until ctx ends (a
+// file that does not parse leaves the keys in force); a ring from Parse
+// returns at once.
+func (r *Ring) Watch(ctx context.Context, interval time.Duration) {
+	if r.file != nil {
+		r.file.Watch(ctx, interval)
+	}
+}
+
+// Reload re-reads a ring's file now (Watch does it every interval).
+func (r *Ring) Reload() (changed bool, err error) {
+	if r.file == nil {
+		return false, nil
+	}
+	return r.file.Reload()
+}
+
+// parseKeys reads Parse's spec.
+func parseKeys(spec string) ([]key, error) {
+	var keys []key
 	seen := map[string]bool{}
 	for part := range strings.SplitSeq(spec, ",") {
 		part = strings.TrimSpace(part)
@@ -75,12 +141,12 @@ func Parse(spec string) (*Ring, error) {
 			return nil, fmt.Errorf("playertoken: key %q has %d bytes; at least %d are needed", id, len(secret), minSecret)
 		}
 		seen[id] = true
-		r.keys = append(r.keys, key{id: id, secret: secret})
+		keys = append(keys, key{id: id, secret: secret})
 	}
-	if len(r.keys) == 0 {
+	if len(keys) == 0 {
 		return nil, errors.New("playertoken: no key given")
 	}
-	return r, nil
+	return keys, nil
 }
 
 func decodeSecret(s string) ([]byte, error) {
@@ -113,7 +179,7 @@ func (r *Ring) Sign(playerSession string, expiry time.Time) string {
 // format, "<key id>.<expiry>.<mac>"; later ones are
 // "<key id>.<expiry>.<generation>.<mac>", with the generation under the MAC.
 func (r *Ring) SignGeneration(playerSession string, expiry time.Time, generation int64) string {
-	k := r.keys[0]
+	k := r.current()[0]
 	exp := strconv.FormatInt(expiry.Unix(), 10)
 	if generation <= 0 {
 		return k.id + "." + exp + "." + sigEncoding.EncodeToString(macV1(k.secret, playerSession, exp))
@@ -148,7 +214,7 @@ func (r *Ring) Check(token, playerSession string, now time.Time) (Claims, error)
 	if err != nil {
 		return Claims{}, err
 	}
-	for _, k := range r.keys {
+	for _, k := range r.current() {
 		if k.id != t.keyID {
 			continue
 		}
