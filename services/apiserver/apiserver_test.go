@@ -49,12 +49,15 @@ type stackOptions struct {
 	keys          *apikeys.Keys
 	key           string // the API key the helpers call with, when keys are set
 	maxBody       int64  // the REST body limit; default the API's
+	limits        apiserver.Limits
+	authRecheck   time.Duration
 }
 
 func newStack(t testing.TB, o stackOptions) *stack {
 	t.Helper()
 	opts := []kit.Option{kit.WithAPI(o.replicas, func(_ *kit.Stack, a *apiserver.Options) {
 		a.ReadWait, a.TracerProvider, a.Keys, a.MaxBodyBytes = o.readWait, o.tracer, o.keys, o.maxBody
+		a.Limits, a.AuthRecheck = o.limits, o.authRecheck
 	})}
 	if !o.lateProjector {
 		opts = append(opts, kit.WithProjector(func(p *postgres.ProjectorOptions) { p.TracerProvider = o.tracer }))

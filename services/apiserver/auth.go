@@ -118,6 +118,8 @@ type authenticator struct {
 	keys *apikeys.Keys
 	now  func() time.Time
 	log  *slog.Logger
+	// recheck is how often an open stream's key is checked again.
+	recheck time.Duration
 }
 
 // bearer returns the key a call's authorization metadata carries.
@@ -180,13 +182,57 @@ func (a *authenticator) unary() grpc.UnaryServerInterceptor {
 	}
 }
 
+// stream authenticates a stream when it opens, and again every recheck
+// while it stays open: a key revoked (removed from the keys file), expired
+// or given a role that no longer permits the call ends the stream with
+// UNAUTHENTICATED (reason KEY_REVOKED).
 func (a *authenticator) stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx, err := a.check(ss.Context(), info.FullMethod)
 		if err != nil {
 			return err
 		}
-		return handler(srv, &principalStream{ServerStream: ss, ctx: ctx})
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		go a.watchKey(ctx, cancel, bearer(ss.Context()), info.FullMethod)
+		err = handler(srv, &principalStream{ServerStream: ss, ctx: ctx})
+		var revoked *revokedError
+		if errors.As(context.Cause(ctx), &revoked) {
+			a.log.Warn("stream ended: its key no longer permits it", "method", info.FullMethod, "actor", events.ActorFrom(ctx), "reason", revoked.why)
+			return refusal(codes.Unauthenticated, ReasonKeyRevoked, "the stream's key no longer permits it: "+revoked.why)
+		}
+		return err
+	}
+}
+
+// ReasonKeyRevoked ends an open stream whose key was revoked or expired.
+const ReasonKeyRevoked = "KEY_REVOKED"
+
+// revokedError is the cause of a stream ended by watchKey.
+type revokedError struct{ why string }
+
+func (e *revokedError) Error() string { return "key revoked: " + e.why }
+
+// watchKey checks key every recheck until ctx ends, and cancels ctx with a
+// *revokedError once the key no longer authenticates or permits method.
+func (a *authenticator) watchKey(ctx context.Context, cancel context.CancelCauseFunc, key, method string) {
+	t := time.NewTicker(a.recheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p, err := a.keys.Authenticate(key, a.now())
+		switch {
+		case err != nil:
+			cancel(&revokedError{why: err.Error()})
+			return
+		case !permits(p.Role, method):
+			cancel(&revokedError{why: "the " + string(p.Role) + " role may not call " + method})
+			return
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"mime"
 	"net/http"
 	"net/url"
@@ -19,6 +20,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/genproto/googleapis/api/annotations"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -207,12 +209,54 @@ func (c *capped) Write(p []byte) (int, error) {
 // handlers pass as they are; the gateway's own INVALID_ARGUMENT (a body or
 // query it could not decode) gets its field located and the details the
 // API's errors carry.
+//
+// Every error leaves with an ErrorInfo reason (the gateway's own, such as a
+// body it could not marshal, get the code's name), and one with a
+// RetryInfo (a caller's limit) with a Retry-After header in seconds.
 func (s *Server) gatewayError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && len(st.Details()) == 0 {
+	st := status.Convert(err)
+	if st.Code() == codes.InvalidArgument && len(st.Details()) == 0 {
 		method, _ := runtime.RPCMethod(ctx)
-		err = toStatus(s.log, method, locateRefusal(ctx, method, r, st.Message())).Err()
+		st = toStatus(s.log, method, locateRefusal(ctx, method, r, st.Message()))
 	}
-	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+	if !hasErrorInfo(st) {
+		st = withErrorInfo(st, st.Code().String())
+	}
+	if d, ok := retryAfter(st); ok {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(d.Seconds())))))
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, st.Err())
+}
+
+// hasErrorInfo reports whether a status carries an ErrorInfo.
+func hasErrorInfo(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if _, ok := d.(*errdetails.ErrorInfo); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// withErrorInfo adds an ErrorInfo with reason to a status, keeping its
+// other details.
+func withErrorInfo(st *status.Status, reason string) *status.Status {
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: strings.ToUpper(toSnake(reason)), Domain: ErrorDomain}); err == nil {
+		return d
+	}
+	return st
+}
+
+// toSnake turns a code name ("ResourceExhausted") into "Resource_Exhausted".
+func toSnake(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // locateRefusal finds which query parameter or body field the gateway

@@ -116,6 +116,17 @@ type Options struct {
 	// while events wait for it, before it ends the watch with
 	// RESOURCE_EXHAUSTED; default DefaultWatchStall.
 	WatchStall time.Duration
+	// WatchBufferBytes bounds the bytes of the events a watch holds for
+	// its client (besides WatchBuffer's count); default
+	// DefaultWatchBufferBytes.
+	WatchBufferBytes int
+	// Limits bound each caller's rate, calls in progress and open
+	// streams; zero fields take the defaults (DefaultRate, …).
+	Limits Limits
+	// AuthRecheck is how often an open stream's key is checked again: a
+	// revoked or expired key ends the stream (UNAUTHENTICATED); default
+	// apikeys.DefaultReloadEvery.
+	AuthRecheck time.Duration
 	// ProjectionPool and JetStream, when both set, serve the ProjectionService
 	// (status, rebuild, check, dead letters; the pool of the live views).
 	ProjectionPool *pgxpool.Pool
@@ -194,6 +205,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.WatchStall <= 0 {
 		o.WatchStall = DefaultWatchStall
+	}
+	if o.WatchBufferBytes <= 0 {
+		o.WatchBufferBytes = DefaultWatchBufferBytes
+	}
+	if o.AuthRecheck <= 0 {
+		o.AuthRecheck = apikeys.DefaultReloadEvery
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -296,12 +313,25 @@ func (s *Server) Run(ctx context.Context) error {
 		s.stopNotices()
 		s.notices.Wait()
 	}()
-	unary := []grpc.UnaryServerInterceptor{unaryErrors(s.log), unaryRequests()}
-	stream := []grpc.StreamServerInterceptor{streamErrors(s.log), streamRequests()}
+	// The REST gateway calls the gRPC server over a loopback listener of
+	// its own, in plain text: the public gRPC listener may be TLS, whose
+	// certificate names the API's public name, not 127.0.0.1. The calls
+	// carry the caller's key, so they are authenticated like any other.
+	gatewayLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("apiserver: gateway listener: %w", err)
+	}
+	defer gatewayLis.Close() // on a return before it serves; serving, the gRPC server's stop closes it
+
+	// Who may call, then how much: a caller's limits count its principal.
+	lim := newLimiter(s.opts.Limits, s.opts.Now)
+	lim.gateway = gatewayLis.Addr().String()
+	unary := []grpc.UnaryServerInterceptor{lim.unary(), unaryErrors(s.log), unaryRequests()}
+	stream := []grpc.StreamServerInterceptor{lim.stream(), streamErrors(s.log), streamRequests()}
 	go s.opts.Tokens.Watch(ctx, apikeys.DefaultReloadEvery) // a keys file rotates without a restart
 	if s.opts.Keys != nil {
 		go s.opts.Keys.Watch(ctx, apikeys.DefaultReloadEvery) // rotation and revocation without a restart
-		a := &authenticator{keys: s.opts.Keys, now: s.opts.Now, log: s.log}
+		a := &authenticator{keys: s.opts.Keys, now: s.opts.Now, log: s.log, recheck: s.opts.AuthRecheck}
 		unary = append([]grpc.UnaryServerInterceptor{a.unary()}, unary...)
 		stream = append([]grpc.StreamServerInterceptor{a.stream()}, stream...)
 	} else {
@@ -325,15 +355,6 @@ func (s *Server) Run(ctx context.Context) error {
 	tetherv1.RegisterHistoryServiceServer(gs, &historyService{s: s})
 	tetherv1.RegisterProjectionServiceServer(gs, &projectionService{s: s})
 
-	// The REST gateway calls the gRPC server over a loopback listener of
-	// its own, in plain text: the public gRPC listener may be TLS, whose
-	// certificate names the API's public name, not 127.0.0.1. The calls
-	// carry the caller's key, so they are authenticated like any other.
-	gatewayLis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("apiserver: gateway listener: %w", err)
-	}
-	defer gatewayLis.Close() // on a return before it serves; serving, the gRPC server's stop closes it
 	conn, err := grpc.NewClient(gatewayLis.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
@@ -31,10 +33,13 @@ const ReasonWatchFellBehind = "WATCH_FELL_BEHIND"
 // it received no event yet, e.g. after starting with 0 ("from now").
 const WatchAfterSequenceHeader = "tether-after-sequence"
 
-// Defaults of Options.WatchBuffer and Options.WatchStall.
+// Defaults of Options.WatchBuffer, WatchBufferBytes and WatchStall. A
+// watch's events are bounded in count and in bytes: a thousand events of
+// large templates would otherwise hold a megabyte each.
 const (
-	DefaultWatchBuffer = 1024
-	DefaultWatchStall  = 10 * time.Second
+	DefaultWatchBuffer      = 1024
+	DefaultWatchBufferBytes = 4 << 20
+	DefaultWatchStall       = 10 * time.Second
 )
 
 // eventWatcher streams events as they are stored (events/natsjs.Store).
@@ -183,6 +188,9 @@ func (h *historyService) pump(ctx context.Context, evs iter.Seq2[events.Envelope
 	stop := make(chan struct{})
 	var sent atomic.Uint64 // last sequence handed to the transport
 	sent.Store(after)
+	var held atomic.Int64                     // bytes of the events in out
+	freed := make(chan struct{}, 1)           // the sender took an event out
+	sizes := make(chan int, opts.WatchBuffer+1) // each queued event's bytes, in out's order (and the one waiting to enter)
 	senderDone := make(chan error, 1)
 	go func() {
 		senderDone <- func() error {
@@ -193,6 +201,11 @@ func (h *historyService) pump(ctx context.Context, evs iter.Seq2[events.Envelope
 				case ev, ok := <-out:
 					if !ok {
 						return nil
+					}
+					held.Add(-int64(<-sizes))
+					select {
+					case freed <- struct{}{}:
+					default:
 					}
 					if err := send(ev); err != nil {
 						return fmt.Errorf("watch: send event %d: %w", ev.GetSequence(), err)
@@ -208,9 +221,31 @@ func (h *historyService) pump(ctx context.Context, evs iter.Seq2[events.Envelope
 
 	fellBehind := func() error {
 		n := sent.Load()
-		h.s.log.Warn("watch client fell behind", "after_sequence", n, "buffer", opts.WatchBuffer, "stall", opts.WatchStall)
+		h.s.log.Warn("watch client fell behind", "after_sequence", n, "buffer", opts.WatchBuffer, "buffer_bytes", held.Load(), "stall", opts.WatchStall)
 		return &apiError{code: codes.ResourceExhausted, reason: ReasonWatchFellBehind, msg: fmt.Sprintf(
-			"fell behind; resume with after_sequence=%d (the client read no event for %s while %d waited)", n, opts.WatchStall, opts.WatchBuffer)}
+			"fell behind; resume with after_sequence=%d (the client read no event for %s while %d events or %d bytes waited)",
+			n, opts.WatchStall, len(out), held.Load())}
+	}
+	// room waits until size more bytes fit the buffer (an event larger
+	// than the whole bound goes alone), or the client stalls.
+	room := func(size int) error {
+		if held.Load() == 0 || held.Load()+int64(size) <= int64(opts.WatchBufferBytes) {
+			return nil
+		}
+		timer := time.NewTimer(opts.WatchStall)
+		defer timer.Stop()
+		for held.Load() > 0 && held.Load()+int64(size) > int64(opts.WatchBufferBytes) {
+			select {
+			case <-freed:
+			case err := <-senderDone:
+				return cmp.Or(err, errors.New("watch: the sender stopped"))
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-timer.C:
+				return fellBehind()
+			}
+		}
+		return nil
 	}
 	for e, err := range evs {
 		if errors.Is(err, events.ErrUndecodable) {
@@ -228,6 +263,14 @@ func (h *historyService) pump(ctx context.Context, evs iter.Seq2[events.Envelope
 			h.s.log.Error("watch skips an event it cannot convert", "sequence", e.Sequence, "err", err)
 			continue
 		}
+		size := proto.Size(ev)
+		if err := room(size); err != nil {
+			return err
+		}
+		// Counted before it is queued: the sender takes the size out as
+		// it takes the event.
+		held.Add(int64(size))
+		sizes <- size
 		select {
 		case out <- ev:
 			continue

@@ -343,9 +343,20 @@ func (r *logRecorder) has(msg string) bool {
 	return slices.Contains(r.msgs, msg)
 }
 
-// A client that stops reading gets RESOURCE_EXHAUSTED with where to resume,
-// once the server's small buffer is full; the resumption misses nothing.
-func TestWatchSlowClientFallsBehind(t *testing.T) {
+// slowWatch is an API server with small watch bounds, a watch of every
+// event opened on it through a fixed 64 KiB window (no dynamic growth: the
+// transport holds little) whose client reads nothing, and 1000 events of
+// about 1 KB each appended: far more than the windows hold.
+type slowWatch struct {
+	s      *stack
+	logs   *logRecorder
+	hc     tetherv1.HistoryServiceClient
+	stream grpc.ServerStreamingClient[tetherv1.Event]
+	last   uint64
+}
+
+func startSlowWatch(t *testing.T, configure func(*apiserver.Options)) *slowWatch {
+	t.Helper()
 	s := newStack(t, stackOptions{})
 	logs := &logRecorder{}
 	pool, err := pgxpool.New(s.Ctx, s.DBURL)
@@ -353,20 +364,20 @@ func TestWatchSlowClientFallsBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	api, err := apiserver.New(apiserver.Options{
+	opts := apiserver.Options{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Store: s.Store, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, slog.New(logs)),
-		Tokens: s.Tokens, Logger: slog.New(logs), WatchBuffer: 4, WatchStall: 200 * time.Millisecond,
-	})
+		Tokens: s.Tokens, Logger: slog.New(logs), WatchStall: 200 * time.Millisecond,
+	}
+	configure(&opts)
+	api, err := apiserver.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.run(api.Run)
-	// A fixed 64 KiB window (no dynamic growth): the transport holds little.
 	hc := historyClient(t, api.GRPCAddr(), grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
-
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	stream, err := hc.WatchEvents(ctx, &tetherv1.WatchEventsRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -374,15 +385,32 @@ func TestWatchSlowClientFallsBehind(t *testing.T) {
 	if _, err := stream.Header(); err != nil {
 		t.Fatal(err)
 	}
-	// About 1 MB of events, far more than the windows and the buffer.
+	w := &slowWatch{s: s, logs: logs, hc: hc, stream: stream}
 	labels := map[string]string{"padding": strings.Repeat("x", 1000)}
-	var last uint64
 	for i := range 1000 {
-		last = s.appendAs(events.GameServerName("arena", fmt.Sprintf("gs-%d", i)), "hosts/h1",
+		w.last = s.appendAs(events.GameServerName("arena", fmt.Sprintf("gs-%d", i)), "hosts/h1",
 			&eventsv1.GameServerScheduled{Host: "hosts/h1", Labels: labels})
 	}
 	wait.For(t, 30*time.Second, "the watch to give up on its client", func() bool { return logs.has("watch client fell behind") })
+	return w
+}
 
+// A watch holds at most WatchBufferBytes of events for its client, however
+// many events that is: with a count bound far above the 1000 events, a
+// client that reads nothing still falls behind once 16 KiB wait.
+func TestWatchBufferIsBoundedInBytes(t *testing.T) {
+	w := startSlowWatch(t, func(o *apiserver.Options) { o.WatchBuffer, o.WatchBufferBytes = 100000, 16 << 10 })
+	_, err := recvSequences(w.stream)
+	if st := status.Convert(err); st.Code() != codes.ResourceExhausted {
+		t.Fatalf("the slow client got %v, want RESOURCE_EXHAUSTED", err)
+	}
+}
+
+// A client that stops reading gets RESOURCE_EXHAUSTED with where to resume,
+// once the server's small buffer is full; the resumption misses nothing.
+func TestWatchSlowClientFallsBehind(t *testing.T) {
+	w := startSlowWatch(t, func(o *apiserver.Options) { o.WatchBuffer = 4 })
+	s, hc, stream, last := w.s, w.hc, w.stream, w.last
 	got, err := recvSequences(stream)
 	st := status.Convert(err)
 	var reason string

@@ -277,6 +277,12 @@ func apiserverCommand(g *global) *cobra.Command {
 		"file of player-session token keys, one id:base64secret per line, the first signs; re-read when it changes (rotation without a restart)")
 	f.DurationVar(&opts.TokenTTL, "player-token-ttl", apiserver.DefaultTokenTTL, "how long a player-session token is valid")
 	f.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", apiserver.DefaultMaxBodyBytes, "largest REST request body (413 above it)")
+	f.Float64Var(&opts.Limits.Rate, "rate-per-caller", apiserver.DefaultRate,
+		"calls per second one caller (an API key's principal, else an address) may make on average; -1: no limit (429 / RESOURCE_EXHAUSTED above it)")
+	f.IntVar(&opts.Limits.Burst, "burst-per-caller", apiserver.DefaultBurst, "calls one caller may make at once above its rate")
+	f.IntVar(&opts.Limits.MaxConcurrent, "max-concurrent-per-caller", apiserver.DefaultMaxConcurrent, "calls one caller may have in progress; -1: no limit")
+	f.IntVar(&opts.Limits.MaxWatches, "max-watches-per-caller", apiserver.DefaultMaxWatches, "streams (event watches) one caller may hold open; -1: no limit")
+	f.IntVar(&opts.WatchBufferBytes, "watch-buffer-bytes", apiserver.DefaultWatchBufferBytes, "bytes of events a watch holds for a slow client before it ends the watch")
 	f.BoolVar(&opts.Insecure, "insecure", false,
 		"serve plain text (no TLS) on an address other machines can reach: a trusted network, or behind a proxy that ends TLS")
 	f.StringVar(&tlsCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM; re-read when it changes)")
