@@ -269,7 +269,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	dbURL := opts.DatabaseURL
 	if dbURL == "" {
-		pg, err := pgtemp.Start(ctx, pgtemp.Options{Logger: log.With("component", "postgres")})
+		pg, err := pgtemp.Start(ctx, pgtemp.Options{Password: true, Logger: log.With("component", "postgres")})
 		if err != nil {
 			return fmt.Errorf("dev: start PostgreSQL (or set DATABASE_URL to use your own): %w", err)
 		}
@@ -282,6 +282,11 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 		dbURL = pg.URL("tether")
+		// The URL carries the password: a file only its owner reads, for
+		// psql, instead of the banner.
+		if err := os.WriteFile(DatabaseURLFile(opts.DataDir), []byte(dbURL+"\n"), 0o600); err != nil {
+			return fmt.Errorf("dev: %w", err)
+		}
 	}
 
 	var adminAuth []nats.Option
@@ -625,3 +630,8 @@ func createDemoFleet(ctx context.Context, rest, key, binary string) error {
 
 // hostID is the id of the stack's host i (0-based).
 func hostID(i int) string { return fmt.Sprintf("h%d", i+1) }
+
+// DatabaseURLFile is where a dev stack that started its own PostgreSQL
+// writes the database URL with its password (mode 0600): the banner shows
+// it redacted.
+func DatabaseURLFile(dataDir string) string { return filepath.Join(dataDir, "database-url") }

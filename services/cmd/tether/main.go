@@ -166,13 +166,13 @@ Tether is running.
   REST     %s   (OpenAPI: %[1]s/openapi.json, metrics: %[1]s/metrics)
   gRPC     %s
   NATS     %s%s
-  Database %s
+  Database %s%s
   SDK      %s   (one per host)
   Data     %s
   API keys %s/{admin,operator,matchmaker,viewer,auditor}.key   (made at each start; tetherctl on this machine reads admin.key)
 %s
 Press Ctrl-C to stop.
-`, a.REST, a.GRPC, connect.Redact(a.NATS), natsCredsNote(a.NATSCreds), connect.Redact(a.Database), strings.Join(a.SDK, " "), a.DataDir, a.KeysDir, tour(a, opts.DemoGameServer != ""))
+`, a.REST, a.GRPC, connect.Redact(a.NATS), natsCredsNote(a.NATSCreds), connect.Redact(a.Database), databaseNote(a.DataDir, g.dbURL == ""), strings.Join(a.SDK, " "), a.DataDir, a.KeysDir, tour(a, opts.DemoGameServer != ""))
 			}
 			return dev.Run(cmd.Context(), opts)
 		},
@@ -193,6 +193,15 @@ Press Ctrl-C to stop.
 	f.StringVar(&opts.PlayerTokenKeys, "player-token-keys", "",
 		"player-session token keys, \"id:base64secret[,id:base64secret…]\" (default: a fresh key per run)")
 	return cmd
+}
+
+// databaseNote says where the URL with its password is, when the dev
+// stack started its own PostgreSQL.
+func databaseNote(dataDir string, own bool) string {
+	if !own {
+		return ""
+	}
+	return "   (with its password: " + dev.DatabaseURLFile(dataDir) + ")"
 }
 
 // natsCredsNote says which credentials connect to the dev NATS server.

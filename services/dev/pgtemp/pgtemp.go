@@ -14,6 +14,8 @@ package pgtemp
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -80,6 +82,11 @@ type Options struct {
 	// are trusted without a password like local ones: a throwaway server
 	// for tests only.
 	ListenAddresses []string
+	// Password makes every connection, local ones too, give the
+	// superuser's password (scram-sha-256): a random one per server, in
+	// URL's result. Without it the server trusts every local user as its
+	// superuser, which tests may afford and `tether dev` may not.
+	Password bool
 	// Logger receives start and stop events; default discards.
 	Logger *slog.Logger
 }
@@ -103,13 +110,14 @@ func (o *Options) validate() error {
 // Server is a running throwaway PostgreSQL. Its methods are safe for
 // concurrent use.
 type Server struct {
-	dir     string   // server directory: data/ (with postgres.log) and, if short enough, sock/
-	sockDir string   // unix socket directory
-	remove  []string // directories Stop removes
-	owner   *os.File // holds the owner lock of dir until Stop (see removeStale)
-	port    int
-	proc    *process
-	log     *slog.Logger
+	password string   // the superuser's, with Options.Password
+	dir      string   // server directory: data/ (with postgres.log) and, if short enough, sock/
+	sockDir  string   // unix socket directory
+	remove   []string // directories Stop removes
+	owner    *os.File // holds the owner lock of dir until Stop (see removeStale)
+	port     int
+	proc     *process
+	log      *slog.Logger
 
 	// What Restart needs to start postgres again as it was.
 	postgresPath, data string
@@ -157,6 +165,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 
 	removeStale(opts.Dir, opts.Logger)
 	s := &Server{log: opts.Logger, postgresPath: postgresPath, durable: opts.Durable, listen: opts.ListenAddresses, cred: cred}
+	if opts.Password {
+		var b [24]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+		s.password = hex.EncodeToString(b[:])
+	}
 	if err := s.makeDirs(opts.Dir, cred); err != nil {
 		return nil, errors.Join(err, s.removeDirs())
 	}
@@ -292,8 +305,27 @@ func chown(path string, cred *syscall.Credential) error {
 }
 
 func (s *Server) initdb(ctx context.Context, path, data string, cred *syscall.Credential) error {
-	cmd := exec.CommandContext(ctx, path, "--pgdata", data, "--username", "postgres", "--auth", "trust",
-		"--encoding", "UTF8", "--locale", "C", "--no-sync", "--no-instructions")
+	args := []string{"--pgdata", data, "--username", "postgres",
+		"--encoding", "UTF8", "--locale", "C", "--no-sync", "--no-instructions"}
+	if s.password == "" {
+		args = append(args, "--auth", "trust")
+	}
+	if s.password != "" {
+		// initdb reads the password from a file its user can read; it
+		// goes once initdb is done.
+		pwfile := filepath.Join(s.dir, "pwfile")
+		if err := os.WriteFile(pwfile, []byte(s.password+"\n"), 0o600); err != nil {
+			return fmt.Errorf("pgtemp: %w", err)
+		}
+		defer os.Remove(pwfile)
+		if cred != nil {
+			if err := os.Chown(pwfile, int(cred.Uid), int(cred.Gid)); err != nil {
+				return fmt.Errorf("pgtemp: %w", err)
+			}
+		}
+		args = append(args, "--auth", "scram-sha-256", "--pwfile", pwfile)
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Dir = s.dir // the server's user may not be able to enter the current directory
 	cmd.SysProcAttr = sysProcAttr(cred, syscall.SIGKILL)
 	// initdb runs postgres in single-user mode: kill the whole group.
@@ -332,7 +364,7 @@ func (s *Server) run(ctx context.Context, path, data string, port int, durable b
 	if err != nil {
 		return err
 	}
-	if err := waitReady(ctx, p, urlFor(port, "postgres"), data); err != nil {
+	if err := waitReady(ctx, p, urlFor(port, "postgres", s.password), data); err != nil {
 		return errors.Join(err, p.kill())
 	}
 	s.port, s.proc = port, p
@@ -505,14 +537,19 @@ func logTail(path string) string {
 	return strings.Join(lines, "\n")
 }
 
-func urlFor(port int, database string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", port, url.PathEscape(database))
+func urlFor(port int, database, password string) string {
+	user := url.User("postgres")
+	if password != "" {
+		user = url.UserPassword("postgres", password)
+	}
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", user, port, url.PathEscape(database))
 }
 
 // URL returns the connection URL of a database on this server, e.g.
-// postgres://postgres@127.0.0.1:5432/tether?sslmode=disable. The name is
+// postgres://postgres@127.0.0.1:5432/tether?sslmode=disable, with the
+// superuser's password when Options.Password asked for one. The name is
 // escaped as a URL path segment.
-func (s *Server) URL(database string) string { return urlFor(s.port, database) }
+func (s *Server) URL(database string) string { return urlFor(s.port, database, s.password) }
 
 // Port returns the TCP port the server listens on, on 127.0.0.1.
 func (s *Server) Port() int { return s.port }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -341,5 +342,46 @@ func TestRestartKeepsData(t *testing.T) {
 	var v int
 	if err := connect(t, ctx, s.URL("kept")).QueryRow(ctx, "SELECT v FROM marker").Scan(&v); err != nil || v != 7 {
 		t.Fatalf("after the restart: %d, %v", v, err)
+	}
+}
+
+// With Password, the server trusts no one: a connection without the
+// superuser's password is refused, local or not; the URL carries it.
+func TestPasswordIsRequired(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := pgtemp.Start(ctx, pgtemp.Options{Dir: parentDir(t), Password: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	u, err := url.Parse(s.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pw, ok := u.User.Password(); !ok || len(pw) < 32 {
+		t.Fatalf("the URL has no password: %s", u.Redacted())
+	}
+	conn, err := pgx.Connect(ctx, s.URL("postgres"))
+	if err != nil {
+		t.Fatalf("with the password: %v", err)
+	}
+	if err := conn.Close(ctx); err != nil {
+		t.Error(err)
+	}
+	u.User = url.User("postgres")
+	if c, err := pgx.Connect(ctx, u.String()); err == nil {
+		_ = c.Close(ctx)
+		t.Fatal("a connection without the password was let in")
+	}
+	u.User = url.UserPassword("postgres", "guess")
+	if c, err := pgx.Connect(ctx, u.String()); err == nil {
+		_ = c.Close(ctx)
+		t.Fatal("a wrong password was let in")
 	}
 }
