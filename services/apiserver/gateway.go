@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"math"
 	"mime"
@@ -74,7 +76,7 @@ const (
 //     body is read;
 //   - a body over max bytes is refused (413), and one that is not JSON
 //     (415).
-func guardBody(max int64, keys *apikeys.Keys, now func() time.Time, next http.Handler) http.Handler {
+func guardBody(max int64, keys *apikeys.Keys, now func() time.Time, log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && crossSite(r) {
 			refuseHTTP(w, http.StatusForbidden, codes.PermissionDenied, ReasonCrossOrigin,
@@ -83,6 +85,9 @@ func guardBody(max int64, keys *apikeys.Keys, now func() time.Time, next http.Ha
 		}
 		if keys != nil {
 			if _, err := keys.Authenticate(bearerOf(r.Header.Get("Authorization")), now()); err != nil {
+				if !errors.Is(err, apikeys.ErrNoKey) {
+					log.Warn("call refused: bad credentials", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err)
+				}
 				refuseHTTP(w, http.StatusUnauthorized, codes.Unauthenticated, ReasonUnauthenticated, err.Error())
 				return
 			}

@@ -380,7 +380,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", guardBody(s.opts.MaxBodyBytes, s.opts.Keys, s.opts.Now, keepBody(gw)))
+	mux.Handle("/v1/", guardBody(s.opts.MaxBodyBytes, s.opts.Keys, s.opts.Now, s.log, keepBody(gw)))
 	mux.Handle("GET /openapi.json", openapi.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	if s.opts.MetricsHandler != nil {
