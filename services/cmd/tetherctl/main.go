@@ -6,10 +6,17 @@
 //
 // Usage:
 //
-//	tetherctl [--addr HOST:PORT] [-o table|json|yaml] [--timeout 10s] COMMAND
+//	tetherctl [--server HOST:PORT[,HOST:PORT…]] [--ca FILE | --tls] [--token KEY]
+//	          [--context NAME] [--config FILE] [-o table|json|yaml] [--timeout 10s] COMMAND
 //
-// The address defaults to $TETHER_ADDR, else 127.0.0.1:7070. API errors are
-// printed as "error: MESSAGE (REASON)" and make tetherctl exit with status 1.
+// Each connection setting comes from its flag, else its environment
+// variable ($TETHER_SERVER, $TETHER_CA, $TETHER_TOKEN), else the context
+// --context names or the config file's current context (tetherctl config;
+// the file is $TETHER_CONFIG, else ~/.config/tether/config.yaml), else,
+// for the key and an API on loopback, `tether dev`'s admin key; the
+// server defaults to 127.0.0.1:7070. --addr and $TETHER_ADDR are older
+// names of --server and $TETHER_SERVER. API errors are printed as
+// "error: MESSAGE (REASON)" and make tetherctl exit with status 1.
 package main
 
 import (

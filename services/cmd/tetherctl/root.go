@@ -4,17 +4,19 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Defaults of the global flags.
 const (
-	defaultAddr    = "127.0.0.1:7070"
+	defaultServer  = "127.0.0.1:7070"
 	defaultTimeout = 10 * time.Second
-	// addrEnv names the environment variable that overrides defaultAddr.
+	// serverEnv names the API endpoints when --server is not given.
+	serverEnv = "TETHER_SERVER"
+	// addrEnv is the older name of serverEnv, read when it is unset.
 	addrEnv = "TETHER_ADDR"
 	// tokenEnv holds the API key when --token is not given.
 	tokenEnv = "TETHER_TOKEN"
@@ -32,24 +34,43 @@ const (
 // app holds the global flags and where results go. Commands are methods on
 // it; each dials its own client and closes it when done.
 type app struct {
-	out     io.Writer
-	addr    string
-	key     string
-	tls     bool
-	ca      string
-	output  string
-	timeout time.Duration
-	now     func() time.Time
+	out io.Writer
+	// flags are the global flags, to tell a flag given from its default.
+	flags *pflag.FlagSet
+	// server and addr are --server and its older name --addr.
+	server, addr string
+	key          string
+	tls          bool
+	ca           string
+	// configPath is --config; contextName is --context.
+	configPath  string
+	contextName string
+	output      string
+	timeout     time.Duration
+	now         func() time.Time
 }
 
 // newRoot builds the tetherctl command tree, printing results to out
 // (diagnostics go to the command's error writer).
 func newRoot(out io.Writer) *cobra.Command {
-	a := &app{out: out, now: time.Now}
+	return newApp(out).root()
+}
+
+// newApp returns an app printing to out, before its flags are parsed.
+func newApp(out io.Writer) *app { return &app{out: out, now: time.Now} }
+
+// root builds the command tree over a.
+func (a *app) root() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "tetherctl",
 		Short: "Operate Tether: fleets, game servers, hosts, allocations and sessions",
 		Long: `tetherctl talks gRPC to a Tether API server.
+
+Where and how: --server, --ca, --tls and --token, else $` + serverEnv + `,
+$` + caEnv + ` and $` + tokenEnv + `, else the context of the config file that
+--context names or that is current (tetherctl config --help), else, for an
+API on this machine, the admin key of "tether dev"; the server defaults to
+` + defaultServer + `.
 
 Names may be given short or in full: "arena" or "fleets/arena",
 "arena/gs-7f3k2" or "fleets/arena/gameServers/gs-7f3k2", "h1" or "hosts/h1",
@@ -66,28 +87,26 @@ Names may be given short or in full: "arena" or "fleets/arena",
 			if a.timeout <= 0 {
 				return fmt.Errorf("--timeout must be positive, not %s", a.timeout)
 			}
-			if a.key == "" { // read here, not as the flag's default: --help would print it
-				a.key = os.Getenv(tokenEnv)
-			}
-			if a.key == "" {
-				a.key = devAdminKey(a.addr)
-			}
 			return nil
 		},
 	}
-	root.SetOut(out)
-	addr := os.Getenv(addrEnv)
-	if addr == "" {
-		addr = defaultAddr
-	}
+	root.SetOut(a.out)
+	// Values of the environment and of the config file are not the flags'
+	// defaults: --help would print a token, and a flag given must be told
+	// from one not given (a.connection).
 	f := root.PersistentFlags()
-	f.StringVar(&a.addr, "addr", addr, "API server gRPC address, or several replicas' comma-separated (calls are spread over them and retried on another when one is down) (default from $"+addrEnv+")")
-	f.StringVar(&a.key, "token", "", "API key, for an API that authenticates callers (tether keys add) (default from $"+tokenEnv+")")
-	f.BoolVar(&a.tls, "tls", false, "connect over TLS, trusting the system's certificate authorities")
-	f.StringVar(&a.ca, "ca", os.Getenv(caEnv), "connect over TLS, trusting the certificate authorities of this PEM file (default from $"+caEnv+")")
+	a.flags = f
+	f.StringVar(&a.server, "server", "", "API server gRPC address, or several replicas' comma-separated (calls are spread over them and retried on another when one is down) (default from $"+serverEnv+", else the context's, else "+defaultServer+"; --addr and $"+addrEnv+" are older names)")
+	f.StringVar(&a.addr, "addr", "", "older name of --server, kept for scripts")
+	_ = f.MarkHidden("addr") // --server is the name to use; --help shows that one
+	f.StringVar(&a.key, "token", "", "API key, for an API that authenticates callers (tether keys add) (default from $"+tokenEnv+", else the context's)")
+	f.BoolVar(&a.tls, "tls", false, "connect over TLS, trusting the system's certificate authorities (default: the context's)")
+	f.StringVar(&a.ca, "ca", "", "connect over TLS, trusting the certificate authorities of this PEM file (default from $"+caEnv+", else the context's)")
+	f.StringVar(&a.configPath, "config", "", "config file of the contexts (default from $"+configEnv+", else $"+xdgConfigEnv+"/tether/config.yaml or ~/.config/tether/config.yaml)")
+	f.StringVar(&a.contextName, "context", "", "context of the config file to use (default: its current-context)")
 	f.StringVarP(&a.output, "output", "o", formatTable, "output format: table, json or yaml")
 	f.DurationVar(&a.timeout, "timeout", defaultTimeout, "time limit of each API request")
-	root.AddCommand(a.projectionsCommand(), a.statusCommand())
+	root.AddCommand(a.projectionsCommand(), a.statusCommand(), a.configCommand())
 	root.AddCommand(a.fleetsCommand(), a.gameServersCommand(), a.hostsCommand(),
 		a.allocateCommand(), a.sessionsCommand(), a.playersCommand(), a.auditCommand())
 	return root
@@ -129,15 +148,20 @@ func addMinSequence(cmd *cobra.Command, seq *int64) {
 		"read views that have applied at least this event sequence (the \"sequence\" a write printed), waiting briefly if needed")
 }
 
-// withClient dials the API, runs f and closes the connection.
+// withClient dials the API where a.connection says, runs f and closes
+// the connection.
 func (a *app) withClient(f func(c *client) error) error {
-	c, err := dial(a.addr, a.key, a.tls, a.ca, a.timeout)
+	cn, err := a.connection()
 	if err != nil {
 		return err
 	}
-	err = f(c)
+	c, err := dial(cn.server, cn.token, cn.tls, cn.ca, a.timeout)
+	if err != nil {
+		return err
+	}
+	err = cn.explain(f(c))
 	if cerr := c.Close(); err == nil && cerr != nil {
-		return fmt.Errorf("close connection to %s: %w", a.addr, cerr)
+		return fmt.Errorf("close connection to %s: %w", cn.server, cerr)
 	}
 	return err
 }

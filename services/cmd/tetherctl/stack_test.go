@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,7 +26,12 @@ import (
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	// No test reads the config file of whoever runs it: those that need
+	// one set $TETHER_CONFIG to their own.
+	_ = os.Setenv(configEnv, filepath.Join(os.TempDir(), fmt.Sprintf("tetherctl-test-%d-no-config", os.Getpid()), "config.yaml"))
+	pgtest.Main(m)
+}
 
 // stack is a real API server over embedded NATS JetStream and an ephemeral
 // PostgreSQL, with the projector running: what tetherctl talks to (the
