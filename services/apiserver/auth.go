@@ -120,6 +120,21 @@ type authenticator struct {
 	log  *slog.Logger
 	// recheck is how often an open stream's key is checked again.
 	recheck time.Duration
+	// gateway is the REST gateway listener's address (clientCertNames).
+	gateway string
+}
+
+// authenticate returns the principal of a call: its API key's, else its
+// verified client certificate's (mutual TLS, a cert: line of the keys
+// file).
+func (a *authenticator) authenticate(ctx context.Context) (apikeys.Principal, error) {
+	if key := bearer(ctx); key != "" {
+		return a.keys.Authenticate(key, a.now())
+	}
+	if names := clientCertNames(ctx, a.gateway); len(names) > 0 {
+		return a.keys.AuthenticateCert(names, a.now())
+	}
+	return apikeys.Principal{}, apikeys.ErrNoKey
 }
 
 // bearer returns the key a call's authorization metadata carries.
@@ -136,7 +151,7 @@ func bearer(ctx context.Context) string {
 // check authenticates and authorises a call to method, returning the
 // context that carries its principal as the actor of the events it writes.
 func (a *authenticator) check(ctx context.Context, method string) (context.Context, error) {
-	p, err := a.keys.Authenticate(bearer(ctx), a.now())
+	p, err := a.authenticate(ctx)
 	if err != nil {
 		if !errors.Is(err, apikeys.ErrNoKey) {
 			a.log.Warn("call refused: bad credentials", "method", method, "reason", err)
@@ -194,7 +209,7 @@ func (a *authenticator) stream() grpc.StreamServerInterceptor {
 		}
 		ctx, cancel := context.WithCancelCause(ctx)
 		defer cancel(nil)
-		go a.watchKey(ctx, cancel, bearer(ss.Context()), info.FullMethod)
+		go a.watchKey(ctx, cancel, ss.Context(), info.FullMethod)
 		err = handler(srv, &principalStream{ServerStream: ss, ctx: ctx})
 		var revoked *revokedError
 		if errors.As(context.Cause(ctx), &revoked) {
@@ -213,9 +228,10 @@ type revokedError struct{ why string }
 
 func (e *revokedError) Error() string { return "key revoked: " + e.why }
 
-// watchKey checks key every recheck until ctx ends, and cancels ctx with a
-// *revokedError once the key no longer authenticates or permits method.
-func (a *authenticator) watchKey(ctx context.Context, cancel context.CancelCauseFunc, key, method string) {
+// watchKey authenticates the call of callCtx again every recheck until ctx
+// ends, and cancels ctx with a *revokedError once its key (or certificate)
+// no longer authenticates or permits method.
+func (a *authenticator) watchKey(ctx context.Context, cancel context.CancelCauseFunc, callCtx context.Context, method string) {
 	t := time.NewTicker(a.recheck)
 	defer t.Stop()
 	for {
@@ -224,7 +240,7 @@ func (a *authenticator) watchKey(ctx context.Context, cancel context.CancelCause
 			return
 		case <-t.C:
 		}
-		p, err := a.keys.Authenticate(key, a.now())
+		p, err := a.authenticate(callCtx)
 		switch {
 		case err != nil:
 			cancel(&revokedError{why: err.Error()})

@@ -52,6 +52,7 @@ func (s *Server) newGateway() *runtime.ServeMux {
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 		}}),
 		runtime.WithMetadata(unknownQueryMetadata),
+		runtime.WithMetadata(clientCertMetadata),
 		runtime.WithErrorHandler(s.gatewayError),
 		runtime.WithRoutingErrorHandler(routingError),
 	)
@@ -83,8 +84,16 @@ func guardBody(max int64, keys *apikeys.Keys, now func() time.Time, log *slog.Lo
 				"calls that change something are not taken from a browser page of another site")
 			return
 		}
+		// Only the gateway says which certificate a client showed.
+		r.Header.Del("Grpc-Metadata-" + clientCertHeader)
 		if keys != nil {
-			if _, err := keys.Authenticate(bearerOf(r.Header.Get("Authorization")), now()); err != nil {
+			var err error
+			if names := restCertNames(r); len(names) > 0 && bearerOf(r.Header.Get("Authorization")) == "" {
+				_, err = keys.AuthenticateCert(names, now())
+			} else {
+				_, err = keys.Authenticate(bearerOf(r.Header.Get("Authorization")), now())
+			}
+			if err != nil {
 				if !errors.Is(err, apikeys.ErrNoKey) {
 					log.Warn("call refused: bad credentials", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err)
 				}

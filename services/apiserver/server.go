@@ -38,6 +38,7 @@ import (
 	"github.com/tetherhq/tether/services/apiserver/openapi"
 	"github.com/tetherhq/tether/services/platform/apikeys"
 	"github.com/tetherhq/tether/services/platform/playertoken"
+	"github.com/tetherhq/tether/services/platform/tlsfiles"
 )
 
 // eventStore is what the API needs of the event store (events/natsjs).
@@ -141,6 +142,10 @@ type Options struct {
 	// TLS, when set, serves both listeners over TLS (its certificate, e.g.
 	// from tlsfiles, may change while serving); nil serves plain text.
 	TLS *tls.Config
+	// ClientCAs, with TLS and Keys, verify client certificates (mutual
+	// TLS): a certificate the keys file names (cert:NAME) authenticates its
+	// caller as that principal, in place of an API key.
+	ClientCAs *tlsfiles.ClientCAs
 	// Insecure allows serving plain text (no TLS) on an address other
 	// machines can reach; without it New refuses to.
 	Insecure bool
@@ -281,6 +286,11 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("apiserver: listen REST on %s: %w", opts.HTTPAddr, err)
 		}
 	}
+	if opts.ClientCAs != nil && (opts.TLS == nil || opts.Keys == nil) {
+		_ = s.grpcLis.Close() // releasing the ports just taken; their errors change nothing
+		_ = s.httpLis.Close()
+		return nil, errors.New("apiserver: client CAs need TLS (a certificate) and API keys (the keys file names the certificates' principals)")
+	}
 	if opts.TLS == nil && !opts.Insecure {
 		for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
 			if !onLoopback(l.Addr()) {
@@ -331,13 +341,27 @@ func (s *Server) Run(ctx context.Context) error {
 	go s.opts.Tokens.Watch(ctx, apikeys.DefaultReloadEvery) // a keys file rotates without a restart
 	if s.opts.Keys != nil {
 		go s.opts.Keys.Watch(ctx, apikeys.DefaultReloadEvery) // rotation and revocation without a restart
-		a := &authenticator{keys: s.opts.Keys, now: s.opts.Now, log: s.log, recheck: s.opts.AuthRecheck}
+		a := &authenticator{keys: s.opts.Keys, now: s.opts.Now, log: s.log, recheck: s.opts.AuthRecheck, gateway: lim.gateway}
 		unary = append([]grpc.UnaryServerInterceptor{a.unary()}, unary...)
 		stream = append([]grpc.StreamServerInterceptor{a.stream()}, stream...)
 	} else {
 		s.log.Warn("API authentication is off: every caller may do everything (give the API keys, --api-keys)")
 	}
-	gs := grpc.NewServer(
+	var creds []grpc.ServerOption
+	var grpcTLS, restTLS *tls.Config
+	if s.opts.TLS != nil {
+		grpcTLS, restTLS = s.opts.TLS.Clone(), s.opts.TLS.Clone()
+		grpcTLS.NextProtos = []string{"h2"} // gRPC clients insist on HTTP/2 by ALPN
+		restTLS.NextProtos = []string{"h2", "http/1.1"}
+		if s.opts.ClientCAs != nil {
+			go s.opts.ClientCAs.File().Watch(ctx, apikeys.DefaultReloadEvery) // an authority added or retired without a restart
+			grpcTLS, restTLS = s.opts.ClientCAs.Require(grpcTLS), s.opts.ClientCAs.Require(restTLS)
+		}
+		// TLS on the public listener only: the gateway's is loopback and
+		// plain. gRPC's TLS credentials also see the client's certificate.
+		creds = append(creds, grpc.Creds(newGatewayCreds(grpcTLS, lim.gateway)))
+	}
+	gs := grpc.NewServer(append(creds,
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(s.opts.TracerProvider),
 			otelgrpc.WithMeterProvider(s.opts.MeterProvider),
@@ -346,7 +370,7 @@ func (s *Server) Run(ctx context.Context) error {
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.opts.Keepalive, Timeout: s.opts.Keepalive / 2}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
+	)...)
 	tetherv1.RegisterFleetServiceServer(gs, &fleetService{s: s})
 	tetherv1.RegisterGameServerServiceServer(gs, &gameServerService{s: s})
 	tetherv1.RegisterHostServiceServer(gs, &hostService{s: s})
@@ -394,14 +418,10 @@ func (s *Server) Run(ctx context.Context) error {
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.opts.Freshness.Run(ctx) })
-	grpcLis := s.grpcLis
-	if s.opts.TLS != nil {
-		cfg := s.opts.TLS.Clone()
-		cfg.NextProtos = []string{"h2"} // gRPC clients insist on HTTP/2 by ALPN
-		grpcLis = tls.NewListener(grpcLis, cfg)
-		hs.TLSConfig = s.opts.TLS.Clone()
+	if restTLS != nil {
+		hs.TLSConfig = restTLS
 	}
-	for _, l := range []net.Listener{grpcLis, gatewayLis} {
+	for _, l := range []net.Listener{s.grpcLis, gatewayLis} {
 		g.Go(func() error {
 			if err := gs.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 				return fmt.Errorf("apiserver: gRPC: %w", err)

@@ -228,7 +228,7 @@ func tour(a dev.Addresses, demo bool) string {
 
 func apiserverCommand(g *global) *cobra.Command {
 	var opts apiserver.Options
-	var tokenKeys, tokenKeysFile, keysFile, tlsCert, tlsKey string
+	var tokenKeys, tokenKeysFile, keysFile, tlsCert, tlsKey, clientCA string
 	cmd := &cobra.Command{
 		Use:   "apiserver",
 		Short: "Serve the control-plane API (gRPC and REST)",
@@ -258,6 +258,11 @@ func apiserverCommand(g *global) *cobra.Command {
 						return nil, err
 					}
 					opts.TLS = certs.Config()
+				}
+				if clientCA != "" {
+					if opts.ClientCAs, err = tlsfiles.LoadClientCAs(clientCA, d.log); err != nil {
+						return nil, err
+					}
 				}
 				if keysFile != "" {
 					if opts.Keys, err = apikeys.Load(keysFile, d.log); err != nil {
@@ -296,6 +301,8 @@ func apiserverCommand(g *global) *cobra.Command {
 		"serve plain text (no TLS) on an address other machines can reach: a trusted network, or behind a proxy that ends TLS")
 	f.StringVar(&tlsCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM; re-read when it changes)")
 	f.StringVar(&tlsKey, "tls-key", "", "the TLS certificate's private key (PEM)")
+	f.StringVar(&clientCA, "client-ca", "",
+		"verify client certificates against these authorities (PEM; mutual TLS; re-read when it changes): a certificate named by a cert:NAME line of --api-keys authenticates as that principal")
 	f.StringVar(&keysFile, "api-keys", "",
 		"API keys file (made with: tether keys add); re-read when it changes. Without it every caller may do everything")
 	return cmd
@@ -437,6 +444,15 @@ func agentCommand(g *global) *cobra.Command {
 				if err != nil {
 					return nil, err
 				}
+				if err := agent.CheckRunAs(opts); err != nil {
+					return nil, fmt.Errorf("%w: give --run-as USER (TETHER_RUN_AS), a user for game servers; or, for development only, --allow-root-game-servers", err)
+				}
+				// Its game servers may run as its own user: they must not
+				// read its environment (player-token keys) or memory
+				// through /proc.
+				if err := agent.DenyInspection(); err != nil {
+					return nil, err
+				}
 				opts.JetStream, opts.Store, opts.Commands, opts.Labels = d.js, store, bus, labels
 				opts.Logger, opts.MeterProvider, opts.ObserveJetStream = d.log, d.tel.MeterProvider, d.reconnect.Observe
 				if tokenKeys != "" {
@@ -463,6 +479,9 @@ func agentCommand(g *global) *cobra.Command {
 	f.StringVar(&opts.LogDir, "log-dir", "", "game server logs and the outbox (default: a temp dir)")
 	f.DurationVar(&opts.StreamKeepalive, "sdk-keepalive", agent.DefaultStreamKeepalive, "keepalive ping interval on SDK connections")
 	f.IntVar(&opts.OutboxMax, "outbox-max", agent.DefaultOutboxMax, "events kept on disk while NATS is unreachable")
+	f.StringVar(&opts.RunAs, "run-as", "", "user (name or uid) game servers run as, with its primary group; required when the agent runs as root")
+	f.BoolVar(&opts.AllowRootGameServers, "allow-root-game-servers", false, "let an agent running as root run game servers as root (development only)")
+	f.StringSliceVar(&opts.AllowedCommands, "allowed-commands", nil, "directories game server commands must be in, comma-separated (default: any command, with a warning)")
 	_ = cmd.MarkFlagRequired("host-id") // the flag exists; the error is impossible
 	return cmd
 }

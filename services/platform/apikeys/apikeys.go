@@ -7,8 +7,13 @@
 //
 // The file is text, one key per line, '#' starting a comment:
 //
-//	# name          role        hash                                       expires (optional)
+//	# name          role        hash or certificate name                   expires (optional)
 //	matchmaker-eu   matchmaker  sha256:9f86d081884c7d659a2feaa0c55ad015…   2027-06-30T00:00:00Z
+//	matchmaker-us   matchmaker  cert:mm.us.example.com
+//
+// A "cert:NAME" line authenticates a TLS client certificate, verified by
+// the API's client CA, whose subject common name or one of whose subject
+// alternative names (DNS, URI, e-mail) is NAME.
 //
 // `tether keys add` makes a key, appends its line and prints the key once.
 package apikeys
@@ -73,7 +78,7 @@ func roleList() string {
 type Principal struct {
 	Name string
 	Role Role
-	// Via is how the caller proved it: "api-key".
+	// Via is how the caller proved it: "api-key" or "client-cert".
 	Via string
 }
 
@@ -89,6 +94,9 @@ var (
 	ErrNoKey      = errors.New("no API key: send Authorization: Bearer <key>")
 	ErrUnknownKey = errors.New("the API key is not known (revoked, mistyped, or from another installation)")
 	ErrExpired    = errors.New("the API key has expired")
+	// ErrUnknownCert refuses a verified client certificate whose names
+	// match no cert: line of the keys file.
+	ErrUnknownCert = errors.New("the client certificate names no principal of the keys file")
 )
 
 // key is one line of the keys file.
@@ -102,7 +110,13 @@ type key struct {
 // file is reloaded when it changes (Watch): a file that does not parse
 // leaves the keys loaded before in force.
 type Keys struct {
-	file *filewatch.File[map[[sha256.Size]byte]key]
+	file *filewatch.File[keySet]
+}
+
+// keySet is a parsed keys file.
+type keySet struct {
+	byHash map[[sha256.Size]byte]key
+	byCert map[string]key // certificate name → principal
 }
 
 // Load reads the keys file at path. A file that does not parse is an error
@@ -116,14 +130,14 @@ func Load(path string, log *slog.Logger) (*Keys, error) {
 }
 
 // Len is the number of keys loaded.
-func (k *Keys) Len() int { return len(k.file.Value()) }
+func (k *Keys) Len() int { v := k.file.Value(); return len(v.byHash) + len(v.byCert) }
 
 // Authenticate returns the principal whose key secret is, at time now.
 func (k *Keys) Authenticate(secret string, now time.Time) (Principal, error) {
 	if secret == "" {
 		return Principal{}, ErrNoKey
 	}
-	found, ok := k.file.Value()[sha256.Sum256([]byte(secret))]
+	found, ok := k.file.Value().byHash[sha256.Sum256([]byte(secret))]
 	switch {
 	case !ok:
 		return Principal{}, ErrUnknownKey
@@ -131,6 +145,24 @@ func (k *Keys) Authenticate(secret string, now time.Time) (Principal, error) {
 		return Principal{}, fmt.Errorf("%w (%s, at %s)", ErrExpired, found.name, found.expires.Format(time.RFC3339))
 	}
 	return Principal{Name: found.name, Role: found.role, Via: "api-key"}, nil
+}
+
+// AuthenticateCert returns the principal of a verified client
+// certificate, given its names (common name, then subject alternative
+// names), at time now: the first name with a cert: line.
+func (k *Keys) AuthenticateCert(names []string, now time.Time) (Principal, error) {
+	certs := k.file.Value().byCert
+	for _, n := range names {
+		found, ok := certs[n]
+		if !ok {
+			continue
+		}
+		if !found.expires.IsZero() && !now.Before(found.expires) {
+			return Principal{}, fmt.Errorf("%w (%s, at %s)", ErrExpired, found.name, found.expires.Format(time.RFC3339))
+		}
+		return Principal{Name: found.name, Role: found.role, Via: "client-cert"}, nil
+	}
+	return Principal{}, fmt.Errorf("%w (it names %s)", ErrUnknownCert, strings.Join(names, ", "))
 }
 
 // Reload re-reads the file if its content changed. A file that does not
@@ -158,11 +190,12 @@ var namePattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._@-]{0,62}$`)
 // parse reads the content of a keys file. An empty one is refused: it is
 // more likely a file caught while being rewritten than a wish to refuse
 // every caller (a file of comments only does that).
-func parse(data []byte) (map[[sha256.Size]byte]key, error) {
+func parse(data []byte) (keySet, error) {
 	if len(data) == 0 {
-		return nil, errors.New("the file is empty (caught while being written? replace it whole: write beside it, then rename)")
+		return keySet{}, errors.New("the file is empty (caught while being written? replace it whole: write beside it, then rename)")
 	}
 	out := map[[sha256.Size]byte]key{}
+	certs := map[string]key{}
 	names := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
@@ -175,39 +208,49 @@ func parse(data []byte) (map[[sha256.Size]byte]key, error) {
 			continue
 		}
 		if len(fields) < 3 || len(fields) > 4 {
-			return nil, fmt.Errorf("line %d: want NAME ROLE sha256:HASH [EXPIRES], got %d fields", n, len(fields))
+			return keySet{}, fmt.Errorf("line %d: want NAME ROLE sha256:HASH|cert:NAME [EXPIRES], got %d fields", n, len(fields))
 		}
 		name := fields[0]
 		if !namePattern.MatchString(name) {
-			return nil, fmt.Errorf("line %d: name %q: letters, digits and ._@- only, up to 63", n, name)
+			return keySet{}, fmt.Errorf("line %d: name %q: letters, digits and ._@- only, up to 63", n, name)
 		}
 		if names[name] {
-			return nil, fmt.Errorf("line %d: name %q is used twice", n, name)
+			return keySet{}, fmt.Errorf("line %d: name %q is used twice", n, name)
 		}
 		role, err := ParseRole(fields[1])
 		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", n, err)
-		}
-		sum, err := parseHash(fields[2])
-		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", n, err)
-		}
-		if _, dup := out[sum]; dup {
-			return nil, fmt.Errorf("line %d: the same key is listed twice", n)
+			return keySet{}, fmt.Errorf("line %d: %w", n, err)
 		}
 		k := key{name: name, role: role}
 		if len(fields) == 4 {
 			if k.expires, err = time.Parse(time.RFC3339, fields[3]); err != nil {
-				return nil, fmt.Errorf("line %d: expiry %q: want RFC 3339, like 2027-06-30T00:00:00Z", n, fields[3])
+				return keySet{}, fmt.Errorf("line %d: expiry %q: want RFC 3339, like 2027-06-30T00:00:00Z", n, fields[3])
 			}
 		}
-		out[sum] = k
+		if cert, ok := strings.CutPrefix(fields[2], "cert:"); ok {
+			if cert == "" {
+				return keySet{}, fmt.Errorf("line %d: cert: names no certificate", n)
+			}
+			if _, dup := certs[cert]; dup {
+				return keySet{}, fmt.Errorf("line %d: certificate name %q is listed twice", n, cert)
+			}
+			certs[cert] = k
+		} else {
+			sum, err := parseHash(fields[2])
+			if err != nil {
+				return keySet{}, fmt.Errorf("line %d: %w", n, err)
+			}
+			if _, dup := out[sum]; dup {
+				return keySet{}, fmt.Errorf("line %d: the same key is listed twice", n)
+			}
+			out[sum] = k
+		}
 		names[name] = true
 	}
 	if err := sc.Err(); err != nil {
-		return nil, err
+		return keySet{}, err
 	}
-	return out, nil
+	return keySet{byHash: out, byCert: certs}, nil
 }
 
 func parseHash(s string) ([sha256.Size]byte, error) {

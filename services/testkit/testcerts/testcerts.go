@@ -21,6 +21,18 @@ import (
 // certificate's serial number.
 func Write(t testing.TB, certFile, keyFile, cn string) *big.Int {
 	t.Helper()
+	return write(t, certFile, keyFile, cn, x509.ExtKeyUsageServerAuth)
+}
+
+// WriteClient is Write for a client certificate (mutual TLS), named cn:
+// self-signed, so its own file is the authority that verifies it.
+func WriteClient(t testing.TB, certFile, keyFile, cn string) *big.Int {
+	t.Helper()
+	return write(t, certFile, keyFile, cn, x509.ExtKeyUsageClientAuth)
+}
+
+func write(t testing.TB, certFile, keyFile, cn string, usage x509.ExtKeyUsage) *big.Int {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +47,7 @@ func Write(t testing.TB, certFile, keyFile, cn string) *big.Int {
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 		IsCA:         true, BasicConstraintsValid: true,
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
 		DNSNames:    []string{"localhost"},
