@@ -51,6 +51,7 @@ type stackOptions struct {
 	maxBody       int64  // the REST body limit; default the API's
 	limits        apiserver.Limits
 	authRecheck   time.Duration
+	protect       bool // /metrics and /openapi.json need a key
 }
 
 func newStack(t testing.TB, o stackOptions) *stack {
@@ -58,6 +59,10 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	opts := []kit.Option{kit.WithAPI(o.replicas, func(_ *kit.Stack, a *apiserver.Options) {
 		a.ReadWait, a.TracerProvider, a.Keys, a.MaxBodyBytes = o.readWait, o.tracer, o.keys, o.maxBody
 		a.Limits, a.AuthRecheck = o.limits, o.authRecheck
+		a.MetricsNeedKey, a.OpenAPINeedsKey = o.protect, o.protect
+		if o.protect {
+			a.MetricsHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("# metrics\n")) })
+		}
 	})}
 	if !o.lateProjector {
 		opts = append(opts, kit.WithProjector(func(p *postgres.ProjectorOptions) { p.TracerProvider = o.tracer }))

@@ -241,3 +241,37 @@ func TestKeyRotationWithoutARestart(t *testing.T) {
 		t.Errorf("the new key after the old one's revocation: %d", code)
 	}
 }
+
+// /metrics and /openapi.json may be made to need a key; /healthz stays
+// open, for load balancers.
+func TestMetricsAndOpenAPICanNeedAKey(t *testing.T) {
+	keys, key, _ := roleKeys(t)
+	s := newStack(t, stackOptions{keys: keys, protect: true})
+	get := func(path, k string) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, s.base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k != "" {
+			req.Header.Set("Authorization", "Bearer "+k)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, path := range []string{"/metrics", "/openapi.json"} {
+		if code := get(path, ""); code != http.StatusUnauthorized {
+			t.Errorf("%s without a key: %d, want 401", path, code)
+		}
+		if code := get(path, key[apikeys.Viewer]); code != http.StatusOK {
+			t.Errorf("%s with a key: %d", path, code)
+		}
+	}
+	if code := get("/healthz", ""); code != http.StatusOK {
+		t.Errorf("/healthz without a key: %d", code)
+	}
+}

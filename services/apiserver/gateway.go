@@ -87,13 +87,7 @@ func guardBody(max int64, keys *apikeys.Keys, now func() time.Time, log *slog.Lo
 		// Only the gateway says which certificate a client showed.
 		r.Header.Del("Grpc-Metadata-" + clientCertHeader)
 		if keys != nil {
-			var err error
-			if names := restCertNames(r); len(names) > 0 && bearerOf(r.Header.Get("Authorization")) == "" {
-				_, err = keys.AuthenticateCert(names, now())
-			} else {
-				_, err = keys.Authenticate(bearerOf(r.Header.Get("Authorization")), now())
-			}
-			if err != nil {
+			if err := restAuthenticate(keys, r, now()); err != nil {
 				if !errors.Is(err, apikeys.ErrNoKey) {
 					log.Warn("call refused: bad credentials", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err)
 				}

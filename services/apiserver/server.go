@@ -26,6 +26,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -142,6 +143,11 @@ type Options struct {
 	// TLS, when set, serves both listeners over TLS (its certificate, e.g.
 	// from tlsfiles, may change while serving); nil serves plain text.
 	TLS *tls.Config
+	// MetricsNeedKey and OpenAPINeedsKey make the REST address's /metrics
+	// and /openapi.json answer only a caller with a valid key (any role);
+	// by default they are open, like /healthz (which always is).
+	MetricsNeedKey  bool
+	OpenAPINeedsKey bool
 	// ClientCAs, with TLS and Keys, verify client certificates (mutual
 	// TLS): a certificate the keys file names (cert:NAME) authenticates its
 	// caller as that principal, in place of an API key.
@@ -405,10 +411,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", guardBody(s.opts.MaxBodyBytes, s.opts.Keys, s.opts.Now, s.log, keepBody(gw)))
-	mux.Handle("GET /openapi.json", openapi.Handler())
+	mux.Handle("GET /openapi.json", s.keyed(s.opts.OpenAPINeedsKey, openapi.Handler()))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	if s.opts.MetricsHandler != nil {
-		mux.Handle("GET /metrics", s.opts.MetricsHandler)
+		mux.Handle("GET /metrics", s.keyed(s.opts.MetricsNeedKey, s.opts.MetricsHandler))
 	}
 	// ReadTimeout bounds reading a whole request, its body included, so a
 	// client sending slowly cannot hold a connection for ever; answers
@@ -458,4 +464,19 @@ func (s *Server) Run(ctx context.Context) error {
 		return nil
 	})
 	return g.Wait()
+}
+
+// keyed serves h to callers with a valid key (or client certificate) when
+// need is set and the API has keys; else to everyone.
+func (s *Server) keyed(need bool, h http.Handler) http.Handler {
+	if !need || s.opts.Keys == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := restAuthenticate(s.opts.Keys, r, s.opts.Now()); err != nil {
+			refuseHTTP(w, http.StatusUnauthorized, codes.Unauthenticated, ReasonUnauthenticated, err.Error())
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

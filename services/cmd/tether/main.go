@@ -301,6 +301,8 @@ func apiserverCommand(g *global) *cobra.Command {
 		"serve plain text (no TLS) on an address other machines can reach: a trusted network, or behind a proxy that ends TLS")
 	f.StringVar(&tlsCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM; re-read when it changes)")
 	f.StringVar(&tlsKey, "tls-key", "", "the TLS certificate's private key (PEM)")
+	f.BoolVar(&opts.MetricsNeedKey, "metrics-need-key", false, "the REST address's /metrics answers only callers with an API key (else it is open, like /healthz)")
+	f.BoolVar(&opts.OpenAPINeedsKey, "openapi-needs-key", false, "/openapi.json answers only callers with an API key")
 	f.StringVar(&clientCA, "client-ca", "",
 		"verify client certificates against these authorities (PEM; mutual TLS; re-read when it changes): a certificate named by a cert:NAME line of --api-keys authenticates as that principal")
 	f.StringVar(&keysFile, "api-keys", "",
