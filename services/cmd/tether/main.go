@@ -63,9 +63,10 @@ type global struct {
 	dbURL     string
 	pprofAddr string
 	adminAddr string
-	// natsCreds and natsSigners: see natsauth.go.
+	// natsCreds, natsSigners and natsCA: see natsauth.go.
 	natsCreds   string
 	natsSigners string
+	natsCA      string
 }
 
 func rootCommand() *cobra.Command {
@@ -81,6 +82,8 @@ func rootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.dbURL, "database-url", "", "PostgreSQL URL")
 	root.PersistentFlags().StringVar(&g.natsCreds, "nats-creds", "",
 		"NATS credentials file of this component or host (made with: tether nats-auth init); its key also signs the events written; re-read when it changes")
+	root.PersistentFlags().StringVar(&g.natsCA, "nats-ca", "",
+		"trust this CA (PEM) for NATS servers' TLS certificates (use tls:// URLs; TLS also follows from the server's config)")
 	root.PersistentFlags().StringVar(&g.natsSigners, "nats-signers", "",
 		"signers file (tether nats-auth): verify who wrote each event read, and refuse a host agent's event on another host's servers; re-read when it changes")
 	root.PersistentFlags().StringVar(&g.pprofAddr, "pprof-addr", "",

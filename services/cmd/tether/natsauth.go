@@ -17,12 +17,13 @@ import (
 type natsAuth struct {
 	creds   *natsauth.Credentials
 	signers *natsauth.Signers
+	ca      string // --nats-ca
 }
 
 // natsAuth loads --nats-creds and --nats-signers. want, when not empty, is
 // the principal the credentials must be: a component refuses another's.
 func (g *global) natsAuth(log *slog.Logger, want string) (*natsAuth, error) {
-	var a natsAuth
+	a := natsAuth{ca: g.natsCA}
 	var err error
 	if g.natsCreds != "" {
 		if a.creds, err = natsauth.LoadCredentials(g.natsCreds, log); err != nil {
@@ -42,12 +43,16 @@ func (g *global) natsAuth(log *slog.Logger, want string) (*natsAuth, error) {
 	return &a, nil
 }
 
-// options are the NATS connection options of the credentials.
+// options are the NATS connection options of the credentials and the CA.
 func (a *natsAuth) options() []nats.Option {
-	if a.creds == nil {
-		return nil
+	var opts []nats.Option
+	if a.ca != "" {
+		opts = append(opts, nats.RootCAs(a.ca))
 	}
-	return a.creds.NATSOptions()
+	if a.creds != nil {
+		opts = append(opts, a.creds.NATSOptions()...)
+	}
+	return opts
 }
 
 // storeOptions adds the signer and the verifier to an event store's options.
