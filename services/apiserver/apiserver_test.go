@@ -21,6 +21,7 @@ import (
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/apiserver"
 	"github.com/tetherhq/tether/services/platform/apikeys"
+	"github.com/tetherhq/tether/services/platform/oidcauth"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
 	kit "github.com/tetherhq/tether/services/testkit/stack"
 	"github.com/tetherhq/tether/services/testkit/wait"
@@ -52,6 +53,7 @@ type stackOptions struct {
 	limits        apiserver.Limits
 	authRecheck   time.Duration
 	protect       bool // /metrics and /openapi.json need a key
+	oidc          *oidcauth.Verifier
 }
 
 func newStack(t testing.TB, o stackOptions) *stack {
@@ -59,7 +61,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	opts := []kit.Option{kit.WithAPI(o.replicas, func(_ *kit.Stack, a *apiserver.Options) {
 		a.ReadWait, a.TracerProvider, a.Keys, a.MaxBodyBytes = o.readWait, o.tracer, o.keys, o.maxBody
 		a.Limits, a.AuthRecheck = o.limits, o.authRecheck
-		a.MetricsNeedKey, a.OpenAPINeedsKey = o.protect, o.protect
+		a.MetricsNeedKey, a.OpenAPINeedsKey, a.OIDC = o.protect, o.protect, o.oidc
 		if o.protect {
 			a.MetricsHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("# metrics\n")) })
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/services/platform/apikeys"
+	"github.com/tetherhq/tether/services/platform/oidcauth"
 )
 
 // Error reasons of refused callers.
@@ -115,7 +118,8 @@ func permits(role apikeys.Role, method string) bool {
 // permission matrix. It covers gRPC and the REST gateway alike: the
 // gateway forwards the Authorization header as the call's metadata.
 type authenticator struct {
-	keys *apikeys.Keys
+	keys *apikeys.Keys      // nil without API keys
+	oidc *oidcauth.Verifier // nil without OIDC
 	now  func() time.Time
 	log  *slog.Logger
 	// recheck is how often an open stream's key is checked again.
@@ -128,13 +132,52 @@ type authenticator struct {
 // verified client certificate's (mutual TLS, a cert: line of the keys
 // file).
 func (a *authenticator) authenticate(ctx context.Context) (apikeys.Principal, error) {
-	if key := bearer(ctx); key != "" {
-		return a.keys.Authenticate(key, a.now())
-	}
-	if names := clientCertNames(ctx, a.gateway); len(names) > 0 {
-		return a.keys.AuthenticateCert(names, a.now())
+	return a.principal(ctx, bearer(ctx), clientCertNames(ctx, a.gateway))
+}
+
+// principal authenticates a bearer token (an API key, or an OIDC token),
+// else the names of a verified client certificate.
+func (a *authenticator) principal(ctx context.Context, token string, certNames []string) (apikeys.Principal, error) {
+	switch {
+	case token != "" && a.oidc != nil && !strings.HasPrefix(token, apikeys.KeyPrefix) && strings.Count(token, ".") == 2:
+		return a.oidc.Authenticate(ctx, token)
+	case token != "" && a.keys != nil:
+		return a.keys.Authenticate(token, a.now())
+	case token != "":
+		return apikeys.Principal{}, apikeys.ErrUnknownKey
+	case len(certNames) > 0 && a.keys != nil:
+		return a.keys.AuthenticateCert(certNames, a.now())
 	}
 	return apikeys.Principal{}, apikeys.ErrNoKey
+}
+
+// restCheck authenticates a REST request before its body is read: its
+// bearer token, else its verified client certificate. A refusal is
+// answered (401) and logged, without the token; it returns whether the
+// request may go on.
+func (a *authenticator) restCheck(w http.ResponseWriter, r *http.Request) bool {
+	_, err := a.principal(r.Context(), bearerOf(r.Header.Get("Authorization")), restCertNames(r))
+	if err == nil {
+		return true
+	}
+	if !errors.Is(err, apikeys.ErrNoKey) {
+		a.log.Warn("call refused: bad credentials", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err)
+	}
+	refuseHTTP(w, http.StatusUnauthorized, codes.Unauthenticated, ReasonUnauthenticated, err.Error())
+	return false
+}
+
+// keyed serves h to authenticated callers (any role) when need is set and
+// the API authenticates; else to everyone.
+func (a *authenticator) keyed(need bool, h http.Handler) http.Handler {
+	if !need || a == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.restCheck(w, r) {
+			h.ServeHTTP(w, r)
+		}
+	})
 }
 
 // bearer returns the key a call's authorization metadata carries.

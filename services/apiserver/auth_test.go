@@ -21,6 +21,8 @@ import (
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/services/apiserver"
 	"github.com/tetherhq/tether/services/platform/apikeys"
+	"github.com/tetherhq/tether/services/platform/oidcauth"
+	"github.com/tetherhq/tether/services/testkit/testoidc"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
@@ -273,5 +275,37 @@ func TestMetricsAndOpenAPICanNeedAKey(t *testing.T) {
 	}
 	if code := get("/healthz", ""); code != http.StatusOK {
 		t.Errorf("/healthz without a key: %d", code)
+	}
+}
+
+// With OIDC, a token of the studio's identity provider authenticates its
+// caller with the role its claims give, and the events it causes name the
+// person.
+func TestOIDCTokensAuthenticate(t *testing.T) {
+	idp := testoidc.New(t)
+	v, err := oidcauth.New(context.Background(), oidcauth.Options{Issuer: testoidc.Issuer, Audience: "tether", JWKSFile: idp.JWKSFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	operator := idp.Token("tether", time.Hour, map[string]any{"email": "alice@example.com", "tether_role": "operator"})
+	viewer := idp.Token("tether", time.Hour, map[string]any{"email": "bob@example.com", "tether_role": "viewer"})
+	s := newStack(t, stackOptions{oidc: v, key: operator})
+	if r := s.doWithKey(s.base, viewer, http.MethodGet, "/v1/fleets", nil); r.status != http.StatusOK {
+		t.Errorf("a viewer lists fleets: %d %v", r.status, r.body)
+	}
+	if r := s.doWithKey(s.base, viewer, http.MethodPost, "/v1/fleets?fleetId=arena", arenaFleet(0)); r.status != http.StatusForbidden {
+		t.Errorf("a viewer creates a fleet: %d, want 403", r.status)
+	}
+	if r := s.doWithKey(s.base, idp.Token("grafana", time.Hour, map[string]any{"tether_role": "admin"}), http.MethodGet, "/v1/fleets", nil); r.status != http.StatusUnauthorized {
+		t.Errorf("a token for another audience: %d, want 401", r.status)
+	}
+	s.createFleet("arena", arenaFleet(0))
+	r := s.do(http.MethodGet, "/v1/fleets/arena/events", nil)
+	evs, _ := r.body["events"].([]any)
+	if r.status != http.StatusOK || len(evs) == 0 {
+		t.Fatalf("history: %d %v", r.status, r.body)
+	}
+	if actor := evs[0].(map[string]any)["actor"]; actor != "alice@example.com (operator, oidc)" {
+		t.Errorf("the fleet's creation names %v", actor)
 	}
 }

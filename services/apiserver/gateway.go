@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"math"
 	"mime"
@@ -17,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
@@ -31,8 +28,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/dynamicpb"
-
-	"github.com/tetherhq/tether/services/platform/apikeys"
 )
 
 // This file sets up the REST gateway to refuse what it cannot map onto the
@@ -77,7 +72,7 @@ const (
 //     body is read;
 //   - a body over max bytes is refused (413), and one that is not JSON
 //     (415).
-func guardBody(max int64, keys *apikeys.Keys, now func() time.Time, log *slog.Logger, next http.Handler) http.Handler {
+func guardBody(max int64, auth *authenticator, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && crossSite(r) {
 			refuseHTTP(w, http.StatusForbidden, codes.PermissionDenied, ReasonCrossOrigin,
@@ -86,14 +81,8 @@ func guardBody(max int64, keys *apikeys.Keys, now func() time.Time, log *slog.Lo
 		}
 		// Only the gateway says which certificate a client showed.
 		r.Header.Del("Grpc-Metadata-" + clientCertHeader)
-		if keys != nil {
-			if err := restAuthenticate(keys, r, now()); err != nil {
-				if !errors.Is(err, apikeys.ErrNoKey) {
-					log.Warn("call refused: bad credentials", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err)
-				}
-				refuseHTTP(w, http.StatusUnauthorized, codes.Unauthenticated, ReasonUnauthenticated, err.Error())
-				return
-			}
+		if auth != nil && !auth.restCheck(w, r) {
+			return
 		}
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)

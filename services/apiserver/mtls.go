@@ -5,14 +5,12 @@ import (
 	"crypto/tls"
 	"net"
 	"net/http"
-	"time"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
-	"github.com/tetherhq/tether/services/platform/apikeys"
 	"github.com/tetherhq/tether/services/platform/tlsfiles"
 )
 
@@ -90,16 +88,4 @@ func clientCertMetadata(_ context.Context, r *http.Request) metadata.MD {
 		return nil
 	}
 	return metadata.MD{clientCertHeader: names}
-}
-
-// restAuthenticate checks a REST request's key, else its verified client
-// certificate, against the keys.
-func restAuthenticate(keys *apikeys.Keys, r *http.Request, now time.Time) error {
-	key := bearerOf(r.Header.Get("Authorization"))
-	if names := restCertNames(r); len(names) > 0 && key == "" {
-		_, err := keys.AuthenticateCert(names, now)
-		return err
-	}
-	_, err := keys.Authenticate(key, now)
-	return err
 }

@@ -26,7 +26,6 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -38,6 +37,7 @@ import (
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/services/apiserver/openapi"
 	"github.com/tetherhq/tether/services/platform/apikeys"
+	"github.com/tetherhq/tether/services/platform/oidcauth"
 	"github.com/tetherhq/tether/services/platform/playertoken"
 	"github.com/tetherhq/tether/services/platform/tlsfiles"
 )
@@ -143,6 +143,10 @@ type Options struct {
 	// TLS, when set, serves both listeners over TLS (its certificate, e.g.
 	// from tlsfiles, may change while serving); nil serves plain text.
 	TLS *tls.Config
+	// OIDC, when set, authenticates callers whose bearer token is an
+	// OpenID Connect token (a JWT) of the studio's identity provider, with
+	// the role its claims give (single sign-on); with or without Keys.
+	OIDC *oidcauth.Verifier
 	// MetricsNeedKey and OpenAPINeedsKey make the REST address's /metrics
 	// and /openapi.json answer only a caller with a valid key (any role);
 	// by default they are open, like /healthz (which always is).
@@ -345,11 +349,17 @@ func (s *Server) Run(ctx context.Context) error {
 	unary := []grpc.UnaryServerInterceptor{lim.unary(), unaryErrors(s.log), unaryRequests()}
 	stream := []grpc.StreamServerInterceptor{lim.stream(), streamErrors(s.log), streamRequests()}
 	go s.opts.Tokens.Watch(ctx, apikeys.DefaultReloadEvery) // a keys file rotates without a restart
-	if s.opts.Keys != nil {
-		go s.opts.Keys.Watch(ctx, apikeys.DefaultReloadEvery) // rotation and revocation without a restart
-		a := &authenticator{keys: s.opts.Keys, now: s.opts.Now, log: s.log, recheck: s.opts.AuthRecheck, gateway: lim.gateway}
-		unary = append([]grpc.UnaryServerInterceptor{a.unary()}, unary...)
-		stream = append([]grpc.StreamServerInterceptor{a.stream()}, stream...)
+	var auth *authenticator                                 // nil: every caller may do everything
+	if s.opts.Keys != nil || s.opts.OIDC != nil {
+		if s.opts.Keys != nil {
+			go s.opts.Keys.Watch(ctx, apikeys.DefaultReloadEvery) // rotation and revocation without a restart
+		}
+		if s.opts.OIDC != nil {
+			go s.opts.OIDC.Watch(ctx, apikeys.DefaultReloadEvery) // the provider's keys rotate
+		}
+		auth = &authenticator{keys: s.opts.Keys, oidc: s.opts.OIDC, now: s.opts.Now, log: s.log, recheck: s.opts.AuthRecheck, gateway: lim.gateway}
+		unary = append([]grpc.UnaryServerInterceptor{auth.unary()}, unary...)
+		stream = append([]grpc.StreamServerInterceptor{auth.stream()}, stream...)
 	} else {
 		s.log.Warn("API authentication is off: every caller may do everything (give the API keys, --api-keys)")
 	}
@@ -410,11 +420,11 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", guardBody(s.opts.MaxBodyBytes, s.opts.Keys, s.opts.Now, s.log, keepBody(gw)))
-	mux.Handle("GET /openapi.json", s.keyed(s.opts.OpenAPINeedsKey, openapi.Handler()))
+	mux.Handle("/v1/", guardBody(s.opts.MaxBodyBytes, auth, keepBody(gw)))
+	mux.Handle("GET /openapi.json", auth.keyed(s.opts.OpenAPINeedsKey, openapi.Handler()))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	if s.opts.MetricsHandler != nil {
-		mux.Handle("GET /metrics", s.keyed(s.opts.MetricsNeedKey, s.opts.MetricsHandler))
+		mux.Handle("GET /metrics", auth.keyed(s.opts.MetricsNeedKey, s.opts.MetricsHandler))
 	}
 	// ReadTimeout bounds reading a whole request, its body included, so a
 	// client sending slowly cannot hold a connection for ever; answers
@@ -464,19 +474,4 @@ func (s *Server) Run(ctx context.Context) error {
 		return nil
 	})
 	return g.Wait()
-}
-
-// keyed serves h to callers with a valid key (or client certificate) when
-// need is set and the API has keys; else to everyone.
-func (s *Server) keyed(need bool, h http.Handler) http.Handler {
-	if !need || s.opts.Keys == nil {
-		return h
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := restAuthenticate(s.opts.Keys, r, s.opts.Now()); err != nil {
-			refuseHTTP(w, http.StatusUnauthorized, codes.Unauthenticated, ReasonUnauthenticated, err.Error())
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }

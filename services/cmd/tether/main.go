@@ -39,6 +39,7 @@ import (
 	"github.com/tetherhq/tether/services/platform/apikeys"
 	"github.com/tetherhq/tether/services/platform/connect"
 	"github.com/tetherhq/tether/services/platform/migrate"
+	"github.com/tetherhq/tether/services/platform/oidcauth"
 	"github.com/tetherhq/tether/services/platform/playertoken"
 	"github.com/tetherhq/tether/services/platform/profiling"
 	"github.com/tetherhq/tether/services/platform/telemetry"
@@ -232,6 +233,7 @@ func tour(a dev.Addresses, demo bool) string {
 func apiserverCommand(g *global) *cobra.Command {
 	var opts apiserver.Options
 	var tokenKeys, tokenKeysFile, keysFile, tlsCert, tlsKey, clientCA string
+	var oidcOpts oidcauth.Options
 	cmd := &cobra.Command{
 		Use:   "apiserver",
 		Short: "Serve the control-plane API (gRPC and REST)",
@@ -266,6 +268,13 @@ func apiserverCommand(g *global) *cobra.Command {
 					if opts.ClientCAs, err = tlsfiles.LoadClientCAs(clientCA, d.log); err != nil {
 						return nil, err
 					}
+				}
+				if oidcOpts.Issuer != "" {
+					oidcOpts.Logger = d.log
+					if opts.OIDC, err = oidcauth.New(ctx, oidcOpts); err != nil {
+						return nil, err
+					}
+					d.log.Info("API callers may authenticate with OIDC tokens", "issuer", oidcOpts.Issuer, "audience", oidcOpts.Audience)
 				}
 				if keysFile != "" {
 					if opts.Keys, err = apikeys.Load(keysFile, d.log); err != nil {
@@ -304,6 +313,12 @@ func apiserverCommand(g *global) *cobra.Command {
 		"serve plain text (no TLS) on an address other machines can reach: a trusted network, or behind a proxy that ends TLS")
 	f.StringVar(&tlsCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM; re-read when it changes)")
 	f.StringVar(&tlsKey, "tls-key", "", "the TLS certificate's private key (PEM)")
+	f.StringVar(&oidcOpts.Issuer, "oidc-issuer", "", "accept OpenID Connect tokens (JWTs) of this issuer as bearer tokens (single sign-on)")
+	f.StringVar(&oidcOpts.Audience, "oidc-audience", "", "the audience (client id) OIDC tokens must be issued for")
+	f.StringVar(&oidcOpts.JWKSURL, "oidc-jwks-url", "", "where the OIDC provider publishes its signing keys (JWKS)")
+	f.StringVar(&oidcOpts.JWKSFile, "oidc-jwks-file", "", "the OIDC provider's signing keys as a JWKS file, re-read when it changes (instead of --oidc-jwks-url)")
+	f.StringVar(&oidcOpts.RoleClaim, "oidc-role-claim", "tether_role", "the token claim that holds the caller's Tether role (a name, or a list: the most powerful counts)")
+	f.StringVar(&oidcOpts.NameClaim, "oidc-name-claim", "email", "the token claim shown as the caller (sub when absent)")
 	f.BoolVar(&opts.MetricsNeedKey, "metrics-need-key", false, "the REST address's /metrics answers only callers with an API key (else it is open, like /healthz)")
 	f.BoolVar(&opts.OpenAPINeedsKey, "openapi-needs-key", false, "/openapi.json answers only callers with an API key")
 	f.StringVar(&clientCA, "client-ca", "",

@@ -267,9 +267,9 @@ func parseHash(s string) ([sha256.Size]byte, error) {
 	return sum, nil
 }
 
-// keyPrefix starts every key, so that a leaked one is recognisable (and
+// KeyPrefix starts every key, so that a leaked one is recognisable (and
 // found by secret scanners).
-const keyPrefix = "tether_"
+const KeyPrefix = "tether_"
 
 // New makes a key: its secret, to hand to the caller once, and its line
 // for the keys file. expires zero means never.
@@ -284,7 +284,7 @@ func New(name string, role Role, expires time.Time) (secret, line string, err er
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", "", fmt.Errorf("apikeys: %w", err)
 	}
-	secret = keyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	secret = KeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
 	sum := sha256.Sum256([]byte(secret))
 	line = fmt.Sprintf("%s %s sha256:%s", name, role, hex.EncodeToString(sum[:]))
 	if !expires.IsZero() {
