@@ -1,7 +1,8 @@
 // Package sdk is the Go SDK for game servers run by Tether (DESIGN.md §7).
 //
 // A game server process connects to its host agent's local SDK (the agent
-// puts the address and the process token in its environment), calls Ready
+// puts the address in its environment and hands it the process token on a
+// file descriptor; see Token), calls Ready
 // when it can take players, heartbeats in the background, and watches its
 // GameServer for an allocation or a shutdown notice:
 //
@@ -24,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -55,8 +57,9 @@ type Options struct {
 	// Addr is the agent's gRPC SDK address, host:port, plaintext; default
 	// $TETHER_SDK_ADDR.
 	Addr string
-	// Token identifies the process to the agent; default
-	// $TETHER_GAMESERVER_TOKEN.
+	// Token identifies the process to the agent; default what Token
+	// returns: read from the descriptor $TETHER_GAMESERVER_TOKEN_FD names,
+	// or else $TETHER_GAMESERVER_TOKEN.
 	Token string
 	// HeartbeatInterval is how often StartHeartbeat sends a heartbeat;
 	// default DefaultHeartbeatInterval.
@@ -70,14 +73,18 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// setDefaults fills the zero fields of o.
-func (o *Options) setDefaults() {
-	env := FromEnv()
+// setDefaults fills the zero fields of o. It fails if the token is to come
+// from the agent's descriptor and that cannot be read.
+func (o *Options) setDefaults() error {
 	if o.Addr == "" {
-		o.Addr = env.Addr
+		o.Addr = os.Getenv(EnvSDKAddr)
 	}
 	if o.Token == "" {
-		o.Token = env.Token
+		token, err := Token()
+		if err != nil {
+			return err
+		}
+		o.Token = token
 	}
 	if o.HeartbeatInterval == 0 {
 		o.HeartbeatInterval = DefaultHeartbeatInterval
@@ -88,6 +95,7 @@ func (o *Options) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	return nil
 }
 
 // Validate reports whether o can be used as it is (Connect applies the
@@ -97,7 +105,7 @@ func (o Options) Validate() error {
 		return fmt.Errorf("sdk: no SDK address: set Options.Addr or $%s", EnvSDKAddr)
 	}
 	if o.Token == "" {
-		return fmt.Errorf("sdk: no game server token: set Options.Token or $%s", EnvToken)
+		return fmt.Errorf("sdk: no game server token: set Options.Token, or start the process from a Tether agent ($%s or $%s)", EnvTokenFD, EnvToken)
 	}
 	for _, b := range []byte(o.Token) {
 		if b <= ' ' || b > '~' {
@@ -138,7 +146,9 @@ type Client struct {
 // connection (gRPC wait-for-ready) as long as their context allows, so a
 // connection that blinks does not fail them.
 func Connect(ctx context.Context, opts Options) (*Client, error) {
-	opts.setDefaults()
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}

@@ -136,6 +136,23 @@ type Options struct {
 	// Processes starts game server processes; default OSProcesses. The
 	// fleet simulator gives simulated ones.
 	Processes Processes
+	// RunAs is the user every game server runs as, a name or a numeric
+	// uid, with that user's primary group and no supplementary groups; its
+	// home directory is the servers' HOME. Another user than the agent's
+	// needs an agent running as root. "" runs them as the agent's own
+	// user: an agent running as root then starts them as root, which
+	// CheckRunAs refuses (`tether agent` calls it) and the agent warns of.
+	RunAs string
+	// AllowRootGameServers accepts game servers running as root: RunAs
+	// naming root, or empty in an agent running as root. For development
+	// only (`tether dev`).
+	AllowRootGameServers bool
+	// AllowedCommands are the directories game server executables must be
+	// in, after symbolic links are resolved; a template whose command is
+	// elsewhere ends its server with PROCESS_START_FAILED. Each must exist.
+	// Empty allows any command, and the agent warns at start-up that it
+	// does.
+	AllowedCommands []string
 	// LocalSDKOnly serves the SDK only in this process (Agent.LocalSDK),
 	// binding no listeners: for the fleet simulator, which runs thousands
 	// of agents in one process. SDKAddr and SDKHTTPAddr are then ignored.
@@ -264,6 +281,8 @@ type Agent struct {
 	// plane that the host's earlier processes are nobody's now.
 	incarnation string
 	records     processRecords // the processes it started (orphans.go)
+	runAs       *runAs         // nil: the agent's own user
+	allowed     allowedCommands
 	ports       *portPool
 	sdk         *sdkServer
 	outbox      *outbox
@@ -291,10 +310,17 @@ func New(opts Options) (*Agent, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	runAs, err := lookupRunAs(opts.RunAs, os.Geteuid(), os.Getegid(), opts.AllowRootGameServers)
+	if err != nil {
+		return nil, err
+	}
+	allowed, err := newAllowedCommands(opts.AllowedCommands)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(opts.LogDir, 0o755); err != nil {
 		return nil, fmt.Errorf("agent: log dir: %w", err)
 	}
-	var err error
 	a := &Agent{
 		opts:        opts,
 		log:         opts.Logger.With("host", opts.HostID),
@@ -302,6 +328,8 @@ func New(opts Options) (*Agent, error) {
 		producer:    events.HostName(opts.HostID),
 		incarnation: events.NewID("agent"),
 		records:     processRecords{dir: filepath.Join(opts.LogDir, "processes")},
+		runAs:       runAs,
+		allowed:     allowed,
 		ports:       newPortPool(opts.PortMin, opts.PortMax),
 		servers:     map[string]*gameServer{},
 		tokens:      map[string]*gameServer{},
@@ -362,6 +390,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return errors.Join(err, a.outbox.close())
 	}
 	a.log.Info("agent started", "incarnation", a.incarnation, "sdk", a.SDKAddr(), "sdk_http", a.SDKHTTPAddr(), "capacity", a.opts.Capacity)
+	a.warnIsolation()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { a.stopOrphans(gctx, st.orphans); return nil })
 	g.Go(func() error { return a.sdk.run(gctx) })

@@ -225,11 +225,12 @@ func TestProcessGetsItsIdentityAndTheSDKAuthenticatesByToken(t *testing.T) {
 	})
 	started := h.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted)
 	env := processEnv(t, started.GetPid())
-	for _, k := range []string{"TETHER_GAMESERVER", "TETHER_GAMESERVER_TOKEN", "TETHER_SDK_ADDR", "TETHER_SDK_HTTP", "TETHER_PORT_GAME", "TETHER_PORT_QUERY_TCP"} {
+	for _, k := range []string{"TETHER_GAMESERVER", "TETHER_GAMESERVER_TOKEN_FD", "TETHER_SDK_ADDR", "TETHER_SDK_HTTP", "TETHER_PORT_GAME", "TETHER_PORT_QUERY_TCP"} {
 		if env[k] == "" {
 			t.Fatalf("process environment lacks %s: %v", k, env)
 		}
 	}
+	token := h.agent.ProcessToken(int(started.GetPid()))
 	if env["TETHER_GAMESERVER"] != name || env["TETHER_SDK_ADDR"] != h.agent.SDKAddr() {
 		t.Fatalf("process identity: %v", env)
 	}
@@ -282,7 +283,7 @@ func TestProcessGetsItsIdentityAndTheSDKAuthenticatesByToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+env["TETHER_GAMESERVER_TOKEN"])
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -298,7 +299,7 @@ func TestProcessGetsItsIdentityAndTheSDKAuthenticatesByToken(t *testing.T) {
 	h.waitEvent(name, "GameServerReady")
 
 	// The same process over gRPC, on another connection: same server.
-	ctx := metadata.AppendToOutgoingContext(h.ctx, "authorization", "Bearer "+env["TETHER_GAMESERVER_TOKEN"])
+	ctx := metadata.AppendToOutgoingContext(h.ctx, "authorization", "Bearer "+token)
 	gs, err := sdk.GetGameServer(ctx, &sdkv1.GetGameServerRequest{})
 	if err != nil {
 		t.Fatal(err)

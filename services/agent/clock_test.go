@@ -110,7 +110,7 @@ func connectSDK(t *testing.T, h *harness, name string) grpc.ClientStreamingClien
 }
 
 // sdkClient is an SDK client that calls as the server's process: with the
-// token from its environment.
+// token it is handed.
 func sdkClient(t *testing.T, h *harness, name string) sdkv1.SDKServiceClient {
 	t.Helper()
 	var pid int32
@@ -119,7 +119,7 @@ func sdkClient(t *testing.T, h *harness, name string) sdkv1.SDKServiceClient {
 			pid = p.GetPid()
 		}
 	}
-	token := processEnv(t, pid)["TETHER_GAMESERVER_TOKEN"]
+	token := h.agent.ProcessToken(int(pid))
 	conn, err := grpc.NewClient(h.agent.SDKAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			return invoker(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token), method, req, reply, cc, opts...)

@@ -52,7 +52,7 @@ func (e eagerProcesses) call(spec agent.ProcessSpec) error {
 		return err
 	}
 	defer conn.Close()
-	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+spec.Env["TETHER_GAMESERVER_TOKEN"])
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+spec.Env[agent.EnvToken])
 	_, err = sdkv1.NewSDKServiceClient(conn).Health(ctx, &sdkv1.HealthRequest{})
 	return err
 }
@@ -84,7 +84,7 @@ func TestProcessCallingTheSDKAtOnceIsConnectedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	ctx := metadata.AppendToOutgoingContext(h.ctx, "authorization", "Bearer "+processEnv(t, started.GetPid())["TETHER_GAMESERVER_TOKEN"])
+	ctx := metadata.AppendToOutgoingContext(h.ctx, "authorization", "Bearer "+h.agent.ProcessToken(int(started.GetPid())))
 	if _, err := sdkv1.NewSDKServiceClient(conn).Health(ctx, &sdkv1.HealthRequest{}); err != nil {
 		t.Fatal(err)
 	}

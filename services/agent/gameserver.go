@@ -276,9 +276,20 @@ func exitFacts(end ProcessExit, attempt int) *eventsv1.ProcessExited {
 // launch starts the process and records ProcessStarted.
 func (gs *gameServer) launch(attempt int) (Process, error) {
 	t := gs.spec.GetTemplate()
+	path, err := gs.a.allowed.resolve(t.GetCommand())
+	if err != nil {
+		return nil, err
+	}
+	// The environment is built here, not inherited: nothing of the agent's
+	// own (player-token keys, credentials' paths) reaches a game server.
+	home := os.Getenv("HOME")
+	var cred *syscall.Credential
+	if gs.a.runAs != nil {
+		home, cred = gs.a.runAs.home, gs.a.runAs.cred
+	}
 	env := map[string]string{
-		"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
-		"TETHER_GAMESERVER": gs.name, "TETHER_GAMESERVER_TOKEN": gs.token,
+		"PATH": os.Getenv("PATH"), "HOME": home,
+		"TETHER_GAMESERVER": gs.name, EnvToken: gs.token,
 		"TETHER_SDK_ADDR": gs.a.SDKAddr(), "TETHER_SDK_HTTP": "http://" + gs.a.SDKHTTPAddr(),
 	}
 	for k, v := range t.GetEnv() {
@@ -301,8 +312,8 @@ func (gs *gameServer) launch(attempt int) (Process, error) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	proc, err := gs.a.opts.Processes.Start(ProcessSpec{
-		GameServer: gs.name, Command: t.GetCommand(), Args: args, Env: env, LogPath: gs.logPath,
-		DieWithAgent: gs.a.opts.KillProcessesOnExit,
+		GameServer: gs.name, Command: t.GetCommand(), Path: path, Args: args, Env: env, Credential: cred,
+		LogPath: gs.logPath, DieWithAgent: gs.a.opts.KillProcessesOnExit,
 	})
 	if err != nil {
 		return nil, err

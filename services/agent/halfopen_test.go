@@ -107,7 +107,7 @@ func openHealthStream(t *testing.T, h *harness, name string) (*blackholeProxy, g
 	t.Helper()
 	h.schedule(name, &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}})
 	started := h.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted)
-	token := processEnv(t, started.GetPid())["TETHER_GAMESERVER_TOKEN"]
+	token := h.agent.ProcessToken(int(started.GetPid()))
 
 	proxy := newBlackholeProxy(t, h.agent.SDKAddr())
 	// The client sends no keepalives of its own: in the half-open case it

@@ -170,7 +170,7 @@ func (h *harness) ready(pid int) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+env["TETHER_GAMESERVER_TOKEN"])
+	req.Header.Set("Authorization", "Bearer "+h.agent.ProcessToken(pid))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		h.t.Fatal(err)

@@ -87,7 +87,7 @@ func TestEventsSurviveNATSBeingAway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+env["TETHER_GAMESERVER_TOKEN"])
+	req.Header.Set("Authorization", "Bearer "+h.agent.ProcessToken(pid))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

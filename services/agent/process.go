@@ -28,15 +28,38 @@ type ProcessSpec struct {
 	// Command and Args come from the fleet's template, with ${VAR}s expanded.
 	Command string
 	Args    []string
-	// Env is the whole environment: the template's, PATH and HOME, and
-	// Tether's (TETHER_GAMESERVER, TETHER_GAMESERVER_TOKEN, TETHER_SDK_ADDR,
-	// TETHER_SDK_HTTP, TETHER_PORT_<NAME>).
+	// Path, if set, is the executable to run, Command resolved by the agent
+	// (Options.AllowedCommands); Command stays the process's argv[0]. ""
+	// resolves Command as exec.Command does.
+	Path string
+	// Env is the whole environment, nothing inherited: the template's, PATH
+	// and HOME, and Tether's (TETHER_GAMESERVER, TETHER_GAMESERVER_TOKEN,
+	// TETHER_SDK_ADDR, TETHER_SDK_HTTP, TETHER_PORT_<NAME>). OSProcesses
+	// does not put the token in the process's environment, where other
+	// processes of its user can read it (/proc/PID/environ): it hands it over
+	// a pipe on fd 3 instead, and sets TETHER_GAMESERVER_TOKEN_FD=3.
 	Env map[string]string
+	// Credential, if set, is the user and group the process runs as, with
+	// no supplementary groups (Options.RunAs); nil runs it as the agent's
+	// user.
+	Credential *syscall.Credential
 	// LogPath receives the process's stdout and stderr.
 	LogPath string
 	// DieWithAgent asks that the process be killed if the agent dies.
 	DieWithAgent bool
 }
+
+// The environment variables of the process token: the agent's spec carries
+// the token in EnvToken; OSProcesses hands it to the process on file
+// descriptor TokenFD, named by EnvTokenFD, instead (the Go SDK reads
+// either: sdk.EnvToken, sdk.EnvTokenFD).
+const (
+	EnvToken   = "TETHER_GAMESERVER_TOKEN"
+	EnvTokenFD = "TETHER_GAMESERVER_TOKEN_FD"
+	// TokenFD is the descriptor the token is read from: the first after
+	// stdin, stdout and stderr.
+	TokenFD = 3
+)
 
 // Process is one started game server process.
 type Process interface {
@@ -61,7 +84,11 @@ type ProcessExit struct {
 // that a stop reaches the children it spawned.
 type OSProcesses struct{}
 
-// Start starts the command with its output appended to spec.LogPath.
+// Start starts the command with its output appended to spec.LogPath. The
+// agent opens the log itself, so a process running as another user
+// (spec.Credential) needs no access to the log directory. The process gets
+// spec.Env and nothing of the agent's environment; the process token goes
+// over a pipe (see ProcessSpec.Env).
 func (OSProcesses) Start(spec ProcessSpec) (Process, error) {
 	logFile, err := os.OpenFile(spec.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -69,18 +96,60 @@ func (OSProcesses) Start(spec ProcessSpec) (Process, error) {
 	}
 	defer logFile.Close()
 	cmd := exec.Command(spec.Command, spec.Args...)
+	if spec.Path != "" {
+		cmd.Path, cmd.Err = spec.Path, nil
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = make([]string, 0, len(spec.Env)+1) // not nil: nil would inherit the agent's environment
+	token, hasToken := spec.Env[EnvToken]
 	for k, v := range spec.Env {
-		cmd.Env = append(cmd.Env, k+"="+v)
+		if k != EnvToken {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	if hasToken {
+		r, err := tokenPipe(token)
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close() // the child has its own copy once started
+		cmd.ExtraFiles = []*os.File{r}
+		cmd.Env = append(cmd.Env, EnvTokenFD+"="+strconv.Itoa(TokenFD))
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if spec.Credential != nil {
+		cred := *spec.Credential
+		cred.Groups, cred.NoSetGroups = []uint32{}, false // setgroups(0): no supplementary groups
+		cmd.SysProcAttr.Credential = &cred
+	}
 	if spec.DieWithAgent {
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL // set after the user change (which clears it), by Go
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	return osProcess{cmd.Process}, nil
+}
+
+// tokenPipe returns the read end of a pipe that holds token and a newline
+// (for shells' read) and then ends: a reader gets the token once, and it is
+// gone from the pipe after.
+func tokenPipe(token string) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("token pipe: %w", err)
+	}
+	// A token is far smaller than a pipe's buffer: the write does not wait
+	// for a reader.
+	_, err = w.WriteString(token + "\n")
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("token pipe: %w", err)
+	}
+	return r, nil
 }
 
 // osProcess is a started OS process.

@@ -242,7 +242,7 @@ func TestSDKRESTChecksTheTokenBeforeTheBody(t *testing.T) {
 		Health:   &eventsv1.HealthPolicy{Disabled: true},
 	})
 	pid := h.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted).GetPid()
-	token := processEnv(t, pid)["TETHER_GAMESERVER_TOKEN"]
+	token := h.agent.ProcessToken(int(pid))
 	post := func(token string, body io.Reader, length int64) int {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodPost, "http://"+h.agent.SDKHTTPAddr()+"/v1/sdk/health", body)

@@ -144,7 +144,7 @@ func (s *sdkServer) guardREST(next http.Handler) http.Handler {
 		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if token == "" || s.a.byToken(token) == nil {
 			s.a.log.Warn("SDK call rejected: missing or unknown token", "path", r.URL.Path, "remote", r.RemoteAddr, "token_present", token != "")
-			sdkRefusal(w, http.StatusUnauthorized, `{"code":16,"message":"missing or unknown game server token: send Authorization: Bearer $TETHER_GAMESERVER_TOKEN"}`)
+			sdkRefusal(w, http.StatusUnauthorized, `{"code":16,"message":"missing or unknown game server token: send Authorization: Bearer <the token read from the descriptor $TETHER_GAMESERVER_TOKEN_FD>"}`)
 			return
 		}
 		if r.ContentLength > maxSDKMessage {
@@ -177,7 +177,7 @@ func (s *sdkServer) authenticate(ctx context.Context, method string) (*gameServe
 		remote = p.Addr.String()
 	}
 	s.a.log.Warn("SDK call rejected: missing or unknown token", "method", method, "remote", remote, "token_present", token != "")
-	return nil, status.Error(codes.Unauthenticated, "missing or unknown game server token: send authorization: Bearer $TETHER_GAMESERVER_TOKEN")
+	return nil, status.Error(codes.Unauthenticated, "missing or unknown game server token: send authorization: Bearer <the token read from the descriptor $TETHER_GAMESERVER_TOKEN_FD>")
 }
 
 func (s *sdkServer) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

@@ -442,6 +442,9 @@ func Run(ctx context.Context, opts Options) error {
 			SDKAddr: sdkGRPC, SDKHTTPAddr: sdkHTTP,
 			LogDir: filepath.Join(opts.LogDir, id), JetStream: hostNATS.js, Store: agentStore, Commands: agentBus,
 			KillProcessesOnExit: true, Logger: log.With("component", "agent"), Tokens: tokens,
+			// Game servers run as whoever runs `tether dev`, root included
+			// (CI, containers): a development stack, on loopback.
+			AllowRootGameServers: true,
 		}
 		if opts.AgentOptions != nil {
 			if err := opts.AgentOptions(i, &agentOpts); err != nil {

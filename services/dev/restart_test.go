@@ -172,7 +172,8 @@ func agentKilledAndRestarted(t *testing.T, slow bool) {
 
 	logDir := t.TempDir()
 	base := freeport.Block(t, 20)
-	agentArgs := []string{"--nats-url", s.addrs.NATS, "agent", "--host-id", "ext1", "--log-dir", logDir,
+	// As root (CI), the test's game servers run as root too: an opt-out.
+	agentArgs := []string{"--nats-url", s.addrs.NATS, "agent", "--host-id", "ext1", "--log-dir", logDir, "--allow-root-game-servers",
 		"--sdk-addr", "127.0.0.1:0", "--sdk-http-addr", "127.0.0.1:0",
 		"--port-min", strconv.Itoa(base), "--port-max", strconv.Itoa(base + 19)}
 	first := startTether(t, nil, agentArgs...)
