@@ -38,6 +38,7 @@ import (
 	"github.com/tetherhq/tether/services/platform/admin"
 	"github.com/tetherhq/tether/services/platform/apikeys"
 	"github.com/tetherhq/tether/services/platform/connect"
+	"github.com/tetherhq/tether/services/platform/filewatch"
 	"github.com/tetherhq/tether/services/platform/migrate"
 	"github.com/tetherhq/tether/services/platform/oidcauth"
 	"github.com/tetherhq/tether/services/platform/playertoken"
@@ -448,7 +449,7 @@ func controllerCommand(g *global) *cobra.Command {
 func agentCommand(g *global) *cobra.Command {
 	var opts agent.Options
 	var labels map[string]string
-	var tokenKeys string
+	var tokenKeys, tokenKeysFile string
 	cmd := &cobra.Command{
 		Use:   "agent --host-id ID",
 		Short: "Run the host agent: launch and supervise game servers, serve the local SDK",
@@ -475,12 +476,13 @@ func agentCommand(g *global) *cobra.Command {
 				}
 				opts.JetStream, opts.Store, opts.Commands, opts.Labels = d.js, store, bus, labels
 				opts.Logger, opts.MeterProvider, opts.ObserveJetStream = d.log, d.tel.MeterProvider, d.reconnect.Observe
-				if tokenKeys != "" {
-					if opts.Tokens, err = playertoken.Parse(tokenKeys); err != nil {
-						return nil, err
-					}
+				if opts.Tokens, err = playerTokenKeys(tokenKeys, tokenKeysFile, d.log); err != nil {
+					return nil, err
+				}
+				if opts.Tokens == nil {
+					d.log.Warn("no player-token keys: AcceptPlayer is refused (set --player-token-keys-file or TETHER_PLAYER_TOKEN_KEYS_FILE)")
 				} else {
-					d.log.Warn("no player-token keys: AcceptPlayer is refused (set --player-token-keys or TETHER_PLAYER_TOKEN_KEYS)")
+					go opts.Tokens.Watch(ctx, filewatch.DefaultInterval) // the API's keys, rotated without a restart
 				}
 				return agent.New(opts)
 			})
@@ -488,7 +490,8 @@ func agentCommand(g *global) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.HostID, "host-id", "", "this host's id (required)")
-	f.StringVar(&tokenKeys, "player-token-keys", "", "player-session token keys, the API's")
+	f.StringVar(&tokenKeys, "player-token-keys", "", "player-session token keys, the API's (prefer --player-token-keys-file: a flag shows in ps)")
+	f.StringVar(&tokenKeysFile, "player-token-keys-file", "", "file of the API's player-session token keys, re-read when it changes")
 	f.IntVar(&opts.Capacity, "capacity", agent.DefaultCapacity, "game server slots")
 	f.StringToStringVar(&labels, "labels", nil, "host labels, e.g. region=eu,zone=a")
 	f.StringVar(&opts.Address, "address", agent.DefaultAddress, "address game clients use to reach this host")
