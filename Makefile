@@ -42,18 +42,22 @@ cluster-test:
 test-short:
 	$(GO) test -short -count=1 -p 4 ./...
 
-## fuzz: each fuzz target for FUZZTIME (default 30s), one after the other;
-## a crash stops it and leaves the input in the package's testdata/fuzz
+## fuzz: every fuzz target (func FuzzXxx in a _test.go file, found in the
+## tree and listed by `go test -list`) for FUZZTIME each (default 30s), one
+## target of one package at a time; a crash stops it and leaves the input in
+## the package's testdata/fuzz (docs/fuzzing.md). FUZZ_PKGS narrows it;
+## FUZZMINTIME bounds the minimising of each new input (go's default, 60s,
+## can take a whole short run).
 FUZZTIME ?= 30s
-FUZZ_TARGETS := \
-	./events:FuzzUnmarshal ./events:FuzzApply ./events:FuzzParseGameServerName ./events:FuzzValidateFleetSpec \
-	./services/apiserver:FuzzPageToken ./services/apiserver:FuzzGameServerFilter \
-	./services/platform/playertoken:FuzzVerify
+FUZZMINTIME ?= 5s
+FUZZ_PKGS ?= $(sort $(patsubst %/,%,$(dir $(shell grep -rl --include='*_test.go' --exclude-dir=.git --exclude-dir=.tools --exclude-dir=bin -e '^func Fuzz' .))))
 fuzz:
-	@for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; name=$${t##*:}; \
-		echo "== $$name ($$pkg, $(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	@for pkg in $(FUZZ_PKGS); do \
+		names=$$($(GO) test -list '^Fuzz' $$pkg 2>&1) || { echo "$$names"; exit 1; }; \
+		for name in $$(echo "$$names" | grep '^Fuzz'); do \
+			echo "== $$name ($$pkg, $(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) $$pkg || exit 1; \
+		done; \
 	done
 
 ## lint: buf lint, go vet, golangci-lint (.golangci.yml: staticcheck,

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -384,14 +386,36 @@ func ValidateFleetSpec(s *eventsv1.FleetSpec) error {
 	return nil
 }
 
+// Limits of one label, of a fleet or a game server (set by the API or by
+// the game server through its SDK).
+const (
+	// MaxLabelKeyBytes bounds a label's key.
+	MaxLabelKeyBytes = 63
+	// MaxLabelValueBytes bounds a label's value.
+	MaxLabelValueBytes = 253
+)
+
+// checkLabel refuses a label the views cannot hold or selectors cannot
+// name: an empty or long key, a long value, a key with a space, '=' or
+// ',', and text that is not UTF-8 or holds a control character (views keep
+// labels as PostgreSQL jsonb, which cannot hold a NUL byte).
 func checkLabel(k, v string) error {
-	if k == "" || len(k) > 63 || strings.ContainsAny(k, " \t\n=,") {
-		return fmt.Errorf("key %q must be 1-63 characters without spaces, '=' or ','", k)
+	if k == "" || len(k) > MaxLabelKeyBytes || strings.ContainsAny(k, " \t\n=,") || !printable(k) {
+		return fmt.Errorf("key %q must be 1-%d bytes of printable UTF-8 without spaces, '=' or ','", k, MaxLabelKeyBytes)
 	}
-	if len(v) > 253 || strings.ContainsAny(v, "\n") {
-		return fmt.Errorf("value of %q must be at most 253 characters on one line", k)
+	if len(v) > MaxLabelValueBytes || !printable(v) {
+		return fmt.Errorf("value of %q must be at most %d bytes of printable UTF-8 on one line", k, MaxLabelValueBytes)
 	}
 	return nil
+}
+
+// printable reports whether s is UTF-8 without control characters (a NUL
+// byte, a new line, DEL, C1 controls).
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	return !strings.ContainsFunc(s, unicode.IsControl)
 }
 
 // fleetSpecFields are the updatable FleetSpec paths.

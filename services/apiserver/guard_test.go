@@ -3,17 +3,11 @@ package apiserver_test
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/services/apiserver"
 )
 
@@ -105,52 +99,5 @@ func TestRESTRefusesBadRequestsBeforeAnyWork(t *testing.T) {
 	}
 	if r := s.do(http.MethodGet, "/v1/fleets/a1", nil); r.status != http.StatusNotFound {
 		t.Errorf("the text/plain POST created a fleet: %d %v", r.status, r.body)
-	}
-}
-
-// Pages of a list end early once their items are large, so a few fleets
-// with templates near the event size limit never make a page larger than
-// a gRPC client takes (4 MiB by default), nor break the REST listing.
-func TestListPagesStayWithinAClientsMessageSize(t *testing.T) {
-	s := newStack(t, stackOptions{maxBody: 2 << 20})
-	const fleets = 10 // of about 500 KB each: 5 MB in all
-	var last uint64
-	for i := range fleets {
-		f := fleetWithoutReplicas()
-		env := map[string]string{}
-		for v := range 5 { // 100 KB each: exec takes at most 128 KB per string
-			env[fmt.Sprintf("BIG%d", v)] = strings.Repeat("x", 100<<10)
-		}
-		f["template"].(map[string]any)["env"] = env
-		r := s.do(http.MethodPost, fmt.Sprintf("/v1/fleets?fleetId=big-%d", i), f)
-		if r.status != http.StatusOK {
-			t.Fatalf("create fleet %d: %d %.200v", i, r.status, r.body)
-		}
-		seq, _ := strconv.ParseUint(r.str("sequence"), 10, 64)
-		last = max(last, seq)
-	}
-	s.waitApplied(last)
-	if r := s.do(http.MethodGet, "/v1/fleets?pageSize=1000", nil); r.status != http.StatusOK || r.str("nextPageToken") == "" {
-		t.Fatalf("REST list of large fleets: %d, next page %q", r.status, r.str("nextPageToken"))
-	}
-	conn, err := grpc.NewClient(s.grpcAddrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := tetherv1.NewFleetServiceClient(conn)
-	seen, token := 0, ""
-	for pages := 0; pages < fleets+1; pages++ {
-		resp, err := client.ListFleets(s.Ctx, &tetherv1.ListFleetsRequest{PageSize: 1000, PageToken: token})
-		if err != nil {
-			t.Fatalf("gRPC list, page %d: %v", pages+1, err)
-		}
-		seen += len(resp.GetFleets())
-		if token = resp.GetNextPageToken(); token == "" {
-			break
-		}
-	}
-	if seen != fleets {
-		t.Errorf("listed %d fleets over the pages, want %d", seen, fleets)
 	}
 }

@@ -46,6 +46,14 @@ func encodePageToken(after, query string) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// maxPagePosition bounds a page token's position. Positions are resource
+// names, stream sequences, or a time and a name: under 200 bytes.
+const maxPagePosition = 1 << 10
+
+// decodePageToken returns the position of a token encodePageToken made
+// for the same query ("" for no token), or INVALID_ARGUMENT. A position
+// is printable ASCII, as every position the API issues is: the views are
+// queried with it, and PostgreSQL refuses a NUL byte (an internal error).
 func decodePageToken(token, query string) (string, error) {
 	if token == "" {
 		return "", nil
@@ -55,11 +63,25 @@ func decodePageToken(token, query string) (string, error) {
 	if err == nil {
 		err = json.Unmarshal(b, &t)
 	}
-	if err != nil {
+	if err != nil || !validPosition(t.After) {
 		return "", invalidField("page_token", "is not a token this API returned")
 	}
 	if t.Query != query {
 		return "", invalidField("page_token", "was issued for another query; start again without it")
 	}
 	return t.After, nil
+}
+
+// validPosition reports whether a page position is one the API could have
+// issued: printable ASCII, at most maxPagePosition bytes.
+func validPosition(after string) bool {
+	if len(after) > maxPagePosition {
+		return false
+	}
+	for i := range len(after) {
+		if c := after[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
 }

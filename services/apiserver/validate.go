@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -12,6 +14,9 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/tetherhq/tether/events"
+	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
 
 // ReasonRequestIDReused is the ErrorInfo reason of a request whose request
@@ -20,7 +25,8 @@ const ReasonRequestIDReused = "REQUEST_ID_REUSED"
 
 // This file holds the checks every request gets before its handler, over
 // gRPC and (through the gateway) REST alike: no field this server does not
-// know, no enum number its enum does not declare. It also fingerprints
+// know, no enum number its enum does not declare, no NUL byte in a string,
+// nothing over the size limits below. It also fingerprints
 // requests that carry a request id, so that a retry can be told from a
 // different request reusing the id.
 
@@ -51,7 +57,25 @@ func checkRequest(req any) error {
 	if err := checkMinSequence(m.ProtoReflect()); err != nil {
 		return err
 	}
-	return checkMessage(m.ProtoReflect(), "")
+	if err := checkRequestID(m.ProtoReflect()); err != nil {
+		return err
+	}
+	if err := checkMessage(m.ProtoReflect(), ""); err != nil {
+		return err
+	}
+	return checkSizes(req)
+}
+
+// checkRequestID refuses a request id over MaxRequestIDBytes.
+func checkRequestID(m protoreflect.Message) error {
+	fd := m.Descriptor().Fields().ByName("request_id")
+	if fd == nil || fd.Kind() != protoreflect.StringKind {
+		return nil
+	}
+	if n := len(m.Get(fd).String()); n > MaxRequestIDBytes {
+		return invalidField("request_id", fmt.Sprintf("is %d bytes; at most %d (a UUID is 36)", n, MaxRequestIDBytes))
+	}
+	return nil
 }
 
 // checkMinSequence refuses a negative min_sequence, which reads clamped to
@@ -124,6 +148,9 @@ func checkField(fd protoreflect.FieldDescriptor, v protoreflect.Value, path stri
 	case fd.IsMap():
 		var err error
 		v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+			if err = checkString(k.String(), path); err != nil {
+				return false
+			}
 			err = checkValue(fd.MapValue(), mv, fmt.Sprintf("%s[%s]", path, k.String()))
 			return err == nil
 		})
@@ -134,13 +161,26 @@ func checkField(fd protoreflect.FieldDescriptor, v protoreflect.Value, path stri
 	return nil
 }
 
-// checkValue checks a single value of an enum or message field.
+// checkValue checks a single value of an enum, message or string field.
 func checkValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, path string) error {
 	switch fd.Kind() {
 	case protoreflect.EnumKind:
 		return checkEnum(fd.Enum(), v.Enum(), path)
 	case protoreflect.MessageKind, protoreflect.GroupKind:
 		return checkMessage(v.Message(), path)
+	case protoreflect.StringKind:
+		return checkString(v.String(), path)
+	}
+	return nil
+}
+
+// checkString refuses a NUL byte in any string of a request: PostgreSQL's
+// text and jsonb cannot hold one, so a request id, a label or a selector
+// with one failed as an internal error, or stopped the projector, instead
+// of being refused. No field of the API needs one.
+func checkString(s, path string) error {
+	if strings.IndexByte(s, 0) >= 0 {
+		return invalidField(path, "contains a NUL byte, which Tether cannot store")
 	}
 	return nil
 }
@@ -264,4 +304,216 @@ func (s checkedStream) RecvMsg(m any) error {
 		return err
 	}
 	return checkRequest(m)
+}
+
+// Limits on what a request may carry into the events and views, so that
+// no event nears the event store's limit (NATS's 1 MiB max_payload) and no
+// listing, view row or index entry grows without bound. Each is checked
+// before the handler runs, and a request over one is refused with
+// INVALID_ARGUMENT naming the field and the limit; nothing is stored. A
+// label's key and value are bounded by events.MaxLabelKeyBytes and
+// events.MaxLabelValueBytes; the exec limits of a template
+// (MAX_ARG_STRLEN, ARG_MAX) are checked by checkTemplate.
+const (
+	// MaxRequestIDBytes bounds a request id. Request ids are indexed in the
+	// views, whose index entries cannot exceed a few KiB: a longer one
+	// stopped the projector for good.
+	MaxRequestIDBytes = 256
+	// MaxLabels bounds the labels of a fleet or a standalone game server,
+	// and the match_labels of one allocation selector.
+	MaxLabels = 64
+	// MaxSelectors bounds an allocation's selectors: each one is a query of
+	// the views.
+	MaxSelectors = 32
+	// MaxProperties bounds a game session's properties.
+	MaxProperties = 64
+	// MaxPropertyKeyBytes bounds a game session property's key.
+	MaxPropertyKeyBytes = 63
+	// MaxPropertyValueBytes bounds a game session property's value.
+	MaxPropertyValueBytes = 1 << 10
+	// MaxPlayerIDBytes bounds a player id.
+	MaxPlayerIDBytes = 256
+	// MaxPlayerDataBytes bounds one player's opaque player data.
+	MaxPlayerDataBytes = 4 << 10
+	// MaxGameSessionBytes bounds what an allocation writes into its game
+	// session, players and properties together (their encoded size): the
+	// session's events add ids, slots and times per player on top.
+	MaxGameSessionBytes = 256 << 10
+	// MaxCommandBytes bounds a template's command (Linux's PATH_MAX).
+	MaxCommandBytes = 4 << 10
+	// MaxArgs bounds a template's arguments.
+	MaxArgs = 256
+	// MaxEnv bounds a template's environment variables.
+	MaxEnv = 128
+	// MaxEnvNameBytes bounds an environment variable's name.
+	MaxEnvNameBytes = 256
+	// MaxEnvValueBytes bounds an environment variable's value.
+	MaxEnvValueBytes = 4 << 10
+	// MaxFleetSpecBytes bounds a fleet's (or a standalone game server's)
+	// encoded spec, which every FleetCreated and FleetUpdated event
+	// carries whole, and every listing of fleets returns.
+	MaxFleetSpecBytes = 256 << 10
+	// MaxShutdownDetailBytes bounds the free text of a shutdown, kept in
+	// the server's evidence.
+	MaxShutdownDetailBytes = 1 << 10
+)
+
+// checkSizes refuses a request over one of the size limits above. An
+// update is checked on the fields its mask writes only, so that a fleet
+// stored before the limits can still be scaled.
+func checkSizes(req any) error {
+	switch r := req.(type) {
+	case *tetherv1.CreateFleetRequest:
+		return checkFleetSizes("fleet", r.GetFleet(), true, true)
+	case *tetherv1.UpdateFleetRequest:
+		template, labels := maskWrites(r.GetUpdateMask().GetPaths())
+		return checkFleetSizes("fleet", r.GetFleet(), template, labels)
+	case *tetherv1.CreateGameServerRequest:
+		return checkFleetSizes("spec", r.GetSpec(), true, true)
+	case *tetherv1.AllocateGameServerRequest:
+		return checkAllocationSizes(r)
+	case *tetherv1.CreatePlayerSessionRequest:
+		return checkPlayerSizes("player_session", r.GetPlayerSession().GetPlayerId(), r.GetPlayerSession().GetPlayerData())
+	case *tetherv1.ShutdownGameServerRequest:
+		if n := len(r.GetDetail()); n > MaxShutdownDetailBytes {
+			return invalidField("detail", fmt.Sprintf("is %d bytes; at most %d", n, MaxShutdownDetailBytes))
+		}
+	}
+	return nil
+}
+
+// maskWrites reports whether an update mask writes a fleet's template and
+// its labels (an empty mask writes every field).
+func maskWrites(mask []string) (template, labels bool) {
+	if len(mask) == 0 {
+		return true, true
+	}
+	paths, err := fleetPaths(mask)
+	if err != nil {
+		return false, false // refused by the handler
+	}
+	return slices.Contains(paths, "template"), slices.Contains(paths, "labels")
+}
+
+// checkFleetSizes checks the template and the labels of a fleet (or a
+// standalone server's spec) under prefix, those that the request writes,
+// and then their encoded size with the rest of the spec.
+func checkFleetSizes(prefix string, f *tetherv1.Fleet, template, labels bool) error {
+	if labels {
+		if n := len(f.GetLabels()); n > MaxLabels {
+			return invalidField(prefix+".labels", fmt.Sprintf("%d labels; at most %d", n, MaxLabels))
+		}
+	}
+	if template {
+		if err := checkTemplateSizes(prefix+".template", f.GetTemplate()); err != nil {
+			return err
+		}
+	}
+	// The spec as the events carry it: the fields written, without the
+	// output-only ones a client may have sent back.
+	written := &tetherv1.Fleet{
+		Replicas: f.GetReplicas(), Health: f.GetHealth(), SdkDisconnectGraceSeconds: f.GetSdkDisconnectGraceSeconds(),
+		PlayerSessions: f.GetPlayerSessions(), Scheduling: f.GetScheduling(),
+	}
+	if template {
+		written.Template = f.GetTemplate()
+	}
+	if labels {
+		written.Labels = f.GetLabels()
+	}
+	if n := proto.Size(specFromAPI(written)); n > MaxFleetSpecBytes {
+		return invalidField(largestField(written.ProtoReflect(), prefix), fmt.Sprintf(
+			"the spec takes %d bytes encoded; at most %d (every fleet event carries it whole)", n, MaxFleetSpecBytes))
+	}
+	return nil
+}
+
+// checkTemplateSizes checks a template's command, arguments and
+// environment against their limits; path is the template's field path.
+func checkTemplateSizes(path string, t *tetherv1.GameServerTemplate) error {
+	if n := len(t.GetCommand()); n > MaxCommandBytes {
+		return invalidField(path+".command", fmt.Sprintf("is %d bytes; at most %d", n, MaxCommandBytes))
+	}
+	if n := len(t.GetArgs()); n > MaxArgs {
+		return invalidField(path+".args", fmt.Sprintf("%d arguments; at most %d", n, MaxArgs))
+	}
+	if n := len(t.GetEnv()); n > MaxEnv {
+		return invalidField(path+".env", fmt.Sprintf("%d variables; at most %d", n, MaxEnv))
+	}
+	for _, k := range slices.Sorted(maps.Keys(t.GetEnv())) {
+		switch v := t.GetEnv()[k]; {
+		case len(k) > MaxEnvNameBytes:
+			return invalidField(path+".env", fmt.Sprintf("a variable's name is %d bytes; at most %d", len(k), MaxEnvNameBytes))
+		case len(v) > MaxEnvValueBytes:
+			return invalidField(fmt.Sprintf("%s.env[%s]", path, k), fmt.Sprintf("is %d bytes; at most %d", len(v), MaxEnvValueBytes))
+		}
+	}
+	return nil
+}
+
+// checkAllocationSizes checks an allocation's selectors, its game
+// session's properties and its players.
+func checkAllocationSizes(r *tetherv1.AllocateGameServerRequest) error {
+	if n := len(r.GetSelectors()); n > MaxSelectors {
+		return invalidField("selectors", fmt.Sprintf("%d selectors; at most %d", n, MaxSelectors))
+	}
+	if err := checkSelectorSizes("selector", r.GetSelector()); err != nil {
+		return err
+	}
+	for i, sel := range r.GetSelectors() {
+		if err := checkSelectorSizes(fmt.Sprintf("selectors[%d]", i), sel); err != nil {
+			return err
+		}
+	}
+	props := r.GetGameSession().GetProperties()
+	if n := len(props); n > MaxProperties {
+		return invalidField("game_session.properties", fmt.Sprintf("%d properties; at most %d", n, MaxProperties))
+	}
+	for _, k := range slices.Sorted(maps.Keys(props)) {
+		switch v := props[k]; {
+		case len(k) > MaxPropertyKeyBytes:
+			return invalidField("game_session.properties", fmt.Sprintf("a property's key is %d bytes; at most %d", len(k), MaxPropertyKeyBytes))
+		case len(v) > MaxPropertyValueBytes:
+			return invalidField(fmt.Sprintf("game_session.properties[%s]", k), fmt.Sprintf("is %d bytes; at most %d", len(v), MaxPropertyValueBytes))
+		}
+	}
+	for i, p := range r.GetPlayers() {
+		if err := checkPlayerSizes(fmt.Sprintf("players[%d]", i), p.GetPlayerId(), p.GetPlayerData()); err != nil {
+			return err
+		}
+	}
+	session := &tetherv1.AllocateGameServerRequest{GameSession: r.GetGameSession(), Players: r.GetPlayers()}
+	if n := proto.Size(session); n > MaxGameSessionBytes {
+		return invalidField(largestField(session.ProtoReflect(), ""), fmt.Sprintf(
+			"the game session's players and properties take %d bytes encoded; at most %d", n, MaxGameSessionBytes))
+	}
+	return nil
+}
+
+// checkSelectorSizes refuses a selector with more labels than a game
+// server can have, or a label no game server can have.
+func checkSelectorSizes(path string, sel *tetherv1.LabelSelector) error {
+	labels := sel.GetMatchLabels()
+	if n := len(labels); n > MaxLabels {
+		return invalidField(path+".match_labels", fmt.Sprintf("%d labels; at most %d", n, MaxLabels))
+	}
+	for k, v := range labels {
+		if len(k) > events.MaxLabelKeyBytes || len(v) > events.MaxLabelValueBytes {
+			return invalidField(path+".match_labels", fmt.Sprintf(
+				"label keys are at most %d bytes and values at most %d: no game server has this label", events.MaxLabelKeyBytes, events.MaxLabelValueBytes))
+		}
+	}
+	return nil
+}
+
+// checkPlayerSizes checks a player's id and data; path is the player's
+// field path.
+func checkPlayerSizes(path, id, data string) error {
+	if n := len(id); n > MaxPlayerIDBytes {
+		return invalidField(path+".player_id", fmt.Sprintf("is %d bytes; at most %d", n, MaxPlayerIDBytes))
+	}
+	if n := len(data); n > MaxPlayerDataBytes {
+		return invalidField(path+".player_data", fmt.Sprintf("is %d bytes; at most %d", n, MaxPlayerDataBytes))
+	}
+	return nil
 }
