@@ -309,3 +309,28 @@ func TestOIDCTokensAuthenticate(t *testing.T) {
 		t.Errorf("the fleet's creation names %v", actor)
 	}
 }
+
+// A request id is its caller's: another principal that replays it, body
+// and all, is refused instead of given the first caller's allocation; the
+// first caller's retry still gets its own answer.
+func TestRequestIDsAreScopedToTheirCaller(t *testing.T) {
+	keys, key, _ := roleKeys(t)
+	s := newStack(t, stackOptions{keys: keys, key: key[apikeys.Admin]})
+	s.createFleet("arena", fleetWithoutReplicas())
+	s.seedReady("arena", 2, 1, nil)
+	body := map[string]any{"requestId": "match-7", "players": []any{map[string]any{"playerId": "p1"}}}
+	const path = "/v1/fleets/arena/gameServers:allocate"
+	first := s.doWithKey(s.base, key[apikeys.Matchmaker], http.MethodPost, path, body)
+	if first.status != http.StatusOK {
+		t.Fatalf("allocate: %d %v", first.status, first.body)
+	}
+	other := s.doWithKey(s.base, key[apikeys.Admin], http.MethodPost, path, body)
+	if other.status != http.StatusBadRequest || !strings.Contains(fmt.Sprint(other.body), apiserver.ReasonRequestIDReused) {
+		t.Errorf("another caller's replay: %d %v, want 400 %s", other.status, other.body, apiserver.ReasonRequestIDReused)
+	}
+	retry := s.doWithKey(s.base, key[apikeys.Matchmaker], http.MethodPost, path, body)
+	name := func(r response) any { gs, _ := r.body["gameSession"].(map[string]any); return gs["name"] }
+	if retry.status != http.StatusOK || name(retry) == nil || name(retry) != name(first) {
+		t.Errorf("the caller's retry: %d, game session %v, want its first answer's, %v", retry.status, name(retry), name(first))
+	}
+}

@@ -252,6 +252,19 @@ func fingerprint(req any) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
+// scopeToCaller makes a request's fingerprint its caller's: with
+// authentication, a request id another principal used is refused
+// (REQUEST_ID_REUSED) instead of answered with that principal's result,
+// such as its allocation's connection details. Without authentication
+// (no actor) the fingerprint is the content's alone, as before.
+func scopeToCaller(fp, actor string) string {
+	if actor == "" {
+		return fp
+	}
+	sum := sha256.Sum256([]byte(actor + "\x00" + fp))
+	return hex.EncodeToString(sum[:])
+}
+
 // checkFingerprint compares the fingerprint stored with a request id's
 // first write with the request being served. An event stored without one
 // (written before fingerprints existed) is taken as the same request.
@@ -261,7 +274,7 @@ func checkFingerprint(ctx context.Context, requestID, stored string) error {
 		return nil
 	}
 	return &apiError{code: codes.InvalidArgument, reason: ReasonRequestIDReused, field: "request_id",
-		msg: fmt.Sprintf("request_id: %q was already used by a request with a different content; a retry must repeat the request exactly, a new request needs a new request id", requestID)}
+		msg: fmt.Sprintf("request_id: %q was already used by a request with a different content, or by another caller; a retry must repeat the request exactly, as the same caller, and a new request needs a new request id", requestID)}
 }
 
 // unaryRequests checks each request and records its fingerprint in the
@@ -279,6 +292,7 @@ func unaryRequests() grpc.UnaryServerInterceptor {
 			return nil, err
 		}
 		if fp != "" {
+			fp = scopeToCaller(fp, events.ActorFrom(ctx))
 			ctx = context.WithValue(ctx, fingerprintKey{}, fp)
 		}
 		return handler(ctx, req)
