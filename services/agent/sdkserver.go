@@ -23,6 +23,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
+	"github.com/tetherhq/tether/services/platform/httpinput"
 )
 
 // shutdownGrace is the deadline a game server's own Shutdown call gets.
@@ -145,6 +146,10 @@ func (s *sdkServer) guardREST(next http.Handler) http.Handler {
 		if token == "" || s.a.byToken(token) == nil {
 			s.a.log.Warn("SDK call rejected: missing or unknown token", "path", r.URL.Path, "remote", r.RemoteAddr, "token_present", token != "")
 			sdkRefusal(w, http.StatusUnauthorized, `{"code":16,"message":"missing or unknown game server token: send Authorization: Bearer <the token read from the descriptor $TETHER_GAMESERVER_TOKEN_FD>"}`)
+			return
+		}
+		if part := httpinput.InvalidUTF8(r); part != "" {
+			sdkRefusal(w, http.StatusBadRequest, `{"code":3,"message":"`+part+` is not valid UTF-8"}`)
 			return
 		}
 		if r.ContentLength > maxSDKMessage {

@@ -28,6 +28,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/tetherhq/tether/services/platform/httpinput"
 )
 
 // This file sets up the REST gateway to refuse what it cannot map onto the
@@ -77,6 +79,10 @@ func guardBody(max int64, auth *authenticator, next http.Handler) http.Handler {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && crossSite(r) {
 			refuseHTTP(w, http.StatusForbidden, codes.PermissionDenied, ReasonCrossOrigin,
 				"calls that change something are not taken from a browser page of another site")
+			return
+		}
+		if part := httpinput.InvalidUTF8(r); part != "" {
+			refuseHTTP(w, http.StatusBadRequest, codes.InvalidArgument, ReasonInvalidArgument, part+" is not valid UTF-8 (or not validly escaped)")
 			return
 		}
 		// Only the gateway says which certificate a client showed.

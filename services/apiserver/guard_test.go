@@ -101,3 +101,19 @@ func TestRESTRefusesBadRequestsBeforeAnyWork(t *testing.T) {
 		t.Errorf("the text/plain POST created a fleet: %d %v", r.status, r.body)
 	}
 }
+
+// A path or query that is not valid UTF-8 is a bad request (400), not an
+// internal error in the gateway's gRPC hop (500).
+func TestRESTRefusesInvalidUTF8(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	for _, target := range []string{"/v1/fleets?pageToken=%FF", "/v1/fleets/%FF", "/v1/fleets/-/gameServers?filter=%C3%28"} {
+		resp, err := http.Get(s.base + target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("GET %s: %d, want 400", target, resp.StatusCode)
+		}
+	}
+}
