@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,26 +33,12 @@ import (
 	"github.com/tetherhq/tether/services/testkit/freeport"
 	"github.com/tetherhq/tether/services/testkit/natstest"
 	kit "github.com/tetherhq/tether/services/testkit/stack"
+	"github.com/tetherhq/tether/services/testkit/syncbuf"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 type harness struct {
 	t     *testing.T

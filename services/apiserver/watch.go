@@ -188,8 +188,8 @@ func (h *historyService) pump(ctx context.Context, evs iter.Seq2[events.Envelope
 	stop := make(chan struct{})
 	var sent atomic.Uint64 // last sequence handed to the transport
 	sent.Store(after)
-	var held atomic.Int64                     // bytes of the events in out
-	freed := make(chan struct{}, 1)           // the sender took an event out
+	var held atomic.Int64                       // bytes of the events in out
+	freed := make(chan struct{}, 1)             // the sender took an event out
 	sizes := make(chan int, opts.WatchBuffer+1) // each queued event's bytes, in out's order (and the one waiting to enter)
 	senderDone := make(chan error, 1)
 	go func() {

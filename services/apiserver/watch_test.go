@@ -399,7 +399,7 @@ func startSlowWatch(t *testing.T, configure func(*apiserver.Options)) *slowWatch
 // many events that is: with a count bound far above the 1000 events, a
 // client that reads nothing still falls behind once 16 KiB wait.
 func TestWatchBufferIsBoundedInBytes(t *testing.T) {
-	w := startSlowWatch(t, func(o *apiserver.Options) { o.WatchBuffer, o.WatchBufferBytes = 100000, 16 << 10 })
+	w := startSlowWatch(t, func(o *apiserver.Options) { o.WatchBuffer, o.WatchBufferBytes = 100000, 16<<10 })
 	_, err := recvSequences(w.stream)
 	if st := status.Convert(err); st.Code() != codes.ResourceExhausted {
 		t.Fatalf("the slow client got %v, want RESOURCE_EXHAUSTED", err)

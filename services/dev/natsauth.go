@@ -25,7 +25,6 @@ type natsIdentities struct {
 	url     string
 	dir     string // "" without authentication
 	log     *slog.Logger
-	shared  *nats.Conn
 	sharedJ jetstream.JetStream
 	signers *natsauth.Signers
 	conns   []*nats.Conn

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,26 +16,9 @@ import (
 	"github.com/tetherhq/tether/services/nats/natsauth"
 	"github.com/tetherhq/tether/services/platform/playertoken"
 	"github.com/tetherhq/tether/services/testkit/natstest"
+	"github.com/tetherhq/tether/services/testkit/syncbuf"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
-
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // buildTether builds this command into a temporary directory.
 func buildTether(t *testing.T) string {
@@ -80,7 +61,7 @@ func TestNoSecretInLogsBannerOrCommandLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(data) })
-	out := &lockedBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd := exec.CommandContext(ctx, bin, "dev", "--data-dir", data, "--log-level", "debug", "--hosts", "1",
 		"--nats-port", "-1", "--rest-port", "-1", "--grpc-port", "-1", "--sdk-port", "-1", "--game-port-base", "-1")
 	cmd.Env = append(os.Environ(), "TETHER_PLAYER_TOKEN_KEYS="+tokenSpec)
