@@ -2,6 +2,7 @@ package events
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -415,6 +416,9 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 		default:
 			return nil, &TransitionError{Aggregate: state.GetName(), From: LifecycleName(l), Event: "Allocate"}
 		}
+		if err := checkProperties(c.Allocated.GetProperties()); err != nil {
+			return nil, err
+		}
 		return []proto.Message{proto.CloneOf(c.Allocated)}, nil
 	case Reserve:
 		return []proto.Message{&eventsv1.GameServerReserved{Until: timestamppb.New(c.Until)}}, nil
@@ -487,6 +491,17 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 				return nil, Invalid("labels", "%v", err)
 			}
 		}
+		after := cloneMap(state.GetLabels())
+		if after == nil {
+			after = map[string]string{}
+		}
+		maps.Copy(after, c.Set)
+		for _, k := range c.Removed {
+			delete(after, k)
+		}
+		if len(after) > MaxLabels {
+			return nil, Invalid("labels", "a game server holds at most %d labels; these would make %d", MaxLabels, len(after))
+		}
 		return []proto.Message{&eventsv1.LabelsChanged{Set: cloneMap(c.Set), Removed: slices.Clone(c.Removed)}}, nil
 	}
 	return nil, fmt.Errorf("events: unknown game server command %T", cmd)
@@ -521,4 +536,29 @@ func exitEvidence(state *eventsv1.GameServerState, x *eventsv1.ProcessExited) *e
 	ev.LastHeartbeatTime = state.GetLastHeartbeatTime()
 	ev.ConnectionHistory = cloneSlice(state.GetConnectionHistory())
 	return ev
+}
+
+// Bounds of a game server's labels and of a game session's properties,
+// whoever sets them: the API, or the game server through its agent's SDK.
+const (
+	MaxLabels             = 64
+	MaxProperties         = 64
+	MaxPropertyKeyBytes   = 63
+	MaxPropertyValueBytes = 1 << 10
+)
+
+// checkProperties refuses game session properties beyond the bounds.
+func checkProperties(props map[string]string) error {
+	if len(props) > MaxProperties {
+		return Invalid("properties", "at most %d properties, not %d", MaxProperties, len(props))
+	}
+	for k, v := range props {
+		switch {
+		case k == "" || len(k) > MaxPropertyKeyBytes:
+			return Invalid("properties", "key %.40q must be 1-%d bytes", k, MaxPropertyKeyBytes)
+		case len(v) > MaxPropertyValueBytes:
+			return Invalid("properties", "the value of %q has %d bytes, more than %d", k, len(v), MaxPropertyValueBytes)
+		}
+	}
+	return nil
 }

@@ -334,17 +334,18 @@ const (
 	// stopped the projector for good.
 	MaxRequestIDBytes = 256
 	// MaxLabels bounds the labels of a fleet or a standalone game server,
-	// and the match_labels of one allocation selector.
-	MaxLabels = 64
+	// and the match_labels of one allocation selector (events.MaxLabels:
+	// the agent's SDK holds a server's labels to it too).
+	MaxLabels = events.MaxLabels
 	// MaxSelectors bounds an allocation's selectors: each one is a query of
 	// the views.
 	MaxSelectors = 32
-	// MaxProperties bounds a game session's properties.
-	MaxProperties = 64
-	// MaxPropertyKeyBytes bounds a game session property's key.
-	MaxPropertyKeyBytes = 63
-	// MaxPropertyValueBytes bounds a game session property's value.
-	MaxPropertyValueBytes = 1 << 10
+	// MaxProperties bounds a game session's properties (events.MaxProperties,
+	// which a self-allocation through the SDK keeps too), and the next two
+	// their keys and values.
+	MaxProperties         = events.MaxProperties
+	MaxPropertyKeyBytes   = events.MaxPropertyKeyBytes
+	MaxPropertyValueBytes = events.MaxPropertyValueBytes
 	// MaxPlayerIDBytes bounds a player id.
 	MaxPlayerIDBytes = 256
 	// MaxPlayerDataBytes bounds one player's opaque player data.
