@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -364,6 +366,13 @@ func (p *Projector) applyWithRetry(ctx context.Context, batch []jetstream.Msg) e
 		}
 		if errors.Is(err, ErrFenced) || errors.Is(err, ErrGap) {
 			return err
+		}
+		if dataRefused(err) && p.held == nil {
+			// Not a passing failure: PostgreSQL refuses the data of an
+			// event (a value too large to index, a byte it cannot store),
+			// and would refuse it for ever. Find it, one event at a time,
+			// and dead-letter it; the others are applied.
+			return p.isolateRefused(ctx, batch, err)
 		}
 		p.failing.Store(&err)
 		p.log.Error("projector batch failed; retrying", "err", err, "backoff", backoff)
@@ -745,5 +754,80 @@ func (p *Projector) FlushViews(ctx context.Context) error {
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("projector: flush held views: %w", err)
 	}
+	return nil
+}
+
+// dataRefused reports whether PostgreSQL refused a batch for the data it
+// holds (SQLSTATE class 22, data exception, or 54, program limit exceeded,
+// such as an index row too large): retrying the same data cannot succeed.
+func dataRefused(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "54"))
+}
+
+// isolateRefused applies a batch PostgreSQL refused for its data one event
+// at a time; the event refused alone is dead-lettered.
+func (p *Projector) isolateRefused(ctx context.Context, batch []jetstream.Msg, cause error) error {
+	if len(batch) > 1 {
+		p.log.Warn("projector batch refused for its data; applying its events one by one", "events", len(batch), "err", cause)
+		for i := range batch {
+			if err := p.applyWithRetry(ctx, batch[i:i+1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	m := batch[0]
+	if err := p.deadLetterRefused(ctx, m, cause); err != nil {
+		return fmt.Errorf("projector: dead-letter an event PostgreSQL refuses: %w", err)
+	}
+	if err := m.Ack(); err != nil {
+		p.log.Warn("projector ack failed; redelivery will be skipped", "err", err)
+	}
+	return nil
+}
+
+// deadLetterRefused moves one event that PostgreSQL refuses to the dead
+// letters and advances the checkpoint past it, in one transaction.
+func (p *Projector) deadLetterRefused(ctx context.Context, m jetstream.Msg, cause error) error {
+	meta, err := m.Metadata()
+	if err != nil {
+		return err
+	}
+	seq := meta.Sequence.Stream
+	tx, err := p.opts.Pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // no-op after commit
+	var cp int64
+	if err := tx.QueryRow(ctx, `SELECT sequence FROM projector_checkpoints WHERE partition = $1 FOR UPDATE`, p.opts.Partition).Scan(&cp); err != nil {
+		return err
+	}
+	switch {
+	case uint64(cp) >= seq:
+		return nil // applied or dead-lettered before
+	case uint64(cp)+1 != seq:
+		return fmt.Errorf("%w: expected event %d, got %d", ErrGap, cp+1, seq)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO dead_letters (sequence, subject, type, error, data) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (sequence) DO NOTHING`, int64(seq), m.Subject(), m.Headers().Get(natsjs.HeaderType), "PostgreSQL refuses its data: "+cause.Error(), m.Data()); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE projector_checkpoints SET sequence = $2, update_time = now(), fence = GREATEST(fence, $3) WHERE partition = $1`,
+		p.opts.Partition, int64(seq), int64(p.fence.Load())); err != nil {
+		return err
+	}
+	if !p.opts.Scratch {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, CheckpointChannel, strconv.FormatUint(seq, 10)); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	p.checkpoint.Store(seq)
+	p.deadLetters.Add(ctx, 1, metric.WithAttributes(attribute.String("partition", p.opts.Partition)))
+	p.log.Error("projector dead-lettered an event PostgreSQL refuses", "sequence", seq, "subject", m.Subject(), "err", cause)
 	return nil
 }

@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -386,4 +388,45 @@ func TestBatchWithAGapIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertSameViews(t, pool, e.freshReplay())
+}
+
+// An event whose data PostgreSQL refuses (here a request id too large for
+// its index, as an old or foreign writer could store) is dead-lettered
+// alone; the rest of its batch, and what follows, is applied. It used to
+// stop the projector for good, retrying the batch for ever.
+func TestEventPostgreSQLRefusesIsDeadLettered(t *testing.T) {
+	e := newEnv(t)
+	e.scenario(2)
+	subject := events.MustSubject("fleets/arena/gameServers/gs-0")
+	last, err := e.store.LastSequence(e.ctx, subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := events.New("fleets/arena/gameServers/gs-0", e.at.Add(time.Second), &eventsv1.LabelsChanged{Set: map[string]string{"huge": "request id"}})
+	noise := make([]byte, 6<<10)
+	_, _ = rand.Read(noise)                    // crypto/rand.Read never fails on supported platforms
+	huge.RequestID = hex.EncodeToString(noise) // 12 KiB that do not compress below the index's limit
+	if _, err := e.store.Append(e.ctx, subject, last, huge); err != nil {
+		t.Fatal(err)
+	}
+	e.append("fleets/arena/gameServers/gs-1", &eventsv1.LabelsChanged{Set: map[string]string{"after": "refused"}})
+
+	pool := e.pool()
+	e.run(e.projector(pool, "refused", time.Minute, 50))
+
+	var seq int64
+	var why string
+	if err := pool.QueryRow(e.ctx, `SELECT sequence, error FROM dead_letters`).Scan(&seq, &why); err != nil {
+		t.Fatalf("dead letters: %v", err)
+	}
+	if !strings.Contains(why, "PostgreSQL refuses its data") {
+		t.Errorf("dead letter %d: %s", seq, why)
+	}
+	var labels string
+	if err := pool.QueryRow(e.ctx, `SELECT labels::text FROM game_servers WHERE name = 'fleets/arena/gameServers/gs-1'`).Scan(&labels); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(labels, "refused") {
+		t.Errorf("the event after the refused one was not applied: labels %s", labels)
+	}
 }
