@@ -99,7 +99,13 @@ func Dial(endpoints []string, opts ...grpc.DialOption) (*grpc.ClientConn, error)
 // WithCA connects over TLS, trusting the certificate authorities in the
 // PEM file caFile (a private CA, or the API's self-signed certificate);
 // "" trusts the system's.
-func WithCA(caFile string) (grpc.DialOption, error) {
+func WithCA(caFile string) (grpc.DialOption, error) { return WithTLS(caFile, "", "") }
+
+// WithTLS connects over TLS, trusting the authorities of caFile (PEM;
+// "": the system's), and, with certFile and keyFile, shows that client
+// certificate (mutual TLS: an API whose keys file names the certificate,
+// cert:NAME, authenticates the caller by it).
+func WithTLS(caFile, certFile, keyFile string) (grpc.DialOption, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
@@ -111,6 +117,16 @@ func WithCA(caFile string) (grpc.DialOption, error) {
 			return nil, fmt.Errorf("apiclient: %s holds no PEM certificate", caFile)
 		}
 		cfg.RootCAs = pool
+	}
+	switch {
+	case certFile != "" && keyFile != "":
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("apiclient: client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	case certFile != "" || keyFile != "":
+		return nil, fmt.Errorf("apiclient: a client certificate needs both its certificate and its key file")
 	}
 	return grpc.WithTransportCredentials(credentials.NewTLS(cfg)), nil
 }

@@ -32,13 +32,14 @@ type client struct {
 // call is bounded by timeout, its retries included, and carries key (an
 // API key) when it is set. With tls (or a caFile, the authorities to
 // trust instead of the system's) it connects over TLS.
-func dial(addr, key string, tls bool, caFile string, timeout time.Duration) (*client, error) {
+func dial(cn connection, timeout time.Duration) (*client, error) {
+	addr := cn.server
 	var opts []grpc.DialOption
-	if key != "" {
-		opts = append(opts, apiclient.WithKey(key))
+	if cn.token != "" {
+		opts = append(opts, apiclient.WithKey(cn.token))
 	}
-	if tls || caFile != "" {
-		o, err := apiclient.WithCA(caFile)
+	if cn.tls || cn.ca != "" || cn.cert != "" {
+		o, err := apiclient.WithTLS(cn.ca, cn.cert, cn.key)
 		if err != nil {
 			return nil, err
 		}

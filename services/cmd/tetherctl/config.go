@@ -65,6 +65,11 @@ type namedContext struct {
 	// TLS connects over TLS, trusting the system's authorities unless CA
 	// is set.
 	TLS bool `json:"tls,omitempty"`
+	// Cert and Key are a client certificate and its private key (PEM
+	// files; mutual TLS): the API authenticates the caller by the
+	// certificate when its keys file names it. Both or neither.
+	Cert string `json:"cert,omitempty"`
+	Key  string `json:"key,omitempty"`
 	// TokenFile is a file that holds the API key (surrounding whitespace
 	// is ignored): the preferred way to give one.
 	TokenFile string `json:"tokenFile,omitempty"`

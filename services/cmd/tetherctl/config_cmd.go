@@ -45,12 +45,14 @@ type contextView struct {
 
 // view describes ctx without its token.
 func (ctx *namedContext) view(current string) contextView {
-	v := contextView{Current: ctx.Name == current, Name: ctx.Name, Server: ctx.Server, CA: ctx.CA, TLS: ctx.TLS || ctx.CA != ""}
+	v := contextView{Current: ctx.Name == current, Name: ctx.Name, Server: ctx.Server, CA: ctx.CA, TLS: ctx.TLS || ctx.CA != "" || ctx.Cert != ""}
 	switch {
 	case ctx.TokenFile != "":
 		v.Auth = "token-file " + ctx.TokenFile
 	case ctx.Token != "":
 		v.Auth = "token (inline)"
+	case ctx.Cert != "":
+		v.Auth = "client-cert " + ctx.Cert
 	default:
 		v.Auth = "none"
 	}
@@ -129,7 +131,7 @@ func (a *app) setContextCommand() *cobra.Command {
 		tokenFile string
 	)
 	cmd := &cobra.Command{
-		Use:   "set-context NAME --server HOST:PORT [--ca FILE] [--tls] [--token-file FILE]",
+		Use:   "set-context NAME --server HOST:PORT [--ca FILE] [--tls] [--token-file FILE] [--cert FILE --key FILE]",
 		Short: "Create a context, or change the settings given of one",
 		Long: `set-context creates the context NAME (--server is needed then) or changes
 the settings given of an existing one: --ca "" removes its CA, --tls=false its
@@ -167,6 +169,16 @@ config file; a context with an inline token (written by hand) loses it to
 			if set("tls") {
 				ctx.TLS = fields.TLS
 			}
+			if set("cert") {
+				if ctx.Cert, err = absPath(fields.Cert); err != nil {
+					return err
+				}
+			}
+			if set("key") {
+				if ctx.Key, err = absPath(fields.Key); err != nil {
+					return err
+				}
+			}
 			if set("token-file") {
 				if ctx.TokenFile, err = absPath(tokenFile); err != nil {
 					return err
@@ -187,6 +199,8 @@ config file; a context with an inline token (written by hand) loses it to
 	f.StringVar(&fields.CA, "ca", "", "PEM file of the certificate authorities to trust (implies TLS)")
 	f.BoolVar(&fields.TLS, "tls", false, "connect over TLS (with the system's authorities unless --ca)")
 	f.StringVar(&tokenFile, "token-file", "", "file that holds the API key")
+	f.StringVar(&fields.Cert, "cert", "", "client certificate (PEM) to show the API (mutual TLS; with --key)")
+	f.StringVar(&fields.Key, "key", "", "the client certificate's private key (PEM)")
 	return cmd
 }
 

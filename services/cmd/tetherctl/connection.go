@@ -15,8 +15,10 @@ type connection struct {
 	server string
 	// ca is the PEM file of the authorities to trust ("": the system's).
 	ca string
-	// tls connects over TLS; a ca implies it.
+	// tls connects over TLS; a ca or a cert implies it.
 	tls bool
+	// cert and key are a client certificate and its key (mutual TLS).
+	cert, key string
 	// token is the API key, "" for none.
 	token string
 	// tokenFrom says where token came from, for messages (never the key).
@@ -70,6 +72,26 @@ func (a *app) connection() (connection, error) {
 		cn.tls = a.tls
 	} else {
 		cn.tls = ctx.TLS
+	}
+
+	for _, f := range []struct {
+		flag, env, ctx string
+		dst            *string
+		val            string
+	}{{"cert", certEnv, ctx.Cert, &cn.cert, a.cert}, {"key", keyEnv, ctx.Key, &cn.key, a.certKey}} {
+		switch {
+		case a.given(f.flag):
+			*f.dst = f.val
+		case os.Getenv(f.env) != "":
+			*f.dst = os.Getenv(f.env)
+		case f.ctx != "":
+			if *f.dst, err = cf.resolvePath(f.ctx); err != nil {
+				return connection{}, fmt.Errorf("context %q: %w", ctx.Name, err)
+			}
+		}
+	}
+	if (cn.cert == "") != (cn.key == "") {
+		return connection{}, fmt.Errorf("a client certificate needs both --cert and --key (or %s and %s, or the context's cert and key)", certEnv, keyEnv)
 	}
 
 	switch {

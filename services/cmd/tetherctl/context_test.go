@@ -8,7 +8,9 @@ import (
 
 	"github.com/tetherhq/tether/services/apiserver"
 	"github.com/tetherhq/tether/services/platform/apikeys"
+	"github.com/tetherhq/tether/services/platform/tlsfiles"
 	kit "github.com/tetherhq/tether/services/testkit/stack"
+	"github.com/tetherhq/tether/services/testkit/testcerts"
 )
 
 // A context made with set-context calls an API that authenticates
@@ -68,5 +70,44 @@ func TestContextCallsTheAPI(t *testing.T) {
 				t.Error("tetherctl printed a key")
 			}
 		})
+	}
+}
+
+// A context with a client certificate calls an API that authenticates by
+// certificates (mutual TLS), without any key.
+func TestContextWithAClientCertificate(t *testing.T) {
+	dir := t.TempDir()
+	apiCert, apiKey := filepath.Join(dir, "api.crt"), filepath.Join(dir, "api.key")
+	testcerts.Write(t, apiCert, apiKey, "api")
+	serving, err := tlsfiles.New(apiCert, apiKey, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key := filepath.Join(dir, "ops.crt"), filepath.Join(dir, "ops.key")
+	testcerts.WriteClient(t, cert, key, "ops.example")
+	cas, err := tlsfiles.LoadClientCAs(cert, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keysFile := writeMode(t, dir, "api-keys", "ops viewer cert:ops.example\n", 0o600)
+	keys, err := apikeys.Load(keysFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := kit.New(t, kit.WithAPI(1, func(_ *kit.Stack, o *apiserver.Options) {
+		o.TLS, o.ClientCAs, o.Keys = serving.Config(), cas, keys
+	}))
+	isolate(t, filepath.Join(dir, "config", "config.yaml"))
+	if r := ctl(t, "config", "set-context", "ops", "--server", k.APIs[0].GRPCAddr(), "--ca", apiCert, "--cert", cert, "--key", key); r.code != 0 {
+		t.Fatalf("set-context: %d %s", r.code, r.stderr)
+	}
+	if r := ctl(t, "--context", "ops", "fleets", "list"); r.code != 0 {
+		t.Errorf("with the client certificate: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := ctl(t, "--server", k.APIs[0].GRPCAddr(), "--ca", apiCert, "fleets", "list"); r.code == 0 || !strings.Contains(r.stderr, "UNAUTHENTICATED") {
+		t.Errorf("without it: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := ctl(t, "config", "get-contexts"); !strings.Contains(r.stdout, "client-cert "+cert) {
+		t.Errorf("get-contexts does not say how ops authenticates:\n%s", r.stdout)
 	}
 }

@@ -22,6 +22,10 @@ const (
 	tokenEnv = "TETHER_TOKEN"
 	// caEnv names the CA file when --ca is not given.
 	caEnv = "TETHER_CA"
+	// certEnv and keyEnv name a client certificate and its key (mutual
+	// TLS) when --cert and --key are not given.
+	certEnv = "TETHER_CERT"
+	keyEnv  = "TETHER_KEY"
 )
 
 // Output formats of -o/--output.
@@ -38,10 +42,11 @@ type app struct {
 	// flags are the global flags, to tell a flag given from its default.
 	flags *pflag.FlagSet
 	// server and addr are --server and its older name --addr.
-	server, addr string
-	key          string
-	tls          bool
-	ca           string
+	server, addr  string
+	key           string
+	tls           bool
+	ca            string
+	cert, certKey string // --cert, --key
 	// configPath is --config; contextName is --context.
 	configPath  string
 	contextName string
@@ -102,6 +107,8 @@ Names may be given short or in full: "arena" or "fleets/arena",
 	f.StringVar(&a.key, "token", "", "API key, for an API that authenticates callers (tether keys add) (default from $"+tokenEnv+", else the context's)")
 	f.BoolVar(&a.tls, "tls", false, "connect over TLS, trusting the system's certificate authorities (default: the context's)")
 	f.StringVar(&a.ca, "ca", "", "connect over TLS, trusting the certificate authorities of this PEM file (default from $"+caEnv+", else the context's)")
+	f.StringVar(&a.cert, "cert", "", "show this client certificate (PEM; mutual TLS: an API whose keys file names it authenticates by it; with --key) (default from $"+certEnv+", else the context's)")
+	f.StringVar(&a.certKey, "key", "", "the client certificate's private key (PEM) (default from $"+keyEnv+", else the context's)")
 	f.StringVar(&a.configPath, "config", "", "config file of the contexts (default from $"+configEnv+", else $"+xdgConfigEnv+"/tether/config.yaml or ~/.config/tether/config.yaml)")
 	f.StringVar(&a.contextName, "context", "", "context of the config file to use (default: its current-context)")
 	f.StringVarP(&a.output, "output", "o", formatTable, "output format: table, json or yaml")
@@ -155,7 +162,7 @@ func (a *app) withClient(f func(c *client) error) error {
 	if err != nil {
 		return err
 	}
-	c, err := dial(cn.server, cn.token, cn.tls, cn.ca, a.timeout)
+	c, err := dial(cn, a.timeout)
 	if err != nil {
 		return err
 	}
