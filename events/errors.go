@@ -15,6 +15,22 @@ var ErrConflict = errors.New("events: conflicting append: the aggregate changed"
 // nothing was refused, and the same append may be retried.
 var ErrUnavailable = errors.New("events: the event store is unavailable for now")
 
+// PartialAppendError is an append of several events that stored the first
+// Stored of them and then failed with Err (a conflict: another writer came
+// between two of them; or the store went away). Those stored stay stored;
+// errors.Is and errors.As see Err through it.
+type PartialAppendError struct {
+	Stored int
+	Err    error
+}
+
+func (e *PartialAppendError) Error() string {
+	return fmt.Sprintf("%v (after %d events of the append were stored)", e.Err, e.Stored)
+}
+
+// Unwrap returns Err.
+func (e *PartialAppendError) Unwrap() error { return e.Err }
+
 // AnySequence, as an expected sequence, appends without a concurrency check.
 const AnySequence = ^uint64(0)
 

@@ -215,6 +215,9 @@ func (s *Store) Append(ctx context.Context, subject string, expected uint64, evs
 		}
 		seq, err := s.publish(ctx, msg, guard, evs[i])
 		if err != nil {
+			if i > 0 {
+				return 0, &events.PartialAppendError{Stored: i, Err: err}
+			}
 			return 0, err
 		}
 		guard = seq

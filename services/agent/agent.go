@@ -47,6 +47,9 @@ type eventStore interface {
 // countingStore counts the events the stream acknowledged. An append that
 // failed may still have been stored; its retry from the outbox carries the
 // same event ids, is de-duplicated by the stream and counted then, once.
+// An append of several events that failed after storing some of them
+// (events.PartialAppendError: a conflict between two of them) counts
+// those: nothing appends them again.
 type countingStore struct {
 	eventStore
 	published metric.Int64Counter
@@ -55,8 +58,12 @@ type countingStore struct {
 // Append appends and counts the events on success.
 func (s countingStore) Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error) {
 	seq, err := s.eventStore.Append(ctx, subject, expected, evs...)
-	if err == nil {
+	var partial *events.PartialAppendError
+	switch {
+	case err == nil:
 		s.published.Add(context.WithoutCancel(ctx), int64(len(evs)))
+	case errors.As(err, &partial):
+		s.published.Add(context.WithoutCancel(ctx), int64(partial.Stored))
 	}
 	return seq, err
 }
