@@ -604,8 +604,7 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 	}
 	b := &pgx.Batch{}
 	for _, d := range dead {
-		b.Queue(`INSERT INTO dead_letters (sequence, subject, type, error, data) VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (sequence) DO NOTHING`, int64(d.seq), d.subject, d.typ, d.err.Error(), d.data)
+		b.Queue(insertDeadLetter, int64(d.seq), d.subject, d.typ, d.err.Error(), d.data)
 		if errors.Is(d.err, events.ErrUnauthorizedWriter) {
 			p.log.Error("projector refused an event its writer may not write: a host's credentials may be compromised",
 				"sequence", d.seq, "subject", d.subject, "type", d.typ, "err", d.err)
@@ -613,10 +612,10 @@ ON CONFLICT (sequence) DO NOTHING`, int64(d.seq), d.subject, d.typ, d.err.Error(
 		}
 		p.log.Warn("projector dead-lettered an event", "sequence", d.seq, "subject", d.subject, "type", d.typ, "err", d.err)
 	}
-	b.Queue(`UPDATE projector_checkpoints SET sequence = $2, update_time = now(), fence = GREATEST(fence, $3) WHERE partition = $1`,
+	b.Queue(advanceCheckpoint,
 		p.opts.Partition, int64(last), int64(epoch))
 	if !p.opts.Scratch {
-		b.Queue(`SELECT pg_notify($1, $2)`, CheckpointChannel, strconv.FormatUint(last, 10))
+		b.Queue(notifyCheckpoint, CheckpointChannel, strconv.FormatUint(last, 10))
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("projector: write views: %w", err)
@@ -757,6 +756,16 @@ func (p *Projector) FlushViews(ctx context.Context) error {
 	return nil
 }
 
+// The statements that record a dead letter and advance the checkpoint,
+// for a batch (ApplyBatch) and for one event PostgreSQL refuses
+// (deadLetterRefused).
+const (
+	insertDeadLetter = `INSERT INTO dead_letters (sequence, subject, type, error, data) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (sequence) DO NOTHING`
+	advanceCheckpoint = `UPDATE projector_checkpoints SET sequence = $2, update_time = now(), fence = GREATEST(fence, $3) WHERE partition = $1`
+	notifyCheckpoint  = `SELECT pg_notify($1, $2)`
+)
+
 // dataRefused reports whether PostgreSQL refused a batch for the data it
 // holds (SQLSTATE class 22, data exception, or 54, program limit exceeded,
 // such as an index row too large): retrying the same data cannot succeed.
@@ -810,16 +819,15 @@ func (p *Projector) deadLetterRefused(ctx context.Context, m jetstream.Msg, caus
 	case uint64(cp)+1 != seq:
 		return fmt.Errorf("%w: expected event %d, got %d", ErrGap, cp+1, seq)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO dead_letters (sequence, subject, type, error, data) VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (sequence) DO NOTHING`, int64(seq), m.Subject(), m.Headers().Get(natsjs.HeaderType), "PostgreSQL refuses its data: "+cause.Error(), m.Data()); err != nil {
+	if _, err := tx.Exec(ctx, insertDeadLetter, int64(seq), m.Subject(), m.Headers().Get(natsjs.HeaderType), "PostgreSQL refuses its data: "+cause.Error(), m.Data()); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `UPDATE projector_checkpoints SET sequence = $2, update_time = now(), fence = GREATEST(fence, $3) WHERE partition = $1`,
+	if _, err := tx.Exec(ctx, advanceCheckpoint,
 		p.opts.Partition, int64(seq), int64(p.fence.Load())); err != nil {
 		return err
 	}
 	if !p.opts.Scratch {
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, CheckpointChannel, strconv.FormatUint(seq, 10)); err != nil {
+		if _, err := tx.Exec(ctx, notifyCheckpoint, CheckpointChannel, strconv.FormatUint(seq, 10)); err != nil {
 			return err
 		}
 	}

@@ -65,19 +65,28 @@ func clientCertNames(ctx context.Context, gateway string) []string {
 		return nil
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+	if !ok {
 		return nil
 	}
-	return tlsfiles.Names(info.State.VerifiedChains[0][0])
+	return verifiedNames(info.State)
+}
+
+// verifiedNames returns the names of a connection's verified client
+// certificate, nil without one.
+func verifiedNames(st tls.ConnectionState) []string {
+	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return tlsfiles.Names(st.VerifiedChains[0][0])
 }
 
 // restCertNames returns the names of a REST request's verified client
 // certificate, nil without one.
 func restCertNames(r *http.Request) []string {
-	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+	if r.TLS == nil {
 		return nil
 	}
-	return tlsfiles.Names(r.TLS.VerifiedChains[0][0])
+	return verifiedNames(*r.TLS)
 }
 
 // clientCertMetadata is the gateway's annotator that forwards a REST

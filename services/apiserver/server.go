@@ -251,6 +251,8 @@ func (o *Options) validate() error {
 		return errors.New("apiserver: Freshness is required")
 	case o.Tokens == nil:
 		return errors.New("apiserver: Tokens is required")
+	case o.ClientCAs != nil && (o.TLS == nil || o.Keys == nil):
+		return errors.New("apiserver: client CAs need TLS (a certificate) and API keys (the keys file names the certificates' principals)")
 	}
 	return nil
 }
@@ -295,11 +297,6 @@ func New(opts Options) (*Server, error) {
 			_ = s.grpcLis.Close() // Releasing the port we just took; its error changes nothing.
 			return nil, fmt.Errorf("apiserver: listen REST on %s: %w", opts.HTTPAddr, err)
 		}
-	}
-	if opts.ClientCAs != nil && (opts.TLS == nil || opts.Keys == nil) {
-		_ = s.grpcLis.Close() // releasing the ports just taken; their errors change nothing
-		_ = s.httpLis.Close()
-		return nil, errors.New("apiserver: client CAs need TLS (a certificate) and API keys (the keys file names the certificates' principals)")
 	}
 	if opts.TLS == nil && !opts.Insecure {
 		for _, l := range []net.Listener{s.grpcLis, s.httpLis} {

@@ -253,7 +253,7 @@ func Run(ctx context.Context, opts Options) error {
 			if err != nil {
 				return err
 			}
-			ids.signers = signers
+			ids.verify = natsjs.NewVerifier(signers)
 		}
 		ns, err := natsembed.Start(natsembed.Options{
 			Host: opts.Host, Port: portOrFree(log, "NATS", opts.Host, opts.NATSPort),

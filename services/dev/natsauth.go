@@ -26,7 +26,7 @@ type natsIdentities struct {
 	dir     string // "" without authentication
 	log     *slog.Logger
 	sharedJ jetstream.JetStream
-	signers *natsauth.Signers
+	verify  *natsjs.Verifier // of signers, shared by every reader of the stack
 	conns   []*nats.Conn
 }
 
@@ -62,12 +62,7 @@ func (n *natsIdentities) storeOptions(id identity, o natsjs.Options) natsjs.Opti
 }
 
 // verifier verifies event writers when the stack authenticates.
-func (n *natsIdentities) verifier() *natsjs.Verifier {
-	if n.signers == nil {
-		return nil
-	}
-	return natsjs.NewVerifier(n.signers)
-}
+func (n *natsIdentities) verifier() *natsjs.Verifier { return n.verify }
 
 // close closes the connections as made.
 func (n *natsIdentities) close() {

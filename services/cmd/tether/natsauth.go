@@ -17,7 +17,8 @@ import (
 type natsAuth struct {
 	creds   *natsauth.Credentials
 	signers *natsauth.Signers
-	ca      string // --nats-ca
+	verify  *natsjs.Verifier // of signers; one per process, its key cache shared
+	ca      string           // --nats-ca
 }
 
 // natsAuth loads --nats-creds and --nats-signers. want, when not empty, is
@@ -38,6 +39,7 @@ func (g *global) natsAuth(log *slog.Logger, want string) (*natsAuth, error) {
 		if a.signers, err = natsauth.LoadSigners(g.natsSigners, log); err != nil {
 			return nil, err
 		}
+		a.verify = natsjs.NewVerifier(a.signers)
 		log.Info("event writers are verified", "signers", g.natsSigners, "keys", a.signers.Len())
 	}
 	return &a, nil
@@ -65,12 +67,7 @@ func (a *natsAuth) storeOptions(o natsjs.Options) natsjs.Options {
 }
 
 // verifier verifies event writers, or is nil without --nats-signers.
-func (a *natsAuth) verifier() *natsjs.Verifier {
-	if a.signers == nil {
-		return nil
-	}
-	return natsjs.NewVerifier(a.signers)
-}
+func (a *natsAuth) verifier() *natsjs.Verifier { return a.verify }
 
 // watch reloads the credentials and signers files until ctx ends: new
 // credentials reconnect nc with them (a rotation without a restart).

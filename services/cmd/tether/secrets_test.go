@@ -73,7 +73,7 @@ func TestNoSecretInLogsBannerOrCommandLine(t *testing.T) {
 	}
 	wait.For(t, 90*time.Second, "tether dev's banner", func() bool { return strings.Contains(out.String(), "Press Ctrl-C to stop.") })
 	secrets := map[string]string{"the player-token key": tokenSecret}
-	read := func(name, path string) string {
+	read := func(path string) string {
 		t.Helper()
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -82,9 +82,9 @@ func TestNoSecretInLogsBannerOrCommandLine(t *testing.T) {
 		return strings.TrimSpace(string(b))
 	}
 	for _, role := range []string{"admin", "operator", "matchmaker", "viewer", "auditor"} {
-		secrets["the "+role+" API key"] = read(role, filepath.Join(dev.KeysDir(data), role+".key"))
+		secrets["the "+role+" API key"] = read(filepath.Join(dev.KeysDir(data), role+".key"))
 	}
-	dbURL := read("database URL", dev.DatabaseURLFile(data))
+	dbURL := read(dev.DatabaseURLFile(data))
 	if at := strings.Index(dbURL, "@"); at > 0 {
 		_, pw, _ := strings.Cut(dbURL[:at], "postgres://postgres:")
 		secrets["the database password"] = pw

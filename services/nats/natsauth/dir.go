@@ -1,10 +1,10 @@
 package natsauth
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"path/filepath"
 	"slices"
@@ -318,13 +318,7 @@ func readRevoked(dir string) (map[string]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsauth: %w", err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Fields(line)
+	for n, f := range fieldLines(data) {
 		if len(f) != 2 || !nkeys.IsValidPublicUserKey(f[0]) {
 			return nil, fmt.Errorf("natsauth: %s line %d: want \"PUBLIC_KEY UNIX_TIME\"", revokedFile, n)
 		}
@@ -382,4 +376,22 @@ func writeFile(path string, data []byte, mode os.FileMode) error {
 		return fmt.Errorf("natsauth: %w", err)
 	}
 	return nil
+}
+
+// fieldLines yields the fields of each line of a text file with its line
+// number, leaving out blank lines and '#' comments.
+func fieldLines(data []byte) iter.Seq2[int, []string] {
+	return func(yield func(int, []string) bool) {
+		n := 0
+		for line := range strings.Lines(string(data)) {
+			n++
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			if !yield(n, strings.Fields(line)) {
+				return
+			}
+		}
+	}
 }

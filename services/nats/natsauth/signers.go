@@ -1,13 +1,10 @@
 package natsauth
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -59,13 +56,7 @@ func (s *Signers) Watch(ctx context.Context, interval time.Duration) { s.file.Wa
 // likely caught while being written than meant to refuse every event.
 func parseSigners(data []byte) (signerSet, error) {
 	set := signerSet{byKey: map[string]string{}}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Fields(line)
+	for n, f := range fieldLines(data) {
 		if len(f) != 2 {
 			return signerSet{}, fmt.Errorf("line %d: want \"PRINCIPAL PUBLIC_KEY\" or \"verify-from SEQUENCE\"", n)
 		}
