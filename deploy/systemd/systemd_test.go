@@ -100,7 +100,8 @@ func TestEveryUnitIsChecked(t *testing.T) {
 
 // hardening is what every unit's [Service] must say. The agent leaves out
 // what would break the game servers it starts (they inherit its sandbox):
-// agentOmits.
+// agentOmits; and keeps the capabilities that start them as their own user
+// (agentCapabilities).
 var hardening = map[string]string{
 	"NoNewPrivileges":         "yes",
 	"CapabilityBoundingSet":   "",
@@ -124,7 +125,11 @@ var hardening = map[string]string{
 // agentOmits are hardening settings the agent must not have: its game
 // servers inherit them (a JIT needs writable executable memory; a 32-bit
 // game server needs its architecture's system calls).
-var agentOmits = []string{"MemoryDenyWriteExecute", "SystemCallArchitectures", "SystemCallFilter", "DynamicUser"}
+var agentOmits = []string{"MemoryDenyWriteExecute", "SystemCallArchitectures", "SystemCallFilter", "DynamicUser", "ProtectProc"}
+
+// agentCapabilities are the agent's capabilities, all it has: it runs as
+// root to start game servers as their user (--run-as) and signal them.
+var agentCapabilities = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}
 
 func TestUnitsAreHardened(t *testing.T) {
 	for file, cmd := range units {
@@ -132,7 +137,7 @@ func TestUnitsAreHardened(t *testing.T) {
 			u := parseUnit(t, file)
 			agent := cmd == "agent"
 			for key, want := range hardening {
-				if agent && slices.Contains(agentOmits, key) {
+				if agent && (slices.Contains(agentOmits, key) || key == "CapabilityBoundingSet") {
 					continue
 				}
 				if got, ok := u.get("Service", key); !ok || got != want {
@@ -151,8 +156,12 @@ func TestUnitsAreHardened(t *testing.T) {
 			if got, _ := u.get("Service", "RestrictAddressFamilies"); !slices.Equal(strings.Fields(got), families) {
 				t.Errorf("%s: RestrictAddressFamilies=%s, want %s", file, got, strings.Join(families, " "))
 			}
-			if user, _ := u.get("Service", "User"); user != "tether" {
-				t.Errorf("%s: User=%q, want tether", file, user)
+			wantUser := "tether"
+			if agent {
+				wantUser = "root"
+			}
+			if user, _ := u.get("Service", "User"); user != wantUser {
+				t.Errorf("%s: User=%q, want %s", file, user, wantUser)
 			}
 			dynamic, _ := u.get("Service", "DynamicUser")
 			if !agent && dynamic != "yes" {
@@ -214,6 +223,25 @@ func flagValue(words []string, name string) string {
 		}
 	}
 	return ""
+}
+
+// TestAgentRunsGameServersAsTheirOwnUser checks what keeps game servers
+// from the agent: they run as a user of their own (--run-as, not root),
+// and the agent has the capabilities to start them so and no others (none
+// ambient, which its game servers would inherit).
+func TestAgentRunsGameServersAsTheirOwnUser(t *testing.T) {
+	const file = "tether-agent.service"
+	u := parseUnit(t, file)
+	runAs := flagValue(execStart(t, u, file), "--run-as")
+	if runAs == "" || runAs == "root" || runAs == "0" || runAs == "tether" {
+		t.Errorf("%s: --run-as %q, want a user of the game servers' own", file, runAs)
+	}
+	if caps, _ := u.get("Service", "CapabilityBoundingSet"); !slices.Equal(strings.Fields(caps), agentCapabilities) {
+		t.Errorf("%s: CapabilityBoundingSet=%q, want %s", file, caps, strings.Join(agentCapabilities, " "))
+	}
+	if ambient, ok := u.get("Service", "AmbientCapabilities"); !ok || ambient != "" {
+		t.Errorf("%s: AmbientCapabilities=%q (set: %v), want empty: ambient capabilities pass to game servers", file, ambient, ok)
+	}
 }
 
 // TestAgentLeavesGameServersRunning checks what lets a restarted agent find
