@@ -19,30 +19,41 @@ const (
 	hostUnreachable  = eventsv1.HostStatus_HOST_STATUS_UNREACHABLE
 	hostLost         = eventsv1.HostStatus_HOST_STATUS_LOST
 	hostDeregistered = eventsv1.HostStatus_HOST_STATUS_DEREGISTERED
+	hostDrained      = eventsv1.HostStatus_HOST_STATUS_DRAINED
 )
 
-// hostTarget is where a host's event leads. Most lead to one status; two
+// hostTarget is where a host's event leads. Most lead to one status; some
 // depend on the host: back in service is DRAINING for a host asked to
-// drain, and a drain request moves only an ONLINE host.
+// drain (DRAINED once it was), a drain request moves only an ONLINE host,
+// and an uncordon only a draining or drained one.
 type hostTarget int
 
 const (
 	hostKeeps          hostTarget = iota // the status does not change
-	hostToService                        // ONLINE, or DRAINING if it was asked to drain
+	hostToService                        // ONLINE, DRAINING or DRAINED, as the drain stands
 	hostToDrain                          // DRAINING if ONLINE, else unchanged
 	hostToUnreachable                    // UNREACHABLE
 	hostToLost                           // LOST
 	hostToDeregistered                   // DEREGISTERED
+	hostToDrained                        // DRAINED
+	hostToUncordoned                     // ONLINE if DRAINING or DRAINED, else unchanged
 )
 
-// status is the status a host in status from, draining or not, moves to.
-func (t hostTarget) status(from eventsv1.HostStatus, draining bool) eventsv1.HostStatus {
+// status is the status a host in status from moves to, its drain as next
+// holds it.
+func (t hostTarget) status(from eventsv1.HostStatus, next *eventsv1.HostState) eventsv1.HostStatus {
 	switch t {
 	case hostToService:
-		return onlineStatus(draining)
+		return onlineStatus(next)
 	case hostToDrain:
 		if from == hostOnline {
 			return hostDraining
+		}
+	case hostToDrained:
+		return hostDrained
+	case hostToUncordoned:
+		if from == hostDraining || from == hostDrained {
+			return hostOnline
 		}
 	case hostToUnreachable:
 		return hostUnreachable
@@ -62,18 +73,22 @@ type hostTransition struct {
 }
 
 // hostRegistered are the statuses of a registered host.
-var hostRegistered = []eventsv1.HostStatus{hostOnline, hostDraining, hostUnreachable, hostLost}
+var hostRegistered = []eventsv1.HostStatus{hostOnline, hostDraining, hostDrained, hostUnreachable, hostLost}
 
 // hostTransitions is the host's transition table (DESIGN.md §4), keyed by
 // event type. An agent registers from any status (a restart, or a host
 // that came back after it was deregistered); the controller's verdicts
-// follow heartbeats.
+// follow heartbeats; an operator cordons, drains and uncordons a
+// registered host, and the controller records when a drain is done.
 var hostTransitions = map[string]hostTransition{
-	typeName[*eventsv1.HostRegistered]():     {from: []eventsv1.HostStatus{hostAbsent, hostOnline, hostDraining, hostUnreachable, hostLost, hostDeregistered}, to: hostToService},
+	typeName[*eventsv1.HostRegistered]():     {from: []eventsv1.HostStatus{hostAbsent, hostOnline, hostDraining, hostDrained, hostUnreachable, hostLost, hostDeregistered}, to: hostToService},
 	typeName[*eventsv1.HostOnline]():         {from: hostRegistered, to: hostToService},
-	typeName[*eventsv1.HostUnreachable]():    {from: []eventsv1.HostStatus{hostOnline, hostDraining}, to: hostToUnreachable},
+	typeName[*eventsv1.HostUnreachable]():    {from: []eventsv1.HostStatus{hostOnline, hostDraining, hostDrained}, to: hostToUnreachable},
 	typeName[*eventsv1.HostLost]():           {from: []eventsv1.HostStatus{hostUnreachable}, to: hostToLost},
 	typeName[*eventsv1.HostDrainRequested](): {from: hostRegistered, to: hostToDrain},
+	typeName[*eventsv1.HostCordoned]():       {from: hostRegistered, to: hostKeeps},
+	typeName[*eventsv1.HostUncordoned]():     {from: hostRegistered, to: hostToUncordoned},
+	typeName[*eventsv1.HostDrained]():        {from: []eventsv1.HostStatus{hostDraining}, to: hostToDrained},
 	typeName[*eventsv1.HostDeregistered]():   {from: hostRegistered, to: hostToDeregistered},
 }
 
@@ -117,24 +132,45 @@ func ApplyHost(state *eventsv1.HostState, e Envelope) (*eventsv1.HostState, erro
 	case *eventsv1.HostLost:
 		next.LastHeartbeatTime = d.GetLastHeartbeatTime()
 	case *eventsv1.HostDrainRequested:
-		next.Draining = true
+		// Asked again, a drain keeps where it stands (DRAINED stays).
+		next.Draining, next.Cordoned = true, true
+		next.CordonedBy, next.CordonTime = d.GetRequestedBy(), at
+	case *eventsv1.HostCordoned:
+		next.Cordoned, next.CordonedBy, next.CordonTime = true, d.GetRequestedBy(), at
+	case *eventsv1.HostUncordoned:
+		next.Cordoned, next.Draining, next.Drained = false, false, false
+		next.CordonedBy, next.CordonTime = "", nil
+	case *eventsv1.HostDrained:
+		next.Drained = true
 	case *eventsv1.HostDeregistered:
 	default:
 		return nil, fmt.Errorf("events: %s has payload %T", e.Type, e.Data)
 	}
-	next.Status = row.to.status(from, next.GetDraining())
+	next.Status = row.to.status(from, next)
 	next.UpdateTime = at
 	return next, nil
 }
 
-func onlineStatus(draining bool) eventsv1.HostStatus {
-	if draining {
-		return eventsv1.HostStatus_HOST_STATUS_DRAINING
+// onlineStatus is the status of a host in service: DRAINED or DRAINING
+// as its drain stands, else ONLINE.
+func onlineStatus(s *eventsv1.HostState) eventsv1.HostStatus {
+	switch {
+	case s.GetDrained():
+		return hostDrained
+	case s.GetDraining():
+		return hostDraining
 	}
-	return eventsv1.HostStatus_HOST_STATUS_ONLINE
+	return hostOnline
 }
 
-// HostCommand is a command on a host: a liveness verdict of the controller.
+// Schedulable reports whether new game servers may go to a host: it is
+// ONLINE and not cordoned.
+func Schedulable(s *eventsv1.HostState) bool {
+	return s.GetStatus() == hostOnline && !s.GetCordoned()
+}
+
+// HostCommand is a command on a host: a liveness verdict of the
+// controller, or an operator's cordon, drain or uncordon.
 type HostCommand interface{ hostCommand() }
 
 // MarkHostUnreachable records that the host's heartbeat stopped past the
@@ -157,9 +193,36 @@ type MarkHostOnline struct {
 	LastHeartbeat time.Time
 }
 
+// CordonHost stops new game servers going to the host.
+type CordonHost struct {
+	// By is who asks.
+	By string
+}
+
+// UncordonHost lets the host take new game servers again, and ends its
+// drain.
+type UncordonHost struct {
+	// By is who asks.
+	By string
+}
+
+// DrainHost cordons the host and has its fleets move its game servers
+// that hold no match elsewhere.
+type DrainHost struct {
+	// By is who asks.
+	By string
+}
+
+// MarkHostDrained records that a draining host runs no game server.
+type MarkHostDrained struct{}
+
 func (MarkHostUnreachable) hostCommand() {}
 func (MarkHostLost) hostCommand()        {}
 func (MarkHostOnline) hostCommand()      {}
+func (CordonHost) hostCommand()          {}
+func (UncordonHost) hostCommand()        {}
+func (DrainHost) hostCommand()           {}
+func (MarkHostDrained) hostCommand()     {}
 
 // DecideHost returns the events a command produces on a host, checked
 // against ApplyHost's rules, or why it is refused. A verdict that matches
@@ -184,6 +247,26 @@ func DecideHost(name string, state *eventsv1.HostState, cmd HostCommand) ([]prot
 			return nil, nil
 		}
 		out = &eventsv1.HostOnline{LastHeartbeatTime: timestamppb.New(c.LastHeartbeat)}
+	case CordonHost:
+		if state.GetCordoned() {
+			return nil, nil
+		}
+		out = &eventsv1.HostCordoned{RequestedBy: c.By}
+	case UncordonHost:
+		if state.GetStatus() != hostAbsent && state.GetStatus() != hostDeregistered && !state.GetCordoned() {
+			return nil, nil
+		}
+		out = &eventsv1.HostUncordoned{RequestedBy: c.By}
+	case DrainHost:
+		if state.GetDraining() {
+			return nil, nil
+		}
+		out = &eventsv1.HostDrainRequested{RequestedBy: c.By}
+	case MarkHostDrained:
+		if !state.GetDraining() || state.GetDrained() {
+			return nil, nil
+		}
+		out = &eventsv1.HostDrained{DrainRequestedTime: state.GetCordonTime()}
 	default:
 		return nil, fmt.Errorf("events: unknown host command %T", cmd)
 	}

@@ -71,25 +71,30 @@ func TestApplyFleetTransitionTable(t *testing.T) {
 }
 
 const hostMatrix = `
-                   ABSENT ONLINE DRAINING UNREACHABLE LOST DEREGISTERED UNREACHABLE_DRAINING
-HostRegistered     ONLINE =      =        ONLINE      ONLINE ONLINE     DRAINING
-HostOnline         -      =      =        ONLINE      ONLINE -          DRAINING
-HostUnreachable    -      UNREACHABLE UNREACHABLE -   -    -            -
-HostLost           -      -      -        LOST        -    -            LOST
-HostDrainRequested -      DRAINING =      =           =    -            =
-HostDeregistered   -      DEREGISTERED DEREGISTERED DEREGISTERED DEREGISTERED - DEREGISTERED
+                   ABSENT ONLINE DRAINING DRAINED UNREACHABLE LOST DEREGISTERED UNREACHABLE_DRAINING UNREACHABLE_DRAINED
+HostRegistered     ONLINE =      =        =       ONLINE      ONLINE ONLINE     DRAINING             DRAINED
+HostOnline         -      =      =        =       ONLINE      ONLINE -          DRAINING             DRAINED
+HostUnreachable    -      UNREACHABLE UNREACHABLE UNREACHABLE - - -             -                    -
+HostLost           -      -      -        -       LOST        -    -            LOST                 LOST
+HostDrainRequested -      DRAINING =      =       =           =    -            =                    =
+HostCordoned       -      =      =        =       =           =    -            =                    =
+HostUncordoned     -      =      ONLINE   ONLINE  =           =    -            =                    =
+HostDrained        -      -      DRAINED  -       -           -    -            -                    -
+HostDeregistered   -      DEREGISTERED DEREGISTERED DEREGISTERED DEREGISTERED DEREGISTERED - DEREGISTERED DEREGISTERED
 `
 
 // hostIn returns a host in a matrix column's status; UNREACHABLE_DRAINING
-// is an unreachable host that was asked to drain.
+// is an unreachable host that was asked to drain, UNREACHABLE_DRAINED one
+// that had drained.
 func hostIn(column string) *eventsv1.HostState {
 	if column == "ABSENT" {
 		return nil
 	}
-	draining := column == "UNREACHABLE_DRAINING" || column == "DRAINING"
-	column = strings.TrimSuffix(column, "_DRAINING")
-	return &eventsv1.HostState{Name: "hosts/h1", Capacity: 4, Draining: draining,
-		Status: eventsv1.HostStatus(eventsv1.HostStatus_value["HOST_STATUS_"+column])}
+	drained := strings.HasSuffix(column, "DRAINED")
+	draining := drained || strings.HasSuffix(column, "DRAINING")
+	status, _, _ := strings.Cut(column, "_")
+	return &eventsv1.HostState{Name: "hosts/h1", Capacity: 4, Draining: draining, Drained: drained, Cordoned: draining,
+		Status: eventsv1.HostStatus(eventsv1.HostStatus_value["HOST_STATUS_"+status])}
 }
 
 func hostPayload(typ string) proto.Message {
@@ -104,6 +109,12 @@ func hostPayload(typ string) proto.Message {
 		return &eventsv1.HostLost{LastHeartbeatTime: tsAt(1)}
 	case "HostDrainRequested":
 		return &eventsv1.HostDrainRequested{}
+	case "HostCordoned":
+		return &eventsv1.HostCordoned{RequestedBy: "ops"}
+	case "HostUncordoned":
+		return &eventsv1.HostUncordoned{RequestedBy: "ops"}
+	case "HostDrained":
+		return &eventsv1.HostDrained{}
 	case "HostDeregistered":
 		return &eventsv1.HostDeregistered{}
 	}
@@ -144,7 +155,7 @@ func checkMatrix(t *testing.T, matrix, kind string, apply func(t *testing.T, eve
 					asTransitionError(t, err)
 				case err != nil:
 					t.Fatalf("refused: %v", err)
-				case want == "=" && got != strings.TrimSuffix(column, "_DRAINING") && got != column:
+				case want == "=" && got != strings.TrimSuffix(strings.TrimSuffix(column, "_DRAINING"), "_DRAINED") && got != column:
 					t.Errorf("status %s, want it unchanged (%s)", got, column)
 				case want != "=" && got != want:
 					t.Errorf("status %s, want %s", got, want)

@@ -253,7 +253,7 @@ var fleetTable = aggregateTable[*eventsv1.FleetState]{
 
 var hostTable = aggregateTable[*eventsv1.HostState]{
 	table:   "hosts",
-	columns: []string{"name", "status", "capacity", "address", "labels", "last_heartbeat_time", "update_time", "registered_sequence", "game_ports", "snapshot", "last_sequence"},
+	columns: []string{"name", "status", "capacity", "address", "labels", "last_heartbeat_time", "update_time", "registered_sequence", "game_ports", "cordoned", "draining", "snapshot", "last_sequence"},
 	apply:   events.ApplyHost,
 	row: func(s *eventsv1.HostState, seq uint64) ([]any, error) {
 		snap, err := snapshotOf(s)
@@ -265,7 +265,8 @@ var hostTable = aggregateTable[*eventsv1.HostState]{
 			return nil, err
 		}
 		return []any{s.GetName(), enumName(s.GetStatus().String(), "HOST_STATUS_"), s.GetCapacity(), s.GetAddress(), labels,
-			optionalTime(s.GetLastHeartbeatTime()), s.GetUpdateTime().AsTime(), int64(s.GetRegisteredSequence()), s.GetGamePorts(), snap, int64(seq)}, nil
+			optionalTime(s.GetLastHeartbeatTime()), s.GetUpdateTime().AsTime(), int64(s.GetRegisteredSequence()), s.GetGamePorts(),
+			s.GetCordoned(), s.GetDraining(), snap, int64(seq)}, nil
 	},
 }
 

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -49,5 +50,41 @@ func TestAllocationSkipsServersOfARestartedAgent(t *testing.T) {
 	}
 	if len(ready) != 2 {
 		t.Fatalf("READY rows = %d, want 2 (the view shows them; only allocation skips one)", len(ready))
+	}
+}
+
+// TestAllocationAvoidsCordonedAndDrainingHosts: a draining host's READY
+// servers are never candidates (their fleet is moving them), and a
+// cordoned host's come after every other host's, whatever its load.
+func TestAllocationAvoidsCordonedAndDrainingHosts(t *testing.T) {
+	e := newEnv(t)
+	tmpl := &eventsv1.GameServerTemplate{Command: "/bin/game"}
+	for i, h := range []string{"h1", "h2", "h3"} {
+		e.append("hosts/"+h, &eventsv1.HostRegistered{Capacity: 10, Address: "127.0.0.1"})
+		for j := range 2 {
+			name := fmt.Sprintf("fleets/arena/gameServers/%s-%d", h, j)
+			e.append(name, &eventsv1.GameServerScheduled{Host: "hosts/" + h, Template: tmpl},
+				&eventsv1.ProcessStarted{Pid: int32(100*i + j + 1), Address: "127.0.0.1", Attempt: 1},
+				&eventsv1.GameServerReady{})
+		}
+	}
+	// h1 is the busiest (PACKED would pick it first), but cordoned.
+	e.append("fleets/arena/gameServers/h1-1", &eventsv1.GameServerAllocated{GameSession: "gameSessions/s1"})
+	e.append("hosts/h1", &eventsv1.HostCordoned{RequestedBy: "ops"})
+	e.append("hosts/h2", &eventsv1.HostDrainRequested{RequestedBy: "ops"})
+	pool := e.pool()
+	e.run(e.projector(pool, "cordon", time.Minute, 50))
+	v := postgres.NewViews(pool)
+	got, err := v.AllocationCandidates(e.ctx, projections.AllocationQuery{Fleet: "fleets/arena", Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range got {
+		names = append(names, r.State.GetName())
+	}
+	want := []string{"fleets/arena/gameServers/h3-0", "fleets/arena/gameServers/h3-1", "fleets/arena/gameServers/h1-0"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("candidates = %v, want %v (h3, then cordoned h1, never draining h2)", names, want)
 	}
 }

@@ -110,7 +110,8 @@ ORDER BY g.name LIMIT $2`, olderThan, limit)
 
 // AllocationCandidates returns READY game servers matching q, best first:
 // on the hosts with the most ALLOCATED servers (packed) or the fewest
-// (distributed), then by host and name. It ranks hosts with two small
+// (distributed), cordoned hosts last, then by host and name. A draining
+// host's servers are never candidates: their fleets are moving them. It ranks hosts with two small
 // aggregate queries and reads the rows of only as many hosts as the limit
 // needs; a single join ranking every READY row left the plan at the mercy
 // of the table's statistics (a nested loop over all of them when stale).
@@ -127,10 +128,11 @@ func (v *Views) AllocationCandidates(ctx context.Context, q projections.Allocati
 	// process any more, and the controller is about to terminate it
 	// (AGENT_RESTARTED). It is never a candidate.
 	const match = `state = 'READY' AND ($1 = '' OR fleet = $1) AND labels @> $2::jsonb
-AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host AND h.registered_sequence > game_servers.last_sequence)`
+AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host AND (h.registered_sequence > game_servers.last_sequence OR h.draining))`
 	type host struct {
 		name        string
 		ready, busy int
+		cordoned    bool
 	}
 	var hosts []*host
 	byName := map[string]*host{}
@@ -150,7 +152,8 @@ AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host AND h.reg
 	if err := rows.Err(); err != nil || len(hosts) == 0 {
 		return nil, err
 	}
-	rows, err = v.pool.Query(ctx, `SELECT host, count(*) FROM game_servers WHERE state = 'ALLOCATED' AND host = ANY($1) GROUP BY host`, slices.Collect(maps.Keys(byName)))
+	names := slices.Collect(maps.Keys(byName))
+	rows, err = v.pool.Query(ctx, `SELECT host, count(*) FROM game_servers WHERE state = 'ALLOCATED' AND host = ANY($1) GROUP BY host`, names)
 	if err != nil {
 		return nil, fmt.Errorf("views: allocation candidates: %w", err)
 	}
@@ -166,7 +169,21 @@ AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host AND h.reg
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	rows, err = v.pool.Query(ctx, `SELECT name FROM hosts WHERE name = ANY($1) AND cordoned`, names)
+	if err != nil {
+		return nil, fmt.Errorf("views: allocation candidates: %w", err)
+	}
+	cordoned, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("views: allocation candidates: %w", err)
+	}
+	for _, name := range cordoned {
+		byName[name].cordoned = true
+	}
 	slices.SortFunc(hosts, func(a, b *host) int {
+		if a.cordoned != b.cordoned {
+			return map[bool]int{true: 1, false: -1}[a.cordoned]
+		}
 		return events.CompareHosts(q.Distributed, events.HostLoad{Name: a.name, Load: a.busy}, events.HostLoad{Name: b.name, Load: b.busy})
 	})
 	var pick []string

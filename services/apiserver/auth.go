@@ -36,6 +36,7 @@ const (
 	readGameServers    action = "gameservers.read"
 	writeGameServers   action = "gameservers.write"
 	readHosts          action = "hosts.read"
+	writeHosts         action = "hosts.write"
 	allocate           action = "allocate"
 	readSessions       action = "sessions.read"
 	writeSessions      action = "sessions.write"
@@ -61,8 +62,11 @@ var rpcActions = map[string]action{
 	"/tether.v1.GameServerService/ShutdownGameServer": writeGameServers,
 	"/tether.v1.GameServerService/DeleteGameServer":   writeGameServers,
 
-	"/tether.v1.HostService/ListHosts": readHosts,
-	"/tether.v1.HostService/GetHost":   readHosts,
+	"/tether.v1.HostService/ListHosts":    readHosts,
+	"/tether.v1.HostService/GetHost":      readHosts,
+	"/tether.v1.HostService/CordonHost":   writeHosts,
+	"/tether.v1.HostService/UncordonHost": writeHosts,
+	"/tether.v1.HostService/DrainHost":    writeHosts,
 
 	"/tether.v1.AllocationService/AllocateGameServer": allocate,
 
@@ -91,7 +95,7 @@ var reads = []action{readFleets, readGameServers, readHosts, readSessions, readP
 // roleActions is the permission matrix: what each role may do (admin:
 // everything, listed or not). docs/security.md shows it.
 var roleActions = map[apikeys.Role][]action{
-	apikeys.Operator:   append([]action{writeFleets, writeGameServers, operateProjections, readHistory}, reads...),
+	apikeys.Operator:   append([]action{writeFleets, writeGameServers, writeHosts, operateProjections, readHistory}, reads...),
 	apikeys.Matchmaker: {allocate, readSessions, writeSessions, readGameServers},
 	apikeys.Viewer:     reads,
 	apikeys.Auditor:    append([]action{readHistory}, reads...),

@@ -62,8 +62,11 @@ var wantMatrix = map[string][]apikeys.Role{
 	"/tether.v1.GameServerService/ShutdownGameServer": {apikeys.Operator},
 	"/tether.v1.GameServerService/DeleteGameServer":   {apikeys.Operator},
 
-	"/tether.v1.HostService/ListHosts": {apikeys.Operator, apikeys.Viewer, apikeys.Auditor},
-	"/tether.v1.HostService/GetHost":   {apikeys.Operator, apikeys.Viewer, apikeys.Auditor},
+	"/tether.v1.HostService/ListHosts":    {apikeys.Operator, apikeys.Viewer, apikeys.Auditor},
+	"/tether.v1.HostService/GetHost":      {apikeys.Operator, apikeys.Viewer, apikeys.Auditor},
+	"/tether.v1.HostService/CordonHost":   {apikeys.Operator},
+	"/tether.v1.HostService/UncordonHost": {apikeys.Operator},
+	"/tether.v1.HostService/DrainHost":    {apikeys.Operator},
 
 	"/tether.v1.AllocationService/AllocateGameServer": {apikeys.Matchmaker},
 

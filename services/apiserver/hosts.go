@@ -2,9 +2,15 @@ package apiserver
 
 import (
 	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
 
@@ -55,6 +61,68 @@ func (h *hostService) GetHost(ctx context.Context, req *tetherv1.GetHostRequest)
 	return hostToAPI(row), nil
 }
 
+// CordonHost stops new game servers going to a host.
+func (h *hostService) CordonHost(ctx context.Context, req *tetherv1.CordonHostRequest) (*tetherv1.Host, error) {
+	return h.writeHost(ctx, req.GetName(), req.GetRequestId(), func(by string) events.HostCommand { return events.CordonHost{By: by} })
+}
+
+// UncordonHost lets a host take new game servers again, ending its drain.
+func (h *hostService) UncordonHost(ctx context.Context, req *tetherv1.UncordonHostRequest) (*tetherv1.Host, error) {
+	return h.writeHost(ctx, req.GetName(), req.GetRequestId(), func(by string) events.HostCommand { return events.UncordonHost{By: by} })
+}
+
+// DrainHost cordons a host and has its fleets move its game servers that
+// hold no match elsewhere (the controller does it).
+func (h *hostService) DrainHost(ctx context.Context, req *tetherv1.DrainHostRequest) (*tetherv1.Host, error) {
+	return h.writeHost(ctx, req.GetName(), req.GetRequestId(), func(by string) events.HostCommand { return events.DrainHost{By: by} })
+}
+
+// writeHost runs an operator's command on a registered host through
+// Server.write, by the caller, and returns the host as the write left it.
+func (h *hostService) writeHost(ctx context.Context, name, requestID string, command func(by string) events.HostCommand) (*tetherv1.Host, error) {
+	if _, err := events.ParseHostName(name); err != nil {
+		return nil, invalidField("name", err.Error())
+	}
+	var decided projections.HostRow
+	by := requestedBy(ctx, h.s.producer)
+	res, err := h.s.write(ctx, name, requestID, "", func(ctx context.Context, last uint64) ([]proto.Message, error) {
+		decided = projections.HostRow{}
+		if last > 0 {
+			row, err := h.s.opts.Views.Host(ctx, name)
+			if err != nil && !errors.Is(err, projections.ErrNotFound) {
+				return nil, err
+			}
+			decided = row
+		}
+		switch decided.State.GetStatus() {
+		case eventsv1.HostStatus_HOST_STATUS_UNSPECIFIED, eventsv1.HostStatus_HOST_STATUS_DEREGISTERED:
+			return nil, &apiError{code: codes.NotFound, reason: ReasonNotFound, msg: fmt.Sprintf("%s not found", name)}
+		}
+		return events.DecideHost(name, decided.State, command(by))
+	})
+	if err != nil {
+		return nil, err
+	}
+	if res.Replayed {
+		if err := h.s.waitFresh(ctx, res.Sequence); err != nil {
+			return nil, err
+		}
+		row, err := h.s.opts.Views.Host(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		return hostToAPI(row), nil
+	}
+	row := decided
+	for _, e := range res.Events {
+		if row.State, err = events.ApplyHost(row.State, e); err != nil {
+			return nil, fmt.Errorf("fold written event: %w", err)
+		}
+	}
+	row.Sequence = res.Sequence
+	return hostToAPI(row), nil
+}
+
 func hostToAPI(r projections.HostRow) *tetherv1.Host {
 	s := r.State
 	return &tetherv1.Host{
@@ -68,5 +136,8 @@ func hostToAPI(r projections.HostRow) *tetherv1.Host {
 		LastHeartbeatTime: s.GetLastHeartbeatTime(),
 		UpdateTime:        s.GetUpdateTime(),
 		Sequence:          int64(r.Sequence),
+		Cordoned:          s.GetCordoned(),
+		CordonedBy:        s.GetCordonedBy(),
+		CordonTime:        s.GetCordonTime(),
 	}
 }

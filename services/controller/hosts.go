@@ -48,6 +48,9 @@ func (p planner) planHosts(s snapshot, out *Plan) map[string]eventsv1.HostStatus
 				continue
 			}
 			cmd = events.MarkHostOnline{LastHeartbeat: last}
+		case st == eventsv1.HostStatus_HOST_STATUS_DRAINING && h.Used == 0:
+			// Its last game server ended: the drain is done.
+			cmd = events.MarkHostDrained{}
 		default:
 			continue
 		}
@@ -59,8 +62,12 @@ func (p planner) planHosts(s snapshot, out *Plan) map[string]eventsv1.HostStatus
 		if len(msgs) == 0 {
 			continue
 		}
+		say := "host liveness changed"
+		if _, ok := cmd.(events.MarkHostDrained); ok {
+			say = "host drained"
+		}
 		d := decision{action: actHost, name: name, guard: h.Sequence, events: msgs,
-			say: "host liveness changed", attrs: []any{"host", name, "event", events.TypeOf(msgs[0]), "silent", silent.Round(time.Millisecond)}}
+			say: say, attrs: []any{"host", name, "event", events.TypeOf(msgs[0]), "silent", silent.Round(time.Millisecond)}}
 		switch msgs[0].(type) {
 		case *eventsv1.HostUnreachable:
 			status[name] = eventsv1.HostStatus_HOST_STATUS_UNREACHABLE
@@ -73,6 +80,8 @@ func (p planner) planHosts(s snapshot, out *Plan) map[string]eventsv1.HostStatus
 		case *eventsv1.HostLost:
 			status[name] = eventsv1.HostStatus_HOST_STATUS_LOST
 			d.then = p.terminateLost(name, last, s.servers, out)
+		case *eventsv1.HostDrained:
+			status[name] = eventsv1.HostStatus_HOST_STATUS_DRAINED
 		}
 		out.decisions = append(out.decisions, d)
 	}

@@ -184,6 +184,7 @@ func (p planner) plan(s snapshot) Plan {
 	p.planOrphans(s, &out)
 	fleets := p.planStarts(s, &out)
 	hosts := roomOn(s.hosts, status, &out)
+	draining := drainingHosts(s.hosts, status)
 	byFleet := map[string][]projections.Row[*eventsv1.GameServerState]{}
 	for _, r := range s.servers {
 		fleet, _, err := events.ParseGameServerName(r.State.GetName())
@@ -197,7 +198,7 @@ func (p planner) plan(s snapshot) Plan {
 		byFleet[events.FleetName(fleet)] = append(byFleet[events.FleetName(fleet)], r)
 	}
 	for _, f := range fleets {
-		p.planFleet(s, f, byFleet[f.GetName()], hosts, &out)
+		p.planFleet(s, f, byFleet[f.GetName()], hosts, draining, &out)
 		delete(byFleet, f.GetName())
 	}
 	// What is left belongs to fleets that are not live: deleted ones, or
@@ -225,11 +226,11 @@ type hostSlot struct {
 }
 
 // roomOn lists the hosts that take new servers: ONLINE ones (not
-// unreachable, lost or draining), with their used slots.
+// unreachable, lost, cordoned or draining), with their used slots.
 func roomOn(hosts []projections.HostRow, status map[string]eventsv1.HostStatus, out *Plan) []*hostSlot {
 	var slots []*hostSlot
 	for _, h := range hosts {
-		if status[h.State.GetName()] != eventsv1.HostStatus_HOST_STATUS_ONLINE {
+		if status[h.State.GetName()] != eventsv1.HostStatus_HOST_STATUS_ONLINE || h.State.GetCordoned() {
 			continue
 		}
 		id, err := events.ParseHostName(h.State.GetName())
@@ -245,10 +246,11 @@ func roomOn(hosts []projections.HostRow, status map[string]eventsv1.HostStatus, 
 // planFleet brings one fleet toward its replica count: unhealthy servers
 // are shut down (and replaced), SCHEDULED ones whose start is overdue get
 // their start command again, missing ones are scheduled on hosts with
-// room (no faster than the fleet's start backoff allows), and surplus ones
+// room (no faster than the fleet's start backoff allows), servers leaving
+// a draining host are replaced before they are shut down, and surplus ones
 // are shut down, READY first, never ALLOCATED or RESERVED.
-func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []projections.Row[*eventsv1.GameServerState], hosts []*hostSlot, out *Plan) {
-	var live []projections.Row[*eventsv1.GameServerState]
+func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []projections.Row[*eventsv1.GameServerState], hosts []*hostSlot, draining map[string]bool, out *Plan) {
+	var stay, leaving []projections.Row[*eventsv1.GameServerState]
 	for _, r := range rows {
 		switch r.State.GetLifecycle() {
 		case eventsv1.Lifecycle_LIFECYCLE_UNHEALTHY:
@@ -260,14 +262,18 @@ func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []projection
 			p.shutdown(s.now, r, reason, "unhealthy: replaced", out)
 		case eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN:
 		default:
-			live = append(live, r)
+			if draining[r.State.GetHost()] && movable(r.State) {
+				leaving = append(leaving, r)
+			} else {
+				stay = append(stay, r)
+			}
 			if r.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_SCHEDULED {
 				p.resendStart(s, r.State, out)
 			}
 		}
 	}
-	want, limit := int(f.GetSpec().GetReplicas()), len(live)+startsAllowed(f, live, s.now)
-	for i := len(live); i < want && i < limit; i++ {
+	want, limit := int(f.GetSpec().GetReplicas()), len(stay)+startsAllowed(f, stay, s.now)
+	for i := len(stay); i < want && i < limit; i++ {
 		h := pickHost(hosts, f.GetSpec().GetScheduling())
 		if h == nil {
 			out.noRoom = append(out.noRoom, noRoom{fleet: f.GetName(), missing: want - i})
@@ -276,12 +282,58 @@ func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []projection
 		p.schedule(f, h, out)
 		h.used++
 	}
-	if surplus := len(live) - want; surplus > 0 {
-		candidates := scaleDownOrder(live)
-		for _, r := range candidates[:min(surplus, len(candidates))] {
-			p.shutdown(s.now, r, eventsv1.Reason_REASON_FLEET_SCALED_DOWN, fmt.Sprintf("fleet scaled from %d to %d", len(live), want), out)
+	// A server leaving a draining host goes once a server that stays can
+	// take its place: the fleet holds its replicas in servers that serve
+	// (READY, RESERVED, ALLOCATED) all through the drain.
+	serving := 0
+	for _, r := range stay {
+		if serves(r.State) {
+			serving++
 		}
 	}
+	keep := min(len(leaving), max(0, want-serving))
+	for _, r := range leaving[keep:] {
+		p.shutdown(s.now, r, eventsv1.Reason_REASON_HOST_DRAINING, fmt.Sprintf("host %s is draining: a replacement serves elsewhere", r.State.GetHost()), out)
+	}
+	if surplus := len(stay) - want; surplus > 0 {
+		candidates := scaleDownOrder(stay)
+		for _, r := range candidates[:min(surplus, len(candidates))] {
+			p.shutdown(s.now, r, eventsv1.Reason_REASON_FLEET_SCALED_DOWN, fmt.Sprintf("fleet scaled from %d to %d", len(stay), want), out)
+		}
+	}
+}
+
+// movable reports whether a server leaves a draining host for another:
+// one that holds no match (READY, or not ready yet). ALLOCATED and
+// RESERVED servers finish what they hold.
+func movable(gs *eventsv1.GameServerState) bool {
+	switch gs.GetLifecycle() {
+	case eventsv1.Lifecycle_LIFECYCLE_READY, eventsv1.Lifecycle_LIFECYCLE_SCHEDULED, eventsv1.Lifecycle_LIFECYCLE_STARTING:
+		return true
+	}
+	return false
+}
+
+// serves reports whether a server is up for matches or in one.
+func serves(gs *eventsv1.GameServerState) bool {
+	switch gs.GetLifecycle() {
+	case eventsv1.Lifecycle_LIFECYCLE_READY, eventsv1.Lifecycle_LIFECYCLE_RESERVED, eventsv1.Lifecycle_LIFECYCLE_ALLOCATED:
+		return true
+	}
+	return false
+}
+
+// drainingHosts are the hosts asked to drain whose servers are known:
+// not unreachable or lost (their servers are judged by liveness).
+func drainingHosts(hosts []projections.HostRow, status map[string]eventsv1.HostStatus) map[string]bool {
+	out := map[string]bool{}
+	for _, h := range hosts {
+		switch status[h.State.GetName()] {
+		case eventsv1.HostStatus_HOST_STATUS_DRAINING, eventsv1.HostStatus_HOST_STATUS_DRAINED:
+			out[h.State.GetName()] = h.State.GetDraining()
+		}
+	}
+	return out
 }
 
 // scaleDownOrder lists the servers that may be scaled down, best first:

@@ -23,6 +23,7 @@ import (
 const (
 	online      = eventsv1.HostStatus_HOST_STATUS_ONLINE
 	unreachable = eventsv1.HostStatus_HOST_STATUS_UNREACHABLE
+	draining    = eventsv1.HostStatus_HOST_STATUS_DRAINING
 	allocated   = eventsv1.Lifecycle_LIFECYCLE_ALLOCATED
 	reserved    = eventsv1.Lifecycle_LIFECYCLE_RESERVED
 	shutting    = eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN
@@ -43,6 +44,12 @@ func testPlanner() planner {
 // hostRow is host id, heard of `silent` before t0 (see heardAt).
 func hostRow(id string, status eventsv1.HostStatus, capacity, used int32, seq uint64) projections.HostRow {
 	return projections.HostRow{Row: projections.Row[*eventsv1.HostState]{State: &eventsv1.HostState{Name: events.HostName(id), Status: status, Capacity: capacity}, Sequence: seq}, Used: used}
+}
+
+// cordoned is h cordoned, and asked to drain if drain.
+func cordoned(h projections.HostRow, drain bool) projections.HostRow {
+	h.State.Cordoned, h.State.Draining = true, drain
+	return h
 }
 
 // on is game server id of fleet arena on host, at sequence seq.
@@ -203,6 +210,52 @@ func TestPlan(t *testing.T) {
 				"shutdown " + gsPrefix + "gs-5@14 ShutdownRequested → a",
 				"session " + gsPrefix + "gs-2@11 GameServerReady",
 			},
+		},
+		{
+			name: "a cordoned host takes no new server",
+			snapshot: func() snapshot {
+				return snap(arena(2), []projections.HostRow{cordoned(hostRow("a", online, 10, 1, 5), false), hostRow("b", online, 10, 0, 6)},
+					on("gs-1", ready, "a", 10))
+			},
+			want: []string{"schedule " + gsPrefix + "new-1 GameServerScheduled → b"},
+		},
+		{
+			name: "draining: replacements first, the READY servers stay until they serve",
+			snapshot: func() snapshot {
+				return snap(arena(3), []projections.HostRow{cordoned(hostRow("a", draining, 10, 3, 5), true), hostRow("b", online, 10, 0, 6)},
+					on("gs-1", ready, "a", 10), on("gs-2", ready, "a", 11), on("gs-3", allocated, "a", 12))
+			},
+			// gs-3 holds a match and stays; gs-1 and gs-2 are replaced on
+			// b and kept while their replacements start.
+			want: []string{
+				"schedule " + gsPrefix + "new-1 GameServerScheduled → b",
+				"schedule " + gsPrefix + "new-2 GameServerScheduled → b",
+			},
+		},
+		{
+			name: "draining: a server leaves once its replacement serves",
+			snapshot: func() snapshot {
+				return snap(arena(3), []projections.HostRow{cordoned(hostRow("a", draining, 10, 3, 5), true), hostRow("b", online, 10, 2, 6)},
+					on("gs-1", ready, "a", 10), on("gs-2", ready, "a", 11), on("gs-3", allocated, "a", 12),
+					on("gs-4", ready, "b", 13), on("gs-5", starting, "b", 14))
+			},
+			want: []string{"shutdown " + gsPrefix + "gs-2@11 ShutdownRequested → a"},
+		},
+		{
+			name: "draining with no room elsewhere: the servers stay and the fleet says why",
+			snapshot: func() snapshot {
+				return snap(arena(2), []projections.HostRow{cordoned(hostRow("a", draining, 10, 2, 5), true)},
+					on("gs-1", ready, "a", 10), on("gs-2", ready, "a", 11))
+			},
+			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 2}},
+		},
+		{
+			name: "a draining host with no game server left is drained",
+			snapshot: func() snapshot {
+				return snap(arena(1), []projections.HostRow{cordoned(hostRow("a", draining, 10, 0, 5), true), hostRow("b", online, 10, 1, 6)},
+					on("gs-1", ready, "b", 10))
+			},
+			want: []string{"host hosts/a@5 HostDrained"},
 		},
 		{
 			name: "an unhealthy server is shut down and replaced",

@@ -35,10 +35,13 @@ const (
 	Host_UNREACHABLE Host_State = 2
 	// Heartbeat missing past the long grace; its servers were replaced.
 	Host_LOST Host_State = 3
-	// Takes no new game servers.
+	// Draining: takes no new game servers, and its fleets move the ones
+	// without a match elsewhere.
 	Host_DRAINING Host_State = 4
 	// Left.
 	Host_DEREGISTERED Host_State = 5
+	// Drained: runs no game server and takes none, until uncordoned.
+	Host_DRAINED Host_State = 6
 )
 
 // Enum value maps for Host_State.
@@ -50,6 +53,7 @@ var (
 		3: "LOST",
 		4: "DRAINING",
 		5: "DEREGISTERED",
+		6: "DRAINED",
 	}
 	Host_State_value = map[string]int32{
 		"STATE_UNSPECIFIED": 0,
@@ -58,6 +62,7 @@ var (
 		"LOST":              3,
 		"DRAINING":          4,
 		"DEREGISTERED":      5,
+		"DRAINED":           6,
 	}
 )
 
@@ -110,7 +115,14 @@ type Host struct {
 	// Last change.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Event-stream sequence of its last event.
-	Sequence      int64 `protobuf:"varint,10,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Sequence int64 `protobuf:"varint,10,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// True while no new game servers go to it: cordoned, draining or
+	// drained.
+	Cordoned bool `protobuf:"varint,11,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
+	// Who cordoned or drained it.
+	CordonedBy string `protobuf:"bytes,12,opt,name=cordoned_by,json=cordonedBy,proto3" json:"cordoned_by,omitempty"`
+	// When it was cordoned or drained.
+	CordonTime    *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=cordon_time,json=cordonTime,proto3" json:"cordon_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -213,6 +225,27 @@ func (x *Host) GetSequence() int64 {
 		return x.Sequence
 	}
 	return 0
+}
+
+func (x *Host) GetCordoned() bool {
+	if x != nil {
+		return x.Cordoned
+	}
+	return false
+}
+
+func (x *Host) GetCordonedBy() string {
+	if x != nil {
+		return x.CordonedBy
+	}
+	return ""
+}
+
+func (x *Host) GetCordonTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CordonTime
+	}
+	return nil
 }
 
 // Request of ListHosts.
@@ -389,11 +422,176 @@ func (x *GetHostRequest) GetMinSequence() int64 {
 	return 0
 }
 
+// Request of CordonHost.
+type CordonHostRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "hosts/{host}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Makes a retry idempotent.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CordonHostRequest) Reset() {
+	*x = CordonHostRequest{}
+	mi := &file_tether_v1_host_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CordonHostRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CordonHostRequest) ProtoMessage() {}
+
+func (x *CordonHostRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_host_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CordonHostRequest.ProtoReflect.Descriptor instead.
+func (*CordonHostRequest) Descriptor() ([]byte, []int) {
+	return file_tether_v1_host_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CordonHostRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CordonHostRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// Request of UncordonHost.
+type UncordonHostRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "hosts/{host}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Makes a retry idempotent.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UncordonHostRequest) Reset() {
+	*x = UncordonHostRequest{}
+	mi := &file_tether_v1_host_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UncordonHostRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UncordonHostRequest) ProtoMessage() {}
+
+func (x *UncordonHostRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_host_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UncordonHostRequest.ProtoReflect.Descriptor instead.
+func (*UncordonHostRequest) Descriptor() ([]byte, []int) {
+	return file_tether_v1_host_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *UncordonHostRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UncordonHostRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// Request of DrainHost.
+type DrainHostRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "hosts/{host}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Makes a retry idempotent.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainHostRequest) Reset() {
+	*x = DrainHostRequest{}
+	mi := &file_tether_v1_host_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainHostRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainHostRequest) ProtoMessage() {}
+
+func (x *DrainHostRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_host_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainHostRequest.ProtoReflect.Descriptor instead.
+func (*DrainHostRequest) Descriptor() ([]byte, []int) {
+	return file_tether_v1_host_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DrainHostRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DrainHostRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 var File_tether_v1_host_proto protoreflect.FileDescriptor
 
 const file_tether_v1_host_proto_rawDesc = "" +
 	"\n" +
-	"\x14tether/v1/host.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x04\n" +
+	"\x14tether/v1/host.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xce\x05\n" +
 	"\x04Host\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x15.tether.v1.Host.StateR\x05state\x12\x1a\n" +
@@ -406,10 +604,15 @@ const file_tether_v1_host_proto_rawDesc = "" +
 	"\vupdate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x1a\n" +
 	"\bsequence\x18\n" +
-	" \x01(\x03R\bsequence\x1a9\n" +
+	" \x01(\x03R\bsequence\x12\x1a\n" +
+	"\bcordoned\x18\v \x01(\bR\bcordoned\x12\x1f\n" +
+	"\vcordoned_by\x18\f \x01(\tR\n" +
+	"cordonedBy\x12;\n" +
+	"\vcordon_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"cordonTime\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"e\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"r\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -417,7 +620,8 @@ const file_tether_v1_host_proto_rawDesc = "" +
 	"\vUNREACHABLE\x10\x02\x12\b\n" +
 	"\x04LOST\x10\x03\x12\f\n" +
 	"\bDRAINING\x10\x04\x12\x10\n" +
-	"\fDEREGISTERED\x10\x05\"q\n" +
+	"\fDEREGISTERED\x10\x05\x12\v\n" +
+	"\aDRAINED\x10\x06\"q\n" +
 	"\x10ListHostsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -428,10 +632,26 @@ const file_tether_v1_host_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"G\n" +
 	"\x0eGetHostRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
-	"\fmin_sequence\x18\x02 \x01(\x03R\vminSequence2\xbb\x01\n" +
+	"\fmin_sequence\x18\x02 \x01(\x03R\vminSequence\"F\n" +
+	"\x11CordonHostRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"H\n" +
+	"\x13UncordonHostRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"E\n" +
+	"\x10DrainHostRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId2\xe7\x03\n" +
 	"\vHostService\x12Y\n" +
 	"\tListHosts\x12\x1b.tether.v1.ListHostsRequest\x1a\x1c.tether.v1.ListHostsResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/hosts\x12Q\n" +
-	"\aGetHost\x12\x19.tether.v1.GetHostRequest\x1a\x0f.tether.v1.Host\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/{name=hosts/*}B5Z3github.com/tetherhq/tether/proto/tether/v1;tetherv1b\x06proto3"
+	"\aGetHost\x12\x19.tether.v1.GetHostRequest\x1a\x0f.tether.v1.Host\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/{name=hosts/*}\x12a\n" +
+	"\n" +
+	"CordonHost\x12\x1c.tether.v1.CordonHostRequest\x1a\x0f.tether.v1.Host\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/{name=hosts/*}:cordon\x12g\n" +
+	"\fUncordonHost\x12\x1e.tether.v1.UncordonHostRequest\x1a\x0f.tether.v1.Host\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/v1/{name=hosts/*}:uncordon\x12^\n" +
+	"\tDrainHost\x12\x1b.tether.v1.DrainHostRequest\x1a\x0f.tether.v1.Host\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/{name=hosts/*}:drainB5Z3github.com/tetherhq/tether/proto/tether/v1;tetherv1b\x06proto3"
 
 var (
 	file_tether_v1_host_proto_rawDescOnce sync.Once
@@ -446,31 +666,41 @@ func file_tether_v1_host_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_v1_host_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tether_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_tether_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_tether_v1_host_proto_goTypes = []any{
 	(Host_State)(0),               // 0: tether.v1.Host.State
 	(*Host)(nil),                  // 1: tether.v1.Host
 	(*ListHostsRequest)(nil),      // 2: tether.v1.ListHostsRequest
 	(*ListHostsResponse)(nil),     // 3: tether.v1.ListHostsResponse
 	(*GetHostRequest)(nil),        // 4: tether.v1.GetHostRequest
-	nil,                           // 5: tether.v1.Host.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*CordonHostRequest)(nil),     // 5: tether.v1.CordonHostRequest
+	(*UncordonHostRequest)(nil),   // 6: tether.v1.UncordonHostRequest
+	(*DrainHostRequest)(nil),      // 7: tether.v1.DrainHostRequest
+	nil,                           // 8: tether.v1.Host.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
 }
 var file_tether_v1_host_proto_depIdxs = []int32{
-	0, // 0: tether.v1.Host.state:type_name -> tether.v1.Host.State
-	5, // 1: tether.v1.Host.labels:type_name -> tether.v1.Host.LabelsEntry
-	6, // 2: tether.v1.Host.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	6, // 3: tether.v1.Host.update_time:type_name -> google.protobuf.Timestamp
-	1, // 4: tether.v1.ListHostsResponse.hosts:type_name -> tether.v1.Host
-	2, // 5: tether.v1.HostService.ListHosts:input_type -> tether.v1.ListHostsRequest
-	4, // 6: tether.v1.HostService.GetHost:input_type -> tether.v1.GetHostRequest
-	3, // 7: tether.v1.HostService.ListHosts:output_type -> tether.v1.ListHostsResponse
-	1, // 8: tether.v1.HostService.GetHost:output_type -> tether.v1.Host
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	0,  // 0: tether.v1.Host.state:type_name -> tether.v1.Host.State
+	8,  // 1: tether.v1.Host.labels:type_name -> tether.v1.Host.LabelsEntry
+	9,  // 2: tether.v1.Host.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	9,  // 3: tether.v1.Host.update_time:type_name -> google.protobuf.Timestamp
+	9,  // 4: tether.v1.Host.cordon_time:type_name -> google.protobuf.Timestamp
+	1,  // 5: tether.v1.ListHostsResponse.hosts:type_name -> tether.v1.Host
+	2,  // 6: tether.v1.HostService.ListHosts:input_type -> tether.v1.ListHostsRequest
+	4,  // 7: tether.v1.HostService.GetHost:input_type -> tether.v1.GetHostRequest
+	5,  // 8: tether.v1.HostService.CordonHost:input_type -> tether.v1.CordonHostRequest
+	6,  // 9: tether.v1.HostService.UncordonHost:input_type -> tether.v1.UncordonHostRequest
+	7,  // 10: tether.v1.HostService.DrainHost:input_type -> tether.v1.DrainHostRequest
+	3,  // 11: tether.v1.HostService.ListHosts:output_type -> tether.v1.ListHostsResponse
+	1,  // 12: tether.v1.HostService.GetHost:output_type -> tether.v1.Host
+	1,  // 13: tether.v1.HostService.CordonHost:output_type -> tether.v1.Host
+	1,  // 14: tether.v1.HostService.UncordonHost:output_type -> tether.v1.Host
+	1,  // 15: tether.v1.HostService.DrainHost:output_type -> tether.v1.Host
+	11, // [11:16] is the sub-list for method output_type
+	6,  // [6:11] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_tether_v1_host_proto_init() }
@@ -484,7 +714,7 @@ func file_tether_v1_host_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_v1_host_proto_rawDesc), len(file_tether_v1_host_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,20 +19,35 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	HostService_ListHosts_FullMethodName = "/tether.v1.HostService/ListHosts"
-	HostService_GetHost_FullMethodName   = "/tether.v1.HostService/GetHost"
+	HostService_ListHosts_FullMethodName    = "/tether.v1.HostService/ListHosts"
+	HostService_GetHost_FullMethodName      = "/tether.v1.HostService/GetHost"
+	HostService_CordonHost_FullMethodName   = "/tether.v1.HostService/CordonHost"
+	HostService_UncordonHost_FullMethodName = "/tether.v1.HostService/UncordonHost"
+	HostService_DrainHost_FullMethodName    = "/tether.v1.HostService/DrainHost"
 )
 
 // HostServiceClient is the client API for HostService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// HostService reads the machines that run game servers.
+// HostService reads the machines that run game servers, and takes them
+// out of service: cordon, drain, uncordon.
 type HostServiceClient interface {
 	// Lists hosts, ordered by name.
 	ListHosts(ctx context.Context, in *ListHostsRequest, opts ...grpc.CallOption) (*ListHostsResponse, error)
 	// Gets one host.
 	GetHost(ctx context.Context, in *GetHostRequest, opts ...grpc.CallOption) (*Host, error)
+	// Stops new game servers going to a host. Those it runs carry on, and
+	// are allocated only when no other host has one READY.
+	CordonHost(ctx context.Context, in *CordonHostRequest, opts ...grpc.CallOption) (*Host, error)
+	// Lets a cordoned or drained host take new game servers again; a drain
+	// in progress ends.
+	UncordonHost(ctx context.Context, in *UncordonHostRequest, opts ...grpc.CallOption) (*Host, error)
+	// Cordons a host and moves its game servers that hold no match to other
+	// hosts: a replacement first, then the shutdown (reason HOST_DRAINING).
+	// Game servers with a match finish it. The host is DRAINING, then
+	// DRAINED once it runs none.
+	DrainHost(ctx context.Context, in *DrainHostRequest, opts ...grpc.CallOption) (*Host, error)
 }
 
 type hostServiceClient struct {
@@ -63,16 +78,58 @@ func (c *hostServiceClient) GetHost(ctx context.Context, in *GetHostRequest, opt
 	return out, nil
 }
 
+func (c *hostServiceClient) CordonHost(ctx context.Context, in *CordonHostRequest, opts ...grpc.CallOption) (*Host, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Host)
+	err := c.cc.Invoke(ctx, HostService_CordonHost_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *hostServiceClient) UncordonHost(ctx context.Context, in *UncordonHostRequest, opts ...grpc.CallOption) (*Host, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Host)
+	err := c.cc.Invoke(ctx, HostService_UncordonHost_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *hostServiceClient) DrainHost(ctx context.Context, in *DrainHostRequest, opts ...grpc.CallOption) (*Host, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Host)
+	err := c.cc.Invoke(ctx, HostService_DrainHost_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // HostServiceServer is the server API for HostService service.
 // All implementations must embed UnimplementedHostServiceServer
 // for forward compatibility.
 //
-// HostService reads the machines that run game servers.
+// HostService reads the machines that run game servers, and takes them
+// out of service: cordon, drain, uncordon.
 type HostServiceServer interface {
 	// Lists hosts, ordered by name.
 	ListHosts(context.Context, *ListHostsRequest) (*ListHostsResponse, error)
 	// Gets one host.
 	GetHost(context.Context, *GetHostRequest) (*Host, error)
+	// Stops new game servers going to a host. Those it runs carry on, and
+	// are allocated only when no other host has one READY.
+	CordonHost(context.Context, *CordonHostRequest) (*Host, error)
+	// Lets a cordoned or drained host take new game servers again; a drain
+	// in progress ends.
+	UncordonHost(context.Context, *UncordonHostRequest) (*Host, error)
+	// Cordons a host and moves its game servers that hold no match to other
+	// hosts: a replacement first, then the shutdown (reason HOST_DRAINING).
+	// Game servers with a match finish it. The host is DRAINING, then
+	// DRAINED once it runs none.
+	DrainHost(context.Context, *DrainHostRequest) (*Host, error)
 	mustEmbedUnimplementedHostServiceServer()
 }
 
@@ -88,6 +145,15 @@ func (UnimplementedHostServiceServer) ListHosts(context.Context, *ListHostsReque
 }
 func (UnimplementedHostServiceServer) GetHost(context.Context, *GetHostRequest) (*Host, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetHost not implemented")
+}
+func (UnimplementedHostServiceServer) CordonHost(context.Context, *CordonHostRequest) (*Host, error) {
+	return nil, status.Error(codes.Unimplemented, "method CordonHost not implemented")
+}
+func (UnimplementedHostServiceServer) UncordonHost(context.Context, *UncordonHostRequest) (*Host, error) {
+	return nil, status.Error(codes.Unimplemented, "method UncordonHost not implemented")
+}
+func (UnimplementedHostServiceServer) DrainHost(context.Context, *DrainHostRequest) (*Host, error) {
+	return nil, status.Error(codes.Unimplemented, "method DrainHost not implemented")
 }
 func (UnimplementedHostServiceServer) mustEmbedUnimplementedHostServiceServer() {}
 func (UnimplementedHostServiceServer) testEmbeddedByValue()                     {}
@@ -146,6 +212,60 @@ func _HostService_GetHost_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HostService_CordonHost_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CordonHostRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServiceServer).CordonHost(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HostService_CordonHost_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServiceServer).CordonHost(ctx, req.(*CordonHostRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HostService_UncordonHost_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UncordonHostRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServiceServer).UncordonHost(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HostService_UncordonHost_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServiceServer).UncordonHost(ctx, req.(*UncordonHostRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HostService_DrainHost_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainHostRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServiceServer).DrainHost(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HostService_DrainHost_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServiceServer).DrainHost(ctx, req.(*DrainHostRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // HostService_ServiceDesc is the grpc.ServiceDesc for HostService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -160,6 +280,18 @@ var HostService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetHost",
 			Handler:    _HostService_GetHost_Handler,
+		},
+		{
+			MethodName: "CordonHost",
+			Handler:    _HostService_CordonHost_Handler,
+		},
+		{
+			MethodName: "UncordonHost",
+			Handler:    _HostService_UncordonHost_Handler,
+		},
+		{
+			MethodName: "DrainHost",
+			Handler:    _HostService_DrainHost_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

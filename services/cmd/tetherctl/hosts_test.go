@@ -44,3 +44,31 @@ func TestHosts(t *testing.T) {
 		t.Fatalf("get -o json: %v %+v", err, h)
 	}
 }
+
+func TestHostsCordonDrainUncordon(t *testing.T) {
+	s := newStack(t)
+	if r := s.run("hosts", "cordon", "h1"); r.code != 1 || r.stderr != "error: hosts/h1 not found (NOT_FOUND)\n" {
+		t.Fatalf("cordon of an unknown host: exit %d, stderr %q", r.code, r.stderr)
+	}
+	s.appendEvents(events.HostName("h1"), &eventsv1.HostRegistered{Capacity: 4, Address: "127.0.0.1"})
+	for _, step := range []struct{ args, state string }{
+		{"cordon h1", "ONLINE,CORDONED"},
+		{"cordon hosts/h1", "ONLINE,CORDONED"},
+		{"drain h1", "DRAINING"},
+		{"uncordon h1", "ONLINE"},
+		{"uncordon h1", "ONLINE"},
+	} {
+		rows := tableRows(t, s.ok(append([]string{"hosts"}, strings.Fields(step.args)...)...), hostHeader...)
+		if len(rows) != 1 || rows[0][1] != step.state {
+			t.Fatalf("hosts %s: %v, want state %s", step.args, rows, step.state)
+		}
+	}
+	// Each change is in the host's history, by whom (one cordon: the second
+	// changed nothing).
+	out := s.ok("audit", "history", "hosts/h1")
+	for _, typ := range []string{"HostCordoned", "HostDrainRequested", "HostUncordoned"} {
+		if strings.Count(out, typ) != 1 {
+			t.Fatalf("audit of hosts/h1 has %d %s, want 1:\n%s", strings.Count(out, typ), typ, out)
+		}
+	}
+}

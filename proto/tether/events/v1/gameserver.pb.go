@@ -56,6 +56,8 @@ const (
 	// knows none of its predecessor's processes, so it stopped the process if
 	// it still ran (evidence: its pid and whether it was still running).
 	Reason_REASON_AGENT_RESTARTED Reason = 13
+	// Its host is draining: its fleet replaced it on another host first.
+	Reason_REASON_HOST_DRAINING Reason = 14
 )
 
 // Enum value maps for Reason.
@@ -75,6 +77,7 @@ var (
 		11: "REASON_PROCESS_START_FAILED",
 		12: "REASON_HOST_SHUTDOWN",
 		13: "REASON_AGENT_RESTARTED",
+		14: "REASON_HOST_DRAINING",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":                  0,
@@ -91,6 +94,7 @@ var (
 		"REASON_PROCESS_START_FAILED":         11,
 		"REASON_HOST_SHUTDOWN":                12,
 		"REASON_AGENT_RESTARTED":              13,
+		"REASON_HOST_DRAINING":                14,
 	}
 )
 
@@ -1651,7 +1655,7 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\x1a6\n" +
 	"\bSetEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xb9\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xd3\x03\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aREASON_HEALTH_CHECK_FAILED\x10\x01\x12\x19\n" +
@@ -1667,7 +1671,8 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\x12\x1f\n" +
 	"\x1bREASON_PROCESS_START_FAILED\x10\v\x12\x18\n" +
 	"\x14REASON_HOST_SHUTDOWN\x10\f\x12\x1a\n" +
-	"\x16REASON_AGENT_RESTARTED\x10\r*\xed\x01\n" +
+	"\x16REASON_AGENT_RESTARTED\x10\r\x12\x18\n" +
+	"\x14REASON_HOST_DRAINING\x10\x0e*\xed\x01\n" +
 	"\tLifecycle\x12\x19\n" +
 	"\x15LIFECYCLE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13LIFECYCLE_SCHEDULED\x10\x01\x12\x16\n" +

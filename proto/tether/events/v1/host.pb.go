@@ -266,10 +266,14 @@ func (x *HostLost) GetLastHeartbeatTime() *timestamppb.Timestamp {
 	return nil
 }
 
-// HostDrainRequested: no new game servers go to the host.
+// HostDrainRequested: no new game servers go to the host (it is cordoned
+// too), and its fleets replace the ones it runs that hold no match: a
+// replacement first, then the shutdown. Game servers with a match finish
+// it. The host is DRAINING until none is left, then DRAINED.
 type HostDrainRequested struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Who asked for the drain.
+	// Who asked for the drain (the API's caller, or the agent stopping with
+	// --drain-on-stop).
 	RequestedBy   string `protobuf:"bytes,1,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -312,6 +316,146 @@ func (x *HostDrainRequested) GetRequestedBy() string {
 	return ""
 }
 
+// HostCordoned: no new game servers go to the host. Those it runs carry
+// on, and are allocated only when no other host has one READY.
+type HostCordoned struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Who cordoned it.
+	RequestedBy   string `protobuf:"bytes,1,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostCordoned) Reset() {
+	*x = HostCordoned{}
+	mi := &file_tether_events_v1_host_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostCordoned) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostCordoned) ProtoMessage() {}
+
+func (x *HostCordoned) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_events_v1_host_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostCordoned.ProtoReflect.Descriptor instead.
+func (*HostCordoned) Descriptor() ([]byte, []int) {
+	return file_tether_events_v1_host_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *HostCordoned) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+// HostUncordoned: the host takes new game servers again; a drain in
+// progress (or done) ends.
+type HostUncordoned struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Who uncordoned it.
+	RequestedBy   string `protobuf:"bytes,1,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostUncordoned) Reset() {
+	*x = HostUncordoned{}
+	mi := &file_tether_events_v1_host_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostUncordoned) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostUncordoned) ProtoMessage() {}
+
+func (x *HostUncordoned) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_events_v1_host_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostUncordoned.ProtoReflect.Descriptor instead.
+func (*HostUncordoned) Descriptor() ([]byte, []int) {
+	return file_tether_events_v1_host_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *HostUncordoned) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+// HostDrained: a draining host runs no game server any more.
+type HostDrained struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the drain was asked for.
+	DrainRequestedTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=drain_requested_time,json=drainRequestedTime,proto3" json:"drain_requested_time,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *HostDrained) Reset() {
+	*x = HostDrained{}
+	mi := &file_tether_events_v1_host_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostDrained) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostDrained) ProtoMessage() {}
+
+func (x *HostDrained) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_events_v1_host_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostDrained.ProtoReflect.Descriptor instead.
+func (*HostDrained) Descriptor() ([]byte, []int) {
+	return file_tether_events_v1_host_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *HostDrained) GetDrainRequestedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DrainRequestedTime
+	}
+	return nil
+}
+
 // HostDeregistered: the host left the fleet of hosts.
 type HostDeregistered struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -321,7 +465,7 @@ type HostDeregistered struct {
 
 func (x *HostDeregistered) Reset() {
 	*x = HostDeregistered{}
-	mi := &file_tether_events_v1_host_proto_msgTypes[5]
+	mi := &file_tether_events_v1_host_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -333,7 +477,7 @@ func (x *HostDeregistered) String() string {
 func (*HostDeregistered) ProtoMessage() {}
 
 func (x *HostDeregistered) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_host_proto_msgTypes[5]
+	mi := &file_tether_events_v1_host_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -346,7 +490,7 @@ func (x *HostDeregistered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostDeregistered.ProtoReflect.Descriptor instead.
 func (*HostDeregistered) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_host_proto_rawDescGZIP(), []int{5}
+	return file_tether_events_v1_host_proto_rawDescGZIP(), []int{8}
 }
 
 var File_tether_events_v1_host_proto protoreflect.FileDescriptor
@@ -375,7 +519,13 @@ const file_tether_events_v1_host_proto_rawDesc = "" +
 	"\bHostLost\x12J\n" +
 	"\x13last_heartbeat_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x11lastHeartbeatTime\"7\n" +
 	"\x12HostDrainRequested\x12!\n" +
-	"\frequested_by\x18\x01 \x01(\tR\vrequestedBy\"\x12\n" +
+	"\frequested_by\x18\x01 \x01(\tR\vrequestedBy\"1\n" +
+	"\fHostCordoned\x12!\n" +
+	"\frequested_by\x18\x01 \x01(\tR\vrequestedBy\"3\n" +
+	"\x0eHostUncordoned\x12!\n" +
+	"\frequested_by\x18\x01 \x01(\tR\vrequestedBy\"[\n" +
+	"\vHostDrained\x12L\n" +
+	"\x14drain_requested_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x12drainRequestedTime\"\x12\n" +
 	"\x10HostDeregisteredB<Z:github.com/tetherhq/tether/proto/tether/events/v1;eventsv1b\x06proto3"
 
 var (
@@ -390,27 +540,31 @@ func file_tether_events_v1_host_proto_rawDescGZIP() []byte {
 	return file_tether_events_v1_host_proto_rawDescData
 }
 
-var file_tether_events_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_tether_events_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_tether_events_v1_host_proto_goTypes = []any{
 	(*HostRegistered)(nil),        // 0: tether.events.v1.HostRegistered
 	(*HostOnline)(nil),            // 1: tether.events.v1.HostOnline
 	(*HostUnreachable)(nil),       // 2: tether.events.v1.HostUnreachable
 	(*HostLost)(nil),              // 3: tether.events.v1.HostLost
 	(*HostDrainRequested)(nil),    // 4: tether.events.v1.HostDrainRequested
-	(*HostDeregistered)(nil),      // 5: tether.events.v1.HostDeregistered
-	nil,                           // 6: tether.events.v1.HostRegistered.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*HostCordoned)(nil),          // 5: tether.events.v1.HostCordoned
+	(*HostUncordoned)(nil),        // 6: tether.events.v1.HostUncordoned
+	(*HostDrained)(nil),           // 7: tether.events.v1.HostDrained
+	(*HostDeregistered)(nil),      // 8: tether.events.v1.HostDeregistered
+	nil,                           // 9: tether.events.v1.HostRegistered.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
 }
 var file_tether_events_v1_host_proto_depIdxs = []int32{
-	6, // 0: tether.events.v1.HostRegistered.labels:type_name -> tether.events.v1.HostRegistered.LabelsEntry
-	7, // 1: tether.events.v1.HostOnline.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	7, // 2: tether.events.v1.HostUnreachable.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	7, // 3: tether.events.v1.HostLost.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	9,  // 0: tether.events.v1.HostRegistered.labels:type_name -> tether.events.v1.HostRegistered.LabelsEntry
+	10, // 1: tether.events.v1.HostOnline.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	10, // 2: tether.events.v1.HostUnreachable.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	10, // 3: tether.events.v1.HostLost.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	10, // 4: tether.events.v1.HostDrained.drain_requested_time:type_name -> google.protobuf.Timestamp
+	5,  // [5:5] is the sub-list for method output_type
+	5,  // [5:5] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_host_proto_init() }
@@ -424,7 +578,7 @@ func file_tether_events_v1_host_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_events_v1_host_proto_rawDesc), len(file_tether_events_v1_host_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

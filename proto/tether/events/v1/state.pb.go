@@ -38,6 +38,8 @@ const (
 	HostStatus_HOST_STATUS_DRAINING HostStatus = 4
 	// Left.
 	HostStatus_HOST_STATUS_DEREGISTERED HostStatus = 5
+	// Drained: it runs no game server and takes none.
+	HostStatus_HOST_STATUS_DRAINED HostStatus = 6
 )
 
 // Enum value maps for HostStatus.
@@ -49,6 +51,7 @@ var (
 		3: "HOST_STATUS_LOST",
 		4: "HOST_STATUS_DRAINING",
 		5: "HOST_STATUS_DEREGISTERED",
+		6: "HOST_STATUS_DRAINED",
 	}
 	HostStatus_value = map[string]int32{
 		"HOST_STATUS_UNSPECIFIED":  0,
@@ -57,6 +60,7 @@ var (
 		"HOST_STATUS_LOST":         3,
 		"HOST_STATUS_DRAINING":     4,
 		"HOST_STATUS_DEREGISTERED": 5,
+		"HOST_STATUS_DRAINED":      6,
 	}
 )
 
@@ -351,7 +355,8 @@ type HostState struct {
 	SdkAddress string `protobuf:"bytes,7,opt,name=sdk_address,json=sdkAddress,proto3" json:"sdk_address,omitempty"`
 	// Last heartbeat known from events.
 	LastHeartbeatTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_heartbeat_time,json=lastHeartbeatTime,proto3" json:"last_heartbeat_time,omitempty"`
-	// True if drained (kept when it goes unreachable and back).
+	// True once a drain was asked for (kept when it goes unreachable and
+	// back, and across agent restarts), until it is uncordoned.
 	Draining bool `protobuf:"varint,9,opt,name=draining,proto3" json:"draining,omitempty"`
 	// Time of HostRegistered.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
@@ -363,7 +368,15 @@ type HostState struct {
 	// host whose last event is older was started by an earlier agent.
 	RegisteredSequence uint64 `protobuf:"varint,13,opt,name=registered_sequence,json=registeredSequence,proto3" json:"registered_sequence,omitempty"`
 	// Game ports its agent hands out (HostRegistered.game_ports); 0: unknown.
-	GamePorts     int32 `protobuf:"varint,14,opt,name=game_ports,json=gamePorts,proto3" json:"game_ports,omitempty"`
+	GamePorts int32 `protobuf:"varint,14,opt,name=game_ports,json=gamePorts,proto3" json:"game_ports,omitempty"`
+	// True while no new game servers go to it: cordoned, or draining.
+	Cordoned bool `protobuf:"varint,15,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
+	// True once a draining host ran no game server (HostDrained), until it
+	// is uncordoned.
+	Drained bool `protobuf:"varint,16,opt,name=drained,proto3" json:"drained,omitempty"`
+	// Who cordoned or drained it, and when.
+	CordonedBy    string                 `protobuf:"bytes,17,opt,name=cordoned_by,json=cordonedBy,proto3" json:"cordoned_by,omitempty"`
+	CordonTime    *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=cordon_time,json=cordonTime,proto3" json:"cordon_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -494,6 +507,34 @@ func (x *HostState) GetGamePorts() int32 {
 		return x.GamePorts
 	}
 	return 0
+}
+
+func (x *HostState) GetCordoned() bool {
+	if x != nil {
+		return x.Cordoned
+	}
+	return false
+}
+
+func (x *HostState) GetDrained() bool {
+	if x != nil {
+		return x.Drained
+	}
+	return false
+}
+
+func (x *HostState) GetCordonedBy() string {
+	if x != nil {
+		return x.CordonedBy
+	}
+	return ""
+}
+
+func (x *HostState) GetCordonTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CordonTime
+	}
+	return nil
 }
 
 // GameServerState is a game server folded from its events: three separate
@@ -815,7 +856,7 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\x0fstart_recovered\x18\b \x01(\v2%.tether.events.v1.FleetStartRecoveredR\x0estartRecovered\x12L\n" +
 	"\x14start_condition_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x12startConditionTime\x128\n" +
 	"\x18counted_failure_sequence\x18\n" +
-	" \x01(\x04R\x16countedFailureSequence\"\xac\x05\n" +
+	" \x01(\x04R\x16countedFailureSequence\"\xc0\x06\n" +
 	"\tHostState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1c.tether.events.v1.HostStatusR\x06status\x12\x1a\n" +
@@ -835,7 +876,13 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\x11agent_incarnation\x18\f \x01(\tR\x10agentIncarnation\x12/\n" +
 	"\x13registered_sequence\x18\r \x01(\x04R\x12registeredSequence\x12\x1d\n" +
 	"\n" +
-	"game_ports\x18\x0e \x01(\x05R\tgamePorts\x1a9\n" +
+	"game_ports\x18\x0e \x01(\x05R\tgamePorts\x12\x1a\n" +
+	"\bcordoned\x18\x0f \x01(\bR\bcordoned\x12\x18\n" +
+	"\adrained\x18\x10 \x01(\bR\adrained\x12\x1f\n" +
+	"\vcordoned_by\x18\x11 \x01(\tR\n" +
+	"cordonedBy\x12;\n" +
+	"\vcordon_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"cordonTime\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf8\f\n" +
@@ -879,7 +926,7 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\x15player_session_policy\x18\x1d \x01(\v2%.tether.events.v1.PlayerSessionPolicyR\x13playerSessionPolicy\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xac\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xc5\x01\n" +
 	"\n" +
 	"HostStatus\x12\x1b\n" +
 	"\x17HOST_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -887,7 +934,8 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\x17HOST_STATUS_UNREACHABLE\x10\x02\x12\x14\n" +
 	"\x10HOST_STATUS_LOST\x10\x03\x12\x18\n" +
 	"\x14HOST_STATUS_DRAINING\x10\x04\x12\x1c\n" +
-	"\x18HOST_STATUS_DEREGISTERED\x10\x05*\x94\x01\n" +
+	"\x18HOST_STATUS_DEREGISTERED\x10\x05\x12\x17\n" +
+	"\x13HOST_STATUS_DRAINED\x10\x06*\x94\x01\n" +
 	"\x0fConnectionState\x12 \n" +
 	"\x1cCONNECTION_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aCONNECTION_STATE_CONNECTED\x10\x01\x12!\n" +
@@ -949,30 +997,31 @@ var file_tether_events_v1_state_proto_depIdxs = []int32{
 	9,  // 9: tether.events.v1.HostState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	9,  // 10: tether.events.v1.HostState.create_time:type_name -> google.protobuf.Timestamp
 	9,  // 11: tether.events.v1.HostState.update_time:type_name -> google.protobuf.Timestamp
-	12, // 12: tether.events.v1.GameServerState.lifecycle:type_name -> tether.events.v1.Lifecycle
-	1,  // 13: tether.events.v1.GameServerState.connection:type_name -> tether.events.v1.ConnectionState
-	9,  // 14: tether.events.v1.GameServerState.connection_since:type_name -> google.protobuf.Timestamp
-	9,  // 15: tether.events.v1.GameServerState.grace_deadline:type_name -> google.protobuf.Timestamp
-	2,  // 16: tether.events.v1.GameServerState.health:type_name -> tether.events.v1.HealthState
-	9,  // 17: tether.events.v1.GameServerState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	13, // 18: tether.events.v1.GameServerState.ports:type_name -> tether.events.v1.Port
-	14, // 19: tether.events.v1.GameServerState.reason:type_name -> tether.events.v1.Reason
-	15, // 20: tether.events.v1.GameServerState.evidence:type_name -> tether.events.v1.Evidence
-	7,  // 21: tether.events.v1.GameServerState.labels:type_name -> tether.events.v1.GameServerState.LabelsEntry
-	16, // 22: tether.events.v1.GameServerState.template:type_name -> tether.events.v1.GameServerTemplate
-	17, // 23: tether.events.v1.GameServerState.health_policy:type_name -> tether.events.v1.HealthPolicy
-	9,  // 24: tether.events.v1.GameServerState.reserved_until:type_name -> google.protobuf.Timestamp
-	9,  // 25: tether.events.v1.GameServerState.shutdown_deadline:type_name -> google.protobuf.Timestamp
-	9,  // 26: tether.events.v1.GameServerState.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 27: tether.events.v1.GameServerState.update_time:type_name -> google.protobuf.Timestamp
-	18, // 28: tether.events.v1.GameServerState.connection_history:type_name -> tether.events.v1.ConnectionChange
-	19, // 29: tether.events.v1.GameServerState.allocation:type_name -> tether.events.v1.GameServerAllocated
-	20, // 30: tether.events.v1.GameServerState.player_session_policy:type_name -> tether.events.v1.PlayerSessionPolicy
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	9,  // 12: tether.events.v1.HostState.cordon_time:type_name -> google.protobuf.Timestamp
+	12, // 13: tether.events.v1.GameServerState.lifecycle:type_name -> tether.events.v1.Lifecycle
+	1,  // 14: tether.events.v1.GameServerState.connection:type_name -> tether.events.v1.ConnectionState
+	9,  // 15: tether.events.v1.GameServerState.connection_since:type_name -> google.protobuf.Timestamp
+	9,  // 16: tether.events.v1.GameServerState.grace_deadline:type_name -> google.protobuf.Timestamp
+	2,  // 17: tether.events.v1.GameServerState.health:type_name -> tether.events.v1.HealthState
+	9,  // 18: tether.events.v1.GameServerState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	13, // 19: tether.events.v1.GameServerState.ports:type_name -> tether.events.v1.Port
+	14, // 20: tether.events.v1.GameServerState.reason:type_name -> tether.events.v1.Reason
+	15, // 21: tether.events.v1.GameServerState.evidence:type_name -> tether.events.v1.Evidence
+	7,  // 22: tether.events.v1.GameServerState.labels:type_name -> tether.events.v1.GameServerState.LabelsEntry
+	16, // 23: tether.events.v1.GameServerState.template:type_name -> tether.events.v1.GameServerTemplate
+	17, // 24: tether.events.v1.GameServerState.health_policy:type_name -> tether.events.v1.HealthPolicy
+	9,  // 25: tether.events.v1.GameServerState.reserved_until:type_name -> google.protobuf.Timestamp
+	9,  // 26: tether.events.v1.GameServerState.shutdown_deadline:type_name -> google.protobuf.Timestamp
+	9,  // 27: tether.events.v1.GameServerState.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 28: tether.events.v1.GameServerState.update_time:type_name -> google.protobuf.Timestamp
+	18, // 29: tether.events.v1.GameServerState.connection_history:type_name -> tether.events.v1.ConnectionChange
+	19, // 30: tether.events.v1.GameServerState.allocation:type_name -> tether.events.v1.GameServerAllocated
+	20, // 31: tether.events.v1.GameServerState.player_session_policy:type_name -> tether.events.v1.PlayerSessionPolicy
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_state_proto_init() }
