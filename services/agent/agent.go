@@ -6,6 +6,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -167,6 +168,18 @@ type Options struct {
 	// KillProcessesOnExit stops every game server when the agent stops, and
 	// makes them die with the agent (for `tether dev` and tests).
 	KillProcessesOnExit bool
+	// DrainOnStop drains the host before the agent stops: when Run's
+	// context ends, the agent asks for its host's drain (HostDrainRequested)
+	// and goes on serving until it runs no game server (the controller
+	// moves the READY ones elsewhere, matches finish), DrainTimeout
+	// passes, or StopDrain is closed; then it stops. The host stays
+	// cordoned until uncordoned.
+	DrainOnStop bool
+	// DrainTimeout bounds a drain on stop; default DefaultDrainTimeout.
+	DrainTimeout time.Duration
+	// StopDrain, closed, ends a drain on stop at once (`tether agent`
+	// closes it on a second SIGTERM or interrupt).
+	StopDrain <-chan struct{}
 	// Version is the agent's version, reported at registration.
 	Version string
 	// Logger; default discards.
@@ -196,6 +209,7 @@ const (
 	DefaultSyncInterval       = time.Minute
 	DefaultOutboxMax          = 100_000
 	DefaultStreamKeepalive    = 10 * time.Second
+	DefaultDrainTimeout       = time.Hour
 )
 
 func (o *Options) setDefaults() {
@@ -388,6 +402,21 @@ func (a *Agent) SDKHTTPAddr() string { return a.sdk.httpAddr() }
 // succeed, so they end only with ctx, and what an earlier agent left stays
 // recorded for the next one.
 func (a *Agent) Run(ctx context.Context) error {
+	if a.opts.DrainOnStop {
+		// Serve on until the drain is done, not until ctx ends.
+		stopping := ctx.Done()
+		serving, stop := context.WithCancel(context.WithoutCancel(ctx))
+		defer stop()
+		go func() {
+			select {
+			case <-stopping:
+				a.drainOnStop(serving)
+				stop()
+			case <-serving.Done():
+			}
+		}()
+		ctx = serving
+	}
 	st, err := a.startUp(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -482,6 +511,48 @@ func (a *Agent) untilDone(ctx context.Context, what string, step func() error) e
 // host) as producer and actor, and the time.
 func (a *Agent) stamp() events.Stamp {
 	return events.Stamp{Producer: a.producer, Time: a.opts.Clock.Now()}
+}
+
+// drainPoll is how often a drain on stop checks whether the agent still
+// runs game servers.
+const drainPoll = 250 * time.Millisecond
+
+// drainOnStop asks for the host's drain and waits, while the agent serves
+// on in ctx, until it runs no game server, DrainTimeout passes or
+// StopDrain is closed.
+func (a *Agent) drainOnStop(ctx context.Context) {
+	timeout := cmp.Or(a.opts.DrainTimeout, DefaultDrainTimeout)
+	a.log.Info("agent stopping: draining its host first", "game_servers", len(a.snapshot()), "timeout", timeout)
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	envs := a.stamp().Envelopes(a.host, []proto.Message{&eventsv1.HostDrainRequested{RequestedBy: a.producer + " (--drain-on-stop)"}})
+	_, err := a.opts.Store.Append(actx, events.MustSubject(a.host), events.AnySequence, envs...)
+	cancel()
+	if err != nil {
+		a.log.Error("agent stopping without a drain: the drain request was not stored", "err", err)
+		return
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(drainPoll)
+	defer tick.Stop()
+	for {
+		n := len(a.snapshot())
+		if n == 0 {
+			a.log.Info("host drained: agent stopping")
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			a.log.Warn("drain on stop timed out: agent stopping with game servers still running", "game_servers", n, "timeout", timeout)
+			return
+		case <-a.opts.StopDrain:
+			a.log.Warn("drain on stop ended early: agent stopping with game servers still running", "game_servers", n)
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // register announces the host and its capacity.

@@ -475,6 +475,9 @@ func agentCommand(g *global) *cobra.Command {
 					return nil, err
 				}
 				opts.JetStream, opts.Store, opts.Commands, opts.Labels = d.js, store, bus, labels
+				if opts.DrainOnStop {
+					opts.StopDrain = secondSignal(ctx)
+				}
 				opts.Logger, opts.MeterProvider, opts.ObserveJetStream = d.log, d.tel.MeterProvider, d.reconnect.Observe
 				if opts.Tokens, err = playerTokenKeys(tokenKeys, tokenKeysFile, d.log); err != nil {
 					return nil, err
@@ -505,8 +508,26 @@ func agentCommand(g *global) *cobra.Command {
 	f.StringVar(&opts.RunAs, "run-as", "", "user (name or uid) game servers run as, with its primary group; required when the agent runs as root")
 	f.BoolVar(&opts.AllowRootGameServers, "allow-root-game-servers", false, "let an agent running as root run game servers as root (development only)")
 	f.StringSliceVar(&opts.AllowedCommands, "allowed-commands", nil, "directories game server commands must be in, comma-separated (default: any command, with a warning)")
+	f.BoolVar(&opts.DrainOnStop, "drain-on-stop", false,
+		"on SIGTERM, drain this host first: its READY game servers move elsewhere, matches finish, then the agent stops (a second signal stops it at once); the host stays cordoned until uncordoned")
+	f.DurationVar(&opts.DrainTimeout, "drain-timeout", agent.DefaultDrainTimeout, "the longest a drain on stop waits before the agent stops anyway")
 	_ = cmd.MarkFlagRequired("host-id") // the flag exists; the error is impossible
 	return cmd
+}
+
+// secondSignal returns a channel closed when SIGTERM or an interrupt
+// arrives after ctx (ended by the first one) is done.
+func secondSignal(ctx context.Context) <-chan struct{} {
+	second := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+		<-sig
+		signal.Stop(sig)
+		close(second)
+	}()
+	return second
 }
 
 func chaosCommand(g *global) *cobra.Command {
