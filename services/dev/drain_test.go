@@ -2,8 +2,8 @@ package dev_test
 
 import (
 	"net/http"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
