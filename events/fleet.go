@@ -105,11 +105,42 @@ func (b StartBackoff) After(n int32) time.Duration {
 	return d
 }
 
-func (CreateFleet) fleetCommand()          {}
-func (UpdateFleet) fleetCommand()          {}
-func (DeleteFleet) fleetCommand()          {}
-func (RecordStartFailures) fleetCommand()  {}
-func (RecordStartRecovered) fleetCommand() {}
+// RecordPlacementBlocked records that game servers of the fleet wait for a
+// host with room; the same wait already recorded (count and reason)
+// produces no event.
+type RecordPlacementBlocked struct {
+	// Waiting is how many game servers the fleet is short of.
+	Waiting int
+	// Reason is NoMatchingHost or NoHostWithRoom.
+	Reason string
+	// Message says it for humans.
+	Message string
+}
+
+// RecordPlacementUnblocked records that the fleet's game servers have
+// hosts again; nothing when placement was not blocked.
+type RecordPlacementUnblocked struct {
+	// At is now.
+	At time.Time
+}
+
+// Reasons of FleetPlacementBlocked.
+const (
+	// NoMatchingHost: the template's host selector matches no ONLINE,
+	// uncordoned host with room.
+	NoMatchingHost = "NO_MATCHING_HOST"
+	// NoHostWithRoom: the template has no host selector, and no ONLINE,
+	// uncordoned host has room.
+	NoHostWithRoom = "NO_HOST_WITH_ROOM"
+)
+
+func (CreateFleet) fleetCommand()              {}
+func (UpdateFleet) fleetCommand()              {}
+func (DeleteFleet) fleetCommand()              {}
+func (RecordStartFailures) fleetCommand()      {}
+func (RecordStartRecovered) fleetCommand()     {}
+func (RecordPlacementBlocked) fleetCommand()   {}
+func (RecordPlacementUnblocked) fleetCommand() {}
 
 // DecideFleet returns the events a command produces on a fleet, or why it is
 // refused. state is nil for a fleet that does not exist.
@@ -166,6 +197,23 @@ func DecideFleet(name string, state *eventsv1.FleetState, cmd FleetCommand) ([]p
 		return []proto.Message{&eventsv1.FleetStartRecovered{
 			GameServer: c.GameServer, ConsecutiveFailures: state.GetStartFailing().GetConsecutiveFailures(),
 		}}, nil
+	case RecordPlacementBlocked:
+		if b := state.GetPlacementBlocked(); b != nil && int(b.GetWaiting()) == c.Waiting && b.GetReason() == c.Reason {
+			return nil, nil // the same wait, recorded already
+		}
+		if err := refuses(typeName[*eventsv1.FleetPlacementBlocked](), "RecordPlacementBlocked"); err != nil {
+			return nil, err
+		}
+		return []proto.Message{&eventsv1.FleetPlacementBlocked{Waiting: int32(c.Waiting), Reason: c.Reason, Message: c.Message}}, nil
+	case RecordPlacementUnblocked:
+		if state.GetPlacementBlocked() == nil {
+			return nil, nil
+		}
+		if err := refuses(typeName[*eventsv1.FleetPlacementUnblocked](), "RecordPlacementUnblocked"); err != nil {
+			return nil, err
+		}
+		since := state.GetPlacementConditionTime().AsTime()
+		return []proto.Message{&eventsv1.FleetPlacementUnblocked{BlockedSeconds: int64(max(0, c.At.Sub(since).Seconds()))}}, nil
 	}
 	return nil, fmt.Errorf("events: unknown fleet command %T", cmd)
 }
@@ -226,11 +274,13 @@ func (t fleetTransition) target(from string) string {
 // by event type. A deleted fleet takes nothing more; a recovery needs a
 // run of failures to end.
 var fleetTransitions = map[string]fleetTransition{
-	typeName[*eventsv1.FleetCreated]():        {from: []string{fleetAbsent}, to: fleetActive},
-	typeName[*eventsv1.FleetUpdated]():        {from: []string{fleetActive}},
-	typeName[*eventsv1.FleetStartFailing]():   {from: []string{fleetActive}},
-	typeName[*eventsv1.FleetStartRecovered](): {from: []string{fleetActive}, when: func(s *eventsv1.FleetState) bool { return s.GetStartFailing() != nil }},
-	typeName[*eventsv1.FleetDeleted]():        {from: []string{fleetActive}, to: fleetDeleted},
+	typeName[*eventsv1.FleetCreated]():            {from: []string{fleetAbsent}, to: fleetActive},
+	typeName[*eventsv1.FleetUpdated]():            {from: []string{fleetActive}},
+	typeName[*eventsv1.FleetStartFailing]():       {from: []string{fleetActive}},
+	typeName[*eventsv1.FleetStartRecovered]():     {from: []string{fleetActive}, when: func(s *eventsv1.FleetState) bool { return s.GetStartFailing() != nil }},
+	typeName[*eventsv1.FleetDeleted]():            {from: []string{fleetActive}, to: fleetDeleted},
+	typeName[*eventsv1.FleetPlacementBlocked]():   {from: []string{fleetActive}},
+	typeName[*eventsv1.FleetPlacementUnblocked](): {from: []string{fleetActive}, when: func(s *eventsv1.FleetState) bool { return s.GetPlacementBlocked() != nil }},
 }
 
 // typeName is the event type of payload type M, for table keys.
@@ -274,6 +324,13 @@ func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, e
 		next.CountedFailureSequence = max(next.GetCountedFailureSequence(), d.GetFailureSequence())
 	case *eventsv1.FleetStartRecovered:
 		next.StartFailing, next.StartRecovered, next.StartConditionTime = nil, proto.CloneOf(d), at
+	case *eventsv1.FleetPlacementBlocked:
+		if next.GetPlacementBlocked() == nil {
+			next.PlacementConditionTime = at
+		}
+		next.PlacementBlocked, next.PlacementUnblocked = proto.CloneOf(d), false
+	case *eventsv1.FleetPlacementUnblocked:
+		next.PlacementBlocked, next.PlacementUnblocked, next.PlacementConditionTime = nil, true, at
 	case *eventsv1.FleetDeleted:
 		next.Deleted, next.DeleteTime = true, at
 	default:
@@ -383,7 +440,26 @@ func ValidateFleetSpec(s *eventsv1.FleetSpec) error {
 			return Invalid("fleet.labels", "%v", err)
 		}
 	}
+	if len(t.GetHostSelector()) > MaxLabels {
+		return Invalid("fleet.template.host_selector", "at most %d labels, got %d", MaxLabels, len(t.GetHostSelector()))
+	}
+	for k, v := range t.GetHostSelector() {
+		if err := checkLabel(k, v); err != nil {
+			return Invalid("fleet.template.host_selector", "%v", err)
+		}
+	}
 	return nil
+}
+
+// MatchesLabels reports whether labels hold every key of selector with
+// its value (an empty selector matches everything).
+func MatchesLabels(labels, selector map[string]string) bool {
+	for k, v := range selector {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Limits of one label, of a fleet or a game server (set by the API or by

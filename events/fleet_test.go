@@ -3,7 +3,9 @@ package events_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -503,5 +505,63 @@ func TestApplyFleetForeignEvent(t *testing.T) {
 	var te *events.TransitionError
 	if errors.As(err, &te) {
 		t.Errorf("err = %v, want a plain error, not a TransitionError", err)
+	}
+}
+
+// A fleet's placement wait is recorded once per count and reason, and its
+// end once, with how long it lasted.
+func TestDecideFleetPlacementBlocked(t *testing.T) {
+	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	st, err := events.ApplyFleet(nil, events.New(fleetName, at, &eventsv1.FleetCreated{Spec: minimalSpec()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(cmd events.FleetCommand, when time.Time) string {
+		t.Helper()
+		msgs, err := events.DecideFleet(fleetName, st, cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs) == 0 {
+			return ""
+		}
+		if st, err = events.ApplyFleet(st, events.New(fleetName, when, msgs[0])); err != nil {
+			t.Fatal(err)
+		}
+		return events.TypeOf(msgs[0])
+	}
+	blocked := events.RecordPlacementBlocked{Waiting: 2, Reason: events.NoMatchingHost, Message: "no host with zone=x"}
+	for i, s := range []struct {
+		cmd  events.FleetCommand
+		want string
+	}{
+		{events.RecordPlacementUnblocked{At: at}, ""},
+		{blocked, "FleetPlacementBlocked"},
+		{blocked, ""},
+		{events.RecordPlacementBlocked{Waiting: 1, Reason: events.NoMatchingHost}, "FleetPlacementBlocked"},
+		{events.RecordPlacementUnblocked{At: at.Add(90 * time.Second)}, "FleetPlacementUnblocked"},
+		{events.RecordPlacementUnblocked{At: at.Add(90 * time.Second)}, ""},
+	} {
+		if got := step(s.cmd, at.Add(time.Duration(i)*time.Second)); got != s.want {
+			t.Fatalf("step %d %T: %q, want %q", i, s.cmd, got, s.want)
+		}
+	}
+	if st.GetPlacementBlocked() != nil || !st.GetPlacementUnblocked() {
+		t.Fatalf("after the wait: blocked %v, unblocked %v", st.GetPlacementBlocked(), st.GetPlacementUnblocked())
+	}
+	// A host selector is checked like labels.
+	spec := minimalSpec()
+	spec.Template.HostSelector = map[string]string{"zone": "a b"}
+	if err := events.ValidateFleetSpec(spec); err != nil {
+		t.Fatalf("a value with a space: %v", err)
+	}
+	spec.Template.HostSelector = map[string]string{"zo ne": "a"}
+	if err := events.ValidateFleetSpec(spec); err == nil || !strings.Contains(err.Error(), "host_selector") {
+		t.Fatalf("a key with a space: %v, want an error on fleet.template.host_selector", err)
+	}
+	if !events.MatchesLabels(map[string]string{"zone": "a", "region": "eu"}, map[string]string{"zone": "a"}) ||
+		events.MatchesLabels(map[string]string{"zone": "b"}, map[string]string{"zone": "a"}) ||
+		events.MatchesLabels(nil, map[string]string{"zone": ""}) || !events.MatchesLabels(nil, nil) {
+		t.Fatal("MatchesLabels")
 	}
 }

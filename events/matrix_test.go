@@ -17,12 +17,14 @@ import (
 // and the status stays, otherwise the status it leads to.
 
 const fleetMatrix = `
-                    ABSENT ACTIVE DELETED ACTIVE_FAILING
-FleetCreated        ACTIVE -      -       -
-FleetUpdated        -      =      -       =
-FleetStartFailing   -      ACTIVE_FAILING - =
-FleetStartRecovered -      -      -       ACTIVE
-FleetDeleted        -      DELETED -      DELETED
+                        ABSENT ACTIVE DELETED ACTIVE_FAILING ACTIVE_BLOCKED
+FleetCreated            ACTIVE -      -       -              -
+FleetUpdated            -      =      -       =              =
+FleetStartFailing       -      ACTIVE_FAILING - =            ACTIVE_FAILING
+FleetStartRecovered     -      -      -       ACTIVE         -
+FleetPlacementBlocked   -      ACTIVE_BLOCKED - ACTIVE_FAILING ACTIVE_BLOCKED
+FleetPlacementUnblocked -      -      -       -              ACTIVE
+FleetDeleted            -      DELETED -      DELETED        DELETED
 `
 
 // fleetIn returns a fleet in a matrix column's status.
@@ -36,6 +38,8 @@ func fleetIn(column string) *eventsv1.FleetState {
 		return &eventsv1.FleetState{Name: fleetName, Spec: minimalSpec(), Deleted: true}
 	case "ACTIVE_FAILING":
 		return &eventsv1.FleetState{Name: fleetName, Spec: minimalSpec(), StartFailing: &eventsv1.FleetStartFailing{ConsecutiveFailures: 2}}
+	case "ACTIVE_BLOCKED":
+		return &eventsv1.FleetState{Name: fleetName, Spec: minimalSpec(), PlacementBlocked: &eventsv1.FleetPlacementBlocked{Waiting: 2, Reason: events.NoMatchingHost}}
 	}
 	return nil
 }
@@ -50,6 +54,10 @@ func fleetPayload(typ string) proto.Message {
 		return &eventsv1.FleetStartFailing{ConsecutiveFailures: 3, FailureSequence: 9}
 	case "FleetStartRecovered":
 		return &eventsv1.FleetStartRecovered{GameServer: "fleets/arena/gameServers/gs-1"}
+	case "FleetPlacementBlocked":
+		return &eventsv1.FleetPlacementBlocked{Waiting: 1, Reason: events.NoHostWithRoom}
+	case "FleetPlacementUnblocked":
+		return &eventsv1.FleetPlacementUnblocked{}
 	case "FleetDeleted":
 		return &eventsv1.FleetDeleted{}
 	}
@@ -63,8 +71,11 @@ func TestApplyFleetTransitionTable(t *testing.T) {
 			return "", err
 		}
 		status := map[bool]string{true: "DELETED", false: "ACTIVE"}[next.GetDeleted()]
-		if status == "ACTIVE" && next.GetStartFailing() != nil {
+		switch {
+		case status == "ACTIVE" && next.GetStartFailing() != nil:
 			status = "ACTIVE_FAILING"
+		case status == "ACTIVE" && next.GetPlacementBlocked() != nil:
+			status = "ACTIVE_BLOCKED"
 		}
 		return status, nil
 	})

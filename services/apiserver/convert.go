@@ -21,7 +21,7 @@ func specFromAPI(f *tetherv1.Fleet) *eventsv1.FleetSpec {
 		Labels:                    f.GetLabels(),
 	}
 	if t := f.GetTemplate(); t != nil {
-		s.Template = &eventsv1.GameServerTemplate{Command: t.GetCommand(), Args: t.GetArgs(), Env: t.GetEnv()}
+		s.Template = &eventsv1.GameServerTemplate{Command: t.GetCommand(), Args: t.GetArgs(), Env: t.GetEnv(), HostSelector: t.GetHostSelector()}
 		for _, p := range t.GetPorts() {
 			s.Template.Ports = append(s.Template.Ports, &eventsv1.PortSpec{Name: p.GetName(), Protocol: eventsv1.Protocol(p.GetProtocol())})
 		}
@@ -52,7 +52,7 @@ func fleetToAPI(s *eventsv1.FleetState, seq uint64, c projections.FleetCounts) *
 		Status: &tetherv1.FleetStatus{
 			ReadyReplicas: c.Ready, ReservedReplicas: c.Reserved, AllocatedReplicas: c.Allocated,
 			UnhealthyReplicas: c.Unhealthy, Replicas: c.Live,
-			Conditions: fleetConditions(s),
+			Conditions: fleetConditions(s), WaitingReplicas: s.GetPlacementBlocked().GetWaiting(),
 		},
 		Etag:       etag(seq),
 		Sequence:   int64(seq),
@@ -61,7 +61,7 @@ func fleetToAPI(s *eventsv1.FleetState, seq uint64, c projections.FleetCounts) *
 		DeleteTime: s.GetDeleteTime(),
 	}
 	if t := spec.GetTemplate(); t != nil {
-		f.Template = &tetherv1.GameServerTemplate{Command: t.GetCommand(), Args: t.GetArgs(), Env: t.GetEnv()}
+		f.Template = &tetherv1.GameServerTemplate{Command: t.GetCommand(), Args: t.GetArgs(), Env: t.GetEnv(), HostSelector: t.GetHostSelector()}
 		for _, p := range t.GetPorts() {
 			f.Template.Ports = append(f.Template.Ports, &tetherv1.PortSpec{Name: p.GetName(), Protocol: tetherv1.PortSpec_Protocol(p.GetProtocol())})
 		}

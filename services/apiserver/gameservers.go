@@ -169,7 +169,7 @@ func (g *gameServerService) CreateGameServer(ctx context.Context, req *tetherv1.
 		return nil, err
 	}
 	name := events.GameServerName(events.StandaloneFleet, req.GetGameServerId())
-	host, err := g.placeStandalone(ctx, req.GetHost())
+	host, err := g.placeStandalone(ctx, req.GetHost(), spec.GetTemplate().GetHostSelector())
 	if err != nil {
 		return nil, err
 	}
@@ -197,8 +197,9 @@ func (g *gameServerService) CreateGameServer(ctx context.Context, req *tetherv1.
 }
 
 // placeStandalone picks the host of a standalone server: the one asked for,
-// if it is ONLINE, else the ONLINE host with the most free slots.
-func (g *gameServerService) placeStandalone(ctx context.Context, want string) (string, error) {
+// if it is ONLINE, not cordoned and matches the template's host selector;
+// else the ONLINE, uncordoned, matching host with the most free slots.
+func (g *gameServerService) placeStandalone(ctx context.Context, want string, selector map[string]string) (string, error) {
 	if want != "" {
 		if _, err := events.ParseHostName(want); err != nil {
 			return "", invalidField("host", err.Error())
@@ -207,8 +208,13 @@ func (g *gameServerService) placeStandalone(ctx context.Context, want string) (s
 		if err != nil {
 			return "", err
 		}
-		if h.State.GetStatus() != eventsv1.HostStatus_HOST_STATUS_ONLINE {
+		switch {
+		case h.State.GetStatus() != eventsv1.HostStatus_HOST_STATUS_ONLINE:
 			return "", &apiError{code: codes.FailedPrecondition, reason: "HOST_NOT_ONLINE", msg: fmt.Sprintf("%s is not ONLINE", want)}
+		case h.State.GetCordoned():
+			return "", &apiError{code: codes.FailedPrecondition, reason: "HOST_CORDONED", msg: fmt.Sprintf("%s is cordoned: it takes no new game servers", want)}
+		case !events.MatchesLabels(h.State.GetLabels(), selector):
+			return "", &apiError{code: codes.FailedPrecondition, reason: events.NoMatchingHost, msg: fmt.Sprintf("%s does not have the labels of the template's host selector", want)}
 		}
 		return want, nil
 	}
@@ -220,7 +226,7 @@ func (g *gameServerService) placeStandalone(ctx context.Context, want string) (s
 			return "", err
 		}
 		for _, h := range hosts {
-			if free := h.State.GetCapacity() - h.Used; h.State.GetStatus() == eventsv1.HostStatus_HOST_STATUS_ONLINE && free > room {
+			if free := h.State.GetCapacity() - h.Used; events.Schedulable(h.State) && events.MatchesLabels(h.State.GetLabels(), selector) && free > room {
 				best, room = h.State.GetName(), free
 			}
 		}
@@ -229,8 +235,11 @@ func (g *gameServerService) placeStandalone(ctx context.Context, want string) (s
 		}
 		after = hosts[len(hosts)-1].State.GetName()
 	}
+	if best == "" && len(selector) > 0 {
+		return "", &apiError{code: codes.ResourceExhausted, reason: events.NoMatchingHost, msg: "no ONLINE, uncordoned host with the labels of the template's host selector has a free slot"}
+	}
 	if best == "" {
-		return "", &apiError{code: codes.ResourceExhausted, reason: "NO_HOST_WITH_ROOM", msg: "no ONLINE host has a free slot"}
+		return "", &apiError{code: codes.ResourceExhausted, reason: events.NoHostWithRoom, msg: "no ONLINE, uncordoned host has a free slot"}
 	}
 	return best, nil
 }

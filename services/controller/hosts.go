@@ -36,7 +36,8 @@ func (p planner) planHosts(s snapshot, out *Plan) map[string]eventsv1.HostStatus
 		silent := s.now.Sub(last)
 		var cmd events.HostCommand
 		switch st := h.State.GetStatus(); {
-		case (st == eventsv1.HostStatus_HOST_STATUS_ONLINE || st == eventsv1.HostStatus_HOST_STATUS_DRAINING) && silent > p.unreachableAfter:
+		case (st == eventsv1.HostStatus_HOST_STATUS_ONLINE || st == eventsv1.HostStatus_HOST_STATUS_DRAINING ||
+			st == eventsv1.HostStatus_HOST_STATUS_DRAINED) && silent > p.unreachableAfter:
 			cmd = events.MarkHostUnreachable{LastHeartbeat: last}
 		case st == eventsv1.HostStatus_HOST_STATUS_UNREACHABLE && silent > p.lostAfter:
 			cmd = events.MarkHostLost{LastHeartbeat: last}

@@ -30,7 +30,7 @@ func TestPickHost(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			hs := hosts()
 			for i, want := range tc.want {
-				h := pickHost(hs, tc.scheduling)
+				h := pickHost(hs, tc.scheduling, nil)
 				if h == nil || h.name != want {
 					t.Fatalf("pick %d: %v, want %s", i, h, want)
 				}
@@ -39,7 +39,7 @@ func TestPickHost(t *testing.T) {
 		})
 	}
 	full := []*hostSlot{{name: "hosts/a", capacity: 1, used: 1}}
-	if h := pickHost(full, eventsv1.Scheduling_SCHEDULING_PACKED); h != nil {
+	if h := pickHost(full, eventsv1.Scheduling_SCHEDULING_PACKED, nil); h != nil {
 		t.Fatalf("picked %s with no room", h.name)
 	}
 }

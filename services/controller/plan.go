@@ -94,6 +94,7 @@ const (
 	actSchedule  action = "schedule"  // a new game server placed on a host
 	actResend    action = "resend"    // a SCHEDULED server's start command sent again (no event)
 	actSession   action = "session"   // a game session or reservation deadline fired, or a missing game session created
+	actPlacement action = "placement" // a fleet's wait for a host with room recorded, or its end
 )
 
 // A decision is one append and the command that follows it: events decided
@@ -142,10 +143,14 @@ func (d decision) String() string {
 	return s
 }
 
-// A noRoom is a fleet short of servers because no host has room.
+// A noRoom is a fleet short of servers because no host that may take
+// them has room.
 type noRoom struct {
 	fleet   string
 	missing int
+	// reason is events.NoMatchingHost or events.NoHostWithRoom, and
+	// message says it for humans.
+	reason, message string
 }
 
 // Plan is what one pass decided, in the order it is carried out: host
@@ -197,8 +202,17 @@ func (p planner) plan(s snapshot) Plan {
 		}
 		byFleet[events.FleetName(fleet)] = append(byFleet[events.FleetName(fleet)], r)
 	}
-	for _, f := range fleets {
-		p.planFleet(s, f, byFleet[f.GetName()], hosts, draining, &out)
+	starts := map[string]bool{} // fleets with a decision of planStarts this pass
+	for _, d := range out.decisions {
+		if d.action == actStarts {
+			starts[d.name] = true
+		}
+	}
+	for i, f := range fleets {
+		blocked := p.planFleet(s, f, byFleet[f.GetName()], hosts, draining, &out)
+		if !starts[f.GetName()] {
+			p.planPlacement(s, s.fleets[i], blocked, &out)
+		}
 		delete(byFleet, f.GetName())
 	}
 	// What is left belongs to fleets that are not live: deleted ones, or
@@ -221,6 +235,7 @@ func (p planner) plan(s snapshot) Plan {
 type hostSlot struct {
 	id       string
 	name     string
+	labels   map[string]string
 	capacity int32
 	used     int32
 }
@@ -238,7 +253,7 @@ func roomOn(hosts []projections.HostRow, status map[string]eventsv1.HostStatus, 
 			out.refused = append(out.refused, err)
 			continue
 		}
-		slots = append(slots, &hostSlot{id: id, name: h.State.GetName(), capacity: h.State.GetCapacity(), used: h.Used})
+		slots = append(slots, &hostSlot{id: id, name: h.State.GetName(), labels: h.State.GetLabels(), capacity: h.State.GetCapacity(), used: h.Used})
 	}
 	return slots
 }
@@ -248,8 +263,10 @@ func roomOn(hosts []projections.HostRow, status map[string]eventsv1.HostStatus, 
 // their start command again, missing ones are scheduled on hosts with
 // room (no faster than the fleet's start backoff allows), servers leaving
 // a draining host are replaced before they are shut down, and surplus ones
-// are shut down, READY first, never ALLOCATED or RESERVED.
-func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []projections.Row[*eventsv1.GameServerState], hosts []*hostSlot, draining map[string]bool, out *Plan) {
+// are shut down, READY first, never ALLOCATED or RESERVED. New servers go
+// only to hosts whose labels match the template's host selector. It
+// returns why servers of the fleet wait for a host, if they do.
+func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []projections.Row[*eventsv1.GameServerState], hosts []*hostSlot, draining map[string]bool, out *Plan) *noRoom {
 	var stay, leaving []projections.Row[*eventsv1.GameServerState]
 	for _, r := range rows {
 		switch r.State.GetLifecycle() {
@@ -273,10 +290,13 @@ func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []projection
 		}
 	}
 	want, limit := int(f.GetSpec().GetReplicas()), len(stay)+startsAllowed(f, stay, s.now)
+	selector := f.GetSpec().GetTemplate().GetHostSelector()
+	var blocked *noRoom
 	for i := len(stay); i < want && i < limit; i++ {
-		h := pickHost(hosts, f.GetSpec().GetScheduling())
+		h := pickHost(hosts, f.GetSpec().GetScheduling(), selector)
 		if h == nil {
-			out.noRoom = append(out.noRoom, noRoom{fleet: f.GetName(), missing: want - i})
+			blocked = whyNoRoom(f.GetName(), want-i, hosts, selector)
+			out.noRoom = append(out.noRoom, *blocked)
 			break
 		}
 		p.schedule(f, h, out)
@@ -301,6 +321,68 @@ func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []projection
 			p.shutdown(s.now, r, eventsv1.Reason_REASON_FLEET_SCALED_DOWN, fmt.Sprintf("fleet scaled from %d to %d", len(stay), want), out)
 		}
 	}
+	return blocked
+}
+
+// whyNoRoom says why a fleet's missing servers found no host: its host
+// selector matches none of the hosts that take new servers, or those it
+// matches (all of them, without a selector) are full.
+func whyNoRoom(fleet string, missing int, hosts []*hostSlot, selector map[string]string) *noRoom {
+	matching := 0
+	for _, h := range hosts {
+		if events.MatchesLabels(h.labels, selector) {
+			matching++
+		}
+	}
+	n := &noRoom{fleet: fleet, missing: missing, reason: events.NoHostWithRoom}
+	if len(selector) > 0 {
+		n.reason = events.NoMatchingHost
+		n.message = fmt.Sprintf("%d game servers wait: no ONLINE, uncordoned host with labels %s has room (%d match, all full)",
+			missing, labelList(selector), matching)
+		if matching == 0 {
+			n.message = fmt.Sprintf("%d game servers wait: no ONLINE, uncordoned host has labels %s", missing, labelList(selector))
+		}
+		return n
+	}
+	n.message = fmt.Sprintf("%d game servers wait: all %d ONLINE, uncordoned hosts are full", missing, matching)
+	if matching == 0 {
+		n.message = fmt.Sprintf("%d game servers wait: no host is ONLINE and uncordoned", missing)
+	}
+	return n
+}
+
+// labelList is a selector as "k1=v1,k2=v2", sorted.
+func labelList(labels map[string]string) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		out = append(out, k+"="+labels[k])
+	}
+	return strings.Join(out, ",")
+}
+
+// planPlacement records a fleet's wait for a host with room when it begins
+// or changes (its count or reason), and its end, on the fleet: the API
+// shows it as the PLACEMENT_BLOCKED condition.
+func (p planner) planPlacement(s snapshot, f projections.FleetRow, blocked *noRoom, out *Plan) {
+	name := f.State.GetName()
+	var cmd events.FleetCommand = events.RecordPlacementUnblocked{At: s.now}
+	if blocked != nil {
+		cmd = events.RecordPlacementBlocked{Waiting: blocked.missing, Reason: blocked.reason, Message: blocked.message}
+	}
+	msgs, err := events.DecideFleet(name, f.State, cmd)
+	if err != nil {
+		out.refused = append(out.refused, fmt.Errorf("record the placement of %s: %w", name, err))
+		return
+	}
+	if len(msgs) == 0 {
+		return
+	}
+	d := decision{action: actPlacement, name: name, guard: f.Sequence, events: msgs,
+		say: "fleet game servers have hosts again", attrs: []any{"fleet", name}}
+	if blocked != nil {
+		d.say, d.attrs = "fleet game servers wait for a host", []any{"fleet", name, "waiting", blocked.missing, "reason", blocked.reason, "detail", blocked.message}
+	}
+	out.decisions = append(out.decisions, d)
 }
 
 // movable reports whether a server leaves a draining host for another:
@@ -364,13 +446,14 @@ func scaleDownOrder(live []projections.Row[*eventsv1.GameServerState]) []project
 	return out
 }
 
-// pickHost chooses a host with room, ranked by events.CompareHosts on
-// their used slots: the fullest for PACKED, the emptiest for DISTRIBUTED.
-func pickHost(hosts []*hostSlot, s eventsv1.Scheduling) *hostSlot {
+// pickHost chooses a host with room whose labels match selector, ranked
+// by events.CompareHosts on their used slots: the fullest for PACKED, the
+// emptiest for DISTRIBUTED.
+func pickHost(hosts []*hostSlot, s eventsv1.Scheduling, selector map[string]string) *hostSlot {
 	distributed := s == eventsv1.Scheduling_SCHEDULING_DISTRIBUTED
 	var best *hostSlot
 	for _, h := range hosts {
-		if h.used >= h.capacity {
+		if h.used >= h.capacity || !events.MatchesLabels(h.labels, selector) {
 			continue
 		}
 		if best == nil || events.CompareHosts(distributed, h.load(), best.load()) < 0 {

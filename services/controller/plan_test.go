@@ -46,6 +46,12 @@ func hostRow(id string, status eventsv1.HostStatus, capacity, used int32, seq ui
 	return projections.HostRow{Row: projections.Row[*eventsv1.HostState]{State: &eventsv1.HostState{Name: events.HostName(id), Status: status, Capacity: capacity}, Sequence: seq}, Used: used}
 }
 
+// labelled is h with a label.
+func labelled(h projections.HostRow, k, v string) projections.HostRow {
+	h.State.Labels = map[string]string{k: v}
+	return h
+}
+
 // cordoned is h cordoned, and asked to drain if drain.
 func cordoned(h projections.HostRow, drain bool) projections.HostRow {
 	h.State.Cordoned, h.State.Draining = true, drain
@@ -191,8 +197,12 @@ func TestPlan(t *testing.T) {
 			snapshot: func() snapshot {
 				return snap(arena(3), []projections.HostRow{hostRow("a", online, 1, 0, 5)})
 			},
-			want:       []string{"schedule " + gsPrefix + "new-1 GameServerScheduled → a"},
-			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 2}},
+			want: []string{
+				"schedule " + gsPrefix + "new-1 GameServerScheduled → a",
+				"placement fleets/arena@1 FleetPlacementBlocked",
+			},
+			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 2, reason: events.NoHostWithRoom,
+				message: "2 game servers wait: all 1 ONLINE, uncordoned hosts are full"}},
 		},
 		{
 			name: "scales down READY servers newest first, never ALLOCATED or RESERVED",
@@ -209,6 +219,49 @@ func TestPlan(t *testing.T) {
 				"shutdown " + gsPrefix + "gs-4@13 ShutdownRequested → a",
 				"shutdown " + gsPrefix + "gs-5@14 ShutdownRequested → a",
 				"session " + gsPrefix + "gs-2@11 GameServerReady",
+			},
+		},
+		{
+			name: "a host selector places only on matching hosts, PACKED among them",
+			snapshot: func() snapshot {
+				f := arena(2)
+				f[0].State = proto.CloneOf(f[0].State)
+				f[0].State.Spec.Template.HostSelector = map[string]string{"zone": "b"}
+				return snap(f, []projections.HostRow{labelled(hostRow("a", online, 10, 5, 5), "zone", "a"),
+					labelled(hostRow("b", online, 10, 0, 6), "zone", "b"), labelled(hostRow("c", online, 10, 1, 7), "zone", "b")})
+			},
+			want: []string{
+				"schedule " + gsPrefix + "new-1 GameServerScheduled → c",
+				"schedule " + gsPrefix + "new-2 GameServerScheduled → c",
+			},
+		},
+		{
+			name: "no matching host with room: NO_MATCHING_HOST",
+			snapshot: func() snapshot {
+				f := arena(3)
+				f[0].State = proto.CloneOf(f[0].State)
+				f[0].State.Spec.Template.HostSelector = map[string]string{"zone": "b"}
+				return snap(f, []projections.HostRow{labelled(hostRow("a", online, 10, 0, 5), "zone", "a"),
+					labelled(hostRow("b", online, 2, 1, 6), "zone", "b")})
+			},
+			want: []string{
+				"schedule " + gsPrefix + "new-1 GameServerScheduled → b",
+				"placement fleets/arena@1 FleetPlacementBlocked",
+			},
+			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 2, reason: events.NoMatchingHost,
+				message: "2 game servers wait: no ONLINE, uncordoned host with labels zone=b has room (1 match, all full)"}},
+		},
+		{
+			name: "a blocked fleet that has its servers again is unblocked",
+			snapshot: func() snapshot {
+				f := arena(1)
+				f[0].State = proto.CloneOf(f[0].State)
+				f[0].State.PlacementBlocked = &eventsv1.FleetPlacementBlocked{Waiting: 1, Reason: events.NoMatchingHost}
+				return snap(f, []projections.HostRow{hostRow("a", online, 10, 0, 5)})
+			},
+			want: []string{
+				"schedule " + gsPrefix + "new-1 GameServerScheduled → a",
+				"placement fleets/arena@1 FleetPlacementUnblocked",
 			},
 		},
 		{
@@ -247,7 +300,20 @@ func TestPlan(t *testing.T) {
 				return snap(arena(2), []projections.HostRow{cordoned(hostRow("a", draining, 10, 2, 5), true)},
 					on("gs-1", ready, "a", 10), on("gs-2", ready, "a", 11))
 			},
-			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 2}},
+			want: []string{"placement fleets/arena@1 FleetPlacementBlocked"},
+			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 2, reason: events.NoHostWithRoom,
+				message: "2 game servers wait: no host is ONLINE and uncordoned"}},
+		},
+		{
+			name: "a silent DRAINED host becomes UNREACHABLE",
+			snapshot: func() snapshot {
+				h := cordoned(hostRow("a", eventsv1.HostStatus_HOST_STATUS_DRAINED, 10, 0, 5), true)
+				h.State.Drained = true
+				s := snap(arena(0), []projections.HostRow{h})
+				s.heard["a"] = t0.Add(-DefaultUnreachableAfter - time.Second)
+				return s
+			},
+			want: []string{"host hosts/a@5 HostUnreachable"},
 		},
 		{
 			name: "a draining host with no game server left is drained",
@@ -287,8 +353,9 @@ func TestPlan(t *testing.T) {
 				s.heard["a"] = t0.Add(-DefaultUnreachableAfter - time.Second)
 				return s
 			},
-			want:       []string{"host hosts/a@5 HostUnreachable"},
-			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 1}},
+			want: []string{"host hosts/a@5 HostUnreachable", "placement fleets/arena@1 FleetPlacementBlocked"},
+			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 1, reason: events.NoHostWithRoom,
+				message: "1 game servers wait: no host is ONLINE and uncordoned"}},
 		},
 		{
 			name: "an UNREACHABLE host silent for LostAfter is LOST: its servers end and are replaced elsewhere",

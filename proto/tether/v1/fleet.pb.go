@@ -201,7 +201,11 @@ type GameServerTemplate struct {
 	// Extra environment variables.
 	Env map[string]string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Ports the agent allocates.
-	Ports         []*PortSpec `protobuf:"bytes,4,rep,name=ports,proto3" json:"ports,omitempty"`
+	Ports []*PortSpec `protobuf:"bytes,4,rep,name=ports,proto3" json:"ports,omitempty"`
+	// Labels a host must have (all of them) to run these game servers, e.g.
+	// {"zone": "eu-a"}; empty: any host. With no matching host that has
+	// room, the fleet's PLACEMENT_BLOCKED condition says NO_MATCHING_HOST.
+	HostSelector  map[string]string `protobuf:"bytes,5,rep,name=host_selector,json=hostSelector,proto3" json:"host_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -260,6 +264,13 @@ func (x *GameServerTemplate) GetEnv() map[string]string {
 func (x *GameServerTemplate) GetPorts() []*PortSpec {
 	if x != nil {
 		return x.Ports
+	}
+	return nil
+}
+
+func (x *GameServerTemplate) GetHostSelector() map[string]string {
+	if x != nil {
+		return x.HostSelector
 	}
 	return nil
 }
@@ -416,9 +427,12 @@ type FleetStatus struct {
 	ReservedReplicas int32 `protobuf:"varint,5,opt,name=reserved_replicas,json=reservedReplicas,proto3" json:"reserved_replicas,omitempty"`
 	// Conditions of the fleet, Kubernetes style; a condition is listed once
 	// it has been true (docs/crash-loops.md).
-	Conditions    []*FleetCondition `protobuf:"bytes,6,rep,name=conditions,proto3" json:"conditions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Conditions []*FleetCondition `protobuf:"bytes,6,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	// Game servers the fleet is short of because no host that may take
+	// them has room (its PLACEMENT_BLOCKED condition says why).
+	WaitingReplicas int32 `protobuf:"varint,7,opt,name=waiting_replicas,json=waitingReplicas,proto3" json:"waiting_replicas,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *FleetStatus) Reset() {
@@ -493,11 +507,20 @@ func (x *FleetStatus) GetConditions() []*FleetCondition {
 	return nil
 }
 
+func (x *FleetStatus) GetWaitingReplicas() int32 {
+	if x != nil {
+		return x.WaitingReplicas
+	}
+	return 0
+}
+
 // A condition of a fleet, in the style of Kubernetes conditions.
 type FleetCondition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Condition type. "START_FAILING": the fleet's game servers end before
-	// READY, and their replacement backs off.
+	// READY, and their replacement backs off. "PLACEMENT_BLOCKED": game
+	// servers of the fleet wait for a host with room (reason
+	// NO_MATCHING_HOST or NO_HOST_WITH_ROOM).
 	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
 	// "True" or "False".
 	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
@@ -1147,13 +1170,17 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"\bProtocol\x12\x18\n" +
 	"\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\a\n" +
 	"\x03UDP\x10\x01\x12\a\n" +
-	"\x03TCP\x10\x02\"\xdf\x01\n" +
+	"\x03TCP\x10\x02\"\xf6\x02\n" +
 	"\x12GameServerTemplate\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x12\n" +
 	"\x04args\x18\x02 \x03(\tR\x04args\x128\n" +
 	"\x03env\x18\x03 \x03(\v2&.tether.v1.GameServerTemplate.EnvEntryR\x03env\x12)\n" +
-	"\x05ports\x18\x04 \x03(\v2\x13.tether.v1.PortSpecR\x05ports\x1a6\n" +
+	"\x05ports\x18\x04 \x03(\v2\x13.tether.v1.PortSpecR\x05ports\x12T\n" +
+	"\rhost_selector\x18\x05 \x03(\v2/.tether.v1.GameServerTemplate.HostSelectorEntryR\fhostSelector\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
+	"\x11HostSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb2\x01\n" +
 	"\fHealthPolicy\x12\x1a\n" +
@@ -1165,7 +1192,7 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"\vmax_players\x18\x01 \x01(\x05R\n" +
 	"maxPlayers\x12>\n" +
 	"\x1breservation_timeout_seconds\x18\x02 \x01(\x05R\x19reservationTimeoutSeconds\x128\n" +
-	"\x18reconnect_window_seconds\x18\x03 \x01(\x05R\x16reconnectWindowSeconds\"\x96\x02\n" +
+	"\x18reconnect_window_seconds\x18\x03 \x01(\x05R\x16reconnectWindowSeconds\"\xc1\x02\n" +
 	"\vFleetStatus\x12%\n" +
 	"\x0eready_replicas\x18\x01 \x01(\x05R\rreadyReplicas\x12-\n" +
 	"\x12allocated_replicas\x18\x02 \x01(\x05R\x11allocatedReplicas\x12-\n" +
@@ -1174,7 +1201,8 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"\x11reserved_replicas\x18\x05 \x01(\x05R\x10reservedReplicas\x129\n" +
 	"\n" +
 	"conditions\x18\x06 \x03(\v2\x19.tether.v1.FleetConditionR\n" +
-	"conditions\"\xd1\x02\n" +
+	"conditions\x12)\n" +
+	"\x10waiting_replicas\x18\a \x01(\x05R\x0fwaitingReplicas\"\xd1\x02\n" +
 	"\x0eFleetCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
@@ -1265,7 +1293,7 @@ func file_tether_v1_fleet_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_v1_fleet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tether_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_tether_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_tether_v1_fleet_proto_goTypes = []any{
 	(PortSpec_Protocol)(0),        // 0: tether.v1.PortSpec.Protocol
 	(Fleet_Scheduling)(0),         // 1: tether.v1.Fleet.Scheduling
@@ -1283,45 +1311,47 @@ var file_tether_v1_fleet_proto_goTypes = []any{
 	(*UpdateFleetRequest)(nil),    // 13: tether.v1.UpdateFleetRequest
 	(*DeleteFleetRequest)(nil),    // 14: tether.v1.DeleteFleetRequest
 	nil,                           // 15: tether.v1.GameServerTemplate.EnvEntry
-	nil,                           // 16: tether.v1.Fleet.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil), // 18: google.protobuf.FieldMask
+	nil,                           // 16: tether.v1.GameServerTemplate.HostSelectorEntry
+	nil,                           // 17: tether.v1.Fleet.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil), // 19: google.protobuf.FieldMask
 }
 var file_tether_v1_fleet_proto_depIdxs = []int32{
 	0,  // 0: tether.v1.PortSpec.protocol:type_name -> tether.v1.PortSpec.Protocol
 	15, // 1: tether.v1.GameServerTemplate.env:type_name -> tether.v1.GameServerTemplate.EnvEntry
 	2,  // 2: tether.v1.GameServerTemplate.ports:type_name -> tether.v1.PortSpec
-	7,  // 3: tether.v1.FleetStatus.conditions:type_name -> tether.v1.FleetCondition
-	17, // 4: tether.v1.FleetCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	17, // 5: tether.v1.FleetCondition.backoff_until:type_name -> google.protobuf.Timestamp
-	3,  // 6: tether.v1.Fleet.template:type_name -> tether.v1.GameServerTemplate
-	4,  // 7: tether.v1.Fleet.health:type_name -> tether.v1.HealthPolicy
-	5,  // 8: tether.v1.Fleet.player_sessions:type_name -> tether.v1.PlayerSessionPolicy
-	1,  // 9: tether.v1.Fleet.scheduling:type_name -> tether.v1.Fleet.Scheduling
-	16, // 10: tether.v1.Fleet.labels:type_name -> tether.v1.Fleet.LabelsEntry
-	6,  // 11: tether.v1.Fleet.status:type_name -> tether.v1.FleetStatus
-	17, // 12: tether.v1.Fleet.create_time:type_name -> google.protobuf.Timestamp
-	17, // 13: tether.v1.Fleet.update_time:type_name -> google.protobuf.Timestamp
-	17, // 14: tether.v1.Fleet.delete_time:type_name -> google.protobuf.Timestamp
-	8,  // 15: tether.v1.CreateFleetRequest.fleet:type_name -> tether.v1.Fleet
-	8,  // 16: tether.v1.ListFleetsResponse.fleets:type_name -> tether.v1.Fleet
-	8,  // 17: tether.v1.UpdateFleetRequest.fleet:type_name -> tether.v1.Fleet
-	18, // 18: tether.v1.UpdateFleetRequest.update_mask:type_name -> google.protobuf.FieldMask
-	9,  // 19: tether.v1.FleetService.CreateFleet:input_type -> tether.v1.CreateFleetRequest
-	10, // 20: tether.v1.FleetService.GetFleet:input_type -> tether.v1.GetFleetRequest
-	11, // 21: tether.v1.FleetService.ListFleets:input_type -> tether.v1.ListFleetsRequest
-	13, // 22: tether.v1.FleetService.UpdateFleet:input_type -> tether.v1.UpdateFleetRequest
-	14, // 23: tether.v1.FleetService.DeleteFleet:input_type -> tether.v1.DeleteFleetRequest
-	8,  // 24: tether.v1.FleetService.CreateFleet:output_type -> tether.v1.Fleet
-	8,  // 25: tether.v1.FleetService.GetFleet:output_type -> tether.v1.Fleet
-	12, // 26: tether.v1.FleetService.ListFleets:output_type -> tether.v1.ListFleetsResponse
-	8,  // 27: tether.v1.FleetService.UpdateFleet:output_type -> tether.v1.Fleet
-	8,  // 28: tether.v1.FleetService.DeleteFleet:output_type -> tether.v1.Fleet
-	24, // [24:29] is the sub-list for method output_type
-	19, // [19:24] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	16, // 3: tether.v1.GameServerTemplate.host_selector:type_name -> tether.v1.GameServerTemplate.HostSelectorEntry
+	7,  // 4: tether.v1.FleetStatus.conditions:type_name -> tether.v1.FleetCondition
+	18, // 5: tether.v1.FleetCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	18, // 6: tether.v1.FleetCondition.backoff_until:type_name -> google.protobuf.Timestamp
+	3,  // 7: tether.v1.Fleet.template:type_name -> tether.v1.GameServerTemplate
+	4,  // 8: tether.v1.Fleet.health:type_name -> tether.v1.HealthPolicy
+	5,  // 9: tether.v1.Fleet.player_sessions:type_name -> tether.v1.PlayerSessionPolicy
+	1,  // 10: tether.v1.Fleet.scheduling:type_name -> tether.v1.Fleet.Scheduling
+	17, // 11: tether.v1.Fleet.labels:type_name -> tether.v1.Fleet.LabelsEntry
+	6,  // 12: tether.v1.Fleet.status:type_name -> tether.v1.FleetStatus
+	18, // 13: tether.v1.Fleet.create_time:type_name -> google.protobuf.Timestamp
+	18, // 14: tether.v1.Fleet.update_time:type_name -> google.protobuf.Timestamp
+	18, // 15: tether.v1.Fleet.delete_time:type_name -> google.protobuf.Timestamp
+	8,  // 16: tether.v1.CreateFleetRequest.fleet:type_name -> tether.v1.Fleet
+	8,  // 17: tether.v1.ListFleetsResponse.fleets:type_name -> tether.v1.Fleet
+	8,  // 18: tether.v1.UpdateFleetRequest.fleet:type_name -> tether.v1.Fleet
+	19, // 19: tether.v1.UpdateFleetRequest.update_mask:type_name -> google.protobuf.FieldMask
+	9,  // 20: tether.v1.FleetService.CreateFleet:input_type -> tether.v1.CreateFleetRequest
+	10, // 21: tether.v1.FleetService.GetFleet:input_type -> tether.v1.GetFleetRequest
+	11, // 22: tether.v1.FleetService.ListFleets:input_type -> tether.v1.ListFleetsRequest
+	13, // 23: tether.v1.FleetService.UpdateFleet:input_type -> tether.v1.UpdateFleetRequest
+	14, // 24: tether.v1.FleetService.DeleteFleet:input_type -> tether.v1.DeleteFleetRequest
+	8,  // 25: tether.v1.FleetService.CreateFleet:output_type -> tether.v1.Fleet
+	8,  // 26: tether.v1.FleetService.GetFleet:output_type -> tether.v1.Fleet
+	12, // 27: tether.v1.FleetService.ListFleets:output_type -> tether.v1.ListFleetsResponse
+	8,  // 28: tether.v1.FleetService.UpdateFleet:output_type -> tether.v1.Fleet
+	8,  // 29: tether.v1.FleetService.DeleteFleet:output_type -> tether.v1.Fleet
+	25, // [25:30] is the sub-list for method output_type
+	20, // [20:25] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_tether_v1_fleet_proto_init() }
@@ -1335,7 +1365,7 @@ func file_tether_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_v1_fleet_proto_rawDesc), len(file_tether_v1_fleet_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -192,7 +192,10 @@ type GameServerTemplate struct {
 	// Extra environment variables.
 	Env map[string]string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Ports to allocate.
-	Ports         []*PortSpec `protobuf:"bytes,4,rep,name=ports,proto3" json:"ports,omitempty"`
+	Ports []*PortSpec `protobuf:"bytes,4,rep,name=ports,proto3" json:"ports,omitempty"`
+	// Labels a host must have (all of them) for the fleet's game servers to
+	// be placed on it, e.g. region or zone; empty: any host.
+	HostSelector  map[string]string `protobuf:"bytes,5,rep,name=host_selector,json=hostSelector,proto3" json:"host_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -251,6 +254,13 @@ func (x *GameServerTemplate) GetEnv() map[string]string {
 func (x *GameServerTemplate) GetPorts() []*PortSpec {
 	if x != nil {
 		return x.Ports
+	}
+	return nil
+}
+
+func (x *GameServerTemplate) GetHostSelector() map[string]string {
+	if x != nil {
+		return x.HostSelector
 	}
 	return nil
 }
@@ -637,13 +647,17 @@ const file_tether_events_v1_fleet_proto_rawDesc = "" +
 	"\x1ctether/events/v1/fleet.proto\x12\x10tether.events.v1\"V\n" +
 	"\bPortSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
-	"\bprotocol\x18\x02 \x01(\x0e2\x1a.tether.events.v1.ProtocolR\bprotocol\"\xed\x01\n" +
+	"\bprotocol\x18\x02 \x01(\x0e2\x1a.tether.events.v1.ProtocolR\bprotocol\"\x8b\x03\n" +
 	"\x12GameServerTemplate\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x12\n" +
 	"\x04args\x18\x02 \x03(\tR\x04args\x12?\n" +
 	"\x03env\x18\x03 \x03(\v2-.tether.events.v1.GameServerTemplate.EnvEntryR\x03env\x120\n" +
-	"\x05ports\x18\x04 \x03(\v2\x1a.tether.events.v1.PortSpecR\x05ports\x1a6\n" +
+	"\x05ports\x18\x04 \x03(\v2\x1a.tether.events.v1.PortSpecR\x05ports\x12[\n" +
+	"\rhost_selector\x18\x05 \x03(\v26.tether.events.v1.GameServerTemplate.HostSelectorEntryR\fhostSelector\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
+	"\x11HostSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb2\x01\n" +
 	"\fHealthPolicy\x12\x1a\n" +
@@ -698,7 +712,7 @@ func file_tether_events_v1_fleet_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_events_v1_fleet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tether_events_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_tether_events_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_tether_events_v1_fleet_proto_goTypes = []any{
 	(Protocol)(0),               // 0: tether.events.v1.Protocol
 	(Scheduling)(0),             // 1: tether.events.v1.Scheduling
@@ -711,24 +725,26 @@ var file_tether_events_v1_fleet_proto_goTypes = []any{
 	(*FleetUpdated)(nil),        // 8: tether.events.v1.FleetUpdated
 	(*FleetDeleted)(nil),        // 9: tether.events.v1.FleetDeleted
 	nil,                         // 10: tether.events.v1.GameServerTemplate.EnvEntry
-	nil,                         // 11: tether.events.v1.FleetSpec.LabelsEntry
+	nil,                         // 11: tether.events.v1.GameServerTemplate.HostSelectorEntry
+	nil,                         // 12: tether.events.v1.FleetSpec.LabelsEntry
 }
 var file_tether_events_v1_fleet_proto_depIdxs = []int32{
 	0,  // 0: tether.events.v1.PortSpec.protocol:type_name -> tether.events.v1.Protocol
 	10, // 1: tether.events.v1.GameServerTemplate.env:type_name -> tether.events.v1.GameServerTemplate.EnvEntry
 	2,  // 2: tether.events.v1.GameServerTemplate.ports:type_name -> tether.events.v1.PortSpec
-	3,  // 3: tether.events.v1.FleetSpec.template:type_name -> tether.events.v1.GameServerTemplate
-	4,  // 4: tether.events.v1.FleetSpec.health:type_name -> tether.events.v1.HealthPolicy
-	5,  // 5: tether.events.v1.FleetSpec.player_sessions:type_name -> tether.events.v1.PlayerSessionPolicy
-	1,  // 6: tether.events.v1.FleetSpec.scheduling:type_name -> tether.events.v1.Scheduling
-	11, // 7: tether.events.v1.FleetSpec.labels:type_name -> tether.events.v1.FleetSpec.LabelsEntry
-	6,  // 8: tether.events.v1.FleetCreated.spec:type_name -> tether.events.v1.FleetSpec
-	6,  // 9: tether.events.v1.FleetUpdated.spec:type_name -> tether.events.v1.FleetSpec
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	11, // 3: tether.events.v1.GameServerTemplate.host_selector:type_name -> tether.events.v1.GameServerTemplate.HostSelectorEntry
+	3,  // 4: tether.events.v1.FleetSpec.template:type_name -> tether.events.v1.GameServerTemplate
+	4,  // 5: tether.events.v1.FleetSpec.health:type_name -> tether.events.v1.HealthPolicy
+	5,  // 6: tether.events.v1.FleetSpec.player_sessions:type_name -> tether.events.v1.PlayerSessionPolicy
+	1,  // 7: tether.events.v1.FleetSpec.scheduling:type_name -> tether.events.v1.Scheduling
+	12, // 8: tether.events.v1.FleetSpec.labels:type_name -> tether.events.v1.FleetSpec.LabelsEntry
+	6,  // 9: tether.events.v1.FleetCreated.spec:type_name -> tether.events.v1.FleetSpec
+	6,  // 10: tether.events.v1.FleetUpdated.spec:type_name -> tether.events.v1.FleetSpec
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_fleet_proto_init() }
@@ -742,7 +758,7 @@ func file_tether_events_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_events_v1_fleet_proto_rawDesc), len(file_tether_events_v1_fleet_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

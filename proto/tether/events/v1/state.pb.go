@@ -232,8 +232,16 @@ type FleetState struct {
 	// Stream sequence of the last failure counted, kept after a recovery: a
 	// failure at or before it is never counted again.
 	CountedFailureSequence uint64 `protobuf:"varint,10,opt,name=counted_failure_sequence,json=countedFailureSequence,proto3" json:"counted_failure_sequence,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// While game servers of the fleet wait for a host with room: the last
+	// FleetPlacementBlocked; unset otherwise.
+	PlacementBlocked *FleetPlacementBlocked `protobuf:"bytes,11,opt,name=placement_blocked,json=placementBlocked,proto3" json:"placement_blocked,omitempty"`
+	// When placement was last blocked or unblocked.
+	PlacementConditionTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=placement_condition_time,json=placementConditionTime,proto3" json:"placement_condition_time,omitempty"`
+	// Set once placement was unblocked after being blocked (the condition
+	// is then listed as False).
+	PlacementUnblocked bool `protobuf:"varint,13,opt,name=placement_unblocked,json=placementUnblocked,proto3" json:"placement_unblocked,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *FleetState) Reset() {
@@ -334,6 +342,27 @@ func (x *FleetState) GetCountedFailureSequence() uint64 {
 		return x.CountedFailureSequence
 	}
 	return 0
+}
+
+func (x *FleetState) GetPlacementBlocked() *FleetPlacementBlocked {
+	if x != nil {
+		return x.PlacementBlocked
+	}
+	return nil
+}
+
+func (x *FleetState) GetPlacementConditionTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PlacementConditionTime
+	}
+	return nil
+}
+
+func (x *FleetState) GetPlacementUnblocked() bool {
+	if x != nil {
+		return x.PlacementUnblocked
+	}
+	return false
 }
 
 // HostState is a host folded from its events.
@@ -840,7 +869,7 @@ var File_tether_events_v1_state_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctether/events/v1/state.proto\x12\x10tether.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ctether/events/v1/fleet.proto\x1a\"tether/events/v1/fleet_start.proto\x1a!tether/events/v1/gameserver.proto\"\xc4\x04\n" +
+	"\x1ctether/events/v1/state.proto\x12\x10tether.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ctether/events/v1/fleet.proto\x1a&tether/events/v1/fleet_placement.proto\x1a\"tether/events/v1/fleet_start.proto\x1a!tether/events/v1/gameserver.proto\"\xa1\x06\n" +
 	"\n" +
 	"FleetState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
@@ -856,7 +885,10 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\x0fstart_recovered\x18\b \x01(\v2%.tether.events.v1.FleetStartRecoveredR\x0estartRecovered\x12L\n" +
 	"\x14start_condition_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x12startConditionTime\x128\n" +
 	"\x18counted_failure_sequence\x18\n" +
-	" \x01(\x04R\x16countedFailureSequence\"\xc0\x06\n" +
+	" \x01(\x04R\x16countedFailureSequence\x12T\n" +
+	"\x11placement_blocked\x18\v \x01(\v2'.tether.events.v1.FleetPlacementBlockedR\x10placementBlocked\x12T\n" +
+	"\x18placement_condition_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x16placementConditionTime\x12/\n" +
+	"\x13placement_unblocked\x18\r \x01(\bR\x12placementUnblocked\"\xc0\x06\n" +
 	"\tHostState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1c.tether.events.v1.HostStatusR\x06status\x12\x1a\n" +
@@ -974,15 +1006,16 @@ var file_tether_events_v1_state_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
 	(*FleetStartFailing)(nil),     // 10: tether.events.v1.FleetStartFailing
 	(*FleetStartRecovered)(nil),   // 11: tether.events.v1.FleetStartRecovered
-	(Lifecycle)(0),                // 12: tether.events.v1.Lifecycle
-	(*Port)(nil),                  // 13: tether.events.v1.Port
-	(Reason)(0),                   // 14: tether.events.v1.Reason
-	(*Evidence)(nil),              // 15: tether.events.v1.Evidence
-	(*GameServerTemplate)(nil),    // 16: tether.events.v1.GameServerTemplate
-	(*HealthPolicy)(nil),          // 17: tether.events.v1.HealthPolicy
-	(*ConnectionChange)(nil),      // 18: tether.events.v1.ConnectionChange
-	(*GameServerAllocated)(nil),   // 19: tether.events.v1.GameServerAllocated
-	(*PlayerSessionPolicy)(nil),   // 20: tether.events.v1.PlayerSessionPolicy
+	(*FleetPlacementBlocked)(nil), // 12: tether.events.v1.FleetPlacementBlocked
+	(Lifecycle)(0),                // 13: tether.events.v1.Lifecycle
+	(*Port)(nil),                  // 14: tether.events.v1.Port
+	(Reason)(0),                   // 15: tether.events.v1.Reason
+	(*Evidence)(nil),              // 16: tether.events.v1.Evidence
+	(*GameServerTemplate)(nil),    // 17: tether.events.v1.GameServerTemplate
+	(*HealthPolicy)(nil),          // 18: tether.events.v1.HealthPolicy
+	(*ConnectionChange)(nil),      // 19: tether.events.v1.ConnectionChange
+	(*GameServerAllocated)(nil),   // 20: tether.events.v1.GameServerAllocated
+	(*PlayerSessionPolicy)(nil),   // 21: tether.events.v1.PlayerSessionPolicy
 }
 var file_tether_events_v1_state_proto_depIdxs = []int32{
 	8,  // 0: tether.events.v1.FleetState.spec:type_name -> tether.events.v1.FleetSpec
@@ -992,36 +1025,38 @@ var file_tether_events_v1_state_proto_depIdxs = []int32{
 	10, // 4: tether.events.v1.FleetState.start_failing:type_name -> tether.events.v1.FleetStartFailing
 	11, // 5: tether.events.v1.FleetState.start_recovered:type_name -> tether.events.v1.FleetStartRecovered
 	9,  // 6: tether.events.v1.FleetState.start_condition_time:type_name -> google.protobuf.Timestamp
-	0,  // 7: tether.events.v1.HostState.status:type_name -> tether.events.v1.HostStatus
-	6,  // 8: tether.events.v1.HostState.labels:type_name -> tether.events.v1.HostState.LabelsEntry
-	9,  // 9: tether.events.v1.HostState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	9,  // 10: tether.events.v1.HostState.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 11: tether.events.v1.HostState.update_time:type_name -> google.protobuf.Timestamp
-	9,  // 12: tether.events.v1.HostState.cordon_time:type_name -> google.protobuf.Timestamp
-	12, // 13: tether.events.v1.GameServerState.lifecycle:type_name -> tether.events.v1.Lifecycle
-	1,  // 14: tether.events.v1.GameServerState.connection:type_name -> tether.events.v1.ConnectionState
-	9,  // 15: tether.events.v1.GameServerState.connection_since:type_name -> google.protobuf.Timestamp
-	9,  // 16: tether.events.v1.GameServerState.grace_deadline:type_name -> google.protobuf.Timestamp
-	2,  // 17: tether.events.v1.GameServerState.health:type_name -> tether.events.v1.HealthState
-	9,  // 18: tether.events.v1.GameServerState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	13, // 19: tether.events.v1.GameServerState.ports:type_name -> tether.events.v1.Port
-	14, // 20: tether.events.v1.GameServerState.reason:type_name -> tether.events.v1.Reason
-	15, // 21: tether.events.v1.GameServerState.evidence:type_name -> tether.events.v1.Evidence
-	7,  // 22: tether.events.v1.GameServerState.labels:type_name -> tether.events.v1.GameServerState.LabelsEntry
-	16, // 23: tether.events.v1.GameServerState.template:type_name -> tether.events.v1.GameServerTemplate
-	17, // 24: tether.events.v1.GameServerState.health_policy:type_name -> tether.events.v1.HealthPolicy
-	9,  // 25: tether.events.v1.GameServerState.reserved_until:type_name -> google.protobuf.Timestamp
-	9,  // 26: tether.events.v1.GameServerState.shutdown_deadline:type_name -> google.protobuf.Timestamp
-	9,  // 27: tether.events.v1.GameServerState.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 28: tether.events.v1.GameServerState.update_time:type_name -> google.protobuf.Timestamp
-	18, // 29: tether.events.v1.GameServerState.connection_history:type_name -> tether.events.v1.ConnectionChange
-	19, // 30: tether.events.v1.GameServerState.allocation:type_name -> tether.events.v1.GameServerAllocated
-	20, // 31: tether.events.v1.GameServerState.player_session_policy:type_name -> tether.events.v1.PlayerSessionPolicy
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	12, // 7: tether.events.v1.FleetState.placement_blocked:type_name -> tether.events.v1.FleetPlacementBlocked
+	9,  // 8: tether.events.v1.FleetState.placement_condition_time:type_name -> google.protobuf.Timestamp
+	0,  // 9: tether.events.v1.HostState.status:type_name -> tether.events.v1.HostStatus
+	6,  // 10: tether.events.v1.HostState.labels:type_name -> tether.events.v1.HostState.LabelsEntry
+	9,  // 11: tether.events.v1.HostState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	9,  // 12: tether.events.v1.HostState.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 13: tether.events.v1.HostState.update_time:type_name -> google.protobuf.Timestamp
+	9,  // 14: tether.events.v1.HostState.cordon_time:type_name -> google.protobuf.Timestamp
+	13, // 15: tether.events.v1.GameServerState.lifecycle:type_name -> tether.events.v1.Lifecycle
+	1,  // 16: tether.events.v1.GameServerState.connection:type_name -> tether.events.v1.ConnectionState
+	9,  // 17: tether.events.v1.GameServerState.connection_since:type_name -> google.protobuf.Timestamp
+	9,  // 18: tether.events.v1.GameServerState.grace_deadline:type_name -> google.protobuf.Timestamp
+	2,  // 19: tether.events.v1.GameServerState.health:type_name -> tether.events.v1.HealthState
+	9,  // 20: tether.events.v1.GameServerState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	14, // 21: tether.events.v1.GameServerState.ports:type_name -> tether.events.v1.Port
+	15, // 22: tether.events.v1.GameServerState.reason:type_name -> tether.events.v1.Reason
+	16, // 23: tether.events.v1.GameServerState.evidence:type_name -> tether.events.v1.Evidence
+	7,  // 24: tether.events.v1.GameServerState.labels:type_name -> tether.events.v1.GameServerState.LabelsEntry
+	17, // 25: tether.events.v1.GameServerState.template:type_name -> tether.events.v1.GameServerTemplate
+	18, // 26: tether.events.v1.GameServerState.health_policy:type_name -> tether.events.v1.HealthPolicy
+	9,  // 27: tether.events.v1.GameServerState.reserved_until:type_name -> google.protobuf.Timestamp
+	9,  // 28: tether.events.v1.GameServerState.shutdown_deadline:type_name -> google.protobuf.Timestamp
+	9,  // 29: tether.events.v1.GameServerState.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 30: tether.events.v1.GameServerState.update_time:type_name -> google.protobuf.Timestamp
+	19, // 31: tether.events.v1.GameServerState.connection_history:type_name -> tether.events.v1.ConnectionChange
+	20, // 32: tether.events.v1.GameServerState.allocation:type_name -> tether.events.v1.GameServerAllocated
+	21, // 33: tether.events.v1.GameServerState.player_session_policy:type_name -> tether.events.v1.PlayerSessionPolicy
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_state_proto_init() }
@@ -1030,6 +1065,7 @@ func file_tether_events_v1_state_proto_init() {
 		return
 	}
 	file_tether_events_v1_fleet_proto_init()
+	file_tether_events_v1_fleet_placement_proto_init()
 	file_tether_events_v1_fleet_start_proto_init()
 	file_tether_events_v1_gameserver_proto_init()
 	type x struct{}
