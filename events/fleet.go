@@ -173,6 +173,9 @@ func DecideFleet(name string, state *eventsv1.FleetState, cmd FleetCommand) ([]p
 		if err != nil {
 			return nil, err
 		}
+		if next.GetAutoscaling() != nil && next.GetReplicas() != state.GetSpec().GetReplicas() {
+			return nil, Invalid("fleet.replicas", "is set by the fleet's autoscaling: change autoscaling (its min_replicas and max_replicas), or remove it")
+		}
 		if len(changed) == 0 {
 			return nil, nil
 		}
@@ -205,6 +208,14 @@ func DecideFleet(name string, state *eventsv1.FleetState, cmd FleetCommand) ([]p
 			return nil, err
 		}
 		return []proto.Message{&eventsv1.FleetPlacementBlocked{Waiting: int32(c.Waiting), Reason: c.Reason, Message: c.Message}}, nil
+	case RecordAutoscale, RecordAutoscaleFailure:
+		if err := refuses(typeName[*eventsv1.FleetAutoscaled](), fmt.Sprintf("%T", cmd)); err != nil {
+			return nil, err
+		}
+		if state.GetSpec().GetAutoscaling() == nil {
+			return nil, Invalid("fleet.autoscaling", "%s has no autoscaling", name)
+		}
+		return decideAutoscale(state, cmd), nil
 	case RecordPlacementUnblocked:
 		if state.GetPlacementBlocked() == nil {
 			return nil, nil
@@ -281,6 +292,9 @@ var fleetTransitions = map[string]fleetTransition{
 	typeName[*eventsv1.FleetDeleted]():            {from: []string{fleetActive}, to: fleetDeleted},
 	typeName[*eventsv1.FleetPlacementBlocked]():   {from: []string{fleetActive}},
 	typeName[*eventsv1.FleetPlacementUnblocked](): {from: []string{fleetActive}, when: func(s *eventsv1.FleetState) bool { return s.GetPlacementBlocked() != nil }},
+	typeName[*eventsv1.FleetAutoscaled]():         {from: []string{fleetActive}},
+	typeName[*eventsv1.FleetAutoscaleFailed]():    {from: []string{fleetActive}},
+	typeName[*eventsv1.FleetAutoscaleRecovered](): {from: []string{fleetActive}, when: func(s *eventsv1.FleetState) bool { return s.GetAutoscaleFailing() != nil }},
 }
 
 // typeName is the event type of payload type M, for table keys.
@@ -331,6 +345,12 @@ func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, e
 		next.PlacementBlocked, next.PlacementUnblocked = proto.CloneOf(d), false
 	case *eventsv1.FleetPlacementUnblocked:
 		next.PlacementBlocked, next.PlacementUnblocked, next.PlacementConditionTime = nil, true, at
+	case *eventsv1.FleetAutoscaled:
+		next.Spec.Replicas, next.LastAutoscale = d.GetToReplicas(), proto.CloneOf(d)
+	case *eventsv1.FleetAutoscaleFailed:
+		next.AutoscaleFailing = proto.CloneOf(d)
+	case *eventsv1.FleetAutoscaleRecovered:
+		next.AutoscaleFailing = nil
 	case *eventsv1.FleetDeleted:
 		next.Deleted, next.DeleteTime = true, at
 	default:
@@ -440,6 +460,9 @@ func ValidateFleetSpec(s *eventsv1.FleetSpec) error {
 			return Invalid("fleet.labels", "%v", err)
 		}
 	}
+	if err := validateAutoscaling(s.GetAutoscaling()); err != nil {
+		return err
+	}
 	if len(t.GetHostSelector()) > MaxLabels {
 		return Invalid("fleet.template.host_selector", "at most %d labels, got %d", MaxLabels, len(t.GetHostSelector()))
 	}
@@ -499,7 +522,7 @@ var fleetSpecFields = []string{
 	"replicas", "template", "health", "health.disabled", "health.initial_delay_seconds",
 	"health.period_seconds", "health.failure_threshold", "sdk_disconnect_grace_seconds",
 	"player_sessions", "player_sessions.max_players", "player_sessions.reservation_timeout_seconds",
-	"player_sessions.reconnect_window_seconds", "scheduling", "labels",
+	"player_sessions.reconnect_window_seconds", "scheduling", "labels", "autoscaling",
 }
 
 // mergeFleetSpec applies the paths of patch onto cur and returns the new
@@ -510,7 +533,7 @@ func mergeFleetSpec(cur, patch *eventsv1.FleetSpec, paths []string) (*eventsv1.F
 		patch = &eventsv1.FleetSpec{}
 	}
 	if len(paths) == 0 {
-		paths = []string{"replicas", "template", "health", "sdk_disconnect_grace_seconds", "player_sessions", "scheduling", "labels"}
+		paths = []string{"replicas", "template", "health", "sdk_disconnect_grace_seconds", "player_sessions", "scheduling", "labels", "autoscaling"}
 	}
 	for _, p := range paths {
 		if !slices.Contains(fleetSpecFields, p) {
@@ -553,6 +576,8 @@ func mergeFleetSpec(cur, patch *eventsv1.FleetSpec, paths []string) (*eventsv1.F
 			next.Scheduling = patch.GetScheduling()
 		case "labels":
 			next.Labels = cloneMap(patch.GetLabels())
+		case "autoscaling":
+			next.Autoscaling = proto.CloneOf(patch.GetAutoscaling())
 		}
 	}
 	NormalizeFleetSpec(next)

@@ -24,6 +24,9 @@ FleetStartFailing       -      ACTIVE_FAILING - =            ACTIVE_FAILING
 FleetStartRecovered     -      -      -       ACTIVE         -
 FleetPlacementBlocked   -      ACTIVE_BLOCKED - ACTIVE_FAILING ACTIVE_BLOCKED
 FleetPlacementUnblocked -      -      -       -              ACTIVE
+FleetAutoscaled         -      =      -       =              =
+FleetAutoscaleFailed    -      =      -       =              =
+FleetAutoscaleRecovered -      -      -       -              -
 FleetDeleted            -      DELETED -      DELETED        DELETED
 `
 
@@ -58,6 +61,12 @@ func fleetPayload(typ string) proto.Message {
 		return &eventsv1.FleetPlacementBlocked{Waiting: 1, Reason: events.NoHostWithRoom}
 	case "FleetPlacementUnblocked":
 		return &eventsv1.FleetPlacementUnblocked{}
+	case "FleetAutoscaled":
+		return &eventsv1.FleetAutoscaled{FromReplicas: 1, ToReplicas: 3}
+	case "FleetAutoscaleFailed":
+		return &eventsv1.FleetAutoscaleFailed{Policy: "webhook http://x", Error: "timeout"}
+	case "FleetAutoscaleRecovered":
+		return &eventsv1.FleetAutoscaleRecovered{}
 	case "FleetDeleted":
 		return &eventsv1.FleetDeleted{}
 	}

@@ -14,6 +14,7 @@ import (
 const (
 	conditionStartFailing     = "START_FAILING"
 	conditionPlacementBlocked = "PLACEMENT_BLOCKED"
+	conditionAutoscaleFailed  = "AUTOSCALING_FAILED"
 )
 
 // fleetConditions lists a fleet's conditions, Kubernetes style: a
@@ -46,6 +47,11 @@ func fleetConditions(st *eventsv1.FleetState) []*tetherv1.FleetCondition {
 		out = append(out, &tetherv1.FleetCondition{
 			Type: conditionPlacementBlocked, Status: "False", Reason: "PLACED", Message: "every game server of the fleet has a host",
 			LastTransitionTime: proto.CloneOf(st.GetPlacementConditionTime()),
+		})
+	}
+	if f := st.GetAutoscaleFailing(); f != nil {
+		out = append(out, &tetherv1.FleetCondition{
+			Type: conditionAutoscaleFailed, Status: "True", Reason: "POLICY_FAILED", Message: f.GetPolicy() + ": " + f.GetError(),
 		})
 	}
 	return out

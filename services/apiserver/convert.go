@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
@@ -19,6 +20,7 @@ func specFromAPI(f *tetherv1.Fleet) *eventsv1.FleetSpec {
 		SdkDisconnectGraceSeconds: f.GetSdkDisconnectGraceSeconds(),
 		Scheduling:                eventsv1.Scheduling(f.GetScheduling()),
 		Labels:                    f.GetLabels(),
+		Autoscaling:               autoscalingFromAPI(f.GetAutoscaling()),
 	}
 	if t := f.GetTemplate(); t != nil {
 		s.Template = &eventsv1.GameServerTemplate{Command: t.GetCommand(), Args: t.GetArgs(), Env: t.GetEnv(), HostSelector: t.GetHostSelector()}
@@ -53,12 +55,14 @@ func fleetToAPI(s *eventsv1.FleetState, seq uint64, c projections.FleetCounts) *
 			ReadyReplicas: c.Ready, ReservedReplicas: c.Reserved, AllocatedReplicas: c.Allocated,
 			UnhealthyReplicas: c.Unhealthy, Replicas: c.Live,
 			Conditions: fleetConditions(s), WaitingReplicas: s.GetPlacementBlocked().GetWaiting(),
+			LastScaling: scalingInWords(s.GetLastAutoscale(), time.Time{}),
 		},
-		Etag:       etag(seq),
-		Sequence:   int64(seq),
-		CreateTime: s.GetCreateTime(),
-		UpdateTime: s.GetUpdateTime(),
-		DeleteTime: s.GetDeleteTime(),
+		Autoscaling: autoscalingToAPI(spec.GetAutoscaling()),
+		Etag:        etag(seq),
+		Sequence:    int64(seq),
+		CreateTime:  s.GetCreateTime(),
+		UpdateTime:  s.GetUpdateTime(),
+		DeleteTime:  s.GetDeleteTime(),
 	}
 	if t := spec.GetTemplate(); t != nil {
 		f.Template = &tetherv1.GameServerTemplate{Command: t.GetCommand(), Args: t.GetArgs(), Env: t.GetEnv(), HostSelector: t.GetHostSelector()}

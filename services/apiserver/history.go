@@ -252,8 +252,30 @@ func (h *historyService) Explain(ctx context.Context, req *tetherv1.ExplainReque
 		}
 		out.Events = append(out.Events, ev)
 	}
+	out.Decisions = scalingDecisions(evs, maxDecisions)
 	out.Summary = summarize(r.name, f, out.Events)
+	if len(out.Decisions) > 0 {
+		out.Summary += ". Last scaling: " + out.Decisions[0]
+	}
 	return out, nil
+}
+
+// maxDecisions bounds the decisions an explanation lists.
+const maxDecisions = 5
+
+// scalingDecisions lists a fleet's last autoscaling decisions and
+// failures in words, newest first, at most n.
+func scalingDecisions(evs []events.Envelope, n int) []string {
+	var out []string
+	for i := len(evs) - 1; i >= 0 && len(out) < n; i-- {
+		switch d := evs[i].Data.(type) {
+		case *eventsv1.FleetAutoscaled:
+			out = append(out, scalingInWords(d, evs[i].Time))
+		case *eventsv1.FleetAutoscaleFailed:
+			out = append(out, fmt.Sprintf("kept %d at %s: %s failed: %s", d.GetReplicas(), evs[i].Time.UTC().Format(time.RFC3339), d.GetPolicy(), d.GetError()))
+		}
+	}
+	return out
 }
 
 // settled lists the event types after which a resource was last fine: an

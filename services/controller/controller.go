@@ -214,6 +214,7 @@ type Controller struct {
 	live         liveServers          // the live game servers, kept between passes
 	views        viewsWatch           // whether the views still move (staleness.go)
 	starts       startWatch           // game servers that end before READY (startbackoff.go)
+	hooks        *webhooks            // autoscaling webhooks' last answers (autoscale.go)
 	// written is the highest stream sequence the views must have applied
 	// before a pass may read them: our own last append, or on taking over,
 	// the stream's last sequence (the predecessor's writes).
@@ -231,6 +232,7 @@ func New(opts Options) (*Controller, error) {
 	}
 	c := &Controller{opts: opts, log: opts.Logger.With("controller", opts.ID), producer: "controllers/" + opts.ID,
 		noRoomLogged: map[string]time.Time{}, seen: map[string]time.Time{}, startResent: map[string]time.Time{}}
+	c.hooks = newWebhooks(opts.Interval, opts.Clock.Now)
 	m := opts.MeterProvider.Meter("github.com/tetherhq/tether/services/controller")
 	var err error
 	if c.scheduled, err = m.Int64Counter("tether_controller_scheduled", metric.WithDescription("Game servers scheduled.")); err != nil {
@@ -310,6 +312,7 @@ func (c *Controller) lead(ctx context.Context, epoch uint64) error {
 	c.live.reset()                         // and reads the views whole
 	c.views.reset()                        // and gives them a full StaleViewsAfter
 	c.starts = startWatch{}                // and reads start failures from the views' checkpoint
+	c.hooks.reset()                        // and asks the webhooks afresh
 	c.written, c.caughtUp = 0, false
 	defer c.stopBeats() // started by the first pass, with the leadership's context
 	c.log.Info("became leader", "epoch", epoch)

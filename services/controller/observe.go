@@ -45,6 +45,7 @@ func (c *Controller) observe(ctx context.Context) (snapshot, error) {
 		return s, nil
 	}
 	s.deletedFleets = c.readDeletedFleets(ctx, s.fleets, s.servers)
+	s.webhooks = c.hooks.poll(ctx, s.fleets, serversByFleet(s.servers), s.now)
 	if err := c.readSessions(ctx, &s); err != nil {
 		return s, err
 	}
@@ -142,4 +143,15 @@ func (c *Controller) readSessions(ctx context.Context, s *snapshot) error {
 		s.uncreatedSessions = append(s.uncreatedSessions, uncreatedSession{server: r.State, policy: f.State.GetSpec().GetPlayerSessions()})
 	}
 	return nil
+}
+
+// serversByFleet groups game servers by their fleet's name.
+func serversByFleet(servers []projections.Row[*eventsv1.GameServerState]) map[string][]projections.Row[*eventsv1.GameServerState] {
+	out := map[string][]projections.Row[*eventsv1.GameServerState]{}
+	for _, r := range servers {
+		if fleet, _, err := events.ParseGameServerName(r.State.GetName()); err == nil {
+			out[events.FleetName(fleet)] = append(out[events.FleetName(fleet)], r)
+		}
+	}
+	return out
 }

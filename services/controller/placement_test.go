@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -56,7 +57,7 @@ func TestScaleDownOrderNeverPicksAllocated(t *testing.T) {
 		row("ready-old", eventsv1.Lifecycle_LIFECYCLE_READY, 10),
 		row("reserved", eventsv1.Lifecycle_LIFECYCLE_RESERVED, 1),
 		row("ready-new", eventsv1.Lifecycle_LIFECYCLE_READY, 2),
-	})
+	}, eventsv1.Scheduling_SCHEDULING_PACKED, nil)
 	var names []string
 	for _, r := range got {
 		names = append(names, r.State.GetName())
@@ -68,6 +69,36 @@ func TestScaleDownOrderNeverPicksAllocated(t *testing.T) {
 	for i := range want {
 		if names[i] != want[i] {
 			t.Fatalf("order %v, want %v", names, want)
+		}
+	}
+}
+
+// Under PACKED, scale-down takes the READY servers of the least used
+// hosts first, so that hosts empty out; under DISTRIBUTED, those of the
+// busiest, so that the fleet stays spread.
+func TestScaleDownOrderEmptiesHostsUnderPacked(t *testing.T) {
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	row := func(name, host string, age int) projections.Row[*eventsv1.GameServerState] {
+		return projections.Row[*eventsv1.GameServerState]{State: &eventsv1.GameServerState{Name: name, Host: host,
+			Lifecycle: eventsv1.Lifecycle_LIFECYCLE_READY, CreateTime: timestamppb.New(t0.Add(time.Duration(-age) * time.Minute))}}
+	}
+	live := []projections.Row[*eventsv1.GameServerState]{
+		row("busy-1", "hosts/busy", 1), row("idle-old", "hosts/idle", 9), row("idle-new", "hosts/idle", 1), row("busy-2", "hosts/busy", 2),
+	}
+	load := map[string]int32{"hosts/busy": 8, "hosts/idle": 2}
+	for _, tc := range []struct {
+		sched eventsv1.Scheduling
+		want  string
+	}{
+		{eventsv1.Scheduling_SCHEDULING_PACKED, "idle-new idle-old busy-1 busy-2"},
+		{eventsv1.Scheduling_SCHEDULING_DISTRIBUTED, "busy-1 busy-2 idle-new idle-old"},
+	} {
+		var names []string
+		for _, r := range scaleDownOrder(live, tc.sched, load) {
+			names = append(names, r.State.GetName())
+		}
+		if got := strings.Join(names, " "); got != tc.want {
+			t.Errorf("%v: order %s, want %s", tc.sched, got, tc.want)
 		}
 	}
 }

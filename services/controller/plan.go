@@ -66,6 +66,9 @@ type snapshot struct {
 	orphanSessions []orphanSession
 	// uncreatedSessions are allocations whose game session was never created.
 	uncreatedSessions []uncreatedSession
+	// webhooks are, by fleet, the last answers of the webhook policies in
+	// force (autoscale.go).
+	webhooks map[string]webhookAnswer
 }
 
 // An orphanSession is a running game session whose server no longer runs it.
@@ -95,6 +98,7 @@ const (
 	actResend    action = "resend"    // a SCHEDULED server's start command sent again (no event)
 	actSession   action = "session"   // a game session or reservation deadline fired, or a missing game session created
 	actPlacement action = "placement" // a fleet's wait for a host with room recorded, or its end
+	actScale     action = "autoscale" // a fleet's replicas set by its autoscaling policy (and its placement recorded)
 )
 
 // A decision is one append and the command that follows it: events decided
@@ -209,9 +213,24 @@ func (p planner) plan(s snapshot) Plan {
 		}
 	}
 	for i, f := range fleets {
-		blocked := p.planFleet(s, f, byFleet[f.GetName()], hosts, draining, &out)
-		if !starts[f.GetName()] {
-			p.planPlacement(s, s.fleets[i], blocked, &out)
+		rows := byFleet[f.GetName()]
+		if starts[f.GetName()] {
+			// One decision per fleet and pass: the fleet's other events
+			// wait for the next pass.
+			p.planFleet(s, f, rows, hosts, draining, &out)
+		} else {
+			scaled, next := p.planAutoscale(s, f, rows, &out)
+			mark := len(out.decisions)
+			blocked := p.planFleet(s, next, rows, hosts, draining, &out)
+			if d := p.planFleetEvents(s, s.fleets[i].Sequence, next, scaled, blocked, &out); d != nil {
+				if len(scaled) > 0 {
+					// The fleet's servers follow its new size: they are
+					// decided on it, and hold only if it is appended.
+					d.then = slices.Clone(out.decisions[mark:])
+					out.decisions = out.decisions[:mark]
+				}
+				out.decisions = append(out.decisions, *d)
+			}
 		}
 		delete(byFleet, f.GetName())
 	}
@@ -316,7 +335,7 @@ func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []projection
 		p.shutdown(s.now, r, eventsv1.Reason_REASON_HOST_DRAINING, fmt.Sprintf("host %s is draining: a replacement serves elsewhere", r.State.GetHost()), out)
 	}
 	if surplus := len(stay) - want; surplus > 0 {
-		candidates := scaleDownOrder(stay)
+		candidates := scaleDownOrder(stay, f.GetSpec().GetScheduling(), hostLoad(s.hosts))
 		for _, r := range candidates[:min(surplus, len(candidates))] {
 			p.shutdown(s.now, r, eventsv1.Reason_REASON_FLEET_SCALED_DOWN, fmt.Sprintf("fleet scaled from %d to %d", len(stay), want), out)
 		}
@@ -360,29 +379,44 @@ func labelList(labels map[string]string) string {
 	return strings.Join(out, ",")
 }
 
-// planPlacement records a fleet's wait for a host with room when it begins
-// or changes (its count or reason), and its end, on the fleet: the API
-// shows it as the PLACEMENT_BLOCKED condition.
-func (p planner) planPlacement(s snapshot, f projections.FleetRow, blocked *noRoom, out *Plan) {
-	name := f.State.GetName()
+// planFleetEvents decides, as one append on the fleet guarded by seq, its
+// autoscaling decision (scaled, already folded into f) and its wait for a
+// host with room when it begins or changes (count or reason), or its end:
+// the API shows the wait as the PLACEMENT_BLOCKED condition. nil when
+// there is nothing to record.
+func (p planner) planFleetEvents(s snapshot, seq uint64, f *eventsv1.FleetState, scaled []proto.Message, blocked *noRoom, out *Plan) *decision {
+	name := f.GetName()
 	var cmd events.FleetCommand = events.RecordPlacementUnblocked{At: s.now}
 	if blocked != nil {
 		cmd = events.RecordPlacementBlocked{Waiting: blocked.missing, Reason: blocked.reason, Message: blocked.message}
 	}
-	msgs, err := events.DecideFleet(name, f.State, cmd)
+	placed, err := events.DecideFleet(name, f, cmd)
 	if err != nil {
 		out.refused = append(out.refused, fmt.Errorf("record the placement of %s: %w", name, err))
-		return
+		placed = nil
 	}
+	msgs := append(slices.Clone(scaled), placed...)
 	if len(msgs) == 0 {
-		return
+		return nil
 	}
-	d := decision{action: actPlacement, name: name, guard: f.Sequence, events: msgs,
+	d := decision{action: actPlacement, name: name, guard: seq, events: msgs,
 		say: "fleet game servers have hosts again", attrs: []any{"fleet", name}}
 	if blocked != nil {
 		d.say, d.attrs = "fleet game servers wait for a host", []any{"fleet", name, "waiting", blocked.missing, "reason", blocked.reason, "detail", blocked.message}
 	}
-	out.decisions = append(out.decisions, d)
+	for _, m := range scaled {
+		switch e := m.(type) {
+		case *eventsv1.FleetAutoscaled:
+			d.action, d.say = actScale, "fleet autoscaled"
+			d.attrs = append([]any{"fleet", name, "from", e.GetFromReplicas(), "to", e.GetToReplicas(), "policy", e.GetPolicy(), "why", e.GetReason()}, d.attrs[2:]...)
+		case *eventsv1.FleetAutoscaleFailed:
+			d.action, d.say = actScale, "fleet autoscaling failed; its size is kept"
+			d.attrs = append([]any{"fleet", name, "policy", e.GetPolicy(), "err", e.GetError(), "replicas", e.GetReplicas()}, d.attrs[2:]...)
+		case *eventsv1.FleetAutoscaleRecovered:
+			d.action = actScale
+		}
+	}
+	return &d
 }
 
 // movable reports whether a server leaves a draining host for another:
@@ -405,6 +439,15 @@ func serves(gs *eventsv1.GameServerState) bool {
 	return false
 }
 
+// hostLoad is every host's used slots, by name.
+func hostLoad(hosts []projections.HostRow) map[string]int32 {
+	out := make(map[string]int32, len(hosts))
+	for _, h := range hosts {
+		out[h.State.GetName()] = h.Used
+	}
+	return out
+}
+
 // drainingHosts are the hosts asked to drain whose servers are known:
 // not unreachable or lost (their servers are judged by liveness).
 func drainingHosts(hosts []projections.HostRow, status map[string]eventsv1.HostStatus) map[string]bool {
@@ -419,9 +462,13 @@ func drainingHosts(hosts []projections.HostRow, status map[string]eventsv1.HostS
 }
 
 // scaleDownOrder lists the servers that may be scaled down, best first:
-// READY, then those not yet ready; newest first within each. ALLOCATED and
-// RESERVED servers are never scaled down.
-func scaleDownOrder(live []projections.Row[*eventsv1.GameServerState]) []projections.Row[*eventsv1.GameServerState] {
+// READY, then those not yet ready. Within each, the opposite of placement
+// (events.CompareHosts on the hosts' used slots, load): under PACKED the
+// servers of the least used hosts go first, so that hosts empty out;
+// under DISTRIBUTED those of the busiest; then the newest first. ALLOCATED
+// and RESERVED servers are never scaled down.
+func scaleDownOrder(live []projections.Row[*eventsv1.GameServerState], sched eventsv1.Scheduling, load map[string]int32) []projections.Row[*eventsv1.GameServerState] {
+	distributed := sched == eventsv1.Scheduling_SCHEDULING_DISTRIBUTED
 	rank := func(l eventsv1.Lifecycle) int {
 		switch l {
 		case eventsv1.Lifecycle_LIFECYCLE_READY:
@@ -440,6 +487,12 @@ func scaleDownOrder(live []projections.Row[*eventsv1.GameServerState]) []project
 	slices.SortStableFunc(out, func(a, b projections.Row[*eventsv1.GameServerState]) int {
 		if ra, rb := rank(a.State.GetLifecycle()), rank(b.State.GetLifecycle()); ra != rb {
 			return ra - rb
+		}
+		ha, hb := a.State.GetHost(), b.State.GetHost()
+		if la, lb := load[ha], load[hb]; la != lb {
+			// Placement's preference, reversed: the host placement would
+			// pick last loses its servers first.
+			return -events.CompareHosts(distributed, events.HostLoad{Name: ha, Load: int(la)}, events.HostLoad{Name: hb, Load: int(lb)})
 		}
 		return b.State.GetCreateTime().AsTime().Compare(a.State.GetCreateTime().AsTime())
 	})

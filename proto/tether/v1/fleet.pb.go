@@ -431,8 +431,12 @@ type FleetStatus struct {
 	// Game servers the fleet is short of because no host that may take
 	// them has room (its PLACEMENT_BLOCKED condition says why).
 	WaitingReplicas int32 `protobuf:"varint,7,opt,name=waiting_replicas,json=waitingReplicas,proto3" json:"waiting_replicas,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The last autoscaling decision, in words, e.g. "2 → 5 at
+	// 2026-11-26T13:00:00Z by buffer 3: 2 allocated + 0 reserved + buffer
+	// 3 (3) = 5".
+	LastScaling   string `protobuf:"bytes,8,opt,name=last_scaling,json=lastScaling,proto3" json:"last_scaling,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FleetStatus) Reset() {
@@ -514,13 +518,21 @@ func (x *FleetStatus) GetWaitingReplicas() int32 {
 	return 0
 }
 
+func (x *FleetStatus) GetLastScaling() string {
+	if x != nil {
+		return x.LastScaling
+	}
+	return ""
+}
+
 // A condition of a fleet, in the style of Kubernetes conditions.
 type FleetCondition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Condition type. "START_FAILING": the fleet's game servers end before
 	// READY, and their replacement backs off. "PLACEMENT_BLOCKED": game
 	// servers of the fleet wait for a host with room (reason
-	// NO_MATCHING_HOST or NO_HOST_WITH_ROOM).
+	// NO_MATCHING_HOST or NO_HOST_WITH_ROOM). "AUTOSCALING_FAILED": the
+	// fleet's webhook policy gives no count; the fleet keeps its size.
 	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
 	// "True" or "False".
 	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
@@ -660,7 +672,11 @@ type Fleet struct {
 	// Last change. Output only.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Deletion time, set on the fleet DeleteFleet returns. Output only.
-	DeleteTime    *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
+	DeleteTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
+	// Replicas set from use instead of by hand (docs/autoscaling.md); unset:
+	// replicas is kept as given. With autoscaling, the controller sets
+	// replicas itself.
+	Autoscaling   *FleetAutoscaling `protobuf:"bytes,15,opt,name=autoscaling,proto3" json:"autoscaling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -793,6 +809,302 @@ func (x *Fleet) GetDeleteTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Fleet) GetAutoscaling() *FleetAutoscaling {
+	if x != nil {
+		return x.Autoscaling
+	}
+	return nil
+}
+
+// Autoscaling of a fleet: one policy, buffer or webhook, within min and
+// max; schedules replace it for time windows.
+type FleetAutoscaling struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The fewest replicas; 0 lets an idle fleet scale to zero.
+	MinReplicas int32 `protobuf:"varint,1,opt,name=min_replicas,json=minReplicas,proto3" json:"min_replicas,omitempty"`
+	// The most replicas; required (at least 1).
+	MaxReplicas int32 `protobuf:"varint,2,opt,name=max_replicas,json=maxReplicas,proto3" json:"max_replicas,omitempty"`
+	// Keep buffer_size READY servers above the ALLOCATED and RESERVED ones.
+	Buffer *BufferPolicy `protobuf:"bytes,3,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	// POST the fleet's status to a URL and use the "replicas" it answers.
+	Webhook *WebhookPolicy `protobuf:"bytes,4,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	// Other policies for time windows (a launch, a weekend): the first whose
+	// window holds the current time is in force.
+	Schedules     []*AutoscalingSchedule `protobuf:"bytes,5,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetAutoscaling) Reset() {
+	*x = FleetAutoscaling{}
+	mi := &file_tether_v1_fleet_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetAutoscaling) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetAutoscaling) ProtoMessage() {}
+
+func (x *FleetAutoscaling) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_fleet_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetAutoscaling.ProtoReflect.Descriptor instead.
+func (*FleetAutoscaling) Descriptor() ([]byte, []int) {
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *FleetAutoscaling) GetMinReplicas() int32 {
+	if x != nil {
+		return x.MinReplicas
+	}
+	return 0
+}
+
+func (x *FleetAutoscaling) GetMaxReplicas() int32 {
+	if x != nil {
+		return x.MaxReplicas
+	}
+	return 0
+}
+
+func (x *FleetAutoscaling) GetBuffer() *BufferPolicy {
+	if x != nil {
+		return x.Buffer
+	}
+	return nil
+}
+
+func (x *FleetAutoscaling) GetWebhook() *WebhookPolicy {
+	if x != nil {
+		return x.Webhook
+	}
+	return nil
+}
+
+func (x *FleetAutoscaling) GetSchedules() []*AutoscalingSchedule {
+	if x != nil {
+		return x.Schedules
+	}
+	return nil
+}
+
+// A buffer of READY servers above the allocated ones.
+type BufferPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A count ("5") or a percentage of the allocated servers ("20%").
+	BufferSize    string `protobuf:"bytes,1,opt,name=buffer_size,json=bufferSize,proto3" json:"buffer_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BufferPolicy) Reset() {
+	*x = BufferPolicy{}
+	mi := &file_tether_v1_fleet_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BufferPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BufferPolicy) ProtoMessage() {}
+
+func (x *BufferPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_fleet_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BufferPolicy.ProtoReflect.Descriptor instead.
+func (*BufferPolicy) Descriptor() ([]byte, []int) {
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *BufferPolicy) GetBufferSize() string {
+	if x != nil {
+		return x.BufferSize
+	}
+	return ""
+}
+
+// A service of the studio's that answers the replica count. It is sent
+// {"fleet", "replicas", "readyReplicas", "allocatedReplicas",
+// "reservedReplicas", "startingReplicas", "minReplicas", "maxReplicas",
+// "schedule"} and answers {"replicas": N}. On a failure the fleet keeps its
+// size and the failure is recorded (AUTOSCALING_FAILED).
+type WebhookPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// http:// or https:// URL.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// Milliseconds to wait for the answer (default 1000, at most 30000).
+	TimeoutMs     int32 `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WebhookPolicy) Reset() {
+	*x = WebhookPolicy{}
+	mi := &file_tether_v1_fleet_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WebhookPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WebhookPolicy) ProtoMessage() {}
+
+func (x *WebhookPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_fleet_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WebhookPolicy.ProtoReflect.Descriptor instead.
+func (*WebhookPolicy) Descriptor() ([]byte, []int) {
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *WebhookPolicy) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *WebhookPolicy) GetTimeoutMs() int32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+// A policy in force from start_time until end_time.
+type AutoscalingSchedule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A name for humans, e.g. "launch".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// When the window opens.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// When it closes.
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// The window's bounds; both 0 keeps the fleet's.
+	MinReplicas int32 `protobuf:"varint,4,opt,name=min_replicas,json=minReplicas,proto3" json:"min_replicas,omitempty"`
+	// The window's bounds; both 0 keeps the fleet's.
+	MaxReplicas int32 `protobuf:"varint,5,opt,name=max_replicas,json=maxReplicas,proto3" json:"max_replicas,omitempty"`
+	// The window's policy: one of buffer or webhook.
+	Buffer *BufferPolicy `protobuf:"bytes,6,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	// The window's policy: one of buffer or webhook.
+	Webhook       *WebhookPolicy `protobuf:"bytes,7,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AutoscalingSchedule) Reset() {
+	*x = AutoscalingSchedule{}
+	mi := &file_tether_v1_fleet_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AutoscalingSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AutoscalingSchedule) ProtoMessage() {}
+
+func (x *AutoscalingSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_fleet_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AutoscalingSchedule.ProtoReflect.Descriptor instead.
+func (*AutoscalingSchedule) Descriptor() ([]byte, []int) {
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AutoscalingSchedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AutoscalingSchedule) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *AutoscalingSchedule) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *AutoscalingSchedule) GetMinReplicas() int32 {
+	if x != nil {
+		return x.MinReplicas
+	}
+	return 0
+}
+
+func (x *AutoscalingSchedule) GetMaxReplicas() int32 {
+	if x != nil {
+		return x.MaxReplicas
+	}
+	return 0
+}
+
+func (x *AutoscalingSchedule) GetBuffer() *BufferPolicy {
+	if x != nil {
+		return x.Buffer
+	}
+	return nil
+}
+
+func (x *AutoscalingSchedule) GetWebhook() *WebhookPolicy {
+	if x != nil {
+		return x.Webhook
+	}
+	return nil
+}
+
 // Request of CreateFleet.
 type CreateFleetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -808,7 +1120,7 @@ type CreateFleetRequest struct {
 
 func (x *CreateFleetRequest) Reset() {
 	*x = CreateFleetRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[7]
+	mi := &file_tether_v1_fleet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +1132,7 @@ func (x *CreateFleetRequest) String() string {
 func (*CreateFleetRequest) ProtoMessage() {}
 
 func (x *CreateFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[7]
+	mi := &file_tether_v1_fleet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +1145,7 @@ func (x *CreateFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFleetRequest.ProtoReflect.Descriptor instead.
 func (*CreateFleetRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{7}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateFleetRequest) GetFleetId() string {
@@ -870,7 +1182,7 @@ type GetFleetRequest struct {
 
 func (x *GetFleetRequest) Reset() {
 	*x = GetFleetRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[8]
+	mi := &file_tether_v1_fleet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +1194,7 @@ func (x *GetFleetRequest) String() string {
 func (*GetFleetRequest) ProtoMessage() {}
 
 func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[8]
+	mi := &file_tether_v1_fleet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +1207,7 @@ func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFleetRequest.ProtoReflect.Descriptor instead.
 func (*GetFleetRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{8}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetFleetRequest) GetName() string {
@@ -927,7 +1239,7 @@ type ListFleetsRequest struct {
 
 func (x *ListFleetsRequest) Reset() {
 	*x = ListFleetsRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[9]
+	mi := &file_tether_v1_fleet_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -939,7 +1251,7 @@ func (x *ListFleetsRequest) String() string {
 func (*ListFleetsRequest) ProtoMessage() {}
 
 func (x *ListFleetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[9]
+	mi := &file_tether_v1_fleet_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -952,7 +1264,7 @@ func (x *ListFleetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFleetsRequest.ProtoReflect.Descriptor instead.
 func (*ListFleetsRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{9}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListFleetsRequest) GetPageSize() int32 {
@@ -989,7 +1301,7 @@ type ListFleetsResponse struct {
 
 func (x *ListFleetsResponse) Reset() {
 	*x = ListFleetsResponse{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[10]
+	mi := &file_tether_v1_fleet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1313,7 @@ func (x *ListFleetsResponse) String() string {
 func (*ListFleetsResponse) ProtoMessage() {}
 
 func (x *ListFleetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[10]
+	mi := &file_tether_v1_fleet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1326,7 @@ func (x *ListFleetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFleetsResponse.ProtoReflect.Descriptor instead.
 func (*ListFleetsResponse) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{10}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListFleetsResponse) GetFleets() []*Fleet {
@@ -1046,7 +1358,7 @@ type UpdateFleetRequest struct {
 
 func (x *UpdateFleetRequest) Reset() {
 	*x = UpdateFleetRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[11]
+	mi := &file_tether_v1_fleet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1370,7 @@ func (x *UpdateFleetRequest) String() string {
 func (*UpdateFleetRequest) ProtoMessage() {}
 
 func (x *UpdateFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[11]
+	mi := &file_tether_v1_fleet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1383,7 @@ func (x *UpdateFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFleetRequest.ProtoReflect.Descriptor instead.
 func (*UpdateFleetRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{11}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateFleetRequest) GetFleet() *Fleet {
@@ -1110,7 +1422,7 @@ type DeleteFleetRequest struct {
 
 func (x *DeleteFleetRequest) Reset() {
 	*x = DeleteFleetRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[12]
+	mi := &file_tether_v1_fleet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1434,7 @@ func (x *DeleteFleetRequest) String() string {
 func (*DeleteFleetRequest) ProtoMessage() {}
 
 func (x *DeleteFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[12]
+	mi := &file_tether_v1_fleet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1447,7 @@ func (x *DeleteFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFleetRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFleetRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{12}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteFleetRequest) GetName() string {
@@ -1192,7 +1504,7 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"\vmax_players\x18\x01 \x01(\x05R\n" +
 	"maxPlayers\x12>\n" +
 	"\x1breservation_timeout_seconds\x18\x02 \x01(\x05R\x19reservationTimeoutSeconds\x128\n" +
-	"\x18reconnect_window_seconds\x18\x03 \x01(\x05R\x16reconnectWindowSeconds\"\xc1\x02\n" +
+	"\x18reconnect_window_seconds\x18\x03 \x01(\x05R\x16reconnectWindowSeconds\"\xe4\x02\n" +
 	"\vFleetStatus\x12%\n" +
 	"\x0eready_replicas\x18\x01 \x01(\x05R\rreadyReplicas\x12-\n" +
 	"\x12allocated_replicas\x18\x02 \x01(\x05R\x11allocatedReplicas\x12-\n" +
@@ -1202,7 +1514,8 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"\n" +
 	"conditions\x18\x06 \x03(\v2\x19.tether.v1.FleetConditionR\n" +
 	"conditions\x12)\n" +
-	"\x10waiting_replicas\x18\a \x01(\x05R\x0fwaitingReplicas\"\xd1\x02\n" +
+	"\x10waiting_replicas\x18\a \x01(\x05R\x0fwaitingReplicas\x12!\n" +
+	"\flast_scaling\x18\b \x01(\tR\vlastScaling\"\xd1\x02\n" +
 	"\x0eFleetCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
@@ -1212,7 +1525,7 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"\rbackoff_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fbackoffUntil\x121\n" +
 	"\x14consecutive_failures\x18\a \x01(\x05R\x13consecutiveFailures\x12\x1f\n" +
 	"\vgame_server\x18\b \x01(\tR\n" +
-	"gameServer\"\xb9\x06\n" +
+	"gameServer\"\xf8\x06\n" +
 	"\x05Fleet\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\x05R\breplicas\x129\n" +
@@ -1233,7 +1546,8 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"\vupdate_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12;\n" +
 	"\vdelete_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"deleteTime\x1a9\n" +
+	"deleteTime\x12=\n" +
+	"\vautoscaling\x18\x0f \x01(\v2\x1b.tether.v1.FleetAutoscalingR\vautoscaling\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"E\n" +
@@ -1242,7 +1556,29 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"\x16SCHEDULING_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
 	"\x06PACKED\x10\x01\x12\x0f\n" +
-	"\vDISTRIBUTED\x10\x02\"v\n" +
+	"\vDISTRIBUTED\x10\x02\"\xfb\x01\n" +
+	"\x10FleetAutoscaling\x12!\n" +
+	"\fmin_replicas\x18\x01 \x01(\x05R\vminReplicas\x12!\n" +
+	"\fmax_replicas\x18\x02 \x01(\x05R\vmaxReplicas\x12/\n" +
+	"\x06buffer\x18\x03 \x01(\v2\x17.tether.v1.BufferPolicyR\x06buffer\x122\n" +
+	"\awebhook\x18\x04 \x01(\v2\x18.tether.v1.WebhookPolicyR\awebhook\x12<\n" +
+	"\tschedules\x18\x05 \x03(\v2\x1e.tether.v1.AutoscalingScheduleR\tschedules\"/\n" +
+	"\fBufferPolicy\x12\x1f\n" +
+	"\vbuffer_size\x18\x01 \x01(\tR\n" +
+	"bufferSize\"@\n" +
+	"\rWebhookPolicy\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x02 \x01(\x05R\ttimeoutMs\"\xc6\x02\n" +
+	"\x13AutoscalingSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x129\n" +
+	"\n" +
+	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12!\n" +
+	"\fmin_replicas\x18\x04 \x01(\x05R\vminReplicas\x12!\n" +
+	"\fmax_replicas\x18\x05 \x01(\x05R\vmaxReplicas\x12/\n" +
+	"\x06buffer\x18\x06 \x01(\v2\x17.tether.v1.BufferPolicyR\x06buffer\x122\n" +
+	"\awebhook\x18\a \x01(\v2\x18.tether.v1.WebhookPolicyR\awebhook\"v\n" +
 	"\x12CreateFleetRequest\x12\x19\n" +
 	"\bfleet_id\x18\x01 \x01(\tR\afleetId\x12&\n" +
 	"\x05fleet\x18\x02 \x01(\v2\x10.tether.v1.FleetR\x05fleet\x12\x1d\n" +
@@ -1293,7 +1629,7 @@ func file_tether_v1_fleet_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_v1_fleet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tether_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_tether_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_tether_v1_fleet_proto_goTypes = []any{
 	(PortSpec_Protocol)(0),        // 0: tether.v1.PortSpec.Protocol
 	(Fleet_Scheduling)(0),         // 1: tether.v1.Fleet.Scheduling
@@ -1304,54 +1640,66 @@ var file_tether_v1_fleet_proto_goTypes = []any{
 	(*FleetStatus)(nil),           // 6: tether.v1.FleetStatus
 	(*FleetCondition)(nil),        // 7: tether.v1.FleetCondition
 	(*Fleet)(nil),                 // 8: tether.v1.Fleet
-	(*CreateFleetRequest)(nil),    // 9: tether.v1.CreateFleetRequest
-	(*GetFleetRequest)(nil),       // 10: tether.v1.GetFleetRequest
-	(*ListFleetsRequest)(nil),     // 11: tether.v1.ListFleetsRequest
-	(*ListFleetsResponse)(nil),    // 12: tether.v1.ListFleetsResponse
-	(*UpdateFleetRequest)(nil),    // 13: tether.v1.UpdateFleetRequest
-	(*DeleteFleetRequest)(nil),    // 14: tether.v1.DeleteFleetRequest
-	nil,                           // 15: tether.v1.GameServerTemplate.EnvEntry
-	nil,                           // 16: tether.v1.GameServerTemplate.HostSelectorEntry
-	nil,                           // 17: tether.v1.Fleet.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil), // 19: google.protobuf.FieldMask
+	(*FleetAutoscaling)(nil),      // 9: tether.v1.FleetAutoscaling
+	(*BufferPolicy)(nil),          // 10: tether.v1.BufferPolicy
+	(*WebhookPolicy)(nil),         // 11: tether.v1.WebhookPolicy
+	(*AutoscalingSchedule)(nil),   // 12: tether.v1.AutoscalingSchedule
+	(*CreateFleetRequest)(nil),    // 13: tether.v1.CreateFleetRequest
+	(*GetFleetRequest)(nil),       // 14: tether.v1.GetFleetRequest
+	(*ListFleetsRequest)(nil),     // 15: tether.v1.ListFleetsRequest
+	(*ListFleetsResponse)(nil),    // 16: tether.v1.ListFleetsResponse
+	(*UpdateFleetRequest)(nil),    // 17: tether.v1.UpdateFleetRequest
+	(*DeleteFleetRequest)(nil),    // 18: tether.v1.DeleteFleetRequest
+	nil,                           // 19: tether.v1.GameServerTemplate.EnvEntry
+	nil,                           // 20: tether.v1.GameServerTemplate.HostSelectorEntry
+	nil,                           // 21: tether.v1.Fleet.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil), // 23: google.protobuf.FieldMask
 }
 var file_tether_v1_fleet_proto_depIdxs = []int32{
 	0,  // 0: tether.v1.PortSpec.protocol:type_name -> tether.v1.PortSpec.Protocol
-	15, // 1: tether.v1.GameServerTemplate.env:type_name -> tether.v1.GameServerTemplate.EnvEntry
+	19, // 1: tether.v1.GameServerTemplate.env:type_name -> tether.v1.GameServerTemplate.EnvEntry
 	2,  // 2: tether.v1.GameServerTemplate.ports:type_name -> tether.v1.PortSpec
-	16, // 3: tether.v1.GameServerTemplate.host_selector:type_name -> tether.v1.GameServerTemplate.HostSelectorEntry
+	20, // 3: tether.v1.GameServerTemplate.host_selector:type_name -> tether.v1.GameServerTemplate.HostSelectorEntry
 	7,  // 4: tether.v1.FleetStatus.conditions:type_name -> tether.v1.FleetCondition
-	18, // 5: tether.v1.FleetCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	18, // 6: tether.v1.FleetCondition.backoff_until:type_name -> google.protobuf.Timestamp
+	22, // 5: tether.v1.FleetCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	22, // 6: tether.v1.FleetCondition.backoff_until:type_name -> google.protobuf.Timestamp
 	3,  // 7: tether.v1.Fleet.template:type_name -> tether.v1.GameServerTemplate
 	4,  // 8: tether.v1.Fleet.health:type_name -> tether.v1.HealthPolicy
 	5,  // 9: tether.v1.Fleet.player_sessions:type_name -> tether.v1.PlayerSessionPolicy
 	1,  // 10: tether.v1.Fleet.scheduling:type_name -> tether.v1.Fleet.Scheduling
-	17, // 11: tether.v1.Fleet.labels:type_name -> tether.v1.Fleet.LabelsEntry
+	21, // 11: tether.v1.Fleet.labels:type_name -> tether.v1.Fleet.LabelsEntry
 	6,  // 12: tether.v1.Fleet.status:type_name -> tether.v1.FleetStatus
-	18, // 13: tether.v1.Fleet.create_time:type_name -> google.protobuf.Timestamp
-	18, // 14: tether.v1.Fleet.update_time:type_name -> google.protobuf.Timestamp
-	18, // 15: tether.v1.Fleet.delete_time:type_name -> google.protobuf.Timestamp
-	8,  // 16: tether.v1.CreateFleetRequest.fleet:type_name -> tether.v1.Fleet
-	8,  // 17: tether.v1.ListFleetsResponse.fleets:type_name -> tether.v1.Fleet
-	8,  // 18: tether.v1.UpdateFleetRequest.fleet:type_name -> tether.v1.Fleet
-	19, // 19: tether.v1.UpdateFleetRequest.update_mask:type_name -> google.protobuf.FieldMask
-	9,  // 20: tether.v1.FleetService.CreateFleet:input_type -> tether.v1.CreateFleetRequest
-	10, // 21: tether.v1.FleetService.GetFleet:input_type -> tether.v1.GetFleetRequest
-	11, // 22: tether.v1.FleetService.ListFleets:input_type -> tether.v1.ListFleetsRequest
-	13, // 23: tether.v1.FleetService.UpdateFleet:input_type -> tether.v1.UpdateFleetRequest
-	14, // 24: tether.v1.FleetService.DeleteFleet:input_type -> tether.v1.DeleteFleetRequest
-	8,  // 25: tether.v1.FleetService.CreateFleet:output_type -> tether.v1.Fleet
-	8,  // 26: tether.v1.FleetService.GetFleet:output_type -> tether.v1.Fleet
-	12, // 27: tether.v1.FleetService.ListFleets:output_type -> tether.v1.ListFleetsResponse
-	8,  // 28: tether.v1.FleetService.UpdateFleet:output_type -> tether.v1.Fleet
-	8,  // 29: tether.v1.FleetService.DeleteFleet:output_type -> tether.v1.Fleet
-	25, // [25:30] is the sub-list for method output_type
-	20, // [20:25] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	22, // 13: tether.v1.Fleet.create_time:type_name -> google.protobuf.Timestamp
+	22, // 14: tether.v1.Fleet.update_time:type_name -> google.protobuf.Timestamp
+	22, // 15: tether.v1.Fleet.delete_time:type_name -> google.protobuf.Timestamp
+	9,  // 16: tether.v1.Fleet.autoscaling:type_name -> tether.v1.FleetAutoscaling
+	10, // 17: tether.v1.FleetAutoscaling.buffer:type_name -> tether.v1.BufferPolicy
+	11, // 18: tether.v1.FleetAutoscaling.webhook:type_name -> tether.v1.WebhookPolicy
+	12, // 19: tether.v1.FleetAutoscaling.schedules:type_name -> tether.v1.AutoscalingSchedule
+	22, // 20: tether.v1.AutoscalingSchedule.start_time:type_name -> google.protobuf.Timestamp
+	22, // 21: tether.v1.AutoscalingSchedule.end_time:type_name -> google.protobuf.Timestamp
+	10, // 22: tether.v1.AutoscalingSchedule.buffer:type_name -> tether.v1.BufferPolicy
+	11, // 23: tether.v1.AutoscalingSchedule.webhook:type_name -> tether.v1.WebhookPolicy
+	8,  // 24: tether.v1.CreateFleetRequest.fleet:type_name -> tether.v1.Fleet
+	8,  // 25: tether.v1.ListFleetsResponse.fleets:type_name -> tether.v1.Fleet
+	8,  // 26: tether.v1.UpdateFleetRequest.fleet:type_name -> tether.v1.Fleet
+	23, // 27: tether.v1.UpdateFleetRequest.update_mask:type_name -> google.protobuf.FieldMask
+	13, // 28: tether.v1.FleetService.CreateFleet:input_type -> tether.v1.CreateFleetRequest
+	14, // 29: tether.v1.FleetService.GetFleet:input_type -> tether.v1.GetFleetRequest
+	15, // 30: tether.v1.FleetService.ListFleets:input_type -> tether.v1.ListFleetsRequest
+	17, // 31: tether.v1.FleetService.UpdateFleet:input_type -> tether.v1.UpdateFleetRequest
+	18, // 32: tether.v1.FleetService.DeleteFleet:input_type -> tether.v1.DeleteFleetRequest
+	8,  // 33: tether.v1.FleetService.CreateFleet:output_type -> tether.v1.Fleet
+	8,  // 34: tether.v1.FleetService.GetFleet:output_type -> tether.v1.Fleet
+	16, // 35: tether.v1.FleetService.ListFleets:output_type -> tether.v1.ListFleetsResponse
+	8,  // 36: tether.v1.FleetService.UpdateFleet:output_type -> tether.v1.Fleet
+	8,  // 37: tether.v1.FleetService.DeleteFleet:output_type -> tether.v1.Fleet
+	33, // [33:38] is the sub-list for method output_type
+	28, // [28:33] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_tether_v1_fleet_proto_init() }
@@ -1365,7 +1713,7 @@ func file_tether_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_v1_fleet_proto_rawDesc), len(file_tether_v1_fleet_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

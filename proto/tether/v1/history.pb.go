@@ -519,6 +519,10 @@ type Explanation struct {
 	Events []*Event `protobuf:"bytes,6,rep,name=events,proto3" json:"events,omitempty"`
 	// Events in the whole history.
 	HistoryLength int32 `protobuf:"varint,7,opt,name=history_length,json=historyLength,proto3" json:"history_length,omitempty"`
+	// For a fleet: its last autoscaling decisions, newest first, in words
+	// ("2 → 5 at … by buffer 3: 2 allocated + 0 reserved + buffer 3 (3) =
+	// 5"), failures included.
+	Decisions     []string `protobuf:"bytes,8,rep,name=decisions,proto3" json:"decisions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -600,6 +604,13 @@ func (x *Explanation) GetHistoryLength() int32 {
 		return x.HistoryLength
 	}
 	return 0
+}
+
+func (x *Explanation) GetDecisions() []string {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
 }
 
 // Request of WatchEvents.
@@ -742,7 +753,7 @@ const file_tether_v1_history_proto_rawDesc = "" +
 	"\vevent_count\x18\x05 \x01(\x05R\n" +
 	"eventCount\"$\n" +
 	"\x0eExplainRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xef\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x8d\x02\n" +
 	"\vExplanation\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x16\n" +
@@ -750,7 +761,8 @@ const file_tether_v1_history_proto_rawDesc = "" +
 	"\bevidence\x18\x04 \x01(\v2\x17.google.protobuf.StructR\bevidence\x12\x18\n" +
 	"\asummary\x18\x05 \x01(\tR\asummary\x12(\n" +
 	"\x06events\x18\x06 \x03(\v2\x10.tether.v1.EventR\x06events\x12%\n" +
-	"\x0ehistory_length\x18\a \x01(\x05R\rhistoryLength\"\xed\x01\n" +
+	"\x0ehistory_length\x18\a \x01(\x05R\rhistoryLength\x12\x1c\n" +
+	"\tdecisions\x18\b \x03(\tR\tdecisions\"\xed\x01\n" +
 	"\x12WatchEventsRequest\x12%\n" +
 	"\x0eafter_sequence\x18\x01 \x01(\x03R\rafterSequence\x12\x14\n" +
 	"\x05fleet\x18\x02 \x01(\tR\x05fleet\x12\x12\n" +

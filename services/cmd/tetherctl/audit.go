@@ -206,6 +206,12 @@ func explainText(w io.Writer, x *tetherv1.Explanation, bold bool) {
 	if x.GetSummary() != "" {
 		fmt.Fprintf(w, "\n%s\n", x.GetSummary())
 	}
+	if len(x.GetDecisions()) > 0 {
+		fmt.Fprintf(w, "\nScaling decisions, newest first:\n")
+		for _, d := range x.GetDecisions() {
+			fmt.Fprintf(w, "  %s\n", d)
+		}
+	}
 }
 
 // timeline writes events one a line: offset (from the first event, or to

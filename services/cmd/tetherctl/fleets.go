@@ -194,6 +194,9 @@ func (a *app) fleetTable(w io.Writer, fleets ...*tetherv1.Fleet) {
 			strconv.Itoa(int(s.GetUnhealthyReplicas())), scheduling, age(now, f.GetCreateTime()))
 	}
 	for _, f := range fleets {
+		if d := f.GetStatus().GetLastScaling(); d != "" {
+			fmt.Fprintf(w, "%s: autoscaled %s\n", shortName(f.GetName()), d)
+		}
 		for _, c := range f.GetStatus().GetConditions() {
 			if c.GetStatus() == "True" {
 				fmt.Fprintln(w, conditionLine(now, shortName(f.GetName()), c))

@@ -418,7 +418,9 @@ type FleetSpec struct {
 	// Placement strategy.
 	Scheduling Scheduling `protobuf:"varint,6,opt,name=scheduling,proto3,enum=tether.events.v1.Scheduling" json:"scheduling,omitempty"`
 	// Labels copied onto the fleet's game servers.
-	Labels        map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Replicas set from use rather than by hand; unset: by hand.
+	Autoscaling   *FleetAutoscaling `protobuf:"bytes,8,opt,name=autoscaling,proto3" json:"autoscaling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -498,6 +500,13 @@ func (x *FleetSpec) GetScheduling() Scheduling {
 func (x *FleetSpec) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
+	}
+	return nil
+}
+
+func (x *FleetSpec) GetAutoscaling() *FleetAutoscaling {
+	if x != nil {
+		return x.Autoscaling
 	}
 	return nil
 }
@@ -644,7 +653,7 @@ var File_tether_events_v1_fleet_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_fleet_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctether/events/v1/fleet.proto\x12\x10tether.events.v1\"V\n" +
+	"\x1ctether/events/v1/fleet.proto\x12\x10tether.events.v1\x1a&tether/events/v1/fleet_autoscale.proto\"V\n" +
 	"\bPortSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
 	"\bprotocol\x18\x02 \x01(\x0e2\x1a.tether.events.v1.ProtocolR\bprotocol\"\x8b\x03\n" +
@@ -669,7 +678,7 @@ const file_tether_events_v1_fleet_proto_rawDesc = "" +
 	"\vmax_players\x18\x01 \x01(\x05R\n" +
 	"maxPlayers\x12>\n" +
 	"\x1breservation_timeout_seconds\x18\x02 \x01(\x05R\x19reservationTimeoutSeconds\x128\n" +
-	"\x18reconnect_window_seconds\x18\x03 \x01(\x05R\x16reconnectWindowSeconds\"\xec\x03\n" +
+	"\x18reconnect_window_seconds\x18\x03 \x01(\x05R\x16reconnectWindowSeconds\"\xb2\x04\n" +
 	"\tFleetSpec\x12\x1a\n" +
 	"\breplicas\x18\x01 \x01(\x05R\breplicas\x12@\n" +
 	"\btemplate\x18\x02 \x01(\v2$.tether.events.v1.GameServerTemplateR\btemplate\x126\n" +
@@ -679,7 +688,8 @@ const file_tether_events_v1_fleet_proto_rawDesc = "" +
 	"\n" +
 	"scheduling\x18\x06 \x01(\x0e2\x1c.tether.events.v1.SchedulingR\n" +
 	"scheduling\x12?\n" +
-	"\x06labels\x18\a \x03(\v2'.tether.events.v1.FleetSpec.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\a \x03(\v2'.tether.events.v1.FleetSpec.LabelsEntryR\x06labels\x12D\n" +
+	"\vautoscaling\x18\b \x01(\v2\".tether.events.v1.FleetAutoscalingR\vautoscaling\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"?\n" +
@@ -727,6 +737,7 @@ var file_tether_events_v1_fleet_proto_goTypes = []any{
 	nil,                         // 10: tether.events.v1.GameServerTemplate.EnvEntry
 	nil,                         // 11: tether.events.v1.GameServerTemplate.HostSelectorEntry
 	nil,                         // 12: tether.events.v1.FleetSpec.LabelsEntry
+	(*FleetAutoscaling)(nil),    // 13: tether.events.v1.FleetAutoscaling
 }
 var file_tether_events_v1_fleet_proto_depIdxs = []int32{
 	0,  // 0: tether.events.v1.PortSpec.protocol:type_name -> tether.events.v1.Protocol
@@ -738,13 +749,14 @@ var file_tether_events_v1_fleet_proto_depIdxs = []int32{
 	5,  // 6: tether.events.v1.FleetSpec.player_sessions:type_name -> tether.events.v1.PlayerSessionPolicy
 	1,  // 7: tether.events.v1.FleetSpec.scheduling:type_name -> tether.events.v1.Scheduling
 	12, // 8: tether.events.v1.FleetSpec.labels:type_name -> tether.events.v1.FleetSpec.LabelsEntry
-	6,  // 9: tether.events.v1.FleetCreated.spec:type_name -> tether.events.v1.FleetSpec
-	6,  // 10: tether.events.v1.FleetUpdated.spec:type_name -> tether.events.v1.FleetSpec
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	13, // 9: tether.events.v1.FleetSpec.autoscaling:type_name -> tether.events.v1.FleetAutoscaling
+	6,  // 10: tether.events.v1.FleetCreated.spec:type_name -> tether.events.v1.FleetSpec
+	6,  // 11: tether.events.v1.FleetUpdated.spec:type_name -> tether.events.v1.FleetSpec
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_fleet_proto_init() }
@@ -752,6 +764,7 @@ func file_tether_events_v1_fleet_proto_init() {
 	if File_tether_events_v1_fleet_proto != nil {
 		return
 	}
+	file_tether_events_v1_fleet_autoscale_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

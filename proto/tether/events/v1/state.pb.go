@@ -240,8 +240,13 @@ type FleetState struct {
 	// Set once placement was unblocked after being blocked (the condition
 	// is then listed as False).
 	PlacementUnblocked bool `protobuf:"varint,13,opt,name=placement_unblocked,json=placementUnblocked,proto3" json:"placement_unblocked,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The last autoscaling decision.
+	LastAutoscale *FleetAutoscaled `protobuf:"bytes,14,opt,name=last_autoscale,json=lastAutoscale,proto3" json:"last_autoscale,omitempty"`
+	// While the autoscaling policy fails: the FleetAutoscaleFailed that began
+	// the run (or changed its error); unset otherwise.
+	AutoscaleFailing *FleetAutoscaleFailed `protobuf:"bytes,15,opt,name=autoscale_failing,json=autoscaleFailing,proto3" json:"autoscale_failing,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *FleetState) Reset() {
@@ -363,6 +368,20 @@ func (x *FleetState) GetPlacementUnblocked() bool {
 		return x.PlacementUnblocked
 	}
 	return false
+}
+
+func (x *FleetState) GetLastAutoscale() *FleetAutoscaled {
+	if x != nil {
+		return x.LastAutoscale
+	}
+	return nil
+}
+
+func (x *FleetState) GetAutoscaleFailing() *FleetAutoscaleFailed {
+	if x != nil {
+		return x.AutoscaleFailing
+	}
+	return nil
 }
 
 // HostState is a host folded from its events.
@@ -869,7 +888,7 @@ var File_tether_events_v1_state_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctether/events/v1/state.proto\x12\x10tether.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ctether/events/v1/fleet.proto\x1a&tether/events/v1/fleet_placement.proto\x1a\"tether/events/v1/fleet_start.proto\x1a!tether/events/v1/gameserver.proto\"\xa1\x06\n" +
+	"\x1ctether/events/v1/state.proto\x12\x10tether.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ctether/events/v1/fleet.proto\x1a&tether/events/v1/fleet_autoscale.proto\x1a&tether/events/v1/fleet_placement.proto\x1a\"tether/events/v1/fleet_start.proto\x1a!tether/events/v1/gameserver.proto\"\xc0\a\n" +
 	"\n" +
 	"FleetState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
@@ -888,7 +907,9 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	" \x01(\x04R\x16countedFailureSequence\x12T\n" +
 	"\x11placement_blocked\x18\v \x01(\v2'.tether.events.v1.FleetPlacementBlockedR\x10placementBlocked\x12T\n" +
 	"\x18placement_condition_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x16placementConditionTime\x12/\n" +
-	"\x13placement_unblocked\x18\r \x01(\bR\x12placementUnblocked\"\xc0\x06\n" +
+	"\x13placement_unblocked\x18\r \x01(\bR\x12placementUnblocked\x12H\n" +
+	"\x0elast_autoscale\x18\x0e \x01(\v2!.tether.events.v1.FleetAutoscaledR\rlastAutoscale\x12S\n" +
+	"\x11autoscale_failing\x18\x0f \x01(\v2&.tether.events.v1.FleetAutoscaleFailedR\x10autoscaleFailing\"\xc0\x06\n" +
 	"\tHostState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1c.tether.events.v1.HostStatusR\x06status\x12\x1a\n" +
@@ -1007,15 +1028,17 @@ var file_tether_events_v1_state_proto_goTypes = []any{
 	(*FleetStartFailing)(nil),     // 10: tether.events.v1.FleetStartFailing
 	(*FleetStartRecovered)(nil),   // 11: tether.events.v1.FleetStartRecovered
 	(*FleetPlacementBlocked)(nil), // 12: tether.events.v1.FleetPlacementBlocked
-	(Lifecycle)(0),                // 13: tether.events.v1.Lifecycle
-	(*Port)(nil),                  // 14: tether.events.v1.Port
-	(Reason)(0),                   // 15: tether.events.v1.Reason
-	(*Evidence)(nil),              // 16: tether.events.v1.Evidence
-	(*GameServerTemplate)(nil),    // 17: tether.events.v1.GameServerTemplate
-	(*HealthPolicy)(nil),          // 18: tether.events.v1.HealthPolicy
-	(*ConnectionChange)(nil),      // 19: tether.events.v1.ConnectionChange
-	(*GameServerAllocated)(nil),   // 20: tether.events.v1.GameServerAllocated
-	(*PlayerSessionPolicy)(nil),   // 21: tether.events.v1.PlayerSessionPolicy
+	(*FleetAutoscaled)(nil),       // 13: tether.events.v1.FleetAutoscaled
+	(*FleetAutoscaleFailed)(nil),  // 14: tether.events.v1.FleetAutoscaleFailed
+	(Lifecycle)(0),                // 15: tether.events.v1.Lifecycle
+	(*Port)(nil),                  // 16: tether.events.v1.Port
+	(Reason)(0),                   // 17: tether.events.v1.Reason
+	(*Evidence)(nil),              // 18: tether.events.v1.Evidence
+	(*GameServerTemplate)(nil),    // 19: tether.events.v1.GameServerTemplate
+	(*HealthPolicy)(nil),          // 20: tether.events.v1.HealthPolicy
+	(*ConnectionChange)(nil),      // 21: tether.events.v1.ConnectionChange
+	(*GameServerAllocated)(nil),   // 22: tether.events.v1.GameServerAllocated
+	(*PlayerSessionPolicy)(nil),   // 23: tether.events.v1.PlayerSessionPolicy
 }
 var file_tether_events_v1_state_proto_depIdxs = []int32{
 	8,  // 0: tether.events.v1.FleetState.spec:type_name -> tether.events.v1.FleetSpec
@@ -1027,36 +1050,38 @@ var file_tether_events_v1_state_proto_depIdxs = []int32{
 	9,  // 6: tether.events.v1.FleetState.start_condition_time:type_name -> google.protobuf.Timestamp
 	12, // 7: tether.events.v1.FleetState.placement_blocked:type_name -> tether.events.v1.FleetPlacementBlocked
 	9,  // 8: tether.events.v1.FleetState.placement_condition_time:type_name -> google.protobuf.Timestamp
-	0,  // 9: tether.events.v1.HostState.status:type_name -> tether.events.v1.HostStatus
-	6,  // 10: tether.events.v1.HostState.labels:type_name -> tether.events.v1.HostState.LabelsEntry
-	9,  // 11: tether.events.v1.HostState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	9,  // 12: tether.events.v1.HostState.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 13: tether.events.v1.HostState.update_time:type_name -> google.protobuf.Timestamp
-	9,  // 14: tether.events.v1.HostState.cordon_time:type_name -> google.protobuf.Timestamp
-	13, // 15: tether.events.v1.GameServerState.lifecycle:type_name -> tether.events.v1.Lifecycle
-	1,  // 16: tether.events.v1.GameServerState.connection:type_name -> tether.events.v1.ConnectionState
-	9,  // 17: tether.events.v1.GameServerState.connection_since:type_name -> google.protobuf.Timestamp
-	9,  // 18: tether.events.v1.GameServerState.grace_deadline:type_name -> google.protobuf.Timestamp
-	2,  // 19: tether.events.v1.GameServerState.health:type_name -> tether.events.v1.HealthState
-	9,  // 20: tether.events.v1.GameServerState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	14, // 21: tether.events.v1.GameServerState.ports:type_name -> tether.events.v1.Port
-	15, // 22: tether.events.v1.GameServerState.reason:type_name -> tether.events.v1.Reason
-	16, // 23: tether.events.v1.GameServerState.evidence:type_name -> tether.events.v1.Evidence
-	7,  // 24: tether.events.v1.GameServerState.labels:type_name -> tether.events.v1.GameServerState.LabelsEntry
-	17, // 25: tether.events.v1.GameServerState.template:type_name -> tether.events.v1.GameServerTemplate
-	18, // 26: tether.events.v1.GameServerState.health_policy:type_name -> tether.events.v1.HealthPolicy
-	9,  // 27: tether.events.v1.GameServerState.reserved_until:type_name -> google.protobuf.Timestamp
-	9,  // 28: tether.events.v1.GameServerState.shutdown_deadline:type_name -> google.protobuf.Timestamp
-	9,  // 29: tether.events.v1.GameServerState.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 30: tether.events.v1.GameServerState.update_time:type_name -> google.protobuf.Timestamp
-	19, // 31: tether.events.v1.GameServerState.connection_history:type_name -> tether.events.v1.ConnectionChange
-	20, // 32: tether.events.v1.GameServerState.allocation:type_name -> tether.events.v1.GameServerAllocated
-	21, // 33: tether.events.v1.GameServerState.player_session_policy:type_name -> tether.events.v1.PlayerSessionPolicy
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	13, // 9: tether.events.v1.FleetState.last_autoscale:type_name -> tether.events.v1.FleetAutoscaled
+	14, // 10: tether.events.v1.FleetState.autoscale_failing:type_name -> tether.events.v1.FleetAutoscaleFailed
+	0,  // 11: tether.events.v1.HostState.status:type_name -> tether.events.v1.HostStatus
+	6,  // 12: tether.events.v1.HostState.labels:type_name -> tether.events.v1.HostState.LabelsEntry
+	9,  // 13: tether.events.v1.HostState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	9,  // 14: tether.events.v1.HostState.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 15: tether.events.v1.HostState.update_time:type_name -> google.protobuf.Timestamp
+	9,  // 16: tether.events.v1.HostState.cordon_time:type_name -> google.protobuf.Timestamp
+	15, // 17: tether.events.v1.GameServerState.lifecycle:type_name -> tether.events.v1.Lifecycle
+	1,  // 18: tether.events.v1.GameServerState.connection:type_name -> tether.events.v1.ConnectionState
+	9,  // 19: tether.events.v1.GameServerState.connection_since:type_name -> google.protobuf.Timestamp
+	9,  // 20: tether.events.v1.GameServerState.grace_deadline:type_name -> google.protobuf.Timestamp
+	2,  // 21: tether.events.v1.GameServerState.health:type_name -> tether.events.v1.HealthState
+	9,  // 22: tether.events.v1.GameServerState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	16, // 23: tether.events.v1.GameServerState.ports:type_name -> tether.events.v1.Port
+	17, // 24: tether.events.v1.GameServerState.reason:type_name -> tether.events.v1.Reason
+	18, // 25: tether.events.v1.GameServerState.evidence:type_name -> tether.events.v1.Evidence
+	7,  // 26: tether.events.v1.GameServerState.labels:type_name -> tether.events.v1.GameServerState.LabelsEntry
+	19, // 27: tether.events.v1.GameServerState.template:type_name -> tether.events.v1.GameServerTemplate
+	20, // 28: tether.events.v1.GameServerState.health_policy:type_name -> tether.events.v1.HealthPolicy
+	9,  // 29: tether.events.v1.GameServerState.reserved_until:type_name -> google.protobuf.Timestamp
+	9,  // 30: tether.events.v1.GameServerState.shutdown_deadline:type_name -> google.protobuf.Timestamp
+	9,  // 31: tether.events.v1.GameServerState.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 32: tether.events.v1.GameServerState.update_time:type_name -> google.protobuf.Timestamp
+	21, // 33: tether.events.v1.GameServerState.connection_history:type_name -> tether.events.v1.ConnectionChange
+	22, // 34: tether.events.v1.GameServerState.allocation:type_name -> tether.events.v1.GameServerAllocated
+	23, // 35: tether.events.v1.GameServerState.player_session_policy:type_name -> tether.events.v1.PlayerSessionPolicy
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_state_proto_init() }
@@ -1065,6 +1090,7 @@ func file_tether_events_v1_state_proto_init() {
 		return
 	}
 	file_tether_events_v1_fleet_proto_init()
+	file_tether_events_v1_fleet_autoscale_proto_init()
 	file_tether_events_v1_fleet_placement_proto_init()
 	file_tether_events_v1_fleet_start_proto_init()
 	file_tether_events_v1_gameserver_proto_init()

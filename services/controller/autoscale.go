@@ -1,0 +1,270 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+)
+
+// Autoscaling (docs/autoscaling.md) is a planning step: for a fleet with a
+// FleetAutoscaling, planAutoscale turns the policy in force and the fleet's
+// servers into a replica count, recorded as FleetAutoscaled with its
+// inputs before planFleet brings the fleet there in the same pass. A
+// webhook policy's answer comes from webhooks, which calls the studio's
+// service off the pass (a slow webhook never holds a pass up) and keeps the
+// last answer for the planner.
+
+// fleetUse is what a fleet's live servers are doing.
+type fleetUse struct {
+	allocated, reserved, ready, starting int
+}
+
+// useOf counts a fleet's live servers by what they do.
+func useOf(rows []projections.Row[*eventsv1.GameServerState]) fleetUse {
+	var u fleetUse
+	for _, r := range rows {
+		switch r.State.GetLifecycle() {
+		case eventsv1.Lifecycle_LIFECYCLE_ALLOCATED:
+			u.allocated++
+		case eventsv1.Lifecycle_LIFECYCLE_RESERVED:
+			u.reserved++
+		case eventsv1.Lifecycle_LIFECYCLE_READY:
+			u.ready++
+		case eventsv1.Lifecycle_LIFECYCLE_SCHEDULED, eventsv1.Lifecycle_LIFECYCLE_STARTING:
+			u.starting++
+		}
+	}
+	return u
+}
+
+// webhookAnswer is a webhook policy's last answer.
+type webhookAnswer struct {
+	// url is the webhook asked.
+	url string
+	// at is when the answer came.
+	at time.Time
+	// replicas is the count it answered, if err is nil.
+	replicas int
+	err      error
+}
+
+// planAutoscale decides a fleet's replicas from its autoscaling policy and
+// returns the decided events with the fleet as they leave it (f itself
+// when nothing changes).
+func (p planner) planAutoscale(s snapshot, f *eventsv1.FleetState, rows []projections.Row[*eventsv1.GameServerState], out *Plan) ([]proto.Message, *eventsv1.FleetState) {
+	a := f.GetSpec().GetAutoscaling()
+	if a == nil {
+		return nil, f
+	}
+	name := f.GetName()
+	policy := events.PolicyAt(a, s.now)
+	use := useOf(rows)
+	d := &eventsv1.FleetAutoscaled{Policy: policy.String(), Allocated: int32(use.allocated), Reserved: int32(use.reserved),
+		Ready: int32(use.ready), Starting: int32(use.starting), MinReplicas: policy.Min, MaxReplicas: policy.Max}
+	var cmd events.FleetCommand
+	switch {
+	case policy.Webhook != nil:
+		ans, ok := s.webhooks[name]
+		if !ok || ans.url != policy.Webhook.GetUrl() {
+			return nil, f // no answer yet: the fleet keeps its size
+		}
+		if ans.err != nil {
+			cmd = events.RecordAutoscaleFailure{Policy: policy.String(), Error: ans.err.Error()}
+			break
+		}
+		to := policy.Clamp(ans.replicas)
+		d.WebhookReplicas, d.ToReplicas = int32(ans.replicas), int32(to)
+		d.Reason = fmt.Sprintf("the webhook answered %d replicas at %s", ans.replicas, ans.at.Format(time.RFC3339))
+		if to != ans.replicas {
+			d.Reason += fmt.Sprintf(", bounded to %d..%d", policy.Min, policy.Max)
+		}
+		cmd = events.RecordAutoscale{Decision: d}
+	default:
+		buffer, err := events.BufferFor(policy.Buffer.GetBufferSize(), use.allocated+use.reserved)
+		if err != nil {
+			out.refused = append(out.refused, fmt.Errorf("autoscale %s: %w", name, err))
+			return nil, f
+		}
+		want := use.allocated + use.reserved + buffer
+		to := policy.Clamp(want)
+		d.Buffer, d.ToReplicas = int32(buffer), int32(to)
+		d.Reason = fmt.Sprintf("%d allocated + %d reserved + buffer %d (%s) = %d", use.allocated, use.reserved, buffer, policy.Buffer.GetBufferSize(), want)
+		if to != want {
+			d.Reason += fmt.Sprintf(", bounded to %d..%d", policy.Min, policy.Max)
+		}
+		cmd = events.RecordAutoscale{Decision: d}
+	}
+	msgs, err := events.DecideFleet(name, f, cmd)
+	if err != nil {
+		out.refused = append(out.refused, fmt.Errorf("autoscale %s: %w", name, err))
+		return nil, f
+	}
+	next := f
+	for _, m := range msgs {
+		if next, err = events.ApplyFleet(next, events.New(name, s.now, m)); err != nil {
+			out.refused = append(out.refused, fmt.Errorf("fold the autoscaling of %s: %w", name, err))
+			return nil, f
+		}
+	}
+	return msgs, next
+}
+
+// webhookBody is what a webhook policy is sent: the fleet's status.
+type webhookBody struct {
+	Fleet             string `json:"fleet"`
+	Replicas          int32  `json:"replicas"`
+	ReadyReplicas     int    `json:"readyReplicas"`
+	AllocatedReplicas int    `json:"allocatedReplicas"`
+	ReservedReplicas  int    `json:"reservedReplicas"`
+	StartingReplicas  int    `json:"startingReplicas"`
+	MinReplicas       int32  `json:"minReplicas"`
+	MaxReplicas       int32  `json:"maxReplicas"`
+	Schedule          string `json:"schedule,omitempty"`
+}
+
+// webhookReply is what a webhook answers.
+type webhookReply struct {
+	Replicas *int `json:"replicas"`
+}
+
+// maxWebhookReply bounds a webhook's answer.
+const maxWebhookReply = 64 << 10
+
+// webhooks calls fleets' webhook policies off the passes: each pass asks
+// for the fleets whose policy is a webhook (poll), a fleet's webhook is
+// called when none of its calls is in flight and its last answer is older
+// than the pass interval, and the pass plans with the last answer each
+// fleet has.
+type webhooks struct {
+	client   *http.Client
+	interval time.Duration
+	now      func() time.Time
+
+	mu       sync.Mutex
+	answers  map[string]webhookAnswer // fleet → last answer
+	inFlight map[string]bool
+	wg       sync.WaitGroup
+}
+
+func newWebhooks(interval time.Duration, now func() time.Time) *webhooks {
+	return &webhooks{client: &http.Client{}, interval: interval, now: now,
+		answers: map[string]webhookAnswer{}, inFlight: map[string]bool{}}
+}
+
+// poll starts the calls due for fleets whose policy in force is a
+// webhook, with the use the pass saw, and returns the last answer of every
+// such fleet. ctx bounds the calls (the leadership's).
+func (w *webhooks) poll(ctx context.Context, fleets []projections.FleetRow, byFleet map[string][]projections.Row[*eventsv1.GameServerState], now time.Time) map[string]webhookAnswer {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]webhookAnswer{}
+	wanted := map[string]bool{}
+	for _, f := range fleets {
+		a := f.State.GetSpec().GetAutoscaling()
+		if a == nil {
+			continue
+		}
+		policy := events.PolicyAt(a, now)
+		if policy.Webhook == nil {
+			continue
+		}
+		name := f.State.GetName()
+		wanted[name] = true
+		if ans, ok := w.answers[name]; ok {
+			out[name] = ans
+		}
+		last, answered := w.answers[name]
+		if w.inFlight[name] || (answered && last.url == policy.Webhook.GetUrl() && w.now().Sub(last.at) < w.interval) {
+			continue
+		}
+		use := useOf(byFleet[name])
+		body := webhookBody{Fleet: name, Replicas: f.State.GetSpec().GetReplicas(), ReadyReplicas: use.ready,
+			AllocatedReplicas: use.allocated, ReservedReplicas: use.reserved, StartingReplicas: use.starting,
+			MinReplicas: policy.Min, MaxReplicas: policy.Max, Schedule: policy.Schedule}
+		w.inFlight[name] = true
+		w.wg.Add(1)
+		go w.call(ctx, name, policy.Webhook, body)
+	}
+	for name := range w.answers {
+		if !wanted[name] {
+			delete(w.answers, name) // the fleet's policy is no webhook any more
+		}
+	}
+	return out
+}
+
+// call asks one webhook and keeps its answer.
+func (w *webhooks) call(ctx context.Context, fleet string, hook *eventsv1.WebhookPolicy, body webhookBody) {
+	defer w.wg.Done()
+	replicas, err := w.ask(ctx, hook, body)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.inFlight, fleet)
+	if ctx.Err() != nil {
+		return // the leadership ended: not an answer
+	}
+	w.answers[fleet] = webhookAnswer{url: hook.GetUrl(), at: w.now(), replicas: replicas, err: err}
+}
+
+// ask POSTs body to the webhook and reads its replica count.
+func (w *webhooks) ask(ctx context.Context, hook *eventsv1.WebhookPolicy, body webhookBody) (int, error) {
+	timeout := events.WebhookTimeout(hook)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	b, err := json.Marshal(body)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, hook.GetUrl(), bytes.NewReader(b))
+	if err != nil {
+		return 0, fmt.Errorf("webhook: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := w.client.Do(req)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return 0, fmt.Errorf("webhook: no answer within %s", timeout)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("webhook: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxWebhookReply+1))
+	if err != nil {
+		return 0, fmt.Errorf("webhook: read the answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("webhook: answered %s", resp.Status)
+	}
+	if len(raw) > maxWebhookReply {
+		return 0, fmt.Errorf("webhook: answer larger than %d bytes", maxWebhookReply)
+	}
+	var reply webhookReply
+	if err := json.Unmarshal(raw, &reply); err != nil {
+		return 0, fmt.Errorf("webhook: answer is not JSON with replicas: %w", err)
+	}
+	if reply.Replicas == nil || *reply.Replicas < 0 {
+		return 0, errors.New(`webhook: answer has no "replicas" of 0 or more`)
+	}
+	return *reply.Replicas, nil
+}
+
+// reset forgets every answer, for a new leadership (after the calls of
+// the last one ended).
+func (w *webhooks) reset() {
+	w.wg.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.answers, w.inFlight = map[string]webhookAnswer{}, map[string]bool{}
+}
