@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -71,15 +69,9 @@ func (p ScalingPolicy) Clamp(n int) int {
 // ParseBufferSize reads a buffer size: a count ("5") or a percentage of
 // the allocated servers ("20%", at most 1000%).
 func ParseBufferSize(s string) (n int, percent bool, err error) {
-	digits, percent := strings.CutSuffix(strings.TrimSpace(s), "%")
-	n, err = strconv.Atoi(digits)
-	switch {
-	case err != nil || n < 0:
-		return 0, false, fmt.Errorf("buffer size %q is neither a count (5) nor a percentage (20%%)", s)
-	case percent && n > 1000:
-		return 0, false, fmt.Errorf("buffer size %q: at most 1000%%", s)
-	case !percent && n > MaxReplicas:
-		return 0, false, fmt.Errorf("buffer size %q: at most %d", s, MaxReplicas)
+	n, percent, err = parseCountOrPercent(s, 1000)
+	if err != nil {
+		return 0, false, fmt.Errorf("buffer size %w", err)
 	}
 	return n, percent, nil
 }

@@ -179,7 +179,11 @@ func DecideFleet(name string, state *eventsv1.FleetState, cmd FleetCommand) ([]p
 		if len(changed) == 0 {
 			return nil, nil
 		}
-		return []proto.Message{&eventsv1.FleetUpdated{Spec: next, ChangedFields: changed}}, nil
+		out := []proto.Message{&eventsv1.FleetUpdated{Spec: next, ChangedFields: changed}}
+		if start := rolloutStart(state, next, changed); start != nil {
+			out = append(out, start)
+		}
+		return out, nil
 	case DeleteFleet:
 		if err := refuses(typeName[*eventsv1.FleetDeleted](), "DeleteFleet"); err != nil {
 			return nil, err
@@ -208,6 +212,11 @@ func DecideFleet(name string, state *eventsv1.FleetState, cmd FleetCommand) ([]p
 			return nil, err
 		}
 		return []proto.Message{&eventsv1.FleetPlacementBlocked{Waiting: int32(c.Waiting), Reason: c.Reason, Message: c.Message}}, nil
+	case PauseRollout, ResumeRollout, UndoRollout, RecordRolloutProgress, HaltRollout:
+		if err := refuses(typeName[*eventsv1.FleetRolloutStarted](), fmt.Sprintf("%T", cmd)); err != nil {
+			return nil, err
+		}
+		return decideRollout(name, state, cmd)
 	case RecordAutoscale, RecordAutoscaleFailure:
 		if err := refuses(typeName[*eventsv1.FleetAutoscaled](), fmt.Sprintf("%T", cmd)); err != nil {
 			return nil, err
@@ -295,6 +304,13 @@ var fleetTransitions = map[string]fleetTransition{
 	typeName[*eventsv1.FleetAutoscaled]():         {from: []string{fleetActive}},
 	typeName[*eventsv1.FleetAutoscaleFailed]():    {from: []string{fleetActive}},
 	typeName[*eventsv1.FleetAutoscaleRecovered](): {from: []string{fleetActive}, when: func(s *eventsv1.FleetState) bool { return s.GetAutoscaleFailing() != nil }},
+	typeName[*eventsv1.FleetRolloutStarted]():     {from: []string{fleetActive}},
+	typeName[*eventsv1.FleetRolloutProgressed]():  {from: []string{fleetActive}, when: RolloutActive},
+	typeName[*eventsv1.FleetRolloutCompleted]():   {from: []string{fleetActive}, when: RolloutActive},
+	typeName[*eventsv1.FleetRolloutPaused]():      {from: []string{fleetActive}, when: RolloutActive},
+	typeName[*eventsv1.FleetRolloutHalted]():      {from: []string{fleetActive}, when: RolloutActive},
+	typeName[*eventsv1.FleetRolloutResumed]():     {from: []string{fleetActive}, when: func(s *eventsv1.FleetState) bool { return RolloutOpen(s) && !RolloutActive(s) }},
+	typeName[*eventsv1.FleetRolledBack]():         {from: []string{fleetActive}, when: func(s *eventsv1.FleetState) bool { return previousRevision(s) != nil }},
 }
 
 // typeName is the event type of payload type M, for table keys.
@@ -325,7 +341,15 @@ func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, e
 	switch d := e.Data.(type) {
 	case *eventsv1.FleetCreated:
 		next.Name, next.Spec, next.CreateTime = e.Aggregate, proto.CloneOf(d.GetSpec()), at
+		next.Revision = 1
+		next.Revisions = []*eventsv1.FleetRevision{{Revision: 1, Template: proto.CloneOf(d.GetSpec().GetTemplate()),
+			Health: proto.CloneOf(d.GetSpec().GetHealth()), CreateTime: at}}
 	case *eventsv1.FleetUpdated:
+		if len(next.GetRevisions()) == 0 && slices.ContainsFunc(d.GetChangedFields(), retriesAtOnce) {
+			// A fleet made before revisions: keep what it ran, for undo.
+			next.Revisions = []*eventsv1.FleetRevision{{Revision: next.GetRevision(),
+				Template: proto.CloneOf(next.GetSpec().GetTemplate()), Health: proto.CloneOf(next.GetSpec().GetHealth())}}
+		}
 		next.Spec = proto.CloneOf(d.GetSpec())
 		if f := next.GetStartFailing(); f != nil && slices.ContainsFunc(d.GetChangedFields(), retriesAtOnce) {
 			f.BackoffUntil = nil // what failed changed: try it at once
@@ -351,6 +375,9 @@ func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, e
 		next.AutoscaleFailing = proto.CloneOf(d)
 	case *eventsv1.FleetAutoscaleRecovered:
 		next.AutoscaleFailing = nil
+	case *eventsv1.FleetRolloutStarted, *eventsv1.FleetRolloutProgressed, *eventsv1.FleetRolloutCompleted,
+		*eventsv1.FleetRolloutPaused, *eventsv1.FleetRolloutResumed, *eventsv1.FleetRolloutHalted, *eventsv1.FleetRolledBack:
+		applyRollout(next, d, at)
 	case *eventsv1.FleetDeleted:
 		next.Deleted, next.DeleteTime = true, at
 	default:
@@ -404,6 +431,7 @@ func NormalizeFleetSpec(s *eventsv1.FleetSpec) {
 	if s.Scheduling == eventsv1.Scheduling_SCHEDULING_UNSPECIFIED {
 		s.Scheduling = eventsv1.Scheduling_SCHEDULING_PACKED
 	}
+	normalizeStrategy(s)
 }
 
 func orDefault(v, def int32) int32 {
@@ -461,6 +489,9 @@ func ValidateFleetSpec(s *eventsv1.FleetSpec) error {
 		}
 	}
 	if err := validateAutoscaling(s.GetAutoscaling()); err != nil {
+		return err
+	}
+	if err := validateStrategy(s.GetStrategy()); err != nil {
 		return err
 	}
 	if len(t.GetHostSelector()) > MaxLabels {
@@ -522,7 +553,7 @@ var fleetSpecFields = []string{
 	"replicas", "template", "health", "health.disabled", "health.initial_delay_seconds",
 	"health.period_seconds", "health.failure_threshold", "sdk_disconnect_grace_seconds",
 	"player_sessions", "player_sessions.max_players", "player_sessions.reservation_timeout_seconds",
-	"player_sessions.reconnect_window_seconds", "scheduling", "labels", "autoscaling",
+	"player_sessions.reconnect_window_seconds", "scheduling", "labels", "autoscaling", "strategy",
 }
 
 // mergeFleetSpec applies the paths of patch onto cur and returns the new
@@ -533,7 +564,7 @@ func mergeFleetSpec(cur, patch *eventsv1.FleetSpec, paths []string) (*eventsv1.F
 		patch = &eventsv1.FleetSpec{}
 	}
 	if len(paths) == 0 {
-		paths = []string{"replicas", "template", "health", "sdk_disconnect_grace_seconds", "player_sessions", "scheduling", "labels", "autoscaling"}
+		paths = []string{"replicas", "template", "health", "sdk_disconnect_grace_seconds", "player_sessions", "scheduling", "labels", "autoscaling", "strategy"}
 	}
 	for _, p := range paths {
 		if !slices.Contains(fleetSpecFields, p) {
@@ -578,6 +609,8 @@ func mergeFleetSpec(cur, patch *eventsv1.FleetSpec, paths []string) (*eventsv1.F
 			next.Labels = cloneMap(patch.GetLabels())
 		case "autoscaling":
 			next.Autoscaling = proto.CloneOf(patch.GetAutoscaling())
+		case "strategy":
+			next.Strategy = proto.CloneOf(patch.GetStrategy())
 		}
 	}
 	NormalizeFleetSpec(next)

@@ -77,6 +77,7 @@ func TestDecideFleetCreateDefaults(t *testing.T) {
 	want.SdkDisconnectGraceSeconds = 30
 	want.PlayerSessions = &eventsv1.PlayerSessionPolicy{ReservationTimeoutSeconds: 60, ReconnectWindowSeconds: 120}
 	want.Scheduling = eventsv1.Scheduling_SCHEDULING_PACKED
+	want.Strategy = &eventsv1.FleetStrategy{Type: eventsv1.FleetStrategy_ROLLING_UPDATE, MaxSurge: "25%", MaxUnavailable: "25%", FailureThreshold: 3}
 	if got := out[0].(*eventsv1.FleetCreated).GetSpec(); !proto.Equal(got, want) {
 		t.Errorf("spec =\n%v\nwant\n%v", got, want)
 	}
@@ -89,6 +90,7 @@ func TestDecideFleetCreateKeepsExplicitValues(t *testing.T) {
 	in.PlayerSessions = &eventsv1.PlayerSessionPolicy{MaxPlayers: 16, ReservationTimeoutSeconds: 7, ReconnectWindowSeconds: 8}
 	in.Scheduling = eventsv1.Scheduling_SCHEDULING_DISTRIBUTED
 	in.Replicas = events.MaxReplicas
+	in.Strategy = &eventsv1.FleetStrategy{Type: eventsv1.FleetStrategy_RECREATE, MaxSurge: "1", MaxUnavailable: "0", FailureThreshold: 5}
 
 	out, err := events.DecideFleet(fleetName, nil, events.CreateFleet{Spec: in})
 	if err != nil {
@@ -389,8 +391,12 @@ func TestDecideFleetUpdate(t *testing.T) {
 				}
 				return
 			}
-			if got := types(out); !slices.Equal(got, []string{"FleetUpdated"}) {
-				t.Fatalf("events = %v, want [FleetUpdated]", got)
+			wantTypes := []string{"FleetUpdated"}
+			if slices.Contains(tt.wantChanged, "template") || slices.Contains(tt.wantChanged, "health") {
+				wantTypes = append(wantTypes, "FleetRolloutStarted") // a new revision
+			}
+			if got := types(out); !slices.Equal(got, wantTypes) {
+				t.Fatalf("events = %v, want %v", got, wantTypes)
 			}
 			upd := out[0].(*eventsv1.FleetUpdated)
 			if !slices.Equal(upd.GetChangedFields(), tt.wantChanged) {
@@ -429,7 +435,8 @@ func TestApplyFleetLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatalf("FleetCreated: %v", err)
 	}
-	want := &eventsv1.FleetState{Name: fleetName, Spec: spec, CreateTime: tsAt(1), UpdateTime: tsAt(1)}
+	want := &eventsv1.FleetState{Name: fleetName, Spec: spec, CreateTime: tsAt(1), UpdateTime: tsAt(1), Revision: 1,
+		Revisions: []*eventsv1.FleetRevision{{Revision: 1, Template: spec.GetTemplate(), Health: spec.GetHealth(), CreateTime: tsAt(1)}}}
 	if !proto.Equal(created, want) {
 		t.Fatalf("after FleetCreated =\n%v\nwant\n%v", created, want)
 	}
@@ -440,7 +447,7 @@ func TestApplyFleetLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatalf("FleetUpdated: %v", err)
 	}
-	want = &eventsv1.FleetState{Name: fleetName, Spec: newSpec, CreateTime: tsAt(1), UpdateTime: tsAt(2)}
+	want = &eventsv1.FleetState{Name: fleetName, Spec: newSpec, CreateTime: tsAt(1), UpdateTime: tsAt(2), Revision: 1, Revisions: created.GetRevisions()}
 	if !proto.Equal(updated, want) {
 		t.Fatalf("after FleetUpdated =\n%v\nwant\n%v", updated, want)
 	}
@@ -449,7 +456,8 @@ func TestApplyFleetLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatalf("FleetDeleted: %v", err)
 	}
-	want = &eventsv1.FleetState{Name: fleetName, Spec: newSpec, Deleted: true, CreateTime: tsAt(1), UpdateTime: tsAt(3), DeleteTime: tsAt(3)}
+	want = &eventsv1.FleetState{Name: fleetName, Spec: newSpec, Deleted: true, CreateTime: tsAt(1), UpdateTime: tsAt(3), DeleteTime: tsAt(3),
+		Revision: 1, Revisions: created.GetRevisions()}
 	if !proto.Equal(deleted, want) {
 		t.Fatalf("after FleetDeleted =\n%v\nwant\n%v", deleted, want)
 	}

@@ -125,6 +125,7 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 		next.SdkDisconnectGraceSeconds = d.GetSdkDisconnectGraceSeconds()
 		next.Labels = cloneMap(d.GetLabels())
 		next.PlayerSessionPolicy = proto.CloneOf(d.GetPlayerSessions())
+		next.Revision = d.GetRevision()
 		next.CreateTime = at
 	case *eventsv1.ProcessStarted:
 		next.Pid = d.GetPid()
@@ -234,6 +235,9 @@ type ScheduleGameServer struct {
 	Host string
 	// Spec is the fleet's spec to copy the template and policies from.
 	Spec *eventsv1.FleetSpec
+	// Revision is the fleet's revision the spec is (0 for a standalone
+	// server).
+	Revision int64
 }
 
 // RecordProcessStart records that the agent launched the process.
@@ -405,6 +409,7 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 			SdkDisconnectGraceSeconds: s.GetSdkDisconnectGraceSeconds(),
 			Labels:                    cloneMap(s.GetLabels()),
 			PlayerSessions:            proto.CloneOf(s.GetPlayerSessions()),
+			Revision:                  c.Revision,
 		}}, nil
 	case RecordProcessStart:
 		return []proto.Message{proto.CloneOf(c.Started)}, nil

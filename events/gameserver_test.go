@@ -1014,6 +1014,7 @@ func TestReasonName(t *testing.T) {
 		{in: eventsv1.Reason_REASON_HOST_SHUTDOWN, want: "HOST_SHUTDOWN"},
 		{in: eventsv1.Reason_REASON_AGENT_RESTARTED, want: "AGENT_RESTARTED"},
 		{in: eventsv1.Reason_REASON_HOST_DRAINING, want: "HOST_DRAINING"},
+		{in: eventsv1.Reason_REASON_FLEET_UPDATED, want: "FLEET_UPDATED"},
 		{in: eventsv1.Reason(99), want: "99"},
 	}
 	for _, tt := range tests {

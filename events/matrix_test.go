@@ -17,17 +17,24 @@ import (
 // and the status stays, otherwise the status it leads to.
 
 const fleetMatrix = `
-                        ABSENT ACTIVE DELETED ACTIVE_FAILING ACTIVE_BLOCKED
-FleetCreated            ACTIVE -      -       -              -
-FleetUpdated            -      =      -       =              =
-FleetStartFailing       -      ACTIVE_FAILING - =            ACTIVE_FAILING
-FleetStartRecovered     -      -      -       ACTIVE         -
-FleetPlacementBlocked   -      ACTIVE_BLOCKED - ACTIVE_FAILING ACTIVE_BLOCKED
-FleetPlacementUnblocked -      -      -       -              ACTIVE
-FleetAutoscaled         -      =      -       =              =
-FleetAutoscaleFailed    -      =      -       =              =
-FleetAutoscaleRecovered -      -      -       -              -
-FleetDeleted            -      DELETED -      DELETED        DELETED
+                        ABSENT ACTIVE DELETED ACTIVE_FAILING ACTIVE_BLOCKED ACTIVE_ROLLING ACTIVE_PAUSED
+FleetCreated            ACTIVE -      -       -              -              -              -
+FleetUpdated            -      =      -       =              =              =              =
+FleetStartFailing       -      ACTIVE_FAILING - =            ACTIVE_FAILING ACTIVE_FAILING ACTIVE_FAILING
+FleetStartRecovered     -      -      -       ACTIVE         -              -              -
+FleetPlacementBlocked   -      ACTIVE_BLOCKED - ACTIVE_FAILING ACTIVE_BLOCKED ACTIVE_BLOCKED ACTIVE_BLOCKED
+FleetPlacementUnblocked -      -      -       -              ACTIVE         -              -
+FleetAutoscaled         -      =      -       =              =              =              =
+FleetAutoscaleFailed    -      =      -       =              =              =              =
+FleetAutoscaleRecovered -      -      -       -              -              -              -
+FleetRolloutStarted     -      ACTIVE_ROLLING - ACTIVE_FAILING ACTIVE_BLOCKED ACTIVE_ROLLING ACTIVE_ROLLING
+FleetRolloutProgressed  -      -      -       -              -              ACTIVE_ROLLING -
+FleetRolloutCompleted   -      -      -       -              -              ACTIVE         -
+FleetRolloutPaused      -      -      -       -              -              ACTIVE_PAUSED  -
+FleetRolloutHalted      -      -      -       -              -              ACTIVE_PAUSED  -
+FleetRolloutResumed     -      -      -       -              -              -              ACTIVE_ROLLING
+FleetRolledBack         -      -      -       -              -              ACTIVE_ROLLING ACTIVE_PAUSED
+FleetDeleted            -      DELETED -      DELETED        DELETED        DELETED        DELETED
 `
 
 // fleetIn returns a fleet in a matrix column's status.
@@ -43,6 +50,14 @@ func fleetIn(column string) *eventsv1.FleetState {
 		return &eventsv1.FleetState{Name: fleetName, Spec: minimalSpec(), StartFailing: &eventsv1.FleetStartFailing{ConsecutiveFailures: 2}}
 	case "ACTIVE_BLOCKED":
 		return &eventsv1.FleetState{Name: fleetName, Spec: minimalSpec(), PlacementBlocked: &eventsv1.FleetPlacementBlocked{Waiting: 2, Reason: events.NoMatchingHost}}
+	case "ACTIVE_ROLLING", "ACTIVE_PAUSED":
+		st := eventsv1.RolloutState_ROLLOUT_STATE_PROGRESSING
+		if column == "ACTIVE_PAUSED" {
+			st = eventsv1.RolloutState_ROLLOUT_STATE_PAUSED
+		}
+		return &eventsv1.FleetState{Name: fleetName, Spec: minimalSpec(), Revision: 2,
+			Revisions: []*eventsv1.FleetRevision{{Revision: 1, Template: minimalSpec().GetTemplate()}, {Revision: 2, Template: minimalSpec().GetTemplate()}},
+			Rollout:   &eventsv1.FleetRollout{Revision: 2, FromRevision: 1, State: st}}
 	}
 	return nil
 }
@@ -67,6 +82,20 @@ func fleetPayload(typ string) proto.Message {
 		return &eventsv1.FleetAutoscaleFailed{Policy: "webhook http://x", Error: "timeout"}
 	case "FleetAutoscaleRecovered":
 		return &eventsv1.FleetAutoscaleRecovered{}
+	case "FleetRolloutStarted":
+		return &eventsv1.FleetRolloutStarted{Revision: 3, FromRevision: 2}
+	case "FleetRolloutProgressed":
+		return &eventsv1.FleetRolloutProgressed{Revision: 2, Updated: 1, Outdated: 2}
+	case "FleetRolloutCompleted":
+		return &eventsv1.FleetRolloutCompleted{Revision: 2}
+	case "FleetRolloutPaused":
+		return &eventsv1.FleetRolloutPaused{Revision: 2}
+	case "FleetRolloutHalted":
+		return &eventsv1.FleetRolloutHalted{Revision: 2}
+	case "FleetRolloutResumed":
+		return &eventsv1.FleetRolloutResumed{Revision: 2}
+	case "FleetRolledBack":
+		return &eventsv1.FleetRolledBack{FromRevision: 2, ToRevision: 1}
 	case "FleetDeleted":
 		return &eventsv1.FleetDeleted{}
 	}
@@ -85,6 +114,10 @@ func TestApplyFleetTransitionTable(t *testing.T) {
 			status = "ACTIVE_FAILING"
 		case status == "ACTIVE" && next.GetPlacementBlocked() != nil:
 			status = "ACTIVE_BLOCKED"
+		case status == "ACTIVE" && events.RolloutActive(next):
+			status = "ACTIVE_ROLLING"
+		case status == "ACTIVE" && events.RolloutOpen(next):
+			status = "ACTIVE_PAUSED"
 		}
 		return status, nil
 	})

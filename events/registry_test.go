@@ -60,7 +60,7 @@ var helperMessages = []string{
 	"Envelope", "FleetState", "HostState", "GameServerState", "GameSessionState", "PlayerSessionState",
 	"FleetSpec", "GameServerTemplate", "PortSpec", "HealthPolicy", "PlayerSessionPolicy", "Evidence",
 	"ConnectionChange", "PlayerSeat", "Port", "PlayerReservation", "GameSessionPolicy",
-	"FleetAutoscaling", "BufferPolicy", "WebhookPolicy", "AutoscalingSchedule",
+	"FleetAutoscaling", "BufferPolicy", "WebhookPolicy", "AutoscalingSchedule", "FleetStrategy", "FleetRollout", "FleetRevision",
 }
 
 // Every event of the catalogue (every message of tether.events.v1 that is

@@ -21,6 +21,12 @@ type Row[S proto.Message] struct {
 	Sequence uint64
 }
 
+// RevisionCount counts a fleet's live game servers of one revision.
+type RevisionCount struct {
+	Revision               int64
+	Live, Ready, Allocated int32
+}
+
 // FleetCounts counts a fleet's game servers by lifecycle state.
 type FleetCounts struct {
 	// Ready, Reserved, Allocated and Unhealthy count servers in those states.

@@ -58,6 +58,25 @@ WHERE f.name = $1 GROUP BY f.name`, name)
 	return list[0], nil
 }
 
+// FleetRevisions counts a fleet's live (not TERMINATED) game servers per
+// revision, newest first.
+func (v *Views) FleetRevisions(ctx context.Context, fleet string) ([]projections.RevisionCount, error) {
+	rows, err := v.pool.Query(ctx, `SELECT revision, count(*), count(*) FILTER (WHERE state = 'READY'), count(*) FILTER (WHERE state = 'ALLOCATED')
+FROM game_servers WHERE fleet = $1 AND state <> 'TERMINATED' GROUP BY revision ORDER BY revision DESC`, fleet)
+	if err != nil {
+		return nil, fmt.Errorf("views: revisions of %s: %w", fleet, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (projections.RevisionCount, error) {
+		var c projections.RevisionCount
+		err := row.Scan(&c.Revision, &c.Live, &c.Ready, &c.Allocated)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("views: revisions of %s: %w", fleet, err)
+	}
+	return out, nil
+}
+
 // ListFleets returns up to limit live (not deleted) fleets whose names sort
 // after the given name.
 func (v *Views) ListFleets(ctx context.Context, after string, limit int) ([]projections.FleetRow, error) {

@@ -50,11 +50,14 @@ const (
 // that is not listed is refused to every role but admin: deny by default
 // (TestEveryRPCHasAnAction fails the build of a new RPC without a rule).
 var rpcActions = map[string]action{
-	"/tether.v1.FleetService/CreateFleet": writeFleets,
-	"/tether.v1.FleetService/GetFleet":    readFleets,
-	"/tether.v1.FleetService/ListFleets":  readFleets,
-	"/tether.v1.FleetService/UpdateFleet": writeFleets,
-	"/tether.v1.FleetService/DeleteFleet": writeFleets,
+	"/tether.v1.FleetService/CreateFleet":   writeFleets,
+	"/tether.v1.FleetService/GetFleet":      readFleets,
+	"/tether.v1.FleetService/ListFleets":    readFleets,
+	"/tether.v1.FleetService/UpdateFleet":   writeFleets,
+	"/tether.v1.FleetService/DeleteFleet":   writeFleets,
+	"/tether.v1.FleetService/PauseRollout":  writeFleets,
+	"/tether.v1.FleetService/ResumeRollout": writeFleets,
+	"/tether.v1.FleetService/UndoRollout":   writeFleets,
 
 	"/tether.v1.GameServerService/ListGameServers":    readGameServers,
 	"/tether.v1.GameServerService/GetGameServer":      readGameServers,

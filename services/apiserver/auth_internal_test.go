@@ -50,11 +50,14 @@ func TestEveryRPCHasAnAction(t *testing.T) {
 // The permission matrix, RPC by RPC: the roles that may call each (admin
 // may call all). docs/security.md shows the same table.
 var wantMatrix = map[string][]apikeys.Role{
-	"/tether.v1.FleetService/CreateFleet": {apikeys.Operator},
-	"/tether.v1.FleetService/GetFleet":    {apikeys.Operator, apikeys.Viewer, apikeys.Auditor},
-	"/tether.v1.FleetService/ListFleets":  {apikeys.Operator, apikeys.Viewer, apikeys.Auditor},
-	"/tether.v1.FleetService/UpdateFleet": {apikeys.Operator},
-	"/tether.v1.FleetService/DeleteFleet": {apikeys.Operator},
+	"/tether.v1.FleetService/CreateFleet":   {apikeys.Operator},
+	"/tether.v1.FleetService/GetFleet":      {apikeys.Operator, apikeys.Viewer, apikeys.Auditor},
+	"/tether.v1.FleetService/ListFleets":    {apikeys.Operator, apikeys.Viewer, apikeys.Auditor},
+	"/tether.v1.FleetService/UpdateFleet":   {apikeys.Operator},
+	"/tether.v1.FleetService/DeleteFleet":   {apikeys.Operator},
+	"/tether.v1.FleetService/PauseRollout":  {apikeys.Operator},
+	"/tether.v1.FleetService/ResumeRollout": {apikeys.Operator},
+	"/tether.v1.FleetService/UndoRollout":   {apikeys.Operator},
 
 	"/tether.v1.GameServerService/ListGameServers":    {apikeys.Operator, apikeys.Matchmaker, apikeys.Viewer, apikeys.Auditor},
 	"/tether.v1.GameServerService/GetGameServer":      {apikeys.Operator, apikeys.Matchmaker, apikeys.Viewer, apikeys.Auditor},

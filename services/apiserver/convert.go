@@ -21,6 +21,7 @@ func specFromAPI(f *tetherv1.Fleet) *eventsv1.FleetSpec {
 		Scheduling:                eventsv1.Scheduling(f.GetScheduling()),
 		Labels:                    f.GetLabels(),
 		Autoscaling:               autoscalingFromAPI(f.GetAutoscaling()),
+		Strategy:                  strategyFromAPI(f.GetStrategy()),
 	}
 	if t := f.GetTemplate(); t != nil {
 		s.Template = &eventsv1.GameServerTemplate{Command: t.GetCommand(), Args: t.GetArgs(), Env: t.GetEnv(), HostSelector: t.GetHostSelector()}
@@ -56,8 +57,11 @@ func fleetToAPI(s *eventsv1.FleetState, seq uint64, c projections.FleetCounts) *
 			UnhealthyReplicas: c.Unhealthy, Replicas: c.Live,
 			Conditions: fleetConditions(s), WaitingReplicas: s.GetPlacementBlocked().GetWaiting(),
 			LastScaling: scalingInWords(s.GetLastAutoscale(), time.Time{}),
+			Rollout:     rolloutToAPI(s.GetRollout()),
 		},
 		Autoscaling: autoscalingToAPI(spec.GetAutoscaling()),
+		Strategy:    strategyToAPI(spec.GetStrategy()),
+		Revision:    s.GetRevision(),
 		Etag:        etag(seq),
 		Sequence:    int64(seq),
 		CreateTime:  s.GetCreateTime(),
@@ -90,9 +94,10 @@ func etag(seq uint64) string { return strconv.FormatUint(seq, 10) }
 
 func gameServerToAPI(s *eventsv1.GameServerState, seq uint64) *tetherv1.GameServer {
 	g := &tetherv1.GameServer{
-		Name:  s.GetName(),
-		Host:  s.GetHost(),
-		State: tetherv1.GameServer_State(s.GetLifecycle()),
+		Name:     s.GetName(),
+		Host:     s.GetHost(),
+		Revision: s.GetRevision(),
+		State:    tetherv1.GameServer_State(s.GetLifecycle()),
 		Connection: &tetherv1.ConnectionStatus{
 			State:         tetherv1.ConnectionStatus_State(s.GetConnection()),
 			Since:         s.GetConnectionSince(),

@@ -98,7 +98,44 @@ func (f *fleetService) GetFleet(ctx context.Context, req *tetherv1.GetFleetReque
 	if err := liveFleet(req.GetName(), row.State); err != nil {
 		return nil, err
 	}
-	return fleetToAPI(row.State, row.Sequence, row.Counts), nil
+	out := fleetToAPI(row.State, row.Sequence, row.Counts)
+	revs, err := f.s.opts.Views.FleetRevisions(ctx, req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range revs {
+		out.Status.Revisions = append(out.Status.Revisions, &tetherv1.RevisionCount{Revision: r.Revision, Replicas: r.Live,
+			ReadyReplicas: r.Ready, AllocatedReplicas: r.Allocated})
+	}
+	return out, nil
+}
+
+// PauseRollout pauses a fleet's progressing rollout.
+func (f *fleetService) PauseRollout(ctx context.Context, req *tetherv1.PauseRolloutRequest) (*tetherv1.Fleet, error) {
+	return f.rollout(ctx, req.GetName(), req.GetRequestId(), events.PauseRollout{By: requestedBy(ctx, f.s.producer)})
+}
+
+// ResumeRollout resumes a fleet's paused or halted rollout.
+func (f *fleetService) ResumeRollout(ctx context.Context, req *tetherv1.ResumeRolloutRequest) (*tetherv1.Fleet, error) {
+	return f.rollout(ctx, req.GetName(), req.GetRequestId(), events.ResumeRollout{By: requestedBy(ctx, f.s.producer)})
+}
+
+// UndoRollout takes a fleet back to its previous revision.
+func (f *fleetService) UndoRollout(ctx context.Context, req *tetherv1.UndoRolloutRequest) (*tetherv1.Fleet, error) {
+	return f.rollout(ctx, req.GetName(), req.GetRequestId(), events.UndoRollout{By: requestedBy(ctx, f.s.producer)})
+}
+
+// rollout runs a rollout command on a live fleet.
+func (f *fleetService) rollout(ctx context.Context, name, requestID string, cmd events.FleetCommand) (*tetherv1.Fleet, error) {
+	if _, err := events.ParseFleetName(name); err != nil {
+		return nil, invalidField("name", err.Error())
+	}
+	return f.writeFleet(ctx, name, requestID, "", func(state *eventsv1.FleetState) ([]proto.Message, error) {
+		if err := liveFleet(name, state); err != nil {
+			return nil, err
+		}
+		return events.DecideFleet(name, state, cmd)
+	})
 }
 
 func (f *fleetService) ListFleets(ctx context.Context, req *tetherv1.ListFleetsRequest) (*tetherv1.ListFleetsResponse, error) {

@@ -106,19 +106,7 @@ func (p planner) planAutoscale(s snapshot, f *eventsv1.FleetState, rows []projec
 		}
 		cmd = events.RecordAutoscale{Decision: d}
 	}
-	msgs, err := events.DecideFleet(name, f, cmd)
-	if err != nil {
-		out.refused = append(out.refused, fmt.Errorf("autoscale %s: %w", name, err))
-		return nil, f
-	}
-	next := f
-	for _, m := range msgs {
-		if next, err = events.ApplyFleet(next, events.New(name, s.now, m)); err != nil {
-			out.refused = append(out.refused, fmt.Errorf("fold the autoscaling of %s: %w", name, err))
-			return nil, f
-		}
-	}
-	return msgs, next
+	return p.decideFleetSteps(s, f, cmd, out)
 }
 
 // webhookBody is what a webhook policy is sent: the fleet's status.

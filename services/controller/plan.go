@@ -99,6 +99,7 @@ const (
 	actSession   action = "session"   // a game session or reservation deadline fired, or a missing game session created
 	actPlacement action = "placement" // a fleet's wait for a host with room recorded, or its end
 	actScale     action = "autoscale" // a fleet's replicas set by its autoscaling policy (and its placement recorded)
+	actRollout   action = "rollout"   // a fleet's rollout progressed, completed or halted
 )
 
 // A decision is one append and the command that follows it: events decided
@@ -219,10 +220,15 @@ func (p planner) plan(s snapshot) Plan {
 			// wait for the next pass.
 			p.planFleet(s, f, rows, hosts, draining, &out)
 		} else {
+			// The fleet's own decisions first, each on the fleet as the
+			// one before leaves it, so that its servers are planned on it.
 			scaled, next := p.planAutoscale(s, f, rows, &out)
+			stepped, next := p.decideFleetSteps(s, next, rolloutStep(s, next, rows), &out)
 			mark := len(out.decisions)
 			blocked := p.planFleet(s, next, rows, hosts, draining, &out)
-			if d := p.planFleetEvents(s, s.fleets[i].Sequence, next, scaled, blocked, &out); d != nil {
+			placed, _ := p.decideFleetSteps(s, next, placementStep(s, blocked), &out)
+			fleetMsgs := slices.Concat(scaled, stepped, placed)
+			if d := p.fleetDecision(s.fleets[i].Sequence, next.GetName(), fleetMsgs, blocked); d != nil {
 				if len(scaled) > 0 {
 					// The fleet's servers follow its new size: they are
 					// decided on it, and hold only if it is appended.
@@ -281,10 +287,12 @@ func roomOn(hosts []projections.HostRow, status map[string]eventsv1.HostStatus, 
 // are shut down (and replaced), SCHEDULED ones whose start is overdue get
 // their start command again, missing ones are scheduled on hosts with
 // room (no faster than the fleet's start backoff allows), servers leaving
-// a draining host are replaced before they are shut down, and surplus ones
-// are shut down, READY first, never ALLOCATED or RESERVED. New servers go
-// only to hosts whose labels match the template's host selector. It
-// returns why servers of the fleet wait for a host, if they do.
+// a draining host are replaced before they are shut down, servers of an
+// older revision are replaced during a rollout (planRollout), and surplus
+// ones are shut down, READY first, never ALLOCATED or RESERVED. New
+// servers go only to hosts whose labels match the template's host
+// selector. It returns why servers of the fleet wait for a host, if they
+// do.
 func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []projections.Row[*eventsv1.GameServerState], hosts []*hostSlot, draining map[string]bool, out *Plan) *noRoom {
 	var stay, leaving []projections.Row[*eventsv1.GameServerState]
 	for _, r := range rows {
@@ -308,39 +316,120 @@ func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []projection
 			}
 		}
 	}
-	want, limit := int(f.GetSpec().GetReplicas()), len(stay)+startsAllowed(f, stay, s.now)
+	want := int(f.GetSpec().GetReplicas())
+	rev := splitRevisions(f, stay)
+	// Servers of the fleet's revision are scheduled up to want, less the
+	// outdated servers a rollout keeps for now; within a rolling update's
+	// surge.
+	wantNew, limit := want-len(rev.kept), len(rev.current)+startsAllowed(f, rev.current, s.now)
+	if rev.rolling && f.GetSpec().GetStrategy().GetType() != eventsv1.FleetStrategy_RECREATE {
+		surge, _ := events.RolloutBounds(f.GetSpec().GetStrategy(), want)
+		limit = min(limit, len(rev.current)+max(0, want+surge-len(stay)))
+	}
 	selector := f.GetSpec().GetTemplate().GetHostSelector()
 	var blocked *noRoom
-	for i := len(stay); i < want && i < limit; i++ {
+	for i := len(rev.current); i < wantNew && i < limit; i++ {
 		h := pickHost(hosts, f.GetSpec().GetScheduling(), selector)
 		if h == nil {
-			blocked = whyNoRoom(f.GetName(), want-i, hosts, selector)
+			blocked = whyNoRoom(f.GetName(), wantNew-i, hosts, selector)
 			out.noRoom = append(out.noRoom, *blocked)
 			break
 		}
 		p.schedule(f, h, out)
 		h.used++
 	}
+	p.planRollout(s, f, stay, rev, out)
 	// A server leaving a draining host goes once a server that stays can
 	// take its place: the fleet holds its replicas in servers that serve
 	// (READY, RESERVED, ALLOCATED) all through the drain.
-	serving := 0
-	for _, r := range stay {
-		if serves(r.State) {
-			serving++
-		}
-	}
-	keep := min(len(leaving), max(0, want-serving))
+	keep := min(len(leaving), max(0, want-serving(stay)))
 	for _, r := range leaving[keep:] {
 		p.shutdown(s.now, r, eventsv1.Reason_REASON_HOST_DRAINING, fmt.Sprintf("host %s is draining: a replacement serves elsewhere", r.State.GetHost()), out)
 	}
-	if surplus := len(stay) - want; surplus > 0 {
-		candidates := scaleDownOrder(stay, f.GetSpec().GetScheduling(), hostLoad(s.hosts))
+	if surplus := len(rev.current) - wantNew; surplus > 0 {
+		candidates := scaleDownOrder(rev.current, f.GetSpec().GetScheduling(), hostLoad(s.hosts))
 		for _, r := range candidates[:min(surplus, len(candidates))] {
 			p.shutdown(s.now, r, eventsv1.Reason_REASON_FLEET_SCALED_DOWN, fmt.Sprintf("fleet scaled from %d to %d", len(stay), want), out)
 		}
 	}
 	return blocked
+}
+
+// revisions splits a fleet's staying servers for a rollout.
+type revisions struct {
+	// rolling is set while a rollout progresses.
+	rolling bool
+	// current are the servers counted toward the fleet's revision: all of
+	// them unless a rollout progresses, else those of its revision.
+	current []projections.Row[*eventsv1.GameServerState]
+	// outdated are, during a rollout, the older revision's servers without
+	// a match: they are replaced.
+	outdated []projections.Row[*eventsv1.GameServerState]
+	// kept are, during a rollout, the older revision's servers holding a
+	// match (ALLOCATED, RESERVED): they count toward replicas until it
+	// ends.
+	kept []projections.Row[*eventsv1.GameServerState]
+}
+
+// splitRevisions sorts stay by revision for f's rollout, if one
+// progresses.
+func splitRevisions(f *eventsv1.FleetState, stay []projections.Row[*eventsv1.GameServerState]) revisions {
+	if !events.RolloutActive(f) {
+		return revisions{current: stay}
+	}
+	r := revisions{rolling: true}
+	for _, row := range stay {
+		switch {
+		case row.State.GetRevision() == f.GetRevision():
+			r.current = append(r.current, row)
+		case movable(row.State):
+			r.outdated = append(r.outdated, row)
+		default:
+			r.kept = append(r.kept, row)
+		}
+	}
+	return r
+}
+
+// planRollout shuts down the outdated servers of a progressing rollout:
+// under RECREATE all at once; under a rolling update those not serving at
+// once, and READY ones only while the fleet keeps replicas less
+// max_unavailable serving (the replacements scheduled by planFleet, within
+// max_surge, serve first).
+func (p planner) planRollout(s snapshot, f *eventsv1.FleetState, stay []projections.Row[*eventsv1.GameServerState], rev revisions, out *Plan) {
+	if !rev.rolling || len(rev.outdated) == 0 {
+		return
+	}
+	detail := fmt.Sprintf("replaced by revision %d of its fleet", f.GetRevision())
+	if f.GetSpec().GetStrategy().GetType() == eventsv1.FleetStrategy_RECREATE {
+		for _, r := range rev.outdated {
+			p.shutdown(s.now, r, eventsv1.Reason_REASON_FLEET_UPDATED, detail, out)
+		}
+		return
+	}
+	want := int(f.GetSpec().GetReplicas())
+	_, unavailable := events.RolloutBounds(f.GetSpec().GetStrategy(), want)
+	canGo := serving(stay) - (want - unavailable)
+	for _, r := range scaleDownOrder(rev.outdated, f.GetSpec().GetScheduling(), hostLoad(s.hosts)) {
+		if serves(r.State) {
+			if canGo <= 0 {
+				continue
+			}
+			canGo--
+		}
+		p.shutdown(s.now, r, eventsv1.Reason_REASON_FLEET_UPDATED, detail, out)
+	}
+}
+
+// serving counts the servers up for matches or in one.
+func serving(rows []projections.Row[*eventsv1.GameServerState]) int {
+	n := 0
+	for _, r := range rows {
+		if serves(r.State) {
+			n++
+		}
+	}
+	return n
 }
 
 // whyNoRoom says why a fleet's missing servers found no host: its host
@@ -379,23 +468,78 @@ func labelList(labels map[string]string) string {
 	return strings.Join(out, ",")
 }
 
-// planFleetEvents decides, as one append on the fleet guarded by seq, its
-// autoscaling decision (scaled, already folded into f) and its wait for a
-// host with room when it begins or changes (count or reason), or its end:
-// the API shows the wait as the PLACEMENT_BLOCKED condition. nil when
-// there is nothing to record.
-func (p planner) planFleetEvents(s snapshot, seq uint64, f *eventsv1.FleetState, scaled []proto.Message, blocked *noRoom, out *Plan) *decision {
-	name := f.GetName()
-	var cmd events.FleetCommand = events.RecordPlacementUnblocked{At: s.now}
+// rolloutStep is the rollout command of a fleet this pass, or nil: halt a
+// progressing rollout whose new servers kept failing before READY (the
+// fleet's start failures since it started reached the strategy's
+// threshold), else record its counts (completing it when no outdated
+// server is left).
+func rolloutStep(s snapshot, f *eventsv1.FleetState, rows []projections.Row[*eventsv1.GameServerState]) events.FleetCommand {
+	if !events.RolloutActive(f) {
+		return nil
+	}
+	ro := f.GetRollout()
+	if fail := f.GetStartFailing(); fail != nil && fail.GetConsecutiveFailures() >= f.GetSpec().GetStrategy().GetFailureThreshold() &&
+		!f.GetStartConditionTime().AsTime().Before(ro.GetStartTime().AsTime()) {
+		return events.HaltRollout{
+			Reason: fmt.Sprintf("%d new servers of revision %d ended before READY in a row (threshold %d): %s",
+				fail.GetConsecutiveFailures(), ro.GetRevision(), f.GetSpec().GetStrategy().GetFailureThreshold(), events.ReasonName(fail.GetReason())),
+			Failures: fail.GetConsecutiveFailures(), LastError: fail.GetLastError()}
+	}
+	var c events.RecordRolloutProgress
+	for _, r := range rows {
+		switch l := r.State.GetLifecycle(); {
+		case l == eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN || l == eventsv1.Lifecycle_LIFECYCLE_UNHEALTHY:
+		case r.State.GetRevision() == f.GetRevision():
+			c.Updated++
+			if l == eventsv1.Lifecycle_LIFECYCLE_READY {
+				c.UpdatedReady++
+			}
+		default:
+			c.Outdated++
+			if !movable(r.State) {
+				c.OutdatedBusy++
+			}
+		}
+	}
+	c.Elapsed = int64(max(0, s.now.Sub(ro.GetStartTime().AsTime()).Seconds()))
+	return c
+}
+
+// placementStep records a fleet's wait for a host with room (blocked)
+// when it begins or changes (count or reason), or its end: the API shows
+// the wait as the PLACEMENT_BLOCKED condition.
+func placementStep(s snapshot, blocked *noRoom) events.FleetCommand {
 	if blocked != nil {
-		cmd = events.RecordPlacementBlocked{Waiting: blocked.missing, Reason: blocked.reason, Message: blocked.message}
+		return events.RecordPlacementBlocked{Waiting: blocked.missing, Reason: blocked.reason, Message: blocked.message}
 	}
-	placed, err := events.DecideFleet(name, f, cmd)
+	return events.RecordPlacementUnblocked{At: s.now}
+}
+
+// decideFleetSteps decides a command on a fleet (none for nil) and
+// returns its events with the fleet as they leave it.
+func (p planner) decideFleetSteps(s snapshot, f *eventsv1.FleetState, cmd events.FleetCommand, out *Plan) ([]proto.Message, *eventsv1.FleetState) {
+	if cmd == nil {
+		return nil, f
+	}
+	name := f.GetName()
+	msgs, err := events.DecideFleet(name, f, cmd)
 	if err != nil {
-		out.refused = append(out.refused, fmt.Errorf("record the placement of %s: %w", name, err))
-		placed = nil
+		out.refused = append(out.refused, fmt.Errorf("%T on %s: %w", cmd, name, err))
+		return nil, f
 	}
-	msgs := append(slices.Clone(scaled), placed...)
+	next := f
+	for _, m := range msgs {
+		if next, err = events.ApplyFleet(next, events.New(name, s.now, m)); err != nil {
+			out.refused = append(out.refused, fmt.Errorf("fold %s on %s: %w", events.TypeOf(m), name, err))
+			return nil, f
+		}
+	}
+	return msgs, next
+}
+
+// fleetDecision is the append of a fleet's own events, guarded by seq,
+// with the log line that says why; nil for no events.
+func (p planner) fleetDecision(seq uint64, name string, msgs []proto.Message, blocked *noRoom) *decision {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -404,16 +548,26 @@ func (p planner) planFleetEvents(s snapshot, seq uint64, f *eventsv1.FleetState,
 	if blocked != nil {
 		d.say, d.attrs = "fleet game servers wait for a host", []any{"fleet", name, "waiting", blocked.missing, "reason", blocked.reason, "detail", blocked.message}
 	}
-	for _, m := range scaled {
+	for _, m := range msgs {
 		switch e := m.(type) {
 		case *eventsv1.FleetAutoscaled:
 			d.action, d.say = actScale, "fleet autoscaled"
-			d.attrs = append([]any{"fleet", name, "from", e.GetFromReplicas(), "to", e.GetToReplicas(), "policy", e.GetPolicy(), "why", e.GetReason()}, d.attrs[2:]...)
+			d.attrs = []any{"fleet", name, "from", e.GetFromReplicas(), "to", e.GetToReplicas(), "policy", e.GetPolicy(), "why", e.GetReason()}
 		case *eventsv1.FleetAutoscaleFailed:
 			d.action, d.say = actScale, "fleet autoscaling failed; its size is kept"
-			d.attrs = append([]any{"fleet", name, "policy", e.GetPolicy(), "err", e.GetError(), "replicas", e.GetReplicas()}, d.attrs[2:]...)
+			d.attrs = []any{"fleet", name, "policy", e.GetPolicy(), "err", e.GetError(), "replicas", e.GetReplicas()}
 		case *eventsv1.FleetAutoscaleRecovered:
-			d.action = actScale
+			d.action, d.say = actScale, "fleet autoscaling answers again"
+		case *eventsv1.FleetRolloutProgressed:
+			d.action, d.say = actRollout, "fleet rollout progressed"
+			d.attrs = []any{"fleet", name, "revision", e.GetRevision(), "updated", e.GetUpdated(), "updated_ready", e.GetUpdatedReady(),
+				"outdated", e.GetOutdated(), "outdated_busy", e.GetOutdatedBusy()}
+		case *eventsv1.FleetRolloutCompleted:
+			d.action, d.say = actRollout, "fleet rollout completed"
+			d.attrs = []any{"fleet", name, "revision", e.GetRevision(), "seconds", e.GetDurationSeconds()}
+		case *eventsv1.FleetRolloutHalted:
+			d.action, d.say = actRollout, "fleet rollout halted: its new servers keep failing; the outdated ones keep serving"
+			d.attrs = []any{"fleet", name, "revision", e.GetRevision(), "why", e.GetReason(), "last_error", e.GetLastError()}
 		}
 	}
 	return &d
@@ -528,7 +682,7 @@ func (p planner) schedule(f *eventsv1.FleetState, h *hostSlot, out *Plan) {
 		return
 	}
 	name := events.GameServerName(fleetID, p.newID())
-	msgs, err := events.DecideGameServer(name, nil, events.ScheduleGameServer{Host: h.name, Spec: f.GetSpec()})
+	msgs, err := events.DecideGameServer(name, nil, events.ScheduleGameServer{Host: h.name, Spec: f.GetSpec(), Revision: f.GetRevision()})
 	if err != nil {
 		out.refused = append(out.refused, fmt.Errorf("schedule a game server of %s: %w", f.GetName(), err))
 		return

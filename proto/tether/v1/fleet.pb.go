@@ -29,6 +29,59 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// The kind of update.
+type FleetStrategy_Type int32
+
+const (
+	// Not set: ROLLING_UPDATE.
+	FleetStrategy_TYPE_UNSPECIFIED FleetStrategy_Type = 0
+	// Replace servers a few at a time within max_surge and max_unavailable.
+	FleetStrategy_ROLLING_UPDATE FleetStrategy_Type = 1
+	// Stop every outdated server without a match at once, then start new ones.
+	FleetStrategy_RECREATE FleetStrategy_Type = 2
+)
+
+// Enum value maps for FleetStrategy_Type.
+var (
+	FleetStrategy_Type_name = map[int32]string{
+		0: "TYPE_UNSPECIFIED",
+		1: "ROLLING_UPDATE",
+		2: "RECREATE",
+	}
+	FleetStrategy_Type_value = map[string]int32{
+		"TYPE_UNSPECIFIED": 0,
+		"ROLLING_UPDATE":   1,
+		"RECREATE":         2,
+	}
+)
+
+func (x FleetStrategy_Type) Enum() *FleetStrategy_Type {
+	p := new(FleetStrategy_Type)
+	*p = x
+	return p
+}
+
+func (x FleetStrategy_Type) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FleetStrategy_Type) Descriptor() protoreflect.EnumDescriptor {
+	return file_tether_v1_fleet_proto_enumTypes[0].Descriptor()
+}
+
+func (FleetStrategy_Type) Type() protoreflect.EnumType {
+	return &file_tether_v1_fleet_proto_enumTypes[0]
+}
+
+func (x FleetStrategy_Type) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FleetStrategy_Type.Descriptor instead.
+func (FleetStrategy_Type) EnumDescriptor() ([]byte, []int) {
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{3, 0}
+}
+
 // Transport protocol.
 type PortSpec_Protocol int32
 
@@ -66,11 +119,11 @@ func (x PortSpec_Protocol) String() string {
 }
 
 func (PortSpec_Protocol) Descriptor() protoreflect.EnumDescriptor {
-	return file_tether_v1_fleet_proto_enumTypes[0].Descriptor()
+	return file_tether_v1_fleet_proto_enumTypes[1].Descriptor()
 }
 
 func (PortSpec_Protocol) Type() protoreflect.EnumType {
-	return &file_tether_v1_fleet_proto_enumTypes[0]
+	return &file_tether_v1_fleet_proto_enumTypes[1]
 }
 
 func (x PortSpec_Protocol) Number() protoreflect.EnumNumber {
@@ -79,7 +132,7 @@ func (x PortSpec_Protocol) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PortSpec_Protocol.Descriptor instead.
 func (PortSpec_Protocol) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{0, 0}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{6, 0}
 }
 
 // Placement strategy.
@@ -119,11 +172,11 @@ func (x Fleet_Scheduling) String() string {
 }
 
 func (Fleet_Scheduling) Descriptor() protoreflect.EnumDescriptor {
-	return file_tether_v1_fleet_proto_enumTypes[1].Descriptor()
+	return file_tether_v1_fleet_proto_enumTypes[2].Descriptor()
 }
 
 func (Fleet_Scheduling) Type() protoreflect.EnumType {
-	return &file_tether_v1_fleet_proto_enumTypes[1]
+	return &file_tether_v1_fleet_proto_enumTypes[2]
 }
 
 func (x Fleet_Scheduling) Number() protoreflect.EnumNumber {
@@ -132,7 +185,460 @@ func (x Fleet_Scheduling) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Fleet_Scheduling.Descriptor instead.
 func (Fleet_Scheduling) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{6, 0}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{12, 0}
+}
+
+// Request of PauseRollout.
+type PauseRolloutRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "fleets/{fleet}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Makes a retry idempotent.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseRolloutRequest) Reset() {
+	*x = PauseRolloutRequest{}
+	mi := &file_tether_v1_fleet_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseRolloutRequest) ProtoMessage() {}
+
+func (x *PauseRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_fleet_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseRolloutRequest.ProtoReflect.Descriptor instead.
+func (*PauseRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PauseRolloutRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PauseRolloutRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// Request of ResumeRollout.
+type ResumeRolloutRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "fleets/{fleet}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Makes a retry idempotent.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeRolloutRequest) Reset() {
+	*x = ResumeRolloutRequest{}
+	mi := &file_tether_v1_fleet_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeRolloutRequest) ProtoMessage() {}
+
+func (x *ResumeRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_fleet_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeRolloutRequest.ProtoReflect.Descriptor instead.
+func (*ResumeRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ResumeRolloutRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResumeRolloutRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// Request of UndoRollout.
+type UndoRolloutRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "fleets/{fleet}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Makes a retry idempotent.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UndoRolloutRequest) Reset() {
+	*x = UndoRolloutRequest{}
+	mi := &file_tether_v1_fleet_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UndoRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UndoRolloutRequest) ProtoMessage() {}
+
+func (x *UndoRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_fleet_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UndoRolloutRequest.ProtoReflect.Descriptor instead.
+func (*UndoRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *UndoRolloutRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UndoRolloutRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// How a fleet's game servers move to a new revision (a change of its
+// template or health). ALLOCATED and RESERVED servers are never touched:
+// they finish their match on their revision and are replaced after.
+type FleetStrategy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The kind of update.
+	Type FleetStrategy_Type `protobuf:"varint,1,opt,name=type,proto3,enum=tether.v1.FleetStrategy_Type" json:"type,omitempty"`
+	// Servers above replicas while rolling: a count ("2") or a percentage of
+	// replicas ("25%", rounded up); default 25%.
+	MaxSurge string `protobuf:"bytes,2,opt,name=max_surge,json=maxSurge,proto3" json:"max_surge,omitempty"`
+	// Serving servers (READY, RESERVED, ALLOCATED) below replicas while
+	// rolling: a count or a percentage (rounded down); default 25%.
+	MaxUnavailable string `protobuf:"bytes,3,opt,name=max_unavailable,json=maxUnavailable,proto3" json:"max_unavailable,omitempty"`
+	// New servers ending before READY in a row that halt the rollout by
+	// itself (default 3); the outdated servers keep serving.
+	FailureThreshold int32 `protobuf:"varint,4,opt,name=failure_threshold,json=failureThreshold,proto3" json:"failure_threshold,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *FleetStrategy) Reset() {
+	*x = FleetStrategy{}
+	mi := &file_tether_v1_fleet_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetStrategy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetStrategy) ProtoMessage() {}
+
+func (x *FleetStrategy) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_fleet_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetStrategy.ProtoReflect.Descriptor instead.
+func (*FleetStrategy) Descriptor() ([]byte, []int) {
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *FleetStrategy) GetType() FleetStrategy_Type {
+	if x != nil {
+		return x.Type
+	}
+	return FleetStrategy_TYPE_UNSPECIFIED
+}
+
+func (x *FleetStrategy) GetMaxSurge() string {
+	if x != nil {
+		return x.MaxSurge
+	}
+	return ""
+}
+
+func (x *FleetStrategy) GetMaxUnavailable() string {
+	if x != nil {
+		return x.MaxUnavailable
+	}
+	return ""
+}
+
+func (x *FleetStrategy) GetFailureThreshold() int32 {
+	if x != nil {
+		return x.FailureThreshold
+	}
+	return 0
+}
+
+// Where a fleet's last rollout stands.
+type RolloutStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PROGRESSING, PAUSED, HALTED or COMPLETED.
+	State string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// The revision rolled out, and the one before.
+	Revision     int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	FromRevision int64 `protobuf:"varint,3,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	// The strategy, in words.
+	Strategy string `protobuf:"bytes,4,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	// Why it started ("template changed", "undo to revision 1").
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Why it paused or halted.
+	Message    string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	StartTime  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Live servers of the revision (and READY), and of older ones (and
+	// holding a match), at the last step.
+	Updated       int32 `protobuf:"varint,9,opt,name=updated,proto3" json:"updated,omitempty"`
+	UpdatedReady  int32 `protobuf:"varint,10,opt,name=updated_ready,json=updatedReady,proto3" json:"updated_ready,omitempty"`
+	Outdated      int32 `protobuf:"varint,11,opt,name=outdated,proto3" json:"outdated,omitempty"`
+	OutdatedBusy  int32 `protobuf:"varint,12,opt,name=outdated_busy,json=outdatedBusy,proto3" json:"outdated_busy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolloutStatus) Reset() {
+	*x = RolloutStatus{}
+	mi := &file_tether_v1_fleet_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutStatus) ProtoMessage() {}
+
+func (x *RolloutStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_fleet_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutStatus.ProtoReflect.Descriptor instead.
+func (*RolloutStatus) Descriptor() ([]byte, []int) {
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RolloutStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *RolloutStatus) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *RolloutStatus) GetFromRevision() int64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+func (x *RolloutStatus) GetStrategy() string {
+	if x != nil {
+		return x.Strategy
+	}
+	return ""
+}
+
+func (x *RolloutStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RolloutStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RolloutStatus) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *RolloutStatus) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+func (x *RolloutStatus) GetUpdated() int32 {
+	if x != nil {
+		return x.Updated
+	}
+	return 0
+}
+
+func (x *RolloutStatus) GetUpdatedReady() int32 {
+	if x != nil {
+		return x.UpdatedReady
+	}
+	return 0
+}
+
+func (x *RolloutStatus) GetOutdated() int32 {
+	if x != nil {
+		return x.Outdated
+	}
+	return 0
+}
+
+func (x *RolloutStatus) GetOutdatedBusy() int32 {
+	if x != nil {
+		return x.OutdatedBusy
+	}
+	return 0
+}
+
+// A fleet's live servers of one revision.
+type RevisionCount struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Revision int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Live servers (not TERMINATED).
+	Replicas          int32 `protobuf:"varint,2,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	ReadyReplicas     int32 `protobuf:"varint,3,opt,name=ready_replicas,json=readyReplicas,proto3" json:"ready_replicas,omitempty"`
+	AllocatedReplicas int32 `protobuf:"varint,4,opt,name=allocated_replicas,json=allocatedReplicas,proto3" json:"allocated_replicas,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *RevisionCount) Reset() {
+	*x = RevisionCount{}
+	mi := &file_tether_v1_fleet_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevisionCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevisionCount) ProtoMessage() {}
+
+func (x *RevisionCount) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_fleet_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevisionCount.ProtoReflect.Descriptor instead.
+func (*RevisionCount) Descriptor() ([]byte, []int) {
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RevisionCount) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *RevisionCount) GetReplicas() int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *RevisionCount) GetReadyReplicas() int32 {
+	if x != nil {
+		return x.ReadyReplicas
+	}
+	return 0
+}
+
+func (x *RevisionCount) GetAllocatedReplicas() int32 {
+	if x != nil {
+		return x.AllocatedReplicas
+	}
+	return 0
 }
 
 // A port of a game server template.
@@ -149,7 +655,7 @@ type PortSpec struct {
 
 func (x *PortSpec) Reset() {
 	*x = PortSpec{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[0]
+	mi := &file_tether_v1_fleet_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -161,7 +667,7 @@ func (x *PortSpec) String() string {
 func (*PortSpec) ProtoMessage() {}
 
 func (x *PortSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[0]
+	mi := &file_tether_v1_fleet_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -174,7 +680,7 @@ func (x *PortSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortSpec.ProtoReflect.Descriptor instead.
 func (*PortSpec) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{0}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PortSpec) GetName() string {
@@ -212,7 +718,7 @@ type GameServerTemplate struct {
 
 func (x *GameServerTemplate) Reset() {
 	*x = GameServerTemplate{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[1]
+	mi := &file_tether_v1_fleet_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -224,7 +730,7 @@ func (x *GameServerTemplate) String() string {
 func (*GameServerTemplate) ProtoMessage() {}
 
 func (x *GameServerTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[1]
+	mi := &file_tether_v1_fleet_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -237,7 +743,7 @@ func (x *GameServerTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GameServerTemplate.ProtoReflect.Descriptor instead.
 func (*GameServerTemplate) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{1}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GameServerTemplate) GetCommand() string {
@@ -292,7 +798,7 @@ type HealthPolicy struct {
 
 func (x *HealthPolicy) Reset() {
 	*x = HealthPolicy{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[2]
+	mi := &file_tether_v1_fleet_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -304,7 +810,7 @@ func (x *HealthPolicy) String() string {
 func (*HealthPolicy) ProtoMessage() {}
 
 func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[2]
+	mi := &file_tether_v1_fleet_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -317,7 +823,7 @@ func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthPolicy.ProtoReflect.Descriptor instead.
 func (*HealthPolicy) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{2}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HealthPolicy) GetDisabled() bool {
@@ -363,7 +869,7 @@ type PlayerSessionPolicy struct {
 
 func (x *PlayerSessionPolicy) Reset() {
 	*x = PlayerSessionPolicy{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[3]
+	mi := &file_tether_v1_fleet_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +881,7 @@ func (x *PlayerSessionPolicy) String() string {
 func (*PlayerSessionPolicy) ProtoMessage() {}
 
 func (x *PlayerSessionPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[3]
+	mi := &file_tether_v1_fleet_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +894,7 @@ func (x *PlayerSessionPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlayerSessionPolicy.ProtoReflect.Descriptor instead.
 func (*PlayerSessionPolicy) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{3}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PlayerSessionPolicy) GetMaxPlayers() int32 {
@@ -431,17 +937,20 @@ type FleetStatus struct {
 	// Game servers the fleet is short of because no host that may take
 	// them has room (its PLACEMENT_BLOCKED condition says why).
 	WaitingReplicas int32 `protobuf:"varint,7,opt,name=waiting_replicas,json=waitingReplicas,proto3" json:"waiting_replicas,omitempty"`
-	// The last autoscaling decision, in words, e.g. "2 → 5 at
-	// 2026-11-26T13:00:00Z by buffer 3: 2 allocated + 0 reserved + buffer
-	// 3 (3) = 5".
-	LastScaling   string `protobuf:"bytes,8,opt,name=last_scaling,json=lastScaling,proto3" json:"last_scaling,omitempty"`
+	// The last autoscaling decision, in words, e.g. "2 → 5 by buffer 3: 2
+	// allocated + 0 reserved + buffer 3 (3) = 5".
+	LastScaling string `protobuf:"bytes,8,opt,name=last_scaling,json=lastScaling,proto3" json:"last_scaling,omitempty"`
+	// The fleet's last rollout; unset before the first.
+	Rollout *RolloutStatus `protobuf:"bytes,9,opt,name=rollout,proto3" json:"rollout,omitempty"`
+	// Live servers per revision (GetFleet only), newest first.
+	Revisions     []*RevisionCount `protobuf:"bytes,10,rep,name=revisions,proto3" json:"revisions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FleetStatus) Reset() {
 	*x = FleetStatus{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[4]
+	mi := &file_tether_v1_fleet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +962,7 @@ func (x *FleetStatus) String() string {
 func (*FleetStatus) ProtoMessage() {}
 
 func (x *FleetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[4]
+	mi := &file_tether_v1_fleet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +975,7 @@ func (x *FleetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetStatus.ProtoReflect.Descriptor instead.
 func (*FleetStatus) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{4}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FleetStatus) GetReadyReplicas() int32 {
@@ -525,6 +1034,20 @@ func (x *FleetStatus) GetLastScaling() string {
 	return ""
 }
 
+func (x *FleetStatus) GetRollout() *RolloutStatus {
+	if x != nil {
+		return x.Rollout
+	}
+	return nil
+}
+
+func (x *FleetStatus) GetRevisions() []*RevisionCount {
+	if x != nil {
+		return x.Revisions
+	}
+	return nil
+}
+
 // A condition of a fleet, in the style of Kubernetes conditions.
 type FleetCondition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -557,7 +1080,7 @@ type FleetCondition struct {
 
 func (x *FleetCondition) Reset() {
 	*x = FleetCondition{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[5]
+	mi := &file_tether_v1_fleet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +1092,7 @@ func (x *FleetCondition) String() string {
 func (*FleetCondition) ProtoMessage() {}
 
 func (x *FleetCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[5]
+	mi := &file_tether_v1_fleet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +1105,7 @@ func (x *FleetCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetCondition.ProtoReflect.Descriptor instead.
 func (*FleetCondition) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{5}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FleetCondition) GetType() string {
@@ -676,14 +1199,20 @@ type Fleet struct {
 	// Replicas set from use instead of by hand (docs/autoscaling.md); unset:
 	// replicas is kept as given. With autoscaling, the controller sets
 	// replicas itself.
-	Autoscaling   *FleetAutoscaling `protobuf:"bytes,15,opt,name=autoscaling,proto3" json:"autoscaling,omitempty"`
+	Autoscaling *FleetAutoscaling `protobuf:"bytes,15,opt,name=autoscaling,proto3" json:"autoscaling,omitempty"`
+	// How servers move to a new revision (default: rolling update, 25 % /
+	// 25 %).
+	Strategy *FleetStrategy `protobuf:"bytes,16,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	// The revision new servers run: 1 at creation, a new one at each change
+	// of template or health. Output only.
+	Revision      int64 `protobuf:"varint,17,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Fleet) Reset() {
 	*x = Fleet{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[6]
+	mi := &file_tether_v1_fleet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +1224,7 @@ func (x *Fleet) String() string {
 func (*Fleet) ProtoMessage() {}
 
 func (x *Fleet) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[6]
+	mi := &file_tether_v1_fleet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +1237,7 @@ func (x *Fleet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fleet.ProtoReflect.Descriptor instead.
 func (*Fleet) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{6}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Fleet) GetName() string {
@@ -816,6 +1345,20 @@ func (x *Fleet) GetAutoscaling() *FleetAutoscaling {
 	return nil
 }
 
+func (x *Fleet) GetStrategy() *FleetStrategy {
+	if x != nil {
+		return x.Strategy
+	}
+	return nil
+}
+
+func (x *Fleet) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 // Autoscaling of a fleet: one policy, buffer or webhook, within min and
 // max; schedules replace it for time windows.
 type FleetAutoscaling struct {
@@ -837,7 +1380,7 @@ type FleetAutoscaling struct {
 
 func (x *FleetAutoscaling) Reset() {
 	*x = FleetAutoscaling{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[7]
+	mi := &file_tether_v1_fleet_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +1392,7 @@ func (x *FleetAutoscaling) String() string {
 func (*FleetAutoscaling) ProtoMessage() {}
 
 func (x *FleetAutoscaling) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[7]
+	mi := &file_tether_v1_fleet_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1405,7 @@ func (x *FleetAutoscaling) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetAutoscaling.ProtoReflect.Descriptor instead.
 func (*FleetAutoscaling) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{7}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FleetAutoscaling) GetMinReplicas() int32 {
@@ -911,7 +1454,7 @@ type BufferPolicy struct {
 
 func (x *BufferPolicy) Reset() {
 	*x = BufferPolicy{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[8]
+	mi := &file_tether_v1_fleet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -923,7 +1466,7 @@ func (x *BufferPolicy) String() string {
 func (*BufferPolicy) ProtoMessage() {}
 
 func (x *BufferPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[8]
+	mi := &file_tether_v1_fleet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -936,7 +1479,7 @@ func (x *BufferPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BufferPolicy.ProtoReflect.Descriptor instead.
 func (*BufferPolicy) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{8}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BufferPolicy) GetBufferSize() string {
@@ -963,7 +1506,7 @@ type WebhookPolicy struct {
 
 func (x *WebhookPolicy) Reset() {
 	*x = WebhookPolicy{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[9]
+	mi := &file_tether_v1_fleet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1518,7 @@ func (x *WebhookPolicy) String() string {
 func (*WebhookPolicy) ProtoMessage() {}
 
 func (x *WebhookPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[9]
+	mi := &file_tether_v1_fleet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1531,7 @@ func (x *WebhookPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookPolicy.ProtoReflect.Descriptor instead.
 func (*WebhookPolicy) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{9}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WebhookPolicy) GetUrl() string {
@@ -1028,7 +1571,7 @@ type AutoscalingSchedule struct {
 
 func (x *AutoscalingSchedule) Reset() {
 	*x = AutoscalingSchedule{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[10]
+	mi := &file_tether_v1_fleet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1583,7 @@ func (x *AutoscalingSchedule) String() string {
 func (*AutoscalingSchedule) ProtoMessage() {}
 
 func (x *AutoscalingSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[10]
+	mi := &file_tether_v1_fleet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1596,7 @@ func (x *AutoscalingSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoscalingSchedule.ProtoReflect.Descriptor instead.
 func (*AutoscalingSchedule) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{10}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AutoscalingSchedule) GetName() string {
@@ -1120,7 +1663,7 @@ type CreateFleetRequest struct {
 
 func (x *CreateFleetRequest) Reset() {
 	*x = CreateFleetRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[11]
+	mi := &file_tether_v1_fleet_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1675,7 @@ func (x *CreateFleetRequest) String() string {
 func (*CreateFleetRequest) ProtoMessage() {}
 
 func (x *CreateFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[11]
+	mi := &file_tether_v1_fleet_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1688,7 @@ func (x *CreateFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFleetRequest.ProtoReflect.Descriptor instead.
 func (*CreateFleetRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{11}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateFleetRequest) GetFleetId() string {
@@ -1182,7 +1725,7 @@ type GetFleetRequest struct {
 
 func (x *GetFleetRequest) Reset() {
 	*x = GetFleetRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[12]
+	mi := &file_tether_v1_fleet_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1737,7 @@ func (x *GetFleetRequest) String() string {
 func (*GetFleetRequest) ProtoMessage() {}
 
 func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[12]
+	mi := &file_tether_v1_fleet_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1750,7 @@ func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFleetRequest.ProtoReflect.Descriptor instead.
 func (*GetFleetRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{12}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetFleetRequest) GetName() string {
@@ -1239,7 +1782,7 @@ type ListFleetsRequest struct {
 
 func (x *ListFleetsRequest) Reset() {
 	*x = ListFleetsRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[13]
+	mi := &file_tether_v1_fleet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1794,7 @@ func (x *ListFleetsRequest) String() string {
 func (*ListFleetsRequest) ProtoMessage() {}
 
 func (x *ListFleetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[13]
+	mi := &file_tether_v1_fleet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1807,7 @@ func (x *ListFleetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFleetsRequest.ProtoReflect.Descriptor instead.
 func (*ListFleetsRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{13}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListFleetsRequest) GetPageSize() int32 {
@@ -1301,7 +1844,7 @@ type ListFleetsResponse struct {
 
 func (x *ListFleetsResponse) Reset() {
 	*x = ListFleetsResponse{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[14]
+	mi := &file_tether_v1_fleet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1856,7 @@ func (x *ListFleetsResponse) String() string {
 func (*ListFleetsResponse) ProtoMessage() {}
 
 func (x *ListFleetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[14]
+	mi := &file_tether_v1_fleet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1869,7 @@ func (x *ListFleetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFleetsResponse.ProtoReflect.Descriptor instead.
 func (*ListFleetsResponse) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{14}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListFleetsResponse) GetFleets() []*Fleet {
@@ -1358,7 +1901,7 @@ type UpdateFleetRequest struct {
 
 func (x *UpdateFleetRequest) Reset() {
 	*x = UpdateFleetRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[15]
+	mi := &file_tether_v1_fleet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1913,7 @@ func (x *UpdateFleetRequest) String() string {
 func (*UpdateFleetRequest) ProtoMessage() {}
 
 func (x *UpdateFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[15]
+	mi := &file_tether_v1_fleet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1926,7 @@ func (x *UpdateFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFleetRequest.ProtoReflect.Descriptor instead.
 func (*UpdateFleetRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{15}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UpdateFleetRequest) GetFleet() *Fleet {
@@ -1422,7 +1965,7 @@ type DeleteFleetRequest struct {
 
 func (x *DeleteFleetRequest) Reset() {
 	*x = DeleteFleetRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[16]
+	mi := &file_tether_v1_fleet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1977,7 @@ func (x *DeleteFleetRequest) String() string {
 func (*DeleteFleetRequest) ProtoMessage() {}
 
 func (x *DeleteFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[16]
+	mi := &file_tether_v1_fleet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1990,7 @@ func (x *DeleteFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFleetRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFleetRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{16}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteFleetRequest) GetName() string {
@@ -1475,7 +2018,49 @@ var File_tether_v1_fleet_proto protoreflect.FileDescriptor
 
 const file_tether_v1_fleet_proto_rawDesc = "" +
 	"\n" +
-	"\x15tether/v1/fleet.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\x01\n" +
+	"\x15tether/v1/fleet.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"H\n" +
+	"\x13PauseRolloutRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"I\n" +
+	"\x14ResumeRolloutRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"G\n" +
+	"\x12UndoRolloutRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xf5\x01\n" +
+	"\rFleetStrategy\x121\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1d.tether.v1.FleetStrategy.TypeR\x04type\x12\x1b\n" +
+	"\tmax_surge\x18\x02 \x01(\tR\bmaxSurge\x12'\n" +
+	"\x0fmax_unavailable\x18\x03 \x01(\tR\x0emaxUnavailable\x12+\n" +
+	"\x11failure_threshold\x18\x04 \x01(\x05R\x10failureThreshold\">\n" +
+	"\x04Type\x12\x14\n" +
+	"\x10TYPE_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eROLLING_UPDATE\x10\x01\x12\f\n" +
+	"\bRECREATE\x10\x02\"\xac\x03\n" +
+	"\rRolloutStatus\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12#\n" +
+	"\rfrom_revision\x18\x03 \x01(\x03R\ffromRevision\x12\x1a\n" +
+	"\bstrategy\x18\x04 \x01(\tR\bstrategy\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x129\n" +
+	"\n" +
+	"start_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12;\n" +
+	"\vupdate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\x12\x18\n" +
+	"\aupdated\x18\t \x01(\x05R\aupdated\x12#\n" +
+	"\rupdated_ready\x18\n" +
+	" \x01(\x05R\fupdatedReady\x12\x1a\n" +
+	"\boutdated\x18\v \x01(\x05R\boutdated\x12#\n" +
+	"\routdated_busy\x18\f \x01(\x05R\foutdatedBusy\"\x9d\x01\n" +
+	"\rRevisionCount\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x1a\n" +
+	"\breplicas\x18\x02 \x01(\x05R\breplicas\x12%\n" +
+	"\x0eready_replicas\x18\x03 \x01(\x05R\rreadyReplicas\x12-\n" +
+	"\x12allocated_replicas\x18\x04 \x01(\x05R\x11allocatedReplicas\"\x90\x01\n" +
 	"\bPortSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\bprotocol\x18\x02 \x01(\x0e2\x1c.tether.v1.PortSpec.ProtocolR\bprotocol\"6\n" +
@@ -1504,7 +2089,7 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"\vmax_players\x18\x01 \x01(\x05R\n" +
 	"maxPlayers\x12>\n" +
 	"\x1breservation_timeout_seconds\x18\x02 \x01(\x05R\x19reservationTimeoutSeconds\x128\n" +
-	"\x18reconnect_window_seconds\x18\x03 \x01(\x05R\x16reconnectWindowSeconds\"\xe4\x02\n" +
+	"\x18reconnect_window_seconds\x18\x03 \x01(\x05R\x16reconnectWindowSeconds\"\xd0\x03\n" +
 	"\vFleetStatus\x12%\n" +
 	"\x0eready_replicas\x18\x01 \x01(\x05R\rreadyReplicas\x12-\n" +
 	"\x12allocated_replicas\x18\x02 \x01(\x05R\x11allocatedReplicas\x12-\n" +
@@ -1515,7 +2100,10 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"conditions\x18\x06 \x03(\v2\x19.tether.v1.FleetConditionR\n" +
 	"conditions\x12)\n" +
 	"\x10waiting_replicas\x18\a \x01(\x05R\x0fwaitingReplicas\x12!\n" +
-	"\flast_scaling\x18\b \x01(\tR\vlastScaling\"\xd1\x02\n" +
+	"\flast_scaling\x18\b \x01(\tR\vlastScaling\x122\n" +
+	"\arollout\x18\t \x01(\v2\x18.tether.v1.RolloutStatusR\arollout\x126\n" +
+	"\trevisions\x18\n" +
+	" \x03(\v2\x18.tether.v1.RevisionCountR\trevisions\"\xd1\x02\n" +
 	"\x0eFleetCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
@@ -1525,7 +2113,7 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"\rbackoff_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fbackoffUntil\x121\n" +
 	"\x14consecutive_failures\x18\a \x01(\x05R\x13consecutiveFailures\x12\x1f\n" +
 	"\vgame_server\x18\b \x01(\tR\n" +
-	"gameServer\"\xf8\x06\n" +
+	"gameServer\"\xca\a\n" +
 	"\x05Fleet\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\x05R\breplicas\x129\n" +
@@ -1547,7 +2135,9 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"updateTime\x12;\n" +
 	"\vdelete_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"deleteTime\x12=\n" +
-	"\vautoscaling\x18\x0f \x01(\v2\x1b.tether.v1.FleetAutoscalingR\vautoscaling\x1a9\n" +
+	"\vautoscaling\x18\x0f \x01(\v2\x1b.tether.v1.FleetAutoscalingR\vautoscaling\x124\n" +
+	"\bstrategy\x18\x10 \x01(\v2\x18.tether.v1.FleetStrategyR\bstrategy\x12\x1a\n" +
+	"\brevision\x18\x11 \x01(\x03R\brevision\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"E\n" +
@@ -1605,7 +2195,7 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId2\xe6\x03\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId2\xb3\x06\n" +
 	"\fFleetService\x12Y\n" +
 	"\vCreateFleet\x12\x1d.tether.v1.CreateFleetRequest\x1a\x10.tether.v1.Fleet\"\x19\x82\xd3\xe4\x93\x02\x13:\x05fleet\"\n" +
 	"/v1/fleets\x12U\n" +
@@ -1614,7 +2204,10 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"ListFleets\x12\x1c.tether.v1.ListFleetsRequest\x1a\x1d.tether.v1.ListFleetsResponse\"\x12\x82\xd3\xe4\x93\x02\f\x12\n" +
 	"/v1/fleets\x12h\n" +
 	"\vUpdateFleet\x12\x1d.tether.v1.UpdateFleetRequest\x1a\x10.tether.v1.Fleet\"(\x82\xd3\xe4\x93\x02\":\x05fleet2\x19/v1/{fleet.name=fleets/*}\x12[\n" +
-	"\vDeleteFleet\x12\x1d.tether.v1.DeleteFleetRequest\x1a\x10.tether.v1.Fleet\"\x1b\x82\xd3\xe4\x93\x02\x15*\x13/v1/{name=fleets/*}B5Z3github.com/tetherhq/tether/proto/tether/v1;tetherv1b\x06proto3"
+	"\vDeleteFleet\x12\x1d.tether.v1.DeleteFleetRequest\x1a\x10.tether.v1.Fleet\"\x1b\x82\xd3\xe4\x93\x02\x15*\x13/v1/{name=fleets/*}\x12m\n" +
+	"\fPauseRollout\x12\x1e.tether.v1.PauseRolloutRequest\x1a\x10.tether.v1.Fleet\"+\x82\xd3\xe4\x93\x02%:\x01*\" /v1/{name=fleets/*}:pauseRollout\x12p\n" +
+	"\rResumeRollout\x12\x1f.tether.v1.ResumeRolloutRequest\x1a\x10.tether.v1.Fleet\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/{name=fleets/*}:resumeRollout\x12j\n" +
+	"\vUndoRollout\x12\x1d.tether.v1.UndoRolloutRequest\x1a\x10.tether.v1.Fleet\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/{name=fleets/*}:undoRolloutB5Z3github.com/tetherhq/tether/proto/tether/v1;tetherv1b\x06proto3"
 
 var (
 	file_tether_v1_fleet_proto_rawDescOnce sync.Once
@@ -1628,78 +2221,97 @@ func file_tether_v1_fleet_proto_rawDescGZIP() []byte {
 	return file_tether_v1_fleet_proto_rawDescData
 }
 
-var file_tether_v1_fleet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tether_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_tether_v1_fleet_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_tether_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_tether_v1_fleet_proto_goTypes = []any{
-	(PortSpec_Protocol)(0),        // 0: tether.v1.PortSpec.Protocol
-	(Fleet_Scheduling)(0),         // 1: tether.v1.Fleet.Scheduling
-	(*PortSpec)(nil),              // 2: tether.v1.PortSpec
-	(*GameServerTemplate)(nil),    // 3: tether.v1.GameServerTemplate
-	(*HealthPolicy)(nil),          // 4: tether.v1.HealthPolicy
-	(*PlayerSessionPolicy)(nil),   // 5: tether.v1.PlayerSessionPolicy
-	(*FleetStatus)(nil),           // 6: tether.v1.FleetStatus
-	(*FleetCondition)(nil),        // 7: tether.v1.FleetCondition
-	(*Fleet)(nil),                 // 8: tether.v1.Fleet
-	(*FleetAutoscaling)(nil),      // 9: tether.v1.FleetAutoscaling
-	(*BufferPolicy)(nil),          // 10: tether.v1.BufferPolicy
-	(*WebhookPolicy)(nil),         // 11: tether.v1.WebhookPolicy
-	(*AutoscalingSchedule)(nil),   // 12: tether.v1.AutoscalingSchedule
-	(*CreateFleetRequest)(nil),    // 13: tether.v1.CreateFleetRequest
-	(*GetFleetRequest)(nil),       // 14: tether.v1.GetFleetRequest
-	(*ListFleetsRequest)(nil),     // 15: tether.v1.ListFleetsRequest
-	(*ListFleetsResponse)(nil),    // 16: tether.v1.ListFleetsResponse
-	(*UpdateFleetRequest)(nil),    // 17: tether.v1.UpdateFleetRequest
-	(*DeleteFleetRequest)(nil),    // 18: tether.v1.DeleteFleetRequest
-	nil,                           // 19: tether.v1.GameServerTemplate.EnvEntry
-	nil,                           // 20: tether.v1.GameServerTemplate.HostSelectorEntry
-	nil,                           // 21: tether.v1.Fleet.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil), // 23: google.protobuf.FieldMask
+	(FleetStrategy_Type)(0),       // 0: tether.v1.FleetStrategy.Type
+	(PortSpec_Protocol)(0),        // 1: tether.v1.PortSpec.Protocol
+	(Fleet_Scheduling)(0),         // 2: tether.v1.Fleet.Scheduling
+	(*PauseRolloutRequest)(nil),   // 3: tether.v1.PauseRolloutRequest
+	(*ResumeRolloutRequest)(nil),  // 4: tether.v1.ResumeRolloutRequest
+	(*UndoRolloutRequest)(nil),    // 5: tether.v1.UndoRolloutRequest
+	(*FleetStrategy)(nil),         // 6: tether.v1.FleetStrategy
+	(*RolloutStatus)(nil),         // 7: tether.v1.RolloutStatus
+	(*RevisionCount)(nil),         // 8: tether.v1.RevisionCount
+	(*PortSpec)(nil),              // 9: tether.v1.PortSpec
+	(*GameServerTemplate)(nil),    // 10: tether.v1.GameServerTemplate
+	(*HealthPolicy)(nil),          // 11: tether.v1.HealthPolicy
+	(*PlayerSessionPolicy)(nil),   // 12: tether.v1.PlayerSessionPolicy
+	(*FleetStatus)(nil),           // 13: tether.v1.FleetStatus
+	(*FleetCondition)(nil),        // 14: tether.v1.FleetCondition
+	(*Fleet)(nil),                 // 15: tether.v1.Fleet
+	(*FleetAutoscaling)(nil),      // 16: tether.v1.FleetAutoscaling
+	(*BufferPolicy)(nil),          // 17: tether.v1.BufferPolicy
+	(*WebhookPolicy)(nil),         // 18: tether.v1.WebhookPolicy
+	(*AutoscalingSchedule)(nil),   // 19: tether.v1.AutoscalingSchedule
+	(*CreateFleetRequest)(nil),    // 20: tether.v1.CreateFleetRequest
+	(*GetFleetRequest)(nil),       // 21: tether.v1.GetFleetRequest
+	(*ListFleetsRequest)(nil),     // 22: tether.v1.ListFleetsRequest
+	(*ListFleetsResponse)(nil),    // 23: tether.v1.ListFleetsResponse
+	(*UpdateFleetRequest)(nil),    // 24: tether.v1.UpdateFleetRequest
+	(*DeleteFleetRequest)(nil),    // 25: tether.v1.DeleteFleetRequest
+	nil,                           // 26: tether.v1.GameServerTemplate.EnvEntry
+	nil,                           // 27: tether.v1.GameServerTemplate.HostSelectorEntry
+	nil,                           // 28: tether.v1.Fleet.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil), // 30: google.protobuf.FieldMask
 }
 var file_tether_v1_fleet_proto_depIdxs = []int32{
-	0,  // 0: tether.v1.PortSpec.protocol:type_name -> tether.v1.PortSpec.Protocol
-	19, // 1: tether.v1.GameServerTemplate.env:type_name -> tether.v1.GameServerTemplate.EnvEntry
-	2,  // 2: tether.v1.GameServerTemplate.ports:type_name -> tether.v1.PortSpec
-	20, // 3: tether.v1.GameServerTemplate.host_selector:type_name -> tether.v1.GameServerTemplate.HostSelectorEntry
-	7,  // 4: tether.v1.FleetStatus.conditions:type_name -> tether.v1.FleetCondition
-	22, // 5: tether.v1.FleetCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	22, // 6: tether.v1.FleetCondition.backoff_until:type_name -> google.protobuf.Timestamp
-	3,  // 7: tether.v1.Fleet.template:type_name -> tether.v1.GameServerTemplate
-	4,  // 8: tether.v1.Fleet.health:type_name -> tether.v1.HealthPolicy
-	5,  // 9: tether.v1.Fleet.player_sessions:type_name -> tether.v1.PlayerSessionPolicy
-	1,  // 10: tether.v1.Fleet.scheduling:type_name -> tether.v1.Fleet.Scheduling
-	21, // 11: tether.v1.Fleet.labels:type_name -> tether.v1.Fleet.LabelsEntry
-	6,  // 12: tether.v1.Fleet.status:type_name -> tether.v1.FleetStatus
-	22, // 13: tether.v1.Fleet.create_time:type_name -> google.protobuf.Timestamp
-	22, // 14: tether.v1.Fleet.update_time:type_name -> google.protobuf.Timestamp
-	22, // 15: tether.v1.Fleet.delete_time:type_name -> google.protobuf.Timestamp
-	9,  // 16: tether.v1.Fleet.autoscaling:type_name -> tether.v1.FleetAutoscaling
-	10, // 17: tether.v1.FleetAutoscaling.buffer:type_name -> tether.v1.BufferPolicy
-	11, // 18: tether.v1.FleetAutoscaling.webhook:type_name -> tether.v1.WebhookPolicy
-	12, // 19: tether.v1.FleetAutoscaling.schedules:type_name -> tether.v1.AutoscalingSchedule
-	22, // 20: tether.v1.AutoscalingSchedule.start_time:type_name -> google.protobuf.Timestamp
-	22, // 21: tether.v1.AutoscalingSchedule.end_time:type_name -> google.protobuf.Timestamp
-	10, // 22: tether.v1.AutoscalingSchedule.buffer:type_name -> tether.v1.BufferPolicy
-	11, // 23: tether.v1.AutoscalingSchedule.webhook:type_name -> tether.v1.WebhookPolicy
-	8,  // 24: tether.v1.CreateFleetRequest.fleet:type_name -> tether.v1.Fleet
-	8,  // 25: tether.v1.ListFleetsResponse.fleets:type_name -> tether.v1.Fleet
-	8,  // 26: tether.v1.UpdateFleetRequest.fleet:type_name -> tether.v1.Fleet
-	23, // 27: tether.v1.UpdateFleetRequest.update_mask:type_name -> google.protobuf.FieldMask
-	13, // 28: tether.v1.FleetService.CreateFleet:input_type -> tether.v1.CreateFleetRequest
-	14, // 29: tether.v1.FleetService.GetFleet:input_type -> tether.v1.GetFleetRequest
-	15, // 30: tether.v1.FleetService.ListFleets:input_type -> tether.v1.ListFleetsRequest
-	17, // 31: tether.v1.FleetService.UpdateFleet:input_type -> tether.v1.UpdateFleetRequest
-	18, // 32: tether.v1.FleetService.DeleteFleet:input_type -> tether.v1.DeleteFleetRequest
-	8,  // 33: tether.v1.FleetService.CreateFleet:output_type -> tether.v1.Fleet
-	8,  // 34: tether.v1.FleetService.GetFleet:output_type -> tether.v1.Fleet
-	16, // 35: tether.v1.FleetService.ListFleets:output_type -> tether.v1.ListFleetsResponse
-	8,  // 36: tether.v1.FleetService.UpdateFleet:output_type -> tether.v1.Fleet
-	8,  // 37: tether.v1.FleetService.DeleteFleet:output_type -> tether.v1.Fleet
-	33, // [33:38] is the sub-list for method output_type
-	28, // [28:33] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	0,  // 0: tether.v1.FleetStrategy.type:type_name -> tether.v1.FleetStrategy.Type
+	29, // 1: tether.v1.RolloutStatus.start_time:type_name -> google.protobuf.Timestamp
+	29, // 2: tether.v1.RolloutStatus.update_time:type_name -> google.protobuf.Timestamp
+	1,  // 3: tether.v1.PortSpec.protocol:type_name -> tether.v1.PortSpec.Protocol
+	26, // 4: tether.v1.GameServerTemplate.env:type_name -> tether.v1.GameServerTemplate.EnvEntry
+	9,  // 5: tether.v1.GameServerTemplate.ports:type_name -> tether.v1.PortSpec
+	27, // 6: tether.v1.GameServerTemplate.host_selector:type_name -> tether.v1.GameServerTemplate.HostSelectorEntry
+	14, // 7: tether.v1.FleetStatus.conditions:type_name -> tether.v1.FleetCondition
+	7,  // 8: tether.v1.FleetStatus.rollout:type_name -> tether.v1.RolloutStatus
+	8,  // 9: tether.v1.FleetStatus.revisions:type_name -> tether.v1.RevisionCount
+	29, // 10: tether.v1.FleetCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	29, // 11: tether.v1.FleetCondition.backoff_until:type_name -> google.protobuf.Timestamp
+	10, // 12: tether.v1.Fleet.template:type_name -> tether.v1.GameServerTemplate
+	11, // 13: tether.v1.Fleet.health:type_name -> tether.v1.HealthPolicy
+	12, // 14: tether.v1.Fleet.player_sessions:type_name -> tether.v1.PlayerSessionPolicy
+	2,  // 15: tether.v1.Fleet.scheduling:type_name -> tether.v1.Fleet.Scheduling
+	28, // 16: tether.v1.Fleet.labels:type_name -> tether.v1.Fleet.LabelsEntry
+	13, // 17: tether.v1.Fleet.status:type_name -> tether.v1.FleetStatus
+	29, // 18: tether.v1.Fleet.create_time:type_name -> google.protobuf.Timestamp
+	29, // 19: tether.v1.Fleet.update_time:type_name -> google.protobuf.Timestamp
+	29, // 20: tether.v1.Fleet.delete_time:type_name -> google.protobuf.Timestamp
+	16, // 21: tether.v1.Fleet.autoscaling:type_name -> tether.v1.FleetAutoscaling
+	6,  // 22: tether.v1.Fleet.strategy:type_name -> tether.v1.FleetStrategy
+	17, // 23: tether.v1.FleetAutoscaling.buffer:type_name -> tether.v1.BufferPolicy
+	18, // 24: tether.v1.FleetAutoscaling.webhook:type_name -> tether.v1.WebhookPolicy
+	19, // 25: tether.v1.FleetAutoscaling.schedules:type_name -> tether.v1.AutoscalingSchedule
+	29, // 26: tether.v1.AutoscalingSchedule.start_time:type_name -> google.protobuf.Timestamp
+	29, // 27: tether.v1.AutoscalingSchedule.end_time:type_name -> google.protobuf.Timestamp
+	17, // 28: tether.v1.AutoscalingSchedule.buffer:type_name -> tether.v1.BufferPolicy
+	18, // 29: tether.v1.AutoscalingSchedule.webhook:type_name -> tether.v1.WebhookPolicy
+	15, // 30: tether.v1.CreateFleetRequest.fleet:type_name -> tether.v1.Fleet
+	15, // 31: tether.v1.ListFleetsResponse.fleets:type_name -> tether.v1.Fleet
+	15, // 32: tether.v1.UpdateFleetRequest.fleet:type_name -> tether.v1.Fleet
+	30, // 33: tether.v1.UpdateFleetRequest.update_mask:type_name -> google.protobuf.FieldMask
+	20, // 34: tether.v1.FleetService.CreateFleet:input_type -> tether.v1.CreateFleetRequest
+	21, // 35: tether.v1.FleetService.GetFleet:input_type -> tether.v1.GetFleetRequest
+	22, // 36: tether.v1.FleetService.ListFleets:input_type -> tether.v1.ListFleetsRequest
+	24, // 37: tether.v1.FleetService.UpdateFleet:input_type -> tether.v1.UpdateFleetRequest
+	25, // 38: tether.v1.FleetService.DeleteFleet:input_type -> tether.v1.DeleteFleetRequest
+	3,  // 39: tether.v1.FleetService.PauseRollout:input_type -> tether.v1.PauseRolloutRequest
+	4,  // 40: tether.v1.FleetService.ResumeRollout:input_type -> tether.v1.ResumeRolloutRequest
+	5,  // 41: tether.v1.FleetService.UndoRollout:input_type -> tether.v1.UndoRolloutRequest
+	15, // 42: tether.v1.FleetService.CreateFleet:output_type -> tether.v1.Fleet
+	15, // 43: tether.v1.FleetService.GetFleet:output_type -> tether.v1.Fleet
+	23, // 44: tether.v1.FleetService.ListFleets:output_type -> tether.v1.ListFleetsResponse
+	15, // 45: tether.v1.FleetService.UpdateFleet:output_type -> tether.v1.Fleet
+	15, // 46: tether.v1.FleetService.DeleteFleet:output_type -> tether.v1.Fleet
+	15, // 47: tether.v1.FleetService.PauseRollout:output_type -> tether.v1.Fleet
+	15, // 48: tether.v1.FleetService.ResumeRollout:output_type -> tether.v1.Fleet
+	15, // 49: tether.v1.FleetService.UndoRollout:output_type -> tether.v1.Fleet
+	42, // [42:50] is the sub-list for method output_type
+	34, // [34:42] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_tether_v1_fleet_proto_init() }
@@ -1712,8 +2324,8 @@ func file_tether_v1_fleet_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_v1_fleet_proto_rawDesc), len(file_tether_v1_fleet_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   20,
+			NumEnums:      3,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

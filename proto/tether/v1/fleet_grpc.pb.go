@@ -24,11 +24,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	FleetService_CreateFleet_FullMethodName = "/tether.v1.FleetService/CreateFleet"
-	FleetService_GetFleet_FullMethodName    = "/tether.v1.FleetService/GetFleet"
-	FleetService_ListFleets_FullMethodName  = "/tether.v1.FleetService/ListFleets"
-	FleetService_UpdateFleet_FullMethodName = "/tether.v1.FleetService/UpdateFleet"
-	FleetService_DeleteFleet_FullMethodName = "/tether.v1.FleetService/DeleteFleet"
+	FleetService_CreateFleet_FullMethodName   = "/tether.v1.FleetService/CreateFleet"
+	FleetService_GetFleet_FullMethodName      = "/tether.v1.FleetService/GetFleet"
+	FleetService_ListFleets_FullMethodName    = "/tether.v1.FleetService/ListFleets"
+	FleetService_UpdateFleet_FullMethodName   = "/tether.v1.FleetService/UpdateFleet"
+	FleetService_DeleteFleet_FullMethodName   = "/tether.v1.FleetService/DeleteFleet"
+	FleetService_PauseRollout_FullMethodName  = "/tether.v1.FleetService/PauseRollout"
+	FleetService_ResumeRollout_FullMethodName = "/tether.v1.FleetService/ResumeRollout"
+	FleetService_UndoRollout_FullMethodName   = "/tether.v1.FleetService/UndoRollout"
 )
 
 // FleetServiceClient is the client API for FleetService service.
@@ -48,6 +51,13 @@ type FleetServiceClient interface {
 	UpdateFleet(ctx context.Context, in *UpdateFleetRequest, opts ...grpc.CallOption) (*Fleet, error)
 	// Deletes a fleet; its game servers are shut down.
 	DeleteFleet(ctx context.Context, in *DeleteFleetRequest, opts ...grpc.CallOption) (*Fleet, error)
+	// Pauses a fleet's progressing rollout: outdated servers stay.
+	PauseRollout(ctx context.Context, in *PauseRolloutRequest, opts ...grpc.CallOption) (*Fleet, error)
+	// Resumes a paused or halted rollout.
+	ResumeRollout(ctx context.Context, in *ResumeRolloutRequest, opts ...grpc.CallOption) (*Fleet, error)
+	// Goes back to the revision before the current one (its template and
+	// health), and rolls the fleet's servers out to it.
+	UndoRollout(ctx context.Context, in *UndoRolloutRequest, opts ...grpc.CallOption) (*Fleet, error)
 }
 
 type fleetServiceClient struct {
@@ -108,6 +118,36 @@ func (c *fleetServiceClient) DeleteFleet(ctx context.Context, in *DeleteFleetReq
 	return out, nil
 }
 
+func (c *fleetServiceClient) PauseRollout(ctx context.Context, in *PauseRolloutRequest, opts ...grpc.CallOption) (*Fleet, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Fleet)
+	err := c.cc.Invoke(ctx, FleetService_PauseRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fleetServiceClient) ResumeRollout(ctx context.Context, in *ResumeRolloutRequest, opts ...grpc.CallOption) (*Fleet, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Fleet)
+	err := c.cc.Invoke(ctx, FleetService_ResumeRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fleetServiceClient) UndoRollout(ctx context.Context, in *UndoRolloutRequest, opts ...grpc.CallOption) (*Fleet, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Fleet)
+	err := c.cc.Invoke(ctx, FleetService_UndoRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FleetServiceServer is the server API for FleetService service.
 // All implementations must embed UnimplementedFleetServiceServer
 // for forward compatibility.
@@ -125,6 +165,13 @@ type FleetServiceServer interface {
 	UpdateFleet(context.Context, *UpdateFleetRequest) (*Fleet, error)
 	// Deletes a fleet; its game servers are shut down.
 	DeleteFleet(context.Context, *DeleteFleetRequest) (*Fleet, error)
+	// Pauses a fleet's progressing rollout: outdated servers stay.
+	PauseRollout(context.Context, *PauseRolloutRequest) (*Fleet, error)
+	// Resumes a paused or halted rollout.
+	ResumeRollout(context.Context, *ResumeRolloutRequest) (*Fleet, error)
+	// Goes back to the revision before the current one (its template and
+	// health), and rolls the fleet's servers out to it.
+	UndoRollout(context.Context, *UndoRolloutRequest) (*Fleet, error)
 	mustEmbedUnimplementedFleetServiceServer()
 }
 
@@ -149,6 +196,15 @@ func (UnimplementedFleetServiceServer) UpdateFleet(context.Context, *UpdateFleet
 }
 func (UnimplementedFleetServiceServer) DeleteFleet(context.Context, *DeleteFleetRequest) (*Fleet, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteFleet not implemented")
+}
+func (UnimplementedFleetServiceServer) PauseRollout(context.Context, *PauseRolloutRequest) (*Fleet, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseRollout not implemented")
+}
+func (UnimplementedFleetServiceServer) ResumeRollout(context.Context, *ResumeRolloutRequest) (*Fleet, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeRollout not implemented")
+}
+func (UnimplementedFleetServiceServer) UndoRollout(context.Context, *UndoRolloutRequest) (*Fleet, error) {
+	return nil, status.Error(codes.Unimplemented, "method UndoRollout not implemented")
 }
 func (UnimplementedFleetServiceServer) mustEmbedUnimplementedFleetServiceServer() {}
 func (UnimplementedFleetServiceServer) testEmbeddedByValue()                      {}
@@ -261,6 +317,60 @@ func _FleetService_DeleteFleet_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FleetService_PauseRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FleetServiceServer).PauseRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FleetService_PauseRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FleetServiceServer).PauseRollout(ctx, req.(*PauseRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FleetService_ResumeRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FleetServiceServer).ResumeRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FleetService_ResumeRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FleetServiceServer).ResumeRollout(ctx, req.(*ResumeRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FleetService_UndoRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UndoRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FleetServiceServer).UndoRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FleetService_UndoRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FleetServiceServer).UndoRollout(ctx, req.(*UndoRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // FleetService_ServiceDesc is the grpc.ServiceDesc for FleetService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -287,6 +397,18 @@ var FleetService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteFleet",
 			Handler:    _FleetService_DeleteFleet_Handler,
+		},
+		{
+			MethodName: "PauseRollout",
+			Handler:    _FleetService_PauseRollout_Handler,
+		},
+		{
+			MethodName: "ResumeRollout",
+			Handler:    _FleetService_ResumeRollout_Handler,
+		},
+		{
+			MethodName: "UndoRollout",
+			Handler:    _FleetService_UndoRollout_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -769,7 +769,10 @@ type GameServer struct {
 	// Last change.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// Event-stream sequence of its last event.
-	Sequence      int64 `protobuf:"varint,15,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Sequence int64 `protobuf:"varint,15,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// The fleet revision it runs (0 for standalone servers and servers
+	// made before revisions).
+	Revision      int64 `protobuf:"varint,16,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -905,6 +908,13 @@ func (x *GameServer) GetUpdateTime() *timestamppb.Timestamp {
 func (x *GameServer) GetSequence() int64 {
 	if x != nil {
 		return x.Sequence
+	}
+	return 0
+}
+
+func (x *GameServer) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
 	}
 	return 0
 }
@@ -1158,7 +1168,7 @@ const file_tether_v1_gameserver_proto_rawDesc = "" +
 	"\x0estart_attempts\x18\b \x01(\x05R\rstartAttempts\x12\x16\n" +
 	"\x06detail\x18\t \x01(\tR\x06detailB\f\n" +
 	"\n" +
-	"_exit_code\"\xb8\x06\n" +
+	"_exit_code\"\xd4\x06\n" +
 	"\n" +
 	"GameServer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -1180,7 +1190,8 @@ const file_tether_v1_gameserver_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x1a\n" +
-	"\bsequence\x18\x0f \x01(\x03R\bsequence\x1a9\n" +
+	"\bsequence\x18\x0f \x01(\x03R\bsequence\x12\x1a\n" +
+	"\brevision\x18\x10 \x01(\x03R\brevision\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +

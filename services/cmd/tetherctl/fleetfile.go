@@ -27,6 +27,9 @@ type fleetFile struct {
 	id string
 	// fleet is the fleet to create, without name and output-only fields.
 	fleet *tetherv1.Fleet
+	// fields are the file's top-level spec fields, as update-mask paths
+	// (snake_case), output-only ones left out.
+	fields []string
 }
 
 // readFleetFile reads a fleet in the REST shape of DESIGN.md Appendix A,
@@ -80,6 +83,19 @@ func parseFleet(raw []byte) (fleetFile, error) {
 		return fleetFile{}, &protojsonError{err: err}
 	}
 	ff := fleetFile{id: fleetID(fleet.GetName())}
+	md := fleet.ProtoReflect().Descriptor()
+	for key := range doc.(map[string]any) {
+		fd := md.Fields().ByJSONName(key)
+		if fd == nil {
+			fd = md.Fields().ByName(protoreflect.Name(key))
+		}
+		switch name := string(fd.Name()); name {
+		case "name", "status", "etag", "sequence", "create_time", "update_time", "delete_time", "revision":
+		default:
+			ff.fields = append(ff.fields, name)
+		}
+	}
+	slices.Sort(ff.fields)
 	fleet.Name = ""
 	fleet.Status, fleet.Etag, fleet.Sequence = nil, "", 0
 	fleet.CreateTime, fleet.UpdateTime, fleet.DeleteTime = nil, nil, nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -15,10 +16,118 @@ import (
 )
 
 func (a *app) fleetsCommand() *cobra.Command {
-	cmd := group("fleets", "Create, list, show, scale and delete fleets", "fleet")
+	cmd := group("fleets", "Create, list, show, update, scale, roll out and delete fleets", "fleet")
 	cmd.AddCommand(a.fleetsCreateCommand(), a.fleetsListCommand(), a.fleetsGetCommand(),
-		a.fleetsScaleCommand(), a.fleetsDeleteCommand())
+		a.fleetsUpdateCommand(), a.fleetsScaleCommand(), a.fleetsRolloutCommand(), a.fleetsDeleteCommand())
 	return cmd
+}
+
+func (a *app) fleetsUpdateCommand() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "update NAME -f FILE",
+		Short: "Change the fields a YAML or JSON file gives (a new template or health starts a rollout)",
+		Long: `Change a fleet's fields that the file gives, in the shape of "fleets create";
+the others stay. A change of the template or the health contract makes a new
+revision, and the fleet's servers roll out to it ("fleets rollout status").`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := fleetName(args[0])
+			ff, err := readFleetFile(file, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			if len(ff.fields) == 0 {
+				return errors.New("the file gives no field to change")
+			}
+			ff.fleet.Name = name
+			return a.withClient(func(c *client) error {
+				ctx, cancel := c.call(cmd.Context())
+				defer cancel()
+				f, err := c.fleets.UpdateFleet(ctx, &tetherv1.UpdateFleetRequest{
+					Fleet: ff.fleet, UpdateMask: &fieldmaskpb.FieldMask{Paths: ff.fields}, RequestId: newRequestID(),
+				})
+				if err != nil {
+					return c.apiError(name, err)
+				}
+				return a.printFleet(f)
+			})
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", `fleet file, YAML or JSON ("-" for stdin)`)
+	_ = cmd.MarkFlagRequired("file") // the flag exists
+	return cmd
+}
+
+func (a *app) fleetsRolloutCommand() *cobra.Command {
+	cmd := group("rollout", "Show, pause, resume or undo a fleet's rollout", "rollout")
+	status := &cobra.Command{
+		Use:   "status NAME",
+		Short: "Where the fleet's last rollout stands, and its servers per revision",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := fleetName(args[0])
+			return a.withClient(func(c *client) error {
+				ctx, cancel := c.call(cmd.Context())
+				defer cancel()
+				f, err := c.fleets.GetFleet(ctx, &tetherv1.GetFleetRequest{Name: name})
+				if err != nil {
+					return c.apiError(name, err)
+				}
+				return a.print(f.GetStatus().GetRollout(), func(w io.Writer) { a.rolloutText(w, f) })
+			})
+		},
+	}
+	action := func(use, short string, call func(context.Context, *client, string) (*tetherv1.Fleet, error)) *cobra.Command {
+		return &cobra.Command{
+			Use: use + " NAME", Short: short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				name := fleetName(args[0])
+				return a.withClient(func(c *client) error {
+					ctx, cancel := c.call(cmd.Context())
+					defer cancel()
+					f, err := call(ctx, c, name)
+					if err != nil {
+						return c.apiError(name, err)
+					}
+					return a.print(f.GetStatus().GetRollout(), func(w io.Writer) { a.rolloutText(w, f) })
+				})
+			},
+		}
+	}
+	cmd.AddCommand(status,
+		action("pause", "Pause a progressing rollout: outdated servers stay", func(ctx context.Context, c *client, name string) (*tetherv1.Fleet, error) {
+			return c.fleets.PauseRollout(ctx, &tetherv1.PauseRolloutRequest{Name: name, RequestId: newRequestID()})
+		}),
+		action("resume", "Resume a paused or halted rollout", func(ctx context.Context, c *client, name string) (*tetherv1.Fleet, error) {
+			return c.fleets.ResumeRollout(ctx, &tetherv1.ResumeRolloutRequest{Name: name, RequestId: newRequestID()})
+		}),
+		action("undo", "Go back to the previous revision and roll out to it", func(ctx context.Context, c *client, name string) (*tetherv1.Fleet, error) {
+			return c.fleets.UndoRollout(ctx, &tetherv1.UndoRolloutRequest{Name: name, RequestId: newRequestID()})
+		}))
+	return cmd
+}
+
+// rolloutText writes a fleet's rollout for humans: its state and counts,
+// then its servers per revision (when the answer has them).
+func (a *app) rolloutText(w io.Writer, f *tetherv1.Fleet) {
+	r := f.GetStatus().GetRollout()
+	if r == nil {
+		fmt.Fprintf(w, "%s: revision %d, no rollout yet\n", shortName(f.GetName()), f.GetRevision())
+		return
+	}
+	fmt.Fprintf(w, "%s: rollout to revision %d (from %d) %s, started %s ago: %s; %s\n", shortName(f.GetName()), r.GetRevision(),
+		r.GetFromRevision(), r.GetState(), age(a.now(), r.GetStartTime()), r.GetReason(), r.GetStrategy())
+	fmt.Fprintf(w, "  updated %d (%d READY), outdated %d (%d holding a match)\n", r.GetUpdated(), r.GetUpdatedReady(), r.GetOutdated(), r.GetOutdatedBusy())
+	if r.GetMessage() != "" {
+		fmt.Fprintf(w, "  %s\n", r.GetMessage())
+	}
+	if revs := f.GetStatus().GetRevisions(); len(revs) > 0 {
+		row(w, "REVISION", "SERVERS", "READY", "ALLOCATED")
+		for _, c := range revs {
+			row(w, strconv.FormatInt(c.GetRevision(), 10), strconv.Itoa(int(c.GetReplicas())), strconv.Itoa(int(c.GetReadyReplicas())), strconv.Itoa(int(c.GetAllocatedReplicas())))
+		}
+	}
 }
 
 func (a *app) fleetsCreateCommand() *cobra.Command {

@@ -420,7 +420,9 @@ type FleetSpec struct {
 	// Labels copied onto the fleet's game servers.
 	Labels map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Replicas set from use rather than by hand; unset: by hand.
-	Autoscaling   *FleetAutoscaling `protobuf:"bytes,8,opt,name=autoscaling,proto3" json:"autoscaling,omitempty"`
+	Autoscaling *FleetAutoscaling `protobuf:"bytes,8,opt,name=autoscaling,proto3" json:"autoscaling,omitempty"`
+	// How servers move to a new revision; unset: rolling update, 25 % / 25 %.
+	Strategy      *FleetStrategy `protobuf:"bytes,9,opt,name=strategy,proto3" json:"strategy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -507,6 +509,13 @@ func (x *FleetSpec) GetLabels() map[string]string {
 func (x *FleetSpec) GetAutoscaling() *FleetAutoscaling {
 	if x != nil {
 		return x.Autoscaling
+	}
+	return nil
+}
+
+func (x *FleetSpec) GetStrategy() *FleetStrategy {
+	if x != nil {
+		return x.Strategy
 	}
 	return nil
 }
@@ -653,7 +662,7 @@ var File_tether_events_v1_fleet_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_fleet_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctether/events/v1/fleet.proto\x12\x10tether.events.v1\x1a&tether/events/v1/fleet_autoscale.proto\"V\n" +
+	"\x1ctether/events/v1/fleet.proto\x12\x10tether.events.v1\x1a&tether/events/v1/fleet_autoscale.proto\x1a$tether/events/v1/fleet_rollout.proto\"V\n" +
 	"\bPortSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
 	"\bprotocol\x18\x02 \x01(\x0e2\x1a.tether.events.v1.ProtocolR\bprotocol\"\x8b\x03\n" +
@@ -678,7 +687,7 @@ const file_tether_events_v1_fleet_proto_rawDesc = "" +
 	"\vmax_players\x18\x01 \x01(\x05R\n" +
 	"maxPlayers\x12>\n" +
 	"\x1breservation_timeout_seconds\x18\x02 \x01(\x05R\x19reservationTimeoutSeconds\x128\n" +
-	"\x18reconnect_window_seconds\x18\x03 \x01(\x05R\x16reconnectWindowSeconds\"\xb2\x04\n" +
+	"\x18reconnect_window_seconds\x18\x03 \x01(\x05R\x16reconnectWindowSeconds\"\xef\x04\n" +
 	"\tFleetSpec\x12\x1a\n" +
 	"\breplicas\x18\x01 \x01(\x05R\breplicas\x12@\n" +
 	"\btemplate\x18\x02 \x01(\v2$.tether.events.v1.GameServerTemplateR\btemplate\x126\n" +
@@ -689,7 +698,8 @@ const file_tether_events_v1_fleet_proto_rawDesc = "" +
 	"scheduling\x18\x06 \x01(\x0e2\x1c.tether.events.v1.SchedulingR\n" +
 	"scheduling\x12?\n" +
 	"\x06labels\x18\a \x03(\v2'.tether.events.v1.FleetSpec.LabelsEntryR\x06labels\x12D\n" +
-	"\vautoscaling\x18\b \x01(\v2\".tether.events.v1.FleetAutoscalingR\vautoscaling\x1a9\n" +
+	"\vautoscaling\x18\b \x01(\v2\".tether.events.v1.FleetAutoscalingR\vautoscaling\x12;\n" +
+	"\bstrategy\x18\t \x01(\v2\x1f.tether.events.v1.FleetStrategyR\bstrategy\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"?\n" +
@@ -738,6 +748,7 @@ var file_tether_events_v1_fleet_proto_goTypes = []any{
 	nil,                         // 11: tether.events.v1.GameServerTemplate.HostSelectorEntry
 	nil,                         // 12: tether.events.v1.FleetSpec.LabelsEntry
 	(*FleetAutoscaling)(nil),    // 13: tether.events.v1.FleetAutoscaling
+	(*FleetStrategy)(nil),       // 14: tether.events.v1.FleetStrategy
 }
 var file_tether_events_v1_fleet_proto_depIdxs = []int32{
 	0,  // 0: tether.events.v1.PortSpec.protocol:type_name -> tether.events.v1.Protocol
@@ -750,13 +761,14 @@ var file_tether_events_v1_fleet_proto_depIdxs = []int32{
 	1,  // 7: tether.events.v1.FleetSpec.scheduling:type_name -> tether.events.v1.Scheduling
 	12, // 8: tether.events.v1.FleetSpec.labels:type_name -> tether.events.v1.FleetSpec.LabelsEntry
 	13, // 9: tether.events.v1.FleetSpec.autoscaling:type_name -> tether.events.v1.FleetAutoscaling
-	6,  // 10: tether.events.v1.FleetCreated.spec:type_name -> tether.events.v1.FleetSpec
-	6,  // 11: tether.events.v1.FleetUpdated.spec:type_name -> tether.events.v1.FleetSpec
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	14, // 10: tether.events.v1.FleetSpec.strategy:type_name -> tether.events.v1.FleetStrategy
+	6,  // 11: tether.events.v1.FleetCreated.spec:type_name -> tether.events.v1.FleetSpec
+	6,  // 12: tether.events.v1.FleetUpdated.spec:type_name -> tether.events.v1.FleetSpec
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_fleet_proto_init() }
@@ -765,6 +777,7 @@ func file_tether_events_v1_fleet_proto_init() {
 		return
 	}
 	file_tether_events_v1_fleet_autoscale_proto_init()
+	file_tether_events_v1_fleet_rollout_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -58,6 +58,9 @@ const (
 	Reason_REASON_AGENT_RESTARTED Reason = 13
 	// Its host is draining: its fleet replaced it on another host first.
 	Reason_REASON_HOST_DRAINING Reason = 14
+	// Its fleet's template or health changed: a server of the new revision
+	// replaced it (a rollout).
+	Reason_REASON_FLEET_UPDATED Reason = 15
 )
 
 // Enum value maps for Reason.
@@ -78,6 +81,7 @@ var (
 		12: "REASON_HOST_SHUTDOWN",
 		13: "REASON_AGENT_RESTARTED",
 		14: "REASON_HOST_DRAINING",
+		15: "REASON_FLEET_UPDATED",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":                  0,
@@ -95,6 +99,7 @@ var (
 		"REASON_HOST_SHUTDOWN":                12,
 		"REASON_AGENT_RESTARTED":              13,
 		"REASON_HOST_DRAINING":                14,
+		"REASON_FLEET_UPDATED":                15,
 	}
 )
 
@@ -529,8 +534,11 @@ type GameServerScheduled struct {
 	Labels map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Player-session policy copied from the fleet.
 	PlayerSessions *PlayerSessionPolicy `protobuf:"bytes,6,opt,name=player_sessions,json=playerSessions,proto3" json:"player_sessions,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The fleet's revision whose template and health it runs; 0 before
+	// revisions were recorded.
+	Revision      int64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GameServerScheduled) Reset() {
@@ -603,6 +611,13 @@ func (x *GameServerScheduled) GetPlayerSessions() *PlayerSessionPolicy {
 		return x.PlayerSessions
 	}
 	return nil
+}
+
+func (x *GameServerScheduled) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 // ProcessStarted: the agent launched the process.
@@ -1575,14 +1590,15 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\x06detail\x18\n" +
 	" \x01(\tR\x06detailB\f\n" +
 	"\n" +
-	"_exit_code\"\xba\x03\n" +
+	"_exit_code\"\xd6\x03\n" +
 	"\x13GameServerScheduled\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12@\n" +
 	"\btemplate\x18\x02 \x01(\v2$.tether.events.v1.GameServerTemplateR\btemplate\x126\n" +
 	"\x06health\x18\x03 \x01(\v2\x1e.tether.events.v1.HealthPolicyR\x06health\x12?\n" +
 	"\x1csdk_disconnect_grace_seconds\x18\x04 \x01(\x05R\x19sdkDisconnectGraceSeconds\x12I\n" +
 	"\x06labels\x18\x05 \x03(\v21.tether.events.v1.GameServerScheduled.LabelsEntryR\x06labels\x12N\n" +
-	"\x0fplayer_sessions\x18\x06 \x01(\v2%.tether.events.v1.PlayerSessionPolicyR\x0eplayerSessions\x1a9\n" +
+	"\x0fplayer_sessions\x18\x06 \x01(\v2%.tether.events.v1.PlayerSessionPolicyR\x0eplayerSessions\x12\x1a\n" +
+	"\brevision\x18\a \x01(\x03R\brevision\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9f\x01\n" +
@@ -1655,7 +1671,7 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\x1a6\n" +
 	"\bSetEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xd3\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xed\x03\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aREASON_HEALTH_CHECK_FAILED\x10\x01\x12\x19\n" +
@@ -1672,7 +1688,8 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\x1bREASON_PROCESS_START_FAILED\x10\v\x12\x18\n" +
 	"\x14REASON_HOST_SHUTDOWN\x10\f\x12\x1a\n" +
 	"\x16REASON_AGENT_RESTARTED\x10\r\x12\x18\n" +
-	"\x14REASON_HOST_DRAINING\x10\x0e*\xed\x01\n" +
+	"\x14REASON_HOST_DRAINING\x10\x0e\x12\x18\n" +
+	"\x14REASON_FLEET_UPDATED\x10\x0f*\xed\x01\n" +
 	"\tLifecycle\x12\x19\n" +
 	"\x15LIFECYCLE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13LIFECYCLE_SCHEDULED\x10\x01\x12\x16\n" +

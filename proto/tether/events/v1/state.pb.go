@@ -245,8 +245,16 @@ type FleetState struct {
 	// While the autoscaling policy fails: the FleetAutoscaleFailed that began
 	// the run (or changed its error); unset otherwise.
 	AutoscaleFailing *FleetAutoscaleFailed `protobuf:"bytes,15,opt,name=autoscale_failing,json=autoscaleFailing,proto3" json:"autoscale_failing,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The revision new game servers run (1 at creation; 0 for a fleet made
+	// before revisions).
+	Revision int64 `protobuf:"varint,16,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The last revisions, oldest first (at most events.MaxRevisions): undo
+	// goes back to the one before the current.
+	Revisions []*FleetRevision `protobuf:"bytes,17,rep,name=revisions,proto3" json:"revisions,omitempty"`
+	// The last rollout; unset before the first.
+	Rollout       *FleetRollout `protobuf:"bytes,18,opt,name=rollout,proto3" json:"rollout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FleetState) Reset() {
@@ -384,6 +392,99 @@ func (x *FleetState) GetAutoscaleFailing() *FleetAutoscaleFailed {
 	return nil
 }
 
+func (x *FleetState) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *FleetState) GetRevisions() []*FleetRevision {
+	if x != nil {
+		return x.Revisions
+	}
+	return nil
+}
+
+func (x *FleetState) GetRollout() *FleetRollout {
+	if x != nil {
+		return x.Rollout
+	}
+	return nil
+}
+
+// A revision of a fleet: the template and health contract its game servers
+// run with. A change of either makes a new one.
+type FleetRevision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its number: 1 at creation, then the highest so far plus one.
+	Revision int64               `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Template *GameServerTemplate `protobuf:"bytes,2,opt,name=template,proto3" json:"template,omitempty"`
+	Health   *HealthPolicy       `protobuf:"bytes,3,opt,name=health,proto3" json:"health,omitempty"`
+	// When it was made.
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetRevision) Reset() {
+	*x = FleetRevision{}
+	mi := &file_tether_events_v1_state_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetRevision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetRevision) ProtoMessage() {}
+
+func (x *FleetRevision) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_events_v1_state_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetRevision.ProtoReflect.Descriptor instead.
+func (*FleetRevision) Descriptor() ([]byte, []int) {
+	return file_tether_events_v1_state_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *FleetRevision) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *FleetRevision) GetTemplate() *GameServerTemplate {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+func (x *FleetRevision) GetHealth() *HealthPolicy {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+func (x *FleetRevision) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
 // HostState is a host folded from its events.
 type HostState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -431,7 +532,7 @@ type HostState struct {
 
 func (x *HostState) Reset() {
 	*x = HostState{}
-	mi := &file_tether_events_v1_state_proto_msgTypes[1]
+	mi := &file_tether_events_v1_state_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +544,7 @@ func (x *HostState) String() string {
 func (*HostState) ProtoMessage() {}
 
 func (x *HostState) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_state_proto_msgTypes[1]
+	mi := &file_tether_events_v1_state_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +557,7 @@ func (x *HostState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostState.ProtoReflect.Descriptor instead.
 func (*HostState) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_state_proto_rawDescGZIP(), []int{1}
+	return file_tether_events_v1_state_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *HostState) GetName() string {
@@ -647,13 +748,15 @@ type GameServerState struct {
 	Allocation *GameServerAllocated `protobuf:"bytes,28,opt,name=allocation,proto3" json:"allocation,omitempty"`
 	// Player-session policy, copied from the fleet when scheduled.
 	PlayerSessionPolicy *PlayerSessionPolicy `protobuf:"bytes,29,opt,name=player_session_policy,json=playerSessionPolicy,proto3" json:"player_session_policy,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The fleet revision it runs (GameServerScheduled.revision).
+	Revision      int64 `protobuf:"varint,30,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GameServerState) Reset() {
 	*x = GameServerState{}
-	mi := &file_tether_events_v1_state_proto_msgTypes[2]
+	mi := &file_tether_events_v1_state_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -665,7 +768,7 @@ func (x *GameServerState) String() string {
 func (*GameServerState) ProtoMessage() {}
 
 func (x *GameServerState) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_state_proto_msgTypes[2]
+	mi := &file_tether_events_v1_state_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -678,7 +781,7 @@ func (x *GameServerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GameServerState.ProtoReflect.Descriptor instead.
 func (*GameServerState) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_state_proto_rawDescGZIP(), []int{2}
+	return file_tether_events_v1_state_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GameServerState) GetName() string {
@@ -884,11 +987,18 @@ func (x *GameServerState) GetPlayerSessionPolicy() *PlayerSessionPolicy {
 	return nil
 }
 
+func (x *GameServerState) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 var File_tether_events_v1_state_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctether/events/v1/state.proto\x12\x10tether.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ctether/events/v1/fleet.proto\x1a&tether/events/v1/fleet_autoscale.proto\x1a&tether/events/v1/fleet_placement.proto\x1a\"tether/events/v1/fleet_start.proto\x1a!tether/events/v1/gameserver.proto\"\xc0\a\n" +
+	"\x1ctether/events/v1/state.proto\x12\x10tether.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ctether/events/v1/fleet.proto\x1a&tether/events/v1/fleet_autoscale.proto\x1a&tether/events/v1/fleet_placement.proto\x1a$tether/events/v1/fleet_rollout.proto\x1a\"tether/events/v1/fleet_start.proto\x1a!tether/events/v1/gameserver.proto\"\xd5\b\n" +
 	"\n" +
 	"FleetState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
@@ -909,7 +1019,16 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\x18placement_condition_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x16placementConditionTime\x12/\n" +
 	"\x13placement_unblocked\x18\r \x01(\bR\x12placementUnblocked\x12H\n" +
 	"\x0elast_autoscale\x18\x0e \x01(\v2!.tether.events.v1.FleetAutoscaledR\rlastAutoscale\x12S\n" +
-	"\x11autoscale_failing\x18\x0f \x01(\v2&.tether.events.v1.FleetAutoscaleFailedR\x10autoscaleFailing\"\xc0\x06\n" +
+	"\x11autoscale_failing\x18\x0f \x01(\v2&.tether.events.v1.FleetAutoscaleFailedR\x10autoscaleFailing\x12\x1a\n" +
+	"\brevision\x18\x10 \x01(\x03R\brevision\x12=\n" +
+	"\trevisions\x18\x11 \x03(\v2\x1f.tether.events.v1.FleetRevisionR\trevisions\x128\n" +
+	"\arollout\x18\x12 \x01(\v2\x1e.tether.events.v1.FleetRolloutR\arollout\"\xe2\x01\n" +
+	"\rFleetRevision\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\x12@\n" +
+	"\btemplate\x18\x02 \x01(\v2$.tether.events.v1.GameServerTemplateR\btemplate\x126\n" +
+	"\x06health\x18\x03 \x01(\v2\x1e.tether.events.v1.HealthPolicyR\x06health\x12;\n" +
+	"\vcreate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"\xc0\x06\n" +
 	"\tHostState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1c.tether.events.v1.HostStatusR\x06status\x12\x1a\n" +
@@ -938,7 +1057,7 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"cordonTime\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf8\f\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\r\n" +
 	"\x0fGameServerState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x129\n" +
@@ -976,7 +1095,8 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"allocation\x18\x1c \x01(\v2%.tether.events.v1.GameServerAllocatedR\n" +
 	"allocation\x12Y\n" +
-	"\x15player_session_policy\x18\x1d \x01(\v2%.tether.events.v1.PlayerSessionPolicyR\x13playerSessionPolicy\x1a9\n" +
+	"\x15player_session_policy\x18\x1d \x01(\v2%.tether.events.v1.PlayerSessionPolicyR\x13playerSessionPolicy\x12\x1a\n" +
+	"\brevision\x18\x1e \x01(\x03R\brevision\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xc5\x01\n" +
@@ -1013,75 +1133,82 @@ func file_tether_events_v1_state_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_events_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tether_events_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_tether_events_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_tether_events_v1_state_proto_goTypes = []any{
 	(HostStatus)(0),               // 0: tether.events.v1.HostStatus
 	(ConnectionState)(0),          // 1: tether.events.v1.ConnectionState
 	(HealthState)(0),              // 2: tether.events.v1.HealthState
 	(*FleetState)(nil),            // 3: tether.events.v1.FleetState
-	(*HostState)(nil),             // 4: tether.events.v1.HostState
-	(*GameServerState)(nil),       // 5: tether.events.v1.GameServerState
-	nil,                           // 6: tether.events.v1.HostState.LabelsEntry
-	nil,                           // 7: tether.events.v1.GameServerState.LabelsEntry
-	(*FleetSpec)(nil),             // 8: tether.events.v1.FleetSpec
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
-	(*FleetStartFailing)(nil),     // 10: tether.events.v1.FleetStartFailing
-	(*FleetStartRecovered)(nil),   // 11: tether.events.v1.FleetStartRecovered
-	(*FleetPlacementBlocked)(nil), // 12: tether.events.v1.FleetPlacementBlocked
-	(*FleetAutoscaled)(nil),       // 13: tether.events.v1.FleetAutoscaled
-	(*FleetAutoscaleFailed)(nil),  // 14: tether.events.v1.FleetAutoscaleFailed
-	(Lifecycle)(0),                // 15: tether.events.v1.Lifecycle
-	(*Port)(nil),                  // 16: tether.events.v1.Port
-	(Reason)(0),                   // 17: tether.events.v1.Reason
-	(*Evidence)(nil),              // 18: tether.events.v1.Evidence
-	(*GameServerTemplate)(nil),    // 19: tether.events.v1.GameServerTemplate
-	(*HealthPolicy)(nil),          // 20: tether.events.v1.HealthPolicy
-	(*ConnectionChange)(nil),      // 21: tether.events.v1.ConnectionChange
-	(*GameServerAllocated)(nil),   // 22: tether.events.v1.GameServerAllocated
-	(*PlayerSessionPolicy)(nil),   // 23: tether.events.v1.PlayerSessionPolicy
+	(*FleetRevision)(nil),         // 4: tether.events.v1.FleetRevision
+	(*HostState)(nil),             // 5: tether.events.v1.HostState
+	(*GameServerState)(nil),       // 6: tether.events.v1.GameServerState
+	nil,                           // 7: tether.events.v1.HostState.LabelsEntry
+	nil,                           // 8: tether.events.v1.GameServerState.LabelsEntry
+	(*FleetSpec)(nil),             // 9: tether.events.v1.FleetSpec
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*FleetStartFailing)(nil),     // 11: tether.events.v1.FleetStartFailing
+	(*FleetStartRecovered)(nil),   // 12: tether.events.v1.FleetStartRecovered
+	(*FleetPlacementBlocked)(nil), // 13: tether.events.v1.FleetPlacementBlocked
+	(*FleetAutoscaled)(nil),       // 14: tether.events.v1.FleetAutoscaled
+	(*FleetAutoscaleFailed)(nil),  // 15: tether.events.v1.FleetAutoscaleFailed
+	(*FleetRollout)(nil),          // 16: tether.events.v1.FleetRollout
+	(*GameServerTemplate)(nil),    // 17: tether.events.v1.GameServerTemplate
+	(*HealthPolicy)(nil),          // 18: tether.events.v1.HealthPolicy
+	(Lifecycle)(0),                // 19: tether.events.v1.Lifecycle
+	(*Port)(nil),                  // 20: tether.events.v1.Port
+	(Reason)(0),                   // 21: tether.events.v1.Reason
+	(*Evidence)(nil),              // 22: tether.events.v1.Evidence
+	(*ConnectionChange)(nil),      // 23: tether.events.v1.ConnectionChange
+	(*GameServerAllocated)(nil),   // 24: tether.events.v1.GameServerAllocated
+	(*PlayerSessionPolicy)(nil),   // 25: tether.events.v1.PlayerSessionPolicy
 }
 var file_tether_events_v1_state_proto_depIdxs = []int32{
-	8,  // 0: tether.events.v1.FleetState.spec:type_name -> tether.events.v1.FleetSpec
-	9,  // 1: tether.events.v1.FleetState.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 2: tether.events.v1.FleetState.update_time:type_name -> google.protobuf.Timestamp
-	9,  // 3: tether.events.v1.FleetState.delete_time:type_name -> google.protobuf.Timestamp
-	10, // 4: tether.events.v1.FleetState.start_failing:type_name -> tether.events.v1.FleetStartFailing
-	11, // 5: tether.events.v1.FleetState.start_recovered:type_name -> tether.events.v1.FleetStartRecovered
-	9,  // 6: tether.events.v1.FleetState.start_condition_time:type_name -> google.protobuf.Timestamp
-	12, // 7: tether.events.v1.FleetState.placement_blocked:type_name -> tether.events.v1.FleetPlacementBlocked
-	9,  // 8: tether.events.v1.FleetState.placement_condition_time:type_name -> google.protobuf.Timestamp
-	13, // 9: tether.events.v1.FleetState.last_autoscale:type_name -> tether.events.v1.FleetAutoscaled
-	14, // 10: tether.events.v1.FleetState.autoscale_failing:type_name -> tether.events.v1.FleetAutoscaleFailed
-	0,  // 11: tether.events.v1.HostState.status:type_name -> tether.events.v1.HostStatus
-	6,  // 12: tether.events.v1.HostState.labels:type_name -> tether.events.v1.HostState.LabelsEntry
-	9,  // 13: tether.events.v1.HostState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	9,  // 14: tether.events.v1.HostState.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 15: tether.events.v1.HostState.update_time:type_name -> google.protobuf.Timestamp
-	9,  // 16: tether.events.v1.HostState.cordon_time:type_name -> google.protobuf.Timestamp
-	15, // 17: tether.events.v1.GameServerState.lifecycle:type_name -> tether.events.v1.Lifecycle
-	1,  // 18: tether.events.v1.GameServerState.connection:type_name -> tether.events.v1.ConnectionState
-	9,  // 19: tether.events.v1.GameServerState.connection_since:type_name -> google.protobuf.Timestamp
-	9,  // 20: tether.events.v1.GameServerState.grace_deadline:type_name -> google.protobuf.Timestamp
-	2,  // 21: tether.events.v1.GameServerState.health:type_name -> tether.events.v1.HealthState
-	9,  // 22: tether.events.v1.GameServerState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	16, // 23: tether.events.v1.GameServerState.ports:type_name -> tether.events.v1.Port
-	17, // 24: tether.events.v1.GameServerState.reason:type_name -> tether.events.v1.Reason
-	18, // 25: tether.events.v1.GameServerState.evidence:type_name -> tether.events.v1.Evidence
-	7,  // 26: tether.events.v1.GameServerState.labels:type_name -> tether.events.v1.GameServerState.LabelsEntry
-	19, // 27: tether.events.v1.GameServerState.template:type_name -> tether.events.v1.GameServerTemplate
-	20, // 28: tether.events.v1.GameServerState.health_policy:type_name -> tether.events.v1.HealthPolicy
-	9,  // 29: tether.events.v1.GameServerState.reserved_until:type_name -> google.protobuf.Timestamp
-	9,  // 30: tether.events.v1.GameServerState.shutdown_deadline:type_name -> google.protobuf.Timestamp
-	9,  // 31: tether.events.v1.GameServerState.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 32: tether.events.v1.GameServerState.update_time:type_name -> google.protobuf.Timestamp
-	21, // 33: tether.events.v1.GameServerState.connection_history:type_name -> tether.events.v1.ConnectionChange
-	22, // 34: tether.events.v1.GameServerState.allocation:type_name -> tether.events.v1.GameServerAllocated
-	23, // 35: tether.events.v1.GameServerState.player_session_policy:type_name -> tether.events.v1.PlayerSessionPolicy
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	9,  // 0: tether.events.v1.FleetState.spec:type_name -> tether.events.v1.FleetSpec
+	10, // 1: tether.events.v1.FleetState.create_time:type_name -> google.protobuf.Timestamp
+	10, // 2: tether.events.v1.FleetState.update_time:type_name -> google.protobuf.Timestamp
+	10, // 3: tether.events.v1.FleetState.delete_time:type_name -> google.protobuf.Timestamp
+	11, // 4: tether.events.v1.FleetState.start_failing:type_name -> tether.events.v1.FleetStartFailing
+	12, // 5: tether.events.v1.FleetState.start_recovered:type_name -> tether.events.v1.FleetStartRecovered
+	10, // 6: tether.events.v1.FleetState.start_condition_time:type_name -> google.protobuf.Timestamp
+	13, // 7: tether.events.v1.FleetState.placement_blocked:type_name -> tether.events.v1.FleetPlacementBlocked
+	10, // 8: tether.events.v1.FleetState.placement_condition_time:type_name -> google.protobuf.Timestamp
+	14, // 9: tether.events.v1.FleetState.last_autoscale:type_name -> tether.events.v1.FleetAutoscaled
+	15, // 10: tether.events.v1.FleetState.autoscale_failing:type_name -> tether.events.v1.FleetAutoscaleFailed
+	4,  // 11: tether.events.v1.FleetState.revisions:type_name -> tether.events.v1.FleetRevision
+	16, // 12: tether.events.v1.FleetState.rollout:type_name -> tether.events.v1.FleetRollout
+	17, // 13: tether.events.v1.FleetRevision.template:type_name -> tether.events.v1.GameServerTemplate
+	18, // 14: tether.events.v1.FleetRevision.health:type_name -> tether.events.v1.HealthPolicy
+	10, // 15: tether.events.v1.FleetRevision.create_time:type_name -> google.protobuf.Timestamp
+	0,  // 16: tether.events.v1.HostState.status:type_name -> tether.events.v1.HostStatus
+	7,  // 17: tether.events.v1.HostState.labels:type_name -> tether.events.v1.HostState.LabelsEntry
+	10, // 18: tether.events.v1.HostState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	10, // 19: tether.events.v1.HostState.create_time:type_name -> google.protobuf.Timestamp
+	10, // 20: tether.events.v1.HostState.update_time:type_name -> google.protobuf.Timestamp
+	10, // 21: tether.events.v1.HostState.cordon_time:type_name -> google.protobuf.Timestamp
+	19, // 22: tether.events.v1.GameServerState.lifecycle:type_name -> tether.events.v1.Lifecycle
+	1,  // 23: tether.events.v1.GameServerState.connection:type_name -> tether.events.v1.ConnectionState
+	10, // 24: tether.events.v1.GameServerState.connection_since:type_name -> google.protobuf.Timestamp
+	10, // 25: tether.events.v1.GameServerState.grace_deadline:type_name -> google.protobuf.Timestamp
+	2,  // 26: tether.events.v1.GameServerState.health:type_name -> tether.events.v1.HealthState
+	10, // 27: tether.events.v1.GameServerState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	20, // 28: tether.events.v1.GameServerState.ports:type_name -> tether.events.v1.Port
+	21, // 29: tether.events.v1.GameServerState.reason:type_name -> tether.events.v1.Reason
+	22, // 30: tether.events.v1.GameServerState.evidence:type_name -> tether.events.v1.Evidence
+	8,  // 31: tether.events.v1.GameServerState.labels:type_name -> tether.events.v1.GameServerState.LabelsEntry
+	17, // 32: tether.events.v1.GameServerState.template:type_name -> tether.events.v1.GameServerTemplate
+	18, // 33: tether.events.v1.GameServerState.health_policy:type_name -> tether.events.v1.HealthPolicy
+	10, // 34: tether.events.v1.GameServerState.reserved_until:type_name -> google.protobuf.Timestamp
+	10, // 35: tether.events.v1.GameServerState.shutdown_deadline:type_name -> google.protobuf.Timestamp
+	10, // 36: tether.events.v1.GameServerState.create_time:type_name -> google.protobuf.Timestamp
+	10, // 37: tether.events.v1.GameServerState.update_time:type_name -> google.protobuf.Timestamp
+	23, // 38: tether.events.v1.GameServerState.connection_history:type_name -> tether.events.v1.ConnectionChange
+	24, // 39: tether.events.v1.GameServerState.allocation:type_name -> tether.events.v1.GameServerAllocated
+	25, // 40: tether.events.v1.GameServerState.player_session_policy:type_name -> tether.events.v1.PlayerSessionPolicy
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_state_proto_init() }
@@ -1092,6 +1219,7 @@ func file_tether_events_v1_state_proto_init() {
 	file_tether_events_v1_fleet_proto_init()
 	file_tether_events_v1_fleet_autoscale_proto_init()
 	file_tether_events_v1_fleet_placement_proto_init()
+	file_tether_events_v1_fleet_rollout_proto_init()
 	file_tether_events_v1_fleet_start_proto_init()
 	file_tether_events_v1_gameserver_proto_init()
 	type x struct{}
@@ -1100,7 +1228,7 @@ func file_tether_events_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_events_v1_state_proto_rawDesc), len(file_tether_events_v1_state_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
