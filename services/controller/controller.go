@@ -215,6 +215,7 @@ type Controller struct {
 	views        viewsWatch           // whether the views still move (staleness.go)
 	starts       startWatch           // game servers that end before READY (startbackoff.go)
 	hooks        *webhooks            // autoscaling webhooks' last answers (autoscale.go)
+	allocs       *allocationWatch     // allocations that wake the pass loop (wake.go)
 	// written is the highest stream sequence the views must have applied
 	// before a pass may read them: our own last append, or on taking over,
 	// the stream's last sequence (the predecessor's writes).
@@ -233,6 +234,7 @@ func New(opts Options) (*Controller, error) {
 	c := &Controller{opts: opts, log: opts.Logger.With("controller", opts.ID), producer: "controllers/" + opts.ID,
 		noRoomLogged: map[string]time.Time{}, seen: map[string]time.Time{}, startResent: map[string]time.Time{}}
 	c.hooks = newWebhooks(opts.Interval, opts.Clock.Now)
+	c.allocs = newAllocationWatch(opts.JetStream)
 	m := opts.MeterProvider.Meter("github.com/tetherhq/tether/services/controller")
 	var err error
 	if c.scheduled, err = m.Int64Counter("tether_controller_scheduled", metric.WithDescription("Game servers scheduled.")); err != nil {
@@ -314,17 +316,28 @@ func (c *Controller) lead(ctx context.Context, epoch uint64) error {
 	c.starts = startWatch{}                // and reads start failures from the views' checkpoint
 	c.hooks.reset()                        // and asks the webhooks afresh
 	c.written, c.caughtUp = 0, false
-	defer c.stopBeats() // started by the first pass, with the leadership's context
+	defer c.stopBeats()   // started by the first pass, with the leadership's context
+	defer c.allocs.stop() // started by a pass that sees an autoscaled fleet
 	c.log.Info("became leader", "epoch", epoch)
 	t := time.NewTicker(c.opts.Interval)
 	defer t.Stop()
 	for ctx.Err() == nil {
+		began := time.Now()
 		if err := c.Reconcile(ctx); err != nil && ctx.Err() == nil {
 			c.log.Error("reconcile failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():
 		case <-t.C:
+		case <-c.allocs.wakes():
+			// An allocation took a server out of a buffer: pass again now,
+			// but not sooner than minWakeGap after the last one began.
+			gap := time.NewTimer(time.Until(began.Add(minWakeGap)))
+			select {
+			case <-ctx.Done():
+			case <-gap.C:
+			}
+			gap.Stop()
 		}
 	}
 	return nil

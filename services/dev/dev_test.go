@@ -66,7 +66,7 @@ func TestMain(m *testing.M) {
 // stack is a whole Tether (NATS, projector, API, controller, agents) in
 // this process, over a test database.
 type stack struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	addrs dev.Addresses
 	key   string // the API key rest calls with, if any
@@ -74,7 +74,7 @@ type stack struct {
 	js    jetstream.JetStream // the test's own client of the stack's NATS
 }
 
-func startStack(t *testing.T, hosts int, configure ...func(*dev.Options)) *stack {
+func startStack(t testing.TB, hosts int, configure ...func(*dev.Options)) *stack {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan dev.Addresses, 1)
@@ -119,7 +119,7 @@ func startStack(t *testing.T, hosts int, configure ...func(*dev.Options)) *stack
 }
 
 // storeFor connects a test's own client to the stack's NATS.
-func storeFor(t *testing.T, s *stack) *natsjs.Store {
+func storeFor(t testing.TB, s *stack) *natsjs.Store {
 	t.Helper()
 	nc, err := nats.Connect(s.addrs.NATS)
 	if err != nil {
@@ -224,7 +224,7 @@ func fleetSpec(replicas int, env map[string]string) map[string]any {
 }
 
 // echo sends a datagram to a game server and expects it back.
-func echo(t *testing.T, g gameServer) {
+func echo(t testing.TB, g gameServer) {
 	t.Helper()
 	if len(g.Ports) == 0 {
 		t.Fatalf("%s has no port", g.Name)

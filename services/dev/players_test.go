@@ -94,7 +94,7 @@ type player struct {
 
 // join connects to the endpoint and presents a player session and token;
 // it returns the server's answer line.
-func join(t *testing.T, a allocation, playerSession, token string) (*player, string) {
+func join(t testing.TB, a allocation, playerSession, token string) (*player, string) {
 	t.Helper()
 	conn, err := net.Dial("tcp", net.JoinHostPort(a.Endpoint.Address, fmt.Sprint(a.Endpoint.Ports[0].Port)))
 	if err != nil {
@@ -115,13 +115,13 @@ func join(t *testing.T, a allocation, playerSession, token string) (*player, str
 }
 
 // serverState asks the example game server what WatchGameServer told it.
-func serverState(t *testing.T, a allocation) string {
+func serverState(t testing.TB, a allocation) string {
 	t.Helper()
 	return tell(t, a.Endpoint.Address, a.Endpoint.Ports[0].Port, "STATE")
 }
 
 // tell sends the example game server one first line and returns its answer.
-func tell(t *testing.T, address string, port int, line string) string {
+func tell(t testing.TB, address string, port int, line string) string {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", net.JoinHostPort(address, fmt.Sprint(port)), 5*time.Second)
 	if err != nil {
