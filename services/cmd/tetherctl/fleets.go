@@ -61,6 +61,7 @@ revision, and the fleet's servers roll out to it ("fleets rollout status").`,
 
 func (a *app) fleetsRolloutCommand() *cobra.Command {
 	cmd := group("rollout", "Show, pause, resume or undo a fleet's rollout", "rollout")
+	var minSeq int64
 	status := &cobra.Command{
 		Use:   "status NAME",
 		Short: "Where the fleet's last rollout stands, and its servers per revision",
@@ -70,7 +71,7 @@ func (a *app) fleetsRolloutCommand() *cobra.Command {
 			return a.withClient(func(c *client) error {
 				ctx, cancel := c.call(cmd.Context())
 				defer cancel()
-				f, err := c.fleets.GetFleet(ctx, &tetherv1.GetFleetRequest{Name: name})
+				f, err := c.fleets.GetFleet(ctx, &tetherv1.GetFleetRequest{Name: name, MinSequence: minSeq})
 				if err != nil {
 					return c.apiError(name, err)
 				}
@@ -78,6 +79,7 @@ func (a *app) fleetsRolloutCommand() *cobra.Command {
 			})
 		},
 	}
+	addMinSequence(status, &minSeq)
 	action := func(use, short string, call func(context.Context, *client, string) (*tetherv1.Fleet, error)) *cobra.Command {
 		return &cobra.Command{
 			Use: use + " NAME", Short: short, Args: cobra.ExactArgs(1),

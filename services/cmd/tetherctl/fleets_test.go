@@ -253,3 +253,58 @@ func TestUnreachableServerAndBadFlags(t *testing.T) {
 		})
 	}
 }
+
+// The fleet examples of deploy/examples: updating arena with arena-v2
+// makes revision 2 and starts its rollout (the file's strategy too); the
+// rollout pauses, resumes and is undone from tetherctl; the autoscaled
+// example is created as written.
+func TestFleetsUpdateAndRollout(t *testing.T) {
+	s := newStack(t)
+	examples := "../../../deploy/examples/"
+	s.ok("fleets", "create", "-f", examples+"arena.yaml")
+	out := s.ok("fleets", "update", "arena", "-f", examples+"arena-v2.yaml", "-o", "json")
+	var f struct {
+		Sequence string `json:"sequence"`
+		Revision string `json:"revision"`
+		Template struct {
+			Env map[string]string `json:"env"`
+		} `json:"template"`
+		Strategy struct {
+			MaxSurge string `json:"maxSurge"`
+		} `json:"strategy"`
+		Status struct {
+			Rollout struct {
+				State  string `json:"state"`
+				Reason string `json:"reason"`
+			} `json:"rollout"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &f); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if f.Revision != "2" || f.Template.Env["BUILD"] != "2" || f.Strategy.MaxSurge != "1" ||
+		f.Status.Rollout.State != "PROGRESSING" || f.Status.Rollout.Reason != "template changed" {
+		t.Fatalf("after the update: %+v", f)
+	}
+	for _, step := range []struct{ cmd, want string }{
+		{"status", "rollout to revision 2 (from 1) PROGRESSING"},
+		{"pause", "rollout to revision 2 (from 1) PAUSED"},
+		{"resume", "rollout to revision 2 (from 1) PROGRESSING"},
+		{"undo", "rollout to revision 1 (from 2) PROGRESSING"},
+	} {
+		args := []string{"fleets", "rollout", step.cmd, "arena"}
+		if step.cmd == "status" {
+			args = append(args, "--min-sequence", f.Sequence)
+		}
+		if got := s.ok(args...); !strings.Contains(got, step.want) {
+			t.Fatalf("fleets rollout %s:\n%s\nwant %q", step.cmd, got, step.want)
+		}
+	}
+	if r := s.run("fleets", "update", "arena", "-f", writeFile(t, "empty.yaml", "name: arena\n")); r.code == 0 || !strings.Contains(r.stderr, "no field to change") {
+		t.Fatalf("an update with no field: exit %d, %q", r.code, r.stderr)
+	}
+	out = s.ok("fleets", "create", "-f", examples+"lobby-autoscaled.yaml", "-o", "json")
+	if !strings.Contains(out, `"bufferSize": "3"`) || !strings.Contains(out, `"zone": "dev-b"`) {
+		t.Fatalf("the autoscaled example as created:\n%s", out)
+	}
+}
