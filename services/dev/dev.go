@@ -438,7 +438,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		agentOpts := agent.Options{
 			HostID: id, Capacity: opts.HostCapacity, Address: opts.Host,
-			Labels:  map[string]string{"zone": fmt.Sprintf("dev-%c", 'a'+rune(i%3))},
+			Labels:  map[string]string{"zone": ZoneOf(i)},
 			SDKAddr: sdkGRPC, SDKHTTPAddr: sdkHTTP,
 			LogDir: filepath.Join(opts.LogDir, id), JetStream: hostNATS.js, Store: agentStore, Commands: agentBus,
 			KillProcessesOnExit: true, Logger: log.With("component", "agent"), Tokens: tokens,
@@ -633,6 +633,20 @@ func createDemoFleet(ctx context.Context, rest, key, binary string) error {
 
 // hostID is the id of the stack's host i (0-based).
 func hostID(i int) string { return fmt.Sprintf("h%d", i+1) }
+
+// ZoneOf is the zone label of the stack's i-th host (from 0): each host a
+// zone of its own, "dev-a", "dev-b", … "dev-z", "dev-aa", …, so that
+// placement by host labels can be tried on one machine.
+func ZoneOf(i int) string {
+	letters := ""
+	for n := i; ; n = n/26 - 1 {
+		letters = string(rune('a'+n%26)) + letters
+		if n < 26 {
+			break
+		}
+	}
+	return "dev-" + letters
+}
 
 // DatabaseURLFile is where a dev stack that started its own PostgreSQL
 // writes the database URL with its password (mode 0600): the banner shows

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/services/dev"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
@@ -130,4 +131,21 @@ func (s *stack) cordoned(id string) bool {
 		Cordoned bool `json:"cordoned"`
 	}
 	return s.rest("GET", "/v1/hosts/"+id, nil, &h) == http.StatusOK && h.Cordoned
+}
+
+// tether dev gives each host a zone of its own.
+func TestZonesAreDistinct(t *testing.T) {
+	seen := map[string]int{}
+	for i := range 800 {
+		z := dev.ZoneOf(i)
+		if j, ok := seen[z]; ok {
+			t.Fatalf("hosts %d and %d share zone %s", j, i, z)
+		}
+		seen[z] = i
+	}
+	for i, want := range map[int]string{0: "dev-a", 1: "dev-b", 25: "dev-z", 26: "dev-aa", 27: "dev-ab", 52: "dev-ba"} {
+		if got := dev.ZoneOf(i); got != want {
+			t.Errorf("ZoneOf(%d) = %s, want %s", i, got, want)
+		}
+	}
 }
