@@ -152,9 +152,11 @@ func newWebhooks(interval time.Duration, now func() time.Time) *webhooks {
 }
 
 // poll starts the calls due for fleets whose policy in force is a
-// webhook, with the use the pass saw, and returns the last answer of every
-// such fleet. ctx bounds the calls (the leadership's).
-func (w *webhooks) poll(ctx context.Context, fleets []projections.FleetRow, byFleet map[string][]projections.Row[*eventsv1.GameServerState], now time.Time) map[string]webhookAnswer {
+// webhook, with the use the pass saw (servers, grouped by fleet only when
+// a call is due), and returns the last answer of every such fleet. ctx
+// bounds the calls (the leadership's).
+func (w *webhooks) poll(ctx context.Context, fleets []projections.FleetRow, servers []projections.Row[*eventsv1.GameServerState], now time.Time) map[string]webhookAnswer {
+	var byFleet map[string][]projections.Row[*eventsv1.GameServerState]
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := map[string]webhookAnswer{}
@@ -176,6 +178,9 @@ func (w *webhooks) poll(ctx context.Context, fleets []projections.FleetRow, byFl
 		last, answered := w.answers[name]
 		if w.inFlight[name] || (answered && last.url == policy.Webhook.GetUrl() && w.now().Sub(last.at) < w.interval) {
 			continue
+		}
+		if byFleet == nil {
+			byFleet = serversByFleet(servers)
 		}
 		use := useOf(byFleet[name])
 		body := webhookBody{Fleet: name, Replicas: f.State.GetSpec().GetReplicas(), ReadyReplicas: use.ready,

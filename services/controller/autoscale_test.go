@@ -193,7 +193,7 @@ func TestWebhooksAskAndKeepTheAnswer(t *testing.T) {
 	defer srv.Close()
 	w := newWebhooks(time.Millisecond, time.Now)
 	fleets := autoscaled(2, &eventsv1.FleetAutoscaling{MaxReplicas: 10, Webhook: &eventsv1.WebhookPolicy{Url: srv.URL}})
-	servers := map[string][]projections.Row[*eventsv1.GameServerState]{"fleets/arena": {on("gs-1", allocated, "a", 1), on("gs-2", ready, "a", 2)}}
+	servers := []projections.Row[*eventsv1.GameServerState]{on("gs-1", allocated, "a", 1), on("gs-2", ready, "a", 2)}
 	ask := func() webhookAnswer {
 		t.Helper()
 		var ans webhookAnswer

@@ -45,7 +45,7 @@ func (c *Controller) observe(ctx context.Context) (snapshot, error) {
 		return s, nil
 	}
 	s.deletedFleets = c.readDeletedFleets(ctx, s.fleets, s.servers)
-	s.webhooks = c.hooks.poll(ctx, s.fleets, serversByFleet(s.servers), s.now)
+	s.webhooks = c.hooks.poll(ctx, s.fleets, s.servers, s.now)
 	autoscaled := slices.ContainsFunc(s.fleets, func(f projections.FleetRow) bool { return f.State.GetSpec().GetAutoscaling() != nil })
 	if err := c.allocs.want(ctx, autoscaled); err != nil {
 		c.log.Warn("follow allocations for autoscaling; buffers refill at the next pass", "err", err)
