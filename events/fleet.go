@@ -164,7 +164,7 @@ func DecideFleet(name string, state *eventsv1.FleetState, cmd FleetCommand) ([]p
 		if err := ValidateFleetSpec(spec); err != nil {
 			return nil, err
 		}
-		return []proto.Message{&eventsv1.FleetCreated{Spec: spec}}, nil
+		return []proto.Message{&eventsv1.FleetCreated{Spec: spec, Revision: 1}}, nil
 	case UpdateFleet:
 		if err := refuses(typeName[*eventsv1.FleetUpdated](), "UpdateFleet"); err != nil {
 			return nil, err
@@ -341,9 +341,10 @@ func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, e
 	switch d := e.Data.(type) {
 	case *eventsv1.FleetCreated:
 		next.Name, next.Spec, next.CreateTime = e.Aggregate, proto.CloneOf(d.GetSpec()), at
-		next.Revision = 1
-		next.Revisions = []*eventsv1.FleetRevision{{Revision: 1, Template: proto.CloneOf(d.GetSpec().GetTemplate()),
-			Health: proto.CloneOf(d.GetSpec().GetHealth()), CreateTime: at}}
+		if next.Revision = d.GetRevision(); next.Revision > 0 {
+			next.Revisions = []*eventsv1.FleetRevision{{Revision: next.Revision, Template: proto.CloneOf(d.GetSpec().GetTemplate()),
+				Health: proto.CloneOf(d.GetSpec().GetHealth()), CreateTime: at}}
+		}
 	case *eventsv1.FleetUpdated:
 		if len(next.GetRevisions()) == 0 && slices.ContainsFunc(d.GetChangedFields(), retriesAtOnce) {
 			// A fleet made before revisions: keep what it ran, for undo.
@@ -353,6 +354,9 @@ func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, e
 		next.Spec = proto.CloneOf(d.GetSpec())
 		if f := next.GetStartFailing(); f != nil && slices.ContainsFunc(d.GetChangedFields(), retriesAtOnce) {
 			f.BackoffUntil = nil // what failed changed: try it at once
+		}
+		if slices.Contains(d.GetChangedFields(), "autoscaling") {
+			next.AutoscaleFailing = nil // the policy that failed is gone
 		}
 	case *eventsv1.FleetStartFailing:
 		if next.GetStartFailing() == nil {

@@ -431,7 +431,7 @@ func TestDecideFleetUpdateDoesNotAliasCommand(t *testing.T) {
 
 func TestApplyFleetLifecycle(t *testing.T) {
 	spec := minimalSpec()
-	created, err := applyChecked(t, events.ApplyFleet, nil, events.New(fleetName, at(1), &eventsv1.FleetCreated{Spec: spec}))
+	created, err := applyChecked(t, events.ApplyFleet, nil, events.New(fleetName, at(1), &eventsv1.FleetCreated{Spec: spec, Revision: 1}))
 	if err != nil {
 		t.Fatalf("FleetCreated: %v", err)
 	}

@@ -141,9 +141,13 @@ type ResumeRollout struct{ By string }
 type UndoRollout struct{ By string }
 
 // RecordRolloutProgress records a rollout's counts when they changed; with
-// no outdated server left, the rollout is completed.
+// no outdated server left and at least Need servers of the revision
+// serving, the rollout is completed.
 type RecordRolloutProgress struct {
 	Updated, UpdatedReady, Outdated, OutdatedBusy int
+	// UpdatedServing are the revision's servers READY, RESERVED or
+	// ALLOCATED, and Need how many must be for the rollout to be done.
+	UpdatedServing, Need int
 	// Seconds since the rollout started, for its completion.
 	Elapsed int64
 }
@@ -246,7 +250,7 @@ func decideRollout(name string, state *eventsv1.FleetState, cmd FleetCommand) ([
 		if !RolloutActive(state) {
 			return nil, nil
 		}
-		if c.Outdated == 0 {
+		if c.Outdated == 0 && c.UpdatedServing >= c.Need {
 			return []proto.Message{&eventsv1.FleetRolloutCompleted{Revision: ro.GetRevision(), DurationSeconds: c.Elapsed}}, nil
 		}
 		if int(ro.GetUpdated()) == c.Updated && int(ro.GetUpdatedReady()) == c.UpdatedReady &&
@@ -263,6 +267,26 @@ func decideRollout(name string, state *eventsv1.FleetState, cmd FleetCommand) ([
 			ConsecutiveFailures: c.Failures, LastError: c.LastError}}, nil
 	}
 	return nil, fmt.Errorf("events: unknown rollout command %T", cmd)
+}
+
+// setBaseline records, on a rollout that starts or resumes at at, the
+// fleet's start failures in a row then: a halt counts only later ones.
+func setBaseline(next *eventsv1.FleetState, at *timestamppb.Timestamp) {
+	next.Rollout.BaselineFailures, next.Rollout.BaselineTime = next.GetStartFailing().GetConsecutiveFailures(), at
+}
+
+// FailuresSinceBaseline is how many of a fleet's start failures in a row
+// came after its rollout started or last resumed: all of the current run
+// if the run began after that, else those past the baseline.
+func FailuresSinceBaseline(f *eventsv1.FleetState) int32 {
+	fail, ro := f.GetStartFailing(), f.GetRollout()
+	if fail == nil || ro == nil {
+		return 0
+	}
+	if f.GetStartConditionTime().AsTime().After(ro.GetBaselineTime().AsTime()) {
+		return fail.GetConsecutiveFailures()
+	}
+	return max(0, fail.GetConsecutiveFailures()-ro.GetBaselineFailures())
 }
 
 // rolloutRefused is the error of a rollout command with no rollout to act
@@ -290,6 +314,7 @@ func applyRollout(next *eventsv1.FleetState, data proto.Message, at *timestamppb
 		}
 		next.Rollout = &eventsv1.FleetRollout{Revision: d.GetRevision(), FromRevision: d.GetFromRevision(),
 			State: eventsv1.RolloutState_ROLLOUT_STATE_PROGRESSING, Strategy: d.GetStrategy(), Reason: d.GetReason(), StartTime: at}
+		setBaseline(next, at)
 	case *eventsv1.FleetRolloutProgressed:
 		ro.Updated, ro.UpdatedReady, ro.Outdated, ro.OutdatedBusy = d.GetUpdated(), d.GetUpdatedReady(), d.GetOutdated(), d.GetOutdatedBusy()
 	case *eventsv1.FleetRolloutCompleted:
@@ -298,6 +323,7 @@ func applyRollout(next *eventsv1.FleetState, data proto.Message, at *timestamppb
 		ro.State, ro.Message = eventsv1.RolloutState_ROLLOUT_STATE_PAUSED, "paused by "+d.GetRequestedBy()
 	case *eventsv1.FleetRolloutResumed:
 		ro.State, ro.Message = eventsv1.RolloutState_ROLLOUT_STATE_PROGRESSING, ""
+		setBaseline(next, at)
 	case *eventsv1.FleetRolloutHalted:
 		ro.State, ro.Message = eventsv1.RolloutState_ROLLOUT_STATE_HALTED, d.GetReason()
 	case *eventsv1.FleetRolledBack:
@@ -305,6 +331,9 @@ func applyRollout(next *eventsv1.FleetState, data proto.Message, at *timestamppb
 			if r.GetRevision() == d.GetToRevision() {
 				next.Spec.Template, next.Spec.Health = proto.CloneOf(r.GetTemplate()), proto.CloneOf(r.GetHealth())
 			}
+		}
+		if f := next.GetStartFailing(); f != nil {
+			f.BackoffUntil = nil // what failed is undone: try at once
 		}
 	}
 	if next.Rollout != nil {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
@@ -104,5 +106,70 @@ func TestDecideFleetRollout(t *testing.T) {
 	}
 	if _, err := events.DecideFleet(fleetName, fresh, events.PauseRollout{By: "bob"}); !errors.As(err, &te) {
 		t.Fatalf("pause with no rollout: %v, want a TransitionError", err)
+	}
+}
+
+// A fleet created before revisions (FleetCreated without one) replays the
+// same way every time: at its first template change, what it ran is kept
+// as revision 0 and the change is revision 1, which undo goes back from.
+func TestLegacyFleetGetsRevisionsOnItsFirstChange(t *testing.T) {
+	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	spec := minimalSpec()
+	events.NormalizeFleetSpec(spec)
+	st, err := events.ApplyFleet(nil, events.New(fleetName, at, &eventsv1.FleetCreated{Spec: spec}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetRevision() != 0 || len(st.GetRevisions()) != 0 {
+		t.Fatalf("legacy fleet: revision %d, revisions %v", st.GetRevision(), st.GetRevisions())
+	}
+	msgs, err := events.DecideFleet(fleetName, st, events.UpdateFleet{Spec: &eventsv1.FleetSpec{Template: &eventsv1.GameServerTemplate{Command: "/v2"}}, Paths: []string{"template"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if st, err = events.ApplyFleet(st, events.New(fleetName, at, m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	revs := st.GetRevisions()
+	if st.GetRevision() != 1 || len(revs) != 2 || revs[0].GetRevision() != 0 || revs[0].GetTemplate().GetCommand() != spec.GetTemplate().GetCommand() ||
+		revs[1].GetRevision() != 1 || revs[1].GetTemplate().GetCommand() != "/v2" {
+		t.Fatalf("after the first change: revision %d, revisions %v", st.GetRevision(), revs)
+	}
+	if msgs, err = events.DecideFleet(fleetName, st, events.UndoRollout{By: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if st, err = events.ApplyFleet(st, events.New(fleetName, at, m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st.GetRevision() != 0 || st.GetSpec().GetTemplate().GetCommand() != spec.GetTemplate().GetCommand() {
+		t.Fatalf("undo: revision %d, command %q", st.GetRevision(), st.GetSpec().GetTemplate().GetCommand())
+	}
+}
+
+// A halt counts only the failures after the rollout started or resumed.
+func TestFailuresSinceBaseline(t *testing.T) {
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	ts := func(s int) *timestamppb.Timestamp { return timestamppb.New(t0.Add(time.Duration(s) * time.Second)) }
+	for _, tt := range []struct {
+		name     string
+		runSince int   // when the run of failures began
+		failures int32 // in a row now
+		baseline int32 // failures in a row at the baseline
+		baseAt   int
+		want     int32
+	}{
+		{"a run that began after the rollout", 10, 3, 0, 5, 3},
+		{"a run that began before: only the later ones", 1, 5, 2, 5, 3},
+		{"resumed after a halt at 3: none yet", 1, 3, 3, 20, 0},
+	} {
+		f := &eventsv1.FleetState{StartFailing: &eventsv1.FleetStartFailing{ConsecutiveFailures: tt.failures}, StartConditionTime: ts(tt.runSince),
+			Rollout: &eventsv1.FleetRollout{BaselineFailures: tt.baseline, BaselineTime: ts(tt.baseAt)}}
+		if got := events.FailuresSinceBaseline(f); got != tt.want {
+			t.Errorf("%s: %d, want %d", tt.name, got, tt.want)
+		}
 	}
 }

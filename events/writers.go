@@ -3,6 +3,7 @@ package events
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -27,6 +28,11 @@ func HostWriter(writer string) (host string, ok bool) {
 	return "", false
 }
 
+// agentHostEvents are the host events a host agent writes on its own
+// host: its registration, and a drain when it stops with --drain-on-stop.
+// The others are the control plane's verdicts and an operator's.
+var agentHostEvents = []string{"HostRegistered", "HostDrainRequested"}
+
 // checkWriter says whether e's writer may write to an aggregate whose host
 // agent is host ("" when the aggregate has none, such as a fleet, or does
 // not know it yet). Unverified events (Writer "") pass: the store that read
@@ -40,6 +46,9 @@ func checkWriter(e Envelope, host string) error {
 		return fmt.Errorf("%w: %s %s on %s has no valid signature of a known key", ErrUnauthorizedWriter, e.Type, e.ID, e.Aggregate)
 	}
 	h, isHost := HostWriter(e.Writer)
+	if isHost && h == host && e.Aggregate == host && !slices.Contains(agentHostEvents, e.Type) {
+		return fmt.Errorf("%w: host agent %s may not write %s on its host: only %s", ErrUnauthorizedWriter, h, e.Type, strings.Join(agentHostEvents, ", "))
+	}
 	if !isHost || h == host {
 		return nil
 	}

@@ -71,6 +71,23 @@ func TestWritersAreCheckedByTheirHost(t *testing.T) {
 			_, err := events.ApplyHost(nil, at("hosts/h1", "hosts/h1", &eventsv1.HostRegistered{Capacity: 1}))
 			return err
 		}, true},
+		{"a host agent drains its own host (--drain-on-stop)", func() error {
+			h, _ := events.ApplyHost(nil, at("hosts/h1", "hosts/h1", &eventsv1.HostRegistered{Capacity: 1}))
+			_, err := events.ApplyHost(h, at("hosts/h1", "hosts/h1", &eventsv1.HostDrainRequested{RequestedBy: "hosts/h1"}))
+			return err
+		}, true},
+		{"a host agent uncordons its own host", func() error {
+			h, _ := events.ApplyHost(nil, at("hosts/h1", "hosts/h1", &eventsv1.HostRegistered{Capacity: 1}))
+			h, _ = events.ApplyHost(h, at("hosts/h1", "apiserver", &eventsv1.HostCordoned{RequestedBy: "ops"}))
+			_, err := events.ApplyHost(h, at("hosts/h1", "hosts/h1", &eventsv1.HostUncordoned{RequestedBy: "hosts/h1"}))
+			return err
+		}, false},
+		{"a host agent marks its own host drained", func() error {
+			h, _ := events.ApplyHost(nil, at("hosts/h1", "hosts/h1", &eventsv1.HostRegistered{Capacity: 1}))
+			h, _ = events.ApplyHost(h, at("hosts/h1", "apiserver", &eventsv1.HostDrainRequested{RequestedBy: "ops"}))
+			_, err := events.ApplyHost(h, at("hosts/h1", "hosts/h1", &eventsv1.HostDrained{}))
+			return err
+		}, false},
 		{"a host agent registers another host", func() error {
 			_, err := events.ApplyHost(nil, at("hosts/h1", "hosts/h2", &eventsv1.HostRegistered{Capacity: 1}))
 			return err

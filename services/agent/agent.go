@@ -297,6 +297,9 @@ type Agent struct {
 	log      *slog.Logger
 	host     string // resource name
 	producer string
+	// registered is set once this agent's HostRegistered is stored: a
+	// drain on stop needs a registered host.
+	registered atomic.Bool
 	// incarnation is a random id of this agent process, in its host's
 	// registration and its process records: a new one tells the control
 	// plane that the host's earlier processes are nobody's now.
@@ -468,6 +471,7 @@ func (a *Agent) startUp(ctx context.Context) (started, error) {
 	if err := a.untilDone(ctx, "register the host", func() error { return a.register(ctx) }); err != nil {
 		return st, err
 	}
+	a.registered.Store(true)
 	if err := a.untilDone(ctx, "open the heartbeat bucket", func() (err error) {
 		st.beats, err = hostbeat.Open(ctx, a.opts.JetStream)
 		return err
@@ -522,6 +526,10 @@ const drainPoll = 250 * time.Millisecond
 // StopDrain is closed.
 func (a *Agent) drainOnStop(ctx context.Context) {
 	timeout := cmp.Or(a.opts.DrainTimeout, DefaultDrainTimeout)
+	if !a.registered.Load() {
+		a.log.Warn("agent stopping before its host was registered: nothing to drain")
+		return
+	}
 	a.log.Info("agent stopping: draining its host first", "game_servers", len(a.snapshot()), "timeout", timeout)
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	envs := a.stamp().Envelopes(a.host, []proto.Message{&eventsv1.HostDrainRequested{RequestedBy: a.producer + " (--drain-on-stop)"}})

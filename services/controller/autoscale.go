@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -230,7 +232,7 @@ func (w *webhooks) ask(ctx context.Context, hook *eventsv1.WebhookPolicy, body w
 		return 0, fmt.Errorf("webhook: no answer within %s", timeout)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("webhook: %w", err)
+		return 0, fmt.Errorf("webhook: %s", steadyError(err))
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxWebhookReply+1))
@@ -251,6 +253,21 @@ func (w *webhooks) ask(ctx context.Context, hook *eventsv1.WebhookPolicy, body w
 		return 0, errors.New(`webhook: answer has no "replicas" of 0 or more`)
 	}
 	return *reply.Replicas, nil
+}
+
+// steadyError says a failed call the same way each time it fails the same
+// way: a network error without its addresses (a connection's local port
+// changes with every call), so that a run of failures is recorded once.
+func steadyError(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return op.Op + ": " + op.Err.Error()
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
 }
 
 // reset forgets every answer, for a new leadership (after the calls of

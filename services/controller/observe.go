@@ -46,7 +46,14 @@ func (c *Controller) observe(ctx context.Context) (snapshot, error) {
 	}
 	s.deletedFleets = c.readDeletedFleets(ctx, s.fleets, s.servers)
 	s.webhooks = c.hooks.poll(ctx, s.fleets, s.servers, s.now)
-	autoscaled := slices.ContainsFunc(s.fleets, func(f projections.FleetRow) bool { return f.State.GetSpec().GetAutoscaling() != nil })
+	var autoscaled []string
+	for _, f := range s.fleets {
+		if f.State.GetSpec().GetAutoscaling() != nil {
+			if id, err := events.ParseFleetName(f.State.GetName()); err == nil {
+				autoscaled = append(autoscaled, id)
+			}
+		}
+	}
 	if err := c.allocs.want(ctx, autoscaled); err != nil {
 		c.log.Warn("follow allocations for autoscaling; buffers refill at the next pass", "err", err)
 	}

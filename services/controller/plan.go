@@ -69,6 +69,8 @@ type snapshot struct {
 	// webhooks are, by fleet, the last answers of the webhook policies in
 	// force (autoscale.go).
 	webhooks map[string]webhookAnswer
+	// load is every host's used slots, by name: set by plan from hosts.
+	load map[string]int32
 }
 
 // An orphanSession is a running game session whose server no longer runs it.
@@ -192,6 +194,7 @@ func (p planner) plan(s snapshot) Plan {
 		return out
 	}
 	p.planOrphans(s, &out)
+	s.load = hostLoad(s.hosts) // s is plan's copy: the caller's snapshot is untouched
 	fleets := p.planStarts(s, &out)
 	hosts := roomOn(s.hosts, status, &out)
 	draining := drainingHosts(s.hosts, status)
@@ -338,21 +341,53 @@ func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []projection
 		p.schedule(f, h, out)
 		h.used++
 	}
-	p.planRollout(s, f, stay, rev, out)
+	budget := p.planRollout(s, f, stay, rev, out)
 	// A server leaving a draining host goes once a server that stays can
 	// take its place: the fleet holds its replicas in servers that serve
-	// (READY, RESERVED, ALLOCATED) all through the drain.
-	keep := min(len(leaving), max(0, want-serving(stay)))
+	// (READY, RESERVED, ALLOCATED) all through the drain. Those that serve
+	// are the ones kept; those not ready yet go at once.
+	slices.SortStableFunc(leaving, func(a, b projections.Row[*eventsv1.GameServerState]) int {
+		return boolRank(!serves(a.State)) - boolRank(!serves(b.State))
+	})
+	keep := min(len(leaving), max(0, want-serving(stay)), serving(leaving))
 	for _, r := range leaving[keep:] {
 		p.shutdown(s.now, r, eventsv1.Reason_REASON_HOST_DRAINING, fmt.Sprintf("host %s is draining: a replacement serves elsewhere", r.State.GetHost()), out)
 	}
 	if surplus := len(rev.current) - wantNew; surplus > 0 {
-		candidates := scaleDownOrder(rev.current, f.GetSpec().GetScheduling(), hostLoad(s.hosts))
+		candidates := scaleDownOrder(rev.current, f.GetSpec().GetScheduling(), s.load)
+		if rev.rolling {
+			// During a rollout, scaling down spends the same unavailability
+			// budget: the servers not serving go first, READY ones only
+			// within what the rollout left of it.
+			candidates = servingLast(candidates, budget)
+		}
 		for _, r := range candidates[:min(surplus, len(candidates))] {
 			p.shutdown(s.now, r, eventsv1.Reason_REASON_FLEET_SCALED_DOWN, fmt.Sprintf("fleet scaled from %d to %d", len(stay), want), out)
 		}
 	}
 	return blocked
+}
+
+// boolRank is 1 for true, 0 for false, for sorting.
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// servingLast reorders scale-down candidates for a rollout: those not
+// serving first, then at most budget serving ones.
+func servingLast(candidates []projections.Row[*eventsv1.GameServerState], budget int) []projections.Row[*eventsv1.GameServerState] {
+	var idle, busy []projections.Row[*eventsv1.GameServerState]
+	for _, r := range candidates {
+		if serves(r.State) {
+			busy = append(busy, r)
+		} else {
+			idle = append(idle, r)
+		}
+	}
+	return append(idle, busy[:min(len(busy), max(0, budget))]...)
 }
 
 // revisions splits a fleet's staying servers for a rollout.
@@ -396,21 +431,24 @@ func splitRevisions(f *eventsv1.FleetState, stay []projections.Row[*eventsv1.Gam
 // once, and READY ones only while the fleet keeps replicas less
 // max_unavailable serving (the replacements scheduled by planFleet, within
 // max_surge, serve first).
-func (p planner) planRollout(s snapshot, f *eventsv1.FleetState, stay []projections.Row[*eventsv1.GameServerState], rev revisions, out *Plan) {
+//
+// It returns how many more serving servers may go this pass (for a
+// scale-down during the rollout): what max_unavailable leaves.
+func (p planner) planRollout(s snapshot, f *eventsv1.FleetState, stay []projections.Row[*eventsv1.GameServerState], rev revisions, out *Plan) int {
+	want := int(f.GetSpec().GetReplicas())
+	_, unavailable := events.RolloutBounds(f.GetSpec().GetStrategy(), want)
+	canGo := serving(stay) - (want - unavailable)
 	if !rev.rolling || len(rev.outdated) == 0 {
-		return
+		return canGo
 	}
 	detail := fmt.Sprintf("replaced by revision %d of its fleet", f.GetRevision())
 	if f.GetSpec().GetStrategy().GetType() == eventsv1.FleetStrategy_RECREATE {
 		for _, r := range rev.outdated {
 			p.shutdown(s.now, r, eventsv1.Reason_REASON_FLEET_UPDATED, detail, out)
 		}
-		return
+		return canGo
 	}
-	want := int(f.GetSpec().GetReplicas())
-	_, unavailable := events.RolloutBounds(f.GetSpec().GetStrategy(), want)
-	canGo := serving(stay) - (want - unavailable)
-	for _, r := range scaleDownOrder(rev.outdated, f.GetSpec().GetScheduling(), hostLoad(s.hosts)) {
+	for _, r := range scaleDownOrder(rev.outdated, f.GetSpec().GetScheduling(), s.load) {
 		if serves(r.State) {
 			if canGo <= 0 {
 				continue
@@ -419,6 +457,7 @@ func (p planner) planRollout(s snapshot, f *eventsv1.FleetState, stay []projecti
 		}
 		p.shutdown(s.now, r, eventsv1.Reason_REASON_FLEET_UPDATED, detail, out)
 	}
+	return canGo
 }
 
 // serving counts the servers up for matches or in one.
@@ -470,22 +509,29 @@ func labelList(labels map[string]string) string {
 
 // rolloutStep is the rollout command of a fleet this pass, or nil: halt a
 // progressing rollout whose new servers kept failing before READY (the
-// fleet's start failures since it started reached the strategy's
-// threshold), else record its counts (completing it when no outdated
-// server is left).
+// fleet's start failures since it started or resumed reached the
+// strategy's threshold), else record its counts (completing it when no
+// outdated server is left and enough of the revision's serve: replicas,
+// less max_unavailable for a rolling update).
 func rolloutStep(s snapshot, f *eventsv1.FleetState, rows []projections.Row[*eventsv1.GameServerState]) events.FleetCommand {
 	if !events.RolloutActive(f) {
 		return nil
 	}
 	ro := f.GetRollout()
-	if fail := f.GetStartFailing(); fail != nil && fail.GetConsecutiveFailures() >= f.GetSpec().GetStrategy().GetFailureThreshold() &&
-		!f.GetStartConditionTime().AsTime().Before(ro.GetStartTime().AsTime()) {
+	threshold := f.GetSpec().GetStrategy().GetFailureThreshold()
+	if n := events.FailuresSinceBaseline(f); threshold > 0 && n >= threshold {
+		fail := f.GetStartFailing()
 		return events.HaltRollout{
 			Reason: fmt.Sprintf("%d new servers of revision %d ended before READY in a row (threshold %d): %s",
-				fail.GetConsecutiveFailures(), ro.GetRevision(), f.GetSpec().GetStrategy().GetFailureThreshold(), events.ReasonName(fail.GetReason())),
-			Failures: fail.GetConsecutiveFailures(), LastError: fail.GetLastError()}
+				n, ro.GetRevision(), threshold, events.ReasonName(fail.GetReason())),
+			Failures: n, LastError: fail.GetLastError()}
 	}
-	var c events.RecordRolloutProgress
+	want := int(f.GetSpec().GetReplicas())
+	c := events.RecordRolloutProgress{Need: want}
+	if f.GetSpec().GetStrategy().GetType() != eventsv1.FleetStrategy_RECREATE {
+		_, unavailable := events.RolloutBounds(f.GetSpec().GetStrategy(), want)
+		c.Need = want - unavailable
+	}
 	for _, r := range rows {
 		switch l := r.State.GetLifecycle(); {
 		case l == eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN || l == eventsv1.Lifecycle_LIFECYCLE_UNHEALTHY:
@@ -493,6 +539,9 @@ func rolloutStep(s snapshot, f *eventsv1.FleetState, rows []projections.Row[*eve
 			c.Updated++
 			if l == eventsv1.Lifecycle_LIFECYCLE_READY {
 				c.UpdatedReady++
+			}
+			if serves(r.State) {
+				c.UpdatedServing++
 			}
 		default:
 			c.Outdated++

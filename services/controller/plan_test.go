@@ -316,6 +316,17 @@ func TestPlan(t *testing.T) {
 			want: []string{"host hosts/a@5 HostUnreachable"},
 		},
 		{
+			name: "draining: the servers not ready yet go at once, the READY one stays until replaced",
+			snapshot: func() snapshot {
+				return snap(arena(2), []projections.HostRow{cordoned(hostRow("a", draining, 10, 2, 5), true), hostRow("b", online, 10, 1, 6)},
+					on("gs-1", starting, "a", 10), on("gs-2", ready, "a", 11), on("gs-3", ready, "b", 12))
+			},
+			want: []string{
+				"schedule " + gsPrefix + "new-1 GameServerScheduled → b",
+				"shutdown " + gsPrefix + "gs-1@10 ShutdownRequested → a",
+			},
+		},
+		{
 			name: "a draining host with no game server left is drained",
 			snapshot: func() snapshot {
 				return snap(arena(1), []projections.HostRow{cordoned(hostRow("a", draining, 10, 0, 5), true), hostRow("b", online, 10, 1, 6)},

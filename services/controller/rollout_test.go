@@ -116,6 +116,45 @@ func TestPlanRollout(t *testing.T) {
 			},
 			want: []string{"rollout fleets/arena@1 FleetRolloutHalted"},
 		},
+		{
+			name: "resumed after a halt: the failures before it do not halt it again",
+			snapshot: func() snapshot {
+				f := rolling(2, rollingUpdate, progressing)
+				f[0].State.StartFailing = &eventsv1.FleetStartFailing{ConsecutiveFailures: 3, Reason: eventsv1.Reason_REASON_PROCESS_CRASHED_BEFORE_READY,
+					BackoffUntil: timestamppb.New(t0.Add(time.Minute))}
+				f[0].State.StartConditionTime = timestamppb.New(t0.Add(-30 * time.Second))
+				f[0].State.Rollout.BaselineFailures, f[0].State.Rollout.BaselineTime = 3, timestamppb.New(t0.Add(-10*time.Second))
+				return snap(f, []projections.HostRow{hostRow("a", online, 20, 2, 5)},
+					rev(on("gs-1", ready, "a", 10), 1), rev(on("gs-2", ready, "a", 11), 1))
+			},
+			want: []string{"rollout fleets/arena@1 FleetRolloutProgressed"},
+		},
+		{
+			// Replicas 4, unavailable 1: 4 serve (n-1 and 3 outdated), so
+			// one outdated READY may go; the surplus new server is one not
+			// ready yet, never n-1, which serves.
+			name: "scaled down mid-rollout: the unavailability budget holds",
+			snapshot: func() snapshot {
+				return snap(rolling(4, rollingUpdate, progressing), []projections.HostRow{hostRow("a", online, 20, 8, 5)},
+					rev(on("n-1", ready, "a", 10), 2), rev(on("n-2", starting, "a", 11), 2), rev(on("n-3", starting, "a", 12), 2),
+					rev(on("n-4", starting, "a", 13), 2), rev(on("n-5", starting, "a", 14), 2),
+					rev(on("o-1", ready, "a", 15), 1), rev(on("o-2", ready, "a", 16), 1), rev(on("o-3", ready, "a", 17), 1))
+			},
+			want: []string{
+				"shutdown " + gsPrefix + "o-1@15 ShutdownRequested → a",
+				"shutdown " + gsPrefix + "n-2@11 ShutdownRequested → a",
+				"rollout fleets/arena@1 FleetRolloutProgressed",
+			},
+		},
+		{
+			name: "recreate: not completed before servers of the revision serve",
+			snapshot: func() snapshot {
+				recreate := &eventsv1.FleetStrategy{Type: eventsv1.FleetStrategy_RECREATE, FailureThreshold: 3}
+				return snap(rolling(2, recreate, progressing), []projections.HostRow{hostRow("a", online, 20, 2, 5)},
+					rev(on("gs-1", starting, "a", 10), 2), rev(on("gs-2", starting, "a", 11), 2))
+			},
+			want: []string{"rollout fleets/arena@1 FleetRolloutProgressed"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

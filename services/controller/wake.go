@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,11 +13,11 @@ import (
 )
 
 // An allocation takes a READY server out of an autoscaled fleet's buffer:
-// the buffer is refilled at once rather than at the next pass. While an
-// autoscaled fleet exists, the leader follows the game servers' events
-// (headers only: the type is in a header) and a GameServerAllocated or
-// GameServerReserved wakes the pass loop, no sooner than minWakeGap after
-// the last pass began.
+// the buffer is refilled at once rather than at the next pass. While
+// autoscaled fleets exist, the leader follows their game servers' events
+// (headers only: the type is in a header; other fleets' events are not
+// delivered) and a GameServerAllocated or GameServerReserved wakes the
+// pass loop, no sooner than minWakeGap after the last pass began.
 
 // minWakeGap bounds how often allocations may run a pass early.
 const minWakeGap = 100 * time.Millisecond
@@ -25,10 +26,11 @@ const minWakeGap = 100 * time.Millisecond
 type allocationWatch struct {
 	js jetstream.JetStream
 
-	mu     sync.Mutex
-	cancel context.CancelFunc // stops the watch; nil while none runs
-	done   chan struct{}
-	wake   chan struct{} // a token when an allocation was seen
+	mu       sync.Mutex
+	cancel   context.CancelFunc // stops the watch; nil while none runs
+	done     chan struct{}
+	subjects []string      // the watched subjects, sorted
+	wake     chan struct{} // a token when an allocation was seen
 }
 
 func newAllocationWatch(js jetstream.JetStream) *allocationWatch {
@@ -38,27 +40,35 @@ func newAllocationWatch(js jetstream.JetStream) *allocationWatch {
 // wakes is the channel that receives a token after an allocation.
 func (w *allocationWatch) wakes() <-chan struct{} { return w.wake }
 
-// want starts the watch (in ctx, the leadership's) when on and none runs,
-// and stops it when off. An error to start it is returned; the next pass
-// tries again.
-func (w *allocationWatch) want(ctx context.Context, on bool) error {
+// want follows the game servers of fleets (ids; the autoscaled ones) in
+// ctx, the leadership's: it starts the watch, restarts it when the fleets
+// changed or it ended, and stops it when there are none. An error to
+// start it is returned; the next pass tries again.
+func (w *allocationWatch) want(ctx context.Context, fleets []string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !on {
-		w.stopLocked()
-		return nil
+	subjects := make([]string, 0, len(fleets))
+	for _, f := range fleets {
+		subjects = append(subjects, events.FleetGameServersSubject(f))
 	}
+	slices.Sort(subjects)
 	if w.cancel != nil {
 		select {
 		case <-w.done:
-			w.cancel, w.done = nil, nil // it ended (its consumer failed): start another
+			w.stopLocked() // it ended (its consumer failed): start another
 		default:
-			return nil
+			if slices.Equal(subjects, w.subjects) {
+				return nil
+			}
+			w.stopLocked()
 		}
+	}
+	if len(subjects) == 0 {
+		return nil
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	cons, err := w.js.OrderedConsumer(wctx, events.StreamName, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.SubjectPrefix + "." + events.KindGameServer + ".>"},
+		FilterSubjects: subjects,
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
 		HeadersOnly:    true,
 	})
@@ -88,7 +98,7 @@ func (w *allocationWatch) want(ctx context.Context, on bool) error {
 		}
 		cc.Stop()
 	}()
-	w.cancel, w.done = cancel, done
+	w.cancel, w.done, w.subjects = cancel, done, subjects
 	return nil
 }
 
@@ -105,5 +115,5 @@ func (w *allocationWatch) stopLocked() {
 	}
 	w.cancel()
 	<-w.done
-	w.cancel, w.done = nil, nil
+	w.cancel, w.done, w.subjects = nil, nil, nil
 }

@@ -524,7 +524,9 @@ func (x *FleetSpec) GetStrategy() *FleetStrategy {
 type FleetCreated struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The full spec, defaults applied.
-	Spec          *FleetSpec `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	Spec *FleetSpec `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	// Its first revision: 1 (0 in fleets created before revisions).
+	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -564,6 +566,13 @@ func (x *FleetCreated) GetSpec() *FleetSpec {
 		return x.Spec
 	}
 	return nil
+}
+
+func (x *FleetCreated) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 // FleetUpdated: fields of a fleet's spec changed.
@@ -702,9 +711,10 @@ const file_tether_events_v1_fleet_proto_rawDesc = "" +
 	"\bstrategy\x18\t \x01(\v2\x1f.tether.events.v1.FleetStrategyR\bstrategy\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"?\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"[\n" +
 	"\fFleetCreated\x12/\n" +
-	"\x04spec\x18\x01 \x01(\v2\x1b.tether.events.v1.FleetSpecR\x04spec\"f\n" +
+	"\x04spec\x18\x01 \x01(\v2\x1b.tether.events.v1.FleetSpecR\x04spec\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"f\n" +
 	"\fFleetUpdated\x12/\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1b.tether.events.v1.FleetSpecR\x04spec\x12%\n" +
 	"\x0echanged_fields\x18\x02 \x03(\tR\rchangedFields\"\x0e\n" +

@@ -235,9 +235,13 @@ type FleetRollout struct {
 	Outdated     int32 `protobuf:"varint,10,opt,name=outdated,proto3" json:"outdated,omitempty"`
 	OutdatedBusy int32 `protobuf:"varint,11,opt,name=outdated_busy,json=outdatedBusy,proto3" json:"outdated_busy,omitempty"`
 	// Why it halted or paused.
-	Message       string `protobuf:"bytes,12,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Message string `protobuf:"bytes,12,opt,name=message,proto3" json:"message,omitempty"`
+	// The fleet's start failures in a row when the rollout started or last
+	// resumed, and when: a halt counts only the failures after them.
+	BaselineFailures int32                  `protobuf:"varint,13,opt,name=baseline_failures,json=baselineFailures,proto3" json:"baseline_failures,omitempty"`
+	BaselineTime     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=baseline_time,json=baselineTime,proto3" json:"baseline_time,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *FleetRollout) Reset() {
@@ -352,6 +356,20 @@ func (x *FleetRollout) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *FleetRollout) GetBaselineFailures() int32 {
+	if x != nil {
+		return x.BaselineFailures
+	}
+	return 0
+}
+
+func (x *FleetRollout) GetBaselineTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.BaselineTime
+	}
+	return nil
 }
 
 // FleetRolloutStarted: the fleet's template or health changed (or an undo
@@ -810,7 +828,7 @@ const file_tether_events_v1_fleet_rollout_proto_rawDesc = "" +
 	"\x04Type\x12\x14\n" +
 	"\x10TYPE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eROLLING_UPDATE\x10\x01\x12\f\n" +
-	"\bRECREATE\x10\x02\"\xcb\x03\n" +
+	"\bRECREATE\x10\x02\"\xb9\x04\n" +
 	"\fFleetRollout\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12#\n" +
 	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\x124\n" +
@@ -826,7 +844,9 @@ const file_tether_events_v1_fleet_rollout_proto_rawDesc = "" +
 	"\boutdated\x18\n" +
 	" \x01(\x05R\boutdated\x12#\n" +
 	"\routdated_busy\x18\v \x01(\x05R\foutdatedBusy\x12\x18\n" +
-	"\amessage\x18\f \x01(\tR\amessage\"\x8a\x01\n" +
+	"\amessage\x18\f \x01(\tR\amessage\x12+\n" +
+	"\x11baseline_failures\x18\r \x01(\x05R\x10baselineFailures\x12?\n" +
+	"\rbaseline_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\fbaselineTime\"\x8a\x01\n" +
 	"\x13FleetRolloutStarted\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12#\n" +
 	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\x12\x1a\n" +
@@ -898,11 +918,12 @@ var file_tether_events_v1_fleet_rollout_proto_depIdxs = []int32{
 	0,  // 1: tether.events.v1.FleetRollout.state:type_name -> tether.events.v1.RolloutState
 	11, // 2: tether.events.v1.FleetRollout.start_time:type_name -> google.protobuf.Timestamp
 	11, // 3: tether.events.v1.FleetRollout.update_time:type_name -> google.protobuf.Timestamp
-	4,  // [4:4] is the sub-list for method output_type
-	4,  // [4:4] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	11, // 4: tether.events.v1.FleetRollout.baseline_time:type_name -> google.protobuf.Timestamp
+	5,  // [5:5] is the sub-list for method output_type
+	5,  // [5:5] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_fleet_rollout_proto_init() }
