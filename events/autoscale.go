@@ -77,13 +77,15 @@ func ParseBufferSize(s string) (n int, percent bool, err error) {
 }
 
 // BufferFor is the buffer a buffer size asks for above allocated servers:
-// the count, or the percentage of allocated rounded up.
+// the count, or the percentage of allocated rounded up and at least 1 (a
+// fleet with no match running would otherwise have no server to start
+// one).
 func BufferFor(size string, allocated int) (int, error) {
 	n, percent, err := ParseBufferSize(size)
-	if err != nil || !percent {
+	if err != nil || !percent || n == 0 {
 		return n, err
 	}
-	return int(math.Ceil(float64(allocated) * float64(n) / 100)), nil
+	return max(1, int(math.Ceil(float64(allocated)*float64(n)/100))), nil
 }
 
 // validateAutoscaling checks a fleet's autoscaling; field paths are the

@@ -19,7 +19,7 @@ func TestBufferFor(t *testing.T) {
 		err       bool
 	}{
 		{"3", 0, 3, false}, {"3", 10, 3, false}, {"0", 5, 0, false},
-		{"20%", 0, 0, false}, {"20%", 10, 2, false}, {"20%", 11, 3, false}, {"100%", 7, 7, false},
+		{"20%", 0, 1, false}, {"0%", 0, 0, false}, {"20%", 10, 2, false}, {"20%", 11, 3, false}, {"100%", 7, 7, false},
 		{"", 0, 0, true}, {"-1", 0, 0, true}, {"x%", 0, 0, true}, {"2000%", 0, 0, true}, {"3.5", 0, 0, true},
 	} {
 		got, err := events.BufferFor(tt.size, tt.allocated)

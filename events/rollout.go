@@ -81,11 +81,16 @@ func parseCountOrPercent(s string, maxPercent int) (n int, percent bool, err err
 	return n, percent, nil
 }
 
-// RolloutBounds are a rolling update's limits for a fleet of replicas:
-// at most Surge servers above replicas, at most Unavailable serving
-// servers below. One of them is at least 1, so a rollout always moves.
-func RolloutBounds(st *eventsv1.FleetStrategy, replicas int) (surge, unavailable int) {
-	resolve := func(s string, up bool) int {
+// RolloutBounds are a rolling update's limits for a fleet of replicas of
+// which busy hold a match (ALLOCATED or RESERVED): at most surge servers
+// above replicas, and at most unavailable of the servers without a match
+// not serving. A percentage surge is of replicas, rounded up; a
+// percentage unavailable is of the servers without a match (replicas −
+// busy), rounded down, so a rollout never takes an autoscaled fleet's
+// whole buffer of READY servers at once. One of them is at least 1, so a
+// rollout always moves.
+func RolloutBounds(st *eventsv1.FleetStrategy, replicas, busy int) (surge, unavailable int) {
+	resolve := func(s string, of int, up bool) int {
 		n, percent, err := parseCountOrPercent(s, 100)
 		if err != nil {
 			return 0
@@ -93,13 +98,14 @@ func RolloutBounds(st *eventsv1.FleetStrategy, replicas int) (surge, unavailable
 		if !percent {
 			return n
 		}
-		f := float64(replicas) * float64(n) / 100
+		f := float64(max(0, of)) * float64(n) / 100
 		if up {
 			return int(math.Ceil(f))
 		}
 		return int(math.Floor(f))
 	}
-	surge, unavailable = resolve(cmp.Or(st.GetMaxSurge(), DefaultMaxSurge), true), resolve(cmp.Or(st.GetMaxUnavailable(), DefaultMaxUnavailable), false)
+	surge = resolve(cmp.Or(st.GetMaxSurge(), DefaultMaxSurge), replicas, true)
+	unavailable = resolve(cmp.Or(st.GetMaxUnavailable(), DefaultMaxUnavailable), replicas-busy, false)
 	if surge == 0 && unavailable == 0 {
 		surge = 1
 	}

@@ -15,19 +15,22 @@ import (
 func TestRolloutBounds(t *testing.T) {
 	for _, tt := range []struct {
 		surge, unavailable string
-		replicas           int
+		replicas, busy     int
 		wantS, wantU       int
 	}{
-		{"25%", "25%", 10, 3, 2}, // surge rounds up, unavailable down
-		{"25%", "25%", 1, 1, 0},
-		{"0", "0", 10, 1, 0}, // a rollout always moves
-		{"2", "0", 10, 2, 0},
-		{"", "", 4, 1, 1}, // the defaults
-		{"100%", "50%", 3, 3, 1},
+		{"25%", "25%", 10, 0, 3, 2}, // surge rounds up, unavailable down
+		{"25%", "25%", 10, 4, 3, 1}, // unavailable: of the 6 without a match
+		{"25%", "25%", 40, 30, 10, 2},
+		{"25%", "25%", 1, 0, 1, 0},
+		{"0", "0", 10, 0, 1, 0}, // a rollout always moves
+		{"2", "0", 10, 0, 2, 0},
+		{"", "", 4, 0, 1, 1}, // the defaults
+		{"100%", "50%", 3, 0, 3, 1},
+		{"1", "3", 10, 9, 1, 3}, // counts are counts
 	} {
-		s, u := events.RolloutBounds(&eventsv1.FleetStrategy{MaxSurge: tt.surge, MaxUnavailable: tt.unavailable}, tt.replicas)
+		s, u := events.RolloutBounds(&eventsv1.FleetStrategy{MaxSurge: tt.surge, MaxUnavailable: tt.unavailable}, tt.replicas, tt.busy)
 		if s != tt.wantS || u != tt.wantU {
-			t.Errorf("RolloutBounds(%q, %q, %d) = %d, %d; want %d, %d", tt.surge, tt.unavailable, tt.replicas, s, u, tt.wantS, tt.wantU)
+			t.Errorf("RolloutBounds(%q, %q, %d, %d) = %d, %d; want %d, %d", tt.surge, tt.unavailable, tt.replicas, tt.busy, s, u, tt.wantS, tt.wantU)
 		}
 	}
 	spec := minimalSpec()

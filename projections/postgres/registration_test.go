@@ -88,3 +88,25 @@ func TestAllocationAvoidsCordonedAndDrainingHosts(t *testing.T) {
 		t.Fatalf("candidates = %v, want %v (h3, then cordoned h1, never draining h2)", names, want)
 	}
 }
+
+// TestAllocationPrefersTheNewestRevision: during a rollout a fleet's
+// matches go to its new revision's servers, so the outdated ones are free
+// to be replaced.
+func TestAllocationPrefersTheNewestRevision(t *testing.T) {
+	e := newEnv(t)
+	tmpl := &eventsv1.GameServerTemplate{Command: "/bin/game"}
+	e.append("hosts/h1", &eventsv1.HostRegistered{Capacity: 10, Address: "127.0.0.1"})
+	for i, rev := range []int64{1, 2, 1} {
+		e.append(fmt.Sprintf("fleets/arena/gameServers/gs-%d", i), &eventsv1.GameServerScheduled{Host: "hosts/h1", Template: tmpl, Revision: rev},
+			&eventsv1.ProcessStarted{Pid: int32(i + 1), Address: "127.0.0.1", Attempt: 1}, &eventsv1.GameServerReady{})
+	}
+	pool := e.pool()
+	e.run(e.projector(pool, "revisions", time.Minute, 50))
+	got, err := postgres.NewViews(pool).AllocationCandidates(e.ctx, projections.AllocationQuery{Fleet: "fleets/arena", Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].State.GetName() != "fleets/arena/gameServers/gs-1" {
+		t.Fatalf("candidates %v, want gs-1 (revision 2) first", got)
+	}
+}

@@ -110,8 +110,10 @@ ORDER BY g.name LIMIT $2`, olderThan, limit)
 
 // AllocationCandidates returns READY game servers matching q, best first:
 // on the hosts with the most ALLOCATED servers (packed) or the fewest
-// (distributed), cordoned hosts last, then by host and name. A draining
-// host's servers are never candidates: their fleets are moving them. It ranks hosts with two small
+// (distributed), cordoned hosts last, then by host and name; for one
+// fleet, its newest revision's servers before the others (a rollout's
+// outdated servers are the last allocated). A draining host's servers are
+// never candidates: their fleets are moving them. It ranks hosts with two small
 // aggregate queries and reads the rows of only as many hosts as the limit
 // needs; a single join ranking every READY row left the plan at the mercy
 // of the table's statistics (a nested loop over all of them when stale).
@@ -205,6 +207,13 @@ ORDER BY host, name`, q.Fleet, labels, pick)
 		return nil, err
 	}
 	slices.SortStableFunc(out, func(a, b projections.Row[*eventsv1.GameServerState]) int {
+		if q.Fleet != "" {
+			// A fleet's newest revision first: during a rollout, matches go
+			// to the new servers and the outdated ones are free to go.
+			if c := cmp.Compare(b.State.GetRevision(), a.State.GetRevision()); c != 0 {
+				return c
+			}
+		}
 		return cmp.Compare(rank[a.State.GetHost()], rank[b.State.GetHost()])
 	})
 	return out[:min(len(out), q.Limit)], nil

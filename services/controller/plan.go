@@ -326,7 +326,7 @@ func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []projection
 	// surge.
 	wantNew, limit := want-len(rev.kept), len(rev.current)+startsAllowed(f, rev.current, s.now)
 	if rev.rolling && f.GetSpec().GetStrategy().GetType() != eventsv1.FleetStrategy_RECREATE {
-		surge, _ := events.RolloutBounds(f.GetSpec().GetStrategy(), want)
+		surge, _ := events.RolloutBounds(f.GetSpec().GetStrategy(), want, 0)
 		limit = min(limit, len(rev.current)+max(0, want+surge-len(stay)))
 	}
 	selector := f.GetSpec().GetTemplate().GetHostSelector()
@@ -436,7 +436,7 @@ func splitRevisions(f *eventsv1.FleetState, stay []projections.Row[*eventsv1.Gam
 // scale-down during the rollout): what max_unavailable leaves.
 func (p planner) planRollout(s snapshot, f *eventsv1.FleetState, stay []projections.Row[*eventsv1.GameServerState], rev revisions, out *Plan) int {
 	want := int(f.GetSpec().GetReplicas())
-	_, unavailable := events.RolloutBounds(f.GetSpec().GetStrategy(), want)
+	_, unavailable := events.RolloutBounds(f.GetSpec().GetStrategy(), want, busy(stay))
 	canGo := serving(stay) - (want - unavailable)
 	if !rev.rolling || len(rev.outdated) == 0 {
 		return canGo
@@ -458,6 +458,18 @@ func (p planner) planRollout(s snapshot, f *eventsv1.FleetState, stay []projecti
 		p.shutdown(s.now, r, eventsv1.Reason_REASON_FLEET_UPDATED, detail, out)
 	}
 	return canGo
+}
+
+// busy counts the servers holding a match (ALLOCATED, RESERVED).
+func busy(rows []projections.Row[*eventsv1.GameServerState]) int {
+	n := 0
+	for _, r := range rows {
+		switch r.State.GetLifecycle() {
+		case eventsv1.Lifecycle_LIFECYCLE_ALLOCATED, eventsv1.Lifecycle_LIFECYCLE_RESERVED:
+			n++
+		}
+	}
+	return n
 }
 
 // serving counts the servers up for matches or in one.
@@ -529,7 +541,7 @@ func rolloutStep(s snapshot, f *eventsv1.FleetState, rows []projections.Row[*eve
 	want := int(f.GetSpec().GetReplicas())
 	c := events.RecordRolloutProgress{Need: want}
 	if f.GetSpec().GetStrategy().GetType() != eventsv1.FleetStrategy_RECREATE {
-		_, unavailable := events.RolloutBounds(f.GetSpec().GetStrategy(), want)
+		_, unavailable := events.RolloutBounds(f.GetSpec().GetStrategy(), want, busy(rows))
 		c.Need = want - unavailable
 	}
 	for _, r := range rows {

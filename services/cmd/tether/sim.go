@@ -17,7 +17,7 @@ import (
 // simCommand runs the fleet simulator (services/sim).
 func simCommand(g *global) *cobra.Command {
 	var opts sim.Options
-	var jsonOut, cpuProfile string
+	var jsonOut, cpuProfile, demand string
 	var quiet bool
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -34,11 +34,25 @@ ended must have ended for a fault the simulator injected. It prints a table
 (and --json), and exits 1 if the audit failed. It runs with GOGC=400 unless
 GOGC is set.
 
+With --demand it plans capacity instead: one fleet, autoscaled with --buffer
+within --min-replicas and --max-replicas (default every slot), takes matches
+at the curve's rate (matches per second, linear between time:rate points; the
+steady phase lasts until the last point unless --duration is given), its
+template changes at --rollout-at (a rolling update under load), and the table
+adds allocations refused with NO_READY_GAME_SERVER, the READY servers' idle
+server-seconds, the replicas, and the rollout, which must complete without
+stopping a server that holds a match. Faults are off unless their flags are
+given.
+
   tether sim                                        # 1,000 servers, 60 s
-  tether sim --hosts 10000 --servers-per-host 10    # the 100,000-server scale run`,
+  tether sim --hosts 10000 --servers-per-host 10    # the 100,000-server scale run
+  tether sim --hosts 40 --demand 0s:2,30s:2,40s:20,60s:20,70s:2,120s:2 --buffer 5`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
 			if err != nil {
+				return err
+			}
+			if err := demandMode(cmd, &opts, demand); err != nil {
 				return err
 			}
 			opts.Logger = log
@@ -112,11 +126,44 @@ GOGC is set.
 	f.IntVar(&opts.PlayersPerMatch, "players-per-match", def.PlayersPerMatch, "players per match")
 	f.Float64Var(&opts.DropFraction, "drop-fraction", def.DropFraction, "fraction of players who drop and reconnect")
 	f.DurationVar(&opts.MatchLength, "match-length", def.MatchLength, "how long a match lasts")
+	f.DurationVar(&opts.StartDelay, "start-delay", def.StartDelay, "a simulated process's start-up time before Ready (jittered ±50%)")
 	f.DurationVar(&opts.ReadyTimeout, "ready-timeout", def.ReadyTimeout, "how long the fleets may take to come up")
+	f.StringVar(&demand, "demand", "", `demand mode: matches per second over the steady phase, "time:rate,…" (e.g. "0s:2,30s:2,40s:20,60s:20,70s:2,120s:2")`)
+	f.StringVar(&opts.Buffer, "buffer", "3", `demand mode: the fleet's autoscaling buffer, a count ("3") or a percentage of allocated ("20%")`)
+	f.IntVar(&opts.MinReplicas, "min-replicas", 0, "demand mode: the fleet's fewest replicas")
+	f.IntVar(&opts.MaxReplicas, "max-replicas", 0, "demand mode: the fleet's most replicas (default: every slot)")
+	f.DurationVar(&opts.RolloutAt, "rollout-at", 0, "demand mode: when, into the steady phase, the template changes (default: two thirds in; negative: no rollout)")
 	f.DurationVar(&opts.ProgressEvery, "progress-every", def.ProgressEvery, "status line interval")
 	f.StringVar(&opts.DataDir, "data-dir", "", "keep the run's NATS store and logs here (default: a temporary directory, removed)")
 	f.StringVar(&jsonOut, "json", "", "also write the report as JSON to this file")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	f.BoolVar(&quiet, "quiet", true, "discard the components' logs (--quiet=false to see them at --log-level)")
 	return cmd
+}
+
+// demandMode applies --demand: the curve, the curve's length as the
+// steady phase unless --duration is given, and no faults unless their
+// flags are given (demand mode measures capacity, not recovery).
+func demandMode(cmd *cobra.Command, opts *sim.Options, demand string) error {
+	curve, err := sim.ParseCurve(demand)
+	if err != nil {
+		return fmt.Errorf("--demand: %w", err)
+	}
+	if !curve.Set() {
+		return nil
+	}
+	opts.Demand = curve
+	f := cmd.Flags()
+	if !f.Changed("duration") {
+		opts.Duration = 0
+	}
+	for name, rate := range map[string]*float64{
+		"crash-rate": &opts.CrashRate, "hang-rate": &opts.HangRate, "sdk-reset-rate": &opts.FlapRate,
+		"partition-rate": &opts.PartitionRate, "slow-start-fraction": &opts.SlowStartFraction,
+	} {
+		if !f.Changed(name) {
+			*rate = 0
+		}
+	}
+	return nil
 }

@@ -9,10 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tetherhq/tether/events"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
+	"github.com/tetherhq/tether/services/apiserver"
 )
 
 // maxMatchesInFlight bounds the matches (and their player goroutines) the
@@ -42,6 +45,7 @@ type matchmaker struct {
 	left             atomic.Int64
 	matchesEnded     atomic.Int64 // ended by their game, as planned
 	matchesLost      atomic.Int64 // ended early: their server failed (an injected fault)
+	interrupted      atomic.Int64 // ended early although their server was given no fault
 	playerErrors     atomic.Int64
 	lastErr          atomic.Value // string
 	skipped          atomic.Int64 // matches not started: too many in flight
@@ -51,22 +55,30 @@ func newMatchmaker(w *world) *matchmaker {
 	return &matchmaker{w: w, slots: make(chan struct{}, maxMatchesInFlight), allocLatency: &latencies{}, reconnectLatency: &latencies{}}
 }
 
-// run allocates matches at AllocationRate until ctx ends; matches under way
-// go on until they end (see wait).
+// run allocates matches until ctx ends, at AllocationRate or, in demand
+// mode, at the demand curve's rate; matches under way go on until they end
+// (see wait).
 func (m *matchmaker) run(ctx context.Context) {
 	conn := m.w.conn
 	m.alloc, m.sessions = tetherv1.NewAllocationServiceClient(conn), tetherv1.NewGameSessionServiceClient(conn)
-	every(ctx, m.w.opts.AllocationRate, func() {
-		select {
-		case m.slots <- struct{}{}:
-		default:
-			m.skipped.Add(1)
-			return
-		}
-		m.wg.Go(func() {
-			defer func() { <-m.slots }()
-			m.match(m.w.ctx)
-		})
+	if d := m.w.demand; d != nil {
+		arrivals(ctx, m.w.opts.Demand, d.steadyBegan, m.start)
+		return
+	}
+	every(ctx, m.w.opts.AllocationRate, m.start)
+}
+
+// start starts a match, unless too many are in flight.
+func (m *matchmaker) start() {
+	select {
+	case m.slots <- struct{}{}:
+	default:
+		m.skipped.Add(1)
+		return
+	}
+	m.wg.Go(func() {
+		defer func() { <-m.slots }()
+		m.match(m.w.ctx)
 	})
 }
 
@@ -81,8 +93,12 @@ func (m *matchmaker) fail(what string, err error) {
 // match allocates one server and plays one match on it.
 func (m *matchmaker) match(ctx context.Context) {
 	o := m.w.opts
+	parent := "fleets/-"
+	if m.w.demand != nil {
+		parent = events.FleetName(demandFleet)
+	}
 	req := &tetherv1.AllocateGameServerRequest{
-		Parent: "fleets/-", RequestId: fmt.Sprintf("sim-%d-%d", time.Now().UnixNano(), m.n.Add(1)),
+		Parent: parent, RequestId: fmt.Sprintf("sim-%d-%d", time.Now().UnixNano(), m.n.Add(1)),
 		GameSession: &tetherv1.GameSessionRequest{Properties: map[string]string{"mode": "sim"}},
 	}
 	for i := range o.PlayersPerMatch {
@@ -95,14 +111,20 @@ func (m *matchmaker) match(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		result := allocFailed
 		if status.Code(err) == codes.ResourceExhausted || status.Code(err) == codes.FailedPrecondition {
 			m.noServer.Add(1)
+			if noReadyServer(err) {
+				result = allocNoReady
+			}
 		} else {
 			m.allocErrors.Add(1)
 			m.lastErr.Store("allocate: " + err.Error())
 		}
+		m.note(began, result)
 		return
 	}
+	m.note(began, allocOK)
 	m.allocated.Add(1)
 	server := resp.GetGameServer().GetName()
 	var wg sync.WaitGroup
@@ -126,7 +148,7 @@ func (m *matchmaker) match(ctx context.Context) {
 	// player's failure, so that no server stays ALLOCATED for ever.
 	p := m.process(server)
 	if p == nil || !m.w.faults.matchEnding(server, time.Now()) {
-		m.matchesLost.Add(1)
+		m.lose(server)
 		return
 	}
 	for _, ps := range resp.GetPlayerSessions() {
@@ -143,10 +165,37 @@ func (m *matchmaker) match(ctx context.Context) {
 		return
 	}
 	if lost.Load() {
-		m.matchesLost.Add(1)
+		m.lose(server)
 		return
 	}
 	m.matchesEnded.Add(1)
+}
+
+// lose counts a match cut short; interrupted, too, if the simulation gave
+// its server no fault.
+func (m *matchmaker) lose(server string) {
+	m.matchesLost.Add(1)
+	if !m.serverFailed(server) {
+		m.interrupted.Add(1)
+	}
+}
+
+// note records an allocation's outcome in demand mode.
+func (m *matchmaker) note(at time.Time, r outcome) {
+	if d := m.w.demand; d != nil {
+		d.note(at, r)
+	}
+}
+
+// noReadyServer reports whether an allocation was refused for want of a
+// READY server (ErrorInfo reason NO_READY_GAME_SERVER).
+func noReadyServer(err error) bool {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == apiserver.ReasonNoReadyGameServer {
+			return true
+		}
+	}
+	return false
 }
 
 // serverFailed reports whether the simulation gave the server a fault (a
@@ -256,25 +305,30 @@ func (w *world) createFleets(ctx context.Context) error {
 		if i < total%w.opts.Fleets {
 			replicas++
 		}
-		_, err := fleets.CreateFleet(ctx, &tetherv1.CreateFleetRequest{FleetId: fleetID(i), RequestId: "sim-fleet-" + fleetID(i), Fleet: &tetherv1.Fleet{
-			Replicas: int32(replicas),
-			Template: &tetherv1.GameServerTemplate{Command: "simulated", Ports: []*tetherv1.PortSpec{{Name: "game", Protocol: tetherv1.PortSpec_UDP}}},
-			Health: &tetherv1.HealthPolicy{
-				InitialDelaySeconds: int32((w.opts.SlowStart + time.Second) / time.Second),
-				PeriodSeconds:       int32(w.opts.HealthPeriod / time.Second), FailureThreshold: int32(w.opts.FailureThreshold),
-			},
-			SdkDisconnectGraceSeconds: int32(w.opts.SDKGrace / time.Second),
-			PlayerSessions: &tetherv1.PlayerSessionPolicy{
-				MaxPlayers: int32(w.opts.PlayersPerMatch), ReservationTimeoutSeconds: 30, ReconnectWindowSeconds: 30,
-			},
-			Scheduling: tetherv1.Fleet_DISTRIBUTED,
-			Labels:     map[string]string{"sim": "true"},
-		}})
+		_, err := fleets.CreateFleet(ctx, &tetherv1.CreateFleetRequest{FleetId: fleetID(i), RequestId: "sim-fleet-" + fleetID(i), Fleet: w.fleetSpec(replicas)})
 		if err != nil {
 			return fmt.Errorf("sim: create fleet %s: %w", fleetID(i), err)
 		}
 	}
 	return nil
+}
+
+// fleetSpec is a simulated fleet of replicas servers.
+func (w *world) fleetSpec(replicas int) *tetherv1.Fleet {
+	return &tetherv1.Fleet{
+		Replicas: int32(replicas),
+		Template: fleetTemplate(nil),
+		Health: &tetherv1.HealthPolicy{
+			InitialDelaySeconds: int32((w.opts.SlowStart + time.Second) / time.Second),
+			PeriodSeconds:       int32(w.opts.HealthPeriod / time.Second), FailureThreshold: int32(w.opts.FailureThreshold),
+		},
+		SdkDisconnectGraceSeconds: int32(w.opts.SDKGrace / time.Second),
+		PlayerSessions: &tetherv1.PlayerSessionPolicy{
+			MaxPlayers: int32(w.opts.PlayersPerMatch), ReservationTimeoutSeconds: 30, ReconnectWindowSeconds: 30,
+		},
+		Scheduling: tetherv1.Fleet_DISTRIBUTED,
+		Labels:     map[string]string{"sim": "true"},
+	}
 }
 
 // latencies collects durations for percentiles.

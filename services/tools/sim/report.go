@@ -73,6 +73,9 @@ type Report struct {
 	ProcessPeakRSS  int64            `json:"process_peak_rss_bytes"` // this process (everything but PostgreSQL)
 	PostgresPeakPSS int64            `json:"postgres_peak_pss_bytes"`
 
+	// Demand is demand mode's capacity report; nil in other runs.
+	Demand *DemandReport `json:"demand,omitempty"`
+
 	// Failures lists what made the run fail (lost events, false
 	// terminations, missed detections, a system that did not settle).
 	Failures []string `json:"failures"`
@@ -123,7 +126,11 @@ func (r *Report) Print(out io.Writer) {
 		return fmt.Sprintf("p50 %.1f ms, p99 %.1f ms, max %.1f ms (n=%d)", l.P50, l.P99, l.Max, l.N)
 	}
 	fmt.Fprintln(tw, "SCALE\t")
-	row("game servers / hosts / fleets", "%d / %d / %d", r.GameServers, r.Hosts, r.Fleets)
+	if r.Demand != nil {
+		row("slots / hosts / fleets", "%d / %d / %d (servers as the autoscaler decides)", r.GameServers, r.Hosts, r.Fleets)
+	} else {
+		row("game servers / hosts / fleets", "%d / %d / %d", r.GameServers, r.Hosts, r.Fleets)
+	}
 	row("all READY after", "%.1f s (%.0f events/s while coming up)", r.ReadySeconds, r.StartupEventsPerSecond)
 	row("steady phase", "%.0f s, %d events, %.0f events/s", r.SteadySeconds, r.SteadyEvents, r.EventsPerSecond)
 	row("publish→view lag", "%s", lat(r.ProjectionLag))
@@ -138,6 +145,9 @@ func (r *Report) Print(out io.Writer) {
 	row("players", "%d joined, %d dropped, %d rejoined, %d left; %d errors", r.PlayersJoined, r.PlayersDropped, r.PlayersRejoined, r.PlayersLeft, r.PlayerErrors)
 	row("matches", "%d played to the end, %d cut short (a failed server or player call), %d not started (too many in flight)", r.MatchesEnded, r.MatchesLost, r.MatchesSkipped)
 	fmt.Fprintln(tw, "\t")
+	if r.Demand != nil {
+		r.Demand.print(tw, row)
+	}
 	fmt.Fprintln(tw, "FAULTS\t")
 	row("injected", "%d crashes, %d hangs, %d SDK resets, %d host partitions, %d slow starts", r.Crashes, r.Hangs, r.Flaps, r.Partitions, r.SlowStarts)
 	row("crash detection", "%s", lat(r.CrashDetection))
@@ -173,6 +183,14 @@ func (r *Report) Print(out io.Writer) {
 	row("tether process RSS", "%s", mib(r.ProcessPeakRSS))
 	row("PostgreSQL (PSS, all processes)", "%s", mib(r.PostgresPeakPSS))
 	tw.Flush()
+	if r.OK() && r.Demand != nil {
+		rollout := ""
+		if r.Demand.Rollout.Started {
+			rollout = " the rollout completed,"
+		}
+		fmt.Fprintf(out, "\nresult: OK: no lost events, no false terminations,%s no server with a match stopped\n", rollout)
+		return
+	}
 	if r.OK() {
 		fmt.Fprintln(out, "\nresult: OK: no lost events, no false terminations, every injected fault detected")
 		return

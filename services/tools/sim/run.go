@@ -35,11 +35,11 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := w.createFleets(ctx); err != nil {
+	target := w.readyTarget()
+	if err := w.create(ctx); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(o.Progress, "fleets created: %d servers in %d fleets on %d hosts; waiting for READY\n", total, o.Fleets, o.Hosts)
-	if err := w.waitFor(ctx, o.ReadyTimeout, func(s reading) bool { return s.ready == total }); err != nil {
+	if err := w.waitFor(ctx, o.ReadyTimeout, func(s reading) bool { return s.ready == target }); err != nil {
 		return nil, fmt.Errorf("sim: the fleets did not come up: %w", err)
 	}
 	rep.ReadySeconds = time.Since(began).Seconds()
@@ -48,7 +48,7 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	rep.StartupEventsPerSecond = float64(readySeq-startSeq) / rep.ReadySeconds
-	fmt.Fprintf(o.Progress, "all %d servers READY after %.1f s\n", total, rep.ReadySeconds)
+	fmt.Fprintf(o.Progress, "all %d servers READY after %.1f s\n", target, rep.ReadySeconds)
 
 	// Phase 2: steady state with misbehaviour and matches.
 	passesBefore, err := w.readHistogram(ctx, controllerPassMetric)
@@ -59,13 +59,21 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	steadyCtx, endSteady := context.WithTimeout(ctx, o.Duration)
 	steadyBegan := time.Now()
 	var steady sync.WaitGroup
+	if w.demand != nil {
+		w.demand.steadyBegan = steadyBegan
+		steady.Go(func() { w.rollout(steadyCtx) })
+	} else {
+		fmt.Fprintf(o.Progress, "steady phase: %s of faults, matches and players\n", o.Duration)
+	}
 	steady.Go(func() { w.injectFaults(steadyCtx) })
 	steady.Go(func() { w.mm.run(steadyCtx) })
 	steady.Go(func() { w.sampleLag(steadyCtx, lag) })
 	steady.Go(func() { w.progress(steadyCtx, "steady") })
-	fmt.Fprintf(o.Progress, "steady phase: %s of faults, matches and players\n", o.Duration)
 	steady.Wait()
 	endSteady()
+	if w.demand != nil {
+		w.demand.steadyEnded = steadyBegan.Add(o.Duration)
+	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -90,7 +98,7 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	w.partitions.Wait()
 	injected, flapped, ended, cuts := w.faults.snapshot()
 	settleErr := w.waitFor(ctx, o.SettleTimeout, func(s reading) bool {
-		return s.ready == total && s.caughtUp && w.allEnded(ctx, injected)
+		return s.ready == target && s.caughtUp && w.allEnded(ctx, injected) && w.rolloutSettled(ctx)
 	})
 	if settleErr != nil {
 		rep.Failures = append(rep.Failures, "did not settle: "+settleErr.Error())
@@ -120,6 +128,11 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	}
 	if rep.PlayerErrors > 0 {
 		rep.Failures = append(rep.Failures, fmt.Sprintf("%d player calls failed on healthy servers (last: %s)", rep.PlayerErrors, rep.LastPlayerError))
+	}
+	if w.demand != nil {
+		if err := w.measureDemand(ctx, rep); err != nil {
+			return nil, err
+		}
 	}
 	mem.mu.Lock()
 	rep.HeapPeak, rep.PostgresPeakPSS = mem.heapPeak, mem.pgPeak
@@ -214,8 +227,8 @@ func (w *world) progress(ctx context.Context, phase string) {
 			}
 			continue
 		}
-		fmt.Fprintf(w.opts.Progress, "  %s: %d READY, %d live, stream at %d, views at %d; %d matches allocated\n",
-			phase, s.ready, s.live, s.stream, s.cp, w.mm.allocated.Load())
+		fmt.Fprintf(w.opts.Progress, "  %s: %d READY, %d live, stream at %d, views at %d; %d matches allocated, %d refused\n",
+			phase, s.ready, s.live, s.stream, s.cp, w.mm.allocated.Load(), w.mm.noServer.Load())
 	}
 }
 
@@ -296,6 +309,10 @@ func (w *world) audit(ctx context.Context, rep *Report, injected map[string]inje
 			want = expectedReasons[inj.kind]
 		} else if _, ok := ended[name]; ok {
 			want = []string{"SHUTDOWN_REQUESTED_BY_GAME"}
+		} else if w.demand != nil {
+			// The autoscaler and the rollout stop servers without a match
+			// (that none had one is checked from the history: capacity.go).
+			want = []string{"FLEET_SCALED_DOWN", "FLEET_UPDATED"}
 		}
 		if !slices.Contains(want, reason) {
 			rep.FalseTerminations++

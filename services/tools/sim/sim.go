@@ -99,12 +99,29 @@ type Options struct {
 	// MatchLength is how long a match lasts before its players leave and
 	// its server shuts itself down; default 15s.
 	MatchLength time.Duration
+	// Demand, when it has points, runs the simulation in demand mode
+	// (demand.go): one autoscaled fleet instead of fleets filling every
+	// slot, a matchmaker allocating at the curve's rate instead of
+	// AllocationRate, a rolling update at RolloutAt, and a capacity report
+	// (Report.Demand).
+	Demand Curve
+	// Buffer is the demand-mode fleet's autoscaling buffer: a count ("3")
+	// or a percentage of the allocated servers ("20%"); default "3".
+	Buffer string
+	// MinReplicas and MaxReplicas bound the demand-mode fleet; MaxReplicas
+	// defaults to every slot (Hosts × ServersPerHost).
+	MinReplicas, MaxReplicas int
+	// RolloutAt is when, into the steady phase, demand mode changes the
+	// fleet's template (a rolling update under load); default two thirds
+	// of Duration; negative: no rollout.
+	RolloutAt time.Duration
 	// HostStartSpread spreads the hosts' agent starts over this long, as
 	// hosts come up over time; default 2 ms per host.
 	HostStartSpread time.Duration
 	// ReadyTimeout bounds the wait for every server to be READY; default 15m.
 	ReadyTimeout time.Duration
-	// Duration is the steady phase; default 60s.
+	// Duration is the steady phase; default 60s, or in demand mode the
+	// time of the curve's last point.
 	Duration time.Duration
 	// SettleTimeout bounds the settle phase; default 5m.
 	SettleTimeout time.Duration
@@ -161,6 +178,9 @@ func (o *Options) setDefaults() {
 	def(&o.MatchLength, 15*time.Second)
 	def(&o.HostStartSpread, time.Duration(o.Hosts)*2*time.Millisecond)
 	def(&o.ReadyTimeout, 15*time.Minute)
+	if o.Demand.Set() {
+		o.setDemandDefaults()
+	}
 	def(&o.Duration, 60*time.Second)
 	def(&o.SettleTimeout, 5*time.Minute)
 	def(&o.ProgressEvery, 10*time.Second)
@@ -204,6 +224,9 @@ func (o *Options) validate() error {
 	case o.SlowStartFraction < 0 || o.SlowStartFraction > 1 || o.DropFraction < 0 || o.DropFraction > 1:
 		return errors.New("sim: fractions must be within 0 and 1")
 	}
+	if o.Demand.Set() {
+		return o.validateDemand()
+	}
 	return nil
 }
 
@@ -225,6 +248,7 @@ type world struct {
 	stackDone  chan struct{}  // closed when the control plane has stopped
 	stackErr   error          // why, once stackDone is closed
 	mm         *matchmaker
+	demand     *demand // demand mode's state; nil otherwise
 	connsMu    sync.Mutex
 	conns      map[int]*natsConn // the simulated hosts' NATS connections
 }
@@ -248,6 +272,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	w := &world{opts: opts, log: opts.Logger, faults: newLedger(), meter: sdkmetric.NewManualReader(), conns: map[int]*natsConn{}}
 	defer w.closeConns()
 	w.paused = make([]atomic.Bool, opts.Hosts)
+	if opts.Demand.Set() {
+		w.demand = &demand{}
+	}
 	for i := range opts.Hosts {
 		w.hosts = append(w.hosts, &host{w: w, id: hostID(i)})
 	}
