@@ -7,35 +7,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // mostLive is the most game servers of a fleet live (not TERMINATED) at
-// once, folded from the fleet's game-server events in stream order.
+// once, from the fleet's history (eachMoment).
 func (s *stack) mostLive(fleet string) int {
 	s.t.Helper()
-	hist, err := s.store.History(s.ctx, events.FleetGameServersSubject(fleet), 0)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	states := map[string]*eventsv1.GameServerState{}
 	most := 0
-	for _, e := range hist {
-		st, err := events.ApplyGameServer(states[e.Aggregate], e)
-		if err != nil {
-			s.t.Fatalf("fold %s: %v", e.Aggregate, err)
-		}
-		states[e.Aggregate] = st
-		n := 0
-		for _, st := range states {
-			if st.GetLifecycle() != eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
-				n++
-			}
-		}
-		most = max(most, n)
-	}
+	s.eachMoment(fleet, 0, func(states map[string]*eventsv1.GameServerState) {
+		most = max(most, len(states)-countIn(states, endedStates...))
+	})
 	return most
 }
 

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
@@ -35,34 +34,17 @@ func (s *stack) placedServers(fleet string) []placed {
 
 // servingLow is the fewest game servers of a fleet serving (READY,
 // RESERVED or ALLOCATED) at once from the first moment `from` of them
-// served, folded from the fleet's game-server events in stream order:
-// the history, not samples of it.
+// served, from the fleet's history (eachMoment).
 func (s *stack) servingLow(fleet string, from int) int {
 	s.t.Helper()
-	hist, err := s.store.History(s.ctx, events.FleetGameServersSubject(fleet), 0)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	states := map[string]*eventsv1.GameServerState{}
 	low, started := -1, false
-	for _, e := range hist {
-		st, err := events.ApplyGameServer(states[e.Aggregate], e)
-		if err != nil {
-			s.t.Fatalf("fold %s: %v", e.Aggregate, err)
-		}
-		states[e.Aggregate] = st
-		n := 0
-		for _, st := range states {
-			switch st.GetLifecycle() {
-			case eventsv1.Lifecycle_LIFECYCLE_READY, eventsv1.Lifecycle_LIFECYCLE_RESERVED, eventsv1.Lifecycle_LIFECYCLE_ALLOCATED:
-				n++
-			}
-		}
+	s.eachMoment(fleet, 0, func(states map[string]*eventsv1.GameServerState) {
+		n := countIn(states, servingStates...)
 		started = started || n >= from
 		if started && (low < 0 || n < low) {
 			low = n
 		}
-	}
+	})
 	return low
 }
 
