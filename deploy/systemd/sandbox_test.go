@@ -122,7 +122,7 @@ func TestAgentSandboxRunsGameServersAsTheirUser(t *testing.T) {
 	}
 	first := startAgent()
 
-	name := "fleets/arena/gameServers/gs-sandboxed"
+	name := "fleets/sandbox/gameServers/gs-sandboxed"
 	spec := &eventsv1.FleetSpec{Template: &eventsv1.GameServerTemplate{
 		Command: game, Ports: []*eventsv1.PortSpec{{Name: "game"}},
 		Env: map[string]string{"TETHER_EXAMPLE_LISTEN_HOST": "127.0.0.1"},
@@ -159,6 +159,9 @@ func TestAgentSandboxRunsGameServersAsTheirUser(t *testing.T) {
 		t.Fatalf("the game server ended: %v", e.Data)
 	}
 	pid := int(event("ProcessStarted").Data.(*eventsv1.ProcessStarted).GetPid())
+	// Whatever happens below, the game server does not outlive the test
+	// (an agent stopped with SIGTERM leaves its game servers running).
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 
 	game1 := procStatus(t, pid)
 	for _, key := range []string{"Uid", "Gid"} {

@@ -178,6 +178,16 @@ func agentKilledAndRestarted(t *testing.T, slow bool) {
 		"--port-min", strconv.Itoa(base), "--port-max", strconv.Itoa(base + 19)}
 	first := startTether(t, nil, agentArgs...)
 	wait.For(t, 30*time.Second, "host ext1 ONLINE", func() bool { return s.hostState("ext1") == "ONLINE" })
+	// A `tether agent` stopped leaves its game servers running, by design:
+	// when the test ends, the fleet's last servers are ended here (this
+	// runs before the stack stops, so the API still answers).
+	t.Cleanup(func() {
+		for _, g := range s.gameServers("arena") {
+			if g.Pid > 0 {
+				_ = syscall.Kill(-g.Pid, syscall.SIGKILL)
+			}
+		}
+	})
 
 	if code := s.rest("POST", "/v1/fleets?fleetId=arena", fleetSpec(3, nil), nil); code != http.StatusOK {
 		t.Fatalf("create fleet: %d", code)
