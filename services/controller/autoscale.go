@@ -28,29 +28,6 @@ import (
 // service off the pass (a slow webhook never holds a pass up) and keeps the
 // last answer for the planner.
 
-// fleetUse is what a fleet's live servers are doing.
-type fleetUse struct {
-	allocated, reserved, ready, starting int
-}
-
-// useOf counts a fleet's live servers by what they do.
-func useOf(rows []projections.Row[*eventsv1.GameServerState]) fleetUse {
-	var u fleetUse
-	for _, r := range rows {
-		switch r.State.GetLifecycle() {
-		case eventsv1.Lifecycle_LIFECYCLE_ALLOCATED:
-			u.allocated++
-		case eventsv1.Lifecycle_LIFECYCLE_RESERVED:
-			u.reserved++
-		case eventsv1.Lifecycle_LIFECYCLE_READY:
-			u.ready++
-		case eventsv1.Lifecycle_LIFECYCLE_SCHEDULED, eventsv1.Lifecycle_LIFECYCLE_STARTING:
-			u.starting++
-		}
-	}
-	return u
-}
-
 // webhookAnswer is a webhook policy's last answer.
 type webhookAnswer struct {
 	// url is the webhook asked.
@@ -174,10 +151,10 @@ func (w *webhooks) poll(ctx context.Context, fleets []projections.FleetRow, serv
 		}
 		name := f.State.GetName()
 		wanted[name] = true
-		if ans, ok := w.answers[name]; ok {
-			out[name] = ans
-		}
 		last, answered := w.answers[name]
+		if answered {
+			out[name] = last
+		}
 		if w.inFlight[name] || (answered && last.url == policy.Webhook.GetUrl() && w.now().Sub(last.at) < w.interval) {
 			continue
 		}

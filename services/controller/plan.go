@@ -349,7 +349,7 @@ func (p planner) planFleet(s snapshot, f *eventsv1.FleetState, rows []projection
 	slices.SortStableFunc(leaving, func(a, b projections.Row[*eventsv1.GameServerState]) int {
 		return boolRank(!serves(a.State)) - boolRank(!serves(b.State))
 	})
-	keep := min(len(leaving), max(0, want-serving(stay)), serving(leaving))
+	keep := min(len(leaving), max(0, want-useOf(stay).serving()), useOf(leaving).serving())
 	for _, r := range leaving[keep:] {
 		p.shutdown(s.now, r, eventsv1.Reason_REASON_HOST_DRAINING, fmt.Sprintf("host %s is draining: a replacement serves elsewhere", r.State.GetHost()), out)
 	}
@@ -436,8 +436,9 @@ func splitRevisions(f *eventsv1.FleetState, stay []projections.Row[*eventsv1.Gam
 // scale-down during the rollout): what max_unavailable leaves.
 func (p planner) planRollout(s snapshot, f *eventsv1.FleetState, stay []projections.Row[*eventsv1.GameServerState], rev revisions, out *Plan) int {
 	want := int(f.GetSpec().GetReplicas())
-	_, unavailable := events.RolloutBounds(f.GetSpec().GetStrategy(), want, busy(stay))
-	canGo := serving(stay) - (want - unavailable)
+	use := useOf(stay)
+	_, unavailable := events.RolloutBounds(f.GetSpec().GetStrategy(), want, use.busy())
+	canGo := use.serving() - (want - unavailable)
 	if !rev.rolling || len(rev.outdated) == 0 {
 		return canGo
 	}
@@ -460,28 +461,34 @@ func (p planner) planRollout(s snapshot, f *eventsv1.FleetState, stay []projecti
 	return canGo
 }
 
-// busy counts the servers holding a match (ALLOCATED, RESERVED).
-func busy(rows []projections.Row[*eventsv1.GameServerState]) int {
-	n := 0
-	for _, r := range rows {
-		switch r.State.GetLifecycle() {
-		case eventsv1.Lifecycle_LIFECYCLE_ALLOCATED, eventsv1.Lifecycle_LIFECYCLE_RESERVED:
-			n++
-		}
-	}
-	return n
+// fleetUse is what a fleet's live servers are doing.
+type fleetUse struct {
+	allocated, reserved, ready, starting int
 }
 
-// serving counts the servers up for matches or in one.
-func serving(rows []projections.Row[*eventsv1.GameServerState]) int {
-	n := 0
+// useOf counts servers by what they do.
+func useOf(rows []projections.Row[*eventsv1.GameServerState]) fleetUse {
+	var u fleetUse
 	for _, r := range rows {
-		if serves(r.State) {
-			n++
+		switch r.State.GetLifecycle() {
+		case eventsv1.Lifecycle_LIFECYCLE_ALLOCATED:
+			u.allocated++
+		case eventsv1.Lifecycle_LIFECYCLE_RESERVED:
+			u.reserved++
+		case eventsv1.Lifecycle_LIFECYCLE_READY:
+			u.ready++
+		case eventsv1.Lifecycle_LIFECYCLE_SCHEDULED, eventsv1.Lifecycle_LIFECYCLE_STARTING:
+			u.starting++
 		}
 	}
-	return n
+	return u
 }
+
+// busy counts the servers holding a match (ALLOCATED, RESERVED).
+func (u fleetUse) busy() int { return u.allocated + u.reserved }
+
+// serving counts the servers up for matches or in one.
+func (u fleetUse) serving() int { return u.ready + u.busy() }
 
 // whyNoRoom says why a fleet's missing servers found no host: its host
 // selector matches none of the hosts that take new servers, or those it
@@ -541,7 +548,7 @@ func rolloutStep(s snapshot, f *eventsv1.FleetState, rows []projections.Row[*eve
 	want := int(f.GetSpec().GetReplicas())
 	c := events.RecordRolloutProgress{Need: want}
 	if f.GetSpec().GetStrategy().GetType() != eventsv1.FleetStrategy_RECREATE {
-		_, unavailable := events.RolloutBounds(f.GetSpec().GetStrategy(), want, busy(rows))
+		_, unavailable := events.RolloutBounds(f.GetSpec().GetStrategy(), want, useOf(rows).busy())
 		c.Need = want - unavailable
 	}
 	for _, r := range rows {
