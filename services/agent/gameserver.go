@@ -484,7 +484,7 @@ func (gs *gameServer) recordLocked(ctx context.Context, cmd events.GameServerCom
 	}, write.Policy{Attempts: maxRecordAttempts})
 	switch {
 	case errors.Is(err, errQueue):
-		return gs.enqueueLocked(out.decided)
+		return gs.enqueueLocked(out.decided, out.stored)
 	case err != nil:
 		return err
 	case len(res.Events) == 0:
@@ -504,21 +504,29 @@ var errQueue = errors.New("queue the events in the outbox")
 // outboxFallback is a server's write path to the stream with the outbox
 // behind it: while NATS is away or events wait in the outbox, and when the
 // store fails (not on a conflict), the append answers errQueue, and the
-// events it was given wait in decided for the outbox, in order.
+// events it was given wait in decided for the outbox, in order. An append
+// that failed after the stream took its first events (an
+// events.PartialAppendError) leaves only the rest to the outbox: sent
+// again, the stored ones would be acknowledged as duplicates and counted
+// as published twice.
 type outboxFallback struct {
 	gs      *gameServer
 	decided []events.Envelope
+	stored  int // of decided, how many the stream took before the append failed
 }
 
 // Append appends to the stream unless the outbox must take the events.
 func (o *outboxFallback) Append(ctx context.Context, subject string, expected uint64, envs ...events.Envelope) (uint64, error) {
-	o.decided = envs
+	o.decided, o.stored = envs, 0
 	if o.gs.a.outbox.len() > 0 || !o.gs.a.natsUp() {
 		return 0, errQueue // NATS is away, or events wait in the outbox: queue behind them
 	}
 	seq, err := o.gs.a.opts.Store.Append(ctx, subject, expected, envs...)
 	if err != nil && !errors.Is(err, events.ErrConflict) {
-		o.gs.log.Warn("event store unreachable; keeping events in the outbox", "err", err)
+		if partial, ok := errors.AsType[*events.PartialAppendError](err); ok {
+			o.stored = partial.Stored
+		}
+		o.gs.log.Warn("event store unreachable; keeping events in the outbox", "err", err, "stored", o.stored)
 		return 0, errQueue
 	}
 	return seq, err
@@ -539,10 +547,12 @@ func (gs *gameServer) foldLocked(envs []events.Envelope) error {
 
 // enqueueLocked keeps events in the on-disk outbox for the publisher and
 // folds them locally, so supervision and health evaluation go on while NATS
-// is away. The server's state is rebuilt from the stream once they are out.
-func (gs *gameServer) enqueueLocked(envs []events.Envelope) error {
-	entries := make([]outboxEntry, len(envs))
-	for i, e := range envs {
+// is away. The first stored of them are in the stream already: they are
+// folded, not queued. The server's state is rebuilt from the stream once
+// the queued ones are out.
+func (gs *gameServer) enqueueLocked(envs []events.Envelope, stored int) error {
+	entries := make([]outboxEntry, len(envs)-stored)
+	for i, e := range envs[stored:] {
 		data, err := e.Marshal()
 		if err != nil {
 			return err
