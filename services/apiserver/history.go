@@ -359,7 +359,8 @@ func eventToAPI(e events.Envelope) (*tetherv1.Event, error) {
 	return out, nil
 }
 
-// toStruct renders a message as its protojson object.
+// toStruct renders a message as its protojson object, its enum values
+// spelt as the API's are (renameEnums).
 func toStruct(m proto.Message) (*structpb.Struct, error) {
 	b, err := protojson.Marshal(m)
 	if err != nil {
@@ -369,5 +370,6 @@ func toStruct(m proto.Message) (*structpb.Struct, error) {
 	if err := protojson.Unmarshal(b, s); err != nil {
 		return nil, fmt.Errorf("decode %T as JSON: %w", m, err)
 	}
+	renameEnums(m.ProtoReflect().Descriptor(), s)
 	return s, nil
 }

@@ -102,11 +102,11 @@ func TestStateAtBetweenTwoEvents(t *testing.T) {
 		count                  int
 	}{
 		{"before the first event", "time=" + url.QueryEscape(t0.Add(-time.Second).Format(time.RFC3339)), "", 0},
-		{"between scheduled and started", "time=" + url.QueryEscape(t0.Add(5*time.Second).Format(time.RFC3339)), "LIFECYCLE_SCHEDULED", 1},
-		{"at the start exactly", "time=" + url.QueryEscape(t0.Add(10*time.Second).Format(time.RFC3339)), "LIFECYCLE_STARTING", 2},
-		{"between started and ready", "time=" + url.QueryEscape(t0.Add(15*time.Second).Format(time.RFC3339)), "LIFECYCLE_STARTING", 2},
-		{"by sequence", fmt.Sprintf("sequence=%d", seqs[1]), "LIFECYCLE_STARTING", 2},
-		{"after all", fmt.Sprintf("sequence=%d", seqs[2]), "LIFECYCLE_READY", 3},
+		{"between scheduled and started", "time=" + url.QueryEscape(t0.Add(5*time.Second).Format(time.RFC3339)), "SCHEDULED", 1},
+		{"at the start exactly", "time=" + url.QueryEscape(t0.Add(10*time.Second).Format(time.RFC3339)), "STARTING", 2},
+		{"between started and ready", "time=" + url.QueryEscape(t0.Add(15*time.Second).Format(time.RFC3339)), "STARTING", 2},
+		{"by sequence", fmt.Sprintf("sequence=%d", seqs[1]), "STARTING", 2},
+		{"after all", fmt.Sprintf("sequence=%d", seqs[2]), "READY", 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
