@@ -179,6 +179,9 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 	case *eventsv1.GameServerTerminated:
 		next.Reason, next.Evidence = d.GetReason(), proto.CloneOf(d.GetEvidence())
 		next.Pid = 0
+		if next.Connection == eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED {
+			next.Connection = eventsv1.ConnectionState_CONNECTION_STATE_DISCONNECTED // no process, no SDK connection
+		}
 	case *eventsv1.LabelsChanged:
 		if next.Labels == nil {
 			next.Labels = map[string]string{}

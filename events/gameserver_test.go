@@ -351,6 +351,9 @@ func TestGameServerHappyPath(t *testing.T) {
 	if g.state.GetReason() != eventsv1.Reason_REASON_FLEET_SCALED_DOWN || g.state.GetPid() != 0 {
 		t.Errorf("terminated with reason %v, pid %d; want FLEET_SCALED_DOWN, 0", g.state.GetReason(), g.state.GetPid())
 	}
+	if c := g.state.GetConnection(); c != eventsv1.ConnectionState_CONNECTION_STATE_DISCONNECTED {
+		t.Errorf("terminated with connection %v, want DISCONNECTED: its process is gone", c)
+	}
 	if !proto.Equal(g.state.GetCreateTime(), tsAt(1)) || !proto.Equal(g.state.GetUpdateTime(), tsAt(g.clock)) {
 		t.Errorf("create %v, update %v; want %v, %v", g.state.GetCreateTime(), g.state.GetUpdateTime(), tsAt(1), tsAt(g.clock))
 	}
@@ -777,10 +780,16 @@ func TestMarkUnhealthy(t *testing.T) {
 
 func TestTerminateWithoutExit(t *testing.T) {
 	g := newServer(t, ALLOCATED)
+	if c := g.state.GetConnection(); c != eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED {
+		t.Fatalf("allocated with connection %v, want CONNECTED", c)
+	}
 	ev := &eventsv1.Evidence{Detail: "host h1 lost"}
 	g.decide(events.Terminate{Reason: eventsv1.Reason_REASON_HOST_LOST, Evidence: ev})
 	if g.state.GetLifecycle() != TERMINATED || g.state.GetReason() != eventsv1.Reason_REASON_HOST_LOST || !proto.Equal(g.state.GetEvidence(), ev) || g.state.GetPid() != 0 {
 		t.Errorf("state = %v", g.state)
+	}
+	if c := g.state.GetConnection(); c != eventsv1.ConnectionState_CONNECTION_STATE_DISCONNECTED {
+		t.Errorf("terminated with connection %v, want DISCONNECTED", c)
 	}
 }
 
