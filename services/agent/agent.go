@@ -634,7 +634,11 @@ func (a *Agent) beat(buf []*gameServer) (hostbeat.Beat, []*gameServer) {
 	defer clear(list) // hold no finished server until the next beat
 	inv := &hostbeat.Inventory{Servers: make([]hostbeat.Server, 0, len(list))}
 	for _, gs := range list {
-		inv.Servers = append(inv.Servers, hostbeat.Server{Name: gs.name, Pid: int(gs.pid.Load())})
+		srv := hostbeat.Server{Name: gs.name, Pid: int(gs.pid.Load())}
+		if ns := gs.lastHeartbeat.Load(); ns != 0 {
+			srv.LastHeartbeat = time.Unix(0, ns).UTC()
+		}
+		inv.Servers = append(inv.Servers, srv)
 	}
 	slices.SortFunc(inv.Servers, func(x, y hostbeat.Server) int { return strings.Compare(x.Name, y.Name) })
 	inv.Queued = a.outbox.len()

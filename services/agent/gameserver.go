@@ -48,6 +48,10 @@ type gameServer struct {
 	// pid is the running process's id, 0 while none runs; read without mu
 	// (by the host heartbeat, which must not wait for a server's appends).
 	pid atomic.Int64
+	// lastHeartbeat is when the process last sent an SDK heartbeat, in
+	// Unix nanoseconds (0: none yet); read without mu by the host
+	// heartbeat, which shows it to the API.
+	lastHeartbeat atomic.Int64
 
 	// mu guards everything below and serialises the server's appends.
 	mu        sync.Mutex

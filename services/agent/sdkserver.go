@@ -350,6 +350,7 @@ func (gs *gameServer) heartbeatLocked(ctx context.Context) {
 		return
 	}
 	now := gs.a.opts.Clock.Now()
+	gs.lastHeartbeat.Store(now.UnixNano())
 	if gs.check.heartbeat(now) {
 		if err := gs.recordLocked(ctx, events.RecordHeartbeatsResumed{At: now}); err != nil {
 			gs.log.Warn("record heartbeats resumed", "err", err)

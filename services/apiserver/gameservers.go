@@ -35,7 +35,9 @@ func (g *gameServerService) GetGameServer(ctx context.Context, req *tetherv1.Get
 	if err != nil {
 		return nil, err
 	}
-	return gameServerToAPI(row.State, row.Sequence), nil
+	out := gameServerToAPI(row.State, row.Sequence)
+	freshenGameServer(out, g.s.beats.beats())
+	return out, nil
 }
 
 func (g *gameServerService) ListGameServers(ctx context.Context, req *tetherv1.ListGameServersRequest) (*tetherv1.ListGameServersResponse, error) {
@@ -67,12 +69,14 @@ func (g *gameServerService) ListGameServers(ctx context.Context, req *tetherv1.L
 	}
 	resp := &tetherv1.ListGameServersResponse{}
 	bytes := 0
+	beats := g.s.beats.beats()
 	for i, r := range rows {
 		if i == size || full(i, bytes) {
 			resp.NextPageToken = encodePageToken(rows[i-1].State.GetName(), key)
 			break
 		}
 		g := gameServerToAPI(r.State, r.Sequence)
+		freshenGameServer(g, beats)
 		resp.GameServers = append(resp.GameServers, g)
 		bytes += proto.Size(g)
 	}

@@ -37,12 +37,15 @@ func (h *hostService) ListHosts(ctx context.Context, req *tetherv1.ListHostsRequ
 		return nil, err
 	}
 	resp := &tetherv1.ListHostsResponse{}
+	beats := h.s.beats.beats()
 	for i, r := range rows {
 		if i == size {
 			resp.NextPageToken = encodePageToken(rows[i-1].State.GetName(), "hosts")
 			break
 		}
-		resp.Hosts = append(resp.Hosts, hostToAPI(r))
+		host := hostToAPI(r)
+		freshenHost(host, beats)
+		resp.Hosts = append(resp.Hosts, host)
 	}
 	return resp, nil
 }
@@ -58,7 +61,9 @@ func (h *hostService) GetHost(ctx context.Context, req *tetherv1.GetHostRequest)
 	if err != nil {
 		return nil, err
 	}
-	return hostToAPI(row), nil
+	host := hostToAPI(row)
+	freshenHost(host, h.s.beats.beats())
+	return host, nil
 }
 
 // CordonHost stops new game servers going to a host.

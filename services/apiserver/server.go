@@ -268,6 +268,7 @@ type Server struct {
 	grpcLis, httpLis net.Listener
 
 	candidates *candidatePool // READY servers to allocate
+	beats      *liveBeats     // hosts' and servers' last heartbeats, for reads
 
 	policyMu sync.Mutex
 	policies map[string]cachedPolicy // fleet → player-session policy
@@ -284,7 +285,7 @@ func New(opts Options) (*Server, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, log: opts.Logger, producer: "apiservers/" + opts.ReplicaID, prop: propagation.TraceContext{},
+	s := &Server{opts: opts, log: opts.Logger, producer: "apiservers/" + opts.ReplicaID, prop: propagation.TraceContext{}, beats: &liveBeats{},
 		candidates: newCandidatePool(opts.Views, opts.Now, opts.Logger), policies: map[string]cachedPolicy{}}
 	s.noticeCtx, s.stopNotices = context.WithCancel(context.Background())
 	var err error
@@ -347,6 +348,9 @@ func (s *Server) Run(ctx context.Context) error {
 	unary := []grpc.UnaryServerInterceptor{lim.unary(), unaryErrors(s.log), unaryRequests()}
 	stream := []grpc.StreamServerInterceptor{lim.stream(), streamErrors(s.log), streamRequests()}
 	go s.opts.Tokens.Watch(ctx, apikeys.DefaultReloadEvery) // a keys file rotates without a restart
+	if s.opts.JetStream != nil {
+		go s.beats.run(ctx, s.opts.JetStream, s.log)
+	}
 	var auth *authenticator                                 // nil: every caller may do everything
 	if s.opts.Keys != nil || s.opts.OIDC != nil {
 		if s.opts.Keys != nil {

@@ -62,6 +62,10 @@ type Server struct {
 	Name string `json:"name"`
 	// Pid is its process id, 0 while no process runs.
 	Pid int `json:"pid,omitempty"`
+	// LastHeartbeat is when its process last sent an SDK heartbeat; zero
+	// before the first (and from an older agent). The events record only
+	// connects and missed periods, so this is how readers show it current.
+	LastHeartbeat time.Time `json:"lastHeartbeat,omitzero"`
 }
 
 // Has reports whether the inventory lists a game server.

@@ -300,6 +300,17 @@ func (t *Tracker) Beats(ctx context.Context) (map[string]Beat, error) {
 	}
 }
 
+// Latest returns the beats the tracker has applied so far, without
+// waiting for it to catch up with the bucket (Beats does): for showing
+// when hosts last beat, where a beat a moment old does, not for liveness
+// verdicts. Like Beats, the map is the caller's and its Inventory
+// pointers are shared.
+func (t *Tracker) Latest() map[string]Beat {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.snapshotLocked(0)
+}
+
 // snapshotLocked copies the beats, forgetting those older than ttl; t.mu
 // is held.
 func (t *Tracker) snapshotLocked(ttl time.Duration) map[string]Beat {
