@@ -94,3 +94,9 @@ func NameFromSubject(subject string) (string, error) {
 func FleetGameServersSubject(fleet string) string {
 	return SubjectPrefix + "." + KindGameServer + "." + fleet + ".*"
 }
+
+// SessionSubjects returns the wildcards matching every game session's and
+// every player session's subject.
+func SessionSubjects() []string {
+	return []string{SubjectPrefix + "." + KindGameSession + ".*", SubjectPrefix + "." + KindPlayerSession + ".*.*"}
+}

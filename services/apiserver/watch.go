@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
@@ -53,27 +54,83 @@ type eventWatcher interface {
 type watchFilter struct {
 	// subjects narrow what the store reads; nil reads every event.
 	subjects []string
+	// sessions, when set (a fleet filter), keeps the game-session and
+	// player-session events of the fleet's game sessions; the subjects
+	// read every session's.
+	sessions *sessionFleets
 	// host, when set, keeps events written by that host or about it.
 	host  string
 	types map[string]bool
 }
 
-func (f watchFilter) match(e events.Envelope) bool {
+func (f watchFilter) match(ctx context.Context, e events.Envelope) bool {
 	if f.host != "" && e.Producer != f.host && e.Aggregate != f.host {
 		return false
 	}
-	return len(f.types) == 0 || f.types[e.Type]
+	if len(f.types) != 0 && !f.types[e.Type] {
+		return false
+	}
+	return f.sessions == nil || f.sessions.keeps(ctx, e)
 }
 
-// parseWatchFilter validates a request's filters.
-func parseWatchFilter(req *tetherv1.WatchEventsRequest) (watchFilter, error) {
+// sessionFleets keeps, for a watch filtered by fleet, the events of the
+// fleet's game sessions and their player sessions, which are named
+// gameSessions/{id}, without their fleet: a session's fleet is its game
+// server's, from its GameSessionCreated when the watch sees it, or else
+// from the views, remembered for the watch.
+type sessionFleets struct {
+	fleet  string // fleets/{fleet}
+	lookup func(ctx context.Context, session string) (projections.Row[*eventsv1.GameSessionState], error)
+	known  map[string]bool // game session → of the fleet
+}
+
+// maxKnownSessions bounds sessionFleets.known; past it, it starts afresh
+// (a session seen again is looked up again).
+const maxKnownSessions = 10_000
+
+// keeps reports whether e is kept: any event not of a game session (the
+// subjects chose it), and a session's if the session is the fleet's.
+func (s *sessionFleets) keeps(ctx context.Context, e events.Envelope) bool {
+	id, ok := strings.CutPrefix(e.Aggregate, "gameSessions/")
+	if !ok {
+		return true
+	}
+	session := "gameSessions/" + strings.SplitN(id, "/", 2)[0]
+	if mine, ok := s.known[session]; ok {
+		return mine
+	}
+	var server string
+	if created, ok := e.Data.(*eventsv1.GameSessionCreated); ok {
+		server = created.GetGameServer()
+	} else {
+		row, err := s.lookup(ctx, session)
+		if err != nil {
+			// Not in the views (yet, or ever): not known to be the fleet's,
+			// and not remembered, so a later event asks again.
+			return false
+		}
+		server = row.State.GetGameServer()
+	}
+	fleet, _, err := events.ParseGameServerName(server)
+	mine := err == nil && events.FleetName(fleet) == s.fleet
+	if len(s.known) >= maxKnownSessions {
+		clear(s.known)
+	}
+	s.known[session] = mine
+	return mine
+}
+
+// parseWatchFilter validates a request's filters. A fleet's game sessions
+// are looked up in views.
+func parseWatchFilter(req *tetherv1.WatchEventsRequest, views viewReader) (watchFilter, error) {
 	var f watchFilter
 	if fleet := req.GetFleet(); fleet != "" {
 		id, ok := strings.CutPrefix(fleet, "fleets/")
 		if !ok || events.CheckID(id) != nil {
 			return f, invalidField("fleet", fmt.Sprintf("%q is not a fleet name (fleets/{fleet})", fleet))
 		}
-		f.subjects = []string{events.MustSubject(fleet), events.FleetGameServersSubject(id)}
+		f.subjects = append([]string{events.MustSubject(fleet), events.FleetGameServersSubject(id)}, events.SessionSubjects()...)
+		f.sessions = &sessionFleets{fleet: fleet, lookup: views.GameSession, known: map[string]bool{}}
 	}
 	if host := req.GetHost(); host != "" {
 		id, ok := strings.CutPrefix(host, "hosts/")
@@ -158,7 +215,7 @@ func (h *historyService) WatchEvents(req *tetherv1.WatchEventsRequest, stream gr
 	if w == nil {
 		return &apiError{code: codes.Unimplemented, reason: "UNIMPLEMENTED", msg: "this API server has no event watch configured"}
 	}
-	f, err := parseWatchFilter(req)
+	f, err := parseWatchFilter(req, h.s.opts.Views)
 	if err != nil {
 		return err
 	}
@@ -255,7 +312,7 @@ func (h *historyService) pump(ctx context.Context, evs iter.Seq2[events.Envelope
 		if err != nil {
 			return err
 		}
-		if !f.match(e) {
+		if !f.match(ctx, e) {
 			continue
 		}
 		ev, err := eventToAPI(e)

@@ -22,7 +22,7 @@ says. TIME is an RFC 3339 time (2026-11-23T10:00:00Z) or a duration ago
 (90m); --to defaults to now. The range is by the time each event was stored,
 which orders events like their sequences; an event's "time" is when its
 producer saw it happen and may be a little earlier. --fleet keeps the fleet's
-and its game servers' events.
+events and those of its game servers, game sessions and player sessions.
 
 A broken stream is resumed after the last event printed: the output has no
 gap and no duplicate.`,
@@ -57,6 +57,6 @@ gap and no duplicate.`,
 	f := cmd.Flags()
 	f.StringVar(&from, "from", "", "first time of the range: RFC 3339, or a duration ago such as 24h (required)")
 	f.StringVar(&to, "to", "", "end of the range, excluded: RFC 3339, or a duration ago (default now)")
-	f.StringVar(&fleet, "fleet", "", "only events of this fleet and its game servers")
+	f.StringVar(&fleet, "fleet", "", "only events of this fleet, its game servers, game sessions and player sessions")
 	return cmd
 }

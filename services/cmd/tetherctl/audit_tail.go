@@ -52,10 +52,10 @@ func (a *app) auditTailCommand() *cobra.Command {
 		Long: `Print one line per event as it is stored, until interrupted (Ctrl-C): time,
 sequence, type, resource, actor and the start of its data. Without --after
 it starts with the events stored from now on; --after SEQUENCE starts with
-the event after that one. --fleet keeps the fleet's and its game servers'
-events, --host those written by the host's agent or about the host, --type
-(repeatable) those types. With -o json each event is one JSON object per
-line; with -o yaml one YAML document.
+the event after that one. --fleet keeps the fleet's events and those of its
+game servers, game sessions and player sessions; --host those written by the
+host's agent or about the host; --type (repeatable) those types. With -o json
+each event is one JSON object per line; with -o yaml one YAML document.
 
 When the stream breaks (API server restart, load balancer, a client too slow
 for the server) tail reports it on stderr and resumes after the last
@@ -78,7 +78,7 @@ sequence it printed: no event is lost or printed twice.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&fleet, "fleet", "", "only events of this fleet and its game servers")
+	f.StringVar(&fleet, "fleet", "", "only events of this fleet, its game servers, game sessions and player sessions")
 	f.StringVar(&host, "host", "", "only events written by this host's agent or about the host")
 	f.StringArrayVar(&types, "type", nil, "only events of this type, e.g. GameServerUnhealthy (repeatable)")
 	f.Int64Var(&after, "after", 0, "start after this event sequence (default: from now)")
