@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
@@ -46,7 +48,7 @@ server if this command is interrupted.`,
 				// length animates from a goroutine of its own, which would
 				// go on writing after an error is printed.
 				var bar *progressbar.ProgressBar
-				showBar := a.output == formatTable && !quiet
+				showBar := a.output == formatTable && !quiet && isTerminal(cmd.ErrOrStderr())
 				var last *tetherv1.RebuildProgress
 				for {
 					p, err := stream.Recv()
@@ -87,6 +89,13 @@ server if this command is interrupted.`,
 	cmd.Flags().Int32Var(&batch, "batch-size", 0, "events per batch (default: the server's, 4000)")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
 	return cmd
+}
+
+// isTerminal reports whether w is a terminal: a progress bar redraws its
+// line, which in a file, a pipe or a CI log is only noise.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // newRebuildBar draws a rebuild's progress: applied of target events, the

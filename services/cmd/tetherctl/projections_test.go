@@ -41,6 +41,9 @@ func TestProjectionStatusCheckRebuild(t *testing.T) {
 	}
 	if r := s.run("projections", "rebuild"); r.code != 0 {
 		t.Fatalf("rebuild: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	} else if r.stderr != "" {
+		// Not a terminal (a file, a pipe, a CI log): no progress bar.
+		t.Fatalf("rebuild drew on stderr, which is no terminal: %q", r.stderr)
 	}
 	if got := s.ok("gameservers", "list", "--fleet", "arena"); withoutAge(got) != withoutAge(listed) {
 		t.Fatalf("views after the rebuild:\n%s\nbefore:\n%s", got, listed)
