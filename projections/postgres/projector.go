@@ -80,6 +80,12 @@ type ProjectorOptions struct {
 	// events.ErrUnauthorizedWriter, counted in
 	// tether_projector_unauthorized_events, and changes no view.
 	Verifier *natsjs.Verifier
+	// FleetMetricsInterval is how often, at most, the fleet gauges are read
+	// from the views; default DefaultFleetMetricsInterval (metrics.go).
+	FleetMetricsInterval time.Duration
+	// MaxFleetLabels is how many fleets the metrics label by name; the
+	// others are added up under OtherFleets. Default DefaultMaxFleetLabels.
+	MaxFleetLabels int
 }
 
 // Upcaster rewrites the stored bytes of an event that the current code could
@@ -168,12 +174,14 @@ type Projector struct {
 	// unauthorized counts the dead letters refused for their writer.
 	unauthorized metric.Int64Counter
 	batchTime    metric.Float64Histogram
+	metrics      *projectorMetrics // the fleets' gauges and counters (metrics.go)
 
 	checkpoint atomic.Uint64         // last committed sequence
 	fence      atomic.Uint64         // the lease epoch of this run (RunFenced), 0 without a lease
 	failing    atomic.Pointer[error] // the last batch's failure while it is being retried
 	pending    atomic.Uint64         // stream messages not yet delivered, from the last message's metadata
 	delivered  atomic.Uint64         // last delivered sequence
+	running    atomic.Bool           // RunFenced is projecting (this instance is the active one)
 
 	held *heldViews // states kept in memory during a replay (HoldViews); nil when live
 }
@@ -206,10 +214,35 @@ func NewProjector(opts ProjectorOptions) (*Projector, error) {
 	if _, err = meter.Int64ObservableGauge("tether_projector_lag_events",
 		metric.WithDescription("Events in the stream not yet applied: last sequence minus checkpoint."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
-			o.Observe(int64(p.Lag()), metric.WithAttributes(attribute.String("partition", opts.Partition)))
+			lag := int64(p.Lag())
+			if !p.running.Load() {
+				lag = 0 // a standby's last reading would be stale
+			}
+			o.Observe(lag, metric.WithAttributes(attribute.String("partition", opts.Partition)))
 			return nil
 		})); err != nil {
 		return nil, err
+	}
+	if _, err = meter.Int64ObservableGauge("tether_projector_active",
+		metric.WithDescription("1 while this projector projects (it holds the projector lease), else 0."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			var active int64
+			if p.running.Load() {
+				active = 1
+			}
+			o.Observe(active, metric.WithAttributes(attribute.String("partition", opts.Partition)))
+			return nil
+		})); err != nil {
+		return nil, err
+	}
+	if p.metrics, err = newProjectorMetrics(opts, p.running.Load); err != nil {
+		return nil, err
+	}
+	if !opts.Scratch {
+		// From zero, so that the first dead letter is an increase alerts see.
+		attrs := metric.WithAttributes(attribute.String("partition", opts.Partition))
+		p.deadLetters.Add(context.Background(), 0, attrs)
+		p.unauthorized.Add(context.Background(), 0, attrs)
 	}
 	return p, nil
 }
@@ -268,6 +301,8 @@ func (p *Projector) Run(ctx context.Context) error { return p.RunFenced(ctx, 0) 
 // checkpoint first, so nothing a predecessor had in hand is skipped.
 func (p *Projector) RunFenced(ctx context.Context, epoch uint64) error {
 	p.fence.Store(epoch)
+	p.running.Store(true)
+	defer p.running.Store(false)
 	backoff := 100 * time.Millisecond
 	for {
 		err := p.consume(ctx)
@@ -642,6 +677,9 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 		}
 	}
 	p.batchTime.Record(ctx, time.Since(start).Seconds(), attrs)
+	if held == nil {
+		p.metrics.count(ctx, envs, dead, folds, time.Now())
+	}
 	span.SetAttributes(attribute.Int64("tether.checkpoint", int64(last)))
 	return nil
 }

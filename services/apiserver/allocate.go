@@ -41,7 +41,8 @@ const (
 // allocationService implements tetherv1.AllocationServiceServer.
 type allocationService struct {
 	tetherv1.UnimplementedAllocationServiceServer
-	s *Server
+	s       *Server
+	metrics allocationMetrics // tether_allocations_total (metrics.go)
 }
 
 // AllocateGameServer picks a READY game server from the views and appends
@@ -50,7 +51,16 @@ type allocationService struct {
 // allocator looks again, so no server is ever allocated twice. The game
 // session is then created on its own subject (GameSessionCreated; the
 // controller finishes this step if the replica stops between the two).
+// Each call is counted by its outcome (metrics.go).
 func (a *allocationService) AllocateGameServer(ctx context.Context, req *tetherv1.AllocateGameServerRequest) (*tetherv1.AllocateGameServerResponse, error) {
+	ctx, repeated := withRepeatMark(ctx)
+	resp, err := a.allocate(ctx, req)
+	a.record(ctx, repeated.Load(), err)
+	return resp, err
+}
+
+// allocate is AllocateGameServer, uncounted.
+func (a *allocationService) allocate(ctx context.Context, req *tetherv1.AllocateGameServerRequest) (*tetherv1.AllocateGameServerResponse, error) {
 	s := a.s
 	fleet := ""
 	if req.GetParent() != "fleets/-" {
@@ -270,6 +280,7 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 	if dup {
 		// Another call with this request id stored its allocation first,
 		// maybe on another server: answer with what is stored.
+		markRepeated(ctx)
 		stored, err := s.opts.Store.Event(ctx, got)
 		if err != nil {
 			return nil, err
@@ -365,6 +376,7 @@ func (a *allocationService) sendNotice(ctx context.Context, state *eventsv1.Game
 // replay answers a retried allocation with the first one's result, read
 // from the stream.
 func (a *allocationService) replay(ctx context.Context, gameServer string, seq uint64) (*tetherv1.AllocateGameServerResponse, error) {
+	markRepeated(ctx)
 	s := a.s
 	env, err := s.opts.Store.Event(ctx, seq)
 	if err != nil {

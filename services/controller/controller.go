@@ -261,9 +261,12 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	if _, err = m.Int64ObservableGauge("tether_controller_views_lag",
-		metric.WithDescription("Events in the stream not yet in the views, at this leader's last pass."),
+		metric.WithDescription("Events in the stream not yet in the views, at this leader's last pass; 0 on a standby."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
-			_, lag, _, _ := c.views.state()
+			var lag uint64
+			if c.leader.Load() { // a former leader's last reading would be stale
+				_, lag, _, _ = c.views.state()
+			}
 			o.Observe(int64(lag))
 			return nil
 		})); err != nil {

@@ -101,7 +101,8 @@ type Options struct {
 	Logger *slog.Logger
 	// TracerProvider is passed to every component.
 	TracerProvider trace.TracerProvider
-	// MeterProvider is passed to every component.
+	// MeterProvider is passed to every component (the agents' meters carry
+	// their host, metrics.go).
 	MeterProvider metric.MeterProvider
 	// MetricsHandler is served at /metrics on the REST address.
 	MetricsHandler http.Handler
@@ -446,6 +447,7 @@ func Run(ctx context.Context, opts Options) error {
 			// (CI, containers): a development stack, on loopback.
 			AllowRootGameServers: true,
 		}
+		agentOpts.MeterProvider = agentMeters(opts.MeterProvider, id) // services/dev/metrics.go
 		if opts.AgentOptions != nil {
 			if err := opts.AgentOptions(i, &agentOpts); err != nil {
 				return fmt.Errorf("dev: host %s: %w", id, err)
