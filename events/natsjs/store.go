@@ -18,6 +18,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -65,6 +70,9 @@ type Options struct {
 	Verifier *Verifier
 	// Logger; default discards.
 	Logger *slog.Logger
+	// TracerProvider traces appends (a span "events.append" each, in the
+	// caller's trace); default no-op.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultUnavailableWait is the default of Options.UnavailableWait: longer
@@ -110,6 +118,7 @@ type Store struct {
 	signer   Signer
 	verifier *Verifier
 	log      *slog.Logger
+	tracer   trace.Tracer
 }
 
 // Setup creates the events stream, or updates its configuration where it
@@ -140,7 +149,12 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: stream %s: %w", events.StreamName, err)
 	}
-	return &Store{js: js, stream: stream, wait: opts.UnavailableWait, signer: opts.Signer, verifier: opts.Verifier, log: opts.Logger}, nil
+	tp := opts.TracerProvider
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	return &Store{js: js, stream: stream, wait: opts.UnavailableWait, signer: opts.Signer, verifier: opts.Verifier, log: opts.Logger,
+		tracer: tp.Tracer("github.com/tetherhq/tether/events/natsjs")}, nil
 }
 
 // streamConfig is the events stream's configuration under opts.
@@ -197,6 +211,14 @@ func (s *Store) Append(ctx context.Context, subject string, expected uint64, evs
 	if len(evs) == 0 {
 		return 0, fmt.Errorf("natsjs: append to %s: no events", subject)
 	}
+	ctx, span := s.startAppend(ctx, subject, evs[0].Type, len(evs))
+	seq, err := s.appendAll(ctx, subject, expected, evs)
+	endSpan(span, err)
+	return seq, err
+}
+
+// appendAll is Append's work, in its span.
+func (s *Store) appendAll(ctx context.Context, subject string, expected uint64, evs []events.Envelope) (uint64, error) {
 	// Encode everything first: a bad envelope must not leave its
 	// predecessors stored.
 	msgs := make([]*nats.Msg, len(evs))
@@ -244,7 +266,9 @@ func (s *Store) TryAppend(ctx context.Context, subject string, expected uint64, 
 	if expected != events.AnySequence {
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
 	}
+	ctx, span := s.startAppend(ctx, subject, e.Type, 1)
 	ack, err := s.publishMsg(ctx, msg)
+	endSpan(span, err)
 	if err == nil {
 		return ack.Sequence, ack.Duplicate, nil
 	}
@@ -744,4 +768,21 @@ func (s *Store) deleteConsumer(ctx context.Context, name string) {
 	if err := s.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		s.log.Warn("delete history consumer", "consumer", name, "err", err)
 	}
+}
+
+// startAppend starts the span of an append of n events to subject, the
+// first of type typ.
+func (s *Store) startAppend(ctx context.Context, subject, typ string, n int) (context.Context, trace.Span) {
+	return s.tracer.Start(ctx, "events.append", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("tether.subject", subject), attribute.String("tether.event_type", typ), attribute.Int("tether.events", n)))
+}
+
+// endSpan ends span, recording err (a conflict too: the caller decides
+// again, but this append did not store).
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }

@@ -21,6 +21,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -127,6 +130,10 @@ type Options struct {
 	OutboxMax int
 	// MeterProvider; default no-op.
 	MeterProvider metric.MeterProvider
+	// TracerProvider traces the commands the agent handles and the
+	// allocations it tells game servers of, in their senders' traces;
+	// default no-op.
+	TracerProvider trace.TracerProvider
 	// StreamKeepalive is the interval of gRPC keepalive pings on SDK
 	// connections (at least 1s, grpc-go's floor) and how long a ping may go
 	// unacknowledged, so a vanished peer is noticed within interval+timeout
@@ -258,6 +265,9 @@ func (o *Options) setDefaults() {
 	if o.MeterProvider == nil {
 		o.MeterProvider = metricnoop.NewMeterProvider()
 	}
+	if o.TracerProvider == nil {
+		o.TracerProvider = tracenoop.NewTracerProvider()
+	}
 	if o.StreamKeepalive <= 0 {
 		o.StreamKeepalive = DefaultStreamKeepalive
 	}
@@ -295,6 +305,7 @@ func (o *Options) validate() error {
 type Agent struct {
 	opts     Options
 	log      *slog.Logger
+	tracer   trace.Tracer
 	host     string // resource name
 	producer string
 	// registered is set once this agent's HostRegistered is stored: a
@@ -348,6 +359,7 @@ func New(opts Options) (*Agent, error) {
 	a := &Agent{
 		opts:        opts,
 		log:         opts.Logger.With("host", opts.HostID),
+		tracer:      opts.TracerProvider.Tracer("github.com/tetherhq/tether/services/agent"),
 		host:        events.HostName(opts.HostID),
 		producer:    events.HostName(opts.HostID),
 		incarnation: events.NewID("agent"),

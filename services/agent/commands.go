@@ -6,9 +6,14 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tetherhq/tether/events/natsjs"
+	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	"github.com/tetherhq/tether/services/nats/commands"
 )
 
@@ -47,7 +52,14 @@ func (a *Agent) consumeCommands(ctx context.Context, cons jetstream.Consumer) er
 			}
 			return
 		}
-		err = a.handle(ctx, cmd)
+		hctx, span := a.tracer.Start(commands.TraceContext(ctx, m.Headers()), "agent.command",
+			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(commandAttributes(cmd)...))
+		err = a.handle(hctx, cmd)
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
 		if _, later := errors.AsType[retryLater](err); later && redeliverable(m) {
 			a.log.Warn("command failed; redelivered in a moment", "command", cmd.GetId(), "err", err)
 			if err := m.NakWithDelay(commandRetryDelay); err != nil {
@@ -68,4 +80,19 @@ func (a *Agent) consumeCommands(ctx context.Context, cons jetstream.Consumer) er
 	<-ctx.Done()
 	cc.Stop()
 	return nil
+}
+
+// commandAttributes describe a command in its span: what it asks and of
+// which game server.
+func commandAttributes(cmd *agentv1.Command) []attribute.KeyValue {
+	var action, server string
+	switch c := cmd.GetAction().(type) {
+	case *agentv1.Command_Start:
+		action, server = "start", c.Start.GetGameServer()
+	case *agentv1.Command_Stop:
+		action, server = "stop", c.Stop.GetGameServer()
+	case *agentv1.Command_Refresh:
+		action, server = "refresh", c.Refresh.GetGameServer()
+	}
+	return []attribute.KeyValue{attribute.String("tether.command", action), attribute.String("tether.game_server", server)}
 }

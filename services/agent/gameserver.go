@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -65,9 +66,12 @@ type gameServer struct {
 	killTimer clockwork.Timer
 	check     *healthCheck // nil until the process starts
 	resync    bool         // some of its events went through the outbox
-	streams   int
-	changed   chan struct{} // closed and replaced on every change
-	done      chan struct{} // closed when the server is finished
+	// notifyTrace is the trace of an allocation folded but not yet sent
+	// to the process's WatchGameServer stream: the send's span joins it.
+	notifyTrace trace.SpanContext
+	streams     int
+	changed     chan struct{} // closed and replaced on every change
+	done        chan struct{} // closed when the server is finished
 }
 
 func newToken() string {
@@ -451,6 +455,9 @@ func (gs *gameServer) foldNewer(ctx context.Context, read func(ctx context.Conte
 			gs.log.Warn("stored event does not fold; skipped", "sequence", e.Sequence, "type", e.Type, "err", err)
 		} else {
 			gs.state = next
+			if _, ok := e.Data.(*eventsv1.GameServerAllocated); ok {
+				gs.notifyTrace = allocationTrace(ctx, e)
+			}
 		}
 		gs.seq = e.Sequence
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -292,9 +293,10 @@ func (s *sdkServer) WatchGameServer(_ *sdkv1.WatchGameServerRequest, stream grpc
 	gs := serverOf(stream.Context())
 	for {
 		gs.mu.Lock()
-		changed, done := gs.changed, gs.done
+		changed, done, allocation := gs.changed, gs.done, gs.notifyTrace
+		gs.notifyTrace = trace.SpanContext{}
 		gs.mu.Unlock()
-		if err := stream.Send(gs.view()); err != nil {
+		if err := gs.sendTraced(stream, allocation); err != nil {
 			return err
 		}
 		select {

@@ -351,7 +351,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.opts.JetStream != nil {
 		go s.beats.run(ctx, s.opts.JetStream, s.log)
 	}
-	var auth *authenticator                                 // nil: every caller may do everything
+	var auth *authenticator // nil: every caller may do everything
 	if s.opts.Keys != nil || s.opts.OIDC != nil {
 		if s.opts.Keys != nil {
 			go s.opts.Keys.Watch(ctx, apikeys.DefaultReloadEvery) // rotation and revocation without a restart

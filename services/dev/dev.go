@@ -325,7 +325,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	apiStore, err := natsjs.New(ctx, apiID.js, ids.storeOptions(apiID, natsjs.Options{Logger: log}))
+	apiStore, err := natsjs.New(ctx, apiID.js, ids.storeOptions(apiID, natsjs.Options{Logger: log, TracerProvider: opts.TracerProvider}))
 	if err != nil {
 		return err
 	}
@@ -442,7 +442,7 @@ func Run(ctx context.Context, opts Options) error {
 			Labels:  map[string]string{"zone": ZoneOf(i)},
 			SDKAddr: sdkGRPC, SDKHTTPAddr: sdkHTTP,
 			LogDir: filepath.Join(opts.LogDir, id), JetStream: hostNATS.js, Store: agentStore, Commands: agentBus,
-			KillProcessesOnExit: true, Logger: log.With("component", "agent"), Tokens: tokens,
+			KillProcessesOnExit: true, Logger: log.With("component", "agent"), Tokens: tokens, TracerProvider: opts.TracerProvider,
 			// Game servers run as whoever runs `tether dev`, root included
 			// (CI, containers): a development stack, on loopback.
 			AllowRootGameServers: true,

@@ -242,7 +242,7 @@ func apiserverCommand(g *global) *cobra.Command {
 		Short: "Serve the control-plane API (gRPC and REST)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runService(cmd.Context(), g, service{name: "tether-apiserver", database: true, principal: natsauth.APIServer}, func(ctx context.Context, d deps) (runner, error) {
-				store, err := natsjs.New(ctx, d.js, d.auth.storeOptions(natsjs.Options{Logger: d.log}))
+				store, err := natsjs.New(ctx, d.js, d.auth.storeOptions(natsjs.Options{Logger: d.log, TracerProvider: d.tel.TracerProvider}))
 				if err != nil {
 					return nil, err
 				}
@@ -481,6 +481,7 @@ func agentCommand(g *global) *cobra.Command {
 					opts.StopDrain = secondSignal(ctx)
 				}
 				opts.Logger, opts.MeterProvider, opts.ObserveJetStream = d.log, d.tel.MeterProvider, d.reconnect.Observe
+				opts.TracerProvider = d.tel.TracerProvider
 				if opts.Tokens, err = playerTokenKeys(tokenKeys, tokenKeysFile, d.log); err != nil {
 					return nil, err
 				}

@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -162,6 +164,9 @@ func (b *Bus) Send(ctx context.Context, host, sender string, cmd *agentv1.Comman
 	}
 	msg := &nats.Msg{Subject: Subject(host), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, cmd.Id)
+	// The sender's trace goes with the command: the agent's handling is
+	// part of it (an allocation's trace reaches the game server).
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(msg.Header))
 	if _, err := natsjs.PublishWaiting(ctx, b.js, msg, natsjs.DefaultUnavailableWait); err != nil {
 		return fmt.Errorf("commands: send to %s: %w", host, err)
 	}
@@ -182,6 +187,12 @@ func (b *Bus) Consumer(ctx context.Context, host string) (jetstream.Consumer, er
 		return nil, fmt.Errorf("commands: consumer of %s: %w", host, err)
 	}
 	return c, nil
+}
+
+// TraceContext returns ctx with the trace context a command message
+// carries (its sender's), if any.
+func TraceContext(ctx context.Context, header nats.Header) context.Context {
+	return propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(header))
 }
 
 // Decode parses a command message.
