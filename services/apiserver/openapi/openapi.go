@@ -1,5 +1,10 @@
-// Package openapi embeds the OpenAPI (Swagger 2.0) document generated from
-// the API protos by protoc-gen-openapiv2.
+// Package openapi embeds the API's OpenAPI 3 document, served at
+// /openapi.json. make generate writes it: protoc-gen-openapiv2 turns the
+// API protos into tether.swagger.json (Swagger 2.0), and
+// services/tools/openapi3 converts that into tether.openapi.json, with
+// resource names spelt out as paths, the security scheme, the error
+// answers and examples. redocly.yaml is its linter's configuration (make
+// lint).
 package openapi
 
 import (
@@ -7,7 +12,7 @@ import (
 	"net/http"
 )
 
-//go:embed tether.swagger.json
+//go:embed tether.openapi.json
 var document []byte
 
 // Document returns the OpenAPI document.
