@@ -96,8 +96,12 @@ type Options struct {
 	// PortMin and PortMax bound the ports given to game servers; default
 	// DefaultPortMin to DefaultPortMax.
 	PortMin, PortMax int
-	// LogDir holds one log file per game server; default <tmp>/tether-agent-<host>.
+	// LogDir holds the game servers' log files (under logs/), the records
+	// of the processes the agent started and, by default, its outbox;
+	// default <tmp>/tether-agent-<host>.
 	LogDir string
+	// Logs configure the game servers' log files: rotation and retention.
+	Logs LogOptions
 	// JetStream is the NATS JetStream context (required).
 	JetStream jetstream.JetStream
 	// Store is the event store (required).
@@ -241,6 +245,7 @@ func (o *Options) setDefaults() {
 	if o.LogDir == "" {
 		o.LogDir = filepath.Join(os.TempDir(), "tether-agent-"+o.HostID)
 	}
+	o.Logs.setDefaults()
 	if o.HeartbeatInterval <= 0 {
 		o.HeartbeatInterval = DefaultHeartbeatInterval
 	}
@@ -321,6 +326,7 @@ type Agent struct {
 	ports       *portPool
 	sdk         *sdkServer
 	outbox      *outbox
+	logs        *logStore // the game servers' log files (logs.go)
 	// stopping is set when the agent stops: SDK streams it ends then are
 	// not game servers disconnecting.
 	stopping atomic.Bool
@@ -372,6 +378,9 @@ func New(opts Options) (*Agent, error) {
 		resumed:     make(chan struct{}, 1),
 	}
 	if a.outbox, err = openOutbox(opts.OutboxDir, opts.OutboxMax); err != nil {
+		return nil, err
+	}
+	if a.logs, err = newLogStore(opts.LogDir, opts.Logs, a.log); err != nil {
 		return nil, err
 	}
 	meter := opts.MeterProvider.Meter("github.com/tetherhq/tether/services/agent")
@@ -450,6 +459,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return a.evaluateHealth(gctx) })
 	g.Go(func() error { return a.syncServers(gctx) })
 	g.Go(func() error { return a.publishOutbox(gctx) })
+	g.Go(func() error { return a.serveLogs(gctx) })
+	g.Go(func() error { return a.logs.runRetention(gctx) })
 	err = g.Wait()
 	if a.opts.KillProcessesOnExit {
 		a.stopAll()

@@ -127,7 +127,7 @@ func (a *Agent) start(ctx context.Context, spec *agentv1.StartGameServer) error 
 	gs := &gameServer{
 		a: a, name: name, subject: events.MustSubject(name), token: newToken(),
 		log: a.log.With("game_server", name), spec: spec,
-		logPath: filepath.Join(a.opts.LogDir, fleet+"_"+id+".log"),
+		logPath: filepath.Join(a.logs.root, fleet, id),
 		changed: make(chan struct{}), done: make(chan struct{}),
 	}
 	a.servers[name] = gs
@@ -205,6 +205,7 @@ func (gs *gameServer) supervise(ctx context.Context) {
 		gs.notifyLocked()
 		gs.mu.Unlock()
 		gs.a.forget(gs)
+		gs.a.logs.release(gs.name)
 	}()
 	backoff := gs.a.opts.RestartBackoff
 	for {
@@ -317,12 +318,17 @@ func (gs *gameServer) launch(attempt int) (Process, error) {
 	// would be undone by ProcessStarted, which starts the process's
 	// connection afresh; the next call would then record a second connect.
 	// Its calls wait for the record instead.
+	out, err := gs.a.logs.output(gs.name)
+	if err != nil {
+		return nil, fmt.Errorf("game server log: %w", err)
+	}
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	proc, err := gs.a.opts.Processes.Start(ProcessSpec{
 		GameServer: gs.name, Command: t.GetCommand(), Path: path, Args: args, Env: env, Credential: cred,
-		LogPath: gs.logPath, DieWithAgent: gs.a.opts.KillProcessesOnExit,
+		Stdout: out.stdoutW, Stderr: out.stderrW, KeepOpen: out.keep, DieWithAgent: gs.a.opts.KillProcessesOnExit,
 	})
+	out.started(err == nil)
 	if err != nil {
 		return nil, err
 	}

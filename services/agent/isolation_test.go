@@ -220,13 +220,15 @@ func TestRunAsStartsGameServersAsThatUser(t *testing.T) {
 	if env := processEnv(t, started.GetPid()); env["HOME"] != nobody.HomeDir {
 		t.Errorf("HOME=%q, want nobody's %q", env["HOME"], nobody.HomeDir)
 	}
-	log, err := os.ReadFile(started.GetLogPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(log) == 0 {
-		t.Error("the game server wrote nothing to its log")
-	}
+	// Its output reaches the agent's log files, which the agent writes.
+	wait.For(t, 10*time.Second, "the game server's output in its log files", func() bool {
+		files, err := filepath.Glob(filepath.Join(started.GetLogPath(), "*.log"))
+		if err != nil || len(files) == 0 {
+			return false
+		}
+		log, err := os.ReadFile(files[0])
+		return err == nil && len(log) > 0
+	})
 }
 
 func TestCommandOutsideAllowedCommandsIsRefused(t *testing.T) {

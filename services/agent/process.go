@@ -43,8 +43,19 @@ type ProcessSpec struct {
 	// no supplementary groups (Options.RunAs); nil runs it as the agent's
 	// user.
 	Credential *syscall.Credential
-	// LogPath receives the process's stdout and stderr.
-	LogPath string
+	// Stdout and Stderr are where the process's output goes: the write
+	// ends of the agent's pipes (logfiles.go), which OSProcesses hands the
+	// process as its stdout and stderr; nil is /dev/null.
+	Stdout, Stderr *os.File
+	// KeepOpen are descriptors the process holds without using them:
+	// OSProcesses hands them over after the token's (from descriptor 4,
+	// or 3 without a token). The agent gives the read ends of the output
+	// pipes, so that the pipes never lose their last reader while the
+	// process runs: should the agent die, the process's writes go on
+	// filling the pipes (until they are full) instead of killing it with
+	// SIGPIPE, and the next agent ends it with its reason
+	// (AGENT_RESTARTED).
+	KeepOpen []*os.File
 	// DieWithAgent asks that the process be killed if the agent dies.
 	DieWithAgent bool
 }
@@ -84,22 +95,22 @@ type ProcessExit struct {
 // that a stop reaches the children it spawned.
 type OSProcesses struct{}
 
-// Start starts the command with its output appended to spec.LogPath. The
-// agent opens the log itself, so a process running as another user
-// (spec.Credential) needs no access to the log directory. The process gets
-// spec.Env and nothing of the agent's environment; the process token goes
-// over a pipe (see ProcessSpec.Env).
+// Start starts the command with its output going to spec.Stdout and
+// spec.Stderr, pipes the agent reads into its log files, so a process
+// running as another user (spec.Credential) needs no access to the log
+// directory. The process gets spec.Env and nothing of the agent's
+// environment; the process token goes over a pipe (see ProcessSpec.Env).
 func (OSProcesses) Start(spec ProcessSpec) (Process, error) {
-	logFile, err := os.OpenFile(spec.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open log: %w", err)
-	}
-	defer logFile.Close()
 	cmd := exec.Command(spec.Command, spec.Args...)
 	if spec.Path != "" {
 		cmd.Path, cmd.Err = spec.Path, nil
 	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if spec.Stdout != nil {
+		cmd.Stdout = spec.Stdout
+	}
+	if spec.Stderr != nil {
+		cmd.Stderr = spec.Stderr
+	}
 	cmd.Env = make([]string, 0, len(spec.Env)+1) // not nil: nil would inherit the agent's environment
 	token, hasToken := spec.Env[EnvToken]
 	for k, v := range spec.Env {
@@ -116,6 +127,7 @@ func (OSProcesses) Start(spec ProcessSpec) (Process, error) {
 		cmd.ExtraFiles = []*os.File{r}
 		cmd.Env = append(cmd.Env, EnvTokenFD+"="+strconv.Itoa(TokenFD))
 	}
+	cmd.ExtraFiles = append(cmd.ExtraFiles, spec.KeepOpen...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if spec.Credential != nil {
 		cred := *spec.Credential

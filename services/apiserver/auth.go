@@ -35,6 +35,7 @@ const (
 	writeFleets        action = "fleets.write"
 	readGameServers    action = "gameservers.read"
 	writeGameServers   action = "gameservers.write"
+	readLogs           action = "gameservers.logs"
 	readHosts          action = "hosts.read"
 	writeHosts         action = "hosts.write"
 	allocate           action = "allocate"
@@ -64,6 +65,9 @@ var rpcActions = map[string]action{
 	"/tether.v1.GameServerService/CreateGameServer":   writeGameServers,
 	"/tether.v1.GameServerService/ShutdownGameServer": writeGameServers,
 	"/tether.v1.GameServerService/DeleteGameServer":   writeGameServers,
+	// Logs hold whatever a game prints (player ids and addresses, its own
+	// secrets): for those who run the fleet, not for dashboards.
+	"/tether.v1.GameServerService/StreamGameServerLogs": readLogs,
 
 	"/tether.v1.HostService/ListHosts":    readHosts,
 	"/tether.v1.HostService/GetHost":      readHosts,
@@ -98,7 +102,7 @@ var reads = []action{readFleets, readGameServers, readHosts, readSessions, readP
 // roleActions is the permission matrix: what each role may do (admin:
 // everything, listed or not). docs/security.md shows it.
 var roleActions = map[apikeys.Role][]action{
-	apikeys.Operator:   append([]action{writeFleets, writeGameServers, writeHosts, operateProjections, readHistory}, reads...),
+	apikeys.Operator:   append([]action{writeFleets, writeGameServers, readLogs, writeHosts, operateProjections, readHistory}, reads...),
 	apikeys.Matchmaker: {allocate, readSessions, writeSessions, readGameServers},
 	apikeys.Viewer:     reads,
 	apikeys.Auditor:    append([]action{readHistory}, reads...),

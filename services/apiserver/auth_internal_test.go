@@ -59,11 +59,12 @@ var wantMatrix = map[string][]apikeys.Role{
 	"/tether.v1.FleetService/ResumeRollout": {apikeys.Operator},
 	"/tether.v1.FleetService/UndoRollout":   {apikeys.Operator},
 
-	"/tether.v1.GameServerService/ListGameServers":    {apikeys.Operator, apikeys.Matchmaker, apikeys.Viewer, apikeys.Auditor},
-	"/tether.v1.GameServerService/GetGameServer":      {apikeys.Operator, apikeys.Matchmaker, apikeys.Viewer, apikeys.Auditor},
-	"/tether.v1.GameServerService/CreateGameServer":   {apikeys.Operator},
-	"/tether.v1.GameServerService/ShutdownGameServer": {apikeys.Operator},
-	"/tether.v1.GameServerService/DeleteGameServer":   {apikeys.Operator},
+	"/tether.v1.GameServerService/ListGameServers":      {apikeys.Operator, apikeys.Matchmaker, apikeys.Viewer, apikeys.Auditor},
+	"/tether.v1.GameServerService/GetGameServer":        {apikeys.Operator, apikeys.Matchmaker, apikeys.Viewer, apikeys.Auditor},
+	"/tether.v1.GameServerService/CreateGameServer":     {apikeys.Operator},
+	"/tether.v1.GameServerService/ShutdownGameServer":   {apikeys.Operator},
+	"/tether.v1.GameServerService/DeleteGameServer":     {apikeys.Operator},
+	"/tether.v1.GameServerService/StreamGameServerLogs": {apikeys.Operator},
 
 	"/tether.v1.HostService/ListHosts":    {apikeys.Operator, apikeys.Viewer, apikeys.Auditor},
 	"/tether.v1.HostService/GetHost":      {apikeys.Operator, apikeys.Viewer, apikeys.Auditor},

@@ -132,6 +132,9 @@ type Options struct {
 	AuthRecheck time.Duration
 	// ProjectionPool and JetStream, when both set, serve the ProjectionService
 	// (status, rebuild, check, dead letters; the pool of the live views).
+	// JetStream's connection also reads game servers' logs from their
+	// hosts' agents (StreamGameServerLogs, logs.go); without it that call
+	// answers UNIMPLEMENTED.
 	ProjectionPool *pgxpool.Pool
 	JetStream      jetstream.JetStream
 	// Verifier, when set, judges event writers in rebuilds, checks and

@@ -23,6 +23,59 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Which output of the process.
+type LogEntry_Stream int32
+
+const (
+	// Both (in requests); never in an entry.
+	LogEntry_STREAM_UNSPECIFIED LogEntry_Stream = 0
+	// Standard output.
+	LogEntry_STDOUT LogEntry_Stream = 1
+	// Standard error.
+	LogEntry_STDERR LogEntry_Stream = 2
+)
+
+// Enum value maps for LogEntry_Stream.
+var (
+	LogEntry_Stream_name = map[int32]string{
+		0: "STREAM_UNSPECIFIED",
+		1: "STDOUT",
+		2: "STDERR",
+	}
+	LogEntry_Stream_value = map[string]int32{
+		"STREAM_UNSPECIFIED": 0,
+		"STDOUT":             1,
+		"STDERR":             2,
+	}
+)
+
+func (x LogEntry_Stream) Enum() *LogEntry_Stream {
+	p := new(LogEntry_Stream)
+	*p = x
+	return p
+}
+
+func (x LogEntry_Stream) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LogEntry_Stream) Descriptor() protoreflect.EnumDescriptor {
+	return file_tether_v1_gameserver_proto_enumTypes[0].Descriptor()
+}
+
+func (LogEntry_Stream) Type() protoreflect.EnumType {
+	return &file_tether_v1_gameserver_proto_enumTypes[0]
+}
+
+func (x LogEntry_Stream) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LogEntry_Stream.Descriptor instead.
+func (LogEntry_Stream) EnumDescriptor() ([]byte, []int) {
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{2, 0}
+}
+
 // Connection state.
 type ConnectionStatus_State int32
 
@@ -64,11 +117,11 @@ func (x ConnectionStatus_State) String() string {
 }
 
 func (ConnectionStatus_State) Descriptor() protoreflect.EnumDescriptor {
-	return file_tether_v1_gameserver_proto_enumTypes[0].Descriptor()
+	return file_tether_v1_gameserver_proto_enumTypes[1].Descriptor()
 }
 
 func (ConnectionStatus_State) Type() protoreflect.EnumType {
-	return &file_tether_v1_gameserver_proto_enumTypes[0]
+	return &file_tether_v1_gameserver_proto_enumTypes[1]
 }
 
 func (x ConnectionStatus_State) Number() protoreflect.EnumNumber {
@@ -77,7 +130,7 @@ func (x ConnectionStatus_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConnectionStatus_State.Descriptor instead.
 func (ConnectionStatus_State) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{4, 0}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{7, 0}
 }
 
 // Health state.
@@ -121,11 +174,11 @@ func (x HealthStatus_State) String() string {
 }
 
 func (HealthStatus_State) Descriptor() protoreflect.EnumDescriptor {
-	return file_tether_v1_gameserver_proto_enumTypes[1].Descriptor()
+	return file_tether_v1_gameserver_proto_enumTypes[2].Descriptor()
 }
 
 func (HealthStatus_State) Type() protoreflect.EnumType {
-	return &file_tether_v1_gameserver_proto_enumTypes[1]
+	return &file_tether_v1_gameserver_proto_enumTypes[2]
 }
 
 func (x HealthStatus_State) Number() protoreflect.EnumNumber {
@@ -134,7 +187,7 @@ func (x HealthStatus_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HealthStatus_State.Descriptor instead.
 func (HealthStatus_State) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{5, 0}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{8, 0}
 }
 
 // Lifecycle state.
@@ -198,11 +251,11 @@ func (x GameServer_State) String() string {
 }
 
 func (GameServer_State) Descriptor() protoreflect.EnumDescriptor {
-	return file_tether_v1_gameserver_proto_enumTypes[2].Descriptor()
+	return file_tether_v1_gameserver_proto_enumTypes[3].Descriptor()
 }
 
 func (GameServer_State) Type() protoreflect.EnumType {
-	return &file_tether_v1_gameserver_proto_enumTypes[2]
+	return &file_tether_v1_gameserver_proto_enumTypes[3]
 }
 
 func (x GameServer_State) Number() protoreflect.EnumNumber {
@@ -211,7 +264,213 @@ func (x GameServer_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GameServer_State.Descriptor instead.
 func (GameServer_State) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{7, 0}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{10, 0}
+}
+
+// Request of StreamGameServerLogs.
+type StreamGameServerLogsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "fleets/{fleet}/gameServers/{game_server}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Only this output, STDOUT or STDERR; unset: both, interleaved as the
+	// agent read them.
+	Stream LogEntry_Stream `protobuf:"varint,2,opt,name=stream,proto3,enum=tether.v1.LogEntry_Stream" json:"stream,omitempty"`
+	// Only the last this many lines (of the selected output, at or after
+	// since_time); 0: every line kept. At most 100000.
+	TailLines int32 `protobuf:"varint,3,opt,name=tail_lines,json=tailLines,proto3" json:"tail_lines,omitempty"`
+	// Only lines written at or after this time.
+	SinceTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since_time,json=sinceTime,proto3" json:"since_time,omitempty"`
+	// Go on with new lines as the server writes them.
+	Follow        bool `protobuf:"varint,5,opt,name=follow,proto3" json:"follow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamGameServerLogsRequest) Reset() {
+	*x = StreamGameServerLogsRequest{}
+	mi := &file_tether_v1_gameserver_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamGameServerLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamGameServerLogsRequest) ProtoMessage() {}
+
+func (x *StreamGameServerLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_gameserver_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamGameServerLogsRequest.ProtoReflect.Descriptor instead.
+func (*StreamGameServerLogsRequest) Descriptor() ([]byte, []int) {
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *StreamGameServerLogsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StreamGameServerLogsRequest) GetStream() LogEntry_Stream {
+	if x != nil {
+		return x.Stream
+	}
+	return LogEntry_STREAM_UNSPECIFIED
+}
+
+func (x *StreamGameServerLogsRequest) GetTailLines() int32 {
+	if x != nil {
+		return x.TailLines
+	}
+	return 0
+}
+
+func (x *StreamGameServerLogsRequest) GetSinceTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SinceTime
+	}
+	return nil
+}
+
+func (x *StreamGameServerLogsRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+// A chunk of a game server's output: StreamGameServerLogs sends as many
+// as it takes.
+type StreamGameServerLogsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lines, oldest first.
+	Entries       []*LogEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamGameServerLogsResponse) Reset() {
+	*x = StreamGameServerLogsResponse{}
+	mi := &file_tether_v1_gameserver_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamGameServerLogsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamGameServerLogsResponse) ProtoMessage() {}
+
+func (x *StreamGameServerLogsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_gameserver_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamGameServerLogsResponse.ProtoReflect.Descriptor instead.
+func (*StreamGameServerLogsResponse) Descriptor() ([]byte, []int) {
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StreamGameServerLogsResponse) GetEntries() []*LogEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// One line of a game server's output.
+type LogEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the host's agent read the line from the process.
+	Time *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// Which output.
+	Stream LogEntry_Stream `protobuf:"varint,2,opt,name=stream,proto3,enum=tether.v1.LogEntry_Stream" json:"stream,omitempty"`
+	// The line without its newline; bytes that are not UTF-8 are replaced
+	// with U+FFFD.
+	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	// The line goes on in the next entry of the same output: it was longer
+	// than 16 KiB, or the output ended without a newline.
+	Partial       bool `protobuf:"varint,4,opt,name=partial,proto3" json:"partial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogEntry) Reset() {
+	*x = LogEntry{}
+	mi := &file_tether_v1_gameserver_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogEntry) ProtoMessage() {}
+
+func (x *LogEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_gameserver_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
+func (*LogEntry) Descriptor() ([]byte, []int) {
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *LogEntry) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *LogEntry) GetStream() LogEntry_Stream {
+	if x != nil {
+		return x.Stream
+	}
+	return LogEntry_STREAM_UNSPECIFIED
+}
+
+func (x *LogEntry) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *LogEntry) GetPartial() bool {
+	if x != nil {
+		return x.Partial
+	}
+	return false
 }
 
 // Request of CreateGameServer.
@@ -234,7 +493,7 @@ type CreateGameServerRequest struct {
 
 func (x *CreateGameServerRequest) Reset() {
 	*x = CreateGameServerRequest{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[0]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -246,7 +505,7 @@ func (x *CreateGameServerRequest) String() string {
 func (*CreateGameServerRequest) ProtoMessage() {}
 
 func (x *CreateGameServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[0]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -259,7 +518,7 @@ func (x *CreateGameServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGameServerRequest.ProtoReflect.Descriptor instead.
 func (*CreateGameServerRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{0}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateGameServerRequest) GetParent() string {
@@ -314,7 +573,7 @@ type ShutdownGameServerRequest struct {
 
 func (x *ShutdownGameServerRequest) Reset() {
 	*x = ShutdownGameServerRequest{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[1]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -326,7 +585,7 @@ func (x *ShutdownGameServerRequest) String() string {
 func (*ShutdownGameServerRequest) ProtoMessage() {}
 
 func (x *ShutdownGameServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[1]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -339,7 +598,7 @@ func (x *ShutdownGameServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownGameServerRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownGameServerRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{1}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ShutdownGameServerRequest) GetName() string {
@@ -383,7 +642,7 @@ type DeleteGameServerRequest struct {
 
 func (x *DeleteGameServerRequest) Reset() {
 	*x = DeleteGameServerRequest{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[2]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -395,7 +654,7 @@ func (x *DeleteGameServerRequest) String() string {
 func (*DeleteGameServerRequest) ProtoMessage() {}
 
 func (x *DeleteGameServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[2]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -408,7 +667,7 @@ func (x *DeleteGameServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGameServerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteGameServerRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{2}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DeleteGameServerRequest) GetName() string {
@@ -440,7 +699,7 @@ type Port struct {
 
 func (x *Port) Reset() {
 	*x = Port{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[3]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -452,7 +711,7 @@ func (x *Port) String() string {
 func (*Port) ProtoMessage() {}
 
 func (x *Port) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[3]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -465,7 +724,7 @@ func (x *Port) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Port.ProtoReflect.Descriptor instead.
 func (*Port) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{3}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Port) GetName() string {
@@ -504,7 +763,7 @@ type ConnectionStatus struct {
 
 func (x *ConnectionStatus) Reset() {
 	*x = ConnectionStatus{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[4]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +775,7 @@ func (x *ConnectionStatus) String() string {
 func (*ConnectionStatus) ProtoMessage() {}
 
 func (x *ConnectionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[4]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +788,7 @@ func (x *ConnectionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionStatus.ProtoReflect.Descriptor instead.
 func (*ConnectionStatus) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{4}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ConnectionStatus) GetState() ConnectionStatus_State {
@@ -568,7 +827,7 @@ type HealthStatus struct {
 
 func (x *HealthStatus) Reset() {
 	*x = HealthStatus{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[5]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +839,7 @@ func (x *HealthStatus) String() string {
 func (*HealthStatus) ProtoMessage() {}
 
 func (x *HealthStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[5]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +852,7 @@ func (x *HealthStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthStatus.ProtoReflect.Descriptor instead.
 func (*HealthStatus) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{5}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HealthStatus) GetState() HealthStatus_State {
@@ -644,7 +903,7 @@ type Evidence struct {
 
 func (x *Evidence) Reset() {
 	*x = Evidence{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[6]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +915,7 @@ func (x *Evidence) String() string {
 func (*Evidence) ProtoMessage() {}
 
 func (x *Evidence) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[6]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +928,7 @@ func (x *Evidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
 func (*Evidence) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{6}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Evidence) GetLastHeartbeatTime() *timestamppb.Timestamp {
@@ -779,7 +1038,7 @@ type GameServer struct {
 
 func (x *GameServer) Reset() {
 	*x = GameServer{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[7]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +1050,7 @@ func (x *GameServer) String() string {
 func (*GameServer) ProtoMessage() {}
 
 func (x *GameServer) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[7]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +1063,7 @@ func (x *GameServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GameServer.ProtoReflect.Descriptor instead.
 func (*GameServer) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{7}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GameServer) GetName() string {
@@ -939,7 +1198,7 @@ type ListGameServersRequest struct {
 
 func (x *ListGameServersRequest) Reset() {
 	*x = ListGameServersRequest{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[8]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1210,7 @@ func (x *ListGameServersRequest) String() string {
 func (*ListGameServersRequest) ProtoMessage() {}
 
 func (x *ListGameServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[8]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1223,7 @@ func (x *ListGameServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGameServersRequest.ProtoReflect.Descriptor instead.
 func (*ListGameServersRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{8}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListGameServersRequest) GetParent() string {
@@ -1015,7 +1274,7 @@ type ListGameServersResponse struct {
 
 func (x *ListGameServersResponse) Reset() {
 	*x = ListGameServersResponse{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[9]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1286,7 @@ func (x *ListGameServersResponse) String() string {
 func (*ListGameServersResponse) ProtoMessage() {}
 
 func (x *ListGameServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[9]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1299,7 @@ func (x *ListGameServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGameServersResponse.ProtoReflect.Descriptor instead.
 func (*ListGameServersResponse) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{9}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListGameServersResponse) GetGameServers() []*GameServer {
@@ -1070,7 +1329,7 @@ type GetGameServerRequest struct {
 
 func (x *GetGameServerRequest) Reset() {
 	*x = GetGameServerRequest{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[10]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1341,7 @@ func (x *GetGameServerRequest) String() string {
 func (*GetGameServerRequest) ProtoMessage() {}
 
 func (x *GetGameServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[10]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1354,7 @@ func (x *GetGameServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGameServerRequest.ProtoReflect.Descriptor instead.
 func (*GetGameServerRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{10}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetGameServerRequest) GetName() string {
@@ -1116,7 +1375,28 @@ var File_tether_v1_gameserver_proto protoreflect.FileDescriptor
 
 const file_tether_v1_gameserver_proto_rawDesc = "" +
 	"\n" +
-	"\x1atether/v1/gameserver.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15tether/v1/fleet.proto\"\xb0\x01\n" +
+	"\x1atether/v1/gameserver.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15tether/v1/fleet.proto\"\xd7\x01\n" +
+	"\x1bStreamGameServerLogsRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
+	"\x06stream\x18\x02 \x01(\x0e2\x1a.tether.v1.LogEntry.StreamR\x06stream\x12\x1d\n" +
+	"\n" +
+	"tail_lines\x18\x03 \x01(\x05R\ttailLines\x129\n" +
+	"\n" +
+	"since_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tsinceTime\x12\x16\n" +
+	"\x06follow\x18\x05 \x01(\bR\x06follow\"M\n" +
+	"\x1cStreamGameServerLogsResponse\x12-\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.tether.v1.LogEntryR\aentries\"\xd6\x01\n" +
+	"\bLogEntry\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x122\n" +
+	"\x06stream\x18\x02 \x01(\x0e2\x1a.tether.v1.LogEntry.StreamR\x06stream\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\x12\x18\n" +
+	"\apartial\x18\x04 \x01(\bR\apartial\"8\n" +
+	"\x06Stream\x12\x16\n" +
+	"\x12STREAM_UNSPECIFIED\x10\x00\x12\n" +
+	"\n" +
+	"\x06STDOUT\x10\x01\x12\n" +
+	"\n" +
+	"\x06STDERR\x10\x02\"\xb0\x01\n" +
 	"\x17CreateGameServerRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12$\n" +
 	"\x0egame_server_id\x18\x02 \x01(\tR\fgameServerId\x12$\n" +
@@ -1218,13 +1498,14 @@ const file_tether_v1_gameserver_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"M\n" +
 	"\x14GetGameServerRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
-	"\fmin_sequence\x18\x02 \x01(\x03R\vminSequence2\x92\x05\n" +
+	"\fmin_sequence\x18\x02 \x01(\x03R\vminSequence2\xae\x06\n" +
 	"\x11GameServerService\x12\x83\x01\n" +
 	"\x0fListGameServers\x12!.tether.v1.ListGameServersRequest\x1a\".tether.v1.ListGameServersResponse\")\x82\xd3\xe4\x93\x02#\x12!/v1/{parent=fleets/*}/gameServers\x12r\n" +
 	"\rGetGameServer\x12\x1f.tether.v1.GetGameServerRequest\x1a\x15.tether.v1.GameServer\")\x82\xd3\xe4\x93\x02#\x12!/v1/{name=fleets/*/gameServers/*}\x12~\n" +
 	"\x10CreateGameServer\x12\".tether.v1.CreateGameServerRequest\x1a\x15.tether.v1.GameServer\"/\x82\xd3\xe4\x93\x02):\x04spec\"!/v1/{parent=fleets/*}/gameServers\x12\x88\x01\n" +
 	"\x12ShutdownGameServer\x12$.tether.v1.ShutdownGameServerRequest\x1a\x15.tether.v1.GameServer\"5\x82\xd3\xe4\x93\x02/:\x01*\"*/v1/{name=fleets/*/gameServers/*}:shutdown\x12x\n" +
-	"\x10DeleteGameServer\x12\".tether.v1.DeleteGameServerRequest\x1a\x15.tether.v1.GameServer\")\x82\xd3\xe4\x93\x02#*!/v1/{name=fleets/*/gameServers/*}B5Z3github.com/tetherhq/tether/proto/tether/v1;tetherv1b\x06proto3"
+	"\x10DeleteGameServer\x12\".tether.v1.DeleteGameServerRequest\x1a\x15.tether.v1.GameServer\")\x82\xd3\xe4\x93\x02#*!/v1/{name=fleets/*/gameServers/*}\x12\x99\x01\n" +
+	"\x14StreamGameServerLogs\x12&.tether.v1.StreamGameServerLogsRequest\x1a'.tether.v1.StreamGameServerLogsResponse\".\x82\xd3\xe4\x93\x02(\x12&/v1/{name=fleets/*/gameServers/*}:logs0\x01B5Z3github.com/tetherhq/tether/proto/tether/v1;tetherv1b\x06proto3"
 
 var (
 	file_tether_v1_gameserver_proto_rawDescOnce sync.Once
@@ -1238,61 +1519,72 @@ func file_tether_v1_gameserver_proto_rawDescGZIP() []byte {
 	return file_tether_v1_gameserver_proto_rawDescData
 }
 
-var file_tether_v1_gameserver_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tether_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_tether_v1_gameserver_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_tether_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_tether_v1_gameserver_proto_goTypes = []any{
-	(ConnectionStatus_State)(0),       // 0: tether.v1.ConnectionStatus.State
-	(HealthStatus_State)(0),           // 1: tether.v1.HealthStatus.State
-	(GameServer_State)(0),             // 2: tether.v1.GameServer.State
-	(*CreateGameServerRequest)(nil),   // 3: tether.v1.CreateGameServerRequest
-	(*ShutdownGameServerRequest)(nil), // 4: tether.v1.ShutdownGameServerRequest
-	(*DeleteGameServerRequest)(nil),   // 5: tether.v1.DeleteGameServerRequest
-	(*Port)(nil),                      // 6: tether.v1.Port
-	(*ConnectionStatus)(nil),          // 7: tether.v1.ConnectionStatus
-	(*HealthStatus)(nil),              // 8: tether.v1.HealthStatus
-	(*Evidence)(nil),                  // 9: tether.v1.Evidence
-	(*GameServer)(nil),                // 10: tether.v1.GameServer
-	(*ListGameServersRequest)(nil),    // 11: tether.v1.ListGameServersRequest
-	(*ListGameServersResponse)(nil),   // 12: tether.v1.ListGameServersResponse
-	(*GetGameServerRequest)(nil),      // 13: tether.v1.GetGameServerRequest
-	nil,                               // 14: tether.v1.GameServer.LabelsEntry
-	(*Fleet)(nil),                     // 15: tether.v1.Fleet
-	(PortSpec_Protocol)(0),            // 16: tether.v1.PortSpec.Protocol
-	(*timestamppb.Timestamp)(nil),     // 17: google.protobuf.Timestamp
+	(LogEntry_Stream)(0),                 // 0: tether.v1.LogEntry.Stream
+	(ConnectionStatus_State)(0),          // 1: tether.v1.ConnectionStatus.State
+	(HealthStatus_State)(0),              // 2: tether.v1.HealthStatus.State
+	(GameServer_State)(0),                // 3: tether.v1.GameServer.State
+	(*StreamGameServerLogsRequest)(nil),  // 4: tether.v1.StreamGameServerLogsRequest
+	(*StreamGameServerLogsResponse)(nil), // 5: tether.v1.StreamGameServerLogsResponse
+	(*LogEntry)(nil),                     // 6: tether.v1.LogEntry
+	(*CreateGameServerRequest)(nil),      // 7: tether.v1.CreateGameServerRequest
+	(*ShutdownGameServerRequest)(nil),    // 8: tether.v1.ShutdownGameServerRequest
+	(*DeleteGameServerRequest)(nil),      // 9: tether.v1.DeleteGameServerRequest
+	(*Port)(nil),                         // 10: tether.v1.Port
+	(*ConnectionStatus)(nil),             // 11: tether.v1.ConnectionStatus
+	(*HealthStatus)(nil),                 // 12: tether.v1.HealthStatus
+	(*Evidence)(nil),                     // 13: tether.v1.Evidence
+	(*GameServer)(nil),                   // 14: tether.v1.GameServer
+	(*ListGameServersRequest)(nil),       // 15: tether.v1.ListGameServersRequest
+	(*ListGameServersResponse)(nil),      // 16: tether.v1.ListGameServersResponse
+	(*GetGameServerRequest)(nil),         // 17: tether.v1.GetGameServerRequest
+	nil,                                  // 18: tether.v1.GameServer.LabelsEntry
+	(*timestamppb.Timestamp)(nil),        // 19: google.protobuf.Timestamp
+	(*Fleet)(nil),                        // 20: tether.v1.Fleet
+	(PortSpec_Protocol)(0),               // 21: tether.v1.PortSpec.Protocol
 }
 var file_tether_v1_gameserver_proto_depIdxs = []int32{
-	15, // 0: tether.v1.CreateGameServerRequest.spec:type_name -> tether.v1.Fleet
-	16, // 1: tether.v1.Port.protocol:type_name -> tether.v1.PortSpec.Protocol
-	0,  // 2: tether.v1.ConnectionStatus.state:type_name -> tether.v1.ConnectionStatus.State
-	17, // 3: tether.v1.ConnectionStatus.since:type_name -> google.protobuf.Timestamp
-	17, // 4: tether.v1.ConnectionStatus.grace_deadline:type_name -> google.protobuf.Timestamp
-	1,  // 5: tether.v1.HealthStatus.state:type_name -> tether.v1.HealthStatus.State
-	17, // 6: tether.v1.HealthStatus.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	17, // 7: tether.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	2,  // 8: tether.v1.GameServer.state:type_name -> tether.v1.GameServer.State
-	7,  // 9: tether.v1.GameServer.connection:type_name -> tether.v1.ConnectionStatus
-	8,  // 10: tether.v1.GameServer.health:type_name -> tether.v1.HealthStatus
-	6,  // 11: tether.v1.GameServer.ports:type_name -> tether.v1.Port
-	9,  // 12: tether.v1.GameServer.evidence:type_name -> tether.v1.Evidence
-	14, // 13: tether.v1.GameServer.labels:type_name -> tether.v1.GameServer.LabelsEntry
-	17, // 14: tether.v1.GameServer.create_time:type_name -> google.protobuf.Timestamp
-	17, // 15: tether.v1.GameServer.update_time:type_name -> google.protobuf.Timestamp
-	10, // 16: tether.v1.ListGameServersResponse.game_servers:type_name -> tether.v1.GameServer
-	11, // 17: tether.v1.GameServerService.ListGameServers:input_type -> tether.v1.ListGameServersRequest
-	13, // 18: tether.v1.GameServerService.GetGameServer:input_type -> tether.v1.GetGameServerRequest
-	3,  // 19: tether.v1.GameServerService.CreateGameServer:input_type -> tether.v1.CreateGameServerRequest
-	4,  // 20: tether.v1.GameServerService.ShutdownGameServer:input_type -> tether.v1.ShutdownGameServerRequest
-	5,  // 21: tether.v1.GameServerService.DeleteGameServer:input_type -> tether.v1.DeleteGameServerRequest
-	12, // 22: tether.v1.GameServerService.ListGameServers:output_type -> tether.v1.ListGameServersResponse
-	10, // 23: tether.v1.GameServerService.GetGameServer:output_type -> tether.v1.GameServer
-	10, // 24: tether.v1.GameServerService.CreateGameServer:output_type -> tether.v1.GameServer
-	10, // 25: tether.v1.GameServerService.ShutdownGameServer:output_type -> tether.v1.GameServer
-	10, // 26: tether.v1.GameServerService.DeleteGameServer:output_type -> tether.v1.GameServer
-	22, // [22:27] is the sub-list for method output_type
-	17, // [17:22] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	0,  // 0: tether.v1.StreamGameServerLogsRequest.stream:type_name -> tether.v1.LogEntry.Stream
+	19, // 1: tether.v1.StreamGameServerLogsRequest.since_time:type_name -> google.protobuf.Timestamp
+	6,  // 2: tether.v1.StreamGameServerLogsResponse.entries:type_name -> tether.v1.LogEntry
+	19, // 3: tether.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	0,  // 4: tether.v1.LogEntry.stream:type_name -> tether.v1.LogEntry.Stream
+	20, // 5: tether.v1.CreateGameServerRequest.spec:type_name -> tether.v1.Fleet
+	21, // 6: tether.v1.Port.protocol:type_name -> tether.v1.PortSpec.Protocol
+	1,  // 7: tether.v1.ConnectionStatus.state:type_name -> tether.v1.ConnectionStatus.State
+	19, // 8: tether.v1.ConnectionStatus.since:type_name -> google.protobuf.Timestamp
+	19, // 9: tether.v1.ConnectionStatus.grace_deadline:type_name -> google.protobuf.Timestamp
+	2,  // 10: tether.v1.HealthStatus.state:type_name -> tether.v1.HealthStatus.State
+	19, // 11: tether.v1.HealthStatus.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	19, // 12: tether.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	3,  // 13: tether.v1.GameServer.state:type_name -> tether.v1.GameServer.State
+	11, // 14: tether.v1.GameServer.connection:type_name -> tether.v1.ConnectionStatus
+	12, // 15: tether.v1.GameServer.health:type_name -> tether.v1.HealthStatus
+	10, // 16: tether.v1.GameServer.ports:type_name -> tether.v1.Port
+	13, // 17: tether.v1.GameServer.evidence:type_name -> tether.v1.Evidence
+	18, // 18: tether.v1.GameServer.labels:type_name -> tether.v1.GameServer.LabelsEntry
+	19, // 19: tether.v1.GameServer.create_time:type_name -> google.protobuf.Timestamp
+	19, // 20: tether.v1.GameServer.update_time:type_name -> google.protobuf.Timestamp
+	14, // 21: tether.v1.ListGameServersResponse.game_servers:type_name -> tether.v1.GameServer
+	15, // 22: tether.v1.GameServerService.ListGameServers:input_type -> tether.v1.ListGameServersRequest
+	17, // 23: tether.v1.GameServerService.GetGameServer:input_type -> tether.v1.GetGameServerRequest
+	7,  // 24: tether.v1.GameServerService.CreateGameServer:input_type -> tether.v1.CreateGameServerRequest
+	8,  // 25: tether.v1.GameServerService.ShutdownGameServer:input_type -> tether.v1.ShutdownGameServerRequest
+	9,  // 26: tether.v1.GameServerService.DeleteGameServer:input_type -> tether.v1.DeleteGameServerRequest
+	4,  // 27: tether.v1.GameServerService.StreamGameServerLogs:input_type -> tether.v1.StreamGameServerLogsRequest
+	16, // 28: tether.v1.GameServerService.ListGameServers:output_type -> tether.v1.ListGameServersResponse
+	14, // 29: tether.v1.GameServerService.GetGameServer:output_type -> tether.v1.GameServer
+	14, // 30: tether.v1.GameServerService.CreateGameServer:output_type -> tether.v1.GameServer
+	14, // 31: tether.v1.GameServerService.ShutdownGameServer:output_type -> tether.v1.GameServer
+	14, // 32: tether.v1.GameServerService.DeleteGameServer:output_type -> tether.v1.GameServer
+	5,  // 33: tether.v1.GameServerService.StreamGameServerLogs:output_type -> tether.v1.StreamGameServerLogsResponse
+	28, // [28:34] is the sub-list for method output_type
+	22, // [22:28] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_tether_v1_gameserver_proto_init() }
@@ -1301,14 +1593,14 @@ func file_tether_v1_gameserver_proto_init() {
 		return
 	}
 	file_tether_v1_fleet_proto_init()
-	file_tether_v1_gameserver_proto_msgTypes[6].OneofWrappers = []any{}
+	file_tether_v1_gameserver_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_v1_gameserver_proto_rawDesc), len(file_tether_v1_gameserver_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   12,
+			NumEnums:      4,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

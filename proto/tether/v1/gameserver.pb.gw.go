@@ -298,6 +298,43 @@ func local_request_GameServerService_DeleteGameServer_0(ctx context.Context, mar
 	return msg, metadata, err
 }
 
+var filter_GameServerService_StreamGameServerLogs_0 = &utilities.DoubleArray{Encoding: map[string]int{"name": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
+func request_GameServerService_StreamGameServerLogs_0(ctx context.Context, marshaler runtime.Marshaler, client GameServerServiceClient, req *http.Request, pathParams map[string]string) (GameServerService_StreamGameServerLogsClient, runtime.ServerMetadata, error) {
+	var (
+		protoReq StreamGameServerLogsRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["name"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "name")
+	}
+	protoReq.Name, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "name", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_GameServerService_StreamGameServerLogs_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	stream, err := client.StreamGameServerLogs(ctx, &protoReq)
+	if err != nil {
+		return nil, metadata, err
+	}
+	header, err := stream.Header()
+	if err != nil {
+		return nil, metadata, err
+	}
+	metadata.HeaderMD = header
+	return stream, metadata, nil
+}
+
 // RegisterGameServerServiceHandlerServer registers the http handlers for service GameServerService to "mux".
 // UnaryRPC     :call GameServerServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -403,6 +440,13 @@ func RegisterGameServerServiceHandlerServer(ctx context.Context, mux *runtime.Se
 			return
 		}
 		forward_GameServerService_DeleteGameServer_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+
+	mux.Handle(http.MethodGet, pattern_GameServerService_StreamGameServerLogs_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		err := status.Error(codes.Unimplemented, "streaming calls are not yet supported in the in-process transport")
+		_, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+		return
 	})
 
 	return nil
@@ -529,21 +573,40 @@ func RegisterGameServerServiceHandlerClient(ctx context.Context, mux *runtime.Se
 		}
 		forward_GameServerService_DeleteGameServer_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_GameServerService_StreamGameServerLogs_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/tether.v1.GameServerService/StreamGameServerLogs", runtime.WithHTTPPathPattern("/v1/{name=fleets/*/gameServers/*}:logs"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_GameServerService_StreamGameServerLogs_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_GameServerService_StreamGameServerLogs_0(annotatedContext, mux, outboundMarshaler, w, req, func() (proto.Message, error) { return resp.Recv() }, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
 var (
-	pattern_GameServerService_ListGameServers_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2, 2, 3}, []string{"v1", "fleets", "parent", "gameServers"}, ""))
-	pattern_GameServerService_GetGameServer_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 2, 2, 1, 0, 4, 4, 5, 3}, []string{"v1", "fleets", "gameServers", "name"}, ""))
-	pattern_GameServerService_CreateGameServer_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2, 2, 3}, []string{"v1", "fleets", "parent", "gameServers"}, ""))
-	pattern_GameServerService_ShutdownGameServer_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 2, 2, 1, 0, 4, 4, 5, 3}, []string{"v1", "fleets", "gameServers", "name"}, "shutdown"))
-	pattern_GameServerService_DeleteGameServer_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 2, 2, 1, 0, 4, 4, 5, 3}, []string{"v1", "fleets", "gameServers", "name"}, ""))
+	pattern_GameServerService_ListGameServers_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2, 2, 3}, []string{"v1", "fleets", "parent", "gameServers"}, ""))
+	pattern_GameServerService_GetGameServer_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 2, 2, 1, 0, 4, 4, 5, 3}, []string{"v1", "fleets", "gameServers", "name"}, ""))
+	pattern_GameServerService_CreateGameServer_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 2, 5, 2, 2, 3}, []string{"v1", "fleets", "parent", "gameServers"}, ""))
+	pattern_GameServerService_ShutdownGameServer_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 2, 2, 1, 0, 4, 4, 5, 3}, []string{"v1", "fleets", "gameServers", "name"}, "shutdown"))
+	pattern_GameServerService_DeleteGameServer_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 2, 2, 1, 0, 4, 4, 5, 3}, []string{"v1", "fleets", "gameServers", "name"}, ""))
+	pattern_GameServerService_StreamGameServerLogs_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 2, 2, 1, 0, 4, 4, 5, 3}, []string{"v1", "fleets", "gameServers", "name"}, "logs"))
 )
 
 var (
-	forward_GameServerService_ListGameServers_0    = runtime.ForwardResponseMessage
-	forward_GameServerService_GetGameServer_0      = runtime.ForwardResponseMessage
-	forward_GameServerService_CreateGameServer_0   = runtime.ForwardResponseMessage
-	forward_GameServerService_ShutdownGameServer_0 = runtime.ForwardResponseMessage
-	forward_GameServerService_DeleteGameServer_0   = runtime.ForwardResponseMessage
+	forward_GameServerService_ListGameServers_0      = runtime.ForwardResponseMessage
+	forward_GameServerService_GetGameServer_0        = runtime.ForwardResponseMessage
+	forward_GameServerService_CreateGameServer_0     = runtime.ForwardResponseMessage
+	forward_GameServerService_ShutdownGameServer_0   = runtime.ForwardResponseMessage
+	forward_GameServerService_DeleteGameServer_0     = runtime.ForwardResponseMessage
+	forward_GameServerService_StreamGameServerLogs_0 = runtime.ForwardResponseStream
 )

@@ -19,11 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	GameServerService_ListGameServers_FullMethodName    = "/tether.v1.GameServerService/ListGameServers"
-	GameServerService_GetGameServer_FullMethodName      = "/tether.v1.GameServerService/GetGameServer"
-	GameServerService_CreateGameServer_FullMethodName   = "/tether.v1.GameServerService/CreateGameServer"
-	GameServerService_ShutdownGameServer_FullMethodName = "/tether.v1.GameServerService/ShutdownGameServer"
-	GameServerService_DeleteGameServer_FullMethodName   = "/tether.v1.GameServerService/DeleteGameServer"
+	GameServerService_ListGameServers_FullMethodName      = "/tether.v1.GameServerService/ListGameServers"
+	GameServerService_GetGameServer_FullMethodName        = "/tether.v1.GameServerService/GetGameServer"
+	GameServerService_CreateGameServer_FullMethodName     = "/tether.v1.GameServerService/CreateGameServer"
+	GameServerService_ShutdownGameServer_FullMethodName   = "/tether.v1.GameServerService/ShutdownGameServer"
+	GameServerService_DeleteGameServer_FullMethodName     = "/tether.v1.GameServerService/DeleteGameServer"
+	GameServerService_StreamGameServerLogs_FullMethodName = "/tether.v1.GameServerService/StreamGameServerLogs"
 )
 
 // GameServerServiceClient is the client API for GameServerService service.
@@ -48,6 +49,15 @@ type GameServerServiceClient interface {
 	// Deletes a game server: the same as ShutdownGameServer, for standalone
 	// servers kept for debugging.
 	DeleteGameServer(ctx context.Context, in *DeleteGameServerRequest, opts ...grpc.CallOption) (*GameServer, error)
+	// Streams a game server's output, stdout and stderr, from the log files
+	// its host's agent keeps: while it runs and after it has ended, until
+	// the host's log retention removes them. Without follow the stream ends
+	// once everything written so far is sent; with follow it goes on with
+	// what the server writes next, until the client cancels or the server's
+	// output has ended and all of it is sent. A host whose agent does not
+	// answer is UNAVAILABLE (reason AGENT_UNAVAILABLE); a host that keeps no
+	// log of the server, NOT_FOUND (reason NO_LOGS).
+	StreamGameServerLogs(ctx context.Context, in *StreamGameServerLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamGameServerLogsResponse], error)
 }
 
 type gameServerServiceClient struct {
@@ -108,6 +118,25 @@ func (c *gameServerServiceClient) DeleteGameServer(ctx context.Context, in *Dele
 	return out, nil
 }
 
+func (c *gameServerServiceClient) StreamGameServerLogs(ctx context.Context, in *StreamGameServerLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamGameServerLogsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &GameServerService_ServiceDesc.Streams[0], GameServerService_StreamGameServerLogs_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamGameServerLogsRequest, StreamGameServerLogsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type GameServerService_StreamGameServerLogsClient = grpc.ServerStreamingClient[StreamGameServerLogsResponse]
+
 // GameServerServiceServer is the server API for GameServerService service.
 // All implementations must embed UnimplementedGameServerServiceServer
 // for forward compatibility.
@@ -130,6 +159,15 @@ type GameServerServiceServer interface {
 	// Deletes a game server: the same as ShutdownGameServer, for standalone
 	// servers kept for debugging.
 	DeleteGameServer(context.Context, *DeleteGameServerRequest) (*GameServer, error)
+	// Streams a game server's output, stdout and stderr, from the log files
+	// its host's agent keeps: while it runs and after it has ended, until
+	// the host's log retention removes them. Without follow the stream ends
+	// once everything written so far is sent; with follow it goes on with
+	// what the server writes next, until the client cancels or the server's
+	// output has ended and all of it is sent. A host whose agent does not
+	// answer is UNAVAILABLE (reason AGENT_UNAVAILABLE); a host that keeps no
+	// log of the server, NOT_FOUND (reason NO_LOGS).
+	StreamGameServerLogs(*StreamGameServerLogsRequest, grpc.ServerStreamingServer[StreamGameServerLogsResponse]) error
 	mustEmbedUnimplementedGameServerServiceServer()
 }
 
@@ -154,6 +192,9 @@ func (UnimplementedGameServerServiceServer) ShutdownGameServer(context.Context, 
 }
 func (UnimplementedGameServerServiceServer) DeleteGameServer(context.Context, *DeleteGameServerRequest) (*GameServer, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteGameServer not implemented")
+}
+func (UnimplementedGameServerServiceServer) StreamGameServerLogs(*StreamGameServerLogsRequest, grpc.ServerStreamingServer[StreamGameServerLogsResponse]) error {
+	return status.Error(codes.Unimplemented, "method StreamGameServerLogs not implemented")
 }
 func (UnimplementedGameServerServiceServer) mustEmbedUnimplementedGameServerServiceServer() {}
 func (UnimplementedGameServerServiceServer) testEmbeddedByValue()                           {}
@@ -266,6 +307,17 @@ func _GameServerService_DeleteGameServer_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GameServerService_StreamGameServerLogs_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(StreamGameServerLogsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(GameServerServiceServer).StreamGameServerLogs(m, &grpc.GenericServerStream[StreamGameServerLogsRequest, StreamGameServerLogsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type GameServerService_StreamGameServerLogsServer = grpc.ServerStreamingServer[StreamGameServerLogsResponse]
+
 // GameServerService_ServiceDesc is the grpc.ServiceDesc for GameServerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -294,6 +346,12 @@ var GameServerService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _GameServerService_DeleteGameServer_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "StreamGameServerLogs",
+			Handler:       _GameServerService_StreamGameServerLogs_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "tether/v1/gameserver.proto",
 }

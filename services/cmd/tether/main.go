@@ -505,7 +505,11 @@ func agentCommand(g *global) *cobra.Command {
 	f.StringVar(&opts.SDKHTTPAddr, "sdk-http-addr", agent.DefaultSDKHTTPAddr, "local SDK REST address (loopback)")
 	f.IntVar(&opts.PortMin, "port-min", agent.DefaultPortMin, "first game server port")
 	f.IntVar(&opts.PortMax, "port-max", agent.DefaultPortMax, "last game server port")
-	f.StringVar(&opts.LogDir, "log-dir", "", "game server logs and the outbox (default: a temp dir)")
+	f.StringVar(&opts.LogDir, "log-dir", "", "game server logs, process records and the outbox (default: a temp dir)")
+	opts.Logs = agent.LogOptions{Retention: agent.DefaultLogRetention, MaxBytes: agent.DefaultLogMaxBytes, FileMaxBytes: agent.DefaultLogFileMaxBytes}
+	f.Var(daysValue{&opts.Logs.Retention}, "log-retention", "how long a game server log file is kept after its last write (14d, 36h)")
+	f.Var(bytesValue{&opts.Logs.MaxBytes}, "log-max-bytes", "all game server logs of this host together: above it the oldest files go first (1GiB, 500MB)")
+	f.Var(bytesValue{&opts.Logs.FileMaxBytes}, "log-file-max-bytes", "a game server's log file is closed at this size and its next one started")
 	f.DurationVar(&opts.StreamKeepalive, "sdk-keepalive", agent.DefaultStreamKeepalive, "keepalive ping interval on SDK connections")
 	f.IntVar(&opts.OutboxMax, "outbox-max", agent.DefaultOutboxMax, "events kept on disk while NATS is unreachable")
 	f.StringVar(&opts.RunAs, "run-as", "", "user (name or uid) game servers run as, with its primary group; required when the agent runs as root")

@@ -48,7 +48,7 @@ func TestAuditHistoryExplainState(t *testing.T) {
 	}
 
 	out = s.ok("audit", "state", name, "--sequence", ready)
-	if !strings.Contains(out, "after 3 events") || !strings.Contains(out, "lifecycle: LIFECYCLE_READY") {
+	if !strings.Contains(out, "after 3 events") || !strings.Contains(out, "lifecycle: READY") {
 		t.Fatalf("state --sequence:\n%s", out)
 	}
 	if out := s.ok("audit", "state", name, "--at", "1h"); !strings.Contains(out, "did not exist yet") {

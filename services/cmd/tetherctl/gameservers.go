@@ -58,8 +58,8 @@ func (q gameServerQuery) filter() string {
 }
 
 func (a *app) gameServersCommand() *cobra.Command {
-	cmd := group("gameservers", "List, show and watch game servers", "gameserver", "gs")
-	cmd.AddCommand(a.gameServersListCommand(), a.gameServersGetCommand(), a.gameServersWatchCommand())
+	cmd := group("gameservers", "List, show and watch game servers, and print their logs", "gameserver", "gs")
+	cmd.AddCommand(a.gameServersListCommand(), a.gameServersGetCommand(), a.gameServersWatchCommand(), a.gameServersLogsCommand())
 	return cmd
 }
 

@@ -47,7 +47,10 @@ func CredsPath(dir, principal string) string {
 // Init creates the credentials directory dir, or completes it: the
 // operator, system account and Tether account keys if missing, a user for
 // every component and for each of hosts that has none, then server.conf
-// and signers. Existing keys and credentials are kept.
+// and signers. Existing keys and credentials are kept; credentials whose
+// permissions an earlier version wrote are rewritten with this version's,
+// with the same key (a new version's subjects, e.g. the hosts' logs
+// subjects, work once each component has re-read its file).
 func Init(dir string, hosts []string) error {
 	principals := Components()
 	for _, h := range hosts {
@@ -67,8 +70,22 @@ func Init(dir string, hosts []string) error {
 	if err != nil {
 		return err
 	}
+	// Hosts made earlier (add-host) are brought up to date too.
+	earlier, err := filepath.Glob(filepath.Join(dir, credsDir, "hosts", "*.creds"))
+	if err != nil {
+		return fmt.Errorf("natsauth: %w", err)
+	}
+	for _, path := range earlier {
+		p := HostPrincipal(strings.TrimSuffix(filepath.Base(path), ".creds"))
+		if _, ok := HostID(p); ok && !slices.Contains(principals, p) {
+			principals = append(principals, p)
+		}
+	}
 	for _, p := range principals {
 		if _, err := os.Stat(CredsPath(dir, p)); err == nil {
+			if _, err := k.refresh(dir, p); err != nil {
+				return err
+			}
 			continue
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("natsauth: %w", err)
@@ -186,10 +203,6 @@ func loadKeys(dir string, create bool) (*signingKeys, error) {
 // issue creates a new user key for principal, writes its credentials and
 // adds its public key to signers.
 func (k *signingKeys) issue(dir, principal string) error {
-	perms, err := PermissionsOf(principal)
-	if err != nil {
-		return err
-	}
 	user, err := nkeys.CreateUser()
 	if err != nil {
 		return fmt.Errorf("natsauth: %w", err)
@@ -198,22 +211,9 @@ func (k *signingKeys) issue(dir, principal string) error {
 	if err != nil {
 		return fmt.Errorf("natsauth: %w", err)
 	}
-	seed, err := user.Seed()
+	uc, err := userClaims(principal, pub)
 	if err != nil {
-		return fmt.Errorf("natsauth: %w", err)
-	}
-	uc := jwt.NewUserClaims(pub)
-	uc.Name = principal
-	uc.Pub.Allow.Add(perms.Publish...)
-	uc.Pub.Deny.Add(perms.PublishDeny...)
-	uc.Sub.Allow.Add(perms.Subscribe...)
-	token, err := uc.Encode(k.account)
-	if err != nil {
-		return fmt.Errorf("natsauth: user %s: %w", principal, err)
-	}
-	creds, err := jwt.FormatUserConfig(token, seed)
-	if err != nil {
-		return fmt.Errorf("natsauth: user %s: %w", principal, err)
+		return err
 	}
 	path := CredsPath(dir, principal)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -224,7 +224,83 @@ func (k *signingKeys) issue(dir, principal string) error {
 	if err := addSigner(dir, principal, pub); err != nil {
 		return err
 	}
+	return k.writeCreds(path, uc, user)
+}
+
+// userClaims are the JWT claims of principal's user pub: its name and
+// its permissions (PermissionsOf).
+func userClaims(principal, pub string) (*jwt.UserClaims, error) {
+	perms, err := PermissionsOf(principal)
+	if err != nil {
+		return nil, err
+	}
+	uc := jwt.NewUserClaims(pub)
+	uc.Name = principal
+	uc.Pub.Allow.Add(perms.Publish...)
+	uc.Pub.Deny.Add(perms.PublishDeny...)
+	uc.Sub.Allow.Add(perms.Subscribe...)
+	if perms.RespondWithin > 0 {
+		uc.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: perms.RespondWithin}
+	}
+	return uc, nil
+}
+
+// writeCreds signs uc with the account and writes it with user's seed to
+// path.
+func (k *signingKeys) writeCreds(path string, uc *jwt.UserClaims, user nkeys.KeyPair) error {
+	seed, err := user.Seed()
+	if err != nil {
+		return fmt.Errorf("natsauth: %w", err)
+	}
+	token, err := uc.Encode(k.account)
+	if err != nil {
+		return fmt.Errorf("natsauth: user %s: %w", uc.Name, err)
+	}
+	creds, err := jwt.FormatUserConfig(token, seed)
+	if err != nil {
+		return fmt.Errorf("natsauth: user %s: %w", uc.Name, err)
+	}
 	return writeFile(path, creds, 0o600)
+}
+
+// refresh brings the permissions of principal's existing credentials up
+// to this version's (PermissionsOf), keeping its key: the file is
+// rewritten only when they differ, and a component that watches it
+// (Credentials.Watch) reconnects with them. It reports whether it did.
+func (k *signingKeys) refresh(dir, principal string) (bool, error) {
+	path := CredsPath(dir, principal)
+	cur, err := ReadCreds(path)
+	if err != nil {
+		return false, err
+	}
+	have, err := jwt.DecodeUserClaims(cur.JWT)
+	if err != nil {
+		return false, fmt.Errorf("natsauth: %s: %w", path, err)
+	}
+	want, err := userClaims(principal, cur.PublicKey)
+	if err != nil {
+		return false, err
+	}
+	if samePermissions(have.Permissions, want.Permissions) {
+		return false, nil
+	}
+	return true, k.writeCreds(path, want, cur.Key)
+}
+
+// samePermissions reports whether two users' permissions allow and deny
+// the same subjects and answers alike.
+func samePermissions(a, b jwt.Permissions) bool {
+	same := func(x, y jwt.StringList) bool {
+		return slices.Equal(slices.Sorted(slices.Values(x)), slices.Sorted(slices.Values(y)))
+	}
+	resp := func(r *jwt.ResponsePermission) jwt.ResponsePermission {
+		if r == nil {
+			return jwt.ResponsePermission{}
+		}
+		return *r
+	}
+	return same(a.Pub.Allow, b.Pub.Allow) && same(a.Pub.Deny, b.Pub.Deny) &&
+		same(a.Sub.Allow, b.Sub.Allow) && same(a.Sub.Deny, b.Sub.Deny) && resp(a.Resp) == resp(b.Resp)
 }
 
 // writeServerConf writes server.conf: the operator, the system account and

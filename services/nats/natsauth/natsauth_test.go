@@ -1,19 +1,23 @@
 package natsauth_test
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/dev/natsembed"
+	"github.com/tetherhq/tether/services/nats/hostlogs"
 	"github.com/tetherhq/tether/services/nats/natsauth"
 	"github.com/tetherhq/tether/services/platform/migrate"
 	"github.com/tetherhq/tether/services/testkit/wait"
@@ -174,5 +178,78 @@ func TestRotateAndRevokeWithoutARestart(t *testing.T) {
 		if e.Writer != "hosts/h1" {
 			t.Errorf("event %d (%s) was written by %q", e.Sequence, e.Type, e.Writer)
 		}
+	}
+}
+
+// TestInitBringsPermissionsUpToDate: credentials an earlier version made,
+// without a later version's subjects (a host's logs subject, the answers
+// to its log reads), are rewritten by Init with this version's
+// permissions and the same key, even for a host Init is not given; those
+// already current are left as they are.
+func TestInitBringsPermissionsUpToDate(t *testing.T) {
+	dir := t.TempDir()
+	if err := natsauth.Init(dir, []string{"h1"}); err != nil {
+		t.Fatal(err)
+	}
+	path := natsauth.CredsPath(dir, natsauth.HostPrincipal("h1"))
+	current, err := natsauth.ReadCreds(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What an earlier version wrote: no logs subject, no answers.
+	uc, err := jwt.DecodeUserClaims(current.JWT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc.Sub.Allow.Remove(hostlogs.Subject("h1"))
+	uc.Resp = nil
+	seed, err := os.ReadFile(filepath.Join(dir, "keys", "account.nk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	account, err := nkeys.FromSeed(bytes.TrimSpace(seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := uc.Encode(account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	userSeed, err := current.Key.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := jwt.FormatUserConfig(token, userSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	api := natsauth.CredsPath(dir, natsauth.APIServer)
+	apiBefore, err := os.ReadFile(api)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := natsauth.Init(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	after, err := natsauth.ReadCreds(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := jwt.DecodeUserClaims(after.JWT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.PublicKey != current.PublicKey {
+		t.Errorf("the host's key changed: %s, was %s", after.PublicKey, current.PublicKey)
+	}
+	if !claims.Sub.Allow.Contains(hostlogs.Subject("h1")) || claims.Resp == nil || claims.Resp.MaxMsgs != 1 || claims.Resp.Expires != hostlogs.ReplyWindow {
+		t.Errorf("the host's permissions were not brought up to date: sub %v, resp %+v", claims.Sub.Allow, claims.Resp)
+	}
+	if apiAfter, err := os.ReadFile(api); err != nil || !bytes.Equal(apiAfter, apiBefore) {
+		t.Errorf("current credentials were rewritten: %v", err)
 	}
 }

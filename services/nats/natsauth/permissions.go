@@ -8,8 +8,9 @@
 // principal, so readers know who wrote each event.
 //
 // What NATS refuses by subject: a host agent beats only its own heartbeat
-// key, reads only its own commands, writes only its own host's events, and
-// cannot touch a stream's configuration; only the admin principal (`tether
+// key, reads only its own commands, answers reads of its own host's game
+// server logs only, writes only its own host's events, and cannot touch a
+// stream's configuration; only the admin principal (`tether
 // migrate`) may create, update, purge or delete streams. What the subjects
 // cannot say (a host agent writes game-server events, and a game server's
 // subject does not name its host), the signature says: the folds refuse a
@@ -19,10 +20,12 @@ package natsauth
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/nats/hostbeat"
+	"github.com/tetherhq/tether/services/nats/hostlogs"
 	"github.com/tetherhq/tether/services/nats/lease"
 )
 
@@ -78,11 +81,16 @@ func InboxPrefix(principal string) string {
 }
 
 // Permissions are the subjects a principal may publish to (Publish, less
-// PublishDeny) and subscribe to.
+// PublishDeny) and subscribe to, and whether it answers requests.
 type Permissions struct {
 	Publish     []string
 	PublishDeny []string
 	Subscribe   []string
+	// RespondWithin, when set, lets the principal answer each request it
+	// receives, once, within this time, on the request's reply subject
+	// (another principal's inbox, which Publish does not name): NATS's
+	// response permission.
+	RespondWithin time.Duration
 }
 
 // The JetStream API subjects, by the name of what they act on.
@@ -126,7 +134,7 @@ func PermissionsOf(principal string) (Permissions, error) {
 	case Admin:
 		return Permissions{Publish: []string{">"}, Subscribe: []string{">"}}, nil
 	case APIServer:
-		p.Publish = append([]string{eventSubjects, commands.Subject("*")}, jsRead...)
+		p.Publish = append([]string{eventSubjects, commands.Subject("*"), hostlogs.Subject("*")}, jsRead...)
 	case Controller:
 		p.Publish = append([]string{eventSubjects, commands.Subject("*"), "$KV." + lease.Bucket + ".*", "$KV." + hostbeat.Bucket + ".*"}, jsRead...)
 	case Projector:
@@ -134,6 +142,9 @@ func PermissionsOf(principal string) (Permissions, error) {
 	default:
 		id, _ := HostID(principal)
 		p.Publish, p.PublishDeny = agentPermissions(id)
+		// The API's reads of its own host's game server logs, answered.
+		p.Subscribe = append(p.Subscribe, hostlogs.Subject(id))
+		p.RespondWithin = hostlogs.ReplyWindow
 	}
 	return p, nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/nats/hostbeat"
+	"github.com/tetherhq/tether/services/nats/hostlogs"
 	"github.com/tetherhq/tether/services/nats/natsauth"
 	"github.com/tetherhq/tether/services/platform/migrate"
 	"github.com/tetherhq/tether/services/testkit/freeport"
@@ -259,6 +260,21 @@ func TestRogueAgentCannotTouchAnotherHost(t *testing.T) {
 		t.Error("the rogue deleted the events stream")
 	}
 	done()
+	// 6. b's game server logs: the API reads them from b's agent, which
+	// answers it; the rogue can neither ask b nor take b's requests.
+	api := join(t, ctx, dir, srv, natsauth.APIServer, verify)
+	wait.For(t, 10*time.Second, "the API to read b's game server's logs from b's agent", func() bool {
+		reply, err := hostlogs.NewClient(api.nc).Read(ctx, "b", &agentv1.LogsRequest{GameServer: gs})
+		return err == nil && reply.GetError() == agentv1.LogsReply_ERROR_UNSPECIFIED
+	})
+	if _, err := rogue.nc.SubscribeSync(hostlogs.Subject("b")); err != nil {
+		t.Fatal(err)
+	}
+	c, done = short()
+	if _, err := hostlogs.NewClient(rogue.nc).Read(c, "b", &agentv1.LogsRequest{GameServer: gs}); err == nil {
+		t.Error("the rogue read b's game server logs")
+	}
+	done()
 
 	// Nothing changed. The views caught up with everything the rogue stored.
 	last, err := admin.store.StreamLastSequence(ctx)
@@ -321,6 +337,10 @@ func TestRogueAgentCannotTouchAnotherHost(t *testing.T) {
 	}
 	if v := rogue.violations(); !strings.Contains(v, "Permissions Violation for Subscription to \""+natsauth.InboxPrefix("hosts/b")) {
 		t.Errorf("the rogue's subscription to b's replies was not refused: %s", v)
+	}
+	if v := rogue.violations(); !strings.Contains(v, "Permissions Violation for Subscription to \""+hostlogs.Subject("b")) ||
+		!strings.Contains(v, "Permissions Violation for Publish to \""+hostlogs.Subject("b")) {
+		t.Errorf("the rogue's subscription to b's log reads, or its read of b's logs, was not refused: %s", v)
 	}
 }
 

@@ -629,7 +629,8 @@ type ProcessStarted struct {
 	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	// Assigned ports.
 	Ports []*Port `protobuf:"bytes,3,rep,name=ports,proto3" json:"ports,omitempty"`
-	// Where stdout and stderr go, on the host.
+	// Where its stdout and stderr go, on the host: the directory of its log
+	// files (a single file, from agents before rotated logs).
 	LogPath string `protobuf:"bytes,4,opt,name=log_path,json=logPath,proto3" json:"log_path,omitempty"`
 	// 1 for the first start, then 2, 3… for restarts before Ready.
 	Attempt       int32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`

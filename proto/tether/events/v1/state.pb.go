@@ -734,7 +734,8 @@ type GameServerState struct {
 	ReservedUntil *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=reserved_until,json=reservedUntil,proto3" json:"reserved_until,omitempty"`
 	// Shutdown deadline, when shutting down.
 	ShutdownDeadline *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=shutdown_deadline,json=shutdownDeadline,proto3" json:"shutdown_deadline,omitempty"`
-	// Log file of the process on its host.
+	// Where its process's output goes on its host: the directory of its log
+	// files (a single file, from agents before rotated logs).
 	LogPath string `protobuf:"bytes,23,opt,name=log_path,json=logPath,proto3" json:"log_path,omitempty"`
 	// Time of GameServerScheduled.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
