@@ -110,7 +110,7 @@ var roleActions = map[apikeys.Role][]action{
 
 // permits reports whether role may call method.
 func permits(role apikeys.Role, method string) bool {
-	if role == apikeys.Admin {
+	if role == apikeys.Admin || isReflection(method) {
 		return true
 	}
 	a, ok := rpcActions[method]
@@ -313,3 +313,12 @@ type principalStream struct {
 }
 
 func (s *principalStream) Context() context.Context { return s.ctx }
+
+// isReflection reports whether method is gRPC server reflection's, which
+// describes the API (its services and messages, what the protos and
+// /openapi.json publish anyway): every role may call it, once
+// authenticated.
+func isReflection(method string) bool {
+	return strings.HasPrefix(method, "/grpc.reflection.v1.ServerReflection/") ||
+		strings.HasPrefix(method, "/grpc.reflection.v1alpha.ServerReflection/")
+}

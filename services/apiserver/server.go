@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/reflection"
+
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
@@ -399,6 +401,9 @@ func (s *Server) Run(ctx context.Context) error {
 	tetherv1.RegisterGameSessionServiceServer(gs, &gameSessionService{s: s})
 	tetherv1.RegisterHistoryServiceServer(gs, &historyService{s: s})
 	tetherv1.RegisterProjectionServiceServer(gs, &projectionService{s: s})
+	// Server reflection: grpcurl and buf curl describe and call the API
+	// without its protos (any authenticated caller, auth.go).
+	reflection.Register(gs)
 
 	conn, err := grpc.NewClient(gatewayLis.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),

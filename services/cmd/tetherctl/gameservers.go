@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -58,8 +61,47 @@ func (q gameServerQuery) filter() string {
 }
 
 func (a *app) gameServersCommand() *cobra.Command {
-	cmd := group("gameservers", "List, show and watch game servers, and print their logs", "gameserver", "gs")
-	cmd.AddCommand(a.gameServersListCommand(), a.gameServersGetCommand(), a.gameServersWatchCommand(), a.gameServersLogsCommand())
+	cmd := group("gameservers", "List, show, watch and shut down game servers, and print their logs", "gameserver", "gs")
+	cmd.AddCommand(a.gameServersListCommand(), a.gameServersGetCommand(), a.gameServersWatchCommand(), a.gameServersLogsCommand(),
+		a.gameServersShutdownCommand())
+	return cmd
+}
+
+func (a *app) gameServersShutdownCommand() *cobra.Command {
+	var grace time.Duration
+	var detail string
+	cmd := &cobra.Command{
+		Use:   "shutdown NAME [--grace 30s] [--detail TEXT]",
+		Short: "Shut a game server down: its process gets the notice, SIGTERM, and SIGKILL at the deadline",
+		Long: `Shut a game server down; NAME is ` + gameServerFormats + `. The game gets a
+shutdown notice through the SDK, then SIGTERM, then SIGKILL once --grace has
+passed. It ends SHUTDOWN_REQUESTED_BY_API, with --detail in its evidence, and
+a fleet replaces it. A match on it ends too: shut down a server in a match
+only when that is what you mean.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := gameServerName(args[0])
+			if err != nil {
+				return err
+			}
+			if grace < time.Second || grace%time.Second != 0 {
+				return fmt.Errorf("--grace must be whole seconds, at least 1s, not %s", grace)
+			}
+			return a.withClient(func(c *client) error {
+				ctx, cancel := c.call(cmd.Context())
+				defer cancel()
+				g, err := c.gameServers.ShutdownGameServer(ctx, &tetherv1.ShutdownGameServerRequest{
+					Name: name, GraceSeconds: int32(min(grace/time.Second, math.MaxInt32)), Detail: detail, RequestId: newRequestID(),
+				})
+				if err != nil {
+					return c.apiError(name, err)
+				}
+				return a.print(g, func(w io.Writer) { a.gameServerTable(w, g) })
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&grace, "grace", 30*time.Second, "time between the notice and SIGKILL")
+	cmd.Flags().StringVar(&detail, "detail", "", "why, for the server's evidence")
 	return cmd
 }
 
@@ -126,13 +168,21 @@ func listGameServers(ctx context.Context, c *client, q gameServerQuery) ([]*teth
 }
 
 func (a *app) gameServerTable(w io.Writer, list ...*tetherv1.GameServer) {
-	row(w, "NAME", "STATE", "CONNECTION", "HEALTH", "HOST", "ADDRESS", "PORTS", "REASON", "AGE")
+	row(w, "NAME", "STATE", "CONNECTION", "HEALTH", "HOST", "ADDRESS", "PORTS", "PID", "REV", "REASON", "AGE")
 	now := a.now()
 	for _, g := range list {
 		row(w, shortName(g.GetName()), enumName(g.GetState()), enumName(g.GetConnection().GetState()),
 			enumName(g.GetHealth().GetState()), orDash(shortName(g.GetHost())), orDash(g.GetAddress()),
-			orDash(ports(g.GetPorts())), orDash(g.GetReason()), age(now, g.GetCreateTime()))
+			orDash(ports(g.GetPorts())), positive(int64(g.GetPid())), positive(g.GetRevision()), orDash(g.GetReason()), age(now, g.GetCreateTime()))
 	}
+}
+
+// positive renders n, or "-" when it is not set (0).
+func positive[N int32 | int64](n N) string {
+	if n <= 0 {
+		return "-"
+	}
+	return strconv.FormatInt(int64(n), 10)
 }
 
 // ports renders assigned ports as "game:7001/UDP,query:7002/TCP".

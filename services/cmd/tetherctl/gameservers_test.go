@@ -13,7 +13,7 @@ import (
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
-var gameServerHeader = []string{"NAME", "STATE", "CONNECTION", "HEALTH", "HOST", "ADDRESS", "PORTS", "REASON", "AGE"}
+var gameServerHeader = []string{"NAME", "STATE", "CONNECTION", "HEALTH", "HOST", "ADDRESS", "PORTS", "PID", "REV", "REASON", "AGE"}
 
 // startReadyServer appends what an agent reports for a server that
 // starts, connects its SDK and becomes Ready; it returns the last sequence.
@@ -39,8 +39,8 @@ func TestGameServers(t *testing.T) {
 	out := s.ok("gameservers", "list", "--min-sequence", seq)
 	rows := tableRows(t, out, gameServerHeader...)
 	if len(rows) != 2 ||
-		strings.Join(rows[0][:8], " ") != "arena/gs-1 READY CONNECTED HEALTHY h1 127.0.0.1 game:7001/UDP -" ||
-		strings.Join(rows[1][:8], " ") != "arena/gs-2 SCHEDULED - - h2 - - -" {
+		strings.Join(rows[0][:10], " ") != "arena/gs-1 READY CONNECTED HEALTHY h1 127.0.0.1 game:7001/UDP 4242 - -" ||
+		strings.Join(rows[1][:10], " ") != "arena/gs-2 SCHEDULED - - h2 - - - - -" {
 		t.Fatalf("game servers of all fleets:\n%s", out)
 	}
 
