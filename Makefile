@@ -5,6 +5,8 @@ TOOLS        := $(CURDIR)/.tools
 BUF_VERSION  := 1.75.0
 GOLANGCI_LINT_VERSION := v2.15.0
 BUF          := $(TOOLS)/node_modules/.bin/buf
+PLAYWRIGHT_CORE_VERSION := 1.65.1
+PLAYWRIGHT_CORE := $(TOOLS)/node_modules/playwright-core/package.json
 BIN          := $(CURDIR)/bin
 GENERATED    := proto services/apiserver/openapi
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
@@ -102,12 +104,15 @@ IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
 image:
 	$(GO) run ./services/tools/image -o $(BIN)/tether-image.tar -arch $(IMAGE_ARCH)
 
-## tools: install buf (from npm) into .tools
-tools: $(BUF)
+## tools: install buf, and playwright-core for the console's browser tests
+## (it drives the chromium on PATH; it downloads no browser), from npm into
+## .tools; one npm install, since an install without a package.json
+## removes the packages it was not given
+tools: $(BUF) $(PLAYWRIGHT_CORE)
 
-$(BUF):
+$(BUF) $(PLAYWRIGHT_CORE) &:
 	mkdir -p $(TOOLS)
-	npm install --prefix $(TOOLS) --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
+	npm install --prefix $(TOOLS) --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION) playwright-core@$(PLAYWRIGHT_CORE_VERSION)
 
 clean:
 	rm -rf $(BIN)

@@ -38,6 +38,7 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/services/apiserver/openapi"
+	"github.com/tetherhq/tether/services/console"
 	"github.com/tetherhq/tether/services/platform/apikeys"
 	"github.com/tetherhq/tether/services/platform/oidcauth"
 	"github.com/tetherhq/tether/services/platform/playertoken"
@@ -432,6 +433,9 @@ func (s *Server) Run(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", guardBody(s.opts.MaxBodyBytes, auth, keepBody(gw)))
 	mux.Handle("GET /openapi.json", auth.keyed(s.opts.OpenAPINeedsKey, openapi.Handler()))
+	// The web console needs no key to load; its calls to /v1/ carry one.
+	mux.Handle("GET /ui/", console.Handler())
+	mux.Handle("GET /ui", console.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	if s.opts.MetricsHandler != nil {
 		mux.Handle("GET /metrics", auth.keyed(s.opts.MetricsNeedKey, s.opts.MetricsHandler))

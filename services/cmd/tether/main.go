@@ -171,6 +171,7 @@ and the API server, and prints their addresses. Ctrl-C stops everything.`,
 				fmt.Printf(`
 Tether is running.
   REST     %s   (OpenAPI: %[1]s/openapi.json, metrics: %[1]s/metrics)
+  Console  %[1]s/ui/   (sign in with one of the API keys below; operator.key reads everything)
   gRPC     %s
   NATS     %s%s
   Database %s%s

@@ -1,0 +1,187 @@
+// Fleet: the fleet's state and every one of its game servers in a
+// virtualised table that follows events:watch live, without polling.
+//
+// Consistency: the page reads the views' checkpoint first, then lists
+// every server with minSequence at that checkpoint, then watches the
+// fleet's events from that checkpoint on. Every event after the list is
+// seen; an event of a server makes the page GET that server (waiting for
+// the views to apply the event), and a row is replaced only by a newer
+// sequence of it.
+
+import { ApiError, Refetcher, get, listAll, watch } from '../api.js';
+import { ago, badge, enumWord, facts, fmtTime, h, lastId, replace, resourceLink } from '../dom.js';
+import { VirtualTable } from '../vtable.js';
+
+/** Lifecycle states in their order, for the filter and the counts. */
+const states = ['SCHEDULED', 'STARTING', 'READY', 'RESERVED', 'ALLOCATED', 'SHUTTING_DOWN', 'UNHEALTHY', 'TERMINATED'];
+
+/** @param {any} g a game server */
+function endpoint(g) {
+  if (!g.address) return '—';
+  const ports = (g.ports ?? []).map((/** @type {any} */ p) => `${p.port}/${(enumWord(p.protocol) || 'udp').toLowerCase()}`);
+  return ports.length ? `${g.address}:${ports.join(', ')}` : g.address;
+}
+
+/** @type {import('../vtable.js').Column<any>[]} */
+const columns = [
+  { key: 'name', title: 'Game server', width: 'minmax(9rem, 1.3fr)', cell: (g) => resourceLink(g.name, lastId(g.name)), sort: (g) => g.name },
+  { key: 'state', title: 'State', width: '8.5rem', cell: (g) => badge(g.state), sort: (g) => states.indexOf(g.state) },
+  { key: 'reason', title: 'Reason', width: 'minmax(8rem, 1.2fr)', cell: (g) => enumWord(g.reason), sort: (g) => g.reason },
+  { key: 'connection', title: 'Connection', width: '9.5rem', cell: (g) => enumWord(g.connection?.state) || '—', sort: (g) => g.connection?.state ?? '' },
+  {
+    key: 'health', title: 'Health', width: '7.5rem', sort: (g) => g.health?.state ?? '',
+    cell: (g) => (enumWord(g.health?.state) || '—') + (g.health?.missedPeriods ? ` (${g.health.missedPeriods} missed)` : ''),
+  },
+  { key: 'host', title: 'Host', width: '5rem', cell: (g) => resourceLink(g.host, lastId(g.host)), sort: (g) => g.host },
+  { key: 'address', title: 'Address and ports', width: 'minmax(9rem, 1.2fr)', cell: endpoint, sort: endpoint },
+  { key: 'pid', title: 'PID', width: '5rem', cell: (g) => (g.pid ? String(g.pid) : '—'), sort: (g) => g.pid },
+  { key: 'revision', title: 'Rev', width: '3.5rem', cell: (g) => String(g.revision ?? ''), sort: (g) => Number(g.revision) },
+  { key: 'updated', title: 'Changed', width: '8.5rem', cell: (g) => fmtTime(g.updateTime), sort: (g) => g.updateTime ?? '' },
+];
+
+/** @param {import('../app.js').PageContext} ctx */
+export async function render({ main, params, signal, live }) {
+  const name = `fleets/${params.fleet}`;
+  document.title = `${params.fleet} · Tether`;
+  main.classList.add('fill');
+
+  const status = await get('projections/status', {}, signal).catch((e) => {
+    if (e instanceof ApiError && e.status === 403) return null; // then the watch starts from "now"
+    throw e;
+  });
+  const checkpoint = status ? Number(status.checkpoint) : 0;
+  const [fleet, list] = await Promise.all([
+    get(name, { minSequence: checkpoint }, signal),
+    listAll(`${name}/gameServers`, 'gameServers', { minSequence: checkpoint }, signal),
+  ]);
+
+  /** @type {Map<string, any>} name → game server */
+  const servers = new Map(list.map((g) => [g.name, g]));
+  /** The servers' names, sorted (the list comes sorted by name). */
+  const order = list.map((g) => g.name);
+  const summary = h('div', { class: 'summary' });
+  const counts = h('p', { class: 'counts', 'aria-live': 'polite' });
+  const search = /** @type {HTMLInputElement} */ (h('input', { type: 'search', id: 'gs-filter', placeholder: 'name, host, address, pid', spellcheck: 'false' }));
+  const stateSelect = /** @type {HTMLSelectElement} */ (h('select', { id: 'gs-state' },
+    h('option', { value: '' }, 'All states'), states.map((s) => h('option', { value: s }, s))));
+  const grid = new VirtualTable({
+    label: `Game servers of fleet ${params.fleet}`, columns, signal,
+    rowKey: (g) => g.name, rowHref: (g) => '#/' + g.name,
+  });
+
+  replace(main,
+    h('div', { class: 'page-head' },
+      h('h1', {}, 'Fleet ', h('span', { class: 'mono' }, params.fleet)),
+      h('nav', { class: 'links', 'aria-label': 'Fleet' },
+        h('a', { href: `#/audit?q=${encodeURIComponent(name)}` }, 'History'), ' ',
+        h('a', { href: `#/gameSessions?fleet=${encodeURIComponent(name)}` }, 'Game sessions'))),
+    summary,
+    h('div', { class: 'toolbar' },
+      h('label', { for: 'gs-filter' }, 'Filter '), search,
+      h('label', { for: 'gs-state' }, 'State '), stateSelect,
+      counts),
+    grid.el);
+
+  /** @param {any} f */
+  const showFleet = (f) => replace(summary, fleetFacts(f));
+  showFleet(fleet);
+
+  let dirty = 0;
+  const redraw = () => {
+    if (dirty) return;
+    dirty = requestAnimationFrame(() => {
+      dirty = 0;
+      const text = search.value.trim().toLowerCase();
+      const state = stateSelect.value;
+      /** @type {Record<string, number>} */
+      const per = {};
+      const rows = [];
+      for (const n of order) {
+        const g = servers.get(n);
+        per[g.state] = (per[g.state] ?? 0) + 1;
+        if (state && g.state !== state) continue;
+        if (text && !`${g.name} ${g.host} ${endpoint(g)} ${g.pid} ${g.reason}`.toLowerCase().includes(text)) continue;
+        rows.push(g);
+      }
+      grid.setRows(rows);
+      counts.textContent = `${rows.length} of ${servers.size} shown · ` +
+        (states.filter((s) => per[s]).map((s) => `${per[s]} ${s}`).join(', ') || 'no servers');
+    });
+  };
+  signal.addEventListener('abort', () => cancelAnimationFrame(dirty), { once: true });
+  const refilter = () => { grid.el.scrollTop = 0; redraw(); };
+  search.addEventListener('input', refilter);
+  stateSelect.addEventListener('change', refilter);
+  redraw();
+
+  /** Keeps a server's newer state. @param {any} g */
+  const keep = (g) => {
+    const had = servers.get(g.name);
+    if (had && Number(had.sequence) > Number(g.sequence)) return;
+    if (!had) order.splice(sortedIndex(order, g.name), 0, g.name);
+    servers.set(g.name, g);
+    redraw();
+  };
+  let fleetSeq = Number(fleet.sequence);
+  const refetch = new Refetcher({
+    signal,
+    fetch: async (n, seq) => {
+      if (n === name) {
+        const f = await get(name, { minSequence: seq }, signal);
+        if (Number(f.sequence) >= fleetSeq) { fleetSeq = Number(f.sequence); showFleet(f); }
+      } else {
+        keep(await get(n, { minSequence: seq }, signal));
+      }
+    },
+    // Too many servers changed at once to fetch one by one: list them all.
+    onOverflow: async (seq) => {
+      try {
+        for (const g of await listAll(`${name}/gameServers`, 'gameServers', { minSequence: seq }, signal)) keep(g);
+      } catch (e) {
+        if (!signal.aborted) live(`reload failed: ${e instanceof Error ? e.message : e}`, 'retrying');
+      }
+    },
+  });
+  watch({
+    params: { fleet: name }, after: checkpoint, signal,
+    onEvent: (ev) => refetch.add(ev.aggregate, Number(ev.sequence)),
+    onStatus: (s) => {
+      if (s.state === 'open') live('live', 'live');
+      else if (s.state === 'retrying') live(`reconnecting in ${Math.round(s.delay / 100) / 10} s: ${s.error}`, 'retrying');
+      else live(`not live: ${s.error}`, 'stopped');
+    },
+  });
+}
+
+/**
+ * Where name goes in a sorted array.
+ * @param {string[]} sorted
+ * @param {string} name
+ */
+function sortedIndex(sorted, name) {
+  let lo = 0;
+  let hi = sorted.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (sorted[mid] < name) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** @param {any} f a fleet */
+function fleetFacts(f) {
+  const st = f.status ?? {};
+  const conditions = (st.conditions ?? []).filter((/** @type {any} */ c) => c.status === 'True');
+  const rollout = st.rollout;
+  return facts([
+    ['Replicas', `${f.replicas} desired` + (st.waitingReplicas ? `, ${st.waitingReplicas} waiting for a host` : '')],
+    ['Revision', String(f.revision ?? '')],
+    ['Rollout', rollout ? `${enumWord(rollout.state)}: revision ${rollout.fromRevision} → ${rollout.revision}` +
+      `${rollout.message ? ` (${rollout.message})` : ''}` : ''],
+    ['Autoscaling', st.lastScaling],
+    ['Conditions', conditions.length ? conditions.map((/** @type {any} */ c) => `${c.type}: ${c.reason}${c.message ? ` (${c.message})` : ''}`).join('; ') : ''],
+    ['Command', f.template?.command],
+    ['Deleted', f.deleteTime ? ago(f.deleteTime) : ''],
+  ]);
+}
