@@ -7,6 +7,9 @@ GOLANGCI_LINT_VERSION := v2.15.0
 BUF          := $(TOOLS)/node_modules/.bin/buf
 PLAYWRIGHT_CORE_VERSION := 1.65.1
 PLAYWRIGHT_CORE := $(TOOLS)/node_modules/playwright-core/package.json
+REDOCLY_VERSION := 2.77.0
+REDOCLY      := $(TOOLS)/node_modules/.bin/redocly
+OPENAPI      := services/apiserver/openapi
 BIN          := $(CURDIR)/bin
 GENERATED    := proto services/apiserver/openapi
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
@@ -62,10 +65,12 @@ fuzz:
 		done; \
 	done
 
-## lint: buf lint, go vet, golangci-lint (.golangci.yml: staticcheck,
-## errcheck, unused and more; built from the module proxy) and gofmt
-lint: $(BUF)
+## lint: buf lint, the OpenAPI document (redocly, every recommended rule an
+## error), go vet, golangci-lint (.golangci.yml: staticcheck, errcheck,
+## unused and more; built from the module proxy) and gofmt
+lint: $(BUF) $(REDOCLY)
 	$(BUF) lint
+	$(REDOCLY) lint --config $(OPENAPI)/redocly.yaml $(OPENAPI)/tether.openapi.json
 	$(GO) vet ./...
 	$(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -79,9 +84,11 @@ breaking: $(BUF)
 baseline: $(BUF)
 	$(BUF) build -o proto/releases/baseline.binpb
 
-## generate: regenerate protobuf, gRPC, gateway and OpenAPI code
+## generate: regenerate protobuf, gRPC, gateway and OpenAPI code (the
+## generator's Swagger 2.0, converted to the OpenAPI 3 document the API serves)
 generate: $(BUF)
 	$(BUF) generate
+	$(GO) run ./services/tools/openapi3 -in $(OPENAPI)/tether.swagger.json -out $(OPENAPI)/tether.openapi.json
 
 ## check-generate: fail if `make generate` changes or adds files
 check-generate: generate
@@ -104,15 +111,16 @@ IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
 image:
 	$(GO) run ./services/tools/image -o $(BIN)/tether-image.tar -arch $(IMAGE_ARCH)
 
-## tools: install buf, and playwright-core for the console's browser tests
-## (it drives the chromium on PATH; it downloads no browser), from npm into
+## tools: install buf, redocly (the OpenAPI linter), and playwright-core for
+## the console's browser tests (it drives the chromium on PATH; it downloads
+## no browser), from npm into
 ## .tools; one npm install, since an install without a package.json
 ## removes the packages it was not given
-tools: $(BUF) $(PLAYWRIGHT_CORE)
+tools: $(BUF) $(PLAYWRIGHT_CORE) $(REDOCLY)
 
-$(BUF) $(PLAYWRIGHT_CORE) &:
+$(BUF) $(PLAYWRIGHT_CORE) $(REDOCLY) &:
 	mkdir -p $(TOOLS)
-	npm install --prefix $(TOOLS) --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION) playwright-core@$(PLAYWRIGHT_CORE_VERSION)
+	npm install --prefix $(TOOLS) --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION) playwright-core@$(PLAYWRIGHT_CORE_VERSION) @redocly/cli@$(REDOCLY_VERSION)
 
 clean:
 	rm -rf $(BIN)

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,7 +14,7 @@ import (
 )
 
 // serve answers one request through the console's handler.
-func serve(t *testing.T, method, path string, header http.Header) *http.Response {
+func serve(t *testing.T, method, path string, header http.Header) answer {
 	t.Helper()
 	req := httptest.NewRequest(method, path, nil)
 	for k, v := range header {
@@ -21,7 +22,14 @@ func serve(t *testing.T, method, path string, header http.Header) *http.Response
 	}
 	rec := httptest.NewRecorder()
 	console.Handler().ServeHTTP(rec, req)
-	return rec.Result()
+	return answer{StatusCode: rec.Code, Header: rec.Header(), Body: rec.Body}
+}
+
+// answer is what the handler answered.
+type answer struct {
+	StatusCode int
+	Header     http.Header
+	Body       *bytes.Buffer
 }
 
 // Every file is served with its content type, a strict CSP and caching
