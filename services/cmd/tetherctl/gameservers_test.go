@@ -206,11 +206,11 @@ func TestWatchPrintsChangesUntilCancelled(t *testing.T) {
 
 	waitFor("arena/gs-1", map[string]string{"state": "SCHEDULED", "connection": "-", "health": "-", "reason": "-", "host": "h1"})
 	s.startReadyServer(gs1, 7001)
-	waitFor("arena/gs-1", map[string]string{"state": "READY", "connection": "CONNECTED", "health": "HEALTHY", "reason": "-", "host": "h1"})
+	waitFor("arena/gs-1", map[string]string{"state": "READY", "connection": "CONNECTED", "health": "HEALTHY", "reason": "-", "host": "h1", "pid": "4242"})
 	s.appendEvents(events.GameServerName("arena", "gs-2"), &eventsv1.GameServerScheduled{Host: "hosts/h2"})
 	waitFor("arena/gs-2", map[string]string{"state": "SCHEDULED", "connection": "-", "health": "-", "reason": "-", "host": "h2"})
 	s.appendEvents(gs1, &eventsv1.GameServerTerminated{Reason: eventsv1.Reason_REASON_FLEET_SCALED_DOWN})
-	waitFor("arena/gs-1", map[string]string{"state": "TERMINATED", "reason": "FLEET_SCALED_DOWN"})
+	waitFor("arena/gs-1", map[string]string{"state": "TERMINATED", "reason": "FLEET_SCALED_DOWN", "pid": "-"})
 
 	cancel()
 	select {

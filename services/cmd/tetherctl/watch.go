@@ -152,6 +152,7 @@ func watched(g *tetherv1.GameServer) [][2]string {
 		{"health", enumName(g.GetHealth().GetState())},
 		{"reason", orDash(g.GetReason())},
 		{"host", orDash(shortName(g.GetHost()))},
+		{"pid", positive(int64(g.GetPid()))},
 	}
 }
 
