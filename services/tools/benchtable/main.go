@@ -68,6 +68,7 @@ var benches = []bench{
 	{name: "BenchmarkReconnect", pkg: "./services/apiserver/", time: "3000x", quick: []string{}},
 	{name: "BenchmarkExplain", pkg: "./services/apiserver/", time: "200x", quick: []string{"TETHER_BENCH_HISTORY=200"}},
 	{name: "BenchmarkBufferRefill", pkg: "./services/dev/", time: "1x", quick: []string{"TETHER_BENCH_ROUNDS=2"}},
+	{name: "BenchmarkCrashReplacement", pkg: "./services/dev/", time: "1x", quick: []string{"TETHER_BENCH_CRASHES=5"}},
 }
 
 var targets = []target{
@@ -80,6 +81,8 @@ var targets = []target{
 	{"explain, 1,000-event history, p99", "BenchmarkExplain", "p99-ms", 100, true, "ms", false},
 	{"buffer of 3, 5 allocations: 3 READY again after the first, p50 (real processes)", "BenchmarkBufferRefill", "episode-p50-ms", 2000, true, "ms", false},
 	{"buffer of 3: 3 READY again after the fifth allocation, p50", "BenchmarkBufferRefill", "refill-p50-ms", 0, true, "ms", true},
+	{"crash to replacement READY, p50 (example game server, real processes)", "BenchmarkCrashReplacement", "p50-ms", 2000, true, "ms", false},
+	{"crash to replacement READY, p99", "BenchmarkCrashReplacement", "p99-ms", 2000, true, "ms", false},
 	{"hung process detected p99 (chaos; contract 4 s at its settings)", "chaos", "hang-p99-s", 4, true, "s", false},
 	{"crashed process seen p99 (chaos)", "chaos", "crash-p99-ms", 100, true, "ms", false},
 	{"false terminations (chaos)", "chaos", "false-terminations", 0, true, "", false},
