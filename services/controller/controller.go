@@ -215,7 +215,7 @@ type Controller struct {
 	views        viewsWatch           // whether the views still move (staleness.go)
 	starts       startWatch           // game servers that end before READY (startbackoff.go)
 	hooks        *webhooks            // autoscaling webhooks' last answers (autoscale.go)
-	allocs       *allocationWatch     // allocations that wake the pass loop (wake.go)
+	wake         *passWake            // events that wake the pass loop (wake.go)
 	// written is the highest stream sequence the views must have applied
 	// before a pass may read them: our own last append, or on taking over,
 	// the stream's last sequence (the predecessor's writes).
@@ -234,7 +234,7 @@ func New(opts Options) (*Controller, error) {
 	c := &Controller{opts: opts, log: opts.Logger.With("controller", opts.ID), producer: "controllers/" + opts.ID,
 		noRoomLogged: map[string]time.Time{}, seen: map[string]time.Time{}, startResent: map[string]time.Time{}}
 	c.hooks = newWebhooks(opts.Interval, opts.Clock.Now)
-	c.allocs = newAllocationWatch(opts.JetStream)
+	c.wake = newPassWake(opts.JetStream)
 	m := opts.MeterProvider.Meter("github.com/tetherhq/tether/services/controller")
 	var err error
 	if c.scheduled, err = m.Int64Counter("tether_controller_scheduled", metric.WithDescription("Game servers scheduled.")); err != nil {
@@ -319,8 +319,8 @@ func (c *Controller) lead(ctx context.Context, epoch uint64) error {
 	c.starts = startWatch{}                // and reads start failures from the views' checkpoint
 	c.hooks.reset()                        // and asks the webhooks afresh
 	c.written, c.caughtUp = 0, false
-	defer c.stopBeats()   // started by the first pass, with the leadership's context
-	defer c.allocs.stop() // started by a pass that sees an autoscaled fleet
+	defer c.stopBeats() // started by the first pass, with the leadership's context
+	defer c.wake.stop() // started by the first pass
 	c.log.Info("became leader", "epoch", epoch)
 	t := time.NewTicker(c.opts.Interval)
 	defer t.Stop()
@@ -332,15 +332,17 @@ func (c *Controller) lead(ctx context.Context, epoch uint64) error {
 		select {
 		case <-ctx.Done():
 		case <-t.C:
-		case <-c.allocs.wakes():
-			// An allocation took a server out of a buffer: pass again now,
-			// but not sooner than minWakeGap after the last one began.
+		case <-c.wake.wakes():
+			// A server ended, or an allocation took one out of a buffer:
+			// pass again now, but not sooner than minWakeGap after the
+			// last one began, and on views that show what woke it.
 			gap := time.NewTimer(time.Until(began.Add(minWakeGap)))
 			select {
 			case <-ctx.Done():
 			case <-gap.C:
 			}
 			gap.Stop()
+			c.awaitWake(ctx)
 		}
 	}
 	return nil
@@ -389,6 +391,17 @@ func (c *Controller) planner() planner {
 		lostAfter:        c.opts.LostAfter,
 		backoff:          events.StartBackoff{Base: c.opts.StartBackoffBase, Cap: c.opts.StartBackoffCap},
 		newID:            func() string { return events.NewID("gs") },
+	}
+}
+
+// awaitWake waits, at most wakeFreshnessWait, for the views to include
+// the event that woke the pass loop; past it the pass runs on what they
+// show (a projector that is behind is the staleness checks' business).
+func (c *Controller) awaitWake(ctx context.Context) {
+	wctx, cancel := context.WithTimeout(ctx, wakeFreshnessWait)
+	defer cancel()
+	if err := c.opts.Freshness.WaitFor(wctx, c.wake.sequence()); err != nil && ctx.Err() == nil {
+		c.log.Debug("woken pass runs on views behind the event that woke it", "sequence", c.wake.sequence(), "err", err)
 	}
 }
 

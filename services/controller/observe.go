@@ -54,8 +54,8 @@ func (c *Controller) observe(ctx context.Context) (snapshot, error) {
 			}
 		}
 	}
-	if err := c.allocs.want(ctx, autoscaled); err != nil {
-		c.log.Warn("follow allocations for autoscaling; buffers refill at the next pass", "err", err)
+	if err := c.wake.want(ctx, autoscaled); err != nil {
+		c.log.Warn("follow game servers' events; replacements and buffer refills wait for the next pass", "err", err)
 	}
 	if err := c.readSessions(ctx, &s); err != nil {
 		return s, err
