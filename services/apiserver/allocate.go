@@ -6,7 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
@@ -41,8 +44,9 @@ const (
 // allocationService implements tetherv1.AllocationServiceServer.
 type allocationService struct {
 	tetherv1.UnimplementedAllocationServiceServer
-	s       *Server
-	metrics allocationMetrics // tether_allocations_total (metrics.go)
+	s        *Server
+	metrics  allocationMetrics  // tether_allocations_total (metrics.go)
+	inflight singleflight.Group // calls in progress, by request id and fingerprint
 }
 
 // AllocateGameServer picks a READY game server from the views and appends
@@ -54,9 +58,48 @@ type allocationService struct {
 // Each call is counted by its outcome (metrics.go).
 func (a *allocationService) AllocateGameServer(ctx context.Context, req *tetherv1.AllocateGameServerRequest) (*tetherv1.AllocateGameServerResponse, error) {
 	ctx, repeated := withRepeatMark(ctx)
-	resp, err := a.allocate(ctx, req)
+	resp, err := a.allocateOnce(ctx, req, repeated)
 	a.record(ctx, repeated.Load(), err)
 	return resp, err
+}
+
+// allocateOnce runs allocate once for concurrent calls of one caller with
+// one request id on this replica: a retry sent while the first call is in
+// progress (a matchmaker's timeout shorter than the call) gets the first
+// call's answer. Run apart, it found no READY server to take, since the
+// first call had taken the fleet's last one, and answered
+// RESOURCE_EXHAUSTED for an allocation that succeeded. A shared run ended
+// by the other caller's cancellation is run again for this one.
+func (a *allocationService) allocateOnce(ctx context.Context, req *tetherv1.AllocateGameServerRequest, repeated *atomic.Bool) (*tetherv1.AllocateGameServerResponse, error) {
+	if req.GetRequestId() == "" {
+		return a.allocate(ctx, req)
+	}
+	key := req.GetRequestId() + "\x00" + requestFingerprint(ctx)
+	for {
+		mine := false
+		ch := a.inflight.DoChan(key, func() (any, error) {
+			mine = true
+			return a.allocate(ctx, req)
+		})
+		var r singleflight.Result
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case r = <-ch:
+		}
+		if mine {
+			resp, _ := r.Val.(*tetherv1.AllocateGameServerResponse)
+			return resp, r.Err
+		}
+		if errors.Is(r.Err, context.Canceled) || errors.Is(r.Err, context.DeadlineExceeded) {
+			continue // the other caller gave up; this one has not
+		}
+		repeated.Store(true)
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		return proto.CloneOf(r.Val.(*tetherv1.AllocateGameServerResponse)), nil
+	}
 }
 
 // allocate is AllocateGameServer, uncounted.
@@ -150,8 +193,38 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 		return nil, &apiError{code: codes.Aborted, reason: ReasonAllocationContended,
 			msg: fmt.Sprintf("%d allocation attempts lost races with other writers; retry with the same request id", attempts)}
 	}
-	return nil, &apiError{code: codes.ResourceExhausted, reason: ReasonNoReadyGameServer,
+	return a.exhausted(ctx, req)
+}
+
+// exhausted answers that no READY server matches, unless the call retries
+// an allocation that the views did not show when it began: a request id's
+// first call may have taken the fleet's last READY server and been
+// answered, its event not yet projected. With a request id, the views are
+// first brought up to the stream's end and asked again.
+func (a *allocationService) exhausted(ctx context.Context, req *tetherv1.AllocateGameServerRequest) (*tetherv1.AllocateGameServerResponse, error) {
+	none := &apiError{code: codes.ResourceExhausted, reason: ReasonNoReadyGameServer,
 		msg: fmt.Sprintf("no READY game server in %s matches the selectors", req.GetParent())}
+	s := a.s
+	id := req.GetRequestId()
+	if id == "" || s.opts.Watch == nil {
+		return nil, none
+	}
+	head, err := s.opts.Watch.StreamLastSequence(ctx)
+	if err == nil {
+		err = s.waitFresh(ctx, head)
+	}
+	if err != nil {
+		s.log.Debug("no READY server; the views could not be brought up to date to look for an earlier call of the request id", "request_id", id, "err", err)
+		return nil, none
+	}
+	gs, seq, ok, err := s.opts.Views.AllocationByRequest(ctx, id)
+	switch {
+	case err != nil:
+		return nil, err
+	case ok:
+		return a.replay(ctx, gs, seq)
+	}
+	return nil, none
 }
 
 // parseScheduling reads the request's scheduling; true means DISTRIBUTED.
