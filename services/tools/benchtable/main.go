@@ -31,6 +31,7 @@ import (
 // bench is one benchmark run: a `go test -bench` invocation.
 type bench struct {
 	name  string   // Benchmark function name
+	id    string   // what targets and --skip call it, when one benchmark runs with two settings; default name
 	pkg   string   // package path
 	env   []string // environment, KEY=VALUE
 	time  string   // -benchtime
@@ -58,6 +59,14 @@ type result struct {
 	Note   string    `json:"note,omitempty"`
 }
 
+// key is what targets and --skip call b.
+func (b bench) key() string {
+	if b.id != "" {
+		return b.id
+	}
+	return b.name
+}
+
 var benches = []bench{
 	{name: "BenchmarkAllocate", pkg: "./services/apiserver/", env: []string{"TETHER_BENCH_ALLOCATIONS=10000"}, time: "1x",
 		quick: []string{"TETHER_BENCH_ALLOCATIONS=500"}},
@@ -69,11 +78,19 @@ var benches = []bench{
 	{name: "BenchmarkExplain", pkg: "./services/apiserver/", time: "200x", quick: []string{"TETHER_BENCH_HISTORY=200"}},
 	{name: "BenchmarkBufferRefill", pkg: "./services/dev/", time: "1x", quick: []string{"TETHER_BENCH_ROUNDS=2"}},
 	{name: "BenchmarkCrashReplacement", pkg: "./services/dev/", time: "1x", quick: []string{"TETHER_BENCH_CRASHES=5"}},
+	{name: "BenchmarkMatchmakerAllocate", id: "BenchmarkMatchmakerAllocate/1", pkg: "./services/dev/", env: []string{"TETHER_BENCH_REPLICAS=1"},
+		time: "1x", quick: []string{"TETHER_BENCH_SERVERS=100", "TETHER_BENCH_HOSTS=2", "TETHER_BENCH_ROUNDS=2"}},
+	{name: "BenchmarkMatchmakerAllocate", id: "BenchmarkMatchmakerAllocate/2", pkg: "./services/dev/", env: []string{"TETHER_BENCH_REPLICAS=2"},
+		time: "1x", quick: []string{"TETHER_BENCH_SERVERS=100", "TETHER_BENCH_HOSTS=2", "TETHER_BENCH_ROUNDS=2"}},
 }
 
 var targets = []target{
 	{"allocations sustained (2 API replicas)", "BenchmarkAllocate", "allocs/s", 5000, false, "/s", false},
 	{"allocation p99", "BenchmarkAllocate", "p99-ms", 20, true, "ms", false},
+	{"allocations through real gRPC, real game servers, 1 API replica", "BenchmarkMatchmakerAllocate/1", "allocs/s", 5000, false, "/s", false},
+	{"allocation p99 through real gRPC, 1 API replica", "BenchmarkMatchmakerAllocate/1", "p99-ms", 20, true, "ms", false},
+	{"allocations through real gRPC, real game servers, 2 API replicas", "BenchmarkMatchmakerAllocate/2", "allocs/s", 5000, false, "/s", false},
+	{"allocation p99 through real gRPC, 2 API replicas", "BenchmarkMatchmakerAllocate/2", "p99-ms", 20, true, "ms", false},
 	{"projection throughput (replay from sequence 1)", "BenchmarkReplay", "events/s", 20000, false, "/s", false},
 	{"live projection p99 publish→view lag at 5,000/s", "BenchmarkLiveLag", "p99-ms", 50, true, "ms", false},
 	{"rebuild rate (1,000,000 events)", "BenchmarkRebuild", "events/s", 50000, false, "/s", false},
@@ -124,16 +141,16 @@ func main() {
 	skipped := strings.Split(*skip, ",")
 	measured := map[string]map[string][]float64{} // bench → metric → runs
 	for _, b := range benches {
-		if slices.Contains(skipped, b.name) {
+		if slices.Contains(skipped, b.name) || slices.Contains(skipped, b.key()) {
 			continue
 		}
-		fmt.Fprintf(os.Stderr, "== %s (%d runs)\n", b.name, *runs)
+		fmt.Fprintf(os.Stderr, "== %s (%d runs)\n", b.key(), *runs)
 		m, err := runBench(b, *runs, *quick, *profiles)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "benchtable: %s: %v\n", b.name, err)
+			fmt.Fprintf(os.Stderr, "benchtable: %s: %v\n", b.key(), err)
 			os.Exit(1)
 		}
-		measured[b.name] = m
+		measured[b.key()] = m
 	}
 	if !slices.Contains(skipped, "chaos") {
 		fmt.Fprintf(os.Stderr, "== chaos\n")
@@ -174,7 +191,7 @@ func main() {
 func runBench(b bench, runs int, quick bool, profiles string) (map[string][]float64, error) {
 	args := []string{"test", "-run", "^$", "-bench", "^" + b.name + "$", "-benchtime", b.time, "-count", strconv.Itoa(runs), "-timeout", "30m"}
 	if profiles != "" {
-		prof, err := filepath.Abs(filepath.Join(profiles, b.name+".prof"))
+		prof, err := filepath.Abs(filepath.Join(profiles, strings.ReplaceAll(b.key(), "/", "-")+".prof"))
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,386 @@
+package dev_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc/codes"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/projections"
+	"github.com/tetherhq/tether/projections/postgres"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/apiserver"
+	"github.com/tetherhq/tether/services/dev"
+	"github.com/tetherhq/tether/services/nats/commands"
+	"github.com/tetherhq/tether/services/platform/connect"
+	"github.com/tetherhq/tether/services/platform/playertoken"
+	"github.com/tetherhq/tether/services/testkit/wait"
+	"github.com/tetherhq/tether/services/tools/allocload"
+)
+
+// benchEnv reads a positive integer from the environment, or def.
+func benchEnv(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+// replicaClaimHold is how long an API replica keeps a server it allocated
+// out of its candidate lists (services/apiserver, claimTTL): a round
+// starts only after the last round's claims have run out.
+const replicaClaimHold = 5 * time.Second
+
+// BenchmarkMatchmakerAllocate measures allocation as a matchmaker sees it:
+// the whole stack in one process (embedded NATS, PostgreSQL beside it,
+// projector, controller, host agents) with a fleet of real processes of
+// the example game server, and TETHER_BENCH_CLIENTS matchmaker callers
+// (default 32) calling AllocateGameServer over real gRPC connections, each
+// call with its own request id and two players (services/tools/allocload).
+//
+// TETHER_BENCH_SERVERS servers (default 600) run on TETHER_BENCH_HOSTS
+// hosts (default 8). A round allocates 90 % of them as fast as the callers
+// go; each allocated server is handed back as its game would at the end of
+// a match (allocload.ReturnByReady: "READY" on its game port, the game
+// calls the SDK's Ready), and the next round starts when every server is
+// READY again and the replicas' claims on them have run out.
+// TETHER_BENCH_ROUNDS rounds (default 5) make one iteration; the rate is
+// the allocations over the rounds' calling time.
+//
+// TETHER_BENCH_REPLICAS (default 1) API replicas take the calls, callers
+// spread over them: the stack's own, and more in this process over the
+// same NATS and PostgreSQL (as BenchmarkAllocate's second replica).
+// With TETHER_BENCH_TRACE=1 every replica is an extra one whose event
+// store, views and freshness are traced (each call's steps as spans), and
+// the breakdown of the allocations' server time is printed.
+// TETHER_BENCH_PROFILE_DIR, when set, gets a CPU profile of each round
+// (cpu-N.prof) and the block and mutex profiles of the run.
+//
+// Reports allocs/s, p50-ms, p90-ms, p99-ms, max-ms, errors and
+// exhausted (calls that found no READY server).
+func BenchmarkMatchmakerAllocate(b *testing.B) {
+	servers := benchEnv(b, "TETHER_BENCH_SERVERS", 600)
+	hosts := benchEnv(b, "TETHER_BENCH_HOSTS", 8)
+	clients := benchEnv(b, "TETHER_BENCH_CLIENTS", 32)
+	replicas := benchEnv(b, "TETHER_BENCH_REPLICAS", 1)
+	rounds := benchEnv(b, "TETHER_BENCH_ROUNDS", 5)
+	traced := os.Getenv("TETHER_BENCH_TRACE") == "1"
+	profDir := os.Getenv("TETHER_BENCH_PROFILE_DIR")
+	perHost := (servers + hosts - 1) / hosts
+	if perHost > 99 {
+		b.Fatalf("%d servers on %d hosts: at most 99 a host (its game ports)", servers, hosts)
+	}
+	const fleet = "mm"
+	for range b.N {
+		keys := playertoken.NewKeySpec("bench")
+		s := startStack(b, hosts, func(o *dev.Options) { o.HostCapacity, o.PlayerTokenKeys = perHost, keys })
+		if code := s.rest("POST", "/v1/fleets?fleetId="+fleet, fleetSpec(servers, nil), nil); code != http.StatusOK {
+			b.Fatalf("create fleet: %d", code)
+		}
+		allReady := func() bool {
+			return len(byState(s.gameServers(fleet), "READY")) == servers
+		}
+		wait.For(b, 5*time.Minute, fmt.Sprintf("%d READY servers", servers), allReady)
+
+		var rec *allocload.SpanRecorder
+		var tp *sdktrace.TracerProvider
+		var targets []string
+		var pools []*pgxpool.Pool
+		if traced {
+			rec = allocload.NewSpanRecorder(2_000_000)
+			tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(rec), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+			b.Cleanup(func() { _ = tp.Shutdown(context.Background()) }) // spans are in rec already
+		} else {
+			targets = append(targets, s.addrs.GRPC)
+		}
+		var replicaTP trace.TracerProvider // nil (not a nil *TracerProvider) when untraced
+		if tp != nil {
+			replicaTP = tp
+		}
+		for len(targets) < replicas {
+			addr, pool := startReplica(b, s, keys, replicaTP)
+			targets = append(targets, addr)
+			pools = append(pools, pool)
+		}
+
+		if profDir != "" { // from here on: the rounds, not the stack's start
+			runtime.SetBlockProfileRate(10_000) // one sample per 10 µs blocked, on average
+			runtime.SetMutexProfileFraction(10)
+		}
+		total := allocload.Result{Targets: len(targets), Callers: clients, Errors: map[codes.Code]int{}}
+		for r := range rounds {
+			if r > 0 {
+				end := time.Now()
+				wait.For(b, 2*time.Minute, "every server READY again and the claims run out", func() bool {
+					return time.Since(end) > replicaClaimHold && allReady()
+				})
+			}
+			if rec != nil && r == 0 {
+				rec.Reset()
+			}
+			stopProfile := startCPUProfile(b, profDir, r)
+			res, err := allocload.Run(s.ctx, allocload.Options{
+				Targets: targets, Parent: "fleets/" + fleet, Callers: clients, Duration: time.Minute,
+				Max: servers * 9 / 10, RequestPrefix: fmt.Sprintf("round-%d", r),
+				Return: allocload.ReturnByReady("game", 100*time.Millisecond),
+			})
+			stopProfile()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if res.ReturnFailed > 0 {
+				b.Fatalf("round %d: %d servers not returned: %v", r, res.ReturnFailed, res.ReturnErrors)
+			}
+			fmt.Fprintf(os.Stderr, "round %d:\n", r)
+			_ = res.Table(os.Stderr) // a report on stderr
+			total.Elapsed += res.Elapsed
+			total.Allocations += res.Allocations
+			total.Latencies = append(total.Latencies, res.Latencies...)
+			total.Returned += res.Returned
+			for c, n := range res.Errors {
+				total.Errors[c] += n
+			}
+		}
+		writeProfile(b, profDir, "block")
+		writeProfile(b, profDir, "mutex")
+		runtime.SetBlockProfileRate(0)
+		runtime.SetMutexProfileFraction(0)
+		total = sortedResult(total)
+		fmt.Fprintf(os.Stderr, "all %d rounds:\n", rounds)
+		_ = total.Table(os.Stderr)
+		if rec != nil {
+			_ = tp.ForceFlush(context.Background())
+			_ = allocload.Breakdowns(rec.Spans()).Table(os.Stderr)
+			for i, p := range pools {
+				st := p.Stat()
+				fmt.Fprintf(os.Stderr, "replica %d pool: %d acquires, %d had to wait for a connection, mean acquire %v\n",
+					i+1, st.AcquireCount(), st.EmptyAcquireCount(), st.AcquireDuration()/time.Duration(max(1, st.AcquireCount())))
+			}
+		}
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+		errs := 0
+		for _, n := range total.Errors {
+			errs += n
+		}
+		b.ReportMetric(total.Rate(), "allocs/s")
+		b.ReportMetric(ms(total.Quantile(0.5)), "p50-ms")
+		b.ReportMetric(ms(total.Quantile(0.9)), "p90-ms")
+		b.ReportMetric(ms(total.Quantile(0.99)), "p99-ms")
+		b.ReportMetric(ms(total.Max()), "max-ms")
+		b.ReportMetric(float64(errs), "errors")
+		b.ReportMetric(float64(total.Errors[codes.ResourceExhausted]), "exhausted")
+	}
+}
+
+// sortedResult sorts a result's latencies.
+func sortedResult(r allocload.Result) allocload.Result {
+	r.Latencies = slices.Sorted(slices.Values(r.Latencies))
+	return r
+}
+
+// startCPUProfile profiles the CPU into dir/cpu-N.prof until the returned
+// func is called; without dir it does nothing.
+func startCPUProfile(b *testing.B, dir string, n int) func() {
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("cpu-%d.prof", n)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// writeProfile writes the named runtime profile to dir/NAME.prof.
+func writeProfile(b *testing.B, dir, name string) {
+	if dir == "" {
+		return
+	}
+	f, err := os.Create(filepath.Join(dir, name+".prof"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// startReplica starts another API replica in this process over the
+// stack's NATS and PostgreSQL, with its own connections, as `tether
+// apiserver` would; with tp, its event store, views and freshness are
+// traced. It returns its gRPC address and its database pool.
+func startReplica(b *testing.B, s *stack, tokenKeys string, tp trace.TracerProvider) (string, *pgxpool.Pool) {
+	b.Helper()
+	ctx := s.ctx
+	nc, err := nats.Connect(s.addrs.NATS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	store, err := natsjs.New(ctx, js, natsjs.Options{TracerProvider: tp})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool, err := connect.Postgres(ctx, s.addrs.Database, 20)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	bus, err := commands.New(ctx, js)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tokens, err := playertoken.Parse(tokenKeys)
+	if err != nil {
+		b.Fatal(err)
+	}
+	grpcLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	httpLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	tracer := tp.Tracer("github.com/tetherhq/tether/services/dev/allocbench")
+	fresh := postgres.NewFreshness(pool, slog.New(slog.DiscardHandler))
+	api, err := apiserver.New(apiserver.Options{
+		GRPCListener: grpcLis, HTTPListener: httpLis,
+		Store: tracedStore{Store: store, tracer: tracer}, Views: tracedViews{Views: postgres.NewViews(pool), tracer: tracer},
+		Freshness: tracedFreshness{Freshness: fresh, tracer: tracer}, Tokens: tokens, Commands: bus,
+		TracerProvider: tp,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 2)
+	go func() { done <- fresh.Run(rctx) }()
+	go func() { done <- api.Run(rctx) }()
+	b.Cleanup(func() {
+		cancel()
+		for range 2 {
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				b.Error("the extra API replica did not stop within 10s")
+				return
+			}
+		}
+	})
+	return api.GRPCAddr(), pool
+}
+
+// tracedViews times, as spans, the view reads an allocation makes (from
+// the client side: pool acquire, round trips, scan).
+type tracedViews struct {
+	*postgres.Views
+	tracer trace.Tracer
+}
+
+func (v tracedViews) AllocationCandidates(ctx context.Context, q projections.AllocationQuery) ([]projections.Row[*eventsv1.GameServerState], error) {
+	ctx, span := v.tracer.Start(ctx, "views.AllocationCandidates")
+	defer span.End()
+	return v.Views.AllocationCandidates(ctx, q)
+}
+
+func (v tracedViews) AllocationByRequest(ctx context.Context, requestID string) (string, uint64, bool, error) {
+	ctx, span := v.tracer.Start(ctx, "views.AllocationByRequest")
+	defer span.End()
+	return v.Views.AllocationByRequest(ctx, requestID)
+}
+
+func (v tracedViews) Fleet(ctx context.Context, name string) (projections.FleetRow, error) {
+	ctx, span := v.tracer.Start(ctx, "views.Fleet")
+	defer span.End()
+	return v.Views.Fleet(ctx, name)
+}
+
+func (v tracedViews) GameServer(ctx context.Context, name string) (projections.Row[*eventsv1.GameServerState], error) {
+	ctx, span := v.tracer.Start(ctx, "views.GameServer")
+	defer span.End()
+	return v.Views.GameServer(ctx, name)
+}
+
+// tracedStore times the event store's reads as spans (its appends have
+// their own, events.append).
+type tracedStore struct {
+	*natsjs.Store
+	tracer trace.Tracer
+}
+
+func (s tracedStore) LastEvent(ctx context.Context, subject string) (events.Envelope, bool, error) {
+	ctx, span := s.tracer.Start(ctx, "store.LastEvent")
+	defer span.End()
+	return s.Store.LastEvent(ctx, subject)
+}
+
+func (s tracedStore) Event(ctx context.Context, seq uint64) (events.Envelope, error) {
+	ctx, span := s.tracer.Start(ctx, "store.Event")
+	defer span.End()
+	return s.Store.Event(ctx, seq)
+}
+
+func (s tracedStore) LastSequence(ctx context.Context, subject string) (uint64, error) {
+	ctx, span := s.tracer.Start(ctx, "store.LastSequence")
+	defer span.End()
+	return s.Store.LastSequence(ctx, subject)
+}
+
+func (s tracedStore) History(ctx context.Context, subject string, from uint64) ([]events.Envelope, error) {
+	ctx, span := s.tracer.Start(ctx, "store.History")
+	defer span.End()
+	return s.Store.History(ctx, subject, from)
+}
+
+// tracedFreshness times waits for the views to show a sequence.
+type tracedFreshness struct {
+	*postgres.Freshness
+	tracer trace.Tracer
+}
+
+func (f tracedFreshness) WaitFor(ctx context.Context, seq uint64) error {
+	ctx, span := f.tracer.Start(ctx, "freshness.WaitFor")
+	defer span.End()
+	return f.Freshness.WaitFor(ctx, seq)
+}
