@@ -659,7 +659,7 @@ func (a *Agent) beat(buf []*gameServer) (hostbeat.Beat, []*gameServer) {
 	for _, gs := range list {
 		srv := hostbeat.Server{Name: gs.name, Pid: int(gs.pid.Load())}
 		if ns := gs.lastHeartbeat.Load(); ns != 0 {
-			srv.LastHeartbeat = time.Unix(0, ns).UTC()
+			srv.LastHeartbeatMs = time.Unix(0, ns).UnixMilli()
 		}
 		inv.Servers = append(inv.Servers, srv)
 	}

@@ -93,7 +93,7 @@ func freshenGameServer(g *tetherv1.GameServer, beats map[string]hostbeat.Beat) {
 	// The agent lists its servers sorted by name.
 	i, found := slices.BinarySearchFunc(inv.Servers, g.GetName(), func(s hostbeat.Server, name string) int { return strings.Compare(s.Name, name) })
 	if found {
-		g.Health.LastHeartbeatTime = later(g.GetHealth().GetLastHeartbeatTime(), inv.Servers[i].LastHeartbeat)
+		g.Health.LastHeartbeatTime = later(g.GetHealth().GetLastHeartbeatTime(), inv.Servers[i].LastHeartbeat())
 	}
 }
 
