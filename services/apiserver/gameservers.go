@@ -36,7 +36,7 @@ func (g *gameServerService) GetGameServer(ctx context.Context, req *tetherv1.Get
 		return nil, err
 	}
 	out := gameServerToAPI(row.State, row.Sequence)
-	freshenGameServer(out, g.s.beats.beats())
+	g.s.beats.freshenGameServer(out)
 	return out, nil
 }
 
@@ -69,14 +69,14 @@ func (g *gameServerService) ListGameServers(ctx context.Context, req *tetherv1.L
 	}
 	resp := &tetherv1.ListGameServersResponse{}
 	bytes := 0
-	beats := g.s.beats.beats()
+	beats := g.s.beats
 	for i, r := range rows {
 		if i == size || full(i, bytes) {
 			resp.NextPageToken = encodePageToken(rows[i-1].State.GetName(), key)
 			break
 		}
 		g := gameServerToAPI(r.State, r.Sequence)
-		freshenGameServer(g, beats)
+		beats.freshenGameServer(g)
 		resp.GameServers = append(resp.GameServers, g)
 		bytes += proto.Size(g)
 	}

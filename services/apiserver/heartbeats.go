@@ -51,26 +51,26 @@ func (b *liveBeats) run(ctx context.Context, js jetstream.JetStream, log *slog.L
 	}
 }
 
-// beats returns the hosts' beats the tracker has, by host id; nil without
-// one.
-func (b *liveBeats) beats() map[string]hostbeat.Beat {
+// beat returns the last beat of host (its id) the tracker has; false
+// without a tracker or a beat.
+func (b *liveBeats) beat(host string) (hostbeat.Beat, bool) {
 	if b == nil {
-		return nil
+		return hostbeat.Beat{}, false
 	}
 	t := b.tracker.Load()
 	if t == nil {
-		return nil
+		return hostbeat.Beat{}, false
 	}
-	return t.Latest()
+	return t.Latest(host)
 }
 
-// freshenHost shows h's last heartbeat from beats when that is later.
-func freshenHost(h *tetherv1.Host, beats map[string]hostbeat.Beat) {
+// freshenHost shows h's last heartbeat from its beat when that is later.
+func (b *liveBeats) freshenHost(h *tetherv1.Host) {
 	id, err := events.ParseHostName(h.GetName())
 	if err != nil {
 		return
 	}
-	if beat, ok := beats[id]; ok {
+	if beat, ok := b.beat(id); ok {
 		h.LastHeartbeatTime = later(h.GetLastHeartbeatTime(), beat.Time)
 	}
 }
@@ -78,7 +78,7 @@ func freshenHost(h *tetherv1.Host, beats map[string]hostbeat.Beat) {
 // freshenGameServer shows g's last SDK heartbeat from its host's beat when
 // that is later. A TERMINATED server keeps the views' time: its host no
 // longer reports it.
-func freshenGameServer(g *tetherv1.GameServer, beats map[string]hostbeat.Beat) {
+func (b *liveBeats) freshenGameServer(g *tetherv1.GameServer) {
 	if g.GetState() == tetherv1.GameServer_TERMINATED || g.GetHealth() == nil {
 		return
 	}
@@ -86,14 +86,15 @@ func freshenGameServer(g *tetherv1.GameServer, beats map[string]hostbeat.Beat) {
 	if err != nil {
 		return
 	}
-	inv := beats[id].Inventory
-	if inv == nil {
+	beat, ok := b.beat(id)
+	if !ok || beat.Inventory == nil {
 		return
 	}
 	// The agent lists its servers sorted by name.
-	i, found := slices.BinarySearchFunc(inv.Servers, g.GetName(), func(s hostbeat.Server, name string) int { return strings.Compare(s.Name, name) })
+	servers := beat.Inventory.Servers
+	i, found := slices.BinarySearchFunc(servers, g.GetName(), func(s hostbeat.Server, name string) int { return strings.Compare(s.Name, name) })
 	if found {
-		g.Health.LastHeartbeatTime = later(g.GetHealth().GetLastHeartbeatTime(), inv.Servers[i].LastHeartbeat())
+		g.Health.LastHeartbeatTime = later(g.GetHealth().GetLastHeartbeatTime(), servers[i].LastHeartbeat())
 	}
 }
 

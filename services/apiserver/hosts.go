@@ -37,14 +37,13 @@ func (h *hostService) ListHosts(ctx context.Context, req *tetherv1.ListHostsRequ
 		return nil, err
 	}
 	resp := &tetherv1.ListHostsResponse{}
-	beats := h.s.beats.beats()
 	for i, r := range rows {
 		if i == size {
 			resp.NextPageToken = encodePageToken(rows[i-1].State.GetName(), "hosts")
 			break
 		}
 		host := hostToAPI(r)
-		freshenHost(host, beats)
+		h.s.beats.freshenHost(host)
 		resp.Hosts = append(resp.Hosts, host)
 	}
 	return resp, nil
@@ -62,7 +61,7 @@ func (h *hostService) GetHost(ctx context.Context, req *tetherv1.GetHostRequest)
 		return nil, err
 	}
 	host := hostToAPI(row)
-	freshenHost(host, h.s.beats.beats())
+	h.s.beats.freshenHost(host)
 	return host, nil
 }
 

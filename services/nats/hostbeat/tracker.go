@@ -300,15 +300,16 @@ func (t *Tracker) Beats(ctx context.Context) (map[string]Beat, error) {
 	}
 }
 
-// Latest returns the beats the tracker has applied so far, without
-// waiting for it to catch up with the bucket (Beats does): for showing
-// when hosts last beat, where a beat a moment old does, not for liveness
-// verdicts. Like Beats, the map is the caller's and its Inventory
-// pointers are shared.
-func (t *Tracker) Latest() map[string]Beat {
+// Latest returns the beat of host (its id) the tracker has applied so far,
+// without waiting for it to catch up with the bucket (Beats does): for
+// showing when a host last beat, where a beat a moment old does, not for
+// liveness verdicts. The Inventory pointer is shared and must not be
+// modified.
+func (t *Tracker) Latest(host string) (Beat, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.snapshotLocked(0)
+	b, ok := t.beats[host]
+	return b, ok
 }
 
 // snapshotLocked copies the beats, forgetting those older than ttl; t.mu
