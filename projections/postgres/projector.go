@@ -535,7 +535,8 @@ type deadLetter struct {
 // the checkpoint are skipped. Exported for tests that redeliver batches.
 func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err error) {
 	start := time.Now()
-	ctx, span := p.tracer.Start(ctx, "projector.batch", trace.WithLinks(traceLinks(msgs)...),
+	traces := eventTraces(msgs)
+	ctx, span := p.tracer.Start(ctx, "projector.batch", trace.WithLinks(traceLinks(traces)...),
 		trace.WithAttributes(attribute.Int("tether.batch.size", len(msgs))))
 	defer span.End()
 
@@ -681,7 +682,7 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 		p.metrics.count(ctx, envs, dead, folds, time.Now())
 	}
 	span.SetAttributes(attribute.Int64("tether.checkpoint", int64(last)))
-	p.traceApplied(ctx, msgs, start, time.Now())
+	p.traceApplied(ctx, msgs, traces, start, time.Now())
 	return nil
 }
 
@@ -725,20 +726,29 @@ func copyEvents(ctx context.Context, tx pgx.Tx, envs []events.Envelope, raw [][]
 	return nil
 }
 
-// traceLinks links a batch span to the spans that appended its events.
-func traceLinks(msgs []jetstream.Msg) []trace.Link {
-	var links []trace.Link
+// eventTraces reads the trace context each message's writer gave it (the
+// zero SpanContext for none), once per batch: the batch span links to
+// them, and the sampled ones get a span of their own (traceApplied).
+func eventTraces(msgs []jetstream.Msg) []trace.SpanContext {
 	prop := propagation.TraceContext{}
-	for _, m := range msgs {
+	out := make([]trace.SpanContext, len(msgs))
+	for i, m := range msgs {
+		h := m.Headers()
+		if tp := h.Get("traceparent"); tp != "" {
+			carrier := propagation.MapCarrier{"traceparent": tp, "tracestate": h.Get("tracestate")}
+			out[i] = trace.SpanContextFromContext(prop.Extract(context.Background(), carrier))
+		}
+	}
+	return out
+}
+
+// traceLinks links a batch span to the spans that appended its events.
+func traceLinks(traces []trace.SpanContext) []trace.Link {
+	var links []trace.Link
+	for _, sc := range traces {
 		if len(links) == maxSpanLinks {
 			break
 		}
-		tp := m.Headers().Get("traceparent")
-		if tp == "" {
-			continue
-		}
-		carrier := propagation.MapCarrier{"traceparent": tp, "tracestate": m.Headers().Get("tracestate")}
-		sc := trace.SpanContextFromContext(prop.Extract(context.Background(), carrier))
 		if sc.IsValid() {
 			links = append(links, trace.Link{SpanContext: sc})
 		}
