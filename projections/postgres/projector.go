@@ -682,7 +682,7 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 		p.metrics.count(ctx, envs, dead, folds, time.Now())
 	}
 	span.SetAttributes(attribute.Int64("tether.checkpoint", int64(last)))
-	p.traceApplied(ctx, msgs, traces, start, time.Now())
+	p.traceApplied(ctx, msgs, traces, uint64(cp), start, time.Now())
 	return nil
 }
 

@@ -106,13 +106,12 @@ func (o *processOutput) closeAll() {
 // started, copies its output into the log files until it (and every
 // process that inherited its output) has closed them.
 func (o *processOutput) started(ok bool) {
+	if !ok {
+		o.closeAll()
+		return
+	}
 	for _, f := range append([]*os.File{o.stdoutW, o.stderrW}, o.keep...) {
 		_ = f.Close() // the process holds its own copies; closing ours flushes nothing
-	}
-	if !ok {
-		_ = o.stdoutR.Close()
-		_ = o.stderrR.Close()
-		return
 	}
 	// Handing the read ends' copies to the process (os.File.Fd) put the
 	// pipes' read sides in blocking mode: back to non-blocking, so that

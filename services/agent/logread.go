@@ -113,7 +113,7 @@ func (s *logStore) read(ctx context.Context, req *agentv1.LogsRequest, maxPayloa
 		f.since = req.GetSinceTime().AsTime()
 	}
 	budget := max(minLogChunk, min(int(req.GetMaxBytes()), maxPayload-replyHeadroom))
-	wait := min(time.Duration(max(req.GetWaitMillis(), 0))*time.Millisecond, hostlogs.MaxWait)
+	wait := hostlogs.Wait(req)
 	deadline := time.Now().Add(wait) // the wait is real time, whatever the clock of the lines
 	cursor := req.GetCursor()
 	for {
@@ -264,7 +264,7 @@ func scanBack(path string, need int, f lineFilter) (off int64, found int, stop b
 func readLogChunk(dir string, files []logFile, cursor *agentv1.LogCursor, f lineFilter, budget int) (*agentv1.LogsReply, error) {
 	num, off := cursor.GetFile(), cursor.GetOffset()
 	reply := &agentv1.LogsReply{}
-	buf := make([]byte, budget)
+	var buf []byte // what readAt read last; its room is reused
 	used, scanned := 0, 0
 	find := func() (cur, next *logFile) {
 		for i := range files {
@@ -280,11 +280,11 @@ func readLogChunk(dir string, files []logFile, cursor *agentv1.LogCursor, f line
 	// readLines reads what follows off in the file and takes its whole
 	// lines; it reports how many bytes it took.
 	readLines := func(path string) (int, error) {
-		room := min(budget-used, len(buf))
-		n, err := readAt(path, off, buf[:room])
-		if err != nil {
+		var err error
+		if buf, err = readAt(path, off, budget-used, buf); err != nil {
 			return 0, err
 		}
+		n := len(buf)
 		took := 0
 		for took < n {
 			i := bytes.IndexByte(buf[took:n], '\n')
@@ -355,16 +355,27 @@ func readLogChunk(dir string, files []logFile, cursor *agentv1.LogCursor, f line
 	}
 }
 
-// readAt reads from off into b, as much as the file holds there.
-func readAt(path string, off int64, b []byte) (int, error) {
+// readAt reads what the file at path holds from off on, at most limit
+// bytes, into buf (grown if it has too little room), and returns them.
+func readAt(path string, off int64, limit int, buf []byte) ([]byte, error) {
 	file, err := os.Open(path)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer file.Close() // read only
-	n, err := file.ReadAt(b, off)
+	st, err := file.Stat()
+	if err != nil {
+		return nil, err
+	}
+	// No more room than the file has after off: a follow asks every time a
+	// line is written, and would otherwise take a whole chunk's worth.
+	n := int(max(0, min(int64(limit), st.Size()-off)))
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	got, err := file.ReadAt(buf[:n], off)
 	if errors.Is(err, io.EOF) {
 		err = nil
 	}
-	return n, err
+	return buf[:got], err
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -58,7 +57,7 @@ type allocationService struct {
 // Each call is counted by its outcome (metrics.go).
 func (a *allocationService) AllocateGameServer(ctx context.Context, req *tetherv1.AllocateGameServerRequest) (*tetherv1.AllocateGameServerResponse, error) {
 	ctx, repeated := withRepeatMark(ctx)
-	resp, err := a.allocateOnce(ctx, req, repeated)
+	resp, err := a.allocateOnce(ctx, req)
 	a.record(ctx, repeated.Load(), err)
 	return resp, err
 }
@@ -70,7 +69,7 @@ func (a *allocationService) AllocateGameServer(ctx context.Context, req *tetherv
 // first call had taken the fleet's last one, and answered
 // RESOURCE_EXHAUSTED for an allocation that succeeded. A shared run ended
 // by the other caller's cancellation is run again for this one.
-func (a *allocationService) allocateOnce(ctx context.Context, req *tetherv1.AllocateGameServerRequest, repeated *atomic.Bool) (*tetherv1.AllocateGameServerResponse, error) {
+func (a *allocationService) allocateOnce(ctx context.Context, req *tetherv1.AllocateGameServerRequest) (*tetherv1.AllocateGameServerResponse, error) {
 	if req.GetRequestId() == "" {
 		return a.allocate(ctx, req)
 	}
@@ -94,7 +93,7 @@ func (a *allocationService) allocateOnce(ctx context.Context, req *tetherv1.Allo
 		if errors.Is(r.Err, context.Canceled) || errors.Is(r.Err, context.DeadlineExceeded) {
 			continue // the other caller gave up; this one has not
 		}
-		repeated.Store(true)
+		markRepeated(ctx)
 		if r.Err != nil {
 			return nil, r.Err
 		}

@@ -54,6 +54,13 @@ type Client struct{ nc *nats.Conn }
 // NewClient returns a client that asks over nc.
 func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
 
+// Wait is how long the agent waits for new lines before it answers req:
+// its wait_millis, at most MaxWait. The client's timeout is that plus
+// AnswerTimeout, so both ends must read it alike.
+func Wait(req *agentv1.LogsRequest) time.Duration {
+	return min(time.Duration(max(req.GetWaitMillis(), 0))*time.Millisecond, MaxWait)
+}
+
 // Read asks host's agent for one chunk. An agent that does not answer is
 // ErrAgentUnavailable, wrapped with why; an answer that is an error
 // (reply.Error) is the caller's to judge.
@@ -62,8 +69,8 @@ func (c *Client) Read(ctx context.Context, host string, req *agentv1.LogsRequest
 	if err != nil {
 		return nil, fmt.Errorf("hostlogs: encode request: %w", err)
 	}
-	wait := min(time.Duration(max(req.GetWaitMillis(), 0))*time.Millisecond, MaxWait)
-	rctx, cancel := context.WithTimeout(ctx, wait+AnswerTimeout)
+	timeout := Wait(req) + AnswerTimeout
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	msg, err := c.nc.RequestWithContext(rctx, Subject(host), data)
 	switch {
@@ -73,7 +80,7 @@ func (c *Client) Read(ctx context.Context, host string, req *agentv1.LogsRequest
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w: nothing listens on %s (the agent is stopped, or cut off from NATS)", ErrAgentUnavailable, Subject(host))
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-		return nil, fmt.Errorf("%w: no answer within %s", ErrAgentUnavailable, wait+AnswerTimeout)
+		return nil, fmt.Errorf("%w: no answer within %s", ErrAgentUnavailable, timeout)
 	default:
 		return nil, fmt.Errorf("%w: %w", ErrAgentUnavailable, err)
 	}
