@@ -51,6 +51,30 @@ func invalidField(field, msg string) error {
 // ErrorInfo (and a BadRequest for field errors). It is the only place where
 // errors become statuses.
 func toStatus(log *slog.Logger, method string, err error) *status.Status {
+	ae, st := classify(log, method, err)
+	if st != nil {
+		return st
+	}
+	st = status.New(ae.code, ae.msg)
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: ae.reason, Domain: ErrorDomain}}
+	if ae.field != "" {
+		details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+			{Field: ae.field, Description: ae.msg},
+		}})
+	}
+	withDetails, err := st.WithDetails(details...)
+	if err != nil {
+		// Only possible for codes.OK, which never reaches here.
+		log.Error("attach error details", "method", method, "err", err)
+		return st
+	}
+	return withDetails
+}
+
+// classify turns err into the API error the caller receives (code,
+// reason, message), logging the kinds an operator must see; an error that
+// is a gRPC status already is returned as that status instead.
+func classify(log *slog.Logger, method string, err error) (*apiError, *status.Status) {
 	var (
 		ae *apiError
 		ve *events.ValidationError
@@ -89,25 +113,12 @@ func toStatus(log *slog.Logger, method string, err error) *status.Status {
 		ae = &apiError{code: codes.DeadlineExceeded, reason: "DEADLINE_EXCEEDED", msg: "deadline exceeded"}
 	default:
 		if s, ok := status.FromError(err); ok {
-			return s // already a status, e.g. from grpc itself
+			return nil, s // already a status, e.g. from grpc itself
 		}
 		log.Error("internal error", "method", method, "err", err)
 		ae = &apiError{code: codes.Internal, reason: ReasonInternal, msg: "internal error"}
 	}
-	st := status.New(ae.code, ae.msg)
-	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: ae.reason, Domain: ErrorDomain}}
-	if ae.field != "" {
-		details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
-			{Field: ae.field, Description: ae.msg},
-		}})
-	}
-	withDetails, err := st.WithDetails(details...)
-	if err != nil {
-		// Only possible for codes.OK, which never reaches here.
-		log.Error("attach error details", "method", method, "err", err)
-		return st
-	}
-	return withDetails
+	return ae, nil
 }
 
 // storeUnavailable reports whether err says the event store or the views

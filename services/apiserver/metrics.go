@@ -2,13 +2,12 @@ package apiserver
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 )
 
@@ -47,11 +46,23 @@ var allocationOutcomes = []string{
 	OutcomeNotFound, OutcomeUnavailable, OutcomeTimeout, OutcomeCanceled, OutcomeError,
 }
 
-// allocationMetrics counts allocations by outcome. Its counter is made at
-// the first allocation (the service has no constructor of its own).
+// allocationMetrics counts allocations by outcome.
 type allocationMetrics struct {
-	once        sync.Once
 	allocations metric.Int64Counter
+}
+
+// newAllocationMetrics makes the counter, every outcome's series started at
+// zero so that alerts see the first of each.
+func newAllocationMetrics(mp metric.MeterProvider) (allocationMetrics, error) {
+	c, err := mp.Meter("github.com/tetherhq/tether/services/apiserver").Int64Counter("tether_allocations",
+		metric.WithDescription("AllocateGameServer calls by outcome: allocated, repeated, exhausted, contended, invalid, not_found, unavailable, timeout, canceled, error."))
+	if err != nil {
+		return allocationMetrics{}, fmt.Errorf("apiserver: allocation metrics: %w", err)
+	}
+	for _, o := range allocationOutcomes {
+		c.Add(context.Background(), 0, metric.WithAttributes(attribute.String("outcome", o)))
+	}
+	return allocationMetrics{allocations: c}, nil
 }
 
 // repeatMark is the context key of an allocation's repeat mark.
@@ -75,29 +86,12 @@ func markRepeated(ctx context.Context) {
 // record counts one AllocateGameServer call: replayed says it was answered
 // with an earlier allocation of the same request id.
 func (a *allocationService) record(ctx context.Context, replayed bool, err error) {
-	m := &a.metrics
-	m.once.Do(func() {
-		meter := a.s.opts.MeterProvider.Meter("github.com/tetherhq/tether/services/apiserver")
-		c, cerr := meter.Int64Counter("tether_allocations",
-			metric.WithDescription("AllocateGameServer calls by outcome: allocated, repeated, exhausted, contended, invalid, not_found, unavailable, timeout, canceled, error."))
-		if cerr != nil {
-			a.s.opts.Logger.Error("allocation metrics", "err", cerr)
-			return
-		}
-		for _, o := range allocationOutcomes {
-			c.Add(context.WithoutCancel(ctx), 0, metric.WithAttributes(attribute.String("outcome", o)))
-		}
-		m.allocations = c
-	})
-	if m.allocations == nil {
-		return
-	}
 	outcome := allocationOutcome(replayed, err)
-	m.allocations.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("outcome", outcome)))
+	a.metrics.allocations.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("outcome", outcome)))
 }
 
-// allocationOutcome classifies an allocation's result by the status the
-// caller receives (toStatus, the one place errors become statuses).
+// allocationOutcome classifies an allocation's result by the error the
+// caller receives (classify, as toStatus does; its logs are toStatus's).
 func allocationOutcome(replayed bool, err error) string {
 	if err == nil {
 		if replayed {
@@ -105,12 +99,15 @@ func allocationOutcome(replayed bool, err error) string {
 		}
 		return OutcomeAllocated
 	}
-	st := toStatus(slog.New(slog.DiscardHandler), "", err)
-	switch st.Code() {
+	ae, st := classify(slog.New(slog.DiscardHandler), "", err)
+	if st != nil {
+		ae = &apiError{code: st.Code()}
+	}
+	switch ae.code {
 	case codes.ResourceExhausted:
 		return OutcomeExhausted
 	case codes.Aborted:
-		if statusReason(st.Details()) == ReasonAllocationContended {
+		if ae.reason == ReasonAllocationContended {
 			return OutcomeContended
 		}
 		return OutcomeError
@@ -126,14 +123,4 @@ func allocationOutcome(replayed bool, err error) string {
 		return OutcomeCanceled
 	}
 	return OutcomeError
-}
-
-// statusReason returns the ErrorInfo reason among a status's details.
-func statusReason(details []any) string {
-	for _, d := range details {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info.GetReason()
-		}
-	}
-	return ""
 }

@@ -398,7 +398,11 @@ func (s *Server) Run(ctx context.Context) error {
 	tetherv1.RegisterFleetServiceServer(gs, &fleetService{s: s})
 	tetherv1.RegisterGameServerServiceServer(gs, &gameServerService{s: s})
 	tetherv1.RegisterHostServiceServer(gs, &hostService{s: s})
-	tetherv1.RegisterAllocationServiceServer(gs, &allocationService{s: s})
+	allocMetrics, err := newAllocationMetrics(s.opts.MeterProvider)
+	if err != nil {
+		return err
+	}
+	tetherv1.RegisterAllocationServiceServer(gs, &allocationService{s: s, metrics: allocMetrics})
 	tetherv1.RegisterGameSessionServiceServer(gs, &gameSessionService{s: s})
 	tetherv1.RegisterHistoryServiceServer(gs, &historyService{s: s})
 	tetherv1.RegisterProjectionServiceServer(gs, &projectionService{s: s})
