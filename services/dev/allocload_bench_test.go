@@ -173,7 +173,9 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 		fmt.Fprintf(os.Stderr, "all %d rounds:\n", rounds)
 		_ = total.Table(os.Stderr)
 		if rec != nil {
-			_ = tp.ForceFlush(context.Background())
+			if err := tp.ForceFlush(context.Background()); err != nil {
+				b.Logf("flush the spans (the breakdown below may miss some): %v", err)
+			}
 			_ = allocload.Breakdowns(rec.Spans()).Table(os.Stderr)
 			for i, p := range pools {
 				st := p.Stat()

@@ -49,13 +49,15 @@ func TestServeAnswersBoundedAndStops(t *testing.T) {
 	// Until the subscription is in place, a read finds nobody.
 	first := make(chan *agentv1.LogsReply, 1)
 	go func() {
-		for {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for deadline := time.Now().Add(10 * time.Second); ; <-tick.C {
 			reply, err := read("fleets/f/gameServers/a")
 			if err == nil {
 				first <- reply
 				return
 			}
-			if !errors.Is(err, hostlogs.ErrAgentUnavailable) {
+			if !errors.Is(err, hostlogs.ErrAgentUnavailable) || time.Now().After(deadline) {
 				t.Error(err)
 				first <- nil
 				return

@@ -135,11 +135,14 @@ func (r Result) Rate() float64 {
 }
 
 // Quantile returns the q-quantile of the OK calls' latencies (0 if none).
-func (r Result) Quantile(q float64) time.Duration {
-	if len(r.Latencies) == 0 {
+func (r Result) Quantile(q float64) time.Duration { return quantile(r.Latencies, q) }
+
+// quantile is the q-quantile of sorted (0 if empty).
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
 		return 0
 	}
-	return r.Latencies[min(len(r.Latencies)-1, int(q*float64(len(r.Latencies))))]
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
 }
 
 // Max is the slowest OK call.

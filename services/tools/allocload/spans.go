@@ -172,8 +172,7 @@ func stats(ds []time.Duration) (mean, p50, p99 time.Duration) {
 	for _, d := range ds {
 		sum += d
 	}
-	q := func(f float64) time.Duration { return ds[min(len(ds)-1, int(f*float64(len(ds))))] }
-	return sum / time.Duration(len(ds)), q(0.5), q(0.99)
+	return sum / time.Duration(len(ds)), quantile(ds, 0.5), quantile(ds, 0.99)
 }
 
 // Table writes the breakdown.
