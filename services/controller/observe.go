@@ -54,7 +54,8 @@ func (c *Controller) observe(ctx context.Context) (snapshot, error) {
 			}
 		}
 	}
-	if err := c.wake.want(ctx, autoscaled); err != nil {
+	// The views include every event up to c.written (awaitViews above).
+	if err := c.wake.want(ctx, autoscaled, c.written+1); err != nil {
 		c.log.Warn("follow game servers' events; replacements and buffer refills wait for the next pass", "err", err)
 	}
 	if err := c.readSessions(ctx, &s); err != nil {

@@ -73,9 +73,11 @@ func (w *passWake) sequence() uint64 { return w.seq.Load() }
 
 // want follows game servers' events in ctx, the leadership's, with the
 // allocations of autoscaled (fleet ids) waking too: it starts the watch,
-// or restarts it when it ended. An error to start it is returned; the next
-// pass tries again.
-func (w *passWake) want(ctx context.Context, autoscaled []string) error {
+// or restarts it when it ended, from stream sequence from on (the first
+// event the views the pass read may not include: one appended between
+// that read and the watch's start still wakes a pass). An error to start
+// it is returned; the next pass tries again.
+func (w *passWake) want(ctx context.Context, autoscaled []string, from uint64) error {
 	set := make(map[string]bool, len(autoscaled))
 	for _, f := range autoscaled {
 		set[f] = true
@@ -98,7 +100,8 @@ func (w *passWake) want(ctx context.Context, autoscaled []string) error {
 			events.SubjectPrefix + "." + events.KindFleet + ".*",
 			events.SubjectPrefix + "." + events.KindHost + ".*",
 		},
-		DeliverPolicy: jetstream.DeliverNewPolicy,
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   max(from, 1),
 		HeadersOnly:   true,
 	})
 	if err != nil {
