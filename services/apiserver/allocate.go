@@ -136,13 +136,13 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 	if len(selectors) == 0 {
 		selectors = []*tetherv1.LabelSelector{{}}
 	}
-	if id := req.GetRequestId(); id != "" {
-		if gs, seq, ok, err := s.opts.Views.AllocationByRequest(ctx, id); err != nil {
-			return nil, err
-		} else if ok {
-			return a.replay(ctx, gs, seq)
-		}
-	}
+	// A request id is not looked up in the views first: the allocation
+	// event's id derives from it alone, so the stream's duplicate window
+	// answers a retry with the first call's event whichever server the
+	// retry picks (try). Looking it up cost a PostgreSQL round trip per
+	// call, 27 % of an allocation's time and most of its tail
+	// (docs/benchmarks.md). Only a call that finds no READY server asks the
+	// views (exhausted).
 	if fleet != "" {
 		if _, err := a.policy(ctx, fleet); err != nil {
 			return nil, err // NOT_FOUND for a fleet that does not exist
@@ -174,6 +174,7 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 				attempts++
 				resp, err := a.try(ctx, req, name, state, seq, policy)
 				if err == nil {
+					s.candidates.settle(name, uint64(resp.GetGameServer().GetSequence()))
 					return resp, nil
 				}
 				if !errors.Is(err, events.ErrConflict) {

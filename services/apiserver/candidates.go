@@ -24,8 +24,9 @@ const (
 	// concurrent allocations (and replicas, which read the same views)
 	// rarely race for the same server.
 	candidateSpread = 64
-	// claimTTL keeps a server this replica tried out of its lists until the
-	// views show what became of it.
+	// claimTTL bounds how long a claim holds a server out of this
+	// replica's lists when the views never show it past the claimed
+	// sequence (a server deleted meanwhile): the claim is then forgotten.
 	claimTTL = 5 * time.Second
 )
 
@@ -44,7 +45,24 @@ type candidatePool struct {
 
 	mu      sync.Mutex
 	lists   map[string]*candidateList
-	claimed map[string]time.Time // game server → until when it is not handed out
+	claimed map[string]claim // game server → what keeps it from being handed out
+}
+
+// claim keeps a server this replica tried out of its lists until the views
+// show it past seq: the sequence it was tried at, or the sequence of this
+// replica's allocation once that is stored. A row at seq or before is what
+// this replica has already acted on; a later one shows what became of the
+// server (ALLOCATED, so no longer a candidate, or READY again after its
+// match). A 5-second hold regardless of the views capped how often a
+// replica could reuse a server: 120 allocations/s from a 600-server pool.
+type claim struct {
+	seq   uint64
+	until time.Time // claimTTL after the claim: forgotten then, whatever the views show
+}
+
+// holds reports whether c keeps row r from being handed out at now.
+func (c claim) holds(r projections.Row[*eventsv1.GameServerState], now time.Time) bool {
+	return now.Before(c.until) && r.Sequence <= c.seq
 }
 
 // candidateList is one query's READY servers, best first.
@@ -57,7 +75,7 @@ type candidateList struct {
 func newCandidatePool(views interface {
 	AllocationCandidates(ctx context.Context, q projections.AllocationQuery) ([]projections.Row[*eventsv1.GameServerState], error)
 }, now func() time.Time, log *slog.Logger) *candidatePool {
-	return &candidatePool{views: views, now: now, log: log, lists: map[string]*candidateList{}, claimed: map[string]time.Time{}}
+	return &candidatePool{views: views, now: now, log: log, lists: map[string]*candidateList{}, claimed: map[string]claim{}}
 }
 
 // take returns a READY server for q and claims it, or ok=false when the
@@ -164,7 +182,8 @@ func (p *candidatePool) refresh(ctx context.Context, key string, q projections.A
 // pickLocked takes a random one of the best unclaimed servers of l.
 func (p *candidatePool) pickLocked(l *candidateList, now time.Time) (projections.Row[*eventsv1.GameServerState], bool) {
 	l.rows = slices.DeleteFunc(l.rows, func(r projections.Row[*eventsv1.GameServerState]) bool {
-		return now.Before(p.claimed[r.State.GetName()])
+		c, ok := p.claimed[r.State.GetName()]
+		return ok && c.holds(r, now)
 	})
 	if len(l.rows) == 0 {
 		return projections.Row[*eventsv1.GameServerState]{}, false
@@ -172,17 +191,26 @@ func (p *candidatePool) pickLocked(l *candidateList, now time.Time) (projections
 	i := rand.IntN(min(candidateSpread, len(l.rows)))
 	row := l.rows[i]
 	l.rows = slices.Delete(l.rows, i, i+1)
-	p.claimed[row.State.GetName()] = now.Add(claimTTL)
+	p.claimed[row.State.GetName()] = claim{seq: row.Sequence, until: now.Add(claimTTL)}
 	return row, true
 }
 
 // forgetClaimsLocked drops expired claims.
 func (p *candidatePool) forgetClaimsLocked(now time.Time) {
-	for name, until := range p.claimed {
-		if !now.Before(until) {
+	for name, c := range p.claimed {
+		if !now.Before(c.until) {
 			delete(p.claimed, name)
 		}
 	}
+}
+
+// settle moves the claim on name to seq, the sequence of the allocation
+// this replica stored: rows up to it show the server READY before that
+// allocation, and are not handed out.
+func (p *candidatePool) settle(name string, seq uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.claimed[name] = claim{seq: seq, until: p.now().Add(claimTTL)}
 }
 
 // release hands a claimed server back at once: the allocation did not take

@@ -26,6 +26,16 @@ func (v *lagViews) AllocationCandidates(_ context.Context, q projections.Allocat
 	return slices.Clone(v.rows[:min(q.Limit, len(v.rows))]), nil // the pool edits what it gets
 }
 
+// set makes the views show rows, every one at sequence seq.
+func (v *lagViews) set(rows []projections.Row[*eventsv1.GameServerState], seq uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for i := range rows {
+		rows[i].Sequence = seq
+	}
+	v.rows = rows
+}
+
 func readyRows(n int) []projections.Row[*eventsv1.GameServerState] {
 	out := make([]projections.Row[*eventsv1.GameServerState], n)
 	for i := range out {
@@ -79,5 +89,33 @@ func TestCandidatePoolRelease(t *testing.T) {
 	p.release(row.State.GetName())
 	if again, ok, _ := p.take(context.Background(), projections.AllocationQuery{}); !ok || again.State.GetName() != row.State.GetName() {
 		t.Fatalf("released server not handed out again: %v %v", ok, again.State.GetName())
+	}
+}
+
+// A claim holds only until the views show the server past the sequence
+// this replica stored: a server READY again after its match is handed out
+// at once, not claimTTL later, while the rows from before the allocation
+// are not.
+func TestCandidatePoolClaimEndsWhenTheViewsMoveOn(t *testing.T) {
+	views := &lagViews{rows: readyRows(1)}
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	p := newCandidatePool(views, func() time.Time { return now }, slog.New(slog.DiscardHandler))
+	q := projections.AllocationQuery{Fleet: "fleets/f"}
+	row, ok, err := p.take(context.Background(), q)
+	if err != nil || !ok {
+		t.Fatalf("take: ok=%v err=%v", ok, err)
+	}
+	p.settle(row.State.GetName(), 5) // the allocation is stored at 5
+	for _, seq := range []uint64{1, 5} {
+		views.set(readyRows(1), seq)
+		now = now.Add(candidateTTL) // the list is read again
+		if got, ok, _ := p.take(context.Background(), q); ok {
+			t.Fatalf("the views at sequence %d (not past the allocation) handed out %s", seq, got.State.GetName())
+		}
+	}
+	views.set(readyRows(1), 9) // READY again after the match
+	now = now.Add(candidateTTL)
+	if _, ok, err := p.take(context.Background(), q); !ok || err != nil {
+		t.Fatalf("a server the views show READY past its allocation was not handed out: ok=%v err=%v", ok, err)
 	}
 }

@@ -50,11 +50,6 @@ func benchEnv(b *testing.B, name string, def int) int {
 	return n
 }
 
-// replicaClaimHold is how long an API replica keeps a server it allocated
-// out of its candidate lists (services/apiserver, claimTTL): a round
-// starts only after the last round's claims have run out.
-const replicaClaimHold = 5 * time.Second
-
 // BenchmarkMatchmakerAllocate measures allocation as a matchmaker sees it:
 // the whole stack in one process (embedded NATS, PostgreSQL beside it,
 // projector, controller, host agents) with a fleet of real processes of
@@ -67,7 +62,7 @@ const replicaClaimHold = 5 * time.Second
 // go; each allocated server is handed back as its game would at the end of
 // a match (allocload.ReturnByReady: "READY" on its game port, the game
 // calls the SDK's Ready), and the next round starts when every server is
-// READY again and the replicas' claims on them have run out.
+// READY again.
 // TETHER_BENCH_ROUNDS rounds (default 5) make one iteration; the rate is
 // the allocations over the rounds' calling time.
 //
@@ -89,6 +84,7 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 	replicas := benchEnv(b, "TETHER_BENCH_REPLICAS", 1)
 	rounds := benchEnv(b, "TETHER_BENCH_ROUNDS", 5)
 	traced := os.Getenv("TETHER_BENCH_TRACE") == "1"
+	returnAfter := os.Getenv("TETHER_BENCH_RETURN") == "after"
 	profDir := os.Getenv("TETHER_BENCH_PROFILE_DIR")
 	perHost := (servers + hosts - 1) / hosts
 	if perHost > 99 {
@@ -134,10 +130,7 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 		total := allocload.Result{Targets: len(targets), Callers: clients, Errors: map[codes.Code]int{}}
 		for r := range rounds {
 			if r > 0 {
-				end := time.Now()
-				wait.For(b, 2*time.Minute, "every server READY again and the claims run out", func() bool {
-					return time.Since(end) > replicaClaimHold && allReady()
-				})
+				wait.For(b, 2*time.Minute, "every server READY again", allReady)
 			}
 			if rec != nil && r == 0 {
 				rec.Reset()
@@ -146,7 +139,8 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 			res, err := allocload.Run(s.ctx, allocload.Options{
 				Targets: targets, Parent: "fleets/" + fleet, Callers: clients, Duration: time.Minute,
 				Max: servers * 9 / 10, RequestPrefix: fmt.Sprintf("round-%d", r),
-				Return: allocload.ReturnByReady("game", 100*time.Millisecond),
+				Return:           allocload.ReturnByReady("game", 100*time.Millisecond),
+				ReturnAfterCalls: returnAfter,
 			})
 			stopProfile()
 			if err != nil {

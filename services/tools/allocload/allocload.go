@@ -72,10 +72,17 @@ type Options struct {
 	// RequestPrefix starts every request id (default "allocload-<unix ns>").
 	RequestPrefix string
 	// Return, when set, hands each allocated server back, in the
-	// background (at most Returners at once): ReturnByReady.
+	// background (at most Returners at once, the others queued; a caller
+	// never waits for a return): ReturnByReady.
 	Return func(ctx context.Context, resp *tetherv1.AllocateGameServerResponse) error
 	// Returners bounds the returns in flight; default DefaultReturners.
 	Returners int
+	// ReturnAfterCalls holds the returns until the callers are done, so
+	// that the calls are measured alone: the game servers' ends of match,
+	// their SDK calls and the events those write do not share the
+	// machine with them. Without it, returns run while the callers call,
+	// as matches end in a live fleet.
+	ReturnAfterCalls bool
 	// OnCall, when set, is called after each call with its latency and
 	// error (from every caller at once).
 	OnCall func(latency time.Duration, err error)
@@ -233,6 +240,10 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		}
 		res.Returned++
 	}
+	returnsOpen := make(chan struct{}) // closed when returns may start
+	if !opts.ReturnAfterCalls {
+		close(returnsOpen)
+	}
 	start := time.Now()
 	var callers sync.WaitGroup
 	for i := range opts.Callers {
@@ -266,12 +277,13 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 				}
 				mu.Unlock()
 				if err == nil && opts.Return != nil {
-					select {
-					case slots <- struct{}{}:
-					case <-runCtx.Done():
-						return
-					}
+					// The caller goes on at once: a return waits for its
+					// slot on its own. (Callers that waited for a slot were
+					// held to 64 returns in flight, each at least one
+					// 100 ms poll: about 640 calls/s, whatever the API did.)
 					returns.Go(func() {
+						<-returnsOpen
+						slots <- struct{}{}
 						defer func() { <-slots }()
 						giveBack(resp)
 					})
@@ -289,6 +301,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 	callers.Wait()
 	res.Elapsed = time.Since(start)
+	if opts.ReturnAfterCalls {
+		close(returnsOpen)
+	}
 	returns.Wait()
 	slices.Sort(res.Latencies)
 	return res, nil
