@@ -12,6 +12,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -141,8 +142,9 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 				Max: servers * 9 / 10, RequestPrefix: fmt.Sprintf("round-%d", r),
 				Return:           allocload.ReturnByReady("game", 100*time.Millisecond),
 				ReturnAfterCalls: returnAfter,
+				CallsDone:        stopProfile, // the calls, not the returns held after them
 			})
-			stopProfile()
+			stopProfile() // the run failed before its calls ended
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -211,11 +213,14 @@ func startCPUProfile(b *testing.B, dir string, n int) func() {
 	if err := pprof.StartCPUProfile(f); err != nil {
 		b.Fatal(err)
 	}
+	var once sync.Once
 	return func() {
-		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
-			b.Fatal(err)
-		}
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				b.Fatal(err)
+			}
+		})
 	}
 }
 

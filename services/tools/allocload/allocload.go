@@ -83,6 +83,9 @@ type Options struct {
 	// machine with them. Without it, returns run while the callers call,
 	// as matches end in a live fleet.
 	ReturnAfterCalls bool
+	// CallsDone, when set, is called once the callers are done, before
+	// the run waits for the returns (a profile of the calls stops there).
+	CallsDone func()
 	// OnCall, when set, is called after each call with its latency and
 	// error (from every caller at once).
 	OnCall func(latency time.Duration, err error)
@@ -301,6 +304,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 	callers.Wait()
 	res.Elapsed = time.Since(start)
+	if opts.CallsDone != nil {
+		opts.CallsDone()
+	}
 	if opts.ReturnAfterCalls {
 		close(returnsOpen)
 	}
