@@ -1,9 +1,9 @@
 // Package archive is the format and the storage of archive segments: files
 // holding the complete, ended histories of aggregates (terminated game
 // servers, ended game sessions with their player sessions, deleted
-// fleets) once they have left the events stream. Nothing archives yet:
-// the archiver that writes segments, purges the archived subjects and
-// serves history from segments is to come (docs/architecture.md, "The
+// fleets) once they have left the events stream. The archiver
+// (services/archiver) writes them and purges the archived subjects;
+// serving history from segments is to come (docs/architecture.md, "The
 // archive (in progress)").
 //
 // A segment keeps, for every event, what the stream stored: its stream

@@ -49,6 +49,12 @@ func EnsureKeyValue(ctx context.Context, js jetstream.JetStream, want jetstream.
 // The other fields are the operator's (compression, byte limits, placement
 // and the like) and are kept.
 //
+// DenyDelete and DenyPurge only go one way: nats-server refuses an update
+// that allows what a stream denied ("can not cancel deny purge"). A
+// stream that denies what want allows keeps denying it (it reads as
+// wanted there, and an update keeps it), and EnsureStream does not fail:
+// only recreating the stream lifts it (see Setup for the events stream).
+//
 // A stream that is already as wanted is not written to. Rewriting a
 // stream's configuration on every process start cost the NATS server a
 // configuration write per starting process, and nats-server (2.15) reads
@@ -85,8 +91,8 @@ func managedEqual(have, want jetstream.StreamConfig) bool {
 		(want.Duplicates == 0 || have.Duplicates == want.Duplicates) &&
 		have.MaxAge == want.MaxAge &&
 		(want.MaxConsumers == 0 && have.MaxConsumers == -1 || have.MaxConsumers == want.MaxConsumers) &&
-		have.DenyDelete == want.DenyDelete &&
-		have.DenyPurge == want.DenyPurge &&
+		oneWay(have.DenyDelete, want.DenyDelete) &&
+		oneWay(have.DenyPurge, want.DenyPurge) &&
 		have.AllowDirect == want.AllowDirect
 }
 
@@ -102,8 +108,12 @@ func withManaged(have, want jetstream.StreamConfig) jetstream.StreamConfig {
 	}
 	have.MaxAge = want.MaxAge
 	have.MaxConsumers = want.MaxConsumers
-	have.DenyDelete = want.DenyDelete
-	have.DenyPurge = want.DenyPurge
+	have.DenyDelete = have.DenyDelete || want.DenyDelete
+	have.DenyPurge = have.DenyPurge || want.DenyPurge
 	have.AllowDirect = want.AllowDirect
 	return have
 }
+
+// oneWay reports whether a deny flag is as wanted, or cannot be: a stream
+// that denies keeps denying (nats-server refuses to lift it).
+func oneWay(have, want bool) bool { return have == want || have }

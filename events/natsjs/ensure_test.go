@@ -48,7 +48,7 @@ func TestSetupKeepsTheOperatorsStreamSettings(t *testing.T) {
 	if c.Duplicates != time.Minute {
 		t.Fatalf("duplicate window %s after Setup asked for 1m", c.Duplicates)
 	}
-	if c.Compression != jetstream.S2Compression || c.MaxBytes != 1<<30 || !c.DenyDelete || !c.DenyPurge || !c.AllowDirect {
+	if c.Compression != jetstream.S2Compression || c.MaxBytes != 1<<30 || !c.DenyDelete || c.DenyPurge || !c.AllowDirect {
 		t.Fatalf("the update changed more than the duplicate window: %+v", c)
 	}
 }

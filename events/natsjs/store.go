@@ -123,14 +123,47 @@ type Store struct {
 
 // Setup creates the events stream, or updates its configuration where it
 // differs (EnsureStream): `tether migrate` runs it. The stream denies
-// deletes and purges and has no limits: events are kept forever.
+// deletes and has no limits: no event leaves it but through a purge, and
+// only the archiver purges (PurgeSubject), once the subject's events are
+// durably in an archive segment recorded in the archive catalog.
+//
+// A stream set up by an older version denies purges, and nats-server
+// cannot lift that in place: Setup leaves it so, with a warning, and the
+// archiver archives nothing there (ErrPurgeDenied) until the stream is
+// recreated with its events (docs/operations.md, "Archiving on a stream
+// that denies purges").
 func Setup(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	opts.setDefaults()
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	if _, err := EnsureStream(ctx, js, streamConfig(opts)); err != nil {
+	s, err := EnsureStream(ctx, js, streamConfig(opts))
+	if err != nil {
 		return fmt.Errorf("natsjs: set up stream %s: %w", events.StreamName, err)
+	}
+	if s.CachedInfo().Config.DenyPurge {
+		opts.Logger.WarnContext(ctx, "the events stream denies purges (set up by an older version), and NATS cannot lift that in place: "+
+			"nothing will be archived until it is recreated with its events",
+			"stream", events.StreamName)
+	}
+	return nil
+}
+
+// ErrPurgeDenied is the error of an archiving step on an events stream
+// that denies purges: one set up before archiving existed, which
+// nats-server cannot change in place (Setup).
+var ErrPurgeDenied = errors.New("the events stream denies purges (set up by an older version of Tether): " +
+	"recreate it with its events to archive (docs/operations.md, \"Archiving on a stream that denies purges\")")
+
+// PurgesAllowed reports whether the events stream allows purges, as its
+// configuration says now: an error wrapping ErrPurgeDenied if it does not.
+func (s *Store) PurgesAllowed(ctx context.Context) error {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("natsjs: stream info: %w", err)
+	}
+	if info.Config.DenyPurge {
+		return fmt.Errorf("natsjs: %w", ErrPurgeDenied)
 	}
 	return nil
 }
@@ -166,8 +199,15 @@ func streamConfig(opts Options) jetstream.StreamConfig {
 		Storage:     opts.Storage,
 		Replicas:    opts.Replicas,
 		Duplicates:  opts.DuplicateWindow,
+		// Single events are never deleted: an aggregate's history is
+		// complete or archived whole. Purges are allowed for the archiver
+		// alone (purge.go), which purges a subject only up to the last
+		// sequence of a segment it has stored, verified and recorded, so
+		// no event leaves the stream without being archived first. NATS
+		// permissions keep the purge API from the other components
+		// (natsauth).
 		DenyDelete:  true,
-		DenyPurge:   true,
+		DenyPurge:   false,
 		AllowDirect: true,
 	}
 }
@@ -465,6 +505,8 @@ type msgGetRequest struct {
 // leaderMessage is a message as the stream's leader returned it.
 type leaderMessage struct {
 	Sequence uint64
+	Subject  string
+	Time     time.Time // when the stream stored it
 	Header   nats.Header
 	Data     []byte
 }
@@ -491,9 +533,11 @@ func (s *Store) leaderGet(ctx context.Context, r msgGetRequest) (leaderMessage, 
 			Description string `json:"description"`
 		} `json:"error"`
 		Message *struct {
-			Sequence uint64 `json:"seq"`
-			Header   []byte `json:"hdrs"`
-			Data     []byte `json:"data"`
+			Subject  string    `json:"subject"`
+			Sequence uint64    `json:"seq"`
+			Header   []byte    `json:"hdrs"`
+			Data     []byte    `json:"data"`
+			Time     time.Time `json:"time"`
 		} `json:"message"`
 	}
 	if err := json.Unmarshal(reply.Data, &resp); err != nil {
@@ -507,7 +551,7 @@ func (s *Store) leaderGet(ctx context.Context, r msgGetRequest) (leaderMessage, 
 	case resp.Message == nil:
 		return leaderMessage{}, false, errors.New("the stream answered without a message")
 	}
-	m := leaderMessage{Sequence: resp.Message.Sequence, Data: resp.Message.Data}
+	m := leaderMessage{Sequence: resp.Message.Sequence, Subject: resp.Message.Subject, Time: resp.Message.Time, Data: resp.Message.Data}
 	if len(resp.Message.Header) > 0 {
 		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
 			return leaderMessage{}, false, fmt.Errorf("decode headers of message %d: %w", m.Sequence, err)

@@ -594,7 +594,7 @@ func TestNew(t *testing.T) {
 			if window == 0 {
 				window = natsjs.DefaultDuplicateWindow
 			}
-			if cfg.Name != events.StreamName || !cfg.DenyDelete || !cfg.DenyPurge || !cfg.AllowDirect ||
+			if cfg.Name != events.StreamName || !cfg.DenyDelete || cfg.DenyPurge || !cfg.AllowDirect ||
 				cfg.Duplicates != window || cfg.Storage != jetstream.FileStorage || cfg.Replicas != 1 ||
 				len(cfg.Subjects) != 1 || cfg.Subjects[0] != events.SubjectPrefix+".>" {
 				t.Fatalf("stream config %+v", cfg)

@@ -184,6 +184,10 @@ type Projector struct {
 	running    atomic.Bool           // RunFenced is projecting (this instance is the active one)
 
 	held *heldViews // states kept in memory during a replay (HoldViews); nil when live
+	// ordered is set for a replay's projector, fed by an ordered consumer,
+	// which delivers every stored message or starts again: a gap in its
+	// sequences is events the stream no longer holds (archived).
+	ordered bool
 }
 
 // NewProjector builds a projector; Run starts it.
@@ -589,11 +593,18 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 			continue // already applied: a redelivery
 		}
 		if seq > last+1 {
-			// The stream has no gaps (no deletes, no limits): an event
-			// between was handed out and lost (its pull's answer went with a
-			// NATS node), and with AckAll acknowledging what follows it would
-			// acknowledge it too, so it would never come again.
-			return fmt.Errorf("%w: expected event %d, got %d", ErrGap, last+1, seq)
+			// The stream's only gaps are archived events, purged
+			// (services/archiver). Any other gap is an event handed out
+			// and lost (its pull's answer went with a NATS node), and with
+			// AckAll acknowledging what follows it would acknowledge it
+			// too, so it would never come again.
+			purged, err := p.purgedBetween(ctx, last, seq)
+			if err != nil {
+				return fmt.Errorf("projector: look for events between %d and %d: %w", last, seq, err)
+			}
+			if !purged {
+				return fmt.Errorf("%w: expected event %d, got %d", ErrGap, last+1, seq)
+			}
 		}
 		last = seq
 		data := m.Data()
@@ -683,6 +694,56 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 	}
 	span.SetAttributes(attribute.Int64("tether.checkpoint", int64(last)))
 	p.traceApplied(ctx, msgs, traces, uint64(cp), start, time.Now())
+	return nil
+}
+
+// purgedBetween reports whether the stream holds no event between
+// sequences last and next (both excluded): the events between were
+// archived and purged, and the gap is no loss. It asks the stream (one
+// get) unless the feed is an ordered consumer. Any replica may answer: one
+// that holds next has every event before it that the stream still holds,
+// and one that has not applied a purge yet answers false, which the
+// projector retries.
+func (p *Projector) purgedBetween(ctx context.Context, last, next uint64) (bool, error) {
+	if p.ordered {
+		return true, nil
+	}
+	first, found, err := firstAfter(ctx, p.opts.JetStream, p.opts.Stream, last)
+	if err != nil {
+		return false, err
+	}
+	return !found || first >= next, nil
+}
+
+// firstAfter returns the sequence of the stream's first message after
+// sequence after, found=false when it holds none.
+func firstAfter(ctx context.Context, js jetstream.JetStream, name string, after uint64) (uint64, bool, error) {
+	stream, err := js.Stream(ctx, name)
+	if err != nil {
+		return 0, false, fmt.Errorf("stream %s: %w", name, err)
+	}
+	m, err := stream.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(">"))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("first message after %d: %w", after, err)
+	}
+	return m.Sequence, true, nil
+}
+
+// skipTo moves a replay's checkpoint up to seq over events the stream no
+// longer holds (archived and purged): a replay whose last events were
+// purged would otherwise never reach the stream's last sequence, or the
+// live views' checkpoint.
+func (p *Projector) skipTo(ctx context.Context, seq uint64) error {
+	if _, err := p.opts.Pool.Exec(ctx, `UPDATE projector_checkpoints SET sequence = $2, update_time = now()
+WHERE partition = $1 AND sequence < $2`, p.opts.Partition, int64(seq)); err != nil {
+		return fmt.Errorf("projector: move the checkpoint over purged events: %w", err)
+	}
+	if seq > p.checkpoint.Load() {
+		p.checkpoint.Store(seq)
+	}
 	return nil
 }
 
@@ -862,11 +923,17 @@ func (p *Projector) deadLetterRefused(ctx context.Context, m jetstream.Msg, caus
 	if err := tx.QueryRow(ctx, `SELECT sequence FROM projector_checkpoints WHERE partition = $1 FOR UPDATE`, p.opts.Partition).Scan(&cp); err != nil {
 		return err
 	}
-	switch {
-	case uint64(cp) >= seq:
+	if uint64(cp) >= seq {
 		return nil // applied or dead-lettered before
-	case uint64(cp)+1 != seq:
-		return fmt.Errorf("%w: expected event %d, got %d", ErrGap, cp+1, seq)
+	}
+	if uint64(cp)+1 != seq {
+		purged, err := p.purgedBetween(ctx, uint64(cp), seq)
+		if err != nil {
+			return err
+		}
+		if !purged {
+			return fmt.Errorf("%w: expected event %d, got %d", ErrGap, cp+1, seq)
+		}
 	}
 	if _, err := tx.Exec(ctx, insertDeadLetter, int64(seq), m.Subject(), m.Headers().Get(natsjs.HeaderType), "PostgreSQL refuses its data: "+cause.Error(), m.Data()); err != nil {
 		return err

@@ -214,10 +214,16 @@ func startReplay(ctx context.Context, opts ReplayOptions, stopOnPoison bool) (_ 
 		return nil, ErrReplayBusy
 	}
 	r.release = func() {
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(replayLockKey)); err != nil {
-			conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck // a closed session drops its lock
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock_all()`); err != nil {
+			conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck // a closed session drops its locks
 		}
 		conn.Release()
+	}
+	// Archiving changes the stream and the views under a replay: wait for
+	// an archiving pass to finish, and hold passes off until the replay is
+	// done (LockArchiving).
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(archiveLockKey)); err != nil {
+		return nil, fmt.Errorf("projections: replay: wait for the archiver: %w", err)
 	}
 	if err := opts.Pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&r.live); err != nil {
 		return nil, fmt.Errorf("projections: replay: current schema: %w", err)
@@ -243,6 +249,7 @@ func startReplay(ctx context.Context, opts ReplayOptions, stopOnPoison bool) (_ 
 		return nil, err
 	}
 	r.proj.HoldViews() // the scratch tables start empty: rows are written once, when the replay is done
+	r.proj.ordered = true
 	if r.feed, err = openFeed(ctx, opts.JetStream, opts.Stream, opts.BatchSize); err != nil {
 		return nil, err
 	}
@@ -279,6 +286,43 @@ func (r *replay) step(ctx context.Context, upTo uint64, idle time.Duration) (boo
 		return false, fmt.Errorf("projections: replay: %w", err)
 	}
 	return true, nil
+}
+
+// reach applies batches until the scratch checkpoint is at least target,
+// reporting progress in phase. Events the stream no longer holds
+// (archived and purged) never come: once none is left at or below
+// target, the checkpoint moves to target (skipPurged).
+func (r *replay) reach(ctx context.Context, target uint64, phase RebuildPhase) error {
+	for r.proj.Checkpoint() < target {
+		applied, err := r.step(ctx, target, time.Second)
+		if err != nil {
+			return err
+		}
+		if !applied {
+			if err := r.skipPurged(ctx, target); err != nil {
+				return err
+			}
+		}
+		r.progress(phase, target, false)
+	}
+	return nil
+}
+
+// skipPurged moves the checkpoint to target when the stream holds no event
+// after it up to target: they were archived and purged.
+func (r *replay) skipPurged(ctx context.Context, target uint64) error {
+	cp := r.proj.Checkpoint()
+	if cp >= target {
+		return nil
+	}
+	first, found, err := firstAfter(ctx, r.opts.JetStream, r.opts.Stream, cp)
+	if err != nil {
+		return fmt.Errorf("projections: replay: %w", err)
+	}
+	if found && first <= target {
+		return nil // still to come
+	}
+	return r.proj.skipTo(ctx, target)
 }
 
 // progress reports at most every ProgressInterval, or always when force.
@@ -329,6 +373,10 @@ func streamLast(ctx context.Context, js jetstream.JetStream, stream string) (uin
 // out and the rebuilt ones in. Readers wait for the moves (milliseconds) and
 // then read the rebuilt tables; the live projector resumes from the rebuilt
 // checkpoint, which is at or past its own.
+//
+// Archived aggregates stay out of the rebuilt views: their events are no
+// longer in the stream, and the archive is not replayed. A rebuild and an
+// archiving pass do not overlap (LockArchiving).
 func Rebuild(ctx context.Context, opts ReplayOptions) (RebuildResult, error) {
 	opts.setDefaults("tether_rebuild")
 	if err := opts.validate(); err != nil {
@@ -352,11 +400,8 @@ func Rebuild(ctx context.Context, opts ReplayOptions) (RebuildResult, error) {
 
 	phase := PhaseReplay
 	r.progress(phase, target, true)
-	for r.proj.Checkpoint() < target {
-		if _, err := r.step(ctx, 0, time.Second); err != nil {
-			return RebuildResult{}, err
-		}
-		r.progress(phase, target, false)
+	if err := r.reach(ctx, target, phase); err != nil {
+		return RebuildResult{}, err
 	}
 	replayed := time.Since(r.start)
 	rate := float64(r.proj.Checkpoint()) / max(replayed.Seconds(), 1e-9)
@@ -379,8 +424,14 @@ func Rebuild(ctx context.Context, opts ReplayOptions) (RebuildResult, error) {
 		}
 		r.progress(phase, last, true)
 		if last > r.proj.Checkpoint()+uint64(opts.BatchSize) {
-			if _, err := r.step(ctx, 0, time.Second); err != nil {
+			applied, err := r.step(ctx, 0, time.Second)
+			if err != nil {
 				return RebuildResult{}, err
+			}
+			if !applied {
+				if err := r.skipPurged(ctx, last); err != nil {
+					return RebuildResult{}, err
+				}
 			}
 			continue
 		}
@@ -429,10 +480,8 @@ func (r *replay) swap(ctx context.Context) error {
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("read the live checkpoint: %w", err)
 	}
-	for r.proj.Checkpoint() < uint64(liveCP) {
-		if _, err := r.step(ctx, 0, time.Second); err != nil {
-			return err
-		}
+	if err := r.reach(ctx, uint64(liveCP), PhaseSwap); err != nil {
+		return err
 	}
 	if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, r.opts.SwapLockTimeout.Milliseconds())); err != nil {
 		return err

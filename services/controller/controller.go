@@ -106,6 +106,12 @@ type Options struct {
 	Logger *slog.Logger
 	// MeterProvider; default no-op.
 	MeterProvider metric.MeterProvider
+	// WhileLeading, when set, runs while this instance leads, with the
+	// leadership's context, which ends when the lease is lost or the
+	// controller stops: work that one instance does at a time beside the
+	// passes, such as archiving (services/archiver's Run). The next
+	// leadership runs it again; an error it returns is logged.
+	WhileLeading func(ctx context.Context) error
 	// Clock is the time every decision reads: deadlines, grace, start
 	// timeouts and backoff (tests give a clockwork.FakeClock and move it by
 	// hand); default the real clock. The pass cadence (Interval) and the
@@ -322,6 +328,16 @@ func (c *Controller) lead(ctx context.Context, epoch uint64) error {
 	defer c.stopBeats() // started by the first pass, with the leadership's context
 	defer c.wake.stop() // started by the first pass
 	c.log.Info("became leader", "epoch", epoch)
+	if c.opts.WhileLeading != nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := c.opts.WhileLeading(ctx); err != nil && ctx.Err() == nil {
+				c.log.Error("work beside the passes stopped", "err", err)
+			}
+		}()
+		defer func() { <-done }()
+	}
 	t := time.NewTicker(c.opts.Interval)
 	defer t.Stop()
 	for ctx.Err() == nil {

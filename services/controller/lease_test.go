@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -155,5 +156,49 @@ func TestLeaseOverwrittenIsLost(t *testing.T) {
 	a.stop()
 	if _, err := kv.Get(w.Ctx, "controller"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("lease not released: %v", err)
+	}
+}
+
+// WhileLeading runs on the leader only, for as long as it leads: the
+// standby starts it when it takes over.
+func TestWhileLeadingRunsOnTheLeader(t *testing.T) {
+	w := newWorld(t)
+	running := map[string]chan bool{"ctl-a": make(chan bool, 2), "ctl-b": make(chan bool, 2)}
+	whileLeading := func(id string) func(*controller.Options) {
+		return func(o *controller.Options) {
+			o.WhileLeading = func(ctx context.Context) error {
+				running[id] <- true
+				<-ctx.Done()
+				running[id] <- false
+				return nil
+			}
+		}
+	}
+	a, b := w.controller("ctl-a", whileLeading("ctl-a")), w.controller("ctl-b", whileLeading("ctl-b"))
+	leader, others := leaderOf(t, a, b)
+	standby := others[0]
+	recv := func(id string) bool {
+		t.Helper()
+		select {
+		case r := <-running[id]:
+			return r
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s's work did not start or stop", id)
+			return false
+		}
+	}
+	if !recv(leader.ID()) {
+		t.Fatal("the leader's work did not start")
+	}
+	if len(running[standby.ID()]) != 0 {
+		t.Fatal("the standby's work started")
+	}
+	leader.stop()
+	if recv(leader.ID()) {
+		t.Fatal("the old leader's work did not stop with its leadership")
+	}
+	wait.For(t, 5*time.Second, "the standby to take over", standby.IsLeader)
+	if !recv(standby.ID()) {
+		t.Fatal("the new leader's work did not start")
 	}
 }

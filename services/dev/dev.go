@@ -27,10 +27,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tetherhq/tether/events/archive"
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/apiserver"
+	"github.com/tetherhq/tether/services/archiver"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev/devkeys"
 	"github.com/tetherhq/tether/services/dev/natsembed"
@@ -131,6 +133,16 @@ type Options struct {
 	// LeaseTTL is the lease bucket's TTL (migrate.Options.LeaseTTL); default
 	// lease.DefaultTTL.
 	LeaseTTL time.Duration
+	// ArchiveDir, when set, has the leading controller archive the
+	// histories of ended aggregates into segment files there, once
+	// Retention has passed (services/archiver); off when empty.
+	ArchiveDir string
+	// Retention is how long ended aggregates stay in the stream and the
+	// views before they are archived; default archiver.DefaultRetention.
+	Retention time.Duration
+	// ArchiveInterval is the time between archiving passes; default
+	// archiver.DefaultInterval.
+	ArchiveInterval time.Duration
 	// ControllerOptions, if set, adjusts the controller's options.
 	ControllerOptions func(o *controller.Options)
 }
@@ -399,6 +411,18 @@ func Run(ctx context.Context, opts Options) error {
 	ctlOpts := controller.Options{
 		JetStream: ctlID.js, Store: ctlStore, Views: postgres.NewViews(pool), Freshness: ctlFresh,
 		Commands: ctlBus, Logger: log.With("component", "controller"), MeterProvider: opts.MeterProvider,
+	}
+	if opts.ArchiveDir != "" {
+		segments, err := archive.NewDir(opts.ArchiveDir)
+		if err != nil {
+			return err
+		}
+		arch, err := archiver.New(archiver.Options{Stream: ctlStore, Pool: pool, Segments: segments, Retention: opts.Retention,
+			Logger: log.With("component", "archiver"), MeterProvider: opts.MeterProvider})
+		if err != nil {
+			return err
+		}
+		ctlOpts.WhileLeading = func(ctx context.Context) error { return arch.Run(ctx, opts.ArchiveInterval) }
 	}
 	if opts.ControllerOptions != nil {
 		opts.ControllerOptions(&ctlOpts)

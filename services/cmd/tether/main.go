@@ -24,12 +24,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tetherhq/tether/events/archive"
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/apiserver"
+	"github.com/tetherhq/tether/services/archiver"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev"
 	"github.com/tetherhq/tether/services/nats/commands"
@@ -200,6 +203,7 @@ Press Ctrl-C to stop.
 	f.BoolVar(&demo, "demo", false, "create a demo fleet of the example game server (tether-gameserver next to this binary)")
 	f.StringVar(&opts.PlayerTokenKeys, "player-token-keys", "",
 		"player-session token keys, \"id:base64secret[,id:base64secret…]\" (default: a fresh key per run)")
+	archiveFlags(f, &opts.ArchiveDir, &opts.Retention, &opts.ArchiveInterval)
 	return cmd
 }
 
@@ -411,6 +415,8 @@ telling you to run this.`,
 
 func controllerCommand(g *global) *cobra.Command {
 	var opts controller.Options
+	var archiveDir string
+	var retention, archiveInterval time.Duration
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Keep fleets at their replica count (one active instance; others stand by)",
@@ -427,6 +433,18 @@ func controllerCommand(g *global) *cobra.Command {
 				fresh := postgres.NewFreshness(d.pool, d.log)
 				opts.JetStream, opts.Store, opts.Views, opts.Freshness, opts.Commands = d.js, store, postgres.NewViews(d.pool), fresh, bus
 				opts.Logger, opts.MeterProvider = d.log, d.tel.MeterProvider
+				if archiveDir != "" {
+					segments, err := archive.NewDir(archiveDir)
+					if err != nil {
+						return nil, err
+					}
+					arch, err := archiver.New(archiver.Options{Stream: store, Pool: d.pool, Segments: segments, Retention: retention,
+						Logger: d.log.With("component", "archiver"), MeterProvider: d.tel.MeterProvider})
+					if err != nil {
+						return nil, err
+					}
+					opts.WhileLeading = func(ctx context.Context) error { return arch.Run(ctx, archiveInterval) }
+				}
 				ctl, err := controller.New(opts)
 				if err != nil {
 					return nil, err
@@ -446,7 +464,19 @@ func controllerCommand(g *global) *cobra.Command {
 	f.DurationVar(&opts.StartBackoffBase, "start-backoff-base", controller.DefaultStartBackoffBase,
 		"after a fleet's game server ends before READY, wait this long before starting another; doubles per failure in a row")
 	f.DurationVar(&opts.StartBackoffCap, "start-backoff-cap", controller.DefaultStartBackoffCap, "the longest wait between a failing fleet's starts")
+	archiveFlags(f, &archiveDir, &retention, &archiveInterval)
 	return cmd
+}
+
+// archiveFlags adds the flags of the archiver that the controller runs
+// while it leads (services/archiver).
+func archiveFlags(f *pflag.FlagSet, dir *string, retention, interval *time.Duration) {
+	f.StringVar(dir, "archive-dir", "",
+		"archive the histories of ended game servers, game sessions and deleted fleets into segment files in this directory once --retention has passed, "+
+			"and purge them from the events stream and the views (every controller instance must see the same directory); off when empty")
+	f.DurationVar(retention, "retention", archiver.DefaultRetention,
+		"how long an ended game server, game session or deleted fleet stays in the events stream and the views before it is archived (with --archive-dir)")
+	f.DurationVar(interval, "archive-interval", archiver.DefaultInterval, "time between archiving passes (with --archive-dir)")
 }
 
 func agentCommand(g *global) *cobra.Command {

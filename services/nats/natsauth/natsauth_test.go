@@ -82,6 +82,17 @@ func TestOnlyAdminChangesStreams(t *testing.T) {
 			t.Errorf("%s reconfigured the events stream", p)
 		}
 		rcancel()
+		// Only the controller purges the events stream: the archiver it
+		// runs while it leads.
+		s, err := js.Stream(ctx, "TETHER_EVENTS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		if err := s.Purge(pctx, jetstream.WithPurgeSubject("tether.ev.fleet.none")); (err == nil) != (p == natsauth.Controller) {
+			t.Errorf("%s purging the events stream: %v", p, err)
+		}
+		pcancel()
 	}
 	if _, err := admin.Stream(ctx, "TETHER_EVENTS"); err != nil {
 		t.Fatalf("the events stream is gone: %v", err)

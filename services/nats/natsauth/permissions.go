@@ -11,7 +11,10 @@
 // key, reads only its own commands, answers reads of its own host's game
 // server logs only, writes only its own host's events, and cannot touch a
 // stream's configuration; only the admin principal (`tether
-// migrate`) may create, update, purge or delete streams. What the subjects
+// migrate`) may create, update or delete streams. Besides admin, only the
+// controller may purge, and only the events stream: the archiver it runs
+// while it leads purges the subjects it has archived (services/archiver).
+// What the subjects
 // cannot say (a host agent writes game-server events, and a game server's
 // subject does not name its host), the signature says: the folds refuse a
 // host agent's event on another host's game server (events.checkWriter).
@@ -136,7 +139,10 @@ func PermissionsOf(principal string) (Permissions, error) {
 	case APIServer:
 		p.Publish = append([]string{eventSubjects, commands.Subject("*"), hostlogs.Subject("*")}, jsRead...)
 	case Controller:
-		p.Publish = append([]string{eventSubjects, commands.Subject("*"), "$KV." + lease.Bucket + ".*", "$KV." + hostbeat.Bucket + ".*"}, jsRead...)
+		// The archiver runs in the controller while it leads, and purges the
+		// subjects it archived (services/archiver).
+		p.Publish = append([]string{eventSubjects, commands.Subject("*"), "$KV." + lease.Bucket + ".*", "$KV." + hostbeat.Bucket + ".*",
+			jsAPI + "STREAM.PURGE." + events.StreamName}, jsRead...)
 	case Projector:
 		p.Publish = append([]string{"$KV." + lease.Bucket + ".*"}, jsRead...)
 	default:
