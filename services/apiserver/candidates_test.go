@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/nats/replicas"
 )
 
 // lagViews serves a fixed READY list, best first, as views that have not
@@ -117,5 +118,33 @@ func TestCandidatePoolClaimEndsWhenTheViewsMoveOn(t *testing.T) {
 	now = now.Add(candidateTTL)
 	if _, ok, err := p.take(context.Background(), q); !ok || err != nil {
 		t.Fatalf("a server the views show READY past its allocation was not handed out: ok=%v err=%v", ok, err)
+	}
+}
+
+// With a slice of the candidates, a replica hands out every server of its
+// slice before any other, then the others rather than none.
+func TestCandidatePoolTakesItsSliceFirst(t *testing.T) {
+	const n = 40
+	views := &lagViews{rows: readyRows(n)}
+	p := newCandidatePool(views, time.Now, slog.New(slog.DiscardHandler))
+	sl := replicas.Slice{Index: 1, Count: 2}
+	p.sliceOf(func() replicas.Slice { return sl })
+	inSlice := 0
+	for _, r := range views.rows {
+		if sl.Holds(r.State.GetName()) {
+			inSlice++
+		}
+	}
+	if inSlice == 0 || inSlice == n {
+		t.Fatalf("%d of %d servers in the slice: the test needs both kinds", inSlice, n)
+	}
+	for i := range n {
+		row, ok, err := p.take(context.Background(), projections.AllocationQuery{})
+		if err != nil || !ok {
+			t.Fatalf("take %d: ok=%v err=%v", i, ok, err)
+		}
+		if mine := sl.Holds(row.State.GetName()); mine != (i < inSlice) {
+			t.Fatalf("take %d handed out %s (in the slice: %v) with %d of the slice's %d taken", i, row.State.GetName(), mine, min(i, inSlice), inSlice)
+		}
 	}
 }

@@ -356,6 +356,7 @@ func (s *Server) Run(ctx context.Context) error {
 	go s.opts.Tokens.Watch(ctx, apikeys.DefaultReloadEvery) // a keys file rotates without a restart
 	if s.opts.JetStream != nil {
 		go s.beats.run(ctx, s.opts.JetStream, s.log)
+		go s.joinReplicas(ctx, s.opts.JetStream) // replicas.go: a slice of the candidates each
 	}
 	var auth *authenticator // nil: every caller may do everything
 	if s.opts.Keys != nil || s.opts.OIDC != nil {

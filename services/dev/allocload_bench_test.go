@@ -289,7 +289,7 @@ func startReplica(b *testing.B, s *stack, tokenKeys string, tp trace.TracerProvi
 		GRPCListener: grpcLis, HTTPListener: httpLis,
 		Store: tracedStore{Store: store, tracer: tracer}, Views: tracedViews{Views: postgres.NewViews(pool), tracer: tracer},
 		Freshness: tracedFreshness{Freshness: fresh, tracer: tracer}, Tokens: tokens, Commands: bus,
-		TracerProvider: tp,
+		JetStream: js, TracerProvider: tp,
 	})
 	if err != nil {
 		b.Fatal(err)

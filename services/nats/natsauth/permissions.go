@@ -30,6 +30,7 @@ import (
 	"github.com/tetherhq/tether/services/nats/hostbeat"
 	"github.com/tetherhq/tether/services/nats/hostlogs"
 	"github.com/tetherhq/tether/services/nats/lease"
+	"github.com/tetherhq/tether/services/nats/replicas"
 )
 
 // The control-plane principals. A host agent's principal is
@@ -137,7 +138,8 @@ func PermissionsOf(principal string) (Permissions, error) {
 	case Admin:
 		return Permissions{Publish: []string{">"}, Subscribe: []string{">"}}, nil
 	case APIServer:
-		p.Publish = append([]string{eventSubjects, commands.Subject("*"), hostlogs.Subject("*")}, jsRead...)
+		// Its key in the set of live API replicas (services/nats/replicas).
+		p.Publish = append([]string{eventSubjects, commands.Subject("*"), hostlogs.Subject("*"), "$KV." + replicas.Bucket + ".*"}, jsRead...)
 	case Controller:
 		// The archiver runs in the controller while it leads, and purges the
 		// subjects it archived (services/archiver).

@@ -25,6 +25,7 @@ import (
 	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/nats/hostbeat"
 	"github.com/tetherhq/tether/services/nats/lease"
+	"github.com/tetherhq/tether/services/nats/replicas"
 )
 
 // Options say what to set up, and how.
@@ -80,6 +81,7 @@ func NATS(ctx context.Context, js jetstream.JetStream, opts Options) error {
 		{"stream " + commands.StreamName, func() error { return commands.Setup(ctx, js, opts.Replicas) }},
 		{"bucket " + hostbeat.Bucket, func() error { return hostbeat.Setup(ctx, js, opts.Replicas) }},
 		{"bucket " + lease.Bucket, func() error { return lease.Setup(ctx, js, opts.LeaseTTL, opts.Replicas) }},
+		{"bucket " + replicas.Bucket, func() error { return replicas.Setup(ctx, js, replicas.DefaultTTL, opts.Replicas) }},
 	}
 	for _, s := range steps {
 		if err := retryNoPeers(ctx, opts.Logger, s.what, s.run); err != nil {

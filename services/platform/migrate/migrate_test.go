@@ -15,13 +15,14 @@ import (
 	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/nats/hostbeat"
 	"github.com/tetherhq/tether/services/nats/lease"
+	apireplicas "github.com/tetherhq/tether/services/nats/replicas"
 	"github.com/tetherhq/tether/services/platform/migrate"
 	"github.com/tetherhq/tether/services/testkit/natstest"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // streams are the stream behind every stream and bucket migrate sets up.
-var streams = []string{events.StreamName, commands.StreamName, "KV_" + hostbeat.Bucket, "KV_" + lease.Bucket}
+var streams = []string{events.StreamName, commands.StreamName, "KV_" + hostbeat.Bucket, "KV_" + lease.Bucket, "KV_" + apireplicas.Bucket}
 
 // replicas returns each stream's configured replicas.
 func replicas(t *testing.T, js jetstream.JetStream) map[string]int {
