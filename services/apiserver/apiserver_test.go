@@ -54,11 +54,15 @@ type stackOptions struct {
 	authRecheck   time.Duration
 	protect       bool // /metrics and /openapi.json need a key
 	oidc          *oidcauth.Verifier
+	jetStream     bool // replicas get the stack's JetStream: heartbeats, the replica set
 }
 
 func newStack(t testing.TB, o stackOptions) *stack {
 	t.Helper()
-	opts := []kit.Option{kit.WithAPI(o.replicas, func(_ *kit.Stack, a *apiserver.Options) {
+	opts := []kit.Option{kit.WithAPI(o.replicas, func(k *kit.Stack, a *apiserver.Options) {
+		if o.jetStream {
+			a.JetStream = k.JS
+		}
 		a.ReadWait, a.TracerProvider, a.Keys, a.MaxBodyBytes = o.readWait, o.tracer, o.keys, o.maxBody
 		a.Limits, a.AuthRecheck = o.limits, o.authRecheck
 		a.MetricsNeedKey, a.OpenAPINeedsKey, a.OIDC = o.protect, o.protect, o.oidc

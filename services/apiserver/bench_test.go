@@ -85,7 +85,7 @@ func (s *stack) grpcClients(b *testing.B) []*grpc.ClientConn {
 func BenchmarkAllocate(b *testing.B) {
 	n := benchInt(b, "TETHER_BENCH_ALLOCATIONS", 5000)
 	clients := benchInt(b, "TETHER_BENCH_CLIENTS", 32)
-	s := newStack(b, stackOptions{replicas: 2})
+	s := newStack(b, stackOptions{replicas: 2, jetStream: true})
 	conns := s.grpcClients(b)
 	for i := range b.N {
 		fleet := fmt.Sprintf("bench-%d", i)
