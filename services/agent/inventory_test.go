@@ -38,7 +38,7 @@ func TestHeartbeatCarriesInventoryAndCanBePaused(t *testing.T) {
 		pids[n] = int(h.waitEvent(n, "ProcessStarted").Data.(*eventsv1.ProcessStarted).GetPid())
 	}
 	wait.For(t, 10*time.Second, "a beat listing both servers with their pids", func() bool {
-		inv := read().Inventory
+		inv := read().Inv()
 		if inv == nil || inv.Queued != 0 || len(inv.Servers) != 2 {
 			return false
 		}
@@ -62,7 +62,7 @@ func TestHeartbeatCarriesInventoryAndCanBePaused(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait.For(t, 10*time.Second, "a beat without the stopped server", func() bool {
-		inv := read().Inventory
+		inv := read().Inv()
 		return inv != nil && len(inv.Servers) == 1 && inv.Servers[0].Name == names[1]
 	})
 

@@ -71,7 +71,7 @@ func (b *liveBeats) freshenHost(h *tetherv1.Host) {
 		return
 	}
 	if beat, ok := b.beat(id); ok {
-		h.LastHeartbeatTime = later(h.GetLastHeartbeatTime(), beat.Time)
+		h.LastHeartbeatTime = later(h.GetLastHeartbeatTime(), beat.WrittenAt())
 	}
 }
 
@@ -87,11 +87,12 @@ func (b *liveBeats) freshenGameServer(g *tetherv1.GameServer) {
 		return
 	}
 	beat, ok := b.beat(id)
-	if !ok || beat.Inventory == nil {
+	inv := beat.Inv()
+	if !ok || inv == nil {
 		return
 	}
 	// The agent lists its servers sorted by name.
-	servers := beat.Inventory.Servers
+	servers := inv.Servers
 	i, found := slices.BinarySearchFunc(servers, g.GetName(), func(s hostbeat.Server, name string) int { return strings.Compare(s.Name, name) })
 	if found {
 		g.Health.LastHeartbeatTime = later(g.GetHealth().GetLastHeartbeatTime(), servers[i].LastHeartbeat())

@@ -42,7 +42,7 @@ func (p planner) planHosts(s snapshot, out *Plan) map[string]eventsv1.HostStatus
 		case st == eventsv1.HostStatus_HOST_STATUS_UNREACHABLE && silent > p.lostAfter:
 			cmd = events.MarkHostLost{LastHeartbeat: last}
 		case (st == eventsv1.HostStatus_HOST_STATUS_UNREACHABLE || st == eventsv1.HostStatus_HOST_STATUS_LOST) && silent <= p.unreachableAfter:
-			if inv := beat.Inventory; inv != nil && inv.Queued > 0 {
+			if inv := beat.Inv(); inv != nil && inv.Queued > 0 {
 				// Its agent still publishes what it kept while away: the host
 				// is back when its facts are, so the views and the inventory
 				// agree. It beats, so it is not lost meanwhile.
@@ -75,8 +75,8 @@ func (p planner) planHosts(s snapshot, out *Plan) map[string]eventsv1.HostStatus
 		case *eventsv1.HostOnline:
 			status[name] = eventsv1.HostStatus_HOST_STATUS_ONLINE
 			d.then = p.checkInventory(name, beat, s.servers, out)
-			if inv := beat.Inventory; inv != nil {
-				d.attrs = append(d.attrs, "inventory_time", beat.Time, "inventory_servers", len(inv.Servers))
+			if inv := beat.Inv(); inv != nil {
+				d.attrs = append(d.attrs, "inventory_time", beat.WrittenAt(), "inventory_servers", len(inv.Servers))
 			}
 		case *eventsv1.HostLost:
 			status[name] = eventsv1.HostStatus_HOST_STATUS_LOST
@@ -163,7 +163,7 @@ const missingDetail = "not in the host's inventory when it came back"
 // append is guarded by the server's sequence, so a server whose end (or any
 // other event) reached the stream since the views were read is left alone.
 func (p planner) checkInventory(host string, beat hostbeat.Beat, servers []projections.Row[*eventsv1.GameServerState], out *Plan) []decision {
-	inv := beat.Inventory
+	inv := beat.Inv()
 	if inv == nil {
 		return nil // an older agent: its servers are kept
 	}
@@ -177,11 +177,11 @@ func (p planner) checkInventory(host string, beat hostbeat.Beat, servers []proje
 		case eventsv1.Lifecycle_LIFECYCLE_SCHEDULED, eventsv1.Lifecycle_LIFECYCLE_TERMINATED:
 			continue
 		}
-		if u := r.State.GetUpdateTime(); u != nil && u.AsTime().After(beat.Time) {
+		if u := r.State.GetUpdateTime(); u != nil && u.AsTime().After(beat.WrittenAt()) {
 			continue // changed since the inventory was taken
 		}
 		detail := fmt.Sprintf("%s: host %s reported %d game servers at %s, not this one (last known pid %d, %s)",
-			missingDetail, host, len(inv.Servers), beat.Time.Format(time.RFC3339Nano), r.State.GetPid(), events.LifecycleName(r.State.GetLifecycle()))
+			missingDetail, host, len(inv.Servers), beat.WrittenAt().Format(time.RFC3339Nano), r.State.GetPid(), events.LifecycleName(r.State.GetLifecycle()))
 		if d := p.terminate(r, eventsv1.Reason_REASON_PROCESS_EXITED, detail, "game server missing from its host's inventory; terminated", out); d != nil {
 			then = append(then, *d)
 		}

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,17 +33,61 @@ const Bucket = "TETHER_HOSTS"
 // time of the last write, so this only bounds the bucket's size.
 const keyTTL = 24 * time.Hour
 
-// Beat is one heartbeat of a host, as its agent writes it.
+// Beat is one heartbeat of a host. A writer (the agent) sets Time and
+// Inventory; a reader uses WrittenAt and Inv, which work on a beat read
+// from the bucket too: such a beat keeps its value as stored and decodes
+// it on first use. Every reader follows every beat of every host (5,000 a
+// second at 10,000 hosts), and almost all of them are only looked at for
+// when they were stored: decoding each cost its inventory's allocations
+// for nothing (docs/scaling.md).
 type Beat struct {
-	// Time is when the agent wrote the beat, by the agent's clock.
+	// Time is when the agent wrote the beat, by the agent's clock; readers
+	// use WrittenAt.
 	Time time.Time `json:"time"`
 	// Inventory is what the agent supervises; nil when the beat has none
-	// (an older agent, whose beat is a bare timestamp).
+	// (an older agent, whose beat is a bare timestamp). Readers use Inv.
 	Inventory *Inventory `json:"inventory,omitempty"`
 	// Stored is when the bucket stored the beat (the NATS server's clock);
 	// liveness is judged by it. Not part of the value.
 	Stored time.Time `json:"-"`
+
+	stored *storedValue // the value as read from the bucket; nil on a beat built to be written
 }
+
+// storedValue is a beat's value as the bucket stored it, decoded once, on
+// first use.
+type storedValue struct {
+	once sync.Once
+	raw  []byte // until decoded
+	beat Beat   // Time and Inventory, once decoded
+}
+
+// read is a beat read from the bucket: stored at, value v (not decoded).
+func read(v []byte, stored time.Time) Beat {
+	return Beat{Stored: stored, stored: &storedValue{raw: v}}
+}
+
+// decoded is b with Time and Inventory set.
+func (b Beat) decoded() Beat {
+	sv := b.stored
+	if sv == nil {
+		return b
+	}
+	sv.once.Do(func() {
+		sv.beat, sv.raw = decode(sv.raw), nil
+	})
+	b.Time, b.Inventory = sv.beat.Time, sv.beat.Inventory
+	return b
+}
+
+// WrittenAt is when the agent wrote the beat, by its clock; zero when the
+// value had none.
+func (b Beat) WrittenAt() time.Time { return b.decoded().Time }
+
+// Inv is the beat's inventory; nil when it has none (an older agent's
+// bare timestamp, or a value that could not be decoded). Shared between
+// the copies of a beat read from the bucket: not to be modified.
+func (b Beat) Inv() *Inventory { return b.decoded().Inventory }
 
 // Inventory is the game servers an agent supervises when it beats.
 type Inventory struct {
@@ -143,9 +188,7 @@ func Read(ctx context.Context, kv jetstream.KeyValue) (map[string]Beat, error) {
 		if err != nil {
 			return nil, fmt.Errorf("hostbeat: get %s: %w", k, err)
 		}
-		b := decode(e.Value())
-		b.Stored = e.Created()
-		out[k] = b
+		out[k] = read(e.Value(), e.Created())
 	}
 	return out, nil
 }

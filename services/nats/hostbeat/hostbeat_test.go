@@ -62,8 +62,8 @@ func TestReadBeats(t *testing.T) {
 			if got.Stored.IsZero() || time.Since(got.Stored) > time.Minute || !last[tc.host].Equal(got.Stored) {
 				t.Fatalf("stored at %s, Last says %s", got.Stored, last[tc.host])
 			}
-			if !got.Time.Equal(tc.want.Time) || !reflect.DeepEqual(got.Inventory, tc.want.Inventory) {
-				t.Fatalf("beat %+v %+v, want %+v %+v", got, got.Inventory, tc.want, tc.want.Inventory)
+			if !got.WrittenAt().Equal(tc.want.Time) || !reflect.DeepEqual(got.Inv(), tc.want.Inventory) {
+				t.Fatalf("beat %v %+v, want %v %+v", got.WrittenAt(), got.Inv(), tc.want.Time, tc.want.Inventory)
 			}
 		})
 	}

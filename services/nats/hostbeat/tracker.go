@@ -151,8 +151,7 @@ func (t *Tracker) apply(e jetstream.KeyValueEntry) {
 	var b Beat
 	put := e.Operation() == jetstream.KeyValuePut
 	if put {
-		b = decode(e.Value())
-		b.Stored = e.Created()
+		b = read(e.Value(), e.Created()) // decoded when used, if ever
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -247,7 +246,7 @@ func (t *Tracker) waitLocked() <-chan struct{} {
 // it, the next one still in the bucket), so the map holds every beat stored
 // before the call that is still in the bucket. It returns an error if the
 // tracker has ended (Err), or if ctx ends before it has caught up (a stalled
-// watcher never does). The map is the caller's; the Inventory pointers in it
+// watcher never does). The map is the caller's; the inventories in it (Inv)
 // are shared and must not be modified.
 func (t *Tracker) Beats(ctx context.Context) (map[string]Beat, error) {
 	if err := t.Err(); err != nil {
@@ -303,7 +302,7 @@ func (t *Tracker) Beats(ctx context.Context) (map[string]Beat, error) {
 // Latest returns the beat of host (its id) the tracker has applied so far,
 // without waiting for it to catch up with the bucket (Beats does): for
 // showing when a host last beat, where a beat a moment old does, not for
-// liveness verdicts. The Inventory pointer is shared and must not be
+// liveness verdicts. Its inventory (Inv) is shared and must not be
 // modified.
 func (t *Tracker) Latest(host string) (Beat, bool) {
 	t.mu.Lock()

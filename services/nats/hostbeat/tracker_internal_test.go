@@ -2,8 +2,10 @@ package hostbeat
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +43,7 @@ func TestTrackerWaitLoadsInitialValues(t *testing.T) {
 	tr.mu.Lock()
 	n, last := len(tr.beats), tr.beats[fmt.Sprintf("h%d", hosts-1)]
 	tr.mu.Unlock()
-	if n != hosts || !last.Time.Equal(time.Unix(hosts-1, 0)) {
+	if n != hosts || !last.WrittenAt().Equal(time.Unix(hosts-1, 0)) {
 		t.Fatalf("after Wait: %d beats, the last %+v", n, last)
 	}
 }
@@ -119,4 +121,41 @@ func setUp(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, err
 		return nil, err
 	}
 	return Open(ctx, js)
+}
+
+// A tracker keeps each beat as stored and decodes it only when its
+// inventory or time is asked for, once for every copy, from any goroutine.
+func TestTrackerDecodesBeatsWhenUsed(t *testing.T) {
+	tr := &Tracker{beats: map[string]Beat{}, changed: make(chan struct{})}
+	at := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	v, err := json.Marshal(Beat{Time: at, Inventory: &Inventory{Servers: []Server{{Name: "fleets/a/gameServers/gs-1", Pid: 7}}, Queued: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.apply(entry{key: "h1", value: v, rev: 1, created: at.Add(time.Millisecond)})
+	b, ok := tr.Latest("h1")
+	if !ok || b.stored == nil || b.stored.raw == nil || b.Inventory != nil {
+		t.Fatalf("the applied beat was decoded (or lost): ok=%v %+v", ok, b)
+	}
+	if !b.Stored.Equal(at.Add(time.Millisecond)) {
+		t.Fatalf("stored %v", b.Stored)
+	}
+	var wg sync.WaitGroup
+	invs := make([]*Inventory, 8)
+	for i := range invs {
+		wg.Go(func() { invs[i] = b.Inv() })
+	}
+	wg.Wait()
+	for _, inv := range invs {
+		if inv != invs[0] || inv == nil || inv.Queued != 2 || len(inv.Servers) != 1 || inv.Servers[0].Pid != 7 {
+			t.Fatalf("inventories %+v: want one shared, decoded", invs)
+		}
+	}
+	if b.stored.raw != nil || !b.WrittenAt().Equal(at) {
+		t.Fatalf("after use: raw kept %v, written at %v", b.stored.raw != nil, b.WrittenAt())
+	}
+	again, _ := tr.Latest("h1")
+	if again.Inv() != invs[0] {
+		t.Fatal("a second copy of the beat decoded it again")
+	}
 }

@@ -41,8 +41,8 @@ func sameBeats(t *testing.T, got, want map[string]hostbeat.Beat) {
 	}
 	for h, w := range want {
 		g := got[h]
-		if !g.Stored.Equal(w.Stored) || !g.Time.Equal(w.Time) || !reflect.DeepEqual(g.Inventory, w.Inventory) {
-			t.Fatalf("%s: %+v %+v, want %+v %+v", h, g, g.Inventory, w, w.Inventory)
+		if !g.Stored.Equal(w.Stored) || !g.WrittenAt().Equal(w.WrittenAt()) || !reflect.DeepEqual(g.Inv(), w.Inv()) {
+			t.Fatalf("%s: %v %v %+v, want %v %v %+v", h, g.Stored, g.WrittenAt(), g.Inv(), w.Stored, w.WrittenAt(), w.Inv())
 		}
 	}
 }
@@ -92,7 +92,7 @@ func TestTrackerFollowsBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := beats(t, tr)
-	if len(got) != 3 || got["h1"].Inventory.Queued != 1 || !got["h2"].Time.Equal(at) {
+	if len(got) != 3 || got["h1"].Inv().Queued != 1 || !got["h2"].WrittenAt().Equal(at) {
 		t.Fatalf("initial beats %+v", got)
 	}
 	sameBeats(t, got, read())
@@ -105,7 +105,7 @@ func TestTrackerFollowsBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = beats(t, tr)
-	if _, ok := got["h4"]; !ok || !got["h1"].Time.Equal(at.Add(2*time.Second)) || got["h1"].Inventory != nil {
+	if _, ok := got["h4"]; !ok || !got["h1"].WrittenAt().Equal(at.Add(2*time.Second)) || got["h1"].Inv() != nil {
 		t.Fatalf("after puts %+v", got)
 	}
 	sameBeats(t, got, read())
@@ -313,18 +313,18 @@ func TestTrackerConcurrent(t *testing.T) {
 					// Hosts never deleted are in a read, as recent as
 					// when it began at least.
 					if at, ok := v.(time.Time); ok && !strings.Contains(h, "churn") {
-						if b, ok := got[h]; !ok || b.Time.Before(at) {
+						if b, ok := got[h]; !ok || b.WrittenAt().Before(at) {
 							t.Errorf("%s: read %+v, after %s was written", h, b, at)
 							return
 						}
 					}
 				}
 				for h, b := range got {
-					if b.Time.Before(seen[h]) {
-						t.Errorf("%s went back from %s to %s", h, seen[h], b.Time)
+					if b.WrittenAt().Before(seen[h]) {
+						t.Errorf("%s went back from %s to %s", h, seen[h], b.WrittenAt())
 						return
 					}
-					seen[h] = b.Time
+					seen[h] = b.WrittenAt()
 				}
 			}
 		})
