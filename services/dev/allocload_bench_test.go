@@ -160,6 +160,9 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 			for c, n := range res.Errors {
 				total.Errors[c] += n
 			}
+			if room := 5 - len(total.ErrorSamples); room > 0 {
+				total.ErrorSamples = append(total.ErrorSamples, res.ErrorSamples[:min(room, len(res.ErrorSamples))]...)
+			}
 		}
 		writeProfile(b, profDir, "block")
 		writeProfile(b, profDir, "mutex")

@@ -129,6 +129,8 @@ type Result struct {
 	Latencies []time.Duration
 	// Errors counts the failed calls by gRPC code.
 	Errors map[codes.Code]int
+	// ErrorSamples are the first failed calls' errors, as the caller got them.
+	ErrorSamples []string
 	// Returned and ReturnFailed count the servers handed back, and those
 	// that could not be (their errors: ReturnErrors, the first few).
 	Returned, ReturnFailed int
@@ -183,7 +185,15 @@ func (r Result) Table(w io.Writer) error {
 	fmt.Fprintln(tw, "replicas\tcallers\tallocations\tallocs/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\terrors\treturned")
 	fmt.Fprintf(tw, "%d\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d (%d failed)\n", r.Targets, r.Callers, r.Allocations, r.Rate(),
 		ms(r.Quantile(0.5)), ms(r.Quantile(0.9)), ms(r.Quantile(0.99)), ms(r.Max()), r.ErrorSummary(), r.Returned, r.ReturnFailed)
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, e := range r.ErrorSamples {
+		if _, err := fmt.Fprintf(w, "  error: %s\n", e); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Run calls until Duration has passed (or Max allocations are made, or ctx
@@ -277,6 +287,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 					res.Latencies = append(res.Latencies, d)
 				} else {
 					res.Errors[status.Code(err)]++
+					if len(res.ErrorSamples) < 5 {
+						res.ErrorSamples = append(res.ErrorSamples, err.Error())
+					}
 				}
 				mu.Unlock()
 				if err == nil && opts.Return != nil {
