@@ -92,6 +92,7 @@ type AllocationQuery struct {
 	// Distributed prefers hosts with the fewest allocated servers; the
 	// default (packed) prefers the busiest hosts, to keep others free.
 	Distributed bool
-	// Limit bounds the rows returned.
+	// Limit bounds the rows returned; fewer than Limit are every candidate
+	// (the allocator concludes there is no READY server from it).
 	Limit int
 }

@@ -117,6 +117,8 @@ ORDER BY g.name LIMIT $2`, olderThan, limit)
 // aggregate queries and reads the rows of only as many hosts as the limit
 // needs; a single join ranking every READY row left the plan at the mercy
 // of the table's statistics (a nested loop over all of them when stale).
+// Fewer than q.Limit rows are every READY server matching q, as of one
+// snapshot of the views.
 func (v *Views) AllocationCandidates(ctx context.Context, q projections.AllocationQuery) ([]projections.Row[*eventsv1.GameServerState], error) {
 	if q.MatchLabels == nil {
 		q.MatchLabels = map[string]string{} // not JSON null, which contains nothing
@@ -131,6 +133,18 @@ func (v *Views) AllocationCandidates(ctx context.Context, q projections.Allocati
 	// (AGENT_RESTARTED). It is never a candidate.
 	const match = `state = 'READY' AND ($1 = '' OR fleet = $1) AND labels @> $2::jsonb
 AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host AND (h.registered_sequence > game_servers.last_sequence OR h.draining))`
+	// One snapshot for the counts and the rows: the rows are read only from
+	// the hosts whose counts add up to Limit, and a caller takes fewer than
+	// Limit rows to mean every candidate there is. Read apart, servers that
+	// left READY between the two reads (this replica's own allocations,
+	// projected meanwhile) made the picked hosts return fewer than Limit
+	// while READY servers waited on the hosts not picked: the allocator
+	// answered NO_READY_GAME_SERVER with a whole host READY.
+	tx, err := v.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("views: allocation candidates: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only: nothing to undo, and a failed rollback ends the connection's transaction anyway
 	type host struct {
 		name        string
 		ready, busy int
@@ -138,7 +152,7 @@ AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host AND (h.re
 	}
 	var hosts []*host
 	byName := map[string]*host{}
-	rows, err := v.pool.Query(ctx, `SELECT host, count(*) FROM game_servers WHERE `+match+` GROUP BY host`, q.Fleet, labels)
+	rows, err := tx.Query(ctx, `SELECT host, count(*) FROM game_servers WHERE `+match+` GROUP BY host`, q.Fleet, labels)
 	if err != nil {
 		return nil, fmt.Errorf("views: allocation candidates: %w", err)
 	}
@@ -155,7 +169,7 @@ AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host AND (h.re
 		return nil, err
 	}
 	names := slices.Collect(maps.Keys(byName))
-	rows, err = v.pool.Query(ctx, `SELECT host, count(*) FROM game_servers WHERE state = 'ALLOCATED' AND host = ANY($1) GROUP BY host`, names)
+	rows, err = tx.Query(ctx, `SELECT host, count(*) FROM game_servers WHERE state = 'ALLOCATED' AND host = ANY($1) GROUP BY host`, names)
 	if err != nil {
 		return nil, fmt.Errorf("views: allocation candidates: %w", err)
 	}
@@ -171,7 +185,7 @@ AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host AND (h.re
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	rows, err = v.pool.Query(ctx, `SELECT name FROM hosts WHERE name = ANY($1) AND cordoned`, names)
+	rows, err = tx.Query(ctx, `SELECT name FROM hosts WHERE name = ANY($1) AND cordoned`, names)
 	if err != nil {
 		return nil, fmt.Errorf("views: allocation candidates: %w", err)
 	}
@@ -197,7 +211,7 @@ AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host AND (h.re
 		n += h.ready
 	}
 	// The picked hosts hold at least Limit rows, and at most one host's more.
-	rows, err = v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM game_servers WHERE `+match+` AND host = ANY($3)
+	rows, err = tx.Query(ctx, `SELECT snapshot, last_sequence FROM game_servers WHERE `+match+` AND host = ANY($3)
 ORDER BY host, name`, q.Fleet, labels, pick)
 	if err != nil {
 		return nil, fmt.Errorf("views: allocation candidates: %w", err)
