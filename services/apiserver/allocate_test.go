@@ -85,7 +85,7 @@ func fleetWithoutReplicas() map[string]any {
 // succeed, the others get NO_READY_GAME_SERVER, and the stream holds one
 // allocation per server.
 func TestAllocateConcurrentTwoReplicas(t *testing.T) {
-	s := newStack(t, stackOptions{replicas: 2})
+	s := newStack(t, stackOptions{replicas: 2, jetStream: true})
 	s.createFleet("arena", fleetWithoutReplicas())
 	servers := s.seedReady("arena", 20, 4, map[string]string{"mode": "ranked"})
 
@@ -140,7 +140,7 @@ func TestAllocateConcurrentTwoReplicas(t *testing.T) {
 // A retried allocation returns the first result through either replica,
 // also when the retries race each other.
 func TestAllocateIdempotentAcrossReplicas(t *testing.T) {
-	s := newStack(t, stackOptions{replicas: 2})
+	s := newStack(t, stackOptions{replicas: 2, jetStream: true})
 	s.createFleet("arena", fleetWithoutReplicas())
 	s.seedReady("arena", 6, 2, nil)
 	body := map[string]any{"requestId": "match-42", "players": []any{map[string]any{"playerId": "p1"}}}
