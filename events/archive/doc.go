@@ -2,9 +2,9 @@
 // holding the complete, ended histories of aggregates (terminated game
 // servers, ended game sessions with their player sessions, deleted
 // fleets) once they have left the events stream. The archiver
-// (services/archiver) writes them and purges the archived subjects;
-// serving history from segments is to come (docs/architecture.md, "The
-// archive (in progress)").
+// (services/archiver) writes them and purges the archived subjects; the
+// API server reads them back for history reads and exports
+// (services/apiserver, archive.go; docs/architecture.md, "The archive").
 //
 // A segment keeps, for every event, what the stream stored: its stream
 // sequence, its subject, the time the stream stored it, every header (the

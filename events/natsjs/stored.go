@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/tetherhq/tether/events"
 )
 
 // StoredMessage is one event message as the stream stored it, undecoded:
@@ -47,6 +49,16 @@ func (s *Store) Stored(ctx context.Context, subject string, from, to uint64) ([]
 		next = m.Sequence + 1
 	}
 	return out, nil
+}
+
+// Decode decodes a stored message, as read from the stream or kept by an
+// archive segment (events/archive.Record has the same fields), the way the
+// store's own reads decode: its Sequence set and, when the store verifies
+// signatures (Options.Verifier), its Writer from the message's signature
+// headers, which a segment keeps byte for byte. Errors wrap
+// events.ErrUndecodable for data that is not an envelope.
+func (s *Store) Decode(m StoredMessage) (events.Envelope, error) {
+	return s.open(m.Data, m.Subject, m.Header, m.Sequence)
 }
 
 // LeaderLastSequence returns the sequence of the last message on subject

@@ -131,7 +131,10 @@ func (s *Store) anyBetween(ctx context.Context, after, until uint64, subjects []
 // SequenceAt returns the sequence of the first event stored at or after t
 // (by the stream's timestamps, which grow with sequences), or the stream's
 // last sequence + 1 when every event was stored before t. It binary-searches
-// with direct gets: about log2(events) of them.
+// with direct gets: about log2(events) of them. Sequences the archiver
+// purged are gaps: each probe reads the first event at or after its
+// sequence, so the answer may be a purged sequence, with no event of the
+// stream between it and the first one stored at or after t.
 func (s *Store) SequenceAt(ctx context.Context, t time.Time) (uint64, error) {
 	info, err := s.stream.Info(ctx)
 	if err != nil {
@@ -143,14 +146,16 @@ func (s *Store) SequenceAt(ctx context.Context, t time.Time) (uint64, error) {
 	}
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		m, err := s.stream.GetMsg(ctx, mid)
-		if err != nil {
+		m, err := s.stream.GetMsg(ctx, mid, jetstream.WithGetMsgSubject(events.SubjectPrefix+".>"))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			hi = mid // purged from mid to the end
+		case err != nil:
 			return 0, fmt.Errorf("natsjs: read event %d for its time: %w", mid, err)
-		}
-		if m.Time.Before(t) {
-			lo = mid + 1
-		} else {
-			hi = mid
+		case m.Time.Before(t):
+			lo = m.Sequence + 1
+		default:
+			hi = mid // events from mid up to m.Sequence were purged
 		}
 	}
 	return lo, nil

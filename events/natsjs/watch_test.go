@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs"
 )
 
 // watched is one item a watch yielded.
@@ -177,5 +180,68 @@ func TestSequenceAt(t *testing.T) {
 	}
 	if seq, err := e.store.SequenceAt(e.ctx, stored[19].Add(time.Nanosecond)); err != nil || seq != 21 {
 		t.Fatalf("after the last event: %d, %v; want 21", seq, err)
+	}
+}
+
+// TestSequenceAtOverPurgedEvents: the archiver's purges leave gaps in the
+// stream's sequences; SequenceAt steps over them (a probe at a purged
+// sequence used to fail), and answers so that the events left before it
+// were stored before the time and those from it on at or after it.
+func TestSequenceAtOverPurgedEvents(t *testing.T) {
+	e := newEnv(t)
+	var stored []time.Time
+	for i := range 30 {
+		id := "keep"
+		if i%3 != 0 || i >= 24 {
+			id = "gone" // purged below: most of the stream, and its end
+		}
+		seq := e.append(t, fleetSubject(id), events.AnySequence, fleetCreated(id, int32(i)))
+		m, err := e.store.Stream().GetMsg(e.ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, m.Time)
+	}
+	if _, err := e.store.PurgeSubject(e.ctx, fleetSubject("gone"), 30); err != nil {
+		t.Fatal(err)
+	}
+	for i, ts := range stored {
+		seq, err := e.store.SequenceAt(e.ctx, ts)
+		if err != nil {
+			t.Fatalf("at the time of event %d: %v", i+1, err)
+		}
+		// Every event left in the stream is before the answer iff it was
+		// stored before ts.
+		for j := 0; j < 24; j += 3 {
+			if before := uint64(j+1) < seq; before != stored[j].Before(ts) {
+				t.Fatalf("at the time of event %d: answer %d, but event %d (kept, stored %s) is on the wrong side",
+					i+1, seq, j+1, stored[j].Format(time.RFC3339Nano))
+			}
+		}
+	}
+	if seq, err := e.store.SequenceAt(e.ctx, stored[29].Add(time.Nanosecond)); err != nil || seq < 23 || seq > 31 {
+		t.Fatalf("after the last event: %d, %v", seq, err)
+	}
+}
+
+// TestDecodeAsTheStoreReads: Decode of a message as stored gives the
+// envelope History gives.
+func TestDecodeAsTheStoreReads(t *testing.T) {
+	e := newEnv(t)
+	seq := e.append(t, fleetSubject("d"), 0, fleetCreated("d", 4))
+	msgs, err := e.store.Stored(e.ctx, fleetSubject("d"), 1, seq)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("stored: %d, %v", len(msgs), err)
+	}
+	got, err := e.store.Decode(msgs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := e.history(t, fleetSubject("d"), 0)[0]
+	if got.Sequence != seq || got.ID != want.ID || got.Type != want.Type || !proto.Equal(got.Data, want.Data) {
+		t.Fatalf("decoded %+v, History read %+v", got, want)
+	}
+	if _, err := e.store.Decode(natsjs.StoredMessage{Sequence: 9, Subject: fleetSubject("d"), Data: []byte("not an envelope")}); !errors.Is(err, events.ErrUndecodable) {
+		t.Fatalf("decode of garbage: %v, want ErrUndecodable", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/archive"
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/apiserver"
 	"github.com/tetherhq/tether/services/platform/apikeys"
@@ -55,11 +56,18 @@ type stackOptions struct {
 	protect       bool // /metrics and /openapi.json need a key
 	oidc          *oidcauth.Verifier
 	jetStream     bool // replicas get the stack's JetStream: heartbeats, the replica set
+	// archive, when set, is the first replica's segment store (the others
+	// read no archive).
+	archive archive.SegmentStore
 }
 
 func newStack(t testing.TB, o stackOptions) *stack {
 	t.Helper()
+	replica := 0
 	opts := []kit.Option{kit.WithAPI(o.replicas, func(k *kit.Stack, a *apiserver.Options) {
+		if replica++; replica == 1 && o.archive != nil {
+			a.Archive = o.archive
+		}
 		if o.jetStream {
 			a.JetStream = k.JS
 		}

@@ -45,6 +45,8 @@ const (
 	watchEvents        action = "events.watch"
 	readProjections    action = "projections.read"
 	operateProjections action = "projections.write"
+	readArchive        action = "archive.read"
+	verifyArchive      action = "archive.verify"
 )
 
 // rpcActions is the action of every RPC, by its full method name. An RPC
@@ -94,18 +96,23 @@ var rpcActions = map[string]action{
 	"/tether.v1.ProjectionService/CheckProjections":    operateProjections,
 	"/tether.v1.ProjectionService/RebuildProjections":  operateProjections,
 	"/tether.v1.ProjectionService/RetryDeadLetter":     operateProjections,
+
+	"/tether.v1.ArchiveService/GetArchiveStatus": readArchive,
+	// Verification reads every byte of the archive: for those who answer
+	// for it, not for dashboards.
+	"/tether.v1.ArchiveService/VerifyArchive": verifyArchive,
 }
 
 // reads is what every role that reads may read.
-var reads = []action{readFleets, readGameServers, readHosts, readSessions, readProjections, watchEvents}
+var reads = []action{readFleets, readGameServers, readHosts, readSessions, readProjections, readArchive, watchEvents}
 
 // roleActions is the permission matrix: what each role may do (admin:
 // everything, listed or not). docs/security.md shows it.
 var roleActions = map[apikeys.Role][]action{
-	apikeys.Operator:   append([]action{writeFleets, writeGameServers, readLogs, writeHosts, operateProjections, readHistory}, reads...),
+	apikeys.Operator:   append([]action{writeFleets, writeGameServers, readLogs, writeHosts, operateProjections, readHistory, verifyArchive}, reads...),
 	apikeys.Matchmaker: {allocate, readSessions, writeSessions, readGameServers},
 	apikeys.Viewer:     reads,
-	apikeys.Auditor:    append([]action{readHistory}, reads...),
+	apikeys.Auditor:    append([]action{readHistory, verifyArchive}, reads...),
 }
 
 // permits reports whether role may call method.

@@ -91,6 +91,9 @@ var wantMatrix = map[string][]apikeys.Role{
 	"/tether.v1.ProjectionService/CheckProjections":    {apikeys.Operator},
 	"/tether.v1.ProjectionService/RebuildProjections":  {apikeys.Operator},
 	"/tether.v1.ProjectionService/RetryDeadLetter":     {apikeys.Operator},
+
+	"/tether.v1.ArchiveService/GetArchiveStatus": {apikeys.Operator, apikeys.Viewer, apikeys.Auditor},
+	"/tether.v1.ArchiveService/VerifyArchive":    {apikeys.Operator, apikeys.Auditor},
 }
 
 // Every RPC against every role: permits answers what the matrix says, and

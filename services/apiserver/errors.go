@@ -39,6 +39,7 @@ type apiError struct {
 	reason string
 	field  string // request field for a BadRequest violation, if any
 	msg    string
+	meta   map[string]string // the ErrorInfo's metadata, if any
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -56,7 +57,7 @@ func toStatus(log *slog.Logger, method string, err error) *status.Status {
 		return st
 	}
 	st = status.New(ae.code, ae.msg)
-	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: ae.reason, Domain: ErrorDomain}}
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: ae.reason, Domain: ErrorDomain, Metadata: ae.meta}}
 	if ae.field != "" {
 		details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
 			{Field: ae.field, Description: ae.msg},

@@ -93,7 +93,7 @@ func (f *fleetService) GetFleet(ctx context.Context, req *tetherv1.GetFleetReque
 	}
 	row, err := f.s.opts.Views.Fleet(ctx, req.GetName())
 	if err != nil {
-		return nil, err
+		return nil, f.s.archivedNotFound(ctx, req.GetName(), req.GetName(), err)
 	}
 	if err := liveFleet(req.GetName(), row.State); err != nil {
 		return nil, err

@@ -33,7 +33,7 @@ func (g *gameServerService) GetGameServer(ctx context.Context, req *tetherv1.Get
 	}
 	row, err := g.s.opts.Views.GameServer(ctx, req.GetName())
 	if err != nil {
-		return nil, err
+		return nil, g.s.archivedNotFound(ctx, req.GetName(), req.GetName(), err)
 	}
 	out := gameServerToAPI(row.State, row.Sequence)
 	g.s.beats.freshenGameServer(out)

@@ -20,8 +20,9 @@ import (
 )
 
 // historyService implements tetherv1.HistoryServiceServer: answers computed
-// from the event stream, not from the views. ListEvents, GetStateAt and
-// Explain are in this file; WatchEvents in watch.go.
+// from the event stream, not from the views, and from the archive for the
+// aggregates whose histories were archived (archive.go). ListEvents,
+// GetStateAt and Explain are in this file; WatchEvents in watch.go.
 type historyService struct {
 	tetherv1.UnimplementedHistoryServiceServer
 	s *Server
@@ -80,16 +81,80 @@ func (r resource) concerns(e events.Envelope) bool {
 	return ok && id == r.player
 }
 
-// history reads the resource's events from the stream, oldest first.
-func (h *historyService) history(ctx context.Context, r resource, from uint64) ([]events.Envelope, error) {
-	all, err := h.s.opts.Store.History(ctx, r.subject, from)
+// history is a resource's events, oldest first, and the archive segments
+// those read from the archive came from.
+type history struct {
+	evs      []events.Envelope
+	segments map[uint64]string // sequence → segment; nil when all came from the stream
+	// ends are the last sequences of the archived stretches: each ended
+	// one life of the aggregate, and an event after it starts the next (a
+	// fleet created again under an archived fleet's name).
+	ends []uint64
+}
+
+// life returns the events of the life that evs[i] belongs to, up to it:
+// what its state folds from (the views folded each life from nothing, its
+// row gone with the archived one).
+func (h history) life(evs []events.Envelope, i int) []events.Envelope {
+	start := 0
+	for j := i; j > 0; j-- {
+		if slices.ContainsFunc(h.ends, func(end uint64) bool { return evs[j-1].Sequence <= end && end < evs[j].Sequence }) {
+			start = j
+			break
+		}
+	}
+	return evs[start : i+1]
+}
+
+// segmentsOf returns the distinct segments evs were read from, in order.
+func (h history) segmentsOf(evs []events.Envelope) []string {
+	var out []string
+	for _, e := range evs {
+		if seg := h.segments[e.Sequence]; seg != "" && !slices.Contains(out, seg) {
+			out = append(out, seg)
+		}
+	}
+	return out
+}
+
+// toAPI converts an event of the history for the API, saying the segment
+// it was read from.
+func (h history) toAPI(e events.Envelope) (*tetherv1.Event, error) {
+	ev, err := eventToAPI(e)
 	if err != nil {
 		return nil, err
 	}
-	out := all[:0]
-	for _, e := range all {
-		if r.concerns(e) {
-			out = append(out, e)
+	ev.ArchiveSegment = h.segments[e.Sequence]
+	return ev, nil
+}
+
+// history reads the resource's events from sequence from on, oldest first:
+// from the stream, and from the archive when the catalog records stretches
+// of its subject there (an ended aggregate archived; or a name that came
+// back after its namesake was: the archive's stretches, then the stream's
+// events). The stream is read first: an event the archiver purges
+// meanwhile was recorded in a stored segment before, so the catalog, read
+// after, finds it.
+func (h *historyService) history(ctx context.Context, r resource, from uint64) (history, error) {
+	stream, err := h.s.opts.Store.History(ctx, r.subject, from)
+	if err != nil {
+		return history{}, err
+	}
+	archived, ends, err := h.s.archive.history(ctx, r.name, r.subject, from)
+	if err != nil {
+		return history{}, err
+	}
+	out := history{ends: ends}
+	for _, e := range mergeHistories(stream, archived) {
+		if !r.concerns(e.Envelope) {
+			continue
+		}
+		out.evs = append(out.evs, e.Envelope)
+		if e.segment != "" {
+			if out.segments == nil {
+				out.segments = map[uint64]string{}
+			}
+			out.segments[e.Sequence] = e.segment
 		}
 	}
 	return out, nil
@@ -160,12 +225,13 @@ func (h *historyService) ListEvents(ctx context.Context, req *tetherv1.ListEvent
 		}
 		from = seq + 1
 	}
-	evs, err := h.history(ctx, r, from)
+	hist, err := h.history(ctx, r, from)
 	if err != nil {
 		return nil, err
 	}
 	resp := &tetherv1.ListEventsResponse{}
-	for _, e := range evs {
+	var listed []events.Envelope
+	for _, e := range hist.evs {
 		if req.GetStartTime() != nil && e.Time.Before(req.GetStartTime().AsTime()) ||
 			req.GetEndTime() != nil && !e.Time.Before(req.GetEndTime().AsTime()) ||
 			len(req.GetTypes()) > 0 && !slices.Contains(req.GetTypes(), e.Type) {
@@ -175,16 +241,19 @@ func (h *historyService) ListEvents(ctx context.Context, req *tetherv1.ListEvent
 			resp.NextPageToken = encodePageToken(strconv.FormatInt(resp.Events[size-1].GetSequence(), 10), req.GetName())
 			break
 		}
-		ev, err := eventToAPI(e)
+		ev, err := hist.toAPI(e)
 		if err != nil {
 			return nil, err
 		}
 		resp.Events = append(resp.Events, ev)
+		listed = append(listed, e)
 	}
+	resp.ArchiveSegments = hist.segmentsOf(listed)
 	return resp, nil
 }
 
-// GetStateAt folds a resource's history up to a time or a sequence.
+// GetStateAt folds a resource's history up to a time or a sequence: the
+// life it was in then, when its name came back after it was archived.
 func (h *historyService) GetStateAt(ctx context.Context, req *tetherv1.GetStateAtRequest) (*tetherv1.StateAt, error) {
 	r, err := resolve(req.GetName())
 	if err != nil {
@@ -193,10 +262,11 @@ func (h *historyService) GetStateAt(ctx context.Context, req *tetherv1.GetStateA
 	if req.GetTime() == nil && req.GetSequence() <= 0 {
 		return nil, invalidField("time", "give a time or a sequence")
 	}
-	evs, err := h.history(ctx, r, 0)
+	hist, err := h.history(ctx, r, 0)
 	if err != nil {
 		return nil, err
 	}
+	evs := hist.evs
 	cut := len(evs)
 	for i, e := range evs {
 		if req.GetSequence() > 0 && e.Sequence > uint64(req.GetSequence()) || req.GetTime() != nil && e.Time.After(req.GetTime().AsTime()) {
@@ -204,11 +274,15 @@ func (h *historyService) GetStateAt(ctx context.Context, req *tetherv1.GetStateA
 			break
 		}
 	}
-	f, err := r.fold(evs[:cut])
+	var folded []events.Envelope // the life of the last event up to the cut
+	if cut > 0 {
+		folded = hist.life(evs, cut-1)
+	}
+	f, err := r.fold(folded)
 	if err != nil {
 		return nil, err
 	}
-	out := &tetherv1.StateAt{Name: r.name, EventCount: int32(cut)}
+	out := &tetherv1.StateAt{Name: r.name, EventCount: int32(len(folded)), ArchiveSegments: hist.segmentsOf(folded)}
 	if cut > 0 {
 		last := evs[cut-1]
 		out.Sequence, out.Time = int64(last.Sequence), timestamppb.New(last.Time)
@@ -222,31 +296,34 @@ func (h *historyService) GetStateAt(ctx context.Context, req *tetherv1.GetStateA
 }
 
 // Explain says why a resource is in its state: the reason and evidence of
-// its last transition and the events that led there.
+// its last transition and the events that led there, in its current life
+// (its whole history, unless its name came back after it was archived).
 func (h *historyService) Explain(ctx context.Context, req *tetherv1.ExplainRequest) (*tetherv1.Explanation, error) {
 	r, err := resolve(req.GetName())
 	if err != nil {
 		return nil, err
 	}
-	evs, err := h.history(ctx, r, 0)
+	hist, err := h.history(ctx, r, 0)
 	if err != nil {
 		return nil, err
 	}
-	if len(evs) == 0 {
+	if len(hist.evs) == 0 {
 		return nil, &apiError{code: codes.NotFound, reason: ReasonNotFound, msg: fmt.Sprintf("%s has no history", r.name)}
 	}
+	evs := hist.life(hist.evs, len(hist.evs)-1) // its current life
 	f, err := r.fold(evs)
 	if err != nil {
 		return nil, err
 	}
-	out := &tetherv1.Explanation{Name: r.name, State: f.status, Reason: f.reason, HistoryLength: int32(len(evs))}
+	out := &tetherv1.Explanation{Name: r.name, State: f.status, Reason: f.reason, HistoryLength: int32(len(evs)),
+		ArchiveSegments: hist.segmentsOf(evs)}
 	if f.evidence != nil {
 		if out.Evidence, err = toStruct(f.evidence); err != nil {
 			return nil, err
 		}
 	}
 	for _, e := range chain(evs) {
-		ev, err := eventToAPI(e)
+		ev, err := hist.toAPI(e)
 		if err != nil {
 			return nil, err
 		}

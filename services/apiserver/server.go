@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/archive"
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
@@ -143,6 +144,13 @@ type Options struct {
 	// Verifier, when set, judges event writers in rebuilds, checks and
 	// dead-letter retries as the live projector does (its --nats-signers).
 	Verifier *natsjs.Verifier
+	// Archive, when set, is the archive's segment store (archive.Dir over
+	// the controller's --archive-dir): history reads and watches started
+	// in the past serve archived aggregates' events from it, found
+	// through the archive catalog in the views' database (archive.go), and
+	// the ArchiveService verifies it. Nil: archive reads are off; the
+	// catalog still says what was archived and where.
+	Archive archive.SegmentStore
 	// Keys, when set, authenticate every call (Authorization: Bearer <key>)
 	// and the permission matrix authorises it by the key's role; without
 	// them every caller may do everything.
@@ -275,6 +283,7 @@ type Server struct {
 
 	candidates *candidatePool // READY servers to allocate
 	beats      *liveBeats     // hosts' and servers' last heartbeats, for reads
+	archive    *archiveReader // archived histories (archive.go)
 
 	policyMu sync.Mutex
 	policies map[string]cachedPolicy // fleet → player-session policy
@@ -293,6 +302,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, log: opts.Logger, producer: "apiservers/" + opts.ReplicaID, prop: propagation.TraceContext{}, beats: &liveBeats{},
 		candidates: newCandidatePool(opts.Views, opts.Now, opts.Logger), policies: map[string]cachedPolicy{}}
+	s.archive = newArchiveReader(opts)
 	s.noticeCtx, s.stopNotices = context.WithCancel(context.Background())
 	var err error
 	if s.grpcLis = opts.GRPCListener; s.grpcLis == nil {
@@ -407,6 +417,7 @@ func (s *Server) Run(ctx context.Context) error {
 	tetherv1.RegisterGameSessionServiceServer(gs, &gameSessionService{s: s})
 	tetherv1.RegisterHistoryServiceServer(gs, &historyService{s: s})
 	tetherv1.RegisterProjectionServiceServer(gs, &projectionService{s: s})
+	tetherv1.RegisterArchiveServiceServer(gs, &archiveService{s: s})
 	// Server reflection: grpcurl and buf curl describe and call the API
 	// without its protos (any authenticated caller, auth.go).
 	reflection.Register(gs)
@@ -430,6 +441,7 @@ func (s *Server) Run(ctx context.Context) error {
 		tetherv1.RegisterGameSessionServiceHandler,
 		tetherv1.RegisterHistoryServiceHandler,
 		tetherv1.RegisterProjectionServiceHandler,
+		tetherv1.RegisterArchiveServiceHandler,
 	} {
 		if err := register(ctx, gw, conn); err != nil {
 			return fmt.Errorf("apiserver: register gateway: %w", err)

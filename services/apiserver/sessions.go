@@ -81,7 +81,7 @@ func (g *gameSessionService) GetGameSession(ctx context.Context, req *tetherv1.G
 	}
 	row, err := g.s.opts.Views.GameSession(ctx, req.GetName())
 	if err != nil {
-		return nil, err
+		return nil, g.s.archivedNotFound(ctx, req.GetName(), req.GetName(), err)
 	}
 	return gameSessionToAPI(row.State, row.Sequence), nil
 }
@@ -174,7 +174,7 @@ func (g *gameSessionService) playerSession(ctx context.Context, name string, min
 	}
 	row, err := g.s.opts.Views.GameSession(ctx, events.GameSessionName(gsess))
 	if err != nil {
-		return row, nil, err
+		return row, nil, g.s.archivedNotFound(ctx, name, events.GameSessionName(gsess), err)
 	}
 	p := events.FindPlayer(row.State, ps)
 	if p == nil {
@@ -200,7 +200,7 @@ func (g *gameSessionService) ListPlayerSessions(ctx context.Context, req *tether
 	}
 	row, err := g.s.opts.Views.GameSession(ctx, req.GetParent())
 	if err != nil {
-		return nil, err
+		return nil, g.s.archivedNotFound(ctx, req.GetParent(), req.GetParent(), err)
 	}
 	resp := &tetherv1.ListPlayerSessionsResponse{}
 	for _, p := range row.State.GetPlayers() {

@@ -120,6 +120,21 @@ func (s *sessionFleets) keeps(ctx context.Context, e events.Envelope) bool {
 	return mine
 }
 
+// learn remembers the fleet of an archived game session from its first
+// event, its GameSessionCreated: the views no longer hold it, and a watch
+// that starts after that event would not see it.
+func (s *sessionFleets) learn(first events.Envelope) {
+	created, ok := first.Data.(*eventsv1.GameSessionCreated)
+	if !ok {
+		return
+	}
+	fleet, _, err := events.ParseGameServerName(created.GetGameServer())
+	if len(s.known) >= maxKnownSessions {
+		clear(s.known)
+	}
+	s.known[first.Aggregate] = err == nil && events.FleetName(fleet) == s.fleet
+}
+
 // parseWatchFilter validates a request's filters. A fleet's game sessions
 // are looked up in views.
 func parseWatchFilter(req *tetherv1.WatchEventsRequest, views viewReader) (watchFilter, error) {
@@ -229,16 +244,75 @@ func (h *historyService) WatchEvents(req *tetherv1.WatchEventsRequest, stream gr
 		return fmt.Errorf("watch: send header: %w", err)
 	}
 	h.s.log.Debug("watch started", "after", after, "until", until, "fleet", req.GetFleet(), "host", req.GetHost(), "types", req.GetTypes())
-	if bounded && until <= after {
-		return nil
+	evs, err := h.watched(ctx, w, req, f, after, until, bounded)
+	if err != nil || evs == nil {
+		return err
 	}
-	return h.pump(ctx, w.Watch(ctx, after, until, f.subjects), f, after, stream.Send)
+	return h.pump(ctx, evs, f, after, stream.Send)
+}
+
+// watched returns what a watch sends before filtering: the stream's
+// events after after (up to until when bounded) and, for a watch started
+// after a sequence or at a time, the archived events from there on, merged
+// with the stream's by sequence (up to the stream's last sequence at the
+// start: an unbounded watch then goes on with the stream's). Nil when a
+// bounded watch has nothing to send.
+func (h *historyService) watched(ctx context.Context, w eventWatcher, req *tetherv1.WatchEventsRequest, f watchFilter,
+	after, until uint64, bounded bool) (iter.Seq2[sourced, error], error) {
+	arch := h.s.archive
+	past := req.GetAfterSequence() > 0 || req.GetStartTime() != nil
+	if arch.catalog == nil || !past {
+		if bounded && until <= after {
+			return nil, nil
+		}
+		return fromStream(w.Watch(ctx, after, until, f.subjects)), nil
+	}
+	// Archived events are bounded by their own stored times, not by
+	// until: the stream's SequenceAt(end_time) may land on a purged
+	// sequence, below archived events stored before end_time.
+	head, err := w.StreamLastSequence(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !bounded {
+		until = head
+	}
+	q := archiveRange{after: uint64(req.GetAfterSequence()), until: head, subjects: f.subjects}
+	if req.GetStartTime() != nil {
+		q.start = req.GetStartTime().AsTime()
+	}
+	if req.GetEndTime() != nil {
+		q.end = req.GetEndTime().AsTime()
+	}
+	if f.sessions != nil {
+		q.learn = f.sessions.learn
+	}
+	if arch.store == nil {
+		// Refused rather than an export with a silent gap.
+		seg, ok, err := arch.anyIn(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return nil, &apiError{code: codes.FailedPrecondition, reason: ReasonArchiveNotRead, msg: fmt.Sprintf(
+				"events of this watch are in archive segment %s (and maybe others), and this API server does not read the archive: start it with --archive-dir (the controller's archive directory)", seg)}
+		}
+	}
+	var stream iter.Seq2[events.Envelope, error] = func(func(events.Envelope, error) bool) {}
+	if until > after {
+		stream = w.Watch(ctx, after, until, f.subjects)
+	}
+	evs := merge(fromStream(stream), arch.events(ctx, "this watch", q))
+	if !bounded {
+		evs = concat(evs, fromStream(w.Watch(ctx, head, 0, f.subjects)))
+	}
+	return evs, nil
 }
 
 // pump sends the matching events of evs through send from a goroutine,
 // holding at most WatchBuffer of them, and returns when evs ends and every
 // event was sent, or at the first error.
-func (h *historyService) pump(ctx context.Context, evs iter.Seq2[events.Envelope, error], f watchFilter, after uint64,
+func (h *historyService) pump(ctx context.Context, evs iter.Seq2[sourced, error], f watchFilter, after uint64,
 	send func(*tetherv1.Event) error) error {
 	opts := h.s.opts
 	out := make(chan *tetherv1.Event, opts.WatchBuffer)
@@ -312,14 +386,15 @@ func (h *historyService) pump(ctx context.Context, evs iter.Seq2[events.Envelope
 		if err != nil {
 			return err
 		}
-		if !f.match(ctx, e) {
+		if !f.match(ctx, e.Envelope) {
 			continue
 		}
-		ev, err := eventToAPI(e)
+		ev, err := eventToAPI(e.Envelope)
 		if err != nil {
 			h.s.log.Error("watch skips an event it cannot convert", "sequence", e.Sequence, "err", err)
 			continue
 		}
+		ev.ArchiveSegment = e.segment
 		size := proto.Size(ev)
 		if err := room(size); err != nil {
 			return err

@@ -17,7 +17,9 @@
 //     depend only on the events, so writing it again after a crash makes
 //     the same file, which the store takes as already stored), read back
 //     and verified (every block and the file's SHA-256), and recorded with
-//     its sum, state STORED.
+//     its sum, state STORED, with each aggregate's first sequence, event
+//     count and the stored times of its first and last events (which an
+//     export of a time range finds it by).
 //  3. purged: each subject is purged up to its recorded last sequence,
 //     never further, so an event appended after the read stays in the
 //     stream; then state PURGED. A purge is idempotent.
@@ -37,6 +39,9 @@
 // the views; never one with a dead letter. The end is the view row's
 // update time; an aggregate goes once its row is at its subject's last
 // event in the stream.
+//
+// Every pass that runs records its end, its retention and its error in the
+// catalog (archive_last_pass), for `tetherctl archive status`.
 //
 // A pass holds the archive lock (postgres.LockArchiving) for its whole
 // length: a rebuild or a check of the views waits for it, and no pass
@@ -272,6 +277,13 @@ func (a *Archiver) RunOnce(ctx context.Context) (Result, error) {
 	err := a.pass(ctx, start, &res)
 	res.Duration = time.Since(start)
 	a.metrics.pass(ctx, res, err)
+	if !res.Busy && ctx.Err() == nil {
+		// For `tetherctl archive status`; the pass's outcome does not
+		// depend on it.
+		if rerr := a.catalog.lastPass(ctx, a.opts.Now(), a.opts.Retention, err); rerr != nil {
+			a.log.WarnContext(ctx, "archiver could not record its pass in the catalog", "err", rerr)
+		}
+	}
 	attrs := []any{"segments", res.Segments, "resumed", res.Resumed, "aggregates", res.Aggregates, "events", res.Events,
 		"bytes", res.Bytes, "purged", res.Purged, "rows", res.Rows, "deferred", res.Deferred, "late_events", res.LateEvents,
 		"duration", res.Duration}
@@ -446,6 +458,7 @@ var errHistoryChanged = errors.New("archiver: an aggregate's history in the stre
 // STORED.
 func (a *Archiver) store(ctx context.Context, seg *segment) error {
 	counts := make([]int, len(seg.aggs))
+	times := make([][2]time.Time, len(seg.aggs)) // stored times of each one's first and last events
 	sum, _, err := archive.PutSegment(ctx, a.opts.Segments, seg.name, archive.WriterOptions{}, func(w *archive.Writer) error {
 		for i, ag := range seg.aggs {
 			msgs, err := a.opts.Stream.Stored(ctx, ag.subject, 1, ag.last)
@@ -460,6 +473,7 @@ func (a *Archiver) store(ctx context.Context, seg *segment) error {
 				recs[j] = archive.Record{Sequence: m.Sequence, Subject: m.Subject, Time: m.Time, Header: m.Header, Data: m.Data}
 			}
 			counts[i] = len(recs)
+			times[i] = [2]time.Time{recs[0].Time, recs[len(recs)-1].Time}
 			if err := w.Add(ag.subject, recs); err != nil {
 				return err
 			}
@@ -472,6 +486,9 @@ func (a *Archiver) store(ctx context.Context, seg *segment) error {
 	a.after(stepPut)
 	if err := a.verify(ctx, seg, sum, counts); err != nil {
 		return err
+	}
+	for i := range seg.aggs {
+		seg.aggs[i].firstTime, seg.aggs[i].lastTime = times[i][0], times[i][1]
 	}
 	seg.sum, seg.bytes, seg.events = sum.SHA256, sum.Size, int64(sum.Events)
 	if err := a.catalog.stored(ctx, seg, a.opts.Now()); err != nil {

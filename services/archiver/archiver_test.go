@@ -3,9 +3,11 @@ package archiver_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tetherhq/tether/events"
@@ -259,5 +261,51 @@ func TestOptions(t *testing.T) {
 		if _, err := archiver.New(o); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestLastPassIsRecorded: every pass that runs records when it ended (by
+// the archiver's clock), its retention and its error, for `tetherctl
+// archive status`; a pass that found the lock held records nothing.
+func TestLastPassIsRecorded(t *testing.T) {
+	w := newWorld(t)
+	w.scenario()
+	lastPass := func() (at time.Time, seconds int64, msg string, ok bool) {
+		t.Helper()
+		err := w.k.Pool.QueryRow(w.ctx, `SELECT pass_time, retention_seconds, error FROM archive_last_pass`).Scan(&at, &seconds, &msg)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return at, 0, "", false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return at, seconds, msg, true
+	}
+	if _, _, _, ok := lastPass(); ok {
+		t.Fatal("a pass is recorded before any ran")
+	}
+	denied := w.archiver(afterRetention, func(o *archiver.Options) { o.Stream = deniedStream{w.k.Store} })
+	if _, err := denied.RunOnce(w.ctx); err == nil {
+		t.Fatal("a pass on a stream that denies purges succeeded")
+	}
+	if at, seconds, msg, ok := lastPass(); !ok || !at.Equal(afterRetention) || seconds != int64(retention/time.Second) ||
+		!strings.Contains(msg, natsjs.ErrPurgeDenied.Error()) {
+		t.Fatalf("after a failed pass: %s, %d s, %q, %v", at, seconds, msg, ok)
+	}
+	later := afterRetention.Add(time.Hour)
+	runOnce(t, w.ctx, w.archiver(later))
+	if at, _, msg, ok := lastPass(); !ok || !at.Equal(later) || msg != "" {
+		t.Fatalf("after a pass: %s, %q, %v", at, msg, ok)
+	}
+	release, err := postgres.LockArchiving(w.ctx, w.k.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if res := runOnce(t, w.ctx, w.archiver(later.Add(time.Hour))); !res.Busy {
+		t.Fatalf("pass under the lock: %+v", res)
+	}
+	if at, _, _, _ := lastPass(); !at.Equal(later) {
+		t.Fatalf("a pass that found the lock held was recorded at %s", at)
 	}
 }

@@ -39,6 +39,9 @@ type aggregate struct {
 	first               uint64 // from STORED on
 	events              int64  // from STORED on
 	endTime             time.Time
+	// firstTime and lastTime are when the stream stored its first and last
+	// events (recorded STORED; zero on a segment resumed from STORED on).
+	firstTime, lastTime time.Time
 }
 
 // catalog reads and writes the archive catalog (archive_segments and
@@ -126,12 +129,16 @@ func (c catalog) stored(ctx context.Context, s *segment, now time.Time) error {
 		}
 		n := len(s.aggs)
 		names, lasts, firsts, counts := make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		firstTimes, lastTimes := make([]time.Time, n), make([]time.Time, n)
 		for i, ag := range s.aggs {
 			names[i], lasts[i], firsts[i], counts[i] = ag.name, int64(ag.last), int64(ag.first), ag.events
+			firstTimes[i], lastTimes[i] = ag.firstTime, ag.lastTime
 		}
-		tag, err := tx.Exec(ctx, `UPDATE archived_aggregates t SET first_sequence = a.first, events = a.events
-FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS a(name, last, first, events)
-WHERE t.aggregate = a.name AND t.last_sequence = a.last AND t.segment = $5`, names, lasts, firsts, counts, s.name)
+		tag, err := tx.Exec(ctx, `UPDATE archived_aggregates t SET first_sequence = a.first, events = a.events,
+  first_time = a.first_time, last_time = a.last_time
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $6::timestamptz[], $7::timestamptz[])
+  AS a(name, last, first, events, first_time, last_time)
+WHERE t.aggregate = a.name AND t.last_sequence = a.last AND t.segment = $5`, names, lasts, firsts, counts, s.name, firstTimes, lastTimes)
 		if err != nil {
 			return fmt.Errorf("archiver: record the aggregates of segment %s stored: %w", s.name, err)
 		}
@@ -169,6 +176,22 @@ func (c catalog) done(ctx context.Context, s *segment, now time.Time) (int64, er
 	}
 	s.state = stateDone
 	return rows, nil
+}
+
+// lastPass records the end of a pass that ran: when, by the archiver's
+// clock, the retention it applied, and its error, if any.
+func (c catalog) lastPass(ctx context.Context, at time.Time, retention time.Duration, passErr error) error {
+	msg := ""
+	if passErr != nil {
+		msg = passErr.Error()
+	}
+	_, err := c.pool.Exec(ctx, `INSERT INTO archive_last_pass (id, pass_time, retention_seconds, error) VALUES (1, $1, $2, $3)
+ON CONFLICT (id) DO UPDATE SET pass_time = excluded.pass_time, retention_seconds = excluded.retention_seconds, error = excluded.error`,
+		at, int64(retention/time.Second), msg)
+	if err != nil {
+		return fmt.Errorf("archiver: record the last pass: %w", err)
+	}
+	return nil
 }
 
 // errState marks a segment found in another state than its change

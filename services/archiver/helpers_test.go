@@ -263,19 +263,21 @@ func (w *world) rows(name string) (view, evs int) {
 type catalogRow struct {
 	aggregate, subject, segment, state string
 	first, last, events                int64
+	firstTime, lastTime                time.Time
 }
 
 // catalog reads the archive catalog.
 func (w *world) catalog() (segments map[string][]byte, aggs []catalogRow) {
 	w.t.Helper()
-	rows, err := w.k.Pool.Query(w.ctx, `SELECT a.aggregate, a.subject, a.segment, s.state, coalesce(a.first_sequence, 0), a.last_sequence, coalesce(a.events, 0)
+	rows, err := w.k.Pool.Query(w.ctx, `SELECT a.aggregate, a.subject, a.segment, s.state, coalesce(a.first_sequence, 0), a.last_sequence, coalesce(a.events, 0),
+  coalesce(a.first_time, 'epoch'), coalesce(a.last_time, 'epoch')
 FROM archived_aggregates a JOIN archive_segments s ON s.name = a.segment ORDER BY a.aggregate`)
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	aggs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (catalogRow, error) {
 		var c catalogRow
-		return c, r.Scan(&c.aggregate, &c.subject, &c.segment, &c.state, &c.first, &c.last, &c.events)
+		return c, r.Scan(&c.aggregate, &c.subject, &c.segment, &c.state, &c.first, &c.last, &c.events, &c.firstTime, &c.lastTime)
 	})
 	if err != nil {
 		w.t.Fatal(err)
@@ -375,6 +377,12 @@ func (w *world) checkArchived(before snapshot, want []string) {
 				info, ok := r.Lookup(a.subject)
 				if !ok || int64(info.FirstSequence) != a.first || int64(info.LastSequence) != a.last || int64(info.Events) != a.events {
 					t.Errorf("segment %s: %s is %+v in the index, %+v in the catalog", name, a.subject, info, a)
+				}
+				// PostgreSQL keeps microseconds.
+				if recs, err := r.Read(a.subject); err != nil || !recs[0].Time.Truncate(time.Microsecond).Equal(a.firstTime) ||
+					!recs[len(recs)-1].Time.Truncate(time.Microsecond).Equal(a.lastTime) {
+					t.Errorf("segment %s: %s's events were stored from %s to %s, the catalog says %s to %s (%v)", name, a.subject,
+						recs[0].Time, recs[len(recs)-1].Time, a.firstTime, a.lastTime, err)
 				}
 			}
 		}

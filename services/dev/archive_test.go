@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,20 +51,55 @@ func TestDevArchivesEndedAggregates(t *testing.T) {
 WHERE s.state = 'DONE' AND a.aggregate = ANY($1)`, []string{server, "fleets/short"}).Scan(&n)
 		return err == nil && n == 2
 	})
-	if s.rest("GET", "/v1/"+server, nil, nil) != http.StatusNotFound {
-		t.Errorf("the API still finds %s", server)
-	}
 	entries, err := os.ReadDir(archiveDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var segments int
+	var segments []string
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), ".seg") {
-			segments++
+			segments = append(segments, e.Name())
 		}
 	}
-	if segments == 0 {
+	if len(segments) == 0 {
 		t.Fatalf("no segment in %s: %v", archiveDir, entries)
+	}
+
+	// The API reads the same directory: the archived server is NOT_FOUND,
+	// saying where its history went, and its history, explanation and
+	// state come from there.
+	var notFound struct{ Message string }
+	if code := s.rest("GET", "/v1/"+server, nil, &notFound); code != http.StatusNotFound || !strings.Contains(notFound.Message, "was archived") {
+		t.Errorf("GET %s: %d %q; want NOT_FOUND saying it was archived", server, code, notFound.Message)
+	}
+	var hist struct {
+		Events []struct {
+			Type, ArchiveSegment string
+		}
+		ArchiveSegments []string
+	}
+	if code := s.rest("GET", "/v1/"+server+"/events", nil, &hist); code != http.StatusOK || len(hist.Events) == 0 ||
+		len(hist.ArchiveSegments) != 1 || !slices.Contains(segments, hist.ArchiveSegments[0]) {
+		t.Fatalf("history of the archived %s: %d %+v", server, code, hist)
+	}
+	for _, e := range hist.Events {
+		if e.ArchiveSegment != hist.ArchiveSegments[0] {
+			t.Fatalf("history of the archived %s: %s read from %q", server, e.Type, e.ArchiveSegment)
+		}
+	}
+	if last := hist.Events[len(hist.Events)-1].Type; last != "GameServerTerminated" {
+		t.Fatalf("the archived server's history ends with %s", last)
+	}
+	var x struct {
+		State, Reason   string
+		ArchiveSegments []string
+	}
+	if code := s.rest("GET", "/v1/"+server+":explain", nil, &x); code != http.StatusOK || x.State != "TERMINATED" ||
+		x.Reason != "FLEET_DELETED" || len(x.ArchiveSegments) != 1 {
+		t.Fatalf("explain the archived %s: %d %+v", server, code, x)
+	}
+	var st struct{ Segments struct{ Done string } }
+	if code := s.rest("GET", "/v1/archive:status", nil, &st); code != http.StatusOK || st.Segments.Done == "" || st.Segments.Done == "0" {
+		t.Fatalf("archive status: %d %+v", code, st)
 	}
 }

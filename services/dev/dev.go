@@ -135,7 +135,9 @@ type Options struct {
 	LeaseTTL time.Duration
 	// ArchiveDir, when set, has the leading controller archive the
 	// histories of ended aggregates into segment files there, once
-	// Retention has passed (services/archiver); off when empty.
+	// Retention has passed (services/archiver), and the API read them
+	// back (history, explain, state at a time, exports, `tetherctl
+	// archive`); off when empty.
 	ArchiveDir string
 	// Retention is how long ended aggregates stay in the stream and the
 	// views before they are archived; default archiver.DefaultRetention.
@@ -385,10 +387,17 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
+	// The archive: the controller's archiver writes it, the API reads it.
+	var segments archive.SegmentStore // nil: archiving off
+	if opts.ArchiveDir != "" {
+		if segments, err = archive.NewDir(opts.ArchiveDir); err != nil {
+			return err
+		}
+	}
 	api, err := apiserver.New(apiserver.Options{
 		GRPCListener: grpcLis, HTTPListener: restLis, ProjectionPool: pool, JetStream: apiID.js, Verifier: ids.verifier(),
 		Store: apiStore, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
-		Tokens: tokens, Commands: apiBus, Watch: apiStore, Keys: keys,
+		Tokens: tokens, Commands: apiBus, Watch: apiStore, Keys: keys, Archive: segments,
 		Logger: log.With("component", "apiserver"), TracerProvider: opts.TracerProvider,
 		MeterProvider: opts.MeterProvider, MetricsHandler: opts.MetricsHandler,
 	})
@@ -412,11 +421,7 @@ func Run(ctx context.Context, opts Options) error {
 		JetStream: ctlID.js, Store: ctlStore, Views: postgres.NewViews(pool), Freshness: ctlFresh,
 		Commands: ctlBus, Logger: log.With("component", "controller"), MeterProvider: opts.MeterProvider,
 	}
-	if opts.ArchiveDir != "" {
-		segments, err := archive.NewDir(opts.ArchiveDir)
-		if err != nil {
-			return err
-		}
+	if segments != nil {
 		arch, err := archiver.New(archiver.Options{Stream: ctlStore, Pool: pool, Segments: segments, Retention: opts.Retention,
 			Logger: log.With("component", "archiver"), MeterProvider: opts.MeterProvider})
 		if err != nil {

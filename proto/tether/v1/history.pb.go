@@ -49,9 +49,14 @@ type Event struct {
 	Data *structpb.Struct `protobuf:"bytes,10,opt,name=data,proto3" json:"data,omitempty"`
 	// On whose behalf it was written: the API's caller, or the component that
 	// wrote it (as producer). Empty on events written before it existed.
-	Actor         string `protobuf:"bytes,11,opt,name=actor,proto3" json:"actor,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Actor string `protobuf:"bytes,11,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The archive segment the event was read from, when its resource's
+	// history has left the event stream for the archive; empty when it was
+	// read from the stream. Sequence, id, data and all are as the stream
+	// stored them.
+	ArchiveSegment string `protobuf:"bytes,12,opt,name=archive_segment,json=archiveSegment,proto3" json:"archive_segment,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Event) Reset() {
@@ -161,6 +166,13 @@ func (x *Event) GetActor() string {
 	return ""
 }
 
+func (x *Event) GetArchiveSegment() string {
+	if x != nil {
+		return x.ArchiveSegment
+	}
+	return ""
+}
+
 // Request of ListEvents.
 type ListEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -259,8 +271,12 @@ type ListEventsResponse struct {
 	Events []*Event `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
 	// Token for the next page; empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The archive segments this page's events were read from (each event
+	// says its own, archive_segment), in the order of the events; empty when
+	// every one came from the event stream.
+	ArchiveSegments []string `protobuf:"bytes,3,rep,name=archive_segments,json=archiveSegments,proto3" json:"archive_segments,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ListEventsResponse) Reset() {
@@ -305,6 +321,13 @@ func (x *ListEventsResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ListEventsResponse) GetArchiveSegments() []string {
+	if x != nil {
+		return x.ArchiveSegments
+	}
+	return nil
 }
 
 // Request of GetStateAt.
@@ -384,9 +407,12 @@ type StateAt struct {
 	// Time of the last event folded.
 	Time *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
 	// Events folded.
-	EventCount    int32 `protobuf:"varint,5,opt,name=event_count,json=eventCount,proto3" json:"event_count,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	EventCount int32 `protobuf:"varint,5,opt,name=event_count,json=eventCount,proto3" json:"event_count,omitempty"`
+	// The archive segments the events folded were read from, oldest first;
+	// empty when every one came from the event stream.
+	ArchiveSegments []string `protobuf:"bytes,6,rep,name=archive_segments,json=archiveSegments,proto3" json:"archive_segments,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StateAt) Reset() {
@@ -454,6 +480,13 @@ func (x *StateAt) GetEventCount() int32 {
 	return 0
 }
 
+func (x *StateAt) GetArchiveSegments() []string {
+	if x != nil {
+		return x.ArchiveSegments
+	}
+	return nil
+}
+
 // Request of Explain.
 type ExplainRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -517,14 +550,19 @@ type Explanation struct {
 	// causes (connection, health, shutdown and process facts since the
 	// resource was last fine) and the transition itself.
 	Events []*Event `protobuf:"bytes,6,rep,name=events,proto3" json:"events,omitempty"`
-	// Events in the whole history.
+	// Events in the whole history: of its current life, when the name was
+	// created again after its namesake was archived.
 	HistoryLength int32 `protobuf:"varint,7,opt,name=history_length,json=historyLength,proto3" json:"history_length,omitempty"`
 	// For a fleet: its last autoscaling decisions, newest first, in words
 	// ("2 → 5 at … by buffer 3: 2 allocated + 0 reserved + buffer 3 (3) =
 	// 5"), failures included.
-	Decisions     []string `protobuf:"bytes,8,rep,name=decisions,proto3" json:"decisions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Decisions []string `protobuf:"bytes,8,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	// The archive segments the history explained was read from, oldest
+	// first: the resource ended and was archived. Empty when it all came
+	// from the event stream.
+	ArchiveSegments []string `protobuf:"bytes,9,rep,name=archive_segments,json=archiveSegments,proto3" json:"archive_segments,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Explanation) Reset() {
@@ -609,6 +647,13 @@ func (x *Explanation) GetHistoryLength() int32 {
 func (x *Explanation) GetDecisions() []string {
 	if x != nil {
 		return x.Decisions
+	}
+	return nil
+}
+
+func (x *Explanation) GetArchiveSegments() []string {
+	if x != nil {
+		return x.ArchiveSegments
 	}
 	return nil
 }
@@ -714,7 +759,7 @@ var File_tether_v1_history_proto protoreflect.FileDescriptor
 
 const file_tether_v1_history_proto_rawDesc = "" +
 	"\n" +
-	"\x17tether/v1/history.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdd\x02\n" +
+	"\x17tether/v1/history.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\x03\n" +
 	"\x05Event\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x03R\bsequence\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
@@ -728,7 +773,8 @@ const file_tether_v1_history_proto_rawDesc = "" +
 	"\fcausation_id\x18\t \x01(\tR\vcausationId\x12+\n" +
 	"\x04data\x18\n" +
 	" \x01(\v2\x17.google.protobuf.StructR\x04data\x12\x14\n" +
-	"\x05actor\x18\v \x01(\tR\x05actor\"\xeb\x01\n" +
+	"\x05actor\x18\v \x01(\tR\x05actor\x12'\n" +
+	"\x0farchive_segment\x18\f \x01(\tR\x0earchiveSegment\"\xeb\x01\n" +
 	"\x11ListEventsRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x129\n" +
 	"\n" +
@@ -737,23 +783,25 @@ const file_tether_v1_history_proto_rawDesc = "" +
 	"\x05types\x18\x04 \x03(\tR\x05types\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"f\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\"\x91\x01\n" +
 	"\x12ListEventsResponse\x12(\n" +
 	"\x06events\x18\x01 \x03(\v2\x10.tether.v1.EventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"s\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12)\n" +
+	"\x10archive_segments\x18\x03 \x03(\tR\x0farchiveSegments\"s\n" +
 	"\x11GetStateAtRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1a\n" +
-	"\bsequence\x18\x03 \x01(\x03R\bsequence\"\xb9\x01\n" +
+	"\bsequence\x18\x03 \x01(\x03R\bsequence\"\xe4\x01\n" +
 	"\aStateAt\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x05state\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x05state\x12\x1a\n" +
 	"\bsequence\x18\x03 \x01(\x03R\bsequence\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1f\n" +
 	"\vevent_count\x18\x05 \x01(\x05R\n" +
-	"eventCount\"$\n" +
+	"eventCount\x12)\n" +
+	"\x10archive_segments\x18\x06 \x03(\tR\x0farchiveSegments\"$\n" +
 	"\x0eExplainRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x8d\x02\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xb8\x02\n" +
 	"\vExplanation\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x16\n" +
@@ -762,7 +810,8 @@ const file_tether_v1_history_proto_rawDesc = "" +
 	"\asummary\x18\x05 \x01(\tR\asummary\x12(\n" +
 	"\x06events\x18\x06 \x03(\v2\x10.tether.v1.EventR\x06events\x12%\n" +
 	"\x0ehistory_length\x18\a \x01(\x05R\rhistoryLength\x12\x1c\n" +
-	"\tdecisions\x18\b \x03(\tR\tdecisions\"\xed\x01\n" +
+	"\tdecisions\x18\b \x03(\tR\tdecisions\x12)\n" +
+	"\x10archive_segments\x18\t \x03(\tR\x0farchiveSegments\"\xed\x01\n" +
 	"\x12WatchEventsRequest\x12%\n" +
 	"\x0eafter_sequence\x18\x01 \x01(\x03R\rafterSequence\x12\x14\n" +
 	"\x05fleet\x18\x02 \x01(\tR\x05fleet\x12\x12\n" +

@@ -31,18 +31,28 @@ const (
 //
 // HistoryService answers from the event history: what happened to a
 // resource, what it was at a time, and why it is in its state. Answers are
-// computed from the event stream, not from the views.
+// computed from the event stream, not from the views, and, for the ended
+// resources whose histories the archiver has moved out of the stream,
+// from the archive's segments (docs/architecture.md, "The archive"):
+// answers say which events came from there (archive_segment,
+// archive_segments).
 type HistoryServiceClient interface {
 	// Lists the events of a resource (fleet, host, game server, game session,
 	// player session), oldest first.
 	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
 	// Returns a resource folded from its history up to a time or a sequence.
+	// A name created again after its ended namesake was archived starts a
+	// new life, folded from nothing: the state is that of the life the
+	// resource was in at that point.
 	GetStateAt(ctx context.Context, in *GetStateAtRequest, opts ...grpc.CallOption) (*StateAt, error)
 	// Explains a resource's state: the reason and evidence of its last
-	// transition and the chain of events that led there.
+	// transition and the chain of events that led there, in its current life
+	// (see GetStateAt).
 	Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*Explanation, error)
 	// Streams events as they are stored, for dashboards; resumes after a
-	// sequence without a gap or a duplicate.
+	// sequence without a gap or a duplicate. Started after a sequence or at
+	// a time, it includes the archived events from there on, merged with the
+	// stream's in sequence order (each says its archive_segment).
 	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
 }
 
@@ -109,18 +119,28 @@ type HistoryService_WatchEventsClient = grpc.ServerStreamingClient[Event]
 //
 // HistoryService answers from the event history: what happened to a
 // resource, what it was at a time, and why it is in its state. Answers are
-// computed from the event stream, not from the views.
+// computed from the event stream, not from the views, and, for the ended
+// resources whose histories the archiver has moved out of the stream,
+// from the archive's segments (docs/architecture.md, "The archive"):
+// answers say which events came from there (archive_segment,
+// archive_segments).
 type HistoryServiceServer interface {
 	// Lists the events of a resource (fleet, host, game server, game session,
 	// player session), oldest first.
 	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
 	// Returns a resource folded from its history up to a time or a sequence.
+	// A name created again after its ended namesake was archived starts a
+	// new life, folded from nothing: the state is that of the life the
+	// resource was in at that point.
 	GetStateAt(context.Context, *GetStateAtRequest) (*StateAt, error)
 	// Explains a resource's state: the reason and evidence of its last
-	// transition and the chain of events that led there.
+	// transition and the chain of events that led there, in its current life
+	// (see GetStateAt).
 	Explain(context.Context, *ExplainRequest) (*Explanation, error)
 	// Streams events as they are stored, for dashboards; resumes after a
-	// sequence without a gap or a duplicate.
+	// sequence without a gap or a duplicate. Started after a sequence or at
+	// a time, it includes the archived events from there on, merged with the
+	// stream's in sequence order (each says its archive_segment).
 	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[Event]) error
 	mustEmbedUnimplementedHistoryServiceServer()
 }

@@ -303,7 +303,9 @@ type AllocateGameServerRequest struct {
 	// "fleets/{fleet}", or "fleets/-" for any fleet.
 	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
 	// Makes the call idempotent: a retry returns the first result, through
-	// any API replica.
+	// any API replica, for the events stream's duplicate window (10 minutes
+	// by default) after the first call; a retry later than that may
+	// allocate another game server.
 	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Servers must match this selector.
 	Selector *LabelSelector `protobuf:"bytes,3,opt,name=selector,proto3" json:"selector,omitempty"`

@@ -240,7 +240,7 @@ func tour(a dev.Addresses, demo bool) string {
 
 func apiserverCommand(g *global) *cobra.Command {
 	var opts apiserver.Options
-	var tokenKeys, tokenKeysFile, keysFile, tlsCert, tlsKey, clientCA string
+	var tokenKeys, tokenKeysFile, keysFile, tlsCert, tlsKey, clientCA, archiveDir string
 	var oidcOpts oidcauth.Options
 	cmd := &cobra.Command{
 		Use:   "apiserver",
@@ -290,6 +290,11 @@ func apiserverCommand(g *global) *cobra.Command {
 					}
 					d.log.Info("API callers authenticate with the keys of a file", "file", keysFile, "keys", opts.Keys.Len())
 				}
+				if archiveDir != "" {
+					if opts.Archive, err = archive.NewDir(archiveDir); err != nil {
+						return nil, err
+					}
+				}
 				opts.Tokens, opts.Commands = tokens, bus
 				opts.ProjectionPool, opts.JetStream, opts.Verifier = d.pool, d.js, d.auth.verifier()
 				opts.Store, opts.Views, opts.Freshness = store, postgres.NewViews(d.pool), postgres.NewFreshness(d.pool, d.log)
@@ -333,6 +338,9 @@ func apiserverCommand(g *global) *cobra.Command {
 		"verify client certificates against these authorities (PEM; mutual TLS; re-read when it changes): a certificate named by a cert:NAME line of --api-keys authenticates as that principal")
 	f.StringVar(&keysFile, "api-keys", "",
 		"API keys file (made with: tether keys add); re-read when it changes. Without it every caller may do everything")
+	f.StringVar(&archiveDir, "archive-dir", "",
+		"read the archived histories of ended game servers, game sessions and deleted fleets from the segment files in this directory "+
+			"(the controller's --archive-dir, shared): history, explain, state at a time and exports serve them, and tetherctl archive verify checks them")
 	return cmd
 }
 

@@ -48,7 +48,10 @@ func (a *app) auditHistoryCommand() *cobra.Command {
 		Use:   "history NAME",
 		Short: "List a resource's events, oldest first",
 		Long: "List the events of a resource, read from the event stream; NAME is " + auditNameFormats + `.
-Times are shown with their offset from the first event listed.`,
+Times are shown with their offset from the first event listed. The events of
+a resource that ended and was archived are read from the archive: the list
+ends with the segments they came from (with -o json, each event's
+archiveSegment).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := auditName(args[0])
@@ -72,7 +75,10 @@ Times are shown with their offset from the first event listed.`,
 				if err != nil {
 					return c.apiError(name, err)
 				}
-				return printList(a, "events", evs, func(w io.Writer) { timeline(w, evs, false) })
+				return printList(a, "events", evs, func(w io.Writer) {
+					timeline(w, evs, false)
+					archivedNote(w, evs)
+				})
 			})
 		},
 	}
@@ -146,8 +152,12 @@ func (a *app) auditStateCommand() *cobra.Command {
 					if err != nil {
 						return fmt.Errorf("convert to YAML: %w", err)
 					}
-					_, err = fmt.Fprintf(a.out, "%s after %d events (the last: sequence %d at %s):\n%s", name, st.GetEventCount(), st.GetSequence(),
-						st.GetTime().AsTime().Format(time.RFC3339Nano), y)
+					archived := ""
+					if segs := st.GetArchiveSegments(); len(segs) > 0 {
+						archived = ", read from archive segment " + strings.Join(segs, ", ")
+					}
+					_, err = fmt.Fprintf(a.out, "%s after %d events (the last: sequence %d at %s%s):\n%s", name, st.GetEventCount(), st.GetSequence(),
+						st.GetTime().AsTime().Format(time.RFC3339Nano), archived, y)
 					return err
 				}
 				return a.print(st, nil)
@@ -201,7 +211,11 @@ func explainText(w io.Writer, x *tetherv1.Explanation, bold bool) {
 		v, _ := protojson.Marshal(x.GetEvidence().GetFields()[k])
 		fmt.Fprintf(w, "Evidence:  %s = %s\n", k, v)
 	}
-	fmt.Fprintf(w, "History:   %d events; the %d that led here:\n\n", x.GetHistoryLength(), len(x.GetEvents()))
+	fmt.Fprintf(w, "History:   %d events; the %d that led here:\n", x.GetHistoryLength(), len(x.GetEvents()))
+	if segs := x.GetArchiveSegments(); len(segs) > 0 {
+		fmt.Fprintf(w, "Archived:  read from archive segment %s\n", strings.Join(segs, ", "))
+	}
+	fmt.Fprintln(w)
 	timeline(w, x.GetEvents(), true)
 	if x.GetSummary() != "" {
 		fmt.Fprintf(w, "\n%s\n", x.GetSummary())
@@ -230,6 +244,24 @@ func timeline(w io.Writer, evs []*tetherv1.Event, fromEnd bool) {
 		d := e.GetTime().AsTime().Sub(ref)
 		data, _ := protojson.Marshal(e.GetData()) // a Struct always encodes
 		row(w, fmt.Sprintf("%+.3fs", d.Seconds()), fmt.Sprint(e.GetSequence()), e.GetType(), actorOf(e), clip(string(data), 100))
+	}
+}
+
+// archivedNote says which of the events listed were read from the
+// archive, and from which segments.
+func archivedNote(w io.Writer, evs []*tetherv1.Event) {
+	var segs []string
+	n := 0
+	for _, e := range evs {
+		if s := e.GetArchiveSegment(); s != "" {
+			n++
+			if !slices.Contains(segs, s) {
+				segs = append(segs, s)
+			}
+		}
+	}
+	if n > 0 {
+		fmt.Fprintf(w, "\n%d of these %d events were read from archive segment %s\n", n, len(evs), strings.Join(segs, ", "))
 	}
 }
 

@@ -23,6 +23,8 @@ says. TIME is an RFC 3339 time (2026-11-23T10:00:00Z) or a duration ago
 which orders events like their sequences; an event's "time" is when its
 producer saw it happen and may be a little earlier. --fleet keeps the fleet's
 events and those of its game servers, game sessions and player sessions.
+Events of ended resources that were archived are read from the archive, in
+sequence order with the others, each with its "archiveSegment".
 
 A broken stream is resumed after the last event printed: the output has no
 gap and no duplicate.`,

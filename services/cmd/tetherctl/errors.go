@@ -70,6 +70,21 @@ func (e *callError) violations() []*errdetails.BadRequest_FieldViolation {
 	return out
 }
 
+// archiveSegmentMetadata is the ErrorInfo metadata key in which the API
+// names the archive segment of an archived resource
+// (apiserver.ArchiveSegmentMetadata).
+const archiveSegmentMetadata = "archiveSegment"
+
+// metadata returns a value of the ErrorInfo's metadata, "" if none.
+func (e *callError) metadata(key string) string {
+	for _, d := range e.st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetMetadata()[key]
+		}
+	}
+	return ""
+}
+
 func (e *callError) serverReason() bool {
 	for _, d := range e.st.Details() {
 		if _, ok := d.(*errdetails.ErrorInfo); ok {
@@ -85,8 +100,9 @@ func (e *callError) Error() string {
 	msg := e.st.Message()
 	code := e.st.Code()
 	switch {
-	case code == codes.NotFound && e.resource != "":
+	case code == codes.NotFound && e.resource != "" && e.metadata(archiveSegmentMetadata) == "":
 		// The server's wording varies by resource; the CLI knows the name.
+		// An archived resource's says where its history went.
 		msg = e.resource + " not found"
 	case code == codes.Unavailable && !e.serverReason():
 		msg = fmt.Sprintf("cannot reach the API server at %s: %s", e.addr, msg)

@@ -113,7 +113,7 @@ Names may be given short or in full: "arena" or "fleets/arena",
 	f.StringVar(&a.contextName, "context", "", "context of the config file to use (default: its current-context)")
 	f.StringVarP(&a.output, "output", "o", formatTable, "output format: table, json or yaml")
 	f.DurationVar(&a.timeout, "timeout", defaultTimeout, "time limit of each API request")
-	root.AddCommand(a.projectionsCommand(), a.statusCommand(), a.configCommand())
+	root.AddCommand(a.projectionsCommand(), a.statusCommand(), a.archiveCommand(), a.configCommand())
 	root.AddCommand(a.fleetsCommand(), a.gameServersCommand(), a.hostsCommand(),
 		a.allocateCommand(), a.sessionsCommand(), a.playersCommand(), a.auditCommand())
 	return root
