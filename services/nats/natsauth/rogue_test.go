@@ -28,6 +28,7 @@ import (
 	"github.com/tetherhq/tether/services/nats/hostbeat"
 	"github.com/tetherhq/tether/services/nats/hostlogs"
 	"github.com/tetherhq/tether/services/nats/natsauth"
+	"github.com/tetherhq/tether/services/nats/replicas"
 	"github.com/tetherhq/tether/services/platform/migrate"
 	"github.com/tetherhq/tether/services/testkit/freeport"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
@@ -267,6 +268,26 @@ func TestRogueAgentCannotTouchAnotherHost(t *testing.T) {
 		reply, err := hostlogs.NewClient(api.nc).Read(ctx, "b", &agentv1.LogsRequest{GameServer: gs})
 		return err == nil && reply.GetError() == agentv1.LogsReply_ERROR_UNSPECIFIED
 	})
+	// 7. The set of live API replicas: the API keeps its key there, the
+	// rogue cannot add one (which would take a slice of the allocations).
+	member, err := replicas.Join(ctx, api.js, "api-1", nil)
+	if err != nil {
+		t.Fatalf("the API joins the replica set: %v", err)
+	}
+	rctx, stopMember := context.WithCancel(ctx)
+	memberDone := make(chan error, 1)
+	go func() { memberDone <- member.Run(rctx) }()
+	c, done = short()
+	if kv, err := rogue.js.KeyValue(c, replicas.Bucket); err == nil {
+		if _, err := kv.PutString(c, "api-rogue", "api-rogue"); err == nil {
+			t.Error("the rogue joined the API replica set")
+		}
+	}
+	done()
+	stopMember()
+	if err := <-memberDone; err != nil {
+		t.Errorf("the API's membership of the replica set: %v", err)
+	}
 	if _, err := rogue.nc.SubscribeSync(hostlogs.Subject("b")); err != nil {
 		t.Fatal(err)
 	}
