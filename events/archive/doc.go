@@ -12,8 +12,14 @@
 // the message data, byte for byte, so that signatures still verify. An
 // aggregate is one stream subject; a segment holds its whole history.
 //
-// Writer builds a segment, Open reads one, and SegmentStore keeps them
-// (Dir: a local directory). PutSegment and OpenSegment join the two.
+// Writer builds a segment, Open reads one, and SegmentStore keeps them:
+// Dir in a local directory, S3 in a bucket of Amazon S3 or an
+// S3-compatible object store (MinIO and others), through minio-go.
+// OpenStore opens either from a location, a directory or
+// s3://bucket/prefix. PutSegment and OpenSegment join the two. Open reads
+// through an io.ReaderAt: S3 serves each read with a ranged GET, so
+// reading one aggregate fetches the footer, the index and one block,
+// never the whole segment.
 //
 // # File layout, format version 1
 //

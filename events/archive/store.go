@@ -11,8 +11,9 @@ import (
 // SegmentStore keeps segments by name. A stored segment is immutable: Put
 // of a name the store holds succeeds when the content is the same (a
 // retried write) and fails with ErrExists otherwise. Implementations are
-// safe for concurrent use. Dir keeps them in a local directory; an
-// S3-compatible store is to come.
+// safe for concurrent use. Dir keeps them in a local directory, S3 in a
+// bucket of an S3-compatible object store; OpenStore opens either from a
+// location.
 type SegmentStore interface {
 	// Put stores the bytes of r under name, atomically: a reader of the
 	// store sees the whole segment or nothing, also after a crash. It
