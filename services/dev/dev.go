@@ -134,7 +134,8 @@ type Options struct {
 	// lease.DefaultTTL.
 	LeaseTTL time.Duration
 	// ArchiveDir, when set, has the leading controller archive the
-	// histories of ended aggregates into segment files there, once
+	// histories of ended aggregates into segments at that location (a
+	// directory or an s3:// bucket: archive.OpenStore), once
 	// Retention has passed (services/archiver), and the API read them
 	// back (history, explain, state at a time, exports, `tetherctl
 	// archive`); off when empty.
@@ -390,7 +391,7 @@ func Run(ctx context.Context, opts Options) error {
 	// The archive: the controller's archiver writes it, the API reads it.
 	var segments archive.SegmentStore // nil: archiving off
 	if opts.ArchiveDir != "" {
-		if segments, err = archive.NewDir(opts.ArchiveDir); err != nil {
+		if segments, err = archive.OpenStore(ctx, opts.ArchiveDir); err != nil {
 			return err
 		}
 	}

@@ -291,7 +291,7 @@ func apiserverCommand(g *global) *cobra.Command {
 					d.log.Info("API callers authenticate with the keys of a file", "file", keysFile, "keys", opts.Keys.Len())
 				}
 				if archiveDir != "" {
-					if opts.Archive, err = archive.NewDir(archiveDir); err != nil {
+					if opts.Archive, err = archive.OpenStore(ctx, archiveDir); err != nil {
 						return nil, err
 					}
 				}
@@ -339,8 +339,8 @@ func apiserverCommand(g *global) *cobra.Command {
 	f.StringVar(&keysFile, "api-keys", "",
 		"API keys file (made with: tether keys add); re-read when it changes. Without it every caller may do everything")
 	f.StringVar(&archiveDir, "archive-dir", "",
-		"read the archived histories of ended game servers, game sessions and deleted fleets from the segment files in this directory "+
-			"(the controller's --archive-dir, shared): history, explain, state at a time and exports serve them, and tetherctl archive verify checks them")
+		"read the archived histories of ended game servers, game sessions and deleted fleets from the segments at this location "+
+			"(the controller's --archive-dir, shared: "+archiveLocations+"): history, explain, state at a time and exports serve them, and tetherctl archive verify checks them")
 	return cmd
 }
 
@@ -442,7 +442,7 @@ func controllerCommand(g *global) *cobra.Command {
 				opts.JetStream, opts.Store, opts.Views, opts.Freshness, opts.Commands = d.js, store, postgres.NewViews(d.pool), fresh, bus
 				opts.Logger, opts.MeterProvider = d.log, d.tel.MeterProvider
 				if archiveDir != "" {
-					segments, err := archive.NewDir(archiveDir)
+					segments, err := archive.OpenStore(ctx, archiveDir)
 					if err != nil {
 						return nil, err
 					}
@@ -476,12 +476,16 @@ func controllerCommand(g *global) *cobra.Command {
 	return cmd
 }
 
+// archiveLocations says what an archive location may be (archive.OpenStore).
+const archiveLocations = "a directory, file:///path, or s3://bucket/prefix?endpoint=host:port&region=…, " +
+	"with credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, ~/.aws or the instance's role"
+
 // archiveFlags adds the flags of the archiver that the controller runs
 // while it leads (services/archiver).
 func archiveFlags(f *pflag.FlagSet, dir *string, retention, interval *time.Duration) {
 	f.StringVar(dir, "archive-dir", "",
-		"archive the histories of ended game servers, game sessions and deleted fleets into segment files in this directory once --retention has passed, "+
-			"and purge them from the events stream and the views (every controller instance must see the same directory); off when empty")
+		"archive the histories of ended game servers, game sessions and deleted fleets into segments at this location once --retention has passed, "+
+			"and purge them from the events stream and the views (every controller instance must see the same location: "+archiveLocations+"); off when empty")
 	f.DurationVar(retention, "retention", archiver.DefaultRetention,
 		"how long an ended game server, game session or deleted fleet stays in the events stream and the views before it is archived (with --archive-dir)")
 	f.DurationVar(interval, "archive-interval", archiver.DefaultInterval, "time between archiving passes (with --archive-dir)")
