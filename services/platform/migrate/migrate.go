@@ -84,7 +84,7 @@ func NATS(ctx context.Context, js jetstream.JetStream, opts Options) error {
 		{"bucket " + replicas.Bucket, func() error { return replicas.Setup(ctx, js, replicas.DefaultTTL, opts.Replicas) }},
 	}
 	for _, s := range steps {
-		if err := retryNoPeers(ctx, opts.Logger, s.what, s.run); err != nil {
+		if err := retryTransient(ctx, opts.Logger, s.what, s.run); err != nil {
 			return fmt.Errorf("migrate: %s: %w", s.what, err)
 		}
 		opts.Logger.InfoContext(ctx, "jetstream storage up to date", "what", s.what, "replicas", opts.Replicas)
@@ -100,18 +100,40 @@ const jsErrNoSuitablePeers jetstream.ErrorCode = 10005
 // noPeersBudget bounds how long a step waits for the cluster's peers.
 const noPeersBudget = time.Minute
 
-// retryNoPeers runs step, again while the cluster lacks the peers for its
-// replicas (for at most noPeersBudget): `tether migrate` run right after
-// the NATS nodes start then waits for them instead of failing.
-func retryNoPeers(ctx context.Context, log *slog.Logger, what string, step func() error) error {
-	deadline := time.Now().Add(noPeersBudget)
+// jsErrStreamCreate is the JetStream API's stream creation failure
+// (JSStreamCreateErrF), e.g. "error creating store for stream".
+const jsErrStreamCreate jetstream.ErrorCode = 10049
+
+// createFailedBudget bounds how long a step tries again after
+// jsErrStreamCreate: a lasting cause (a full disk, permissions) is
+// reported after it.
+const createFailedBudget = 5 * time.Second
+
+// retryTransient runs step, again while the cluster lacks the peers for
+// its replicas (for at most noPeersBudget): `tether migrate` run right
+// after the NATS nodes start then waits for them instead of failing. A
+// stream the server failed to create is tried again for createFailedBudget.
+func retryTransient(ctx context.Context, log *slog.Logger, what string, step func() error) error {
+	start := time.Now()
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
 		err := step()
 		var apiErr *jetstream.APIError
-		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrNoSuitablePeers || time.Now().After(deadline) {
+		if !errors.As(err, &apiErr) {
 			return err
 		}
-		log.InfoContext(ctx, "waiting for the NATS cluster's peers", "what", what, "err", err)
+		switch {
+		case apiErr.ErrorCode == jsErrNoSuitablePeers && time.Since(start) < noPeersBudget:
+			log.InfoContext(ctx, "waiting for the NATS cluster's peers", "what", what, "err", err)
+		case apiErr.ErrorCode == jsErrStreamCreate && time.Since(start) < createFailedBudget:
+			// Seen once in CI, on a server just restarted over an
+			// existing store: the server removed its account's empty
+			// directory while the stream's was being made ("mkdir
+			// …/$G/streams: no such file or directory"). A second try
+			// finds the directories as they are.
+			log.WarnContext(ctx, "the NATS server could not create a stream's storage; trying again", "what", what, "err", err)
+		default:
+			return err
+		}
 		select {
 		case <-ctx.Done():
 			return err
