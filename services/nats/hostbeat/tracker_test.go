@@ -314,7 +314,8 @@ func TestTrackerConcurrent(t *testing.T) {
 					// when it began at least.
 					if at, ok := v.(time.Time); ok && !strings.Contains(h, "churn") {
 						if b, ok := got[h]; !ok || b.WrittenAt().Before(at) {
-							t.Errorf("%s: read %+v, after %s was written", h, b, at)
+							t.Errorf("%s: read (present %v) written at %s, stored at %s, inventory %+v, after %s was written",
+								h, ok, b.WrittenAt(), b.Stored, b.Inv(), at)
 							return
 						}
 					}
