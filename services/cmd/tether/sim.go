@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tetherhq/tether/services/archiver"
 	"github.com/tetherhq/tether/services/tools/sim"
 )
 
@@ -44,9 +45,19 @@ server-seconds, the replicas, and the rollout, which must complete without
 stopping a server that holds a match. Faults are off unless their flags are
 given.
 
+With --retention the leading controller archives game servers and game
+sessions that ended longer ago than that (services/archiver): their histories
+leave the stream and the views for segments in --archive-dir. Every
+--storage-every the run samples the events stream (bytes, messages,
+subjects), the views' rows, the database's size and the archive's; the table
+ends with these samples (--json has them all). With --retention the audit
+counts the archive's events with the stream's, and the run then waits until
+only live aggregates are left in the stream and the views.
+
   tether sim                                        # 1,000 servers, 60 s
   tether sim --hosts 10000 --servers-per-host 10    # the 100,000-server scale run
-  tether sim --hosts 40 --demand 0s:2,30s:2,40s:20,60s:20,70s:2,120s:2 --buffer 5`,
+  tether sim --hosts 40 --demand 0s:2,30s:2,40s:20,60s:20,70s:2,120s:2 --buffer 5
+  tether sim --hosts 50 --duration 15m --retention 2m --archive-interval 15s`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
 			if err != nil {
@@ -133,6 +144,11 @@ given.
 	f.IntVar(&opts.MinReplicas, "min-replicas", 0, "demand mode: the fleet's fewest replicas")
 	f.IntVar(&opts.MaxReplicas, "max-replicas", 0, "demand mode: the fleet's most replicas (default: every slot)")
 	f.DurationVar(&opts.RolloutAt, "rollout-at", 0, "demand mode: when, into the steady phase, the template changes (default: two thirds in; negative: no rollout)")
+	f.DurationVar(&opts.Retention, "retention", 0,
+		"archive game servers and game sessions that ended this long ago, as the leading controller does with --archive-dir (0: no archiving); the audit then counts the archive too")
+	f.StringVar(&opts.ArchiveDir, "archive-dir", "", "with --retention: the archive's segment directory (default: archive in the run's data directory)")
+	f.DurationVar(&opts.ArchiveInterval, "archive-interval", archiver.DefaultInterval, "with --retention: time between archiving passes")
+	f.DurationVar(&opts.StorageEvery, "storage-every", def.StorageEvery, "how often the steady phase samples the storage: the events stream, the views' rows, the database, the archive")
 	f.DurationVar(&opts.ProgressEvery, "progress-every", def.ProgressEvery, "status line interval")
 	f.StringVar(&opts.DataDir, "data-dir", "", "keep the run's NATS store and logs here (default: a temporary directory, removed)")
 	f.StringVar(&jsonOut, "json", "", "also write the report as JSON to this file")

@@ -114,18 +114,18 @@ func (l *ledger) snapshot() (injected map[string]injection, flapped map[string]i
 
 // every calls f at a mean rate of rate per second (exponential gaps, as
 // independent failures arrive) until ctx ends; a zero rate never calls it.
+// The arrival times are drawn from the start, not from each call's return,
+// so a busy machine's late timers (or a slow f) delay calls without
+// lowering their rate: the calls due meanwhile follow at once.
 func every(ctx context.Context, rate float64, f func()) {
 	if rate <= 0 {
 		return
 	}
+	next := time.Now()
 	for {
-		gap := time.Duration(rand.ExpFloat64() / rate * float64(time.Second))
-		t := time.NewTimer(gap)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		next = next.Add(time.Duration(rand.ExpFloat64() / rate * float64(time.Second)))
+		if !sleepCtx(ctx, time.Until(next)) {
 			return
-		case <-t.C:
 		}
 		f()
 	}

@@ -66,6 +66,16 @@ type Report struct {
 	InStream          uint64 `json:"in_stream"`           // every event, whoever produced it
 	Applied           int64  `json:"applied"`
 	DeadLetters       int64  `json:"dead_letters"`
+	// Archived and ArchivedByAgents count the events that left the stream
+	// and the events table for the archive (with Options.Retention).
+	Archived         int64 `json:"archived"`
+	ArchivedByAgents int64 `json:"archived_by_agents"`
+
+	// Storage samples what the run stores every Options.StorageEvery of the
+	// steady phase (storage.go), and once more at rest with retention.
+	Storage []StorageSample `json:"storage"`
+	// Retention is the archive's figures; nil without Options.Retention.
+	Retention *RetentionReport `json:"retention,omitempty"`
 
 	Tables          []TableSize      `json:"tables"`
 	Streams         []StreamSize     `json:"streams"`
@@ -162,6 +172,22 @@ func (r *Report) Print(out io.Writer) {
 	row("in the stream, by agents", "%d", r.InStreamByAgents)
 	row("applied by the projector, by agents", "%d", r.AppliedByAgents)
 	row("in the stream / applied, all producers", "%d / %d (%d dead letters)", r.InStream, r.Applied, r.DeadLetters)
+	if rt := r.Retention; rt != nil {
+		row("archived (all producers / by agents)", "%d / %d", r.Archived, r.ArchivedByAgents)
+		fmt.Fprintln(tw, "\t")
+		fmt.Fprintln(tw, "RETENTION\t")
+		row("retention / archive interval", "%s / %s", time.Duration(rt.Retention*float64(time.Second)), time.Duration(rt.ArchiveInterval*float64(time.Second)))
+		row("archive at the audit", "%d segments, %s, %d aggregates (%d game servers, %d game sessions), %d events",
+			rt.Segments, mib(rt.Bytes), rt.Aggregates, rt.GameServers, rt.GameSessions, rt.Events)
+		if rt.Events > 0 {
+			row("archive per event", "%.0f B", float64(rt.Bytes)/float64(rt.Events))
+		}
+		if rt.SettledSeconds >= 0 {
+			row("only live aggregates left", "%.1f s after the audit", rt.SettledSeconds)
+		} else {
+			row("only live aggregates left", "not reached")
+		}
+	}
 	fmt.Fprintln(tw, "\t")
 	fmt.Fprintln(tw, "SIZES\t")
 	for _, s := range r.Streams {
@@ -183,6 +209,10 @@ func (r *Report) Print(out io.Writer) {
 	row("tether process RSS", "%s", mib(r.ProcessPeakRSS))
 	row("PostgreSQL (PSS, all processes)", "%s", mib(r.PostgresPeakPSS))
 	tw.Flush()
+	if len(r.Storage) > 0 {
+		fmt.Fprintln(out, "\nSTORAGE (time since the steady phase began)")
+		printStorage(out, r.Storage)
+	}
 	if r.OK() && r.Demand != nil {
 		rollout := ""
 		if r.Demand.Rollout.Started {

@@ -69,8 +69,12 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	steady.Go(func() { w.mm.run(steadyCtx) })
 	steady.Go(func() { w.sampleLag(steadyCtx, lag) })
 	steady.Go(func() { w.progress(steadyCtx, "steady") })
+	steady.Go(func() { w.sampleStorage(steadyCtx, steadyBegan, &rep.Storage) })
 	steady.Wait()
 	endSteady()
+	if n := len(rep.Storage); n == 0 || time.Since(steadyBegan).Seconds()-rep.Storage[n-1].Seconds > o.StorageEvery.Seconds()/4 {
+		w.addStorageSample(ctx, steadyBegan, "steady", &rep.Storage)
+	}
 	if w.demand != nil {
 		w.demand.steadyEnded = steadyBegan.Add(o.Duration)
 	}
@@ -110,6 +114,23 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	fmt.Fprintln(o.Progress, "auditing the stream and the views")
 	if err := w.audit(ctx, rep, injected, flapped, ended); err != nil {
 		return nil, err
+	}
+
+	// Phase 5, with retention: the archive catches up with the ended
+	// aggregates, leaving the stream and the views with live ones only.
+	if w.archiveDir() != "" {
+		timeout := o.Retention + 3*o.ArchiveInterval + 2*time.Minute
+		fmt.Fprintf(o.Progress, "retention: waiting (at most %s) for every ended game server and session to be archived\n", timeout)
+		took, err := w.awaitRetention(ctx, timeout)
+		rep.Retention.SettledSeconds = took.Seconds()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			rep.Retention.SettledSeconds = -1
+			rep.Failures = append(rep.Failures, "retention: "+err.Error())
+		}
+		w.addStorageSample(ctx, steadyBegan, "rest", &rep.Storage)
 	}
 	rep.Partitions = cuts
 	rep.SlowStarts = w.count.slowStarts.Load()
@@ -257,6 +278,20 @@ var expectedReasons = map[fault][]string{
 // audit counts events three ways and judges every server that ended.
 func (w *world) audit(ctx context.Context, rep *Report, injected map[string]injection, flapped map[string]int, ended map[string]time.Time) error {
 	pool := w.stack.Pool
+	// No archiving pass runs while the audit counts: the stream, the
+	// events table and the archive hold each event exactly once.
+	release, err := w.holdArchive(ctx, 2*time.Minute)
+	if err != nil {
+		return err
+	}
+	defer release()
+	arch, err := w.readArchive(ctx)
+	if err != nil {
+		return err
+	}
+	if w.archiveDir() != "" {
+		rep.Retention = &arch.report
+	}
 	// The count is taken while nothing publishes (a settled system's agents
 	// only beat, outside the stream); it is taken again if the agents'
 	// tally moved meanwhile.
@@ -284,9 +319,10 @@ func (w *world) audit(ctx context.Context, rep *Report, injected map[string]inje
 			break
 		}
 	}
-	if rep.PublishedByAgents != rep.InStreamByAgents || rep.InStreamByAgents != rep.AppliedByAgents {
-		rep.Failures = append(rep.Failures, fmt.Sprintf("lost events: agents published %d, the stream holds %d of theirs, the projector applied %d",
-			rep.PublishedByAgents, rep.InStreamByAgents, rep.AppliedByAgents))
+	rep.Archived, rep.ArchivedByAgents = arch.report.Events, arch.report.ByAgents
+	if rep.PublishedByAgents != rep.InStreamByAgents+rep.ArchivedByAgents || rep.InStreamByAgents != rep.AppliedByAgents {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("lost events: agents published %d, the stream holds %d of theirs and the archive %d, the projector applied %d of those in the stream",
+			rep.PublishedByAgents, rep.InStreamByAgents, rep.ArchivedByAgents, rep.AppliedByAgents))
 	}
 	if int64(rep.InStream) != rep.Applied+rep.DeadLetters {
 		rep.Failures = append(rep.Failures, fmt.Sprintf("the stream holds %d events, the projector applied %d (+%d dead letters)", rep.InStream, rep.Applied, rep.DeadLetters))
@@ -299,11 +335,9 @@ func (w *world) audit(ctx context.Context, rep *Report, injected map[string]inje
 	}
 	defer rows.Close()
 	var falses []string
-	for rows.Next() {
-		var name, state, reason string
-		if err := rows.Scan(&name, &state, &reason); err != nil {
-			return err
-		}
+	judged := map[string]bool{}
+	judge := func(name, state, reason string) {
+		judged[name] = true
 		var want []string
 		if inj, ok := injected[name]; ok {
 			want = expectedReasons[inj.kind]
@@ -321,8 +355,21 @@ func (w *world) audit(ctx context.Context, rep *Report, injected map[string]inje
 			}
 		}
 	}
+	for rows.Next() {
+		var name, state, reason string
+		if err := rows.Scan(&name, &state, &reason); err != nil {
+			return err
+		}
+		judge(name, state, reason)
+	}
 	if err := rows.Err(); err != nil {
 		return err
+	}
+	// The archived ones: gone from the views, judged by their histories.
+	for name, st := range arch.servers {
+		if !judged[name] {
+			judge(name, events.LifecycleName(st.GetLifecycle()), events.ReasonName(st.GetReason()))
+		}
 	}
 	if rep.FalseTerminations > 0 {
 		rep.Failures = append(rep.Failures, fmt.Sprintf("%d false terminations, e.g. %s", rep.FalseTerminations, strings.Join(falses, "; ")))
@@ -338,9 +385,16 @@ func (w *world) audit(ctx context.Context, rep *Report, injected map[string]inje
 		} else {
 			rep.Crashes++
 		}
-		var at time.Time
-		err := pool.QueryRow(ctx, `SELECT min(occur_time) FROM events WHERE aggregate = $1 AND type = $2`, name, typ).Scan(&at)
-		if err != nil || at.IsZero() {
+		var at *time.Time
+		if err := pool.QueryRow(ctx, `SELECT min(occur_time) FROM events WHERE aggregate = $1 AND type = $2`, name, typ).Scan(&at); err != nil {
+			return fmt.Errorf("sim: read the detection of %s: %w", name, err)
+		}
+		if at == nil {
+			if t, ok := arch.firstTime(name, typ); ok {
+				at = &t
+			}
+		}
+		if at == nil || at.IsZero() {
 			rep.MissedDetections++
 			continue
 		}
@@ -359,6 +413,13 @@ func (w *world) audit(ctx context.Context, rep *Report, injected map[string]inje
 		rep.Failures = append(rep.Failures, fmt.Sprintf("%d injected faults never detected", rep.MissedDetections))
 	}
 	rep.FailureThreshold = w.opts.FailureThreshold
+	for _, d := range arch.degraded {
+		if inj, ok := injected[d.server]; ok && inj.kind == faultHang {
+			continue
+		}
+		rep.HealthNearMisses++
+		rep.MaxMissedPeriods = max(rep.MaxMissedPeriods, d.missed)
+	}
 	return w.nearMisses(ctx, rep, injected)
 }
 
@@ -418,13 +479,26 @@ func (w *world) waitApplied(ctx context.Context, seq uint64) error {
 }
 
 // countStream reads the event stream up to sequence last and counts its
-// events: all, and those the simulated agents produced.
+// events: all, and those the simulated agents produced. Archiving may
+// have purged any of them, the last one included: the count ends at last,
+// or at the last event the stream holds.
 func (w *world) countStream(ctx context.Context, last uint64) (all uint64, byAgents int64, err error) {
 	if last == 0 {
 		return 0, 0, nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
+	stream, err := w.stack.JetStream.Stream(rctx, events.StreamName)
+	if err != nil {
+		return 0, 0, fmt.Errorf("sim: read the stream: %w", err)
+	}
+	info, err := stream.Info(rctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("sim: read the stream: %w", err)
+	}
+	if info.State.Msgs == 0 || info.State.FirstSeq > last {
+		return 0, 0, nil
+	}
 	cons, err := w.stack.JetStream.OrderedConsumer(rctx, events.StreamName, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return 0, 0, fmt.Errorf("sim: read the stream: %w", err)
@@ -450,7 +524,7 @@ func (w *world) countStream(ctx context.Context, last uint64) (all uint64, byAge
 			if strings.HasPrefix(e.Producer, "hosts/") {
 				byAgents++
 			}
-			if md.Sequence.Stream == last {
+			if md.Sequence.Stream == last || md.NumPending == 0 {
 				return all, byAgents, nil
 			}
 		}

@@ -15,6 +15,13 @@
 // game server that ended must have ended for a fault the simulator caused.
 // A run is sped up by shortening periods (health, heartbeats, timeouts),
 // never by skipping logic.
+//
+// The steady phase samples what the run stores (storage.go): the events
+// stream, the views' rows, the database and the archive. With a retention
+// (Options.Retention) the leading controller archives ended game servers
+// and game sessions meanwhile; the audit then finds every event in the
+// stream or in the archive (archived.go), and a fifth phase waits until
+// the stream and the views hold live aggregates only.
 package sim
 
 import (
@@ -38,6 +45,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/services/agent"
+	"github.com/tetherhq/tether/services/archiver"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev"
 	"github.com/tetherhq/tether/services/nats/commands"
@@ -115,6 +123,22 @@ type Options struct {
 	// fleet's template (a rolling update under load); default two thirds
 	// of Duration; negative: no rollout.
 	RolloutAt time.Duration
+	// Retention, when positive, turns archiving on (services/archiver, as
+	// `tether controller --retention` runs it in the leading controller):
+	// game servers and game sessions that ended more than Retention ago
+	// leave the stream and the views for archive segments in ArchiveDir
+	// (default DataDir/archive), a pass every ArchiveInterval (default
+	// archiver.DefaultInterval). The audit then counts the archive's
+	// events with the stream's, and a last phase waits until the stream
+	// and the views hold nothing but live aggregates (Report.Retention).
+	// Not with Demand (its figures are read from the stream afterwards).
+	Retention       time.Duration
+	ArchiveDir      string
+	ArchiveInterval time.Duration
+	// StorageEvery is how often, during the steady phase, the storage is
+	// sampled (Report.Storage): the events stream, the views' rows, the
+	// database's and the archive's sizes; default 1m.
+	StorageEvery time.Duration
 	// HostStartSpread spreads the hosts' agent starts over this long, as
 	// hosts come up over time; default 2 ms per host.
 	HostStartSpread time.Duration
@@ -184,6 +208,10 @@ func (o *Options) setDefaults() {
 	def(&o.Duration, 60*time.Second)
 	def(&o.SettleTimeout, 5*time.Minute)
 	def(&o.ProgressEvery, 10*time.Second)
+	def(&o.StorageEvery, time.Minute)
+	if o.Retention > 0 {
+		def(&o.ArchiveInterval, archiver.DefaultInterval)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -223,6 +251,10 @@ func (o *Options) validate() error {
 		return errors.New("sim: rates must not be negative")
 	case o.SlowStartFraction < 0 || o.SlowStartFraction > 1 || o.DropFraction < 0 || o.DropFraction > 1:
 		return errors.New("sim: fractions must be within 0 and 1")
+	case o.Retention < 0:
+		return fmt.Errorf("sim: negative retention %s", o.Retention)
+	case o.Retention > 0 && o.Demand.Set():
+		return errors.New("sim: retention and demand mode do not go together: demand mode reads its figures from the stream after the run, and archiving takes them out of it")
 	}
 	if o.Demand.Set() {
 		return o.validateDemand()
@@ -269,6 +301,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		defer os.RemoveAll(dir)
 		opts.DataDir = dir
 	}
+	if opts.Retention > 0 && opts.ArchiveDir == "" {
+		opts.ArchiveDir = filepath.Join(opts.DataDir, "archive")
+	}
 	w := &world{opts: opts, log: opts.Logger, faults: newLedger(), meter: sdkmetric.NewManualReader(), conns: map[int]*natsConn{}}
 	defer w.closeConns()
 	w.paused = make([]atomic.Bool, opts.Hosts)
@@ -295,7 +330,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			Hosts: opts.Hosts, HostCapacity: opts.ServersPerHost, Logger: opts.Logger, MeterProvider: mp,
 			AgentOptions: w.agentOptions, AgentStartSpread: opts.HostStartSpread,
 			ControllerOptions: w.controllerOptions,
-			Started:           func(s *dev.Stack) { started <- s },
+			ArchiveDir:        w.archiveDir(), Retention: opts.Retention, ArchiveInterval: opts.ArchiveInterval,
+			Started: func(s *dev.Stack) { started <- s },
 		})
 	}()
 	select {
