@@ -181,10 +181,13 @@ func TestGameServerLogsThroughTheAPI(t *testing.T) {
 	if err != nil || len(first.GetEntries()) != 1 || first.GetEntries()[0].GetText() != "hello from stdout" || first.GetEntries()[0].GetStream() != tetherv1.LogEntry_STDOUT {
 		t.Fatalf("first chunk of the follow: %v %v", first, err)
 	}
-	pid := s.do("GET", "/v1/"+name, nil).num("pid")
-	if pid <= 0 {
-		t.Fatalf("the server has no pid")
-	}
+	// The logs come from the agent, the pid from the views: under load
+	// the views may not have projected the process's start yet.
+	var pid float64
+	wait.For(t, 10*time.Second, "the server's pid in the views", func() bool {
+		pid = s.do("GET", "/v1/"+name, nil).num("pid")
+		return pid > 0
+	})
 	if err := syscall.Kill(int(pid), syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
