@@ -75,14 +75,16 @@ func TestReplicasSliceTheCandidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// b dates the key when it arrives, after put; it may drop it a TTL
+	// after that, never sooner, however late this test looks.
+	put := time.Now()
 	if _, err := kv.PutString(ctx, "api-crashed", "api-crashed"); err != nil {
 		t.Fatal(err)
 	}
 	wait.For(t, 10*time.Second, "b sees the replica that is to crash", func() bool { return b.Slice().Count == 2 })
-	seen := time.Now()
 	wait.For(t, 10*time.Second, "b ages out the silent replica", func() bool { return b.Slice() == replicas.Whole })
-	if d := time.Since(seen); d < ttl/2 {
-		t.Fatalf("a silent replica was dropped after %v, before its TTL %v", d, ttl)
+	if d := time.Since(put); d <= ttl {
+		t.Fatalf("a silent replica was dropped %v after its last write, within its TTL %v", d, ttl)
 	}
 }
 
