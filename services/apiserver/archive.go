@@ -14,7 +14,10 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/tetherhq/tether/events"
+
 	"github.com/tetherhq/tether/events/archive"
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections"
@@ -302,26 +305,10 @@ func (q archiveRange) in(rec archive.Record) bool {
 		(q.start.IsZero() || !rec.Time.Before(q.start)) && (q.end.IsZero() || rec.Time.Before(q.end))
 }
 
-// keeps reports whether q's subjects match subject.
+// keeps reports whether q's subjects (NATS subject filters: '*' one
+// token, '>' the rest) match subject.
 func (q archiveRange) keeps(subject string) bool {
-	return q.subjects == nil || slices.ContainsFunc(q.subjects, func(p string) bool { return subjectMatches(p, subject) })
-}
-
-// subjectMatches reports whether a NATS subject pattern ('*' one token,
-// '>' the rest) matches subject.
-func subjectMatches(pattern, subject string) bool {
-	ps, ss := strings.Split(pattern, "."), strings.Split(subject, ".")
-	for i, p := range ps {
-		switch {
-		case p == ">":
-			return len(ss) > i
-		case i >= len(ss):
-			return false
-		case p != "*" && p != ss[i]:
-			return false
-		}
-	}
-	return len(ps) == len(ss)
+	return q.subjects == nil || slices.ContainsFunc(q.subjects, func(f string) bool { return server.SubjectMatchesFilter(subject, f) })
 }
 
 // anyIn reports whether the catalog records an archived stretch that may

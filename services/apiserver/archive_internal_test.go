@@ -10,7 +10,8 @@ import (
 	"github.com/tetherhq/tether/events"
 )
 
-func TestSubjectMatches(t *testing.T) {
+// An archive range keeps the subjects its NATS subject filters match.
+func TestArchiveRangeKeepsTheSubjectsItsFiltersMatch(t *testing.T) {
 	for _, tc := range []struct {
 		pattern, subject string
 		want             bool
@@ -25,8 +26,8 @@ func TestSubjectMatches(t *testing.T) {
 		{"tether.ev.>", "tether.ev", false},
 		{"tether.ev.ps.*.*", "tether.ev.gsess.gsess-1", false},
 	} {
-		if got := subjectMatches(tc.pattern, tc.subject); got != tc.want {
-			t.Errorf("subjectMatches(%q, %q) = %v, want %v", tc.pattern, tc.subject, got, tc.want)
+		if got := (archiveRange{subjects: []string{tc.pattern}}).keeps(tc.subject); got != tc.want {
+			t.Errorf("filter %q keeps %q: %v, want %v", tc.pattern, tc.subject, got, tc.want)
 		}
 	}
 }
