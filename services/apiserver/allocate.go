@@ -174,7 +174,13 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 				attempts++
 				resp, err := a.try(ctx, req, name, state, seq, policy)
 				if err == nil {
-					s.candidates.settle(name, uint64(resp.GetGameServer().GetSequence()))
+					// A retry may be answered with the server its first call
+					// took: then that one is allocated and name is untouched.
+					got := resp.GetGameServer().GetName()
+					s.candidates.settle(got, uint64(resp.GetGameServer().GetSequence()))
+					if got != name {
+						s.candidates.release(name)
+					}
 					return resp, nil
 				}
 				if !errors.Is(err, events.ErrConflict) {
