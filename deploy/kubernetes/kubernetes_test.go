@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tetherhq/tether/services/nats/natsauth"
 	"github.com/tetherhq/tether/services/testkit/tethercli"
 )
 
@@ -702,6 +704,9 @@ var natsChartKeys = []string{
 	"service.enabled", "service.merge.*", "service.ports.*",
 	"podDisruptionBudget.enabled", "promExporter.enabled", "promExporter.podMonitor.enabled",
 	"natsBox.enabled", "reloader.enabled",
+	// JSON patches (lists): add the server.conf mount and its volume.
+	"container.patch", "podTemplate.patch",
+	"natsBox.contexts.default.creds.secretName", "natsBox.contexts.default.creds.key",
 }
 
 func TestNATSValues(t *testing.T) {
@@ -779,4 +784,338 @@ func lookup(v any, path string) (any, error) {
 		}
 	}
 	return v, nil
+}
+
+// The NATS credentials: `tether nats-auth init` (services/nats/natsauth)
+// writes them, the user stores them in these Secrets and this ConfigMap
+// (README.md, "NATS credentials"), and the pods mount them.
+const (
+	// natsCredsSecretPrefix + principal holds key principal+".creds".
+	natsCredsSecretPrefix = "tether-nats-creds-"
+	// natsSignersConfigMap holds key natsauth.SignersFile.
+	natsSignersConfigMap = "tether-nats-signers"
+	// natsServerAuthSecret holds key natsauth.ServerConf, for NATS.
+	natsServerAuthSecret = "tether-nats-server-auth"
+	// natsChartConfigDir is where the chart mounts nats.conf: its $include
+	// paths are relative to it, as nats-server resolves includes.
+	natsChartConfigDir = "/etc/nats-config"
+)
+
+// natsPrincipals is the NATS user each tether subcommand must connect as:
+// services/cmd/tether refuses another principal's credentials.
+var natsPrincipals = map[string]string{
+	"apiserver":  natsauth.APIServer,
+	"controller": natsauth.Controller,
+	"projector":  natsauth.Projector,
+	"migrate":    natsauth.Admin,
+}
+
+// natsReadsEvents are the subcommands that read events, and so verify
+// their writers with --nats-signers; migrate reads none.
+var natsReadsEvents = map[string]bool{"apiserver": true, "controller": true, "projector": true}
+
+// mountedFile is what a path in a container is: a key of a Secret or a
+// ConfigMap mounted as a volume.
+type mountedFile struct {
+	kind, name, key string // "Secret" or "ConfigMap", its name, the key
+	mode            *int32 // the file's mode: the item's, else the volume's default
+	readOnly        bool
+}
+
+// fileAt resolves path through c's volume mounts (the deepest that holds
+// it) to the Secret or ConfigMap key it is. A subPath mount is refused: it
+// never sees the Secret's updates, so a rotation would not reach the pod.
+func fileAt(spec corev1.PodSpec, c corev1.Container, path string) (mountedFile, error) {
+	var mount *corev1.VolumeMount
+	for i, m := range c.VolumeMounts {
+		if m.MountPath == path {
+			return mountedFile{}, fmt.Errorf("%s is volume %s mounted as a single file (subPath), which never sees the Secret's or ConfigMap's updates: mount the volume's directory", path, m.Name)
+		}
+		if strings.HasPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/") && (mount == nil || len(m.MountPath) > len(mount.MountPath)) {
+			mount = &c.VolumeMounts[i]
+		}
+	}
+	if mount == nil {
+		return mountedFile{}, fmt.Errorf("%s is in no volume mounted in container %s (the root filesystem has no such file)", path, c.Name)
+	}
+	if mount.SubPath != "" || mount.SubPathExpr != "" {
+		return mountedFile{}, fmt.Errorf("%s: volume %s is mounted with a subPath, which never sees the Secret's or ConfigMap's updates", path, mount.Name)
+	}
+	rel := strings.TrimPrefix(path, strings.TrimSuffix(mount.MountPath, "/")+"/")
+	i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == mount.Name })
+	if i < 0 {
+		return mountedFile{}, fmt.Errorf("%s: the pod has no volume %q", path, mount.Name)
+	}
+	v := spec.Volumes[i]
+	f := mountedFile{readOnly: mount.ReadOnly}
+	var items []corev1.KeyToPath
+	switch {
+	case v.Secret != nil:
+		f.kind, f.name, f.mode, items = "Secret", v.Secret.SecretName, v.Secret.DefaultMode, v.Secret.Items
+	case v.ConfigMap != nil:
+		f.kind, f.name, f.mode, items = "ConfigMap", v.ConfigMap.Name, v.ConfigMap.DefaultMode, v.ConfigMap.Items
+	default:
+		return mountedFile{}, fmt.Errorf("%s: volume %s is neither a Secret nor a ConfigMap", path, v.Name)
+	}
+	if len(items) == 0 {
+		f.key = rel
+		return f, nil
+	}
+	j := slices.IndexFunc(items, func(it corev1.KeyToPath) bool { return it.Path == rel })
+	if j < 0 {
+		return mountedFile{}, fmt.Errorf("%s: %s %s's items project no file %q", path, f.kind, f.name, rel)
+	}
+	f.key = items[j].Key
+	if items[j].Mode != nil {
+		f.mode = items[j].Mode
+	}
+	return f, nil
+}
+
+// envValue is the literal value of c's variable name.
+func envValue(c corev1.Container, name string) (string, bool) {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value, e.ValueFrom == nil && e.Value != ""
+		}
+	}
+	return "", false
+}
+
+// volumeSecrets are the Secrets a volume mounts.
+func volumeSecrets(v corev1.Volume) []string {
+	var names []string
+	if v.Secret != nil {
+		names = append(names, v.Secret.SecretName)
+	}
+	if v.Projected != nil {
+		for _, src := range v.Projected.Sources {
+			if src.Secret != nil {
+				names = append(names, src.Secret.Name)
+			}
+		}
+	}
+	return names
+}
+
+// TestNATSCredentials checks that every Tether pod connects to NATS as its
+// own principal, and holds no other's credentials: TETHER_NATS_CREDS names
+// the file <principal>.creds of the Secret tether-nats-creds-<principal>,
+// mounted read-only as a whole volume (so a rotated Secret reaches it),
+// readable by the pod's group only; no volume of the pod mounts another
+// principal's Secret; the services verify event writers with the signers
+// ConfigMap (TETHER_NATS_SIGNERS). Every control-plane principal of
+// natsauth runs somewhere.
+func TestNATSCredentials(t *testing.T) {
+	b := renderBase(t)
+	runs := map[string][]string{} // principal → workloads
+	for _, w := range b.workloads() {
+		own := map[string]bool{}
+		for _, c := range w.spec.Containers {
+			where := w.name + " container " + c.Name
+			if len(c.Args) == 0 {
+				continue
+			}
+			principal, ok := natsPrincipals[c.Args[0]]
+			if !ok {
+				t.Errorf("%s: tether %s: which NATS principal does it run as? (natsPrincipals)", where, c.Args[0])
+				continue
+			}
+			own[natsCredsSecretPrefix+principal] = true
+			runs[principal] = append(runs[principal], w.name)
+
+			creds, ok := envValue(c, "TETHER_NATS_CREDS")
+			if !ok {
+				t.Errorf("%s: no TETHER_NATS_CREDS (a path): tether %s would connect to NATS as nobody, which NATS refuses", where, c.Args[0])
+			} else if f, err := fileAt(w.spec, c, creds); err != nil {
+				t.Errorf("%s: TETHER_NATS_CREDS: %v", where, err)
+			} else {
+				want := mountedFile{kind: "Secret", name: natsCredsSecretPrefix + principal, key: principal + ".creds"}
+				if f.kind != want.kind || f.name != want.name || f.key != want.key {
+					t.Errorf("%s: TETHER_NATS_CREDS=%s is key %q of %s %s, want key %q of Secret %s (principal %s)",
+						where, creds, f.key, f.kind, f.name, want.key, want.name, principal)
+				}
+				if !f.readOnly {
+					t.Errorf("%s: the NATS credentials are mounted writable", where)
+				}
+				switch {
+				case f.mode == nil:
+					t.Errorf("%s: the NATS credentials file has the default mode 0644, readable by any user: set defaultMode 0440", where)
+				case *f.mode&0o007 != 0 || *f.mode&0o222 != 0:
+					t.Errorf("%s: the NATS credentials file has mode %#o, want no write and nothing for others (0440 or 0400)", where, *f.mode)
+				}
+				// The file is root's: uid 65532 reads it as a member of the
+				// pod's fsGroup, which the kubelet gives the file.
+				if sc := w.spec.SecurityContext; sc == nil || sc.FSGroup == nil {
+					t.Errorf("%s: no fsGroup: the process (uid %d) cannot read the root-owned credentials file", where, runAsUser)
+				}
+			}
+
+			signers, ok := envValue(c, "TETHER_NATS_SIGNERS")
+			if !ok {
+				if natsReadsEvents[c.Args[0]] {
+					t.Errorf("%s: no TETHER_NATS_SIGNERS (a path): tether %s would not verify who wrote the events it reads", where, c.Args[0])
+				}
+				continue
+			}
+			f, err := fileAt(w.spec, c, signers)
+			if err != nil {
+				t.Errorf("%s: TETHER_NATS_SIGNERS: %v", where, err)
+				continue
+			}
+			if f.kind != "ConfigMap" || f.name != natsSignersConfigMap || f.key != natsauth.SignersFile || !f.readOnly {
+				t.Errorf("%s: TETHER_NATS_SIGNERS=%s is key %q of %s %s (read-only %v), want key %q of ConfigMap %s, read-only",
+					where, signers, f.key, f.kind, f.name, f.readOnly, natsauth.SignersFile, natsSignersConfigMap)
+			}
+		}
+		for _, v := range w.spec.Volumes {
+			for _, name := range volumeSecrets(v) {
+				if strings.HasPrefix(name, natsCredsSecretPrefix) && !own[name] {
+					t.Errorf("%s: volume %s mounts %s, another principal's NATS credentials", w.name, v.Name, name)
+				}
+			}
+		}
+	}
+	for _, p := range natsauth.Components() {
+		if len(runs[p]) == 0 {
+			t.Errorf("no workload connects as NATS principal %s", p)
+		}
+	}
+}
+
+// TestNATSValuesAuthenticate checks that the NATS chart's values make
+// nats-server authenticate with the operator of `tether nats-auth init`:
+// the config includes server.conf, which is the key server.conf of the
+// Secret tether-nats-server-auth mounted in the nats container (under
+// /etc/, which the chart also mounts into its config reloader, so that a
+// revocation reloads nats-server); and the nats-box connects as admin.
+func TestNATSValuesAuthenticate(t *testing.T) {
+	data, err := os.ReadFile("nats-values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		t.Fatal(err)
+	}
+	merge, _ := lookup(values, "config.merge")
+	var includes []string
+	if m, ok := merge.(map[string]any); ok {
+		for k, v := range m {
+			if strings.HasSuffix(k, "$include") {
+				includes = append(includes, fmt.Sprint(v))
+			}
+		}
+	}
+	if len(includes) != 1 {
+		t.Fatalf("nats-values.yaml config.merge includes %q, want server.conf alone", includes)
+	}
+	// nats-server resolves an include against its config file's directory.
+	conf := filepath.Join(natsChartConfigDir, includes[0])
+
+	var pod corev1.PodSpec
+	var nats corev1.Container
+	nats.Name = "nats"
+	nats.VolumeMounts = patchAdds[corev1.VolumeMount](t, values, "container.patch", "/volumeMounts/-")
+	pod.Volumes = patchAdds[corev1.Volume](t, values, "podTemplate.patch", "/spec/volumes/-")
+	f, err := fileAt(pod, nats, conf)
+	if err != nil {
+		t.Fatalf("nats-values.yaml includes %s (%s): %v", includes[0], conf, err)
+	}
+	if f.kind != "Secret" || f.name != natsServerAuthSecret || f.key != natsauth.ServerConf || !f.readOnly {
+		t.Errorf("nats-values.yaml includes %s: key %q of %s %s (read-only %v), want key %q of Secret %s, read-only",
+			conf, f.key, f.kind, f.name, f.readOnly, natsauth.ServerConf, natsServerAuthSecret)
+	}
+	if !strings.HasPrefix(conf, "/etc/") {
+		t.Errorf("%s is not under /etc/: the chart's config reloader would not see it (reloader.natsVolumeMountPrefixes)", conf)
+	}
+	for path, want := range map[string]string{
+		"natsBox.contexts.default.creds.secretName": natsCredsSecretPrefix + natsauth.Admin,
+		"natsBox.contexts.default.creds.key":        natsauth.Admin + ".creds",
+	} {
+		if got, err := lookup(values, path); err != nil || got != want {
+			t.Errorf("nats-values.yaml %s = %v (%v), want %s: NATS refuses the nats-box without credentials", path, got, err, want)
+		}
+	}
+}
+
+// patchAdds decodes strictly the values a JSON patch list of the chart's
+// values adds at path (op add); any other op fails, as this test does not
+// apply it.
+func patchAdds[T any](t *testing.T, values map[string]any, key, path string) []T {
+	t.Helper()
+	raw, err := lookup(values, key)
+	if err != nil {
+		t.Fatalf("nats-values.yaml %s: %v", key, err)
+	}
+	ops, ok := raw.([]any)
+	if !ok {
+		t.Fatalf("nats-values.yaml %s is %T, want a JSON patch (a list)", key, raw)
+	}
+	var out []T
+	for i, op := range ops {
+		m, _ := op.(map[string]any)
+		if m["op"] != "add" {
+			t.Errorf("nats-values.yaml %s[%d]: op %v: only adds are checked here", key, i, m["op"])
+			continue
+		}
+		if m["path"] != path {
+			continue
+		}
+		doc, err := yaml.Marshal(m["value"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v T
+		if err := yaml.UnmarshalStrict(doc, &v); err != nil {
+			t.Errorf("nats-values.yaml %s[%d]: %v", key, i, err)
+			continue
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// TestREADMECreatesTheNATSSecrets checks that README.md's commands create
+// each Secret and ConfigMap of the NATS wiring, with the key the pods
+// mount, from the file of the directory `tether nats-auth init` made.
+func TestREADMECreatesTheNATSSecrets(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	initCmd := regexp.MustCompile(`tether nats-auth init --auth-dir (\S+)`).FindSubmatch(readme)
+	if initCmd == nil {
+		t.Fatal("README.md has no `tether nats-auth init --auth-dir DIR`")
+	}
+	dir := string(initCmd[1])
+	type source struct{ key, file string }
+	want := map[string]source{
+		"Secret " + natsServerAuthSecret:    {natsauth.ServerConf, filepath.Join(dir, natsauth.ServerConf)},
+		"ConfigMap " + natsSignersConfigMap: {natsauth.SignersFile, filepath.Join(dir, natsauth.SignersFile)},
+	}
+	for _, p := range natsauth.Components() {
+		want["Secret "+natsCredsSecretPrefix+p] = source{p + ".creds", natsauth.CredsPath(dir, p)}
+	}
+	seen := map[string]bool{}
+	create := regexp.MustCompile(`kubectl -n ` + namespace + ` create (secret generic|configmap) (\S+) --from-file=([^=\s]+)=(\S+)`)
+	for _, m := range create.FindAllStringSubmatch(string(readme), -1) {
+		what := "Secret " + m[2]
+		if m[1] == "configmap" {
+			what = "ConfigMap " + m[2]
+		}
+		w, ok := want[what]
+		if !ok {
+			continue
+		}
+		seen[what] = true
+		if got := (source{m[3], m[4]}); got != w {
+			t.Errorf("README.md: %s from --from-file=%s=%s, want --from-file=%s=%s", what, got.key, got.file, w.key, w.file)
+		}
+	}
+	for what := range want {
+		if !seen[what] {
+			t.Errorf("README.md does not say how to create %s (kubectl -n %s create … --from-file=KEY=FILE)", what, namespace)
+		}
+	}
 }
