@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -271,10 +272,16 @@ func Run(ctx context.Context, opts Options) error {
 			}
 			ids.verify = natsjs.NewVerifier(signers)
 		}
-		ns, err := natsembed.Start(natsembed.Options{
-			Host: opts.Host, Port: portOrFree(log, "NATS", opts.Host, opts.NATSPort),
-			StoreDir: filepath.Join(opts.DataDir, "nats"), Logger: log.With("component", "nats"),
-			AuthConfig: authConfig,
+		var ns *natsembed.Server
+		var err error
+		// Labelled, so that the server's goroutines (which inherit the
+		// label) show as the NATS server in a profile.
+		pprof.Do(ctx, pprof.Labels(ComponentLabel, ComponentNATS), func(context.Context) {
+			ns, err = natsembed.Start(natsembed.Options{
+				Host: opts.Host, Port: portOrFree(log, "NATS", opts.Host, opts.NATSPort),
+				StoreDir: filepath.Join(opts.DataDir, "nats"), Logger: log.With("component", "nats"),
+				AuthConfig: authConfig,
+			})
 		})
 		if err != nil {
 			return err
@@ -497,12 +504,13 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return projector.Run(ctx) })
-	g.Go(func() error { return api.Run(ctx) })
-	g.Go(func() error { return ctlFresh.Run(ctx) })
-	g.Go(func() error { return ctl.Run(ctx) })
+	g.Go(func() error { return runAs(ctx, ComponentProjector, projector.Run) })
+	g.Go(func() error { return runAs(ctx, ComponentAPI, api.Run) })
+	g.Go(func() error { return runAs(ctx, ComponentController, ctlFresh.Run) })
+	g.Go(func() error { return runAs(ctx, ComponentController, ctl.Run) })
 	for i, a := range agents {
 		g.Go(func() error {
+			pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels(ComponentLabel, ComponentAgent)))
 			if d := opts.AgentStartSpread * time.Duration(i) / time.Duration(len(agents)); d > 0 {
 				select {
 				case <-ctx.Done():

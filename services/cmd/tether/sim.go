@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
-	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 
@@ -83,10 +82,7 @@ only live aggregates are left in the stream and the views.
 					return fmt.Errorf("--cpuprofile: %w", err)
 				}
 				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return fmt.Errorf("--cpuprofile: %w", err)
-				}
-				defer pprof.StopCPUProfile()
+				opts.CPUProfile = f
 			}
 			var writeErr error
 			opts.OnReport = func(rep *sim.Report) {
@@ -152,7 +148,7 @@ only live aggregates are left in the stream and the views.
 	f.DurationVar(&opts.ProgressEvery, "progress-every", def.ProgressEvery, "status line interval")
 	f.StringVar(&opts.DataDir, "data-dir", "", "keep the run's NATS store and logs here (default: a temporary directory, removed)")
 	f.StringVar(&jsonOut, "json", "", "also write the report as JSON to this file")
-	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write the CPU profile of the steady phase (the one the CPU table is read from) to this file")
 	f.BoolVar(&quiet, "quiet", true, "discard the components' logs (--quiet=false to see them at --log-level)")
 	return cmd
 }

@@ -80,9 +80,14 @@ func (m *memory) sample() {
 	m.pgPeak = max(m.pgPeak, pg)
 }
 
-// run samples every 5 s until ctx ends.
+// memoryEvery is how often memory is sampled. Each sample is a forced
+// garbage collection of the whole process (a second or more of CPU at
+// 100,000 servers), a cost the simulator must not add to what it measures.
+const memoryEvery = 30 * time.Second
+
+// run samples every memoryEvery until ctx ends.
 func (m *memory) run(ctx context.Context) {
-	t := time.NewTicker(5 * time.Second)
+	t := time.NewTicker(memoryEvery)
 	defer t.Stop()
 	for {
 		m.sample()
@@ -101,7 +106,7 @@ var components = []struct{ name, pkg string }{
 	{"API server", "tether/services/apiserver."},
 	{"controller", "tether/services/controller."},
 	{"simulated hosts (agents, processes)", "tether/services/agent."},
-	{"simulated hosts (agents, processes)", "tether/services/sim."},
+	{"simulated hosts (agents, processes)", "tether/services/tools/sim."},
 	{"projector", "tether/projections/postgres."},
 	{"NATS server", "nats-server/v2/"},
 	{"NATS client", "nats.go"},
@@ -162,9 +167,27 @@ func componentOf(stack []uintptr) string {
 // postgresPSS sums the proportional set size (shared memory counted once)
 // of the PostgreSQL processes descended from this process.
 func postgresPSS() int64 {
-	self := os.Getpid()
-	parent := map[int]int{}
-	var pg []int
+	var total int64
+	for _, pid := range postgresProcesses(readProcesses()) {
+		total += pssOf(pid)
+	}
+	return total
+}
+
+// procStat is what this package reads of a process's /proc/<pid>/stat.
+type procStat struct {
+	ppid int
+	comm string
+	cpu  time.Duration // user + system time so far
+}
+
+// clockTick is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// readProcesses reads every process's stat line; a process that ends while
+// it reads is left out.
+func readProcesses() map[int]procStat {
+	out := map[int]procStat{}
 	dirs, _ := filepath.Glob("/proc/[0-9]*") // a failed glob reads as no processes
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(filepath.Base(d))
@@ -175,35 +198,45 @@ func postgresPSS() int64 {
 		if err != nil {
 			continue // the process ended meanwhile
 		}
-		// pid (comm) state ppid …; comm may hold spaces, so split after ')'.
+		// pid (comm) state ppid … utime stime (fields 14 and 15); comm may
+		// hold spaces, so split after ')'.
 		s := string(stat)
 		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
 		if open < 0 || close < open {
 			continue
 		}
 		fields := strings.Fields(s[close+1:])
-		if len(fields) < 2 {
+		if len(fields) < 13 {
 			continue
 		}
-		ppid, err := strconv.Atoi(fields[1])
-		if err != nil {
+		ppid, err1 := strconv.Atoi(fields[1])
+		utime, err2 := strconv.ParseInt(fields[11], 10, 64)
+		stime, err3 := strconv.ParseInt(fields[12], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
 			continue // not a stat line this reader understands: not counted
 		}
-		parent[pid] = ppid
-		if s[open+1:close] == "postgres" {
-			pg = append(pg, pid)
-		}
+		out[pid] = procStat{ppid: ppid, comm: s[open+1 : close], cpu: time.Duration(utime+stime) * clockTick}
 	}
-	var total int64
-	for _, pid := range pg {
-		for p, hops := pid, 0; p > 1 && hops < 16; p, hops = parent[p], hops+1 {
+	return out
+}
+
+// postgresProcesses picks the PostgreSQL processes descended from this
+// process (the run's own server, not another on the machine).
+func postgresProcesses(procs map[int]procStat) []int {
+	self := os.Getpid()
+	var out []int
+	for pid, st := range procs {
+		if st.comm != "postgres" {
+			continue
+		}
+		for p, hops := pid, 0; p > 1 && hops < 16; p, hops = procs[p].ppid, hops+1 {
 			if p == self {
-				total += pssOf(pid)
+				out = append(out, pid)
 				break
 			}
 		}
 	}
-	return total
+	return out
 }
 
 // pssOf reads a process's Pss from /proc/<pid>/smaps_rollup, in bytes.

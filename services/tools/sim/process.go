@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
 	"github.com/tetherhq/tether/services/agent"
+	"github.com/tetherhq/tether/services/dev"
 )
 
 // fault is a misbehaviour injected into one simulated game server.
@@ -32,6 +34,7 @@ type host struct {
 
 	mu    sync.Mutex
 	procs map[string]*process // running, by game server name
+	wheel *wheel              // its processes' timed steps; made by the first Start
 }
 
 // running lists the host's running processes.
@@ -55,11 +58,12 @@ func (h *host) Start(spec agent.ProcessSpec) (agent.Process, error) {
 	}
 	p := &process{
 		h: h, name: spec.GameServer, token: token, pid: int(h.w.pids.Add(1)),
-		signals: make(chan syscall.Signal, 4), faults: make(chan fault, 1),
+		signals: make(chan syscall.Signal, 4), faults: make(chan fault, 1), readied: make(chan error, 1),
 	}
 	h.mu.Lock()
 	if h.procs == nil {
 		h.procs = map[string]*process{}
+		h.wheel = h.w.newHostWheel()
 	}
 	h.procs[spec.GameServer] = p
 	h.mu.Unlock()
@@ -79,11 +83,14 @@ type process struct {
 	signals chan syscall.Signal
 	faults  chan fault
 
-	ready atomic.Bool // said Ready, and its match is not ending
+	ready   atomic.Bool // said Ready, and its match is not ending
+	ended   atomic.Bool // Wait has returned: its steps on the wheel are dropped
+	hung    atomic.Bool // stopped heartbeating, ignores SIGTERM
+	down    atomic.Bool // its SDK connection is reset: no call gets through
+	readied chan error  // the answer to its Ready call
 
 	mu   sync.Mutex
 	conn *agent.LocalConn
-	hung bool
 }
 
 // Pid implements agent.Process.
@@ -109,11 +116,14 @@ func (p *process) inject(f fault) bool {
 }
 
 // Wait implements agent.Process: it runs the simulated game server until
-// it ends.
+// it ends. Its timed steps (heartbeats, and Ready after the start-up time)
+// run on its host's wheel; Wait handles what happens to it (signals,
+// faults) and the answer to Ready.
 func (p *process) Wait() (agent.ProcessExit, error) {
 	w := p.h.w
 	defer func() {
 		p.ready.Store(false)
+		p.ended.Store(true)
 		w.procs.CompareAndDelete(p.name, p)
 		p.h.mu.Lock()
 		if p.h.procs[p.name] == p {
@@ -140,13 +150,9 @@ func (p *process) Wait() (agent.ProcessExit, error) {
 	if err := sdk.Health(ctx, p.token); err != nil && ctx.Err() == nil {
 		w.count.sdkErrors.Add(1)
 	}
-	interval := w.opts.HeartbeatInterval
-	next := func() time.Duration { return interval*9/10 + time.Duration(rand.Int64N(int64(interval/5)+1)) }
-	beat := time.NewTimer(next())
-	defer beat.Stop()
-	readyAt := time.NewTimer(jitter(startup))
-	defer readyAt.Stop()
-	readied := make(chan error, 1)
+	now := time.Now()
+	p.h.wheel.add(step{p: p, kind: stepBeat, at: now.Add(w.nextBeat())})
+	p.h.wheel.add(step{p: p, kind: stepReady, at: now.Add(jitter(startup))})
 	for {
 		select {
 		case <-ctx.Done():
@@ -155,7 +161,7 @@ func (p *process) Wait() (agent.ProcessExit, error) {
 			if sig == syscall.SIGKILL {
 				return agent.ProcessExit{Signal: "killed"}, nil
 			}
-			if !p.isHung() { // a hung process does not get to handle SIGTERM
+			if !p.hung.Load() { // a hung process does not get to handle SIGTERM
 				p.closeConn(eventsv1.DisconnectKind_DISCONNECT_KIND_CLEAN_CLOSE, "process stopping")
 				return agent.ProcessExit{Code: 0}, nil
 			}
@@ -166,31 +172,59 @@ func (p *process) Wait() (agent.ProcessExit, error) {
 				return agent.ProcessExit{Code: 139}, nil
 			case faultHang:
 				w.faults.struck(p.name, time.Now())
-				p.mu.Lock()
-				p.hung = true
-				p.mu.Unlock()
+				p.hung.Store(true)
 			case faultFlap:
 				p.flap(ctx)
 			}
-		case <-readyAt.C:
-			go func() { readied <- sdk.Ready(ctx, p.token) }()
-		case err := <-readied:
+		case err := <-p.readied:
 			if err != nil {
 				if ctx.Err() == nil {
 					w.count.sdkErrors.Add(1)
 					w.log.Warn("simulated server: Ready refused", "game_server", p.name, "err", err)
 				}
-			} else if !p.isHung() {
+			} else if !p.hung.Load() {
 				p.ready.Store(true)
 			}
-		case <-beat.C:
-			if !p.isHung() {
-				if err := sdk.Health(ctx, p.token); err != nil && ctx.Err() == nil {
-					w.count.sdkErrors.Add(1)
-				}
-			}
-			beat.Reset(next())
 		}
+	}
+}
+
+// newHostWheel makes a host's wheel and starts it for the simulation's
+// length. Its tick is a tenth of the heartbeat interval, at most 100 ms:
+// a beat is late by at most that, well inside the health period.
+func (w *world) newHostWheel() *wheel {
+	tick := min(w.opts.HeartbeatInterval/10, 100*time.Millisecond)
+	horizon := w.opts.HeartbeatInterval + w.opts.HeartbeatInterval/5
+	wh := newWheel(tick, int(horizon/tick)+2, w.fireStep)
+	go pprof.Do(w.ctx, pprof.Labels(dev.ComponentLabel, componentSimulatedProcesses), wh.run)
+	return wh
+}
+
+// nextBeat is the time to a process's next heartbeat: HeartbeatInterval
+// ±10%.
+func (w *world) nextBeat() time.Duration {
+	interval := w.opts.HeartbeatInterval
+	return interval*9/10 + time.Duration(rand.Int64N(int64(interval/5)+1))
+}
+
+// fireStep runs a process's step that came due on its host's wheel.
+func (w *world) fireStep(s step) {
+	p := s.p
+	if p.ended.Load() {
+		return // the process is gone; so are its steps
+	}
+	switch s.kind {
+	case stepBeat:
+		if !p.hung.Load() && !p.down.Load() {
+			if err := p.h.sdk.Health(w.ctx, p.token); err != nil && w.ctx.Err() == nil {
+				w.count.sdkErrors.Add(1)
+			}
+		}
+		p.h.wheel.add(step{p: p, kind: stepBeat, at: time.Now().Add(w.nextBeat())})
+	case stepReady:
+		// Ready appends an event and waits for the stream: off the wheel,
+		// so the host's other processes beat on time. Once per process.
+		go func() { p.readied <- p.h.sdk.Ready(w.ctx, p.token) }()
 	}
 }
 
@@ -202,6 +236,8 @@ var simulationEnded = agent.ProcessExit{Signal: "killed"}
 // blinks) and reconnects after a pause shorter than the disconnect grace.
 func (p *process) flap(ctx context.Context) {
 	w := p.h.w
+	p.down.Store(true)
+	defer p.down.Store(false)
 	p.closeConn(eventsv1.DisconnectKind_DISCONNECT_KIND_RESET, "simulated connection reset")
 	if !sleepCtx(ctx, time.Duration(rand.Int64N(int64(w.opts.FlapPause)+1))) {
 		return
@@ -214,12 +250,6 @@ func (p *process) flap(ctx context.Context) {
 	if err := p.h.sdk.Health(ctx, p.token); err != nil && ctx.Err() == nil {
 		w.count.sdkErrors.Add(1)
 	}
-}
-
-func (p *process) isHung() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.hung
 }
 
 func (p *process) setConn(c *agent.LocalConn) {

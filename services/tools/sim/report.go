@@ -79,9 +79,14 @@ type Report struct {
 
 	Tables          []TableSize      `json:"tables"`
 	Streams         []StreamSize     `json:"streams"`
-	HeapPeak        map[string]int64 `json:"heap_peak_bytes"`        // Go heap in use, by component, peak of 5 s samples
+	HeapPeak        map[string]int64 `json:"heap_peak_bytes"`        // Go heap in use, by component, peak of the samples (every 30 s)
 	ProcessPeakRSS  int64            `json:"process_peak_rss_bytes"` // this process (everything but PostgreSQL)
 	PostgresPeakPSS int64            `json:"postgres_peak_pss_bytes"`
+
+	// CPU is where the steady phase's CPU went, by component; CPUError
+	// says why it is missing (another CPU profile was running).
+	CPU      *CPUReport `json:"cpu,omitempty"`
+	CPUError string     `json:"cpu_error,omitempty"`
 
 	// Demand is demand mode's capacity report; nil in other runs.
 	Demand *DemandReport `json:"demand,omitempty"`
@@ -208,6 +213,9 @@ func (r *Report) Print(out io.Writer) {
 	}
 	row("tether process RSS", "%s", mib(r.ProcessPeakRSS))
 	row("PostgreSQL (PSS, all processes)", "%s", mib(r.PostgresPeakPSS))
+	if r.CPU != nil {
+		r.CPU.print(tw, row, r.CPUError)
+	}
 	tw.Flush()
 	if len(r.Storage) > 0 {
 		fmt.Fprintln(out, "\nSTORAGE (time since the steady phase began)")

@@ -56,6 +56,7 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	lag := &latencies{}
+	cpu := startCPU()
 	steadyCtx, endSteady := context.WithTimeout(ctx, o.Duration)
 	steadyBegan := time.Now()
 	var steady sync.WaitGroup
@@ -72,6 +73,12 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	steady.Go(func() { w.sampleStorage(steadyCtx, steadyBegan, &rep.Storage) })
 	steady.Wait()
 	endSteady()
+	if rep.CPU, err = cpu.stop(o.CPUProfile); err != nil {
+		if rep.CPU == nil || ctx.Err() != nil {
+			return nil, err
+		}
+		rep.CPUError = err.Error() // another profile was running: no shares, the rest stands
+	}
 	if n := len(rep.Storage); n == 0 || time.Since(steadyBegan).Seconds()-rep.Storage[n-1].Seconds > o.StorageEvery.Seconds()/4 {
 		w.addStorageSample(ctx, steadyBegan, "steady", &rep.Storage)
 	}

@@ -32,6 +32,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,6 +150,9 @@ type Options struct {
 	Duration time.Duration
 	// SettleTimeout bounds the settle phase; default 5m.
 	SettleTimeout time.Duration
+	// CPUProfile, if set, gets the CPU profile of the steady phase (the one
+	// Report.CPU is read from), in pprof's format.
+	CPUProfile io.Writer
 	// OnReport, if set, gets the report as soon as the audit is done,
 	// before the control plane and its thousands of agents are stopped
 	// (which takes a while at scale).
@@ -325,6 +329,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	w.stackDone = make(chan struct{})
 	go func() {
 		defer close(w.stackDone)
+		pprof.SetGoroutineLabels(context.Background()) // dev labels its components itself
 		w.stackErr = dev.Run(runCtx, dev.Options{
 			DataDir: opts.DataDir, Fresh: true, GRPCPort: -1, RESTPort: -1, NATSPort: -1, SDKPort: -1,
 			Hosts: opts.Hosts, HostCapacity: opts.ServersPerHost, Logger: opts.Logger, MeterProvider: mp,
@@ -349,7 +354,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	defer conn.Close()
 	w.conn = conn
 
-	rep, runErr := w.run(runCtx)
+	var rep *Report
+	var runErr error
+	pprof.Do(runCtx, pprof.Labels(dev.ComponentLabel, componentSimulator), func(ctx context.Context) { rep, runErr = w.run(ctx) })
 	if runErr == nil && opts.OnReport != nil {
 		opts.OnReport(rep)
 	}
@@ -394,7 +401,13 @@ func (w *world) connFor(i int, url string) (*natsConn, error) {
 	if c := w.conns[k]; c != nil {
 		return c, nil
 	}
-	nc, js, err := connect.NATS(url, connect.NATSOptions{Name: fmt.Sprintf("tether-sim-hosts-%d", k), Logger: w.log})
+	var nc *nats.Conn
+	var js jetstream.JetStream
+	var err error
+	// The connection's goroutines (reader, flusher) work for the hosts.
+	pprof.Do(w.ctx, pprof.Labels(dev.ComponentLabel, dev.ComponentAgent), func(context.Context) {
+		nc, js, err = connect.NATS(url, connect.NATSOptions{Name: fmt.Sprintf("tether-sim-hosts-%d", k), Logger: w.log})
+	})
 	if err != nil {
 		return nil, err
 	}
