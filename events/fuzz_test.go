@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -204,8 +205,12 @@ func FuzzCheckID(f *testing.F) {
 	for _, s := range []string{"arena", "gs-7f3k2q9a", "a", "a-", "-a", "A", "a.b", "a*", "a>", "a b", "a\n", "", strings.Repeat("a", 63), strings.Repeat("a", 64), "ä"} {
 		f.Add(s)
 	}
+	rule := regexp.MustCompile(events.IDRule)
 	f.Fuzz(func(t *testing.T, id string) {
 		err := events.CheckID(id)
+		if want := rule.MatchString(id); events.ValidID(id) != want {
+			t.Fatalf("ValidID(%q) = %v, the rule %s says %v", id, !want, events.IDRule, want)
+		}
 		if (err == nil) != events.ValidID(id) {
 			t.Fatalf("CheckID(%q) = %v but ValidID = %v", id, err, events.ValidID(id))
 		}

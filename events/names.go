@@ -4,20 +4,32 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 )
 
 // ErrInvalidName marks a malformed resource name or id.
 var ErrInvalidName = errors.New("events: invalid resource name")
 
-// idPattern is AIP-122's resource id rule; it also makes ids safe NATS
-// subject tokens.
-var idPattern = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
+// IDRule is AIP-122's resource id rule, as a regular expression; it also
+// makes ids safe NATS subject tokens. ValidID checks it without one: the
+// controller checks every live server's name on each pass.
+const IDRule = `^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`
 
-// ValidID reports whether id is a valid resource id: lowercase letters,
-// digits and dashes, starting with a letter, at most 63 characters.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
+// ValidID reports whether id is a valid resource id (IDRule): lowercase
+// letters, digits and dashes, starting with a letter, not ending with a
+// dash, at most 63 characters.
+func ValidID(id string) bool {
+	if len(id) == 0 || len(id) > 63 || id[0] < 'a' || id[0] > 'z' || id[len(id)-1] == '-' {
+		return false
+	}
+	for i := 1; i < len(id); i++ {
+		c := id[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
 
 // CheckID returns an error naming what is wrong with id, or nil.
 func CheckID(id string) error {
@@ -25,7 +37,7 @@ func CheckID(id string) error {
 		return fmt.Errorf("%w: id is empty", ErrInvalidName)
 	}
 	if !ValidID(id) {
-		return fmt.Errorf("%w: id %q must match %s", ErrInvalidName, id, idPattern)
+		return fmt.Errorf("%w: id %q must match %s", ErrInvalidName, id, IDRule)
 	}
 	return nil
 }
@@ -69,17 +81,19 @@ func ParseHostName(name string) (string, error) {
 // ParseGameServerName returns the fleet and game server ids of
 // "fleets/{fleet}/gameServers/{game_server}".
 func ParseGameServerName(name string) (fleet, id string, err error) {
-	parts := strings.Split(name, "/")
-	if len(parts) != 4 || parts[0] != fleetsCollection || parts[2] != gameServersCollection {
+	rest, ok := strings.CutPrefix(name, fleetsCollection+"/")
+	fleet, rest, ok2 := strings.Cut(rest, "/")
+	id, ok3 := strings.CutPrefix(rest, gameServersCollection+"/")
+	if !ok || !ok2 || !ok3 || strings.Contains(id, "/") {
 		return "", "", fmt.Errorf("%w: %q is not fleets/{fleet}/gameServers/{game_server}", ErrInvalidName, name)
 	}
-	if err := CheckID(parts[1]); err != nil {
+	if err := CheckID(fleet); err != nil {
 		return "", "", err
 	}
-	if err := CheckID(parts[3]); err != nil {
+	if err := CheckID(id); err != nil {
 		return "", "", err
 	}
-	return parts[1], parts[3], nil
+	return fleet, id, nil
 }
 
 func parseSingle(name, collection string) (string, error) {

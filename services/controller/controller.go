@@ -345,14 +345,15 @@ func (c *Controller) lead(ctx context.Context, epoch uint64) error {
 		if err := c.Reconcile(ctx); err != nil && ctx.Err() == nil {
 			c.log.Error("reconcile failed", "err", err)
 		}
+		took := time.Since(began)
 		select {
 		case <-ctx.Done():
 		case <-t.C:
 		case <-c.wake.wakes():
 			// A server ended, or an allocation took one out of a buffer:
-			// pass again now, but not sooner than minWakeGap after the
-			// last one began, and on views that show what woke it.
-			gap := time.NewTimer(time.Until(began.Add(minWakeGap)))
+			// pass again now, but not sooner than wakeGap after the last
+			// one began, and on views that show what woke it.
+			gap := time.NewTimer(time.Until(began.Add(wakeGap(took))))
 			select {
 			case <-ctx.Done():
 			case <-gap.C:

@@ -20,46 +20,56 @@ const fullReadEvery = time.Minute
 // 100,000 servers a full read and decode each pass took 2.5 s
 // (docs/scaling.md).
 type liveServers struct {
-	rows     map[string]projections.Row[*eventsv1.GameServerState]
-	after    uint64    // the largest sequence read
-	fullRead time.Time // when they were last read whole
+	sorted   []projections.Row[*eventsv1.GameServerState] // by name, kept in order as they change; nil: never read
+	after    uint64                                       // the largest sequence read
+	fullRead time.Time                                    // when they were last read whole
 }
 
 // read returns the live servers, ordered by name.
 func (l *liveServers) read(ctx context.Context, views viewReader) ([]projections.Row[*eventsv1.GameServerState], error) {
-	if l.rows == nil || time.Since(l.fullRead) >= fullReadEvery {
+	if l.sorted == nil || time.Since(l.fullRead) >= fullReadEvery {
 		all, err := views.LiveGameServers(ctx)
 		if err != nil {
 			return nil, err
 		}
-		l.rows, l.after, l.fullRead = make(map[string]projections.Row[*eventsv1.GameServerState], len(all)), 0, time.Now()
+		l.sorted, l.after, l.fullRead = append(make([]projections.Row[*eventsv1.GameServerState], 0, len(all)), all...), 0, time.Now()
 		for _, r := range all {
-			l.rows[r.State.GetName()] = r
 			l.after = max(l.after, r.Sequence)
 		}
-		return all, nil
+		slices.SortFunc(l.sorted, byName) // the views' order is theirs; the pass's is by name
+		return slices.Clone(l.sorted), nil
 	}
 	changed, err := views.GameServersChangedSince(ctx, l.after)
 	if err != nil {
 		return nil, err
 	}
+	// A pass sees a handful of changes among 100,000 servers: each is
+	// placed in the sorted list by a binary search, rather than the whole
+	// list sorted again each pass.
 	for _, r := range changed {
-		if r.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
-			delete(l.rows, r.State.GetName())
-		} else {
-			l.rows[r.State.GetName()] = r
+		name := r.State.GetName()
+		i, found := slices.BinarySearchFunc(l.sorted, name, func(row projections.Row[*eventsv1.GameServerState], name string) int {
+			return strings.Compare(row.State.GetName(), name)
+		})
+		switch {
+		case r.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED:
+			if found {
+				l.sorted = slices.Delete(l.sorted, i, i+1)
+			}
+		case found:
+			l.sorted[i] = r
+		default:
+			l.sorted = slices.Insert(l.sorted, i, r)
 		}
 		l.after = max(l.after, r.Sequence)
 	}
-	out := make([]projections.Row[*eventsv1.GameServerState], 0, len(l.rows))
-	for _, r := range l.rows {
-		out = append(out, r)
-	}
-	slices.SortFunc(out, func(a, b projections.Row[*eventsv1.GameServerState]) int {
-		return strings.Compare(a.State.GetName(), b.State.GetName())
-	})
-	return out, nil
+	return slices.Clone(l.sorted), nil // the pass may keep or reorder its copy
+}
+
+// byName orders rows by their server's name.
+func byName(a, b projections.Row[*eventsv1.GameServerState]) int {
+	return strings.Compare(a.State.GetName(), b.State.GetName())
 }
 
 // reset forgets the servers: the next read is whole (a new leadership).
-func (l *liveServers) reset() { l.rows = nil }
+func (l *liveServers) reset() { l.sorted = nil }

@@ -34,13 +34,21 @@ import (
 //
 // While it leads, the controller follows the events of every game server,
 // fleet and host (headers only: the type is in a header) and such an
-// event wakes the pass loop, no sooner than minWakeGap after the last pass
+// event wakes the pass loop, no sooner than wakeGap after the last pass
 // began; the pass first waits (at most wakeFreshnessWait) for the views to
 // include the event, so it decides on what woke it. The controller's own
 // events wake nothing: a pass already waits for its writes.
 
 // minWakeGap bounds how often events may run a pass early.
 const minWakeGap = 100 * time.Millisecond
+
+// wakeGap is how long after a pass began that took took an event may run
+// the next: minWakeGap, or twice the pass, so that woken passes keep the
+// controller busy at most half the time. A pass costs O(live servers +
+// hosts); at 100,000 servers with matches ending every few milliseconds,
+// back-to-back passes would take a core for what one pass a few hundred
+// milliseconds later decides as well.
+func wakeGap(took time.Duration) time.Duration { return max(minWakeGap, 2*took) }
 
 // wakeFreshnessWait bounds a woken pass's wait for the views to include the
 // event that woke it; past it the pass runs on what the views show.
