@@ -110,3 +110,36 @@ func TestAllocationPrefersTheNewestRevision(t *testing.T) {
 		t.Fatalf("candidates %v, want gs-1 (revision 2) first", got)
 	}
 }
+
+// TestHostsChangedSince: the hosts whose last event is after a sequence, in
+// sequence order; asked again from the last one, only later changes.
+func TestHostsChangedSince(t *testing.T) {
+	e := newEnv(t)
+	e.append("hosts/h1", &eventsv1.HostRegistered{Capacity: 10, Address: "127.0.0.1"})
+	e.append("hosts/h2", &eventsv1.HostRegistered{Capacity: 10, Address: "127.0.0.2"})
+	e.append("hosts/h1", &eventsv1.HostRegistered{Capacity: 20, Address: "127.0.0.1", AgentIncarnation: "second"})
+	pool := e.pool()
+	e.run(e.projector(pool, "hosts-changed", time.Minute, 3))
+	v := postgres.NewViews(pool)
+	all, err := v.HostsChangedSince(e.ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range all {
+		names = append(names, fmt.Sprintf("%s@%d", r.State.GetName(), r.Sequence))
+	}
+	if want := []string{"hosts/h2@2", "hosts/h1@3"}; !slices.Equal(names, want) {
+		t.Fatalf("hosts changed since 0 = %v, want %v", names, want)
+	}
+	if all[1].State.GetCapacity() != 20 {
+		t.Fatalf("h1 read with capacity %d, want its last registration's 20", all[1].State.GetCapacity())
+	}
+	later, err := v.HostsChangedSince(e.ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(later) != 1 || later[0].State.GetName() != "hosts/h1" {
+		t.Fatalf("hosts changed since 2 = %v, want h1 alone", later)
+	}
+}

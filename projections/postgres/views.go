@@ -89,6 +89,26 @@ WHERE NOT f.deleted AND f.name > $1 GROUP BY f.name ORDER BY f.name LIMIT $2`, a
 	return scanFleets(rows)
 }
 
+// FleetStates returns every fleet not deleted, ordered by name, without
+// its game servers counted (FleetRow.Counts is zero): for a reader that
+// counts them from the servers it has (the controller), where the count
+// joins every game server.
+func (v *Views) FleetStates(ctx context.Context) ([]projections.FleetRow, error) {
+	rows, err := v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM fleets WHERE NOT deleted ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("views: fleet states: %w", err)
+	}
+	states, err := scanRows[*eventsv1.FleetState](rows)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]projections.FleetRow, len(states))
+	for i, r := range states {
+		out[i] = projections.FleetRow{Row: r}
+	}
+	return out, nil
+}
+
 func scanFleets(rows pgx.Rows) ([]projections.FleetRow, error) {
 	defer rows.Close()
 	var out []projections.FleetRow
@@ -184,6 +204,19 @@ func (v *Views) GameServersChangedSince(ctx context.Context, after uint64) ([]pr
 		return nil, fmt.Errorf("views: game servers changed since %d: %w", after, err)
 	}
 	return scanRows[*eventsv1.GameServerState](rows)
+}
+
+// HostsChangedSince returns the hosts whose last event is after stream
+// sequence after, in sequence order, without their servers counted: a
+// reader that keeps the hosts in memory (the controller) counts them from
+// the live servers it keeps, where a count per host in each read joined
+// every game server.
+func (v *Views) HostsChangedSince(ctx context.Context, after uint64) ([]projections.Row[*eventsv1.HostState], error) {
+	rows, err := v.pool.Query(ctx, `SELECT snapshot, last_sequence FROM hosts WHERE last_sequence > $1 ORDER BY last_sequence`, int64(after))
+	if err != nil {
+		return nil, fmt.Errorf("views: hosts changed since %d: %w", after, err)
+	}
+	return scanRows[*eventsv1.HostState](rows)
 }
 
 // LiveGameServers returns every game server not yet TERMINATED, ordered by name.

@@ -20,8 +20,16 @@ const (
 	// candidateFetch is how many READY servers one view query returns.
 	candidateFetch = 512
 	// candidateTTL is how long a fetched list serves before it is read
-	// again (servers readied since then are seen after at most this long).
-	candidateTTL = 250 * time.Millisecond
+	// again (servers readied since then are seen after at most this long),
+	// or candidateTTLPerRead times as long as its last read took if that is
+	// longer, at most candidateMaxTTL: at 100,000 servers one read ranks
+	// thousands of hosts (100 ms or more), and reading every 250 ms for
+	// each fleet allocated from would take the database's every core. A
+	// list read in the background a twentieth of the time at most, and
+	// seeing new READY servers a few seconds late, is the trade.
+	candidateTTL        = 250 * time.Millisecond
+	candidateTTLPerRead = 20
+	candidateMaxTTL     = 4 * time.Second
 	// candidateSpread picks at random among the best few, so that
 	// concurrent allocations (and replicas, which read the same views)
 	// rarely race for the same server.
@@ -74,7 +82,14 @@ func (c claim) holds(r projections.Row[*eventsv1.GameServerState], now time.Time
 type candidateList struct {
 	rows       []projections.Row[*eventsv1.GameServerState]
 	fetched    time.Time
+	took       time.Duration // how long the last read took
+	used       time.Time     // when an allocation last asked for it
 	refreshing chan struct{} // closed when the read in flight ends; nil if none
+}
+
+// ttl is how long the list serves from its read.
+func (l *candidateList) ttl() time.Duration {
+	return min(max(candidateTTL, candidateTTLPerRead*l.took), candidateMaxTTL)
 }
 
 func newCandidatePool(views interface {
@@ -101,8 +116,9 @@ func (p *candidatePool) take(ctx context.Context, q projections.AllocationQuery)
 			l = &candidateList{}
 			p.lists[key] = l
 		}
+		l.used = now
 		if row, ok = p.pickLocked(l, now); ok {
-			if now.Sub(l.fetched) >= candidateTTL && l.refreshing == nil {
+			if now.Sub(l.fetched) >= l.ttl() && l.refreshing == nil {
 				l.refreshing = make(chan struct{})
 				go func() { // stale: read again meanwhile
 					q.Limit = candidateFetch
@@ -174,10 +190,10 @@ func (p *candidatePool) refresh(ctx context.Context, key string, q projections.A
 	if err != nil {
 		return 0, err
 	}
-	l.rows, l.fetched = rows, started
+	l.rows, l.fetched, l.took = rows, started, p.now().Sub(started)
 	p.forgetClaimsLocked(started)
 	for k, old := range p.lists {
-		if k != key && old.refreshing == nil && started.Sub(old.fetched) > claimTTL {
+		if k != key && old.refreshing == nil && started.Sub(old.used) > claimTTL {
 			delete(p.lists, k) // a selector nobody asked for lately
 		}
 	}

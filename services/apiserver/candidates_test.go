@@ -148,3 +148,77 @@ func TestCandidatePoolTakesItsSliceFirst(t *testing.T) {
 		}
 	}
 }
+
+// slowViews is lagViews whose every read takes cost on the pool's clock,
+// and counts the reads.
+type slowViews struct {
+	lagViews
+	spend func(time.Duration) // moves the pool's clock
+	cost  time.Duration
+	reads int
+}
+
+func (v *slowViews) AllocationCandidates(ctx context.Context, q projections.AllocationQuery) ([]projections.Row[*eventsv1.GameServerState], error) {
+	v.spend(v.cost)
+	v.mu.Lock()
+	v.reads++
+	v.mu.Unlock()
+	return v.lagViews.AllocationCandidates(ctx, q)
+}
+
+// A list is read again after candidateTTL, or after candidateTTLPerRead
+// times its last read's length when that is longer (at most
+// candidateMaxTTL): a read that ranks 10,000 hosts is not repeated every
+// 250 ms for each fleet.
+func TestCandidateListsLiveLongerWhenTheirReadsCostMore(t *testing.T) {
+	for _, tc := range []struct {
+		cost time.Duration
+		ttl  time.Duration
+	}{
+		{cost: time.Millisecond, ttl: candidateTTL},
+		{cost: 100 * time.Millisecond, ttl: candidateTTLPerRead * 100 * time.Millisecond},
+		{cost: time.Second, ttl: candidateMaxTTL},
+	} {
+		readAt := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC) // when the first read starts
+		now := readAt
+		var mu sync.Mutex // the background read moves the clock too
+		spend := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+		views := &slowViews{lagViews: lagViews{rows: readyRows(candidateFetch)}, spend: spend, cost: tc.cost}
+		p := newCandidatePool(views, func() time.Time { mu.Lock(); defer mu.Unlock(); return now }, slog.New(slog.DiscardHandler))
+		q := projections.AllocationQuery{Fleet: "fleets/f"}
+		take := func() {
+			if _, ok, err := p.take(context.Background(), q); !ok || err != nil {
+				t.Fatalf("cost %s: take: ok=%v err=%v", tc.cost, ok, err)
+			}
+		}
+		take() // the first read, on the caller's time
+		advance := func(d time.Duration) {
+			mu.Lock()
+			now = readAt.Add(d)
+			mu.Unlock()
+		}
+		advance(tc.ttl - time.Millisecond)
+		take()
+		views.mu.Lock()
+		reads := views.reads
+		views.mu.Unlock()
+		if reads != 1 {
+			t.Fatalf("cost %s: read again %s after the read, before its ttl %s", tc.cost, tc.ttl-time.Millisecond, tc.ttl)
+		}
+		advance(tc.ttl)
+		take() // stale: read again in the background
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			views.mu.Lock()
+			reads := views.reads
+			views.mu.Unlock()
+			if reads == 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cost %s: not read again at its ttl %s", tc.cost, tc.ttl)
+			}
+			time.Sleep(time.Millisecond) // polling for the background read, with a deadline
+		}
+	}
+}

@@ -40,11 +40,11 @@ type eventStore interface {
 
 // viewReader is what the controller reads from the views.
 type viewReader interface {
-	ListFleets(ctx context.Context, after string, limit int) ([]projections.FleetRow, error)
+	FleetStates(ctx context.Context) ([]projections.FleetRow, error)
 	Fleet(ctx context.Context, name string) (projections.FleetRow, error)
 	LiveGameServers(ctx context.Context) ([]projections.Row[*eventsv1.GameServerState], error)
 	GameServersChangedSince(ctx context.Context, after uint64) ([]projections.Row[*eventsv1.GameServerState], error)
-	Hosts(ctx context.Context, after string, limit int) ([]projections.HostRow, error)
+	HostsChangedSince(ctx context.Context, after uint64) ([]projections.Row[*eventsv1.HostState], error)
 	GameServer(ctx context.Context, name string) (projections.Row[*eventsv1.GameServerState], error)
 	DueGameSessions(ctx context.Context, now time.Time, limit int) ([]projections.Row[*eventsv1.GameSessionState], error)
 	OrphanedGameSessions(ctx context.Context, limit int) ([]projections.Row[*eventsv1.GameSessionState], error)
@@ -217,7 +217,8 @@ type Controller struct {
 	beats        *hostbeat.Tracker    // host heartbeats, tracked while leader from the first pass
 	seen         map[string]time.Time // host id → last heartbeat known while leader
 	startResent  map[string]time.Time // SCHEDULED server → last time its start command was re-sent
-	live         liveServers          // the live game servers, kept between passes
+	live         keptRows[*eventsv1.GameServerState] // the live game servers, kept between passes
+	hosts        keptRows[*eventsv1.HostState]       // the known hosts, kept between passes
 	views        viewsWatch           // whether the views still move (staleness.go)
 	starts       startWatch           // game servers that end before READY (startbackoff.go)
 	hooks        *webhooks            // autoscaling webhooks' last answers (autoscale.go)
@@ -241,6 +242,7 @@ func New(opts Options) (*Controller, error) {
 		noRoomLogged: map[string]time.Time{}, seen: map[string]time.Time{}, startResent: map[string]time.Time{}}
 	c.hooks = newWebhooks(opts.Interval, opts.Clock.Now)
 	c.wake = newPassWake(opts.JetStream)
+	c.live, c.hosts = liveServers(opts.Views), knownHosts(opts.Views)
 	m := opts.MeterProvider.Meter("github.com/tetherhq/tether/services/controller")
 	var err error
 	if c.scheduled, err = m.Int64Counter("tether_controller_scheduled", metric.WithDescription("Game servers scheduled.")); err != nil {
@@ -321,6 +323,7 @@ func (c *Controller) lead(ctx context.Context, epoch uint64) error {
 	c.seen = map[string]time.Time{}        // every host gets a full grace from a new leader
 	c.startResent = map[string]time.Time{} // and every SCHEDULED server a full start timeout
 	c.live.reset()                         // and reads the views whole
+	c.hosts.reset()
 	c.views.reset()                        // and gives them a full StaleViewsAfter
 	c.starts = startWatch{}                // and reads start failures from the views' checkpoint
 	c.hooks.reset()                        // and asks the webhooks afresh
@@ -452,29 +455,7 @@ func (c *Controller) awaitViews(ctx context.Context) error {
 }
 
 func (c *Controller) allFleets(ctx context.Context) ([]projections.FleetRow, error) {
-	return readAll(ctx, c.opts.Views.ListFleets, func(r projections.FleetRow) string { return r.State.GetName() })
-}
-
-func (c *Controller) allHosts(ctx context.Context) ([]projections.HostRow, error) {
-	return readAll(ctx, c.opts.Views.Hosts, func(r projections.HostRow) string { return r.State.GetName() })
-}
-
-// readAll pages through a view listed by name.
-func readAll[R any](ctx context.Context, list func(context.Context, string, int) ([]R, error), name func(R) string) ([]R, error) {
-	const page = 500
-	var out []R
-	after := ""
-	for {
-		rows, err := list(ctx, after, page)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, rows...)
-		if len(rows) < page {
-			return out, nil
-		}
-		after = name(rows[len(rows)-1])
-	}
+	return c.opts.Views.FleetStates(ctx) // the pass counts servers itself, from the live ones
 }
 
 // stamp is what this controller records on the events it writes: itself

@@ -31,12 +31,14 @@ func (c *Controller) observe(ctx context.Context) (snapshot, error) {
 			return s, err
 		}
 	}
-	if s.servers, err = c.live.read(ctx, c.opts.Views); err != nil {
+	if s.servers, err = c.live.read(ctx); err != nil {
 		return s, err
 	}
-	if s.hosts, err = c.allHosts(ctx); err != nil {
+	hosts, err := c.hosts.read(ctx)
+	if err != nil {
 		return s, err
 	}
+	s.hosts = withUse(hosts, s.servers)
 	if s.beats, err = c.readBeats(ctx); err != nil {
 		return s, err
 	}

@@ -51,7 +51,7 @@ func (v *changingViews) set(name string, lc eventsv1.Lifecycle) {
 func TestLiveServersFollowChanges(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	v := &changingViews{rows: map[string]projections.Row[*eventsv1.GameServerState]{}}
-	var l liveServers
+	l := liveServers(v)
 	name := func() string { return fmt.Sprintf("fleets/f/gameServers/gs-%d", rng.IntN(300)) }
 	for pass := range 200 {
 		for range rng.IntN(20) {
@@ -64,7 +64,7 @@ func TestLiveServersFollowChanges(t *testing.T) {
 				v.set(name(), eventsv1.Lifecycle_LIFECYCLE_TERMINATED)
 			}
 		}
-		got, err := l.read(t.Context(), v)
+		got, err := l.read(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
