@@ -213,16 +213,16 @@ type Controller struct {
 	shutdowns metric.Int64Counter
 	passTime  metric.Float64Histogram
 
-	noRoomLogged map[string]time.Time // fleet → last "no host with room" log
-	beats        *hostbeat.Tracker    // host heartbeats, tracked while leader from the first pass
-	seen         map[string]time.Time // host id → last heartbeat known while leader
-	startResent  map[string]time.Time // SCHEDULED server → last time its start command was re-sent
+	noRoomLogged map[string]time.Time                // fleet → last "no host with room" log
+	beats        *hostbeat.Tracker                   // host heartbeats, tracked while leader from the first pass
+	seen         map[string]time.Time                // host id → last heartbeat known while leader
+	startResent  map[string]time.Time                // SCHEDULED server → last time its start command was re-sent
 	live         keptRows[*eventsv1.GameServerState] // the live game servers, kept between passes
 	hosts        keptRows[*eventsv1.HostState]       // the known hosts, kept between passes
-	views        viewsWatch           // whether the views still move (staleness.go)
-	starts       startWatch           // game servers that end before READY (startbackoff.go)
-	hooks        *webhooks            // autoscaling webhooks' last answers (autoscale.go)
-	wake         *passWake            // events that wake the pass loop (wake.go)
+	views        viewsWatch                          // whether the views still move (staleness.go)
+	starts       startWatch                          // game servers that end before READY (startbackoff.go)
+	hooks        *webhooks                           // autoscaling webhooks' last answers (autoscale.go)
+	wake         *passWake                           // events that wake the pass loop (wake.go)
 	// written is the highest stream sequence the views must have applied
 	// before a pass may read them: our own last append, or on taking over,
 	// the stream's last sequence (the predecessor's writes).
@@ -324,9 +324,9 @@ func (c *Controller) lead(ctx context.Context, epoch uint64) error {
 	c.startResent = map[string]time.Time{} // and every SCHEDULED server a full start timeout
 	c.live.reset()                         // and reads the views whole
 	c.hosts.reset()
-	c.views.reset()                        // and gives them a full StaleViewsAfter
-	c.starts = startWatch{}                // and reads start failures from the views' checkpoint
-	c.hooks.reset()                        // and asks the webhooks afresh
+	c.views.reset()         // and gives them a full StaleViewsAfter
+	c.starts = startWatch{} // and reads start failures from the views' checkpoint
+	c.hooks.reset()         // and asks the webhooks afresh
 	c.written, c.caughtUp = 0, false
 	defer c.stopBeats() // started by the first pass, with the leadership's context
 	defer c.wake.stop() // started by the first pass

@@ -45,14 +45,18 @@ type keptRows[S named] struct {
 func liveServers(views viewReader) keptRows[*eventsv1.GameServerState] {
 	return keptRows[*eventsv1.GameServerState]{
 		all: views.LiveGameServers, changed: views.GameServersChangedSince,
-		gone: func(s *eventsv1.GameServerState) bool { return s.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED },
+		gone: func(s *eventsv1.GameServerState) bool {
+			return s.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED
+		},
 	}
 }
 
 // knownHosts keeps every host the views know (hosts are never removed).
 func knownHosts(views viewReader) keptRows[*eventsv1.HostState] {
 	return keptRows[*eventsv1.HostState]{
-		all:     func(ctx context.Context) ([]projections.Row[*eventsv1.HostState], error) { return views.HostsChangedSince(ctx, 0) },
+		all: func(ctx context.Context) ([]projections.Row[*eventsv1.HostState], error) {
+			return views.HostsChangedSince(ctx, 0)
+		},
 		changed: views.HostsChangedSince,
 	}
 }
