@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -223,6 +224,9 @@ type Controller struct {
 	starts       startWatch                          // game servers that end before READY (startbackoff.go)
 	hooks        *webhooks                           // autoscaling webhooks' last answers (autoscale.go)
 	wake         *passWake                           // events that wake the pass loop (wake.go)
+	// execMu guards what a pass's decisions, carried out concurrently,
+	// change: written, startResent and the start news kept.
+	execMu sync.Mutex
 	// written is the highest stream sequence the views must have applied
 	// before a pass may read them: our own last append, or on taking over,
 	// the stream's last sequence (the predecessor's writes).

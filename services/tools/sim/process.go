@@ -59,6 +59,7 @@ func (h *host) Start(spec agent.ProcessSpec) (agent.Process, error) {
 	p := &process{
 		h: h, name: spec.GameServer, token: token, pid: int(h.w.pids.Add(1)),
 		signals: make(chan syscall.Signal, 4), faults: make(chan fault, 1), readied: make(chan error, 1),
+		beat: make(chan struct{}, 1), readyAt: make(chan struct{}, 1),
 	}
 	h.mu.Lock()
 	if h.procs == nil {
@@ -85,9 +86,10 @@ type process struct {
 
 	ready   atomic.Bool // said Ready, and its match is not ending
 	ended   atomic.Bool // Wait has returned: its steps on the wheel are dropped
-	hung    atomic.Bool // stopped heartbeating, ignores SIGTERM
-	down    atomic.Bool // its SDK connection is reset: no call gets through
-	readied chan error  // the answer to its Ready call
+	hung    atomic.Bool   // stopped heartbeating, ignores SIGTERM
+	beat    chan struct{} // its wheel says: heartbeat now
+	readyAt chan struct{} // its wheel says: start-up is over, say Ready
+	readied chan error    // the answer to its Ready call
 
 	mu   sync.Mutex
 	conn *agent.LocalConn
@@ -116,10 +118,22 @@ func (p *process) inject(f fault) bool {
 }
 
 // Wait implements agent.Process: it runs the simulated game server until
-// it ends. Its timed steps (heartbeats, and Ready after the start-up time)
-// run on its host's wheel; Wait handles what happens to it (signals,
-// faults) and the answer to Ready.
+// it ends. Its host's wheel times its steps (heartbeats, and Ready after
+// the start-up time) and tells it when each is due; the calls are its own,
+// made here, so that a call the agent holds up (a heartbeat waiting for
+// the server's lock while the agent appends its events) holds up this
+// process alone, as it would a real one, not every process of its host.
 func (p *process) Wait() (agent.ProcessExit, error) {
+	// Wait runs on the agent's goroutine for the process: labelled as the
+	// simulated process meanwhile, and as the agent again afterwards.
+	var exit agent.ProcessExit
+	agentCtx := pprof.WithLabels(context.Background(), pprof.Labels(dev.ComponentLabel, dev.ComponentAgent))
+	pprof.Do(agentCtx, pprof.Labels(dev.ComponentLabel, componentSimulatedProcesses), func(context.Context) { exit = p.run() })
+	return exit, nil
+}
+
+// run is the simulated game server's life.
+func (p *process) run() agent.ProcessExit {
 	w := p.h.w
 	defer func() {
 		p.ready.Store(false)
@@ -144,7 +158,7 @@ func (p *process) Wait() (agent.ProcessExit, error) {
 	// the start-up time has passed, without holding up the heartbeats.
 	conn, err := sdk.Connect(ctx, p.token)
 	if err != nil {
-		return agent.ProcessExit{Code: 2}, nil // the agent forgot it: exit as a real one would
+		return agent.ProcessExit{Code: 2} // the agent forgot it: exit as a real one would
 	}
 	p.setConn(conn)
 	if err := sdk.Health(ctx, p.token); err != nil && ctx.Err() == nil {
@@ -156,26 +170,34 @@ func (p *process) Wait() (agent.ProcessExit, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return simulationEnded, nil
+			return simulationEnded
 		case sig := <-p.signals:
 			if sig == syscall.SIGKILL {
-				return agent.ProcessExit{Signal: "killed"}, nil
+				return agent.ProcessExit{Signal: "killed"}
 			}
 			if !p.hung.Load() { // a hung process does not get to handle SIGTERM
 				p.closeConn(eventsv1.DisconnectKind_DISCONNECT_KIND_CLEAN_CLOSE, "process stopping")
-				return agent.ProcessExit{Code: 0}, nil
+				return agent.ProcessExit{Code: 0}
 			}
 		case f := <-p.faults:
 			switch f {
 			case faultCrash:
 				w.faults.struck(p.name, time.Now())
-				return agent.ProcessExit{Code: 139}, nil
+				return agent.ProcessExit{Code: 139}
 			case faultHang:
 				w.faults.struck(p.name, time.Now())
 				p.hung.Store(true)
 			case faultFlap:
 				p.flap(ctx)
 			}
+		case <-p.beat:
+			if !p.hung.Load() {
+				if err := sdk.Health(ctx, p.token); err != nil && ctx.Err() == nil {
+					w.count.sdkErrors.Add(1)
+				}
+			}
+		case <-p.readyAt:
+			go func() { p.readied <- sdk.Ready(ctx, p.token) }()
 		case err := <-p.readied:
 			if err != nil {
 				if ctx.Err() == nil {
@@ -207,24 +229,24 @@ func (w *world) nextBeat() time.Duration {
 	return interval*9/10 + time.Duration(rand.Int64N(int64(interval/5)+1))
 }
 
-// fireStep runs a process's step that came due on its host's wheel.
+// fireStep tells a process that a step came due on its host's wheel (a
+// send that never blocks: a process still busy with its last beat skips
+// this one, as a real one would), and schedules its next heartbeat.
 func (w *world) fireStep(s step) {
 	p := s.p
 	if p.ended.Load() {
 		return // the process is gone; so are its steps
 	}
-	switch s.kind {
-	case stepBeat:
-		if !p.hung.Load() && !p.down.Load() {
-			if err := p.h.sdk.Health(w.ctx, p.token); err != nil && w.ctx.Err() == nil {
-				w.count.sdkErrors.Add(1)
-			}
-		}
+	ch := p.beat
+	if s.kind == stepReady {
+		ch = p.readyAt
+	}
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+	if s.kind == stepBeat {
 		p.h.wheel.add(step{p: p, kind: stepBeat, at: time.Now().Add(w.nextBeat())})
-	case stepReady:
-		// Ready appends an event and waits for the stream: off the wheel,
-		// so the host's other processes beat on time. Once per process.
-		go func() { p.readied <- p.h.sdk.Ready(w.ctx, p.token) }()
 	}
 }
 
@@ -236,8 +258,6 @@ var simulationEnded = agent.ProcessExit{Signal: "killed"}
 // blinks) and reconnects after a pause shorter than the disconnect grace.
 func (p *process) flap(ctx context.Context) {
 	w := p.h.w
-	p.down.Store(true)
-	defer p.down.Store(false)
 	p.closeConn(eventsv1.DisconnectKind_DISCONNECT_KIND_RESET, "simulated connection reset")
 	if !sleepCtx(ctx, time.Duration(rand.Int64N(int64(w.opts.FlapPause)+1))) {
 		return

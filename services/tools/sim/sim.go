@@ -475,11 +475,17 @@ type countingStore struct {
 	n *atomic.Int64
 }
 
-// Append appends and counts what was stored.
+// Append appends and counts what was stored: every event, or the first
+// ones of an append that failed part way (events.PartialAppendError),
+// which the agent then re-sends without them.
 func (c countingStore) Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error) {
 	seq, err := c.inner.Append(ctx, subject, expected, evs...)
-	if err == nil {
+	var partial *events.PartialAppendError
+	switch {
+	case err == nil:
 		c.n.Add(int64(len(evs)))
+	case errors.As(err, &partial):
+		c.n.Add(int64(partial.Stored))
 	}
 	return seq, err
 }

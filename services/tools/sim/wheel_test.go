@@ -2,9 +2,13 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tetherhq/tether/events"
 )
 
 // TestWheelRunsEveryStepOnTimeAndInOrder schedules steps at random times
@@ -145,4 +149,31 @@ func TestWheelRunFiresDueSteps(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// partialStore stores the first event of each append and fails on the rest.
+type partialStore struct{}
+
+func (partialStore) Append(context.Context, string, uint64, ...events.Envelope) (uint64, error) {
+	return 0, &events.PartialAppendError{Stored: 1, Err: errors.New("stream unavailable")}
+}
+func (partialStore) History(context.Context, string, uint64) ([]events.Envelope, error) {
+	return nil, nil
+}
+func (partialStore) CurrentHistory(context.Context, string, uint64) ([]events.Envelope, error) {
+	return nil, nil
+}
+
+// TestCountingStoreCountsAPartialAppend: the audit compares what the
+// agents appended with what the stream holds, so the events of an append
+// that failed part way are counted (the agent re-sends only the rest).
+func TestCountingStoreCountsAPartialAppend(t *testing.T) {
+	var n atomic.Int64
+	c := countingStore{inner: partialStore{}, n: &n}
+	if _, err := c.Append(t.Context(), "s", 0, events.Envelope{}, events.Envelope{}); err == nil {
+		t.Fatal("the failed append reported no error")
+	}
+	if n.Load() != 1 {
+		t.Fatalf("counted %d events, the stream stored 1", n.Load())
+	}
 }
