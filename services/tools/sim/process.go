@@ -84,8 +84,8 @@ type process struct {
 	signals chan syscall.Signal
 	faults  chan fault
 
-	ready   atomic.Bool // said Ready, and its match is not ending
-	ended   atomic.Bool // Wait has returned: its steps on the wheel are dropped
+	ready   atomic.Bool   // said Ready, and its match is not ending
+	ended   atomic.Bool   // Wait has returned: its steps on the wheel are dropped
 	hung    atomic.Bool   // stopped heartbeating, ignores SIGTERM
 	beat    chan struct{} // its wheel says: heartbeat now
 	readyAt chan struct{} // its wheel says: start-up is over, say Ready
