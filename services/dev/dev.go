@@ -82,6 +82,9 @@ type Options struct {
 	NATSURL string
 	// Hosts is the number of simulated hosts, each an agent on loopback; default 1.
 	Hosts int
+	// NoAgents runs the control plane alone, for hosts that run elsewhere
+	// (`tether sim --role control-plane`): Hosts is then ignored.
+	NoAgents bool
 	// HostCapacity is each host's game server slots; default
 	// agent.DefaultCapacity.
 	HostCapacity int
@@ -454,7 +457,11 @@ func Run(ctx context.Context, opts Options) error {
 	if ids.dir != "" {
 		addrs.NATSCreds = natsauth.CredsPath(ids.dir, natsauth.Admin)
 	}
-	for i := range opts.Hosts {
+	hosts := opts.Hosts
+	if opts.NoAgents {
+		hosts = 0
+	}
+	for i := range hosts {
 		id := hostID(i)
 		hostNATS, err := ids.as(natsauth.HostPrincipal(id))
 		if err != nil {

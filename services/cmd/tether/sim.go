@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -99,6 +100,12 @@ only live aggregates are left in the stream and the views.
 				}
 			}
 			rep, err := sim.Run(cmd.Context(), opts)
+			if opts.Role == sim.RoleControlPlane {
+				if errors.Is(err, context.Canceled) {
+					return nil // stopped, as it is meant to be
+				}
+				return err
+			}
 			if err != nil {
 				return err
 			}
@@ -146,6 +153,8 @@ only live aggregates are left in the stream and the views.
 	f.DurationVar(&opts.ArchiveInterval, "archive-interval", archiver.DefaultInterval, "with --retention: time between archiving passes")
 	f.DurationVar(&opts.StorageEvery, "storage-every", def.StorageEvery, "how often the steady phase samples the storage: the events stream, the views' rows, the database, the archive")
 	f.DurationVar(&opts.ProgressEvery, "progress-every", def.ProgressEvery, "status line interval")
+	f.StringVar(&opts.Role, "role", "", `split the simulation over two processes, each given cores of its own (taskset): "control-plane" serves NATS, PostgreSQL, the projector, the API and the controller until stopped; "hosts" runs the simulated hosts and the run against it (--control-plane); empty: both in this process`)
+	f.StringVar(&opts.ControlPlaneDir, "control-plane", "", "with --role hosts: the control plane's --data-dir")
 	f.StringVar(&opts.DataDir, "data-dir", "", "keep the run's NATS store and logs here (default: a temporary directory, removed)")
 	f.StringVar(&jsonOut, "json", "", "also write the report as JSON to this file")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write the CPU profile of the steady phase (the one the CPU table is read from) to this file")

@@ -21,9 +21,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 )
@@ -115,12 +117,18 @@ var targets = []target{
 	{"scale: controller pass over every fleet, mean", "sim", "pass-mean-ms", 0, false, "ms", true},
 	{"scale: all READY after", "sim", "ready-s", 0, false, "s", true},
 	{"scale: peak RSS of the tether process (all but PostgreSQL)", "sim", "rss-mib", 0, false, " MiB", true},
+	{"scale, control plane on a core of its own: audit passed", "sim-split", "audit-ok", 1, false, "", false},
+	{"scale, control plane on a core of its own: false terminations", "sim-split", "false-terminations", 0, true, "", false},
+	{"scale, control plane on a core of its own: publish→view lag p99", "sim-split", "lag-p99-ms", 50, true, "ms", false},
+	{"scale, control plane on a core of its own: allocation p99", "sim-split", "alloc-p99-ms", 20, true, "ms", false},
+	{"scale, control plane on a core of its own: hung process detected, max", "sim-split", "hang-max-s", 16, true, "s", false},
+	{"scale, control plane on a core of its own: its CPU (cores, with PostgreSQL)", "sim-split", "control-plane-cores", 0, false, "", true},
 }
 
 // scaleArgs are the scale run's: every DESIGN.md §8 scale figure comes from
 // it (docs/scaling.md explains each setting).
 var scaleArgs = []string{"--hosts", "10000", "--servers-per-host", "10", "--fleets", "10", "--duration", "60s",
-	"--health-period", "5s", "--host-heartbeat", "5s", "--unreachable-after", "15s"}
+	"--health-period", "5s", "--host-heartbeat", "5s", "--unreachable-after", "15s", "--allocation-rate", "50"}
 
 // quickScaleArgs shrink it for --quick.
 var quickScaleArgs = []string{"--hosts", "50", "--servers-per-host", "10", "--fleets", "5", "--duration", "15s", "--health-period", "2s"}
@@ -169,6 +177,15 @@ func main() {
 			os.Exit(1)
 		}
 		measured["sim"] = m
+	}
+	if !slices.Contains(skipped, "sim-split") && !*quick {
+		fmt.Fprintf(os.Stderr, "== sim-split (the scale run, the control plane on core 0 and the simulated hosts on core 1)\n")
+		m, err := runSplitSim()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "benchtable: sim-split: %v\n", err)
+			os.Exit(1)
+		}
+		measured["sim-split"] = m
 	}
 	results := evaluate(measured)
 	if err := printTable(os.Stdout, results); err != nil {
@@ -249,7 +266,7 @@ func runChaos(quick bool) (map[string][]float64, error) {
 		args = []string{"--log-level", "error", "chaos", "--servers", "20", "--hosts", "2", "--duration", "10s", "--fault-every", "1s"}
 	}
 	var r chaosReport
-	if err := runTether(args, false, nil, &r); err != nil {
+	if err := runTether(nil, args, false, nil, &r); err != nil {
 		return nil, err
 	}
 	return map[string][]float64{
@@ -274,6 +291,43 @@ type simReport struct {
 	MissedDetections     int                   `json:"missed_detections"`
 	ProcessPeakRSS       int64                 `json:"process_peak_rss_bytes"`
 	Failures             []string              `json:"failures"`
+	CPU                  *struct {
+		Components []struct {
+			Cores        float64 `json:"cores"`
+			ControlPlane bool    `json:"control_plane"`
+		} `json:"components"`
+	} `json:"cpu"`
+}
+
+// figures are the table's metrics of a sim report.
+func (r simReport) figures() map[string][]float64 {
+	ok := 0.0
+	if len(r.Failures) == 0 {
+		ok = 1
+	}
+	m := map[string][]float64{
+		"audit-ok":           {ok},
+		"lost-events":        {float64(r.PublishedByAgents - r.AppliedByAgents)},
+		"false-terminations": {float64(r.FalseTerminations)},
+		"missed-detections":  {float64(r.MissedDetections)},
+		"lag-p99-ms":         {r.ProjectionLag.P99},
+		"alloc-p99-ms":       {r.AllocationLatency.P99},
+		"hang-max-s":         {r.HangDetection.Max / 1000},
+		"events/s":           {r.EventsPerSecond},
+		"pass-mean-ms":       {r.ControllerPassMeanMs},
+		"ready-s":            {r.ReadySeconds},
+		"rss-mib":            {float64(r.ProcessPeakRSS) / (1 << 20)},
+	}
+	if r.CPU != nil {
+		var cores float64
+		for _, c := range r.CPU.Components {
+			if c.ControlPlane {
+				cores += c.Cores
+			}
+		}
+		m["control-plane-cores"] = []float64{cores}
+	}
+	return m
 }
 
 // runSim runs the scale simulation once (it takes minutes; its audit is
@@ -289,33 +343,59 @@ func runSim(quick bool, profiles string) (map[string][]float64, error) {
 	// The simulator exits 1 when its audit fails, with its report written:
 	// the table shows the failure.
 	var r simReport
-	if err := runTether(args, true, os.Stderr, &r); err != nil {
+	if err := runTether(nil, args, true, os.Stderr, &r); err != nil {
 		return nil, err
 	}
-	ok := 0.0
-	if len(r.Failures) == 0 {
-		ok = 1
+	return r.figures(), nil
+}
+
+// runSplitSim runs the scale simulation over two processes: the control
+// plane (NATS, PostgreSQL, projector, API, controller) pinned to core 0
+// and the simulated hosts, matchmaker and audit pinned to core 1
+// (taskset), so that the control plane is measured on a core the
+// simulated fleet does not share (docs/scaling.md).
+func runSplitSim() (map[string][]float64, error) {
+	if runtime.NumCPU() < 2 {
+		return nil, errors.New("needs 2 cores")
 	}
-	return map[string][]float64{
-		"audit-ok":           {ok},
-		"lost-events":        {float64(r.PublishedByAgents - r.AppliedByAgents)},
-		"false-terminations": {float64(r.FalseTerminations)},
-		"missed-detections":  {float64(r.MissedDetections)},
-		"lag-p99-ms":         {r.ProjectionLag.P99},
-		"alloc-p99-ms":       {r.AllocationLatency.P99},
-		"hang-max-s":         {r.HangDetection.Max / 1000},
-		"events/s":           {r.EventsPerSecond},
-		"pass-mean-ms":       {r.ControllerPassMeanMs},
-		"ready-s":            {r.ReadySeconds},
-		"rss-mib":            {float64(r.ProcessPeakRSS) / (1 << 20)},
-	}, nil
+	taskset, err := exec.LookPath("taskset")
+	if err != nil {
+		return nil, fmt.Errorf("taskset (util-linux): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "tether-bench-control-plane-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	cp := exec.Command(taskset, append([]string{"-c", "0", "bin/tether", "--log-level", "error", "sim", "--role", "control-plane", "--data-dir", dir}, scaleArgs...)...)
+	cp.Stderr = os.Stderr
+	if err := cp.Start(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		_ = cp.Process.Signal(syscall.SIGTERM) // it stops on SIGTERM; Wait reports how
+		done := make(chan error, 1)
+		go func() { done <- cp.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Minute):
+			_ = cp.Process.Kill() // the wait above bounds a stop that hangs; the kill's error is moot
+			<-done
+		}
+	}()
+	args := append([]string{"--log-level", "error", "sim", "--role", "hosts", "--control-plane", dir, "--progress-every", "30s"}, scaleArgs...)
+	var r simReport
+	if err := runTether([]string{taskset, "-c", "1"}, args, true, os.Stderr, &r); err != nil {
+		return nil, err
+	}
+	return r.figures(), nil
 }
 
 // runTether runs bin/tether with args and --json FILE, and decodes the
 // report it writes into into. A run that exits non-zero fails, unless
 // reportOnFailure and it wrote its report. progress, if set, also gets the
 // command's stderr as it comes.
-func runTether(args []string, reportOnFailure bool, progress io.Writer, into any) error {
+func runTether(prefix, args []string, reportOnFailure bool, progress io.Writer, into any) error {
 	f, err := os.CreateTemp("", "tether-bench-*.json")
 	if err != nil {
 		return err
@@ -326,7 +406,8 @@ func runTether(args []string, reportOnFailure bool, progress io.Writer, into any
 	}
 	defer os.Remove(path)
 	args = append(args, "--json", path)
-	cmd := exec.Command("bin/tether", args...)
+	argv := append(append(slices.Clone(prefix), "bin/tether"), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if progress != nil {

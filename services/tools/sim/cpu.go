@@ -42,6 +42,7 @@ const (
 	cpuNATSClient = "NATS client (shared connections)"
 	cpuOther      = "other (runtime, pgx, unlabelled)"
 	cpuPostgres   = "PostgreSQL (its processes)"
+	cpuApart      = "control plane process (NATS, projector, API, controller)"
 )
 
 // CPUShare is one component's CPU over the steady phase.
@@ -76,18 +77,23 @@ type cpuMeter struct {
 	profile  bytes.Buffer
 	began    time.Time
 	self     time.Duration
+	apart    int                   // the control plane's process when it runs apart (RoleHosts); 0 if none
+	apartCPU time.Duration         // its CPU so far
 	postgres map[int]time.Duration // CPU so far of each PostgreSQL process
 	machine  machineTimes
 	err      error // why the profile could not be taken
 }
 
-// startCPU begins measuring. Only one CPU profile can run in a process: if
-// another is running (go test -cpuprofile), the report has no components.
-func startCPU() *cpuMeter {
-	m := &cpuMeter{began: time.Now(), postgres: map[int]time.Duration{}}
+// startCPU begins measuring: this process and its PostgreSQL, or with
+// apart (a process id) that process and its PostgreSQL too. Only one CPU
+// profile can run in a process: if another is running (go test
+// -cpuprofile), the report has no components.
+func startCPU(apart int) *cpuMeter {
+	m := &cpuMeter{began: time.Now(), apart: apart, postgres: map[int]time.Duration{}}
 	procs := readProcesses()
 	m.self = procs[os.Getpid()].cpu
-	for _, pid := range postgresProcesses(procs) {
+	m.apartCPU = procs[apart].cpu
+	for _, pid := range m.postgresOf(procs) {
 		m.postgres[pid] = procs[pid].cpu
 	}
 	m.machine, _ = readMachineTimes() // an unreadable /proc/stat reads as zero busy
@@ -109,8 +115,12 @@ func (m *cpuMeter) stop(raw io.Writer) (*CPUReport, error) {
 	rep := &CPUReport{Seconds: wall.Seconds(), Cores: machine.cores, MachineBusy: machine.busySince(m.machine)}
 	rep.ProcessCores = (procs[os.Getpid()].cpu - m.self).Seconds() / wall.Seconds()
 	var pg time.Duration
-	for _, pid := range postgresProcesses(procs) {
+	for _, pid := range m.postgresOf(procs) {
 		pg += procs[pid].cpu - m.postgres[pid] // a new process started from zero
+	}
+	var apart time.Duration
+	if m.apart > 0 {
+		apart = procs[m.apart].cpu - m.apartCPU
 	}
 	if m.err != nil {
 		return rep, fmt.Errorf("sim: no CPU profile of the steady phase: %w", m.err)
@@ -125,9 +135,13 @@ func (m *cpuMeter) stop(raw io.Writer) (*CPUReport, error) {
 		return rep, fmt.Errorf("sim: read the CPU profile: %w", err)
 	}
 	byName, total := cpuByComponent(p)
+	rep.ProfiledCores = total.Seconds() / wall.Seconds()
 	byName[cpuPostgres] = pg
 	total += pg
-	rep.ProfiledCores = (total - pg).Seconds() / wall.Seconds()
+	if m.apart > 0 {
+		byName[cpuApart] = apart
+		total += apart
+	}
 	for name, d := range byName {
 		rep.Components = append(rep.Components, CPUShare{
 			Component: name, Cores: d.Seconds() / wall.Seconds(), Share: d.Seconds() / max(total.Seconds(), 1e-9),
@@ -146,12 +160,22 @@ func (m *cpuMeter) stop(raw io.Writer) (*CPUReport, error) {
 	return rep, nil
 }
 
+// postgresOf picks the run's PostgreSQL processes: this process's, and the
+// control plane's when it runs apart.
+func (m *cpuMeter) postgresOf(procs map[int]procStat) []int {
+	out := postgresProcesses(procs, os.Getpid())
+	if m.apart > 0 {
+		out = append(out, postgresProcesses(procs, m.apart)...)
+	}
+	return out
+}
+
 // controlPlane tells Tether's own components from the simulated fleet, the
 // simulator and the shared runtime.
 func controlPlane(name string) bool {
 	switch name {
 	case cpuNames[dev.ComponentNATS], cpuNames[dev.ComponentProjector], cpuNames[dev.ComponentAPI],
-		cpuNames[dev.ComponentController], cpuPostgres:
+		cpuNames[dev.ComponentController], cpuPostgres, cpuApart:
 		return true
 	}
 	return false
@@ -186,6 +210,13 @@ func sampleComponent(s *profile.Sample) string {
 			return name
 		}
 		return l[0]
+	}
+	// nats-server labels its stream and consumer goroutines itself (in
+	// place of the labels they would inherit).
+	for _, k := range []string{"account", "stream", "consumer"} {
+		if len(s.Label[k]) > 0 {
+			return cpuNATSServer
+		}
 	}
 	var natsServer, natsClient bool
 	for _, loc := range s.Location {

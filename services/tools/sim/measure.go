@@ -168,7 +168,7 @@ func componentOf(stack []uintptr) string {
 // of the PostgreSQL processes descended from this process.
 func postgresPSS() int64 {
 	var total int64
-	for _, pid := range postgresProcesses(readProcesses()) {
+	for _, pid := range postgresProcesses(readProcesses(), os.Getpid()) {
 		total += pssOf(pid)
 	}
 	return total
@@ -220,17 +220,16 @@ func readProcesses() map[int]procStat {
 	return out
 }
 
-// postgresProcesses picks the PostgreSQL processes descended from this
-// process (the run's own server, not another on the machine).
-func postgresProcesses(procs map[int]procStat) []int {
-	self := os.Getpid()
+// postgresProcesses picks the PostgreSQL processes descended from process
+// root (the run's own server, not another on the machine).
+func postgresProcesses(procs map[int]procStat, root int) []int {
 	var out []int
 	for pid, st := range procs {
 		if st.comm != "postgres" {
 			continue
 		}
 		for p, hops := pid, 0; p > 1 && hops < 16; p, hops = procs[p].ppid, hops+1 {
-			if p == self {
+			if p == root {
 				out = append(out, pid)
 				break
 			}

@@ -22,6 +22,7 @@ type Report struct {
 
 	ProjectionLag Latency `json:"projection_lag_ms"` // publish→view lag samples (steady phase)
 
+	ControlPlaneApart    bool    `json:"control_plane_apart"`     // it ran in another process (RoleHosts): no controller figures, no PostgreSQL memory
 	ControllerPasses     uint64  `json:"controller_passes"`       // reconcile passes in the steady phase
 	ControllerPassMeanMs float64 `json:"controller_pass_mean_ms"` // their mean duration
 	ControllerPassMaxMs  float64 `json:"controller_pass_max_ms"`  // their max, to histogram-bucket precision
@@ -153,7 +154,11 @@ func (r *Report) Print(out io.Writer) {
 	if r.ControllerPassMaxMs < 0 {
 		passMax = fmt.Sprintf("max > %.0f ms", -r.ControllerPassMaxMs)
 	}
-	row("controller pass (all fleets)", "mean %.0f ms, %s (%d passes)", r.ControllerPassMeanMs, passMax, r.ControllerPasses)
+	if r.ControlPlaneApart {
+		row("controller pass (all fleets)", "not measured here: the control plane runs in its own process")
+	} else {
+		row("controller pass (all fleets)", "mean %.0f ms, %s (%d passes)", r.ControllerPassMeanMs, passMax, r.ControllerPasses)
+	}
 	row("allocation latency", "%s", lat(r.AllocationLatency))
 	row("allocations", "%d ok, %d no READY server, %d errors", r.Allocations, r.NoReadyServer, r.AllocationErrors)
 	row("reconnect latency", "%s", lat(r.ReconnectLatency))

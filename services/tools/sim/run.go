@@ -22,7 +22,7 @@ const controllerPassMetric = "tether_controller_pass_duration_seconds"
 func (w *world) run(ctx context.Context) (*Report, error) {
 	o := w.opts
 	total := o.Hosts * o.ServersPerHost
-	rep := &Report{Hosts: o.Hosts, GameServers: total, Fleets: o.Fleets}
+	rep := &Report{Hosts: o.Hosts, GameServers: total, Fleets: o.Fleets, ControlPlaneApart: w.controlPlanePID > 0}
 	var mem memory
 	memCtx, stopMem := context.WithCancel(ctx)
 	defer stopMem()
@@ -56,7 +56,8 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	lag := &latencies{}
-	cpu := startCPU()
+	cpu := startCPU(w.controlPlanePID)
+	w.signalControlPlane(signalSteadyBegins)
 	steadyCtx, endSteady := context.WithTimeout(ctx, o.Duration)
 	steadyBegan := time.Now()
 	var steady sync.WaitGroup
@@ -73,6 +74,7 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	steady.Go(func() { w.sampleStorage(steadyCtx, steadyBegan, &rep.Storage) })
 	steady.Wait()
 	endSteady()
+	w.signalControlPlane(signalSteadyEnds)
 	if rep.CPU, err = cpu.stop(o.CPUProfile); err != nil {
 		if rep.CPU == nil || ctx.Err() != nil {
 			return nil, err

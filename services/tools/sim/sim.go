@@ -150,6 +150,13 @@ type Options struct {
 	Duration time.Duration
 	// SettleTimeout bounds the settle phase; default 5m.
 	SettleTimeout time.Duration
+	// Role splits the simulation over two processes (split.go):
+	// RoleControlPlane serves the control plane alone until the context
+	// ends; RoleHosts runs the simulated hosts and the run against the
+	// control plane whose data directory is ControlPlaneDir. Empty: both
+	// in this process.
+	Role            string
+	ControlPlaneDir string
 	// CPUProfile, if set, gets the CPU profile of the steady phase (the one
 	// Report.CPU is read from), in pprof's format.
 	CPUProfile io.Writer
@@ -257,6 +264,12 @@ func (o *Options) validate() error {
 		return errors.New("sim: fractions must be within 0 and 1")
 	case o.Retention < 0:
 		return fmt.Errorf("sim: negative retention %s", o.Retention)
+	case o.Role != "" && o.Role != RoleControlPlane && o.Role != RoleHosts:
+		return fmt.Errorf("sim: role %q is neither %q nor %q", o.Role, RoleControlPlane, RoleHosts)
+	case o.Role == RoleHosts && o.ControlPlaneDir == "":
+		return errors.New("sim: the hosts role needs the control plane's data directory")
+	case o.Role != "" && o.Retention > 0:
+		return errors.New("sim: retention runs in one process only (the archiver is the controller's)")
 	case o.Retention > 0 && o.Demand.Set():
 		return errors.New("sim: retention and demand mode do not go together: demand mode reads its figures from the stream after the run, and archiving takes them out of it")
 	}
@@ -287,6 +300,9 @@ type world struct {
 	demand     *demand // demand mode's state; nil otherwise
 	connsMu    sync.Mutex
 	conns      map[int]*natsConn // the simulated hosts' NATS connections
+	// controlPlanePID is the control plane's process when it runs apart
+	// (RoleHosts); 0 when it is this one.
+	controlPlanePID int
 }
 
 // Run runs a simulation and returns its report. An error means the run
@@ -324,25 +340,21 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	w.ctx = runCtx
-	started := make(chan *dev.Stack, 1)
-	fmt.Fprintf(opts.Progress, "starting the control plane and %d simulated hosts\n", opts.Hosts)
 	w.stackDone = make(chan struct{})
-	go func() {
-		defer close(w.stackDone)
-		pprof.SetGoroutineLabels(context.Background()) // dev labels its components itself
-		w.stackErr = dev.Run(runCtx, dev.Options{
-			DataDir: opts.DataDir, Fresh: true, GRPCPort: -1, RESTPort: -1, NATSPort: -1, SDKPort: -1,
-			Hosts: opts.Hosts, HostCapacity: opts.ServersPerHost, Logger: opts.Logger, MeterProvider: mp,
-			AgentOptions: w.agentOptions, AgentStartSpread: opts.HostStartSpread,
-			ControllerOptions: w.controllerOptions,
-			ArchiveDir:        w.archiveDir(), Retention: opts.Retention, ArchiveInterval: opts.ArchiveInterval,
-			Started: func(s *dev.Stack) { started <- s },
-		})
-	}()
-	select {
-	case w.stack = <-started:
-	case <-w.stackDone:
-		return nil, fmt.Errorf("sim: the control plane did not start: %w", w.stackErr)
+	switch opts.Role {
+	case RoleControlPlane:
+		return nil, w.serveControlPlane(runCtx)
+	case RoleHosts:
+		fmt.Fprintf(opts.Progress, "starting %d simulated hosts against the control plane of %s\n", opts.Hosts, opts.ControlPlaneDir)
+		stack, err := w.joinControlPlane(runCtx)
+		if err != nil {
+			return nil, err
+		}
+		w.stack = stack
+	default:
+		if err := w.startStack(runCtx, mp); err != nil {
+			return nil, err
+		}
 	}
 	for i, a := range w.stack.Agents {
 		w.hosts[i].sdk = a.LocalSDK()
@@ -369,6 +381,32 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		runErr = fmt.Errorf("sim: control plane: %w", err)
 	}
 	return rep, runErr
+}
+
+// startStack starts the control plane and the simulated hosts in this
+// process, as `tether dev` does.
+func (w *world) startStack(runCtx context.Context, mp *sdkmetric.MeterProvider) error {
+	opts := w.opts
+	started := make(chan *dev.Stack, 1)
+	fmt.Fprintf(opts.Progress, "starting the control plane and %d simulated hosts\n", opts.Hosts)
+	go func() {
+		defer close(w.stackDone)
+		pprof.SetGoroutineLabels(context.Background()) // dev labels its components itself
+		w.stackErr = dev.Run(runCtx, dev.Options{
+			DataDir: opts.DataDir, Fresh: true, GRPCPort: -1, RESTPort: -1, NATSPort: -1, SDKPort: -1,
+			Hosts: opts.Hosts, HostCapacity: opts.ServersPerHost, Logger: opts.Logger, MeterProvider: mp,
+			AgentOptions: w.agentOptions, AgentStartSpread: opts.HostStartSpread,
+			ControllerOptions: w.controllerOptions,
+			ArchiveDir:        w.archiveDir(), Retention: opts.Retention, ArchiveInterval: opts.ArchiveInterval,
+			Started: func(s *dev.Stack) { started <- s },
+		})
+	}()
+	select {
+	case w.stack = <-started:
+		return nil
+	case <-w.stackDone:
+		return fmt.Errorf("sim: the control plane did not start: %w", w.stackErr)
+	}
 }
 
 // hostID names host i (0-based) as `tether dev` does.
