@@ -2,11 +2,15 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetherhq/tether/services/dev"
 )
 
 // TestSmokeSimulation runs a short simulation (300 servers on 30 hosts for
@@ -73,11 +77,71 @@ func TestSmokeSimulation(t *testing.T) {
 		{"lag sampled", rep.ProjectionLag.N > 0},
 		{"controller passes measured", rep.ControllerPasses > 0},
 		{"sizes read", len(rep.Tables) > 0 && len(rep.Streams) == 3},
+		{"CPU told apart by component", rep.CPU != nil && hasComponents(rep.CPU,
+			cpuNames[componentSimulatedProcesses], cpuNames[dev.ComponentAgent], cpuNames[dev.ComponentProjector], cpuNATSServer, cpuPostgres)},
 	}
 	for _, c := range checks {
 		if !c.ok {
 			t.Errorf("%s: no", c.what)
 		}
+	}
+}
+
+// hasComponents reports whether every one of names has a row in c.
+func hasComponents(c *CPUReport, names ...string) bool {
+	for _, n := range names {
+		if !slices.ContainsFunc(c.Components, func(s CPUShare) bool { return s.Component == n }) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestSplitSimulation runs the control plane and the simulated hosts as
+// the two roles (here in one test process, as two processes would): the
+// hosts find the control plane from its data directory, the run audits
+// clean, and the report counts the control plane's process apart.
+func TestSplitSimulation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and NATS")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	periods := Options{HealthPeriod: 2 * time.Second, UnreachableAfter: 2 * time.Second, LostAfter: 30 * time.Second, ShutdownGrace: 2 * time.Second}
+	cpDir := t.TempDir()
+	cpCtx, stopCP := context.WithCancel(ctx)
+	cpDone := make(chan error, 1)
+	go func() {
+		o := periods
+		o.Role, o.DataDir, o.Logger, o.Progress = RoleControlPlane, cpDir, log, testWriter{t}
+		_, err := Run(cpCtx, o)
+		cpDone <- err
+	}()
+	o := periods
+	o.Role, o.ControlPlaneDir, o.Logger, o.Progress = RoleHosts, cpDir, log, testWriter{t}
+	o.Hosts, o.ServersPerHost, o.Fleets, o.HostHeartbeat = 5, 4, 2, 250*time.Millisecond
+	o.AllocationRate, o.MatchLength, o.Duration = 2, 3*time.Second, 8*time.Second
+	o.ReadyTimeout, o.SettleTimeout = time.Minute, time.Minute
+	rep, err := Run(ctx, o)
+	stopCP()
+	if cpErr := <-cpDone; cpErr != nil && !errors.Is(cpErr, context.Canceled) {
+		t.Errorf("control plane: %v", cpErr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table strings.Builder
+	rep.Print(&table)
+	t.Log("\n" + table.String())
+	if !rep.OK() {
+		t.Fatalf("simulation failed: %v", rep.Failures)
+	}
+	if !rep.ControlPlaneApart || rep.PublishedByAgents == 0 || rep.PublishedByAgents != rep.AppliedByAgents || rep.Allocations == 0 {
+		t.Fatalf("apart %v, published %d, applied %d, allocations %d", rep.ControlPlaneApart, rep.PublishedByAgents, rep.AppliedByAgents, rep.Allocations)
+	}
+	if rep.CPU == nil || !hasComponents(rep.CPU, cpuApart) {
+		t.Fatalf("the control plane's process is not in the CPU table: %+v", rep.CPU)
 	}
 }
 
