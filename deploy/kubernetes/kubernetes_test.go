@@ -709,7 +709,9 @@ var natsChartKeys = []string{
 	"natsBox.contexts.default.creds.secretName", "natsBox.contexts.default.creds.key",
 }
 
-func TestNATSValues(t *testing.T) {
+// natsValues reads nats-values.yaml.
+func natsValues(t *testing.T) map[string]any {
+	t.Helper()
 	data, err := os.ReadFile("nats-values.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -718,6 +720,11 @@ func TestNATSValues(t *testing.T) {
 	if err := yaml.Unmarshal(data, &values); err != nil {
 		t.Fatal(err)
 	}
+	return values
+}
+
+func TestNATSValues(t *testing.T) {
+	values := natsValues(t)
 	for _, path := range leafPaths("", values) {
 		if !slices.ContainsFunc(natsChartKeys, func(k string) bool {
 			prefix, wild := strings.CutSuffix(k, "*")
@@ -990,14 +997,7 @@ func TestNATSCredentials(t *testing.T) {
 // /etc/, which the chart also mounts into its config reloader, so that a
 // revocation reloads nats-server); and the nats-box connects as admin.
 func TestNATSValuesAuthenticate(t *testing.T) {
-	data, err := os.ReadFile("nats-values.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var values map[string]any
-	if err := yaml.Unmarshal(data, &values); err != nil {
-		t.Fatal(err)
-	}
+	values := natsValues(t)
 	merge, _ := lookup(values, "config.merge")
 	var includes []string
 	if m, ok := merge.(map[string]any); ok {

@@ -376,11 +376,15 @@ func runSplitSim() (map[string][]float64, error) {
 		_ = cp.Process.Signal(syscall.SIGTERM) // it stops on SIGTERM; Wait reports how
 		done := make(chan error, 1)
 		go func() { done <- cp.Wait() }()
+		var err error
 		select {
-		case <-done:
+		case err = <-done:
 		case <-time.After(2 * time.Minute):
 			_ = cp.Process.Kill() // the wait above bounds a stop that hangs; the kill's error is moot
-			<-done
+			err = <-done
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "benchtable: sim-split: the control plane stopped with %v\n", err)
 		}
 	}()
 	args := append([]string{"--log-level", "error", "sim", "--role", "hosts", "--control-plane", dir, "--progress-every", "30s"}, scaleArgs...)

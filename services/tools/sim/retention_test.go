@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"strings"
 	"testing"
 	"time"
 )
@@ -40,12 +39,7 @@ func TestRetentionSimulation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var table strings.Builder
-	rep.Print(&table)
-	t.Log("\n" + table.String())
-	if !rep.OK() {
-		t.Fatalf("simulation failed: %v", rep.Failures)
-	}
+	requireOK(t, rep)
 	rt := rep.Retention
 	if rt == nil {
 		t.Fatal("no retention report")

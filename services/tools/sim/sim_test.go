@@ -47,12 +47,7 @@ func TestSmokeSimulation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var table strings.Builder
-	rep.Print(&table)
-	t.Log("\n" + table.String())
-	if !rep.OK() {
-		t.Fatalf("simulation failed: %v", rep.Failures)
-	}
+	requireOK(t, rep)
 	checks := []struct {
 		what string
 		ok   bool
@@ -84,6 +79,17 @@ func TestSmokeSimulation(t *testing.T) {
 		if !c.ok {
 			t.Errorf("%s: no", c.what)
 		}
+	}
+}
+
+// requireOK logs a run's report and fails the test if its audit failed.
+func requireOK(t *testing.T, rep *Report) {
+	t.Helper()
+	var table strings.Builder
+	rep.Print(&table)
+	t.Log("\n" + table.String())
+	if !rep.OK() {
+		t.Fatalf("simulation failed: %v", rep.Failures)
 	}
 }
 
@@ -131,12 +137,7 @@ func TestSplitSimulation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var table strings.Builder
-	rep.Print(&table)
-	t.Log("\n" + table.String())
-	if !rep.OK() {
-		t.Fatalf("simulation failed: %v", rep.Failures)
-	}
+	requireOK(t, rep)
 	if !rep.ControlPlaneApart || rep.PublishedByAgents == 0 || rep.PublishedByAgents != rep.AppliedByAgents || rep.Allocations == 0 {
 		t.Fatalf("apart %v, published %d, applied %d, allocations %d", rep.ControlPlaneApart, rep.PublishedByAgents, rep.AppliedByAgents, rep.Allocations)
 	}
