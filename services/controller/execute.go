@@ -39,29 +39,50 @@ func (c *Controller) execute(ctx context.Context, p Plan) (wrote bool, err error
 			c.noRoomLogged[n.fleet] = now
 		}
 	}
-	// Up to executeParallel decisions at once: each is an append guarded
-	// by its own aggregate's sequence and a command to one host. On the
-	// first error no more are started; those left keep their news.
+	// Up to executeParallel decisions at once, each an append guarded by
+	// its own aggregate's sequence and a command to one host. Decisions
+	// that touch a common aggregate (their follow-ups included) keep the
+	// plan's order: where two decide on one server, the first planned wins
+	// and the other conflicts, as one after another (a lost host's
+	// terminations are decided only once, as the host's follow-ups, and
+	// must not lose to a later decision on the same server). On the first
+	// error no more are started; those left keep their news.
 	var (
 		mu       sync.Mutex
 		wg       sync.WaitGroup
 		firstErr error
 	)
-	slots := make(chan struct{}, executeParallel)
-	for i, d := range p.decisions {
+	failed := func() bool {
 		mu.Lock()
-		failed := firstErr != nil
-		mu.Unlock()
-		if failed {
-			c.execMu.Lock()
-			for _, rest := range p.decisions[i:] {
-				c.keepNews(rest)
+		defer mu.Unlock()
+		return firstErr != nil
+	}
+	slots := make(chan struct{}, executeParallel)
+	last := map[string]chan struct{}{} // aggregate → done of the last decision touching it
+	for _, d := range p.decisions {
+		names := touched(d, nil)
+		var after []chan struct{}
+		for _, n := range names {
+			if ch, ok := last[n]; ok {
+				after = append(after, ch)
 			}
-			c.execMu.Unlock()
-			break
 		}
-		slots <- struct{}{}
+		done := make(chan struct{})
+		for _, n := range names {
+			last[n] = done
+		}
 		wg.Go(func() {
+			defer close(done)
+			for _, ch := range after {
+				<-ch // no slot held while waiting: the slots' holders can always finish
+			}
+			if failed() {
+				c.execMu.Lock()
+				c.keepNews(d)
+				c.execMu.Unlock()
+				return
+			}
+			slots <- struct{}{}
 			defer func() { <-slots }()
 			ok, err := c.carryOut(ctx, d)
 			mu.Lock()
@@ -74,6 +95,15 @@ func (c *Controller) execute(ctx context.Context, p Plan) (wrote bool, err error
 	}
 	wg.Wait()
 	return wrote, firstErr
+}
+
+// touched appends the aggregates a decision and its follow-ups append to.
+func touched(d decision, into []string) []string {
+	into = append(into, d.name)
+	for _, t := range d.then {
+		into = touched(t, into)
+	}
+	return into
 }
 
 // executeParallel is how many decisions a pass carries out at once. One
