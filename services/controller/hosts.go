@@ -23,6 +23,8 @@ import (
 // verdicts.
 func (p planner) planHosts(s snapshot, out *Plan) map[string]eventsv1.HostStatus {
 	status := map[string]eventsv1.HostStatus{}
+	stillLost := map[string]time.Time{} // LOST hosts that stay LOST this pass → when last heard of
+	defer func() { p.terminateStillLost(stillLost, s.servers, out) }()
 	for _, h := range s.hosts {
 		name := h.State.GetName()
 		status[name] = h.State.GetStatus()
@@ -49,6 +51,9 @@ func (p planner) planHosts(s snapshot, out *Plan) map[string]eventsv1.HostStatus
 				continue
 			}
 			cmd = events.MarkHostOnline{LastHeartbeat: last}
+		case st == eventsv1.HostStatus_HOST_STATUS_LOST:
+			stillLost[name] = last
+			continue
 		case st == eventsv1.HostStatus_HOST_STATUS_DRAINING && h.Used == 0:
 			// Its last game server ended: the drain is done.
 			cmd = events.MarkHostDrained{}
@@ -146,6 +151,27 @@ func (p planner) terminateLost(host string, last time.Time, servers []projection
 		}
 	}
 	return then
+}
+
+// terminateStillLost ends the live servers left on hosts already LOST.
+// Their servers were terminated with the verdict, as its follow-ups; one
+// whose termination lost a race (a shutdown the API appended meanwhile:
+// the termination conflicted, and the verdict is not decided again) would
+// otherwise stay live on a host nobody hears from.
+func (p planner) terminateStillLost(lost map[string]time.Time, servers []projections.Row[*eventsv1.GameServerState], out *Plan) {
+	if len(lost) == 0 {
+		return
+	}
+	for _, r := range servers {
+		last, ok := lost[r.State.GetHost()]
+		if !ok {
+			continue
+		}
+		detail := fmt.Sprintf("host %s lost: no heartbeat since %s", r.State.GetHost(), last.Format(time.RFC3339))
+		if d := p.terminate(r, eventsv1.Reason_REASON_HOST_LOST, detail, "game server of a lost host terminated", out); d != nil {
+			out.decisions = append(out.decisions, *d)
+		}
+	}
 }
 
 // missingDetail opens the evidence of a server terminated because its host

@@ -383,6 +383,16 @@ func TestPlan(t *testing.T) {
 			},
 		},
 		{
+			name: "a server still live on a host already LOST (its termination lost a race with a shutdown) is terminated",
+			snapshot: func() snapshot {
+				s := snap(arena(1), []projections.HostRow{hostRow("a", eventsv1.HostStatus_HOST_STATUS_LOST, 10, 1, 5), hostRow("b", online, 10, 1, 6)},
+					on("gs-1", shutting, "a", 10), on("gs-2", ready, "b", 11))
+				s.heard["a"] = t0.Add(-DefaultLostAfter - time.Minute)
+				return s
+			},
+			want: []string{"terminate " + gsPrefix + "gs-1@10 GameServerTerminated"},
+		},
+		{
 			name: "a host that beats again with events still queued stays UNREACHABLE",
 			snapshot: func() snapshot {
 				s := snap(arena(1), []projections.HostRow{hostRow("a", unreachable, 10, 1, 5)}, on("gs-1", ready, "a", 10))
