@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
@@ -54,12 +56,13 @@ func TestAllocationSkipsServersOfARestartedAgent(t *testing.T) {
 }
 
 // TestAllocationAvoidsCordonedAndDrainingHosts: a draining host's READY
-// servers are never candidates (their fleet is moving them), and a
-// cordoned host's come after every other host's, whatever its load.
+// servers are never candidates (their fleet is moving them), nor are an
+// UNREACHABLE or LOST host's (its agent would not hear of the allocation),
+// and a cordoned host's come after every other host's, whatever its load.
 func TestAllocationAvoidsCordonedAndDrainingHosts(t *testing.T) {
 	e := newEnv(t)
 	tmpl := &eventsv1.GameServerTemplate{Command: "/bin/game"}
-	for i, h := range []string{"h1", "h2", "h3"} {
+	for i, h := range []string{"h1", "h2", "h3", "h4", "h5"} {
 		e.append("hosts/"+h, &eventsv1.HostRegistered{Capacity: 10, Address: "127.0.0.1"})
 		for j := range 2 {
 			name := fmt.Sprintf("fleets/arena/gameServers/%s-%d", h, j)
@@ -72,6 +75,8 @@ func TestAllocationAvoidsCordonedAndDrainingHosts(t *testing.T) {
 	e.append("fleets/arena/gameServers/h1-1", &eventsv1.GameServerAllocated{GameSession: "gameSessions/s1"})
 	e.append("hosts/h1", &eventsv1.HostCordoned{RequestedBy: "ops"})
 	e.append("hosts/h2", &eventsv1.HostDrainRequested{RequestedBy: "ops"})
+	e.append("hosts/h4", &eventsv1.HostUnreachable{LastHeartbeatTime: timestamppb.Now()})
+	e.append("hosts/h5", &eventsv1.HostUnreachable{LastHeartbeatTime: timestamppb.Now()}, &eventsv1.HostLost{LastHeartbeatTime: timestamppb.Now()})
 	pool := e.pool()
 	e.run(e.projector(pool, "cordon", time.Minute, 50))
 	v := postgres.NewViews(pool)
@@ -85,7 +90,7 @@ func TestAllocationAvoidsCordonedAndDrainingHosts(t *testing.T) {
 	}
 	want := []string{"fleets/arena/gameServers/h3-0", "fleets/arena/gameServers/h3-1", "fleets/arena/gameServers/h1-0"}
 	if !slices.Equal(names, want) {
-		t.Fatalf("candidates = %v, want %v (h3, then cordoned h1, never draining h2)", names, want)
+		t.Fatalf("candidates = %v, want %v (h3, then cordoned h1, never draining h2, unreachable h4 or lost h5)", names, want)
 	}
 }
 

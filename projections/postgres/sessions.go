@@ -113,7 +113,8 @@ ORDER BY g.name LIMIT $2`, olderThan, limit)
 // (distributed), cordoned hosts last, then by host and name; for one
 // fleet, its newest revision's servers before the others (a rollout's
 // outdated servers are the last allocated). A draining host's servers are
-// never candidates: their fleets are moving them. It ranks hosts with two small
+// never candidates: their fleets are moving them; nor are those of a host
+// UNREACHABLE or LOST. It ranks hosts with two small
 // aggregate queries and reads the rows of only as many hosts as the limit
 // needs; a single join ranking every READY row left the plan at the mercy
 // of the table's statistics (a nested loop over all of them when stale).
@@ -131,8 +132,12 @@ func (v *Views) AllocationCandidates(ctx context.Context, q projections.Allocati
 	// belongs to an agent that has since restarted: nobody supervises its
 	// process any more, and the controller is about to terminate it
 	// (AGENT_RESTARTED). It is never a candidate.
+	// Nor is a server on a host the control plane cannot hear (UNREACHABLE
+	// or LOST): its agent would not hear of the allocation, and its game
+	// would refuse the players; a lost host's servers are about to end.
 	const match = `state = 'READY' AND ($1 = '' OR fleet = $1) AND labels @> $2::jsonb
-AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host AND (h.registered_sequence > game_servers.last_sequence OR h.draining))`
+AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host
+  AND (h.registered_sequence > game_servers.last_sequence OR h.draining OR h.status IN ('UNREACHABLE', 'LOST')))`
 	// One snapshot for the counts and the rows: the rows are read only from
 	// the hosts whose counts add up to Limit, and a caller takes fewer than
 	// Limit rows to mean every candidate there is. Read apart, servers that
