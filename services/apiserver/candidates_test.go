@@ -12,6 +12,7 @@ import (
 	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/nats/replicas"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // lagViews serves a fixed READY list, best first, as views that have not
@@ -207,18 +208,10 @@ func TestCandidateListsLiveLongerWhenTheirReadsCostMore(t *testing.T) {
 		}
 		advance(tc.ttl)
 		take() // stale: read again in the background
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		wait.For(t, 10*time.Second, fmt.Sprintf("cost %s: a read again at its ttl %s", tc.cost, tc.ttl), func() bool {
 			views.mu.Lock()
-			reads := views.reads
-			views.mu.Unlock()
-			if reads == 2 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("cost %s: not read again at its ttl %s", tc.cost, tc.ttl)
-			}
-			time.Sleep(time.Millisecond) // polling for the background read, with a deadline
-		}
+			defer views.mu.Unlock()
+			return views.reads == 2
+		})
 	}
 }

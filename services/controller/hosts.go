@@ -24,7 +24,6 @@ import (
 func (p planner) planHosts(s snapshot, out *Plan) map[string]eventsv1.HostStatus {
 	status := map[string]eventsv1.HostStatus{}
 	stillLost := map[string]time.Time{} // LOST hosts that stay LOST this pass → when last heard of
-	defer func() { p.terminateStillLost(stillLost, s.servers, out) }()
 	for _, h := range s.hosts {
 		name := h.State.GetName()
 		status[name] = h.State.GetStatus()
@@ -85,12 +84,17 @@ func (p planner) planHosts(s snapshot, out *Plan) map[string]eventsv1.HostStatus
 			}
 		case *eventsv1.HostLost:
 			status[name] = eventsv1.HostStatus_HOST_STATUS_LOST
-			d.then = p.terminateLost(name, last, s.servers, out)
+			d.then = p.terminateLost(map[string]time.Time{name: last}, s.servers, out)
 		case *eventsv1.HostDrained:
 			status[name] = eventsv1.HostStatus_HOST_STATUS_DRAINED
 		}
 		out.decisions = append(out.decisions, d)
 	}
+	// A server still live on a host already LOST lost the race its
+	// termination ran (a shutdown the API appended meanwhile: the
+	// termination, decided only with the verdict, conflicted); it would
+	// otherwise stay live on a host nobody hears from.
+	out.decisions = append(out.decisions, p.terminateLost(stillLost, s.servers, out)...)
 	return status
 }
 
@@ -138,30 +142,13 @@ func (c *Controller) stopBeats() {
 	c.beats = nil
 }
 
-// terminateLost ends every live server of a lost host with HOST_LOST.
-func (p planner) terminateLost(host string, last time.Time, servers []projections.Row[*eventsv1.GameServerState], out *Plan) []decision {
-	var then []decision
-	for _, r := range servers {
-		if r.State.GetHost() != host {
-			continue
-		}
-		detail := fmt.Sprintf("host %s lost: no heartbeat since %s", host, last.Format(time.RFC3339))
-		if d := p.terminate(r, eventsv1.Reason_REASON_HOST_LOST, detail, "game server of a lost host terminated", out); d != nil {
-			then = append(then, *d)
-		}
-	}
-	return then
-}
-
-// terminateStillLost ends the live servers left on hosts already LOST.
-// Their servers were terminated with the verdict, as its follow-ups; one
-// whose termination lost a race (a shutdown the API appended meanwhile:
-// the termination conflicted, and the verdict is not decided again) would
-// otherwise stay live on a host nobody hears from.
-func (p planner) terminateStillLost(lost map[string]time.Time, servers []projections.Row[*eventsv1.GameServerState], out *Plan) {
+// terminateLost ends with HOST_LOST every live server of the lost hosts
+// (host → when it was last heard of).
+func (p planner) terminateLost(lost map[string]time.Time, servers []projections.Row[*eventsv1.GameServerState], out *Plan) []decision {
 	if len(lost) == 0 {
-		return
+		return nil
 	}
+	var ds []decision
 	for _, r := range servers {
 		last, ok := lost[r.State.GetHost()]
 		if !ok {
@@ -169,9 +156,10 @@ func (p planner) terminateStillLost(lost map[string]time.Time, servers []project
 		}
 		detail := fmt.Sprintf("host %s lost: no heartbeat since %s", r.State.GetHost(), last.Format(time.RFC3339))
 		if d := p.terminate(r, eventsv1.Reason_REASON_HOST_LOST, detail, "game server of a lost host terminated", out); d != nil {
-			out.decisions = append(out.decisions, *d)
+			ds = append(ds, *d)
 		}
 	}
+	return ds
 }
 
 // missingDetail opens the evidence of a server terminated because its host

@@ -185,16 +185,25 @@ func (w *world) joinControlPlane(ctx context.Context) (*dev.Stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	started := false
+	defer func() {
+		if !started {
+			nc.Close()
+		}
+	}()
 	store, err := natsjs.New(ctx, js, natsjs.Options{Logger: w.log})
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
 	pool, err := connect.Postgres(ctx, cp.Database, 10)
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
+	defer func() {
+		if !started {
+			pool.Close()
+		}
+	}()
 	var agents []*agent.Agent
 	for i := range o.Hosts {
 		ao := agent.Options{
@@ -202,18 +211,15 @@ func (w *world) joinControlPlane(ctx context.Context) (*dev.Stack, error) {
 			Logger: w.log.With("component", "agent"), AllowRootGameServers: true,
 		}
 		if err := w.agentOptions(i, &ao); err != nil {
-			pool.Close()
-			nc.Close()
 			return nil, err
 		}
 		a, err := agent.New(ao)
 		if err != nil {
-			pool.Close()
-			nc.Close()
 			return nil, err
 		}
 		agents = append(agents, a)
 	}
+	started = true // the agents' goroutine closes the connections
 	go func() {
 		defer close(w.stackDone)
 		defer nc.Close()
