@@ -80,10 +80,18 @@ func (c claim) holds(r projections.Row[*eventsv1.GameServerState], now time.Time
 
 // candidateList is one query's READY servers, best first.
 type candidateList struct {
-	rows       []projections.Row[*eventsv1.GameServerState]
-	fetched    time.Time
-	took       time.Duration // how long the last read took
-	used       time.Time     // when an allocation last asked for it
+	rows    []projections.Row[*eventsv1.GameServerState]
+	fetched time.Time
+	took    time.Duration // how long the last read took
+	used    time.Time     // when an allocation last asked for it
+	// partial says the read returned as many rows as it asked for: the
+	// views may hold READY servers of this replica's slice that the list
+	// does not.
+	partial bool
+	// stealing says a pick since the last read found none of the slice
+	// in the list just read, and took from another's: the next picks do
+	// too, rather than read again for each.
+	stealing   bool
 	refreshing chan struct{} // closed when the read in flight ends; nil if none
 }
 
@@ -117,7 +125,9 @@ func (p *candidatePool) take(ctx context.Context, q projections.AllocationQuery)
 			p.lists[key] = l
 		}
 		l.used = now
-		if row, ok = p.pickLocked(l, now); ok {
+		// From a partial list, a replica whose slice it has run out of reads
+		// the views again before it takes from another replica's slice.
+		if row, ok = p.pickLocked(l, now, !l.partial || l.stealing); ok {
 			if now.Sub(l.fetched) >= l.ttl() && l.refreshing == nil {
 				l.refreshing = make(chan struct{})
 				go func() { // stale: read again meanwhile
@@ -166,7 +176,7 @@ func (p *candidatePool) takeFresh(ctx context.Context, key string, q projections
 			return projections.Row[*eventsv1.GameServerState]{}, false, err
 		}
 		p.mu.Lock()
-		row, ok := p.pickLocked(l, p.now())
+		row, ok := p.pickLocked(l, p.now(), true)
 		claimed := len(p.claimed)
 		p.mu.Unlock()
 		if ok || n < q.Limit {
@@ -191,6 +201,7 @@ func (p *candidatePool) refresh(ctx context.Context, key string, q projections.A
 		return 0, err
 	}
 	l.rows, l.fetched, l.took = rows, started, p.now().Sub(started)
+	l.partial, l.stealing = len(rows) >= q.Limit, false
 	p.forgetClaimsLocked(started)
 	for k, old := range p.lists {
 		if k != key && old.refreshing == nil && started.Sub(old.used) > claimTTL {
@@ -213,8 +224,10 @@ func (p *candidatePool) sliceOf(f func() replicas.Slice) {
 // this replica's slice while it has any there. Replicas that picked from
 // the same best few raced for them: with two replicas 42 % of allocations
 // lost a race at least once, each loss two direct gets, and two replicas
-// allocated slower than one (docs/benchmarks.md).
-func (p *candidatePool) pickLocked(l *candidateList, now time.Time) (projections.Row[*eventsv1.GameServerState], bool) {
+// allocated slower than one (docs/benchmarks.md). When the list has none
+// of the slice, it takes another slice's server only if steal is set;
+// otherwise it takes none.
+func (p *candidatePool) pickLocked(l *candidateList, now time.Time, steal bool) (projections.Row[*eventsv1.GameServerState], bool) {
 	l.rows = slices.DeleteFunc(l.rows, func(r projections.Row[*eventsv1.GameServerState]) bool {
 		c, ok := p.claimed[r.State.GetName()]
 		return ok && c.holds(r, now)
@@ -226,7 +239,8 @@ func (p *candidatePool) pickLocked(l *candidateList, now time.Time) (projections
 	if f := p.slice.Load(); f != nil {
 		if sl := (*f)(); sl.Count > 1 {
 			// One of the best candidateSpread of the slice, uniformly
-			// (reservoir sampling); the best of all if the slice has none.
+			// (reservoir sampling); the best of all if the slice has none
+			// and steal allows it.
 			n := 0
 			for j, r := range l.rows {
 				if !sl.Holds(r.State.GetName()) {
@@ -238,6 +252,12 @@ func (p *candidatePool) pickLocked(l *candidateList, now time.Time) (projections
 				if n == candidateSpread {
 					break
 				}
+			}
+			if n == 0 {
+				if !steal {
+					return projections.Row[*eventsv1.GameServerState]{}, false
+				}
+				l.stealing = true
 			}
 		}
 	}

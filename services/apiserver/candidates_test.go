@@ -150,6 +150,74 @@ func TestCandidatePoolTakesItsSliceFirst(t *testing.T) {
 	}
 }
 
+// A list read with as many rows as asked for is partial: the views may
+// hold more of this replica's slice beyond it. When the list runs out of
+// the slice, the replica reads again (the allocations it made have left
+// the views) rather than take a server of another replica's slice, which
+// that replica is about to take too: at the end of each round of
+// BenchmarkMatchmakerAllocate, two replicas raced for each other's last
+// servers. The views here rank every other slice's servers first and show
+// this slice's just past the first read's limit.
+func TestCandidatePoolReadsAgainBeforeItTakesFromAnotherSlice(t *testing.T) {
+	sl := replicas.Slice{Index: 0, Count: 2}
+	var mine, others []projections.Row[*eventsv1.GameServerState]
+	for _, r := range readyRows(3 * candidateFetch) {
+		if sl.Holds(r.State.GetName()) {
+			mine = append(mine, r)
+		} else {
+			others = append(others, r)
+		}
+	}
+	const ahead = 12 // of this slice's servers within the first read
+	if len(others) < candidateFetch || len(mine) < 100 {
+		t.Fatalf("%d servers in the slice, %d in the other: the test needs more", len(mine), len(others))
+	}
+	ranked := slices.Concat(others[:candidateFetch-ahead], mine, others[candidateFetch-ahead:])
+	views := &slowViews{lagViews: lagViews{rows: ranked}, spend: func(time.Duration) {}}
+	p := newCandidatePool(views, time.Now, slog.New(slog.DiscardHandler))
+	p.sliceOf(func() replicas.Slice { return sl })
+	for i := range 100 {
+		row, ok, err := p.take(context.Background(), projections.AllocationQuery{})
+		if err != nil || !ok {
+			t.Fatalf("take %d: ok=%v err=%v", i, ok, err)
+		}
+		if !sl.Holds(row.State.GetName()) {
+			t.Fatalf("take %d handed out %s, of another slice, while the views held %d of this one's (after %d reads)", i, row.State.GetName(), len(mine)-i, views.reads)
+		}
+		views.mu.Lock() // the allocation reaches the views: the server is no longer READY there
+		views.rows = slices.DeleteFunc(views.rows, func(r projections.Row[*eventsv1.GameServerState]) bool {
+			return r.State.GetName() == row.State.GetName()
+		})
+		views.mu.Unlock()
+	}
+	if views.reads > 100/ahead+2 {
+		t.Fatalf("%d reads for 100 allocations: about one per %d (the slice's servers in each read) was expected", views.reads, ahead)
+	}
+	// With none of the slice left in the views (the list read last may
+	// still show a few), it takes from the other slice, without a read
+	// per allocation.
+	views.mu.Lock()
+	views.rows = slices.DeleteFunc(views.rows, func(r projections.Row[*eventsv1.GameServerState]) bool { return sl.Holds(r.State.GetName()) })
+	views.mu.Unlock()
+	reads, fromList, stolen := views.reads, 0, 0
+	for i := range 40 {
+		row, ok, err := p.take(context.Background(), projections.AllocationQuery{})
+		switch {
+		case err != nil || !ok:
+			t.Fatalf("take %d with the slice gone: ok=%v err=%v", i, ok, err)
+		case !sl.Holds(row.State.GetName()):
+			stolen++
+		case stolen > 0 || fromList == ahead:
+			t.Fatalf("take %d handed out %s of the slice the views no longer hold", i, row.State.GetName())
+		default:
+			fromList++
+		}
+	}
+	if stolen < 40-ahead || views.reads > reads+2 {
+		t.Fatalf("with the slice gone: %d of 40 from the other slice, %d reads", stolen, views.reads-reads)
+	}
+}
+
 // slowViews is lagViews whose every read takes cost on the pool's clock,
 // and counts the reads.
 type slowViews struct {
