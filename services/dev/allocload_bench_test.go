@@ -29,6 +29,7 @@ import (
 	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/services/apiserver"
 	"github.com/tetherhq/tether/services/dev"
 	"github.com/tetherhq/tether/services/nats/commands"
@@ -60,10 +61,15 @@ func benchEnv(b *testing.B, name string, def int) int {
 //
 // TETHER_BENCH_SERVERS servers (default 600) run on TETHER_BENCH_HOSTS
 // hosts (default 8). A round allocates 90 % of them as fast as the callers
-// go; each allocated server is handed back as its game would at the end of
-// a match (allocload.ReturnByReady: "READY" on its game port, the game
-// calls the SDK's Ready), and the next round starts when every server is
-// READY again.
+// go, and the next round starts when every server is READY again. Each
+// allocated server comes back as a game's does: its match ends
+// TETHER_BENCH_MATCH_MS (default 10) after the allocation reaches it
+// (the example game server's --match-length) and the game calls the SDK's
+// Ready. With TETHER_BENCH_RETURN=told the servers' matches last until the
+// load generator tells them to end instead, as it did before (it polls
+// each server's state on its game port every 100 ms, then sends "READY":
+// allocload.ReturnByReady), and with TETHER_BENCH_RETURN=after it tells
+// them only once the round's calls are done.
 // TETHER_BENCH_ROUNDS rounds (default 5) make one iteration; the rate is
 // the allocations over the rounds' calling time.
 //
@@ -85,7 +91,18 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 	replicas := benchEnv(b, "TETHER_BENCH_REPLICAS", 1)
 	rounds := benchEnv(b, "TETHER_BENCH_ROUNDS", 5)
 	traced := os.Getenv("TETHER_BENCH_TRACE") == "1"
-	returnAfter := os.Getenv("TETHER_BENCH_RETURN") == "after"
+	returnMode := os.Getenv("TETHER_BENCH_RETURN")
+	matchMs := benchEnv(b, "TETHER_BENCH_MATCH_MS", 10)
+	var gameEnv map[string]string
+	var giveBack func(context.Context, *tetherv1.AllocateGameServerResponse) error
+	switch returnMode {
+	case "":
+		gameEnv = map[string]string{"TETHER_EXAMPLE_MATCH_LENGTH": fmt.Sprintf("%dms", matchMs)}
+	case "told", "after":
+		giveBack = allocload.ReturnByReady("game", 100*time.Millisecond)
+	default:
+		b.Fatalf("TETHER_BENCH_RETURN=%q: want told, after or nothing", returnMode)
+	}
 	profDir := os.Getenv("TETHER_BENCH_PROFILE_DIR")
 	perHost := (servers + hosts - 1) / hosts
 	if perHost > 99 {
@@ -95,7 +112,7 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 	for range b.N {
 		keys := playertoken.NewKeySpec("bench")
 		s := startStack(b, hosts, func(o *dev.Options) { o.HostCapacity, o.PlayerTokenKeys = perHost, keys })
-		if code := s.rest("POST", "/v1/fleets?fleetId="+fleet, fleetSpec(servers, nil), nil); code != http.StatusOK {
+		if code := s.rest("POST", "/v1/fleets?fleetId="+fleet, fleetSpec(servers, gameEnv), nil); code != http.StatusOK {
 			b.Fatalf("create fleet: %d", code)
 		}
 		allReady := func() bool {
@@ -140,8 +157,8 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 			res, err := allocload.Run(s.ctx, allocload.Options{
 				Targets: targets, Parent: "fleets/" + fleet, Callers: clients, Duration: time.Minute,
 				Max: servers * 9 / 10, RequestPrefix: fmt.Sprintf("round-%d", r),
-				Return:           allocload.ReturnByReady("game", 100*time.Millisecond),
-				ReturnAfterCalls: returnAfter,
+				Return:           giveBack,
+				ReturnAfterCalls: returnMode == "after",
 				CallsDone:        stopProfile, // the calls, not the returns held after them
 			})
 			stopProfile() // the run failed before its calls ended

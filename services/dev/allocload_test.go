@@ -1,6 +1,7 @@
 package dev_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -38,5 +39,28 @@ func TestAllocloadAllocatesAndReturns(t *testing.T) {
 	}
 	if !strings.Contains(table.String(), "allocs/s") || !strings.Contains(table.String(), "none") {
 		t.Fatalf("table:\n%s", table.String())
+	}
+}
+
+// The example game server plays its matches out on its own with
+// --match-length (TETHER_EXAMPLE_MATCH_LENGTH): once the allocation
+// reaches it, the match lasts that long and the game calls Ready, which
+// ends the game session (SERVER_READY_AGAIN) and makes the server READY
+// for the next match, with nobody telling it. BenchmarkMatchmakerAllocate
+// sustains its pool this way.
+func TestGameServersEndTheirOwnMatches(t *testing.T) {
+	s := startStack(t, 1)
+	const fleet = "selfplay"
+	if code := s.rest("POST", "/v1/fleets?fleetId="+fleet, fleetSpec(1, map[string]string{"TETHER_EXAMPLE_MATCH_LENGTH": "300ms"}), nil); code != http.StatusOK {
+		t.Fatalf("create fleet: %d", code)
+	}
+	wait.For(t, 60*time.Second, "a READY server", func() bool { return len(byState(s.gameServers(fleet), "READY")) == 1 })
+	for match := range 2 {
+		a := s.allocate(fleet, "p1")
+		wait.For(t, 15*time.Second, fmt.Sprintf("match %d ended by the game's Ready", match), func() bool {
+			var gs gameSession
+			return s.rest("GET", "/v1/"+a.GameSession.Name, nil, &gs) == http.StatusOK && gs.State == "ENDED" && gs.EndReason == "SERVER_READY_AGAIN"
+		})
+		wait.For(t, 15*time.Second, "the server READY again", func() bool { return len(byState(s.gameServers(fleet), "READY")) == 1 })
 	}
 }

@@ -14,6 +14,12 @@
 //	--ignore-sigterm           log SIGTERM and keep running
 //	--ignore-shutdown-notice   log the shutdown notice and keep running
 //
+// And it can play matches on its own: with --match-length D, a match ends D
+// after the server learns of its allocation, and the game calls Ready (the
+// game session ends with SERVER_READY_AGAIN and the server is READY for the
+// next one), as a game does when its match is over. By default a match
+// lasts until it is told to end ("READY" on the game port, below).
+//
 // The agent sends the notice and SIGTERM together, so a server that should
 // be SIGKILLed at its deadline needs both --ignore-sigterm and
 // --ignore-shutdown-notice. Other flags: --heartbeat-interval D (default
@@ -90,6 +96,7 @@ type config struct {
 	ignoreSigterm        bool
 	ignoreShutdownNotice bool
 	heartbeatInterval    time.Duration
+	matchLength          time.Duration
 	portName             string
 	listenHost           string
 }
@@ -126,6 +133,7 @@ func parse(args []string, lookupEnv func(string) (string, bool), usage io.Writer
 	fs.BoolVar(&c.ignoreSigterm, "ignore-sigterm", false, "log SIGTERM and keep running")
 	fs.BoolVar(&c.ignoreShutdownNotice, "ignore-shutdown-notice", false, "log the shutdown notice and keep running")
 	fs.DurationVar(&c.heartbeatInterval, "heartbeat-interval", c.heartbeatInterval, "time between heartbeats")
+	fs.DurationVar(&c.matchLength, "match-length", 0, "end each match this long after the allocation arrives, calling Ready (0: only when told)")
 	fs.StringVar(&c.portName, "port-name", c.portName, "name of the port to echo on, in the fleet template")
 	fs.StringVar(&c.listenHost, "listen-host", "", "address to listen on (empty: all interfaces)")
 	var envErr error
@@ -152,7 +160,7 @@ func parse(args []string, lookupEnv func(string) (string, bool), usage io.Writer
 	}
 	for name, d := range map[string]time.Duration{
 		"ready-delay": c.readyDelay, "exit-after": c.exitAfter,
-		"stop-heartbeat-after": c.stopHeartbeatAfter, "reconnect-every": c.reconnectEvery,
+		"stop-heartbeat-after": c.stopHeartbeatAfter, "reconnect-every": c.reconnectEvery, "match-length": c.matchLength,
 	} {
 		if d < 0 {
 			return config{}, fmt.Errorf("--%s %s: negative", name, d)
@@ -233,8 +241,11 @@ func run(ctx context.Context, log *slog.Logger, cfg config) int {
 		reconnectC <-chan time.Time
 		last       *sdkv1.GameServer
 		noticed    bool
+		match      = newMatchClock(cfg.matchLength)
+		matchEnded = make(chan error, 1)
 	)
 	defer readyTimer.Stop()
+	defer match.stop()
 	if cfg.exitAfter > 0 {
 		t := time.NewTimer(cfg.exitAfter)
 		defer t.Stop()
@@ -265,12 +276,27 @@ func run(ctx context.Context, log *slog.Logger, cfg config) int {
 				continue
 			}
 			log.Info("ready", "port", port)
+		case <-match.over():
+			session := match.playing
+			go func() {
+				rctx, rcancel := context.WithTimeout(ctx, readyTimeout)
+				defer rcancel()
+				matchEnded <- client.Ready(rctx)
+			}()
+			log.Info("match over: ready for the next", "game_session", session)
+		case err := <-matchEnded:
+			if err != nil {
+				// The server may have been told to stop meanwhile; the
+				// next allocation, if any, starts another match.
+				log.Warn("ready after the match failed", "err", err)
+			}
 		case gs := <-updates:
 			if gs.GetState() != last.GetState() || gs.GetGameSession() != last.GetGameSession() {
 				log.Info("game server changed", "state", gs.GetState(), "game_session", gs.GetGameSession())
 			}
 			last = gs
 			lobby.state.Store(gs)
+			match.follow(gs)
 			n := gs.GetShutdown()
 			if n == nil || noticed {
 				continue
@@ -520,3 +546,34 @@ func (l *lobby) leave(s seat) {
 	}
 	l.log.Info("player left", "player_session", s.session)
 }
+
+// matchClock ends matches on their own (--match-length): it starts when
+// the server learns of an allocation and fires once per game session.
+type matchClock struct {
+	length  time.Duration // 0: off
+	timer   *time.Timer
+	playing string // the game session whose match runs or last ran
+}
+
+// newMatchClock returns a clock for matches of length; 0 turns it off.
+func newMatchClock(length time.Duration) *matchClock {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &matchClock{length: length, timer: t}
+}
+
+// follow starts the match of a game session the first time the server is
+// seen ALLOCATED to it.
+func (m *matchClock) follow(gs *sdkv1.GameServer) {
+	if m.length <= 0 || gs.GetState() != "ALLOCATED" || gs.GetGameSession() == "" || gs.GetGameSession() == m.playing {
+		return
+	}
+	m.playing = gs.GetGameSession()
+	m.timer.Reset(m.length)
+}
+
+// over fires when the current match is over.
+func (m *matchClock) over() <-chan time.Time { return m.timer.C }
+
+// stop stops the clock.
+func (m *matchClock) stop() { m.timer.Stop() }
