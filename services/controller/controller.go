@@ -377,7 +377,11 @@ func (c *Controller) lead(ctx context.Context, epoch uint64) error {
 // every Interval while leader.
 func (c *Controller) Reconcile(ctx context.Context) error {
 	began := time.Now() // a duration: the monotonic clock, not Options.Clock
-	defer func() { c.passTime.Record(context.WithoutCancel(ctx), time.Since(began).Seconds()) }()
+	defer func() {
+		took := time.Since(began)
+		c.passTime.Record(context.WithoutCancel(ctx), took.Seconds())
+		c.log.Debug("pass", "began", began, "took", took)
+	}()
 	s, err := c.observe(ctx)
 	if err != nil {
 		return err

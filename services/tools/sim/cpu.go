@@ -70,6 +70,9 @@ type CPUReport struct {
 	ProcessCores  float64    `json:"process_cores"`
 	ProfiledCores float64    `json:"profiled_cores"`
 	Components    []CPUShare `json:"components"`
+	// Runtime is the Go runtime's account of this process over the phase:
+	// scheduling delays and garbage collection.
+	Runtime RuntimeReport `json:"runtime"`
 }
 
 // cpuMeter measures a phase's CPU; start it, then stop it.
@@ -81,6 +84,7 @@ type cpuMeter struct {
 	apartCPU time.Duration         // its CPU so far
 	postgres map[int]time.Duration // CPU so far of each PostgreSQL process
 	machine  machineTimes
+	runtime  runtimeSample
 	err      error // why the profile could not be taken
 }
 
@@ -97,6 +101,7 @@ func startCPU(apart int) *cpuMeter {
 		m.postgres[pid] = procs[pid].cpu
 	}
 	m.machine, _ = readMachineTimes() // an unreadable /proc/stat reads as zero busy
+	m.runtime = readRuntime()
 	if err := pprof.StartCPUProfile(&m.profile); err != nil {
 		m.err = err
 	}
@@ -113,6 +118,7 @@ func (m *cpuMeter) stop(raw io.Writer) (*CPUReport, error) {
 	procs := readProcesses()
 	machine, _ := readMachineTimes()
 	rep := &CPUReport{Seconds: wall.Seconds(), Cores: machine.cores, MachineBusy: machine.busySince(m.machine)}
+	rep.Runtime = readRuntime().since(m.runtime, wall)
 	rep.ProcessCores = (procs[os.Getpid()].cpu - m.self).Seconds() / wall.Seconds()
 	var pg time.Duration
 	for _, pid := range m.postgresOf(procs) {
@@ -296,6 +302,7 @@ func (c *CPUReport) print(tw io.Writer, row func(k, v string, args ...any), miss
 	fmt.Fprintln(tw, "CPU (steady phase; cores = CPU seconds per second)\t")
 	row("machine", "%.0f%% busy of %d cores (every process on it)", 100*c.MachineBusy, c.Cores)
 	row("tether process", "%.2f cores (%.2f sampled by the profile)", c.ProcessCores, c.ProfiledCores)
+	c.Runtime.print(row)
 	if missing != "" {
 		row("by component", "none: %s", missing)
 		return

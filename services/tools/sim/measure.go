@@ -31,8 +31,10 @@ func (w *world) checkpoint(ctx context.Context) (uint64, error) {
 
 // sampleLag measures, once a second until ctx ends, how long the views take
 // to include everything in the stream at the moment of the sample: the
-// publish→view lag of the newest event, which bounds every other's.
-func (w *world) sampleLag(ctx context.Context, into *latencies) {
+// publish→view lag of the newest event, which bounds every other's. Each
+// sample is kept with when it was taken (lagSample), so that a report can
+// say when the slowest came.
+func (w *world) sampleLag(ctx context.Context, into *latencies, slowest *slowSamples) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -49,12 +51,58 @@ func (w *world) sampleLag(ctx context.Context, into *latencies) {
 		for ctx.Err() == nil && time.Since(began) < time.Minute {
 			cp, err := w.checkpoint(ctx)
 			if err == nil && cp >= target {
-				into.add(time.Since(began))
+				d := time.Since(began)
+				into.add(d)
+				slowest.add(began, d)
 				break
 			}
 			sleepCtx(ctx, 2*time.Millisecond)
 		}
 	}
+}
+
+// slowSamples keeps the slowest samples of a phase with when each began,
+// to be laid beside what else happened then (a controller pass, a garbage
+// collection: `GODEBUG=gctrace=1` on the control plane).
+type slowSamples struct {
+	mu   sync.Mutex
+	keep int
+	s    []TimedSample
+}
+
+// TimedSample is one latency sample and when it began.
+type TimedSample struct {
+	At time.Time `json:"at"`
+	Ms float64   `json:"ms"`
+}
+
+// add offers a sample; only the keep slowest stay.
+func (s *slowSamples) add(at time.Time, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.s = append(s.s, TimedSample{At: at, Ms: float64(d) / float64(time.Millisecond)})
+	slices.SortFunc(s.s, func(a, b TimedSample) int { return cmpFloatDesc(a.Ms, b.Ms) })
+	if len(s.s) > s.keep {
+		s.s = s.s[:s.keep]
+	}
+}
+
+// list returns the kept samples, slowest first.
+func (s *slowSamples) list() []TimedSample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.s)
+}
+
+// cmpFloatDesc orders larger first.
+func cmpFloatDesc(a, b float64) int {
+	switch {
+	case a > b:
+		return -1
+	case a < b:
+		return 1
+	}
+	return 0
 }
 
 // memory tracks the peak Go heap in use per component (from the runtime's

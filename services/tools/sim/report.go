@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -21,6 +22,8 @@ type Report struct {
 	StartupEventsPerSecond float64 `json:"startup_events_per_second"` // rate while the fleets came up
 
 	ProjectionLag Latency `json:"projection_lag_ms"` // publish→view lag samples (steady phase)
+	// SlowestLag are the slowest of those samples and when each was taken.
+	SlowestLag []TimedSample `json:"slowest_lag,omitempty"`
 
 	ControlPlaneApart    bool    `json:"control_plane_apart"`     // it ran in another process (RoleHosts): no controller figures, no PostgreSQL memory
 	ControllerPasses     uint64  `json:"controller_passes"`       // reconcile passes in the steady phase
@@ -150,6 +153,13 @@ func (r *Report) Print(out io.Writer) {
 	row("all READY after", "%.1f s (%.0f events/s while coming up)", r.ReadySeconds, r.StartupEventsPerSecond)
 	row("steady phase", "%.0f s, %d events, %.0f events/s", r.SteadySeconds, r.SteadyEvents, r.EventsPerSecond)
 	row("publish→view lag", "%s", lat(r.ProjectionLag))
+	if len(r.SlowestLag) > 0 {
+		var parts []string
+		for _, t := range r.SlowestLag {
+			parts = append(parts, fmt.Sprintf("%.0f ms at %s", t.Ms, t.At.UTC().Format("15:04:05.000")))
+		}
+		row("  slowest samples", "%s", strings.Join(parts, ", "))
+	}
 	passMax := fmt.Sprintf("max ≤ %.0f ms", r.ControllerPassMaxMs)
 	if r.ControllerPassMaxMs < 0 {
 		passMax = fmt.Sprintf("max > %.0f ms", -r.ControllerPassMaxMs)

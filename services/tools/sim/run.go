@@ -55,7 +55,7 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	lag := &latencies{}
+	lag, slowLag := &latencies{}, &slowSamples{keep: 5}
 	cpu := startCPU(w.controlPlanePID)
 	w.signalControlPlane(signalSteadyBegins)
 	steadyCtx, endSteady := context.WithTimeout(ctx, o.Duration)
@@ -69,7 +69,7 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	}
 	steady.Go(func() { w.injectFaults(steadyCtx) })
 	steady.Go(func() { w.mm.run(steadyCtx) })
-	steady.Go(func() { w.sampleLag(steadyCtx, lag) })
+	steady.Go(func() { w.sampleLag(steadyCtx, lag, slowLag) })
 	steady.Go(func() { w.progress(steadyCtx, "steady") })
 	steady.Go(func() { w.sampleStorage(steadyCtx, steadyBegan, &rep.Storage) })
 	steady.Wait()
@@ -95,6 +95,7 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	rep.SteadyEvents = steadySeq - readySeq
 	rep.EventsPerSecond = float64(rep.SteadyEvents) / rep.SteadySeconds
 	rep.ProjectionLag = lag.summary()
+	rep.SlowestLag = slowLag.list()
 	passesAfter, err := w.readHistogram(ctx, controllerPassMetric)
 	if err != nil {
 		return nil, err
