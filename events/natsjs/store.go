@@ -678,22 +678,50 @@ const historyInactive = 30 * time.Second
 // may or may not be included. An undecodable event is an error wrapping
 // events.ErrUndecodable that names its sequence.
 //
-// It never waits for events. Two direct gets find the first event at or
-// after from and the subject's last event: an empty history costs one, a
-// history of one event two. Longer histories are read through an ephemeral,
-// unacknowledged, in-memory consumer starting at the first event, which
-// History deletes when done; the consumer's pending count at creation says
-// when to stop.
+// It never waits for events. On a subject without wildcards it first
+// reads the subject's last event (one direct get, found by the server's
+// index of subjects): that answers alone when the subject has nothing at
+// or after from, and when the last event was appended guarded by from-1,
+// so that nothing lies between (the usual read of a reader that knows a
+// server up to its previous event: an agent told of an allocation). Else,
+// or with wildcards, a direct get finds the first event at or after from:
+// the server looks through every message stored since from for it, on a
+// large stream the expensive part. A history of one event ends there.
+// Longer histories are read through an ephemeral, unacknowledged,
+// in-memory consumer starting at the first event, which History deletes
+// when done; the consumer's pending count at creation says when to stop.
 func (s *Store) History(ctx context.Context, subject string, from uint64) ([]events.Envelope, error) {
-	first, err := s.stream.GetMsg(ctx, max(from, 1), jetstream.WithGetMsgSubject(subject))
+	from = max(from, 1)
+	var last *jetstream.RawStreamMsg
+	if !strings.ContainsAny(subject, "*>") {
+		var err error
+		last, err = s.stream.GetLastMsgForSubject(ctx, subject)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return []events.Envelope{}, nil
+		case err != nil:
+			return nil, fmt.Errorf("natsjs: read last event of %s: %w", subject, err)
+		case last.Sequence < from:
+			return []events.Envelope{}, nil
+		case last.Header.Get(jetstream.ExpectedLastSubjSeqHeader) == strconv.FormatUint(from-1, 10):
+			env, err := s.decode(last)
+			if err != nil {
+				return nil, err
+			}
+			return []events.Envelope{env}, nil
+		}
+	}
+	first, err := s.stream.GetMsg(ctx, from, jetstream.WithGetMsgSubject(subject))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return []events.Envelope{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: read %s from %d: %w", subject, from, err)
 	}
-	lastSeq, err := s.lastSequenceAfter(ctx, subject, first.Sequence)
-	if err != nil {
+	var lastSeq uint64
+	if last != nil && last.Sequence >= first.Sequence {
+		lastSeq = last.Sequence
+	} else if lastSeq, err = s.lastSequenceAfter(ctx, subject, first.Sequence); err != nil {
 		return nil, err
 	}
 	if lastSeq == first.Sequence {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -662,6 +663,90 @@ func BenchmarkHistory(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkHistoryOfTheNextEvent measures what an agent told of an
+// allocation reads: a game server's history after the event it knows,
+// one event appended guarded by it, with `between` other servers' events
+// stored in between. Read by the first event at or after a sequence, the
+// server looks through every one of those for the subject; read by the
+// subject's last event, it finds it by its index.
+func BenchmarkHistoryOfTheNextEvent(b *testing.B) {
+	for _, between := range []int{0, 1000, 20000} {
+		b.Run(fmt.Sprintf("between=%d", between), func(b *testing.B) {
+			e := newEnv(b)
+			name := events.GameServerName("arena", "gs-next")
+			subject := events.MustSubject(name)
+			known := e.append(b, subject, 0, events.New(name, time.Now(), &eventsv1.GameServerScheduled{Host: "hosts/h1"}))
+			others := events.GameServerName("arena", "gs-other")
+			for range between {
+				e.append(b, events.MustSubject(others), events.AnySequence, events.New(others, time.Now(), &eventsv1.HealthDegraded{MissedPeriods: 1}))
+			}
+			e.append(b, subject, known, events.New(name, time.Now(), &eventsv1.HealthDegraded{MissedPeriods: 1}))
+			for b.Loop() {
+				h, err := e.store.History(e.ctx, subject, known+1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(h) != 1 {
+					b.Fatalf("%d events, want 1", len(h))
+				}
+			}
+		})
+	}
+}
+
+// History after a known event reads the subject's last event first; it
+// answers from it alone only when that event was appended guarded by the
+// known one (nothing between), and reads on otherwise: two new events,
+// a last event appended unguarded, nothing new, a whole history.
+func TestHistoryAfterAKnownEvent(t *testing.T) {
+	e := newEnv(t)
+	name := events.GameServerName("arena", "gs-h")
+	subject := events.MustSubject(name)
+	other := events.MustSubject(events.GameServerName("arena", "gs-x"))
+	ev := func(missed int32) events.Envelope {
+		return events.New(name, time.Now(), &eventsv1.HealthDegraded{MissedPeriods: missed})
+	}
+	noise := func() {
+		e.append(t, other, events.AnySequence, events.New(events.GameServerName("arena", "gs-x"), time.Now(), &eventsv1.HealthDegraded{MissedPeriods: 9}))
+	}
+	seqs := func(h []events.Envelope) []uint64 {
+		out := []uint64{}
+		for _, x := range h {
+			out = append(out, x.Sequence)
+		}
+		return out
+	}
+	s1 := e.append(t, subject, 0, ev(1))
+	noise()
+	if got := seqs(e.history(t, subject, s1+1)); len(got) != 0 {
+		t.Fatalf("nothing new after %d: %v", s1, got)
+	}
+	s2 := e.append(t, subject, s1, ev(2))
+	noise()
+	if got := seqs(e.history(t, subject, s1+1)); !slices.Equal(got, []uint64{s2}) {
+		t.Fatalf("one guarded event after %d: %v, want [%d]", s1, got, s2)
+	}
+	s3 := e.append(t, subject, s2, ev(3))
+	noise()
+	s4 := e.append(t, subject, s3, ev(4))
+	if got := seqs(e.history(t, subject, s2+1)); !slices.Equal(got, []uint64{s3, s4}) {
+		t.Fatalf("two events after %d: %v, want [%d %d]", s2, got, s3, s4)
+	}
+	if got := seqs(e.history(t, subject, s1+1)); !slices.Equal(got, []uint64{s2, s3, s4}) {
+		t.Fatalf("three events after %d: %v", s1, got)
+	}
+	s5 := e.append(t, subject, events.AnySequence, ev(5))
+	if got := seqs(e.history(t, subject, s4+1)); !slices.Equal(got, []uint64{s5}) {
+		t.Fatalf("an unguarded event after %d: %v, want [%d]", s4, got, s5)
+	}
+	if got := seqs(e.history(t, subject, 0)); !slices.Equal(got, []uint64{s1, s2, s3, s4, s5}) {
+		t.Fatalf("whole history: %v", got)
+	}
+	if got := seqs(e.history(t, subject, s5+1)); len(got) != 0 {
+		t.Fatalf("past the last event: %v", got)
 	}
 }
 
