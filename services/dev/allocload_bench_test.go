@@ -12,7 +12,9 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -146,6 +148,7 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 			runtime.SetMutexProfileFraction(10)
 		}
 		total := allocload.Result{Targets: len(targets), Callers: clients, Errors: map[codes.Code]int{}}
+		cpuBefore, machineBefore := processCPU(b), machineCPU(b)
 		for r := range rounds {
 			if r > 0 {
 				wait.For(b, 2*time.Minute, "every server READY again", allReady)
@@ -181,6 +184,14 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 				total.ErrorSamples = append(total.ErrorSamples, res.ErrorSamples[:min(room, len(res.ErrorSamples))]...)
 			}
 		}
+		// The CPU of whole cycles: every round's calls, the agents' and
+		// projector's work that follows them, and the servers' returns, up
+		// to every server READY again. A round's rate counts only what
+		// falls within its calls, and work that moves later (an agent that
+		// hears of its allocations later) looks like a higher rate.
+		wait.For(b, 2*time.Minute, "every server READY after the last round", allReady)
+		cpuPerAlloc := (processCPU(b) - cpuBefore) / time.Duration(max(1, total.Allocations))
+		machinePerAlloc := (machineCPU(b) - machineBefore) / time.Duration(max(1, total.Allocations))
 		writeProfile(b, profDir, "block")
 		writeProfile(b, profDir, "mutex")
 		runtime.SetBlockProfileRate(0)
@@ -211,7 +222,48 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 		b.ReportMetric(ms(total.Max()), "max-ms")
 		b.ReportMetric(float64(errs), "errors")
 		b.ReportMetric(float64(total.Errors[codes.ResourceExhausted]), "exhausted")
+		b.ReportMetric(float64(cpuPerAlloc.Microseconds()), "cpu-µs/alloc")
+		b.ReportMetric(float64(machinePerAlloc.Microseconds()), "machine-cpu-µs/alloc")
 	}
+}
+
+// processCPU is this process's CPU time so far (user and system): the
+// whole stack but PostgreSQL and the game servers.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// machineCPU is the CPU time every process on the machine has used so far
+// (/proc/stat: user, nice, system, irq, softirq and steal of all cores):
+// with the benchmark alone on the machine, the stack, PostgreSQL and the
+// game servers.
+func machineCPU(b *testing.B) time.Duration {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 9 || fields[0] != "cpu" {
+		b.Fatalf("/proc/stat: %q", line)
+	}
+	var ticks int64
+	for i, f := range fields[1:9] {
+		if i == 3 || i == 4 {
+			continue // idle, iowait
+		}
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			b.Fatalf("/proc/stat: %q", line)
+		}
+		ticks += v
+	}
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	return time.Duration(ticks) * time.Second / ticksPerSecond
 }
 
 // sortedResult sorts a result's latencies.

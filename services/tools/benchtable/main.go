@@ -93,6 +93,7 @@ var targets = []target{
 	{"allocation p99 through real gRPC, 1 API replica", "BenchmarkMatchmakerAllocate/1", "p99-ms", 20, true, "ms", false},
 	{"allocations through real gRPC, real game servers, 2 API replicas", "BenchmarkMatchmakerAllocate/2", "allocs/s", 5000, false, "/s", false},
 	{"allocation p99 through real gRPC, 2 API replicas", "BenchmarkMatchmakerAllocate/2", "p99-ms", 20, true, "ms", false},
+	{"machine CPU per allocation, whole cycle to READY again (1 replica; all processes)", "BenchmarkMatchmakerAllocate/1", "machine-cpu-µs/alloc", 0, false, " µs", true},
 	{"projection throughput (replay from sequence 1)", "BenchmarkReplay", "events/s", 20000, false, "/s", false},
 	{"live projection p99 publish→view lag at 5,000/s", "BenchmarkLiveLag", "p99-ms", 50, true, "ms", false},
 	{"rebuild rate (1,000,000 events)", "BenchmarkRebuild", "events/s", 50000, false, "/s", false},
