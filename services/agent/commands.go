@@ -33,6 +33,20 @@ const (
 	commandAttempts   = 5
 )
 
+// commandHeartbeat is the idle heartbeat of the host's command pull: a
+// pull lost with its NATS node is re-issued within two of them (10 s),
+// and the pull itself is renewed every four. Every host has its own
+// durable consumer, and each heartbeat and renewal wakes goroutines of the
+// NATS server: at 10,000 hosts and 2 s, they filled the control plane's
+// run queue (5,724 woken in half a second), and the projector and the API
+// waited behind them; at 5 s the NATS server's CPU went from 0.32 to
+// 0.17-0.22 cores and the control plane's scheduling waits from p99 59 ms
+// to 5 ms (docs/scaling.md). Commands do not depend on it alone: the
+// controller re-sends a start that was not acted on, and the agent reads
+// every server's events again each SyncInterval (syncServers), which
+// carries out a stop whose command was lost.
+const commandHeartbeat = 5 * time.Second
+
 // redeliverable reports whether m may be delivered again.
 func redeliverable(m jetstream.Msg) bool {
 	meta, err := m.Metadata()
@@ -73,7 +87,7 @@ func (a *Agent) consumeCommands(ctx context.Context, cons jetstream.Consumer) er
 		if err := m.Ack(); err != nil {
 			a.log.Warn("ack command", "command", cmd.GetId(), "err", err)
 		}
-	}, natsjs.FailoverPull(2*time.Second)...)
+	}, natsjs.FailoverPull(commandHeartbeat)...)
 	if err != nil {
 		return fmt.Errorf("agent: consume commands: %w", err)
 	}
