@@ -235,20 +235,37 @@ func runBench(b bench, runs int, quick bool, profiles string) (map[string][]floa
 }
 
 // parseBench reads `go test -bench` output: "BenchmarkX-2  1  123 ns/op  4.5 p99-ms …".
+// go test prints a benchmark's name before it runs and its figures after;
+// a line the benchmark's code prints meanwhile (a log line on stdout)
+// moves the figures to a line of their own, "  1  123 ns/op …", which
+// belongs to the name above it.
 func parseBench(r io.Reader, name string) map[string][]float64 {
 	out := map[string][]float64{}
+	figures := func(f []string) {
+		for i := 0; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				return
+			}
+			out[f[i+1]] = append(out[f[i+1]], v)
+		}
+	}
+	iterations := func(s string) bool { _, err := strconv.Atoi(s); return err == nil }
+	pending := false // the name was printed; its figures have not come yet
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) < 4 || (f[0] != name && !strings.HasPrefix(f[0], name+"-")) {
-			continue
-		}
-		for i := 2; i+1 < len(f); i += 2 {
-			v, err := strconv.ParseFloat(f[i], 64)
-			if err != nil {
-				break
+		switch {
+		case len(f) > 0 && (f[0] == name || strings.HasPrefix(f[0], name+"-")):
+			if len(f) >= 4 && iterations(f[1]) {
+				figures(f[2:])
+				pending = false
+			} else {
+				pending = true
 			}
-			out[f[i+1]] = append(out[f[i+1]], v)
+		case pending && len(f) >= 3 && iterations(f[0]):
+			figures(f[1:])
+			pending = false
 		}
 	}
 	return out

@@ -23,6 +23,25 @@ PASS
 	}
 }
 
+// A log line printed while a benchmark runs splits its result line: the
+// figures that follow on a line of their own are still its (make bench
+// failed on BenchmarkReconnect this way: "no result lines").
+func TestParseBenchInterruptedByALogLine(t *testing.T) {
+	out := `BenchmarkReconnect-2   	time=2026-11-27T01:57:10.575Z level=WARN msg="API authentication is off" test=BenchmarkReconnect
+    3000	    589495 ns/op	         0.5503 p50-ms	         1.439 p99-ms
+BenchmarkReconnect-2   	    3000	    601000 ns/op	         0.6000 p50-ms	         1.500 p99-ms
+time=2026-11-27T01:57:11Z level=INFO msg="12 servers"
+PASS
+`
+	m := parseBench(strings.NewReader(out), "BenchmarkReconnect")
+	if got := m["p99-ms"]; len(got) != 2 || got[0] != 1.439 || got[1] != 1.5 {
+		t.Fatalf("p99-ms = %v", got)
+	}
+	if got := m["p50-ms"]; len(got) != 2 || got[0] != 0.5503 {
+		t.Fatalf("p50-ms = %v", got)
+	}
+}
+
 func TestEvaluateAndPrint(t *testing.T) {
 	measured := map[string]map[string][]float64{
 		"BenchmarkAllocate": {"allocs/s": {2106, 2040, 2189}, "p99-ms": {81, 102.8, 79}},
