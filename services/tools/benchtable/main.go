@@ -238,7 +238,9 @@ func runBench(b bench, runs int, quick bool, profiles string) (map[string][]floa
 // go test prints a benchmark's name before it runs and its figures after;
 // a line the benchmark's code prints meanwhile (a log line on stdout)
 // moves the figures to a line of their own, "  1  123 ns/op …", which
-// belongs to the name above it.
+// belongs to the name above it. Only a line that reads as figures (an
+// iteration count, then ns/op) is taken: a benchmark's own tables may
+// come in between too.
 func parseBench(r io.Reader, name string) map[string][]float64 {
 	out := map[string][]float64{}
 	figures := func(f []string) {
@@ -263,7 +265,7 @@ func parseBench(r io.Reader, name string) map[string][]float64 {
 			} else {
 				pending = true
 			}
-		case pending && len(f) >= 3 && iterations(f[0]):
+		case pending && len(f) >= 3 && iterations(f[0]) && f[2] == "ns/op":
 			figures(f[1:])
 			pending = false
 		}

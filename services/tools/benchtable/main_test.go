@@ -28,6 +28,8 @@ PASS
 // failed on BenchmarkReconnect this way: "no result lines").
 func TestParseBenchInterruptedByALogLine(t *testing.T) {
 	out := `BenchmarkReconnect-2   	time=2026-11-27T01:57:10.575Z level=WARN msg="API authentication is off" test=BenchmarkReconnect
+replicas  callers  allocations  allocs/s  p50 ms
+1         32       540          2290      10.9
     3000	    589495 ns/op	         0.5503 p50-ms	         1.439 p99-ms
 BenchmarkReconnect-2   	    3000	    601000 ns/op	         0.6000 p50-ms	         1.500 p99-ms
 time=2026-11-27T01:57:11Z level=INFO msg="12 servers"
