@@ -12,7 +12,6 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -37,6 +36,7 @@ import (
 	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/platform/connect"
 	"github.com/tetherhq/tether/services/platform/playertoken"
+	"github.com/tetherhq/tether/services/platform/procstat"
 	"github.com/tetherhq/tether/services/testkit/wait"
 	"github.com/tetherhq/tether/services/tools/allocload"
 )
@@ -191,7 +191,7 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 		// hears of its allocations later) looks like a higher rate.
 		wait.For(b, 2*time.Minute, "every server READY after the last round", allReady)
 		cpuPerAlloc := (processCPU(b) - cpuBefore) / time.Duration(max(1, total.Allocations))
-		machinePerAlloc := (machineCPU(b) - machineBefore) / time.Duration(max(1, total.Allocations))
+		machinePerAlloc := machineCPU(b).BusySince(machineBefore) / time.Duration(max(1, total.Allocations))
 		writeProfile(b, profDir, "block")
 		writeProfile(b, profDir, "mutex")
 		runtime.SetBlockProfileRate(0)
@@ -237,33 +237,15 @@ func processCPU(b *testing.B) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// machineCPU is the CPU time every process on the machine has used so far
-// (/proc/stat: user, nice, system, irq, softirq and steal of all cores):
-// with the benchmark alone on the machine, the stack, PostgreSQL and the
-// game servers.
-func machineCPU(b *testing.B) time.Duration {
-	data, err := os.ReadFile("/proc/stat")
+// machineCPU reads the machine's CPU so far (/proc/stat): with the
+// benchmark alone on the machine, the stack, PostgreSQL and the game
+// servers.
+func machineCPU(b *testing.B) procstat.Machine {
+	m, err := procstat.Read()
 	if err != nil {
 		b.Fatal(err)
 	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	fields := strings.Fields(line)
-	if len(fields) < 9 || fields[0] != "cpu" {
-		b.Fatalf("/proc/stat: %q", line)
-	}
-	var ticks int64
-	for i, f := range fields[1:9] {
-		if i == 3 || i == 4 {
-			continue // idle, iowait
-		}
-		v, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			b.Fatalf("/proc/stat: %q", line)
-		}
-		ticks += v
-	}
-	const ticksPerSecond = 100 // USER_HZ on Linux
-	return time.Duration(ticks) * time.Second / ticksPerSecond
+	return m
 }
 
 // sortedResult sorts a result's latencies.

@@ -7,13 +7,13 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/pprof/profile"
 
 	"github.com/tetherhq/tether/services/dev"
+	"github.com/tetherhq/tether/services/platform/procstat"
 )
 
 // The simulator's own profiler labels (dev.ComponentLabel), beside the
@@ -83,7 +83,7 @@ type cpuMeter struct {
 	apart    int                   // the control plane's process when it runs apart (RoleHosts); 0 if none
 	apartCPU time.Duration         // its CPU so far
 	postgres map[int]time.Duration // CPU so far of each PostgreSQL process
-	machine  machineTimes
+	machine  procstat.Machine
 	runtime  runtimeSample
 	err      error // why the profile could not be taken
 }
@@ -100,7 +100,7 @@ func startCPU(apart int) *cpuMeter {
 	for _, pid := range m.postgresOf(procs) {
 		m.postgres[pid] = procs[pid].cpu
 	}
-	m.machine, _ = readMachineTimes() // an unreadable /proc/stat reads as zero busy
+	m.machine, _ = procstat.Read() // an unreadable /proc/stat reads as zero busy
 	m.runtime = readRuntime()
 	if err := pprof.StartCPUProfile(&m.profile); err != nil {
 		m.err = err
@@ -116,8 +116,8 @@ func (m *cpuMeter) stop(raw io.Writer) (*CPUReport, error) {
 	}
 	wall := time.Since(m.began)
 	procs := readProcesses()
-	machine, _ := readMachineTimes()
-	rep := &CPUReport{Seconds: wall.Seconds(), Cores: machine.cores, MachineBusy: machine.busySince(m.machine)}
+	machine, _ := procstat.Read()
+	rep := &CPUReport{Seconds: wall.Seconds(), Cores: machine.Cores, MachineBusy: machine.BusyShareSince(m.machine)}
 	rep.Runtime = readRuntime().since(m.runtime, wall)
 	rep.ProcessCores = (procs[os.Getpid()].cpu - m.self).Seconds() / wall.Seconds()
 	var pg time.Duration
@@ -249,51 +249,6 @@ func sampleComponent(s *profile.Sample) string {
 		return cpuNATSClient
 	}
 	return cpuOther
-}
-
-// machineTimes is the first line of /proc/stat: every core's time, in
-// clock ticks.
-type machineTimes struct {
-	busy, total int64
-	cores       int
-}
-
-// readMachineTimes reads /proc/stat.
-func readMachineTimes() (machineTimes, error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return machineTimes{}, err
-	}
-	var m machineTimes
-	for _, line := range strings.Split(string(b), "\n") {
-		fields := strings.Fields(line)
-		switch {
-		case len(fields) > 0 && fields[0] == "cpu":
-			// user nice system idle iowait irq softirq steal (guest time is
-			// counted in user already).
-			for i, f := range fields[1:min(len(fields), 9)] {
-				v, err := strconv.ParseInt(f, 10, 64)
-				if err != nil {
-					return machineTimes{}, fmt.Errorf("sim: /proc/stat: %q", line)
-				}
-				m.total += v
-				if i != 3 && i != 4 { // not idle, not iowait
-					m.busy += v
-				}
-			}
-		case len(fields) > 0 && strings.HasPrefix(fields[0], "cpu"):
-			m.cores++
-		}
-	}
-	return m, nil
-}
-
-// busySince is the share of the machine's time since earlier that was busy.
-func (m machineTimes) busySince(earlier machineTimes) float64 {
-	if m.total <= earlier.total {
-		return 0
-	}
-	return float64(m.busy-earlier.busy) / float64(m.total-earlier.total)
 }
 
 // print adds the CPU table to the report.

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -32,7 +33,7 @@ func (w *world) checkpoint(ctx context.Context) (uint64, error) {
 // sampleLag measures, once a second until ctx ends, how long the views take
 // to include everything in the stream at the moment of the sample: the
 // publish→view lag of the newest event, which bounds every other's. Each
-// sample is kept with when it was taken (lagSample), so that a report can
+// sample is kept with when it was taken (slowSamples), so that a report can
 // say when the slowest came.
 func (w *world) sampleLag(ctx context.Context, into *latencies, slowest *slowSamples) {
 	t := time.NewTicker(time.Second)
@@ -81,7 +82,7 @@ func (s *slowSamples) add(at time.Time, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.s = append(s.s, TimedSample{At: at, Ms: float64(d) / float64(time.Millisecond)})
-	slices.SortFunc(s.s, func(a, b TimedSample) int { return cmpFloatDesc(a.Ms, b.Ms) })
+	slices.SortFunc(s.s, func(a, b TimedSample) int { return cmp.Compare(b.Ms, a.Ms) }) // slowest first
 	if len(s.s) > s.keep {
 		s.s = s.s[:s.keep]
 	}
@@ -92,17 +93,6 @@ func (s *slowSamples) list() []TimedSample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.s)
-}
-
-// cmpFloatDesc orders larger first.
-func cmpFloatDesc(a, b float64) int {
-	switch {
-	case a > b:
-		return -1
-	case a < b:
-		return 1
-	}
-	return 0
 }
 
 // memory tracks the peak Go heap in use per component (from the runtime's
