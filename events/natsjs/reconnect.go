@@ -93,16 +93,16 @@ func (r *Reconnector) Watch(ctx context.Context, js jetstream.JetStream, interva
 			return
 		}
 		if err == nil {
-			err = Quorate(s.CachedInfo(), replicaSeenWithin)
+			err = Quorate(s.CachedInfo(), ReplicaSeenWithin)
 		}
 		r.Observe(err)
 	}
 }
 
-// replicaSeenWithin is how recently a stream's leader must have heard from
+// ReplicaSeenWithin is how recently a stream's leader must have heard from
 // a replica to count it: nats-server's raft leader hears from each
 // follower at least every second (heartbeats).
-const replicaSeenWithin = 3 * time.Second
+const ReplicaSeenWithin = 3 * time.Second
 
 // ErrCutOff is a stream leader that has not heard from a majority of its
 // peers (Quorate). Observed, it moves the connection at once: it is seen,

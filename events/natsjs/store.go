@@ -481,7 +481,7 @@ func isConflict(err error) bool {
 // storedAfter reports whether the first message on subject after sequence
 // after is the event id, and its sequence if so.
 func (s *Store) storedAfter(ctx context.Context, subject string, after uint64, id string) (uint64, bool, error) {
-	m, found, err := s.leaderGet(ctx, msgGetRequest{Seq: after + 1, NextFor: subject})
+	m, found, err := s.leaderGet(ctx, MsgRequest{Seq: after + 1, NextFor: subject})
 	if err != nil {
 		return 0, false, fmt.Errorf("natsjs: look for event %s on %s after a conflict: %w", id, subject, err)
 	}
@@ -494,16 +494,17 @@ func (s *Store) storedAfter(ctx context.Context, subject string, after uint64, i
 // jsNoMessageFound is JetStream's error code 10037, "no message found".
 const jsNoMessageFound = 10037
 
-// msgGetRequest asks the stream's leader for one message: the first of
-// subject NextFor at or after Seq, or the last of subject LastFor.
-type msgGetRequest struct {
+// MsgRequest asks a stream's leader for one message: the first of subject
+// NextFor at or after Seq (NextFor may be a wildcard), or the last of
+// subject LastFor.
+type MsgRequest struct {
 	Seq     uint64 `json:"seq,omitempty"`
 	NextFor string `json:"next_by_subj,omitempty"`
 	LastFor string `json:"last_by_subj,omitempty"`
 }
 
-// leaderMessage is a message as the stream's leader returned it.
-type leaderMessage struct {
+// LeaderMessage is a message as a stream's leader returned it.
+type LeaderMessage struct {
 	Sequence uint64
 	Subject  string
 	Time     time.Time // when the stream stored it
@@ -511,20 +512,21 @@ type leaderMessage struct {
 	Data     []byte
 }
 
-// leaderGet reads one message from the stream's leader (found=false when
-// there is none). Stream.GetMsg would use a direct get, which any replica
-// answers, and a replica may answer before it has applied the latest
-// writes, or long after, cut off from the others: after a conflict, a
-// write of ours that was stored a moment ago must not be missed, and
-// CurrentHistory must not stop short.
-func (s *Store) leaderGet(ctx context.Context, r msgGetRequest) (leaderMessage, bool, error) {
+// LeaderGet reads one message of stream from the stream's leader
+// (found=false when there is none). Stream.GetMsg uses a direct get when
+// the stream allows them, and any replica answers a direct get: one that
+// is catching up answers once it is 90 % there, and one cut off from the
+// others answers from its past. A caller that decides on absence (no
+// message after this one, so nothing is left to wait for) reads with
+// LeaderGet.
+func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, r MsgRequest) (LeaderMessage, bool, error) {
 	req, err := json.Marshal(r)
 	if err != nil {
-		return leaderMessage{}, false, err
+		return LeaderMessage{}, false, err
 	}
-	reply, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+events.StreamName, req)
+	reply, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
 	if err != nil {
-		return leaderMessage{}, false, err
+		return LeaderMessage{}, false, err
 	}
 	var resp struct {
 		Error *struct {
@@ -541,23 +543,30 @@ func (s *Store) leaderGet(ctx context.Context, r msgGetRequest) (leaderMessage, 
 		} `json:"message"`
 	}
 	if err := json.Unmarshal(reply.Data, &resp); err != nil {
-		return leaderMessage{}, false, fmt.Errorf("decode the stream's answer: %w", err)
+		return LeaderMessage{}, false, fmt.Errorf("decode the stream's answer: %w", err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrCode == jsNoMessageFound:
-		return leaderMessage{}, false, nil
+		return LeaderMessage{}, false, nil
 	case resp.Error != nil:
-		return leaderMessage{}, false, &jetstream.APIError{Code: resp.Error.Code, ErrorCode: jetstream.ErrorCode(resp.Error.ErrCode), Description: resp.Error.Description}
+		return LeaderMessage{}, false, &jetstream.APIError{Code: resp.Error.Code, ErrorCode: jetstream.ErrorCode(resp.Error.ErrCode), Description: resp.Error.Description}
 	case resp.Message == nil:
-		return leaderMessage{}, false, errors.New("the stream answered without a message")
+		return LeaderMessage{}, false, errors.New("the stream answered without a message")
 	}
-	m := leaderMessage{Sequence: resp.Message.Sequence, Subject: resp.Message.Subject, Time: resp.Message.Time, Data: resp.Message.Data}
+	m := LeaderMessage{Sequence: resp.Message.Sequence, Subject: resp.Message.Subject, Time: resp.Message.Time, Data: resp.Message.Data}
 	if len(resp.Message.Header) > 0 {
 		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
-			return leaderMessage{}, false, fmt.Errorf("decode headers of message %d: %w", m.Sequence, err)
+			return LeaderMessage{}, false, fmt.Errorf("decode headers of message %d: %w", m.Sequence, err)
 		}
 	}
 	return m, true, nil
+}
+
+// leaderGet reads one event from the events stream's leader (LeaderGet):
+// after a conflict, a write of ours that was stored a moment ago must not
+// be missed, and CurrentHistory must not stop short.
+func (s *Store) leaderGet(ctx context.Context, r MsgRequest) (LeaderMessage, bool, error) {
+	return LeaderGet(ctx, s.js.Conn(), events.StreamName, r)
 }
 
 // CurrentHistory is History checked against the stream's leader: it
@@ -583,7 +592,7 @@ func (s *Store) currentHistory(ctx context.Context, subject string, from uint64,
 	if err != nil {
 		return nil, err
 	}
-	last, found, err := s.leaderGet(ctx, msgGetRequest{LastFor: subject})
+	last, found, err := s.leaderGet(ctx, MsgRequest{LastFor: subject})
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: last event of %s from the stream's leader: %w", subject, err)
 	}
@@ -592,7 +601,7 @@ func (s *Store) currentHistory(ctx context.Context, subject string, from uint64,
 		done = hist[len(hist)-1].Sequence
 	}
 	for found && done < last.Sequence {
-		m, ok, err := s.leaderGet(ctx, msgGetRequest{Seq: done + 1, NextFor: subject})
+		m, ok, err := s.leaderGet(ctx, MsgRequest{Seq: done + 1, NextFor: subject})
 		if err != nil {
 			return nil, fmt.Errorf("natsjs: read %s after %d from the stream's leader: %w", subject, done, err)
 		}
@@ -805,7 +814,7 @@ func (s *Store) lastSequenceAfter(ctx context.Context, subject string, first uin
 	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, fmt.Errorf("natsjs: read last event of %s: %w", subject, err)
 	}
-	m, found, err := s.leaderGet(ctx, msgGetRequest{LastFor: subject})
+	m, found, err := s.leaderGet(ctx, MsgRequest{LastFor: subject})
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("natsjs: read last event of %s from the stream's leader (a replica is behind): %w", subject, err)

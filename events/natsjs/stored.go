@@ -38,7 +38,7 @@ func (s *Store) Stored(ctx context.Context, subject string, from, to uint64) ([]
 	}
 	var out []StoredMessage
 	for next := max(from, 1); next <= to; {
-		m, found, err := s.leaderGet(ctx, msgGetRequest{Seq: next, NextFor: subject})
+		m, found, err := s.leaderGet(ctx, MsgRequest{Seq: next, NextFor: subject})
 		if err != nil {
 			return nil, fmt.Errorf("natsjs: read %s from %d: %w", subject, next, err)
 		}
@@ -69,7 +69,7 @@ func (s *Store) LeaderLastSequence(ctx context.Context, subject string) (uint64,
 	if err := checkSubject(subject); err != nil {
 		return 0, err
 	}
-	m, found, err := s.leaderGet(ctx, msgGetRequest{LastFor: subject})
+	m, found, err := s.leaderGet(ctx, MsgRequest{LastFor: subject})
 	if err != nil {
 		return 0, fmt.Errorf("natsjs: last event of %s from the stream's leader: %w", subject, err)
 	}

@@ -2,7 +2,6 @@ package natsjs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"iter"
 	"time"
@@ -111,17 +110,16 @@ func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []strin
 }
 
 // anyBetween reports whether an event on one of subjects has a sequence in
-// (after, until]: one direct get per subject.
+// (after, until]: one read of the stream's leader per subject. A replica
+// behind the leader (LeaderGet) would answer that there is none, and the
+// watch would end short of until.
 func (s *Store) anyBetween(ctx context.Context, after, until uint64, subjects []string) (bool, error) {
 	for _, subj := range subjects {
-		m, err := s.stream.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(subj))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
+		m, found, err := s.leaderGet(ctx, MsgRequest{Seq: after + 1, NextFor: subj})
 		if err != nil {
 			return false, fmt.Errorf("natsjs: look for events on %s after %d: %w", subj, after, err)
 		}
-		if m.Sequence <= until {
+		if found && m.Sequence <= until {
 			return true, nil
 		}
 	}
@@ -131,7 +129,9 @@ func (s *Store) anyBetween(ctx context.Context, after, until uint64, subjects []
 // SequenceAt returns the sequence of the first event stored at or after t
 // (by the stream's timestamps, which grow with sequences), or the stream's
 // last sequence + 1 when every event was stored before t. It binary-searches
-// with direct gets: about log2(events) of them. Sequences the archiver
+// with reads of the stream's leader, about log2(events) of them: a replica
+// behind it would answer that the last events do not exist, and an export
+// bounded by the answer would end short. Sequences the archiver
 // purged are gaps: each probe reads the first event at or after its
 // sequence, so the answer may be a purged sequence, with no event of the
 // stream between it and the first one stored at or after t.
@@ -146,12 +146,12 @@ func (s *Store) SequenceAt(ctx context.Context, t time.Time) (uint64, error) {
 	}
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		m, err := s.stream.GetMsg(ctx, mid, jetstream.WithGetMsgSubject(events.SubjectPrefix+".>"))
+		m, found, err := s.leaderGet(ctx, MsgRequest{Seq: mid, NextFor: events.SubjectPrefix + ".>"})
 		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			hi = mid // purged from mid to the end
 		case err != nil:
 			return 0, fmt.Errorf("natsjs: read event %d for its time: %w", mid, err)
+		case !found:
+			hi = mid // purged from mid to the end
 		case m.Time.Before(t):
 			lo = m.Sequence + 1
 		default:

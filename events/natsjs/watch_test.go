@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 
 // watched is one item a watch yielded.
@@ -132,6 +133,22 @@ func TestWatchBounded(t *testing.T) {
 	}
 }
 
+// A bounded watch is not cut short by a replica behind the stream's leader
+// (natstest.BehindReplica: one that holds fleet a's event, not fleet b's).
+func TestWatchBoundedWhenAReplicaIsBehind(t *testing.T) {
+	e := newEnv(t)
+	e.append(t, fleetSubject("a"), events.AnySequence, fleetCreated("a", 1))
+	natstest.BehindReplica(t, e.js, events.StreamName, fleetSubject("a"))
+	b1 := e.append(t, fleetSubject("b"), events.AnySequence, fleetCreated("b", 1))
+	// Were the first read a direct get, ten watches all answered by the
+	// stream itself would have odds of 1 in 1,024.
+	for i := range 10 {
+		if got := drain(t, startWatch(e.ctx, e, 0, b1, fleetSubject("b"))); !slices.Equal(got, []uint64{b1}) {
+			t.Fatalf("watch %d of fleet b up to %d: %v", i, b1, got)
+		}
+	}
+}
+
 func TestWatchUndecodable(t *testing.T) {
 	e := newEnv(t)
 	first := e.append(t, fleetSubject("p"), events.AnySequence, fleetCreated("p", 1))
@@ -180,6 +197,27 @@ func TestSequenceAt(t *testing.T) {
 	}
 	if seq, err := e.store.SequenceAt(e.ctx, stored[19].Add(time.Nanosecond)); err != nil || seq != 21 {
 		t.Fatalf("after the last event: %d, %v; want 21", seq, err)
+	}
+}
+
+// SequenceAt is not answered by a replica behind the stream's leader
+// (natstest.BehindReplica: one that holds fleet a's event, not fleet b's
+// after it), which would place a time after both before fleet b's.
+func TestSequenceAtWhenAReplicaIsBehind(t *testing.T) {
+	e := newEnv(t)
+	e.append(t, fleetSubject("a"), events.AnySequence, fleetCreated("a", 1))
+	natstest.BehindReplica(t, e.js, events.StreamName, fleetSubject("a"))
+	b1 := e.append(t, fleetSubject("b"), events.AnySequence, fleetCreated("b", 1))
+	m, found, err := natsjs.LeaderGet(e.ctx, e.js.Conn(), events.StreamName, natsjs.MsgRequest{Seq: b1})
+	if err != nil || !found {
+		t.Fatalf("fleet b's event: found %v, %v", found, err)
+	}
+	// Were the reads direct gets, ten answers all from the stream itself
+	// would have odds of 1 in 1,024.
+	for i := range 10 {
+		if seq, err := e.store.SequenceAt(e.ctx, m.Time.Add(time.Nanosecond)); err != nil || seq != b1+1 {
+			t.Fatalf("search %d: after fleet b's event: %d, %v; want %d", i, seq, err, b1+1)
+		}
 	}
 }
 

@@ -699,11 +699,10 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 
 // purgedBetween reports whether the stream holds no event between
 // sequences last and next (both excluded): the events between were
-// archived and purged, and the gap is no loss. It asks the stream (one
-// get) unless the feed is an ordered consumer. Any replica may answer: one
-// that holds next has every event before it that the stream still holds,
-// and one that has not applied a purge yet answers false, which the
-// projector retries.
+// archived and purged, and the gap is no loss. It asks the stream's leader
+// (one request) unless the feed is an ordered consumer: a replica behind
+// it would answer that the stream holds nothing after last, and the gap
+// would pass for a purge.
 func (p *Projector) purgedBetween(ctx context.Context, last, next uint64) (bool, error) {
 	if p.ordered {
 		return true, nil
@@ -716,20 +715,14 @@ func (p *Projector) purgedBetween(ctx context.Context, last, next uint64) (bool,
 }
 
 // firstAfter returns the sequence of the stream's first message after
-// sequence after, found=false when it holds none.
+// sequence after, found=false when it holds none, as the stream's leader
+// answers (natsjs.LeaderGet): both callers decide on absence.
 func firstAfter(ctx context.Context, js jetstream.JetStream, name string, after uint64) (uint64, bool, error) {
-	stream, err := js.Stream(ctx, name)
+	m, found, err := natsjs.LeaderGet(ctx, js.Conn(), name, natsjs.MsgRequest{Seq: after + 1, NextFor: ">"})
 	if err != nil {
-		return 0, false, fmt.Errorf("stream %s: %w", name, err)
+		return 0, false, fmt.Errorf("first message of stream %s after %d: %w", name, after, err)
 	}
-	m, err := stream.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(">"))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("first message after %d: %w", after, err)
-	}
-	return m.Sequence, true, nil
+	return m.Sequence, found, nil
 }
 
 // skipTo moves a replay's checkpoint up to seq over events the stream no

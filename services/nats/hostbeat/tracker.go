@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tetherhq/tether/events/natsjs"
 )
 
 // ErrStopped is the error of a tracker stopped by its owner: Stop was
@@ -41,6 +43,7 @@ const stopDrain = 5 * time.Second
 // starts a new tracker.
 type Tracker struct {
 	stream jetstream.Stream // the bucket's stream
+	nc     *nats.Conn       // reads the stream's leader
 	cancel context.CancelFunc
 	ctx    context.Context
 	done   chan struct{} // closed when run returns
@@ -70,7 +73,7 @@ func Track(ctx context.Context, js jetstream.JetStream) (*Tracker, error) {
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	t := &Tracker{
-		stream: st, ctx: rctx, cancel: cancel, done: make(chan struct{}), loaded: make(chan struct{}),
+		stream: st, nc: js.Conn(), ctx: rctx, cancel: cancel, done: make(chan struct{}), loaded: make(chan struct{}),
 		beats: map[string]Beat{}, ttl: st.CachedInfo().Config.MaxAge, changed: make(chan struct{}),
 	}
 	go t.run(rctx, kv)
@@ -241,19 +244,24 @@ func (t *Tracker) waitLocked() <-chan struct{} {
 // Beats returns each host's last beat, as Read does, from memory: a beat
 // whose key was deleted or purged is absent, as is one older than the
 // bucket's TTL (expired; the watcher reports no expiry). It first asks the
-// bucket for its last revision (one round trip) and waits until the tracker
-// has applied it (or, if that revision was removed before the tracker got
-// it, the next one still in the bucket), so the map holds every beat stored
-// before the call that is still in the bucket. It returns an error if the
-// tracker has ended (Err), or if ctx ends before it has caught up (a stalled
-// watcher never does). The map is the caller's; the inventories in it (Inv)
-// are shared and must not be modified.
+// bucket's leader for its last revision (one round trip) and waits until
+// the tracker has applied it (or, if that revision was removed before the
+// tracker got it, the next one still in the bucket), so the map holds every
+// beat stored before the call that is still in the bucket. It returns an
+// error if the tracker has ended (Err), if the leader that answered is cut
+// off from its replicas (natsjs.Quorate: it would answer from its past), or
+// if ctx ends before it has caught up (a stalled watcher never does). The
+// map is the caller's; the inventories in it (Inv) are shared and must not
+// be modified.
 func (t *Tracker) Beats(ctx context.Context) (map[string]Beat, error) {
 	if err := t.Err(); err != nil {
 		return nil, err
 	}
 	info, err := t.stream.Info(ctx)
 	if err != nil {
+		return nil, fmt.Errorf("hostbeat: bucket state: %w", err)
+	}
+	if err := natsjs.Quorate(info, natsjs.ReplicaSeenWithin); err != nil {
 		return nil, fmt.Errorf("hostbeat: bucket state: %w", err)
 	}
 	target := info.State.LastSeq
@@ -283,12 +291,17 @@ func (t *Tracker) Beats(ctx context.Context) (map[string]Beat, error) {
 			// The target revision may have been removed before the watcher
 			// delivered it (superseded by a newer beat of its host, or a
 			// purged delete marker): it never will. Wait for what exists.
-			m, err := t.stream.GetMsg(ctx, rev+1, jetstream.WithGetMsgSubject(allKeys))
+			// The leader says what exists: a replica behind it (catching
+			// up, or cut off) would answer that nothing does, and the map
+			// would be its past.
+			m, found, err := natsjs.LeaderGet(ctx, t.nc, streamName, natsjs.MsgRequest{Seq: rev + 1, NextFor: allKeys})
 			switch {
-			case errors.Is(err, jetstream.ErrMsgNotFound):
-				target = rev // the tracker has every value in the bucket
+			case err != nil && ctx.Err() != nil:
+				// The deadline came during the read: reported above.
 			case err != nil:
-				return nil, fmt.Errorf("hostbeat: bucket state: %w", err)
+				return nil, fmt.Errorf("hostbeat: bucket state after revision %d: %w", rev, err)
+			case !found:
+				target = rev // the tracker has every value in the bucket
 			case m.Sequence > target:
 				// Nothing up to the target is left to deliver; what
 				// replaced it comes next. A stalled watcher never gets there.

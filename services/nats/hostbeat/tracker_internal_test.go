@@ -71,7 +71,7 @@ func TestTrackerForgetsExpiredBeats(t *testing.T) {
 // revision it misses is superseded before it could get it (as a host's beat
 // is by its next one): Beats waits, then fails.
 func TestTrackerStalledServesNothing(t *testing.T) {
-	_, js := natstest.Connect(t, natstest.Start(t))
+	nc, js := natstest.Connect(t, natstest.Start(t))
 	kv, err := setUp(t.Context(), js)
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestTrackerStalledServesNothing(t *testing.T) {
 	// A tracker that applied nothing and hears nothing more.
 	loaded := make(chan struct{})
 	close(loaded)
-	tr := &Tracker{stream: st, ctx: t.Context(), loaded: loaded, beats: map[string]Beat{"h1": {Stored: time.Now()}}, changed: make(chan struct{})}
+	tr := &Tracker{stream: st, nc: nc, ctx: t.Context(), loaded: loaded, beats: map[string]Beat{"h1": {Stored: time.Now()}}, changed: make(chan struct{})}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan struct{})
@@ -113,6 +113,41 @@ func TestTrackerStalledServesNothing(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// A tracker that is behind the bucket serves nothing, even when a replica
+// behind the leader answers its reads: here one that holds only h1's beat
+// (natstest.BehindReplica), as a replica cut off before h2 beat would.
+func TestTrackerBehindServesNothingWhenAReplicaAnswers(t *testing.T) {
+	nc, js := natstest.Connect(t, natstest.Start(t))
+	kv, err := setUp(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(t.Context(), streamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Put(t.Context(), kv, "h1", Beat{}); err != nil {
+		t.Fatal(err)
+	}
+	natstest.BehindReplica(t, js, streamName, "$KV."+Bucket+".h1")
+	if err := Put(t.Context(), kv, "h2", Beat{}); err != nil {
+		t.Fatal(err)
+	}
+	// A tracker that applied h1's beat and hears nothing more: its map is
+	// the past, before h2 beat.
+	loaded := make(chan struct{})
+	close(loaded)
+	tr := &Tracker{stream: st, nc: nc, ctx: t.Context(), loaded: loaded, rev: 1, beats: map[string]Beat{"h1": {Stored: time.Now()}}, changed: make(chan struct{})}
+	// Ten reads of what is left: if they were direct gets, all ten going
+	// to the bucket's own stream would have odds of 1 in 1,024.
+	bctx, bcancel := context.WithTimeout(t.Context(), 10*probeEvery+probeEvery/2)
+	defer bcancel()
+	got, err := tr.Beats(bctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a tracker behind the bucket served %+v, %v", got, err)
+	}
 }
 
 // setUp creates the bucket, as `tether migrate` does, and opens it.

@@ -4,6 +4,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -99,4 +100,38 @@ func Connect(t testing.TB, s *natsembed.Server) (*nats.Conn, jetstream.JetStream
 		t.Fatal(err)
 	}
 	return nc, js
+}
+
+// BehindReplica makes a replica of stream that is behind it and answers
+// its direct gets, as a replica catching up or cut off from the others
+// does: a mirror of stream that holds only the messages of subject (at
+// least one must be stored already) and serves direct gets for stream
+// (MirrorDirect). Direct gets then go to stream or to the mirror at
+// random; a read that must not be answered from the past asks the stream's
+// leader instead. The mirror is deleted when the test ends.
+func BehindReplica(t testing.TB, js jetstream.JetStream, stream, subject string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	name := stream + "_behind"
+	mirror, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: name, MirrorDirect: true,
+		Mirror: &jetstream.StreamSource{Name: stream, FilterSubject: subject},
+	})
+	if err != nil {
+		t.Fatalf("natstest: a replica of %s behind it: %v", stream, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) &&
+			!errors.Is(err, nats.ErrConnectionClosed) {
+			t.Errorf("natstest: delete %s: %v", name, err)
+		}
+	})
+	// The mirror answers direct gets once it has mirrored a message.
+	wait.For(t, 10*time.Second, "the mirror of "+stream+" holds a message of "+subject, func() bool {
+		info, err := mirror.Info(ctx)
+		return err == nil && info.State.Msgs > 0
+	})
 }
