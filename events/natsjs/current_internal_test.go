@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 
 	"github.com/tetherhq/tether/events"
@@ -109,5 +111,68 @@ func TestLastSequenceAfterAskTheLeader(t *testing.T) {
 	}
 	if got, err := s.lastSequenceAfter(ctx, events.MustSubject(events.GameServerName("arena", "none")), 1); err == nil {
 		t.Errorf("lastSequenceAfter of an empty subject = %d, want an error", got)
+	}
+}
+
+// emptyBatch is a pull's answer with no message and no error: what the
+// client makes of a server's "no messages" or "request timeout".
+type emptyBatch struct{}
+
+func (emptyBatch) Messages() <-chan jetstream.Msg {
+	ch := make(chan jetstream.Msg)
+	close(ch)
+	return ch
+}
+
+func (emptyBatch) Error() error { return nil }
+
+// A history read whose no-wait pull comes back empty, with events pending,
+// waits for them once and returns them all (it used to fail the read: a
+// player's rejoin, once, under load); a server that keeps answering with
+// nothing fails it, never a short history.
+func TestHistoryPullsAgainAfterAnEmptyAnswer(t *testing.T) {
+	ctx, s := newTestStore(t)
+	name := events.GameServerName("arena", "gs-a")
+	subject := events.MustSubject(name)
+	for i := range 5 {
+		if _, err := s.Append(ctx, subject, events.AnySequence, events.New(name, time.Now(), &eventsv1.HealthDegraded{MissedPeriods: int32(i)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		empties int // pulls answered with nothing before the server's own
+		want    int // events read; 0 for an error
+	}{
+		{"every pull answered", 0, 5},
+		{"the first pull answered with nothing", 1, 5},
+		{"the server answers nothing twice", 2, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var pulls, waits int
+			s.pull = func(cons jetstream.Consumer, n int, wait bool) (jetstream.MessageBatch, error) {
+				pulls++
+				if wait {
+					waits++
+				}
+				if pulls <= tc.empties {
+					return emptyBatch{}, nil
+				}
+				return pullHistory(cons, n, wait)
+			}
+			t.Cleanup(func() { s.pull = pullHistory })
+			got, err := s.History(ctx, subject, 0)
+			switch {
+			case tc.want == 0 && err == nil:
+				t.Fatalf("%d events, no error: a short history", len(got))
+			case tc.want == 0:
+				t.Logf("error, as wanted: %v", err)
+			case err != nil || len(got) != tc.want:
+				t.Fatalf("%d events, %v; want %d", len(got), err, tc.want)
+			}
+			if wantWaits := min(tc.empties, 1); waits != wantWaits {
+				t.Errorf("%d waiting pulls, want %d", waits, wantWaits)
+			}
+		})
 	}
 }

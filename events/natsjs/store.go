@@ -119,6 +119,10 @@ type Store struct {
 	verifier *Verifier
 	log      *slog.Logger
 	tracer   trace.Tracer
+	// pull asks a history consumer for up to n of its messages, at once
+	// or waiting up to historyRetryWait (pullHistory; a test's stand-in
+	// for a server that answers a no-wait pull with nothing).
+	pull func(cons jetstream.Consumer, n int, wait bool) (jetstream.MessageBatch, error)
 }
 
 // Setup creates the events stream, or updates its configuration where it
@@ -186,7 +190,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
-	return &Store{js: js, stream: stream, wait: opts.UnavailableWait, signer: opts.Signer, verifier: opts.Verifier, log: opts.Logger,
+	return &Store{js: js, stream: stream, pull: pullHistory, wait: opts.UnavailableWait, signer: opts.Signer, verifier: opts.Verifier, log: opts.Logger,
 		tracer: tp.Tracer("github.com/tetherhq/tether/events/natsjs")}, nil
 }
 
@@ -759,13 +763,17 @@ func (s *Store) History(ctx context.Context, subject string, from uint64) ([]eve
 	remaining := info.NumPending
 	out := make([]events.Envelope, 0, remaining)
 	var delivered uint64
+	waited := false // the last pull waited, after one that came back empty
 	for remaining > 0 {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("natsjs: read %s: %w", subject, err)
 		}
 		// Every requested message is already stored, so a no-wait pull
-		// returns at once with all of them.
-		batch, err := cons.FetchNoWait(int(min(remaining, historyBatch)))
+		// returns at once with all of them. Once, under load, one came back
+		// empty with events pending (the server answers "no messages" or
+		// "request timeout", which the client reports as an empty batch):
+		// the read then waits for them, once, before it gives up.
+		batch, err := s.pull(cons, int(min(remaining, historyBatch)), waited)
 		if err != nil {
 			return nil, fmt.Errorf("natsjs: read %s: %w", subject, err)
 		}
@@ -794,11 +802,30 @@ func (s *Store) History(ctx context.Context, subject string, from uint64) ([]eve
 		if err := batch.Error(); err != nil {
 			return nil, fmt.Errorf("natsjs: read %s: %w", subject, err)
 		}
-		if got == 0 {
-			return nil, fmt.Errorf("natsjs: read %s: %d events pending but none delivered", subject, remaining)
+		switch {
+		case got > 0:
+			waited = false
+		case waited:
+			return nil, fmt.Errorf("natsjs: read %s: %d events pending but none delivered within %s", subject, remaining, historyRetryWait)
+		default:
+			s.log.Debug("a history pull came back empty with events pending; pulling again, waiting", "subject", subject, "pending", remaining)
+			waited = true
 		}
 	}
 	return out, nil
+}
+
+// historyRetryWait bounds a history pull made after a no-wait pull came
+// back empty with events pending.
+const historyRetryWait = 2 * time.Second
+
+// pullHistory asks a history consumer for up to n messages, without
+// waiting unless wait.
+func pullHistory(cons jetstream.Consumer, n int, wait bool) (jetstream.MessageBatch, error) {
+	if wait {
+		return cons.Fetch(n, jetstream.FetchMaxWait(historyRetryWait))
+	}
+	return cons.FetchNoWait(n)
 }
 
 // lastSequenceAfter returns the sequence of subject's last event, which
