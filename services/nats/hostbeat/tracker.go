@@ -52,6 +52,7 @@ type Tracker struct {
 	mu       sync.Mutex
 	beats    map[string]Beat // host id → last beat
 	rev      uint64          // highest bucket revision applied
+	skipped  uint64          // highest revision the watcher passed without delivering (removed first)
 	ttl      time.Duration   // the bucket's TTL: older beats have expired
 	err      error           // why the tracker ended; nil while it runs
 	stopErr  error           // the watcher's Stop error, for Stop
@@ -163,6 +164,11 @@ func (t *Tracker) apply(e jetstream.KeyValueEntry) {
 	} else { // KeyValueDelete, KeyValuePurge
 		delete(t.beats, e.Key())
 	}
+	if r := e.Revision(); r > t.rev+1 {
+		// Revisions between were removed before the watcher got to them:
+		// superseded by a later value of their key, which comes later.
+		t.skipped = r - 1
+	}
 	t.rev = max(t.rev, e.Revision())
 	t.signalLocked()
 }
@@ -243,49 +249,95 @@ func (t *Tracker) waitLocked() <-chan struct{} {
 
 // Beats returns each host's last beat, as Read does, from memory: a beat
 // whose key was deleted or purged is absent, as is one older than the
-// bucket's TTL (expired; the watcher reports no expiry). It first asks the
-// bucket's leader for its last revision (one round trip) and waits until
-// the tracker has applied it (or, if that revision was removed before the
-// tracker got it, the next one still in the bucket), so the map holds every
-// beat stored before the call that is still in the bucket. It returns an
-// error if the tracker has ended (Err), if the leader that answered is cut
-// off from its replicas (natsjs.Quorate: it would answer from its past), or
-// if ctx ends before it has caught up (a stalled watcher never does). The
-// map is the caller's; the inventories in it (Inv) are shared and must not
-// be modified.
+// bucket's TTL (expired; the watcher reports no expiry). Each host's beat
+// is at least as recent as its last beat stored before the call.
+//
+// It asks the bucket's leader for its last revision (one round trip) and
+// waits until the tracker has applied it (or, if that revision was removed
+// before the tracker got it, the next one still in the bucket). A value
+// the watcher passed over on the way had been removed, superseded by a
+// later value of its key that may lie beyond that revision: the key would
+// show its value before. So if the watcher passed over any revision since
+// the call began, Beats asks for the last revision again and waits for it
+// too, until a stretch passes with nothing passed over (a key would have
+// to be written twice within the watcher's lag to need another).
+//
+// It returns an error if the tracker has ended (Err), if the leader that
+// answered is cut off from its replicas (natsjs.Quorate: it would answer
+// from its past), or if ctx ends before it has caught up (a stalled
+// watcher never does). The map is the caller's; the inventories in it
+// (Inv) are shared and must not be modified.
 func (t *Tracker) Beats(ctx context.Context) (map[string]Beat, error) {
-	if err := t.Err(); err != nil {
+	t.mu.Lock()
+	from := t.rev // skips after this may hide a value stored before the call
+	err := t.errLocked()
+	t.mu.Unlock()
+	if err != nil {
 		return nil, err
 	}
+	for {
+		target, ttl, err := t.lastRevision(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := t.reach(ctx, target); err != nil {
+			return nil, err
+		}
+		t.mu.Lock()
+		if err := t.errLocked(); err != nil {
+			t.mu.Unlock()
+			return nil, err
+		}
+		if t.skipped <= from {
+			out := t.snapshotLocked(ttl)
+			t.mu.Unlock()
+			return out, nil
+		}
+		// What replaced a value passed over after from was stored before
+		// the watcher passed it over: by now, so the bucket's last
+		// revision now covers it.
+		from = t.rev
+		t.mu.Unlock()
+	}
+}
+
+// lastRevision asks the bucket's leader for its last revision (0 when it
+// holds no value) and TTL.
+func (t *Tracker) lastRevision(ctx context.Context) (uint64, time.Duration, error) {
 	info, err := t.stream.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("hostbeat: bucket state: %w", err)
+		return 0, 0, fmt.Errorf("hostbeat: bucket state: %w", err)
 	}
 	if err := natsjs.Quorate(info, natsjs.ReplicaSeenWithin); err != nil {
-		return nil, fmt.Errorf("hostbeat: bucket state: %w", err)
+		return 0, 0, fmt.Errorf("hostbeat: bucket state: %w", err)
 	}
-	target := info.State.LastSeq
 	if info.State.Msgs == 0 {
-		target = 0 // every value expired or purged: nothing to wait for
+		return 0, info.Config.MaxAge, nil // every value expired or purged: nothing to wait for
 	}
+	return info.State.LastSeq, info.Config.MaxAge, nil
+}
+
+// reach waits until the tracker has loaded its initial values and applied
+// revision target, or the first revision after it still in the bucket (if
+// target was removed before the watcher delivered it, it never will).
+func (t *Tracker) reach(ctx context.Context, target uint64) error {
 	probe := time.NewTimer(probeEvery)
 	defer probe.Stop()
 	for {
 		t.mu.Lock()
 		if err := t.errLocked(); err != nil {
 			t.mu.Unlock()
-			return nil, err
+			return err
 		}
 		if isLoaded(t.loaded) && t.rev >= target {
-			out := t.snapshotLocked(info.Config.MaxAge)
 			t.mu.Unlock()
-			return out, nil
+			return nil
 		}
 		rev, ch := t.rev, t.waitLocked()
 		t.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("hostbeat: tracker behind the bucket (revision %d of %d): %w", rev, target, ctx.Err())
+			return fmt.Errorf("hostbeat: tracker behind the bucket (revision %d of %d): %w", rev, target, ctx.Err())
 		case <-ch:
 		case <-probe.C:
 			// The target revision may have been removed before the watcher
@@ -299,7 +351,7 @@ func (t *Tracker) Beats(ctx context.Context) (map[string]Beat, error) {
 			case err != nil && ctx.Err() != nil:
 				// The deadline came during the read: reported above.
 			case err != nil:
-				return nil, fmt.Errorf("hostbeat: bucket state after revision %d: %w", rev, err)
+				return fmt.Errorf("hostbeat: bucket state after revision %d: %w", rev, err)
 			case !found:
 				target = rev // the tracker has every value in the bucket
 			case m.Sequence > target:

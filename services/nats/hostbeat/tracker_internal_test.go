@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tetherhq/tether/services/testkit/natstest"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // Wait returns only once the tracker holds every value the bucket had when
@@ -147,6 +148,86 @@ func TestTrackerBehindServesNothingWhenAReplicaAnswers(t *testing.T) {
 	got, err := tr.Beats(bctx)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a tracker behind the bucket served %+v, %v", got, err)
+	}
+}
+
+// A value the watcher passes over was removed, superseded by a later value
+// of its key, which may come after the revision Beats waits for: Beats
+// waits for it too. Here h2's beat at revision 2 is in the bucket when
+// Beats asks (revision 2 is the last), then h3 beats (3) and h2 again
+// (4, removing 2); the watcher delivers 3, passing over 2, and only then 4.
+// Beats used to answer at 3, without h2 at all (TestTrackerConcurrent
+// failed 4 times in 400 runs under load so).
+func TestTrackerWaitsForWhatReplacedAValuePassedOver(t *testing.T) {
+	nc, js := natstest.Connect(t, natstest.Start(t))
+	kv, err := setUp(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(t.Context(), streamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(key string, at int64) entry {
+		t.Helper()
+		v, err := json.Marshal(Beat{Time: time.Unix(at, 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev, err := kv.Put(t.Context(), key, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return entry{key: key, value: v, rev: rev, created: time.Now()}
+	}
+	h1 := put("h1", 1)
+	put("h2", 2)
+	// The watcher, played by the test: it has applied h1's beat.
+	loaded := make(chan struct{})
+	close(loaded)
+	tr := &Tracker{stream: st, nc: nc, ctx: t.Context(), loaded: loaded, beats: map[string]Beat{}, changed: make(chan struct{})}
+	tr.apply(h1)
+	type answer struct {
+		beats map[string]Beat
+		err   error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		b, err := tr.Beats(t.Context())
+		done <- answer{b, err}
+	}()
+	waiting := func() bool {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		return tr.awaiting
+	}
+	wait.For(t, 10*time.Second, "Beats waits for revision 2", waiting)
+	h3 := put("h3", 3)
+	h2 := put("h2", 4)
+	tr.apply(h3) // revision 2 is gone: the watcher passes over it
+	// Beats answers at revision 3, or waits again, for revision 4.
+	var got answer
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for answered := false; !answered; {
+		select {
+		case got = <-done:
+			answered = true
+		case <-tick.C:
+			if waiting() {
+				tr.apply(h2)
+				got, answered = <-done, true
+			}
+		case <-deadline:
+			t.Fatal("Beats neither answered nor waited again within 10 s")
+		}
+	}
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if b, ok := got.beats["h2"]; !ok || !b.WrittenAt().Equal(time.Unix(4, 0)) {
+		t.Fatalf("h2, stored before the call: present %v, written at %v; want its beat at 4 (%d beats)", ok, b.WrittenAt(), len(got.beats))
 	}
 }
 
