@@ -72,22 +72,12 @@ func TestTrackerForgetsExpiredBeats(t *testing.T) {
 // revision it misses is superseded before it could get it (as a host's beat
 // is by its next one): Beats waits, then fails.
 func TestTrackerStalledServesNothing(t *testing.T) {
-	nc, js := natstest.Connect(t, natstest.Start(t))
-	kv, err := setUp(t.Context(), js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(t.Context(), streamName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, kv, _ := playedTracker(t)
 	if err := Put(t.Context(), kv, "h1", Beat{}); err != nil {
 		t.Fatal(err)
 	}
 	// A tracker that applied nothing and hears nothing more.
-	loaded := make(chan struct{})
-	close(loaded)
-	tr := &Tracker{stream: st, nc: nc, ctx: t.Context(), loaded: loaded, beats: map[string]Beat{"h1": {Stored: time.Now()}}, changed: make(chan struct{})}
+	tr.beats["h1"] = Beat{Stored: time.Now()}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan struct{})
@@ -120,15 +110,7 @@ func TestTrackerStalledServesNothing(t *testing.T) {
 // behind the leader answers its reads: here one that holds only h1's beat
 // (natstest.BehindReplica), as a replica cut off before h2 beat would.
 func TestTrackerBehindServesNothingWhenAReplicaAnswers(t *testing.T) {
-	nc, js := natstest.Connect(t, natstest.Start(t))
-	kv, err := setUp(t.Context(), js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(t.Context(), streamName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, kv, js := playedTracker(t)
 	if err := Put(t.Context(), kv, "h1", Beat{}); err != nil {
 		t.Fatal(err)
 	}
@@ -138,9 +120,7 @@ func TestTrackerBehindServesNothingWhenAReplicaAnswers(t *testing.T) {
 	}
 	// A tracker that applied h1's beat and hears nothing more: its map is
 	// the past, before h2 beat.
-	loaded := make(chan struct{})
-	close(loaded)
-	tr := &Tracker{stream: st, nc: nc, ctx: t.Context(), loaded: loaded, rev: 1, beats: map[string]Beat{"h1": {Stored: time.Now()}}, changed: make(chan struct{})}
+	tr.rev, tr.beats["h1"] = 1, Beat{Stored: time.Now()}
 	// Ten reads of what is left: if they were direct gets, all ten going
 	// to the bucket's own stream would have odds of 1 in 1,024.
 	bctx, bcancel := context.WithTimeout(t.Context(), 10*probeEvery+probeEvery/2)
@@ -159,15 +139,7 @@ func TestTrackerBehindServesNothingWhenAReplicaAnswers(t *testing.T) {
 // Beats used to answer at 3, without h2 at all (TestTrackerConcurrent
 // failed 4 times in 400 runs under load so).
 func TestTrackerWaitsForWhatReplacedAValuePassedOver(t *testing.T) {
-	nc, js := natstest.Connect(t, natstest.Start(t))
-	kv, err := setUp(t.Context(), js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(t.Context(), streamName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, kv, _ := playedTracker(t)
 	put := func(key string, at int64) entry {
 		t.Helper()
 		v, err := json.Marshal(Beat{Time: time.Unix(at, 0)})
@@ -182,11 +154,7 @@ func TestTrackerWaitsForWhatReplacedAValuePassedOver(t *testing.T) {
 	}
 	h1 := put("h1", 1)
 	put("h2", 2)
-	// The watcher, played by the test: it has applied h1's beat.
-	loaded := make(chan struct{})
-	close(loaded)
-	tr := &Tracker{stream: st, nc: nc, ctx: t.Context(), loaded: loaded, beats: map[string]Beat{}, changed: make(chan struct{})}
-	tr.apply(h1)
+	tr.apply(h1) // the watcher, played by the test
 	type answer struct {
 		beats map[string]Beat
 		err   error
@@ -229,6 +197,25 @@ func TestTrackerWaitsForWhatReplacedAValuePassedOver(t *testing.T) {
 	if b, ok := got.beats["h2"]; !ok || !b.WrittenAt().Equal(time.Unix(4, 0)) {
 		t.Fatalf("h2, stored before the call: present %v, written at %v; want its beat at 4 (%d beats)", ok, b.WrittenAt(), len(got.beats))
 	}
+}
+
+// playedTracker returns a bucket on a server of its own and a tracker of
+// it whose watcher the test plays: it has loaded its initial values (none)
+// and applies only what the test gives it (apply).
+func playedTracker(t *testing.T) (*Tracker, jetstream.KeyValue, jetstream.JetStream) {
+	t.Helper()
+	nc, js := natstest.Connect(t, natstest.Start(t))
+	kv, err := setUp(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(t.Context(), streamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded := make(chan struct{})
+	close(loaded)
+	return &Tracker{stream: st, nc: nc, ctx: t.Context(), loaded: loaded, beats: map[string]Beat{}, changed: make(chan struct{})}, kv, js
 }
 
 // setUp creates the bucket, as `tether migrate` does, and opens it.
