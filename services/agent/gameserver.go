@@ -586,13 +586,16 @@ func (gs *gameServer) enqueueLocked(envs []events.Envelope, stored int) error {
 
 // rebuild refolds the server's state from its whole history, after its
 // queued events were published (their sequences were unknown when folded).
+// The history is the stream leader's: the events just published are
+// there, and a replica behind it might show the server without them, or
+// not at all.
 func (gs *gameServer) rebuild(ctx context.Context) error {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	if gs.a.outbox.len() > 0 {
 		return nil // more of ours still queued
 	}
-	hist, err := gs.a.opts.Store.History(ctx, gs.subject, 0)
+	hist, err := gs.a.opts.Store.CurrentHistory(ctx, gs.subject, 0)
 	if err != nil {
 		return err
 	}

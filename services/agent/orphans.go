@@ -217,7 +217,10 @@ func (a *Agent) terminateOrphan(ctx context.Context, rec processRecord, running 
 	res, err := write.Do(ctx, a.opts.Store, write.Op{
 		Name: rec.GameServer,
 		Read: func(ctx context.Context) (uint64, error) {
-			hist, err := a.opts.Store.History(ctx, events.MustSubject(rec.GameServer), 0)
+			// As the stream's leader has it: a replica behind it may not
+			// hold the server yet, and a server it does not show would be
+			// judged "never ours" and left running in the views.
+			hist, err := a.opts.Store.CurrentHistory(ctx, events.MustSubject(rec.GameServer), 0)
 			if err != nil {
 				return 0, fmt.Errorf("read %s: %w", rec.GameServer, err)
 			}

@@ -59,9 +59,12 @@ func (ss *sessions) forget(gameSession string) {
 	delete(ss.m, gameSession)
 }
 
-// refreshLocked folds what was appended to the session since seq.
+// refreshLocked folds what was appended to the session since seq, as the
+// stream's leader has it: a refusal (no such session, no such seat, a
+// window already expired) is not checked by the append's guard, and must
+// not be decided on what a replica behind the leader shows.
 func (s *session) refreshLocked(ctx context.Context, store eventStore) error {
-	hist, err := store.History(ctx, events.MustSubject(s.name), s.seq+1)
+	hist, err := store.CurrentHistory(ctx, events.MustSubject(s.name), s.seq+1)
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,11 @@ import (
 type eventStore interface {
 	Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error)
 	LastSequence(ctx context.Context, subject string) (uint64, error)
+	// LeaderLastSequence and CurrentHistory read as the stream's leader
+	// has it, for decisions on absence (natsjs).
+	LeaderLastSequence(ctx context.Context, subject string) (uint64, error)
 	History(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)
+	CurrentHistory(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)
 	Event(ctx context.Context, seq uint64) (events.Envelope, error)
 	LastEvent(ctx context.Context, subject string) (events.Envelope, bool, error)
 	TryAppend(ctx context.Context, subject string, expected uint64, e events.Envelope) (seq uint64, duplicate bool, err error)

@@ -352,10 +352,12 @@ func (g *gameSessionService) reissue(ctx context.Context, gsessID, psID, request
 
 // current returns a game session's state at its last event in the stream,
 // and that event's sequence: the views' row, with what the projector has
-// not applied yet folded from the stream.
+// not applied yet folded from the stream. Both reads of the stream are
+// the leader's: a player refused on a replica's past (no such seat, its
+// window expired) would not be told the truth.
 func (g *gameSessionService) current(ctx context.Context, gsess, subject string) (*eventsv1.GameSessionState, uint64, error) {
 	s := g.s
-	last, err := s.opts.Store.LastSequence(ctx, subject)
+	last, err := s.opts.Store.LeaderLastSequence(ctx, subject)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read %s: %w", gsess, err)
 	}
@@ -366,7 +368,7 @@ func (g *gameSessionService) current(ctx context.Context, gsess, subject string)
 	if row.Sequence >= last {
 		return row.State, row.Sequence, nil
 	}
-	tail, err := s.opts.Store.History(ctx, subject, row.Sequence+1)
+	tail, err := s.opts.Store.CurrentHistory(ctx, subject, row.Sequence+1)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read %s: %w", gsess, err)
 	}

@@ -33,9 +33,12 @@ type writeResult struct {
 }
 
 // write runs the API's write path for one aggregate (events/write): read
-// its last sequence from the store, wait until the views have applied it,
-// decide on that state, and append with the sequence as the concurrency
-// guard. On a
+// its last sequence from the stream's leader, wait until the views have
+// applied it, decide on that state, and append with the sequence as the
+// concurrency guard. (A replica behind the leader would give an older
+// sequence: an append guarded by it conflicts, but a refusal, such as
+// NOT_FOUND for a fleet the views do not show yet, appends nothing and
+// would stand.) On a
 // conflict it re-reads and decides again, unless the client pinned a version
 // (etag), which then gets VERSION_CONFLICT. A request id makes it
 // idempotent: a retry finds its earlier events and changes nothing, and the
@@ -48,7 +51,7 @@ func (s *Server) write(ctx context.Context, name, requestID, etag string, decide
 	var last uint64
 	read := func(ctx context.Context) (uint64, error) {
 		var err error
-		if last, err = s.opts.Store.LastSequence(ctx, subject); err != nil {
+		if last, err = s.opts.Store.LeaderLastSequence(ctx, subject); err != nil {
 			return 0, fmt.Errorf("read %s: %w", name, err)
 		}
 		if err := s.waitFresh(ctx, last); err != nil {

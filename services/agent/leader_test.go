@@ -1,0 +1,138 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/platform/migrate"
+	"github.com/tetherhq/tether/services/testkit/natstest"
+)
+
+// reads is how many aggregates each test below reads with a replica
+// behind: one answering a direct get from its past escapes a test with
+// odds of 1 in 2^reads.
+const reads = 10
+
+// behindStore is an event store whose stream has a replica behind it,
+// answering about half of its direct gets (natstest.BehindReplica): that
+// replica holds only the events of one fleet, so it shows none of the
+// aggregates a test creates.
+func behindStore(t *testing.T) *natsjs.Store {
+	t.Helper()
+	ctx := context.Background()
+	ns := natstest.Start(t)
+	_, js := natstest.Connect(t, ns)
+	if err := migrate.NATS(ctx, js, migrate.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := natsjs.New(ctx, js, natsjs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := events.FleetName("other")
+	created := events.New(other, time.Now(), &eventsv1.FleetCreated{})
+	created.Producer = "controllers/c1"
+	if _, err := store.Append(ctx, events.MustSubject(other), 0, created); err != nil {
+		t.Fatal(err)
+	}
+	natstest.BehindReplica(t, js, events.StreamName, events.MustSubject(other))
+	return store
+}
+
+// scheduleOn stores a game server scheduled on host, as the controller
+// does, and returns its name.
+func scheduleOn(t *testing.T, store *natsjs.Store, i int, host string) string {
+	t.Helper()
+	name := events.GameServerName("arena", fmt.Sprintf("gs-%d", i))
+	env := events.New(name, time.Now(), &eventsv1.GameServerScheduled{Host: host})
+	env.Producer = "controllers/c1"
+	if _, err := store.Append(context.Background(), events.MustSubject(name), 0, env); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// A player's call is decided on the game session as the stream's leader
+// has it: a replica behind it that does not hold the session yet would
+// have the player refused (no such game session).
+func TestSessionCallsAreNotRefusedByAReplicaBehind(t *testing.T) {
+	ctx := context.Background()
+	store := behindStore(t)
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	a := &Agent{opts: Options{Store: store, Clock: clockwork.NewFakeClockAt(now)}, producer: "hosts/h1"}
+	for i := range reads {
+		name := events.GameSessionName(fmt.Sprintf("gsess-%d", i))
+		created := events.New(name, now, &eventsv1.GameSessionCreated{
+			GameServer: events.GameServerName("arena", fmt.Sprintf("gs-%d", i)), Policy: &eventsv1.GameSessionPolicy{ReconnectWindowSeconds: 10},
+			Players: []*eventsv1.PlayerSeat{{PlayerSession: "ps-1", PlayerId: "p", ReservationDeadline: timestamppb.New(now.Add(time.Minute))}},
+		})
+		created.Producer = "apiservers/a1"
+		if _, err := store.Append(ctx, events.MustSubject(name), 0, created); err != nil {
+			t.Fatal(err)
+		}
+		_, msgs, err := a.decideSession(ctx, name, events.AcceptPlayer{PlayerSession: "ps-1", Now: now}, nil)
+		if err != nil {
+			t.Fatalf("%s: the player's accept was refused: %v", name, err)
+		}
+		if len(msgs) != 1 || events.TypeOf(msgs[0]) != "PlayerAccepted" {
+			t.Fatalf("%s: the accept recorded %v, want PlayerAccepted", name, msgs)
+		}
+	}
+}
+
+// A restarted agent terminates an orphaned process's server as the
+// stream's leader has it: a replica behind it that does not hold the
+// server would have it judged "never ours" and left as it was.
+func TestOrphansAreJudgedOnTheLeadersHistory(t *testing.T) {
+	ctx := context.Background()
+	store := behindStore(t)
+	a := &Agent{opts: Options{Store: store, Clock: clockwork.NewRealClock()}, host: "hosts/h1", producer: "hosts/h1", log: slog.New(slog.DiscardHandler)}
+	for i := range reads {
+		name := scheduleOn(t, store, i, "hosts/h1")
+		rec := processRecord{GameServer: name, Pid: 1000 + i, Agent: "earlier"}
+		if err := a.terminateOrphan(ctx, rec, false); err != nil {
+			t.Fatal(err)
+		}
+		hist, err := store.CurrentHistory(ctx, events.MustSubject(name), 0) // the test's own read must not be answered from the past either
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := hist[len(hist)-1]
+		term, isTerm := last.Data.(*eventsv1.GameServerTerminated)
+		if !isTerm || term.GetReason() != eventsv1.Reason_REASON_AGENT_RESTARTED {
+			t.Fatalf("%s: the orphan's server was left %s, want terminated AGENT_RESTARTED", name, last.Type)
+		}
+	}
+}
+
+// A server whose events went through the outbox is rebuilt from the
+// stream leader's history: a replica behind it would leave the agent
+// knowing nothing of the server it supervises.
+func TestRebuildReadsTheLeadersHistory(t *testing.T) {
+	ctx := context.Background()
+	store := behindStore(t)
+	box, err := openOutbox(t.TempDir(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Agent{opts: Options{Store: store}, outbox: box}
+	for i := range reads {
+		name := scheduleOn(t, store, i, "hosts/h1")
+		gs := &gameServer{a: a, name: name, subject: events.MustSubject(name), changed: make(chan struct{}), resync: true}
+		if err := gs.rebuild(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if gs.state.GetLifecycle() != eventsv1.Lifecycle_LIFECYCLE_SCHEDULED || gs.seq == 0 {
+			t.Fatalf("%s: rebuilt as %v at sequence %d, want SCHEDULED with its event's sequence", name, gs.state.GetLifecycle(), gs.seq)
+		}
+	}
+}
