@@ -216,6 +216,8 @@ type Controller struct {
 
 	noRoomLogged map[string]time.Time                // fleet → last "no host with room" log
 	beats        *hostbeat.Tracker                   // host heartbeats, tracked while leader from the first pass
+	beatsWait    time.Duration                       // a pass's wait for beats to catch up (beatsWait)
+	beatsBehind  int                                 // passes in a row beats did not catch up
 	seen         map[string]time.Time                // host id → last heartbeat known while leader
 	startResent  map[string]time.Time                // SCHEDULED server → last time its start command was re-sent
 	live         keptRows[*eventsv1.GameServerState] // the live game servers, kept between passes
@@ -243,7 +245,7 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{opts: opts, log: opts.Logger.With("controller", opts.ID), producer: "controllers/" + opts.ID,
-		noRoomLogged: map[string]time.Time{}, seen: map[string]time.Time{}, startResent: map[string]time.Time{}}
+		noRoomLogged: map[string]time.Time{}, seen: map[string]time.Time{}, startResent: map[string]time.Time{}, beatsWait: beatsWait}
 	c.hooks = newWebhooks(opts.Interval, opts.Clock.Now)
 	c.wake = newPassWake(opts.JetStream)
 	c.live, c.hosts = liveServers(opts.Views), knownHosts(opts.Views)

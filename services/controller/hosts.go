@@ -102,14 +102,23 @@ func (p planner) planHosts(s snapshot, out *Plan) map[string]eventsv1.HostStatus
 // beat in the bucket (on a new tracker, its initial values).
 const beatsWait = 5 * time.Second
 
+// beatsBehindPasses is how many passes in a row a heartbeat tracker may
+// fail to catch up with the bucket before it is replaced. Its watcher is
+// served by one NATS server, which may stay behind the bucket's leader (a
+// replica catching up, or cut off from the others); a new watcher is
+// placed afresh, preferably on a server that is caught up.
+const beatsBehindPasses = 2
+
 // readBeats returns every host's last beat. It reads them from a tracker of
 // the bucket (one round trip instead of one per host), started on first use
 // with the pass's context, so it lives as long as the leadership: lead
 // stops it. A pass never reads a map the tracker cannot vouch for, nor one
 // still filling: a tracker that has not caught up with the bucket within
-// beatsWait fails the pass, as a failed Read did, and is kept (its watcher
-// resumes on its own, or ends); one that has ended (its watcher failed, or
-// a previous leadership's context ended) is replaced.
+// beatsWait fails the pass, as a failed Read did. It is kept for the next
+// pass (its watcher may resume on its own), and replaced once it has
+// failed beatsBehindPasses passes in a row; one that has ended (its
+// watcher failed, or a previous leadership's context ended) is replaced
+// at once.
 func (c *Controller) readBeats(ctx context.Context) (map[string]hostbeat.Beat, error) {
 	if c.beats != nil {
 		if err := c.beats.Err(); err != nil {
@@ -126,9 +135,19 @@ func (c *Controller) readBeats(ctx context.Context) (map[string]hostbeat.Beat, e
 		}
 		c.beats = t
 	}
-	wctx, cancel := context.WithTimeout(ctx, beatsWait)
+	wctx, cancel := context.WithTimeout(ctx, c.beatsWait)
 	defer cancel()
-	return c.beats.Beats(wctx)
+	beats, err := c.beats.Beats(wctx)
+	switch {
+	case err == nil:
+		c.beatsBehind = 0
+	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		if c.beatsBehind++; c.beatsBehind >= beatsBehindPasses {
+			c.log.Warn("host heartbeat tracker stayed behind the bucket; starting another", "passes", c.beatsBehind, "err", err)
+			c.stopBeats()
+		}
+	}
+	return beats, err
 }
 
 // stopBeats stops the heartbeat tracker, if any.
@@ -139,7 +158,7 @@ func (c *Controller) stopBeats() {
 	if err := c.beats.Stop(); err != nil {
 		c.log.Warn("stop the host heartbeat tracker", "err", err)
 	}
-	c.beats = nil
+	c.beats, c.beatsBehind = nil, 0
 }
 
 // terminateLost ends with HOST_LOST every live server of the lost hosts
