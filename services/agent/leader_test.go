@@ -13,8 +13,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/platform/migrate"
-	"github.com/tetherhq/tether/services/testkit/natstest"
+	kit "github.com/tetherhq/tether/services/testkit/stack"
 )
 
 // reads is how many aggregates each test below reads with a replica
@@ -23,29 +22,13 @@ import (
 const reads = 10
 
 // behindStore is an event store whose stream has a replica behind it,
-// answering about half of its direct gets (natstest.BehindReplica): that
-// replica holds only the events of one fleet, so it shows none of the
-// aggregates a test creates.
+// answering about half of its direct gets (kit.Stack.BehindReplica):
+// that replica shows none of the aggregates a test creates.
 func behindStore(t *testing.T) *natsjs.Store {
 	t.Helper()
-	ctx := context.Background()
-	ns := natstest.Start(t)
-	_, js := natstest.Connect(t, ns)
-	if err := migrate.NATS(ctx, js, migrate.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	store, err := natsjs.New(ctx, js, natsjs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := events.FleetName("other")
-	created := events.New(other, time.Now(), &eventsv1.FleetCreated{})
-	created.Producer = "controllers/c1"
-	if _, err := store.Append(ctx, events.MustSubject(other), 0, created); err != nil {
-		t.Fatal(err)
-	}
-	natstest.BehindReplica(t, js, events.StreamName, events.MustSubject(other))
-	return store
+	k := kit.New(t)
+	k.BehindReplica()
+	return k.Store
 }
 
 // scheduleOn stores a game server scheduled on host, as the controller

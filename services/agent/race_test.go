@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/services/platform/migrate"
-
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/jonboulle/clockwork"
@@ -17,7 +15,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/testkit/natstest"
+	kit "github.com/tetherhq/tether/services/testkit/stack"
 )
 
 // A player reconnecting exactly at the end of their window races the
@@ -28,15 +26,7 @@ import (
 // never both, and whoever lost was told so.
 func TestReconnectRacesWindowExpiry(t *testing.T) {
 	ctx := context.Background()
-	ns := natstest.Start(t)
-	_, js := natstest.Connect(t, ns)
-	if err := migrate.NATS(ctx, js, migrate.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	store, err := natsjs.New(ctx, js, natsjs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := kit.New(t).Store
 	deadline := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	const races = 100
 	const ps = "ps-racer"

@@ -5,10 +5,6 @@ import (
 	"net/http"
 	"testing"
 	"time"
-
-	"github.com/tetherhq/tether/events"
-	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 
 // A write waits for the views to reach the aggregate's last event as the
@@ -20,13 +16,7 @@ import (
 // replica's past escapes with odds of 1 in 1,024.
 func TestWritesAreNotRefusedOnAReplicasPast(t *testing.T) {
 	s := newStack(t, stackOptions{readWait: 200 * time.Millisecond, lateProjector: true})
-	other := events.FleetName("other")
-	fleet := events.New(other, time.Now(), &eventsv1.FleetCreated{})
-	fleet.Producer = "apiservers/a1"
-	if _, err := s.Store.Append(s.Ctx, events.MustSubject(other), 0, fleet); err != nil {
-		t.Fatal(err)
-	}
-	natstest.BehindReplica(t, s.JS, events.StreamName, events.MustSubject(other))
+	s.BehindReplica()
 
 	for i := range 10 {
 		id := fmt.Sprintf("arena%d", i)

@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/services/nats/hostbeat"
-	"github.com/tetherhq/tether/services/platform/migrate"
-	"github.com/tetherhq/tether/services/testkit/natstest"
+	kit "github.com/tetherhq/tether/services/testkit/stack"
 )
 
 // A heartbeat tracker whose watcher stays behind the bucket fails the
@@ -20,11 +19,7 @@ import (
 // server, as a replica that stopped catching up would leave it.
 func TestATrackerThatStaysBehindIsReplaced(t *testing.T) {
 	ctx := t.Context()
-	ns := natstest.Start(t)
-	_, js := natstest.Connect(t, ns)
-	if err := migrate.NATS(ctx, js, migrate.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	js := kit.New(t).JS
 	kv, err := js.KeyValue(ctx, hostbeat.Bucket)
 	if err != nil {
 		t.Fatal(err)

@@ -24,8 +24,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections/postgres"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/apiserver"
 	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/nats/commands"
@@ -222,6 +224,26 @@ func (s *Stack) StopProjector() {
 		s.T.Fatal("stack: no projector runs")
 	}
 	s.projector()
+}
+
+// BehindFleet is the one fleet whose events the replica of BehindReplica
+// holds.
+const BehindFleet = "fleets/behind"
+
+// BehindReplica gives the events stream a replica behind it that answers
+// about half of its direct gets (natstest.BehindReplica), as a replica
+// catching up, or cut off from the others, does. It holds the events of
+// BehindFleet alone (created here), so of every other aggregate it says
+// there is nothing: a read that must not be answered from the past
+// reads the stream's leader.
+func (s *Stack) BehindReplica() {
+	s.T.Helper()
+	created := events.New(BehindFleet, time.Now(), &eventsv1.FleetCreated{})
+	created.Producer = "apiservers/behind"
+	if _, err := s.Store.Append(s.Ctx, events.MustSubject(BehindFleet), 0, created); err != nil {
+		s.T.Fatalf("stack: the behind replica's fleet: %v", err)
+	}
+	natstest.BehindReplica(s.T, s.JS, events.StreamName, events.MustSubject(BehindFleet))
 }
 
 // ProjectorRunning reports whether a projector runs.
