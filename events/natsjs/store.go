@@ -370,42 +370,61 @@ func PublishWaiting(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, 
 		}
 		return ack, err
 	}
-	// Each attempt is bounded: a request in flight to a server that died
-	// is never answered, and waiting out the caller's whole deadline on it
-	// would leave no time to send it again once the stream has a leader.
-	publish := func() (*jetstream.PubAck, error) {
-		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
-		defer cancel()
-		ack, err := js.PublishMsg(actx, msg)
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = fmt.Errorf("no answer within %s: %w", publishAttemptTimeout, nats.ErrTimeout)
-		}
-		return ack, err
+	var ack *jetstream.PubAck
+	err := waitAvailable(ctx, wait, func(ctx context.Context) error {
+		var err error
+		ack, err = js.PublishMsg(ctx, msg)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	ack, err := publish()
+	return ack, nil
+}
+
+// waitAvailable runs try, and again while it fails for want of an answer
+// (retryable: no stream leader during a NATS election, no answer, no
+// connection), for up to wait (one attempt if negative), backing off from
+// 50 to 500 ms. Each attempt is bounded by attemptTimeout: a request in
+// flight to a server that died, or that a server drops (a JetStream API
+// request reaching a replica that is not the leader is not answered), is
+// never answered, and waiting out the caller's whole deadline on it would
+// leave no time to send it again once the stream has a leader. The error
+// it gives up with wraps events.ErrUnavailable.
+func waitAvailable(ctx context.Context, wait time.Duration, try func(ctx context.Context) error) error {
+	attempt := func() error {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		defer cancel()
+		err := try(actx)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("no answer within %s: %w", attemptTimeout, nats.ErrTimeout)
+		}
+		return err
+	}
+	err := attempt()
 	if err == nil || !retryable(err) {
-		return ack, err
+		return err
 	}
 	giveUp := time.Now().Add(wait)
 	backoff := 50 * time.Millisecond
-	for attempt := 2; ; attempt++ {
+	for n := 2; ; n++ {
 		if time.Now().Add(backoff).After(giveUp) {
-			return nil, fmt.Errorf("%w: gave up after %d attempts in %s: %w", events.ErrUnavailable, attempt-1, wait, err)
+			return fmt.Errorf("%w: gave up after %d attempts in %s: %w", events.ErrUnavailable, n-1, max(wait, 0), err)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %w (then %w)", events.ErrUnavailable, err, ctx.Err())
+			return fmt.Errorf("%w: %w (then %w)", events.ErrUnavailable, err, ctx.Err())
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
-		if ack, err = publish(); err == nil || !retryable(err) {
-			return ack, err
+		if err = attempt(); err == nil || !retryable(err) {
+			return err
 		}
 	}
 }
 
-// publishAttemptTimeout bounds each attempt of PublishWaiting.
-const publishAttemptTimeout = 2 * time.Second
+// attemptTimeout bounds each attempt of waitAvailable.
+const attemptTimeout = 2 * time.Second
 
 // jsClusterNotAvailable is JetStream's error code 10008, "JetStream system
 // temporarily unavailable" (no meta leader, e.g. during an election).
@@ -523,11 +542,33 @@ type LeaderMessage struct {
 // others answers from its past. A caller that decides on absence (no
 // message after this one, so nothing is left to wait for) reads with
 // LeaderGet.
+//
+// Only the leader answers, so while the stream has none (an election,
+// 4-9 s) LeaderGet asks again, as an append waits (PublishWaiting), for
+// up to DefaultUnavailableWait within ctx; each request is bounded, since
+// one the server drops is never answered, even without a deadline in ctx.
 func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, r MsgRequest) (LeaderMessage, bool, error) {
+	return leaderGetWaiting(ctx, nc, stream, r, DefaultUnavailableWait)
+}
+
+// leaderGetWaiting is LeaderGet, waiting up to wait for a leader.
+func leaderGetWaiting(ctx context.Context, nc *nats.Conn, stream string, r MsgRequest, wait time.Duration) (LeaderMessage, bool, error) {
 	req, err := json.Marshal(r)
 	if err != nil {
 		return LeaderMessage{}, false, err
 	}
+	var m LeaderMessage
+	var found bool
+	err = waitAvailable(ctx, wait, func(ctx context.Context) error {
+		var err error
+		m, found, err = leaderGetOnce(ctx, nc, stream, req)
+		return err
+	})
+	return m, found, err
+}
+
+// leaderGetOnce sends one request of LeaderGet.
+func leaderGetOnce(ctx context.Context, nc *nats.Conn, stream string, req []byte) (LeaderMessage, bool, error) {
 	reply, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
 	if err != nil {
 		return LeaderMessage{}, false, err
@@ -570,7 +611,7 @@ func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, r MsgRequest) 
 // after a conflict, a write of ours that was stored a moment ago must not
 // be missed, and CurrentHistory must not stop short.
 func (s *Store) leaderGet(ctx context.Context, r MsgRequest) (LeaderMessage, bool, error) {
-	return LeaderGet(ctx, s.js.Conn(), events.StreamName, r)
+	return leaderGetWaiting(ctx, s.js.Conn(), events.StreamName, r, s.wait)
 }
 
 // CurrentHistory is History checked against the stream's leader: it

@@ -1,0 +1,102 @@
+package natsjs
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/services/dev/natsembed"
+	"github.com/tetherhq/tether/services/testkit/natstest"
+	"github.com/tetherhq/tether/services/testkit/wait"
+)
+
+// replicated starts a cluster of three with a stream T of three replicas
+// holding one message on t.a, and returns the nodes, the stream's leader
+// and a client connected to a node that is not the leader.
+func replicated(t *testing.T) ([]*natsembed.Server, string, *nats.Conn) {
+	t.Helper()
+	ctx := t.Context()
+	nodes := natstest.StartCluster(t, 3)
+	_, js := natstest.Connect(t, nodes[0])
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "t.a", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	var leader string
+	wait.For(t, 10*time.Second, "the stream to have a leader", func() bool {
+		s, err := js.Stream(ctx, "T")
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		if err == nil && info.Cluster != nil {
+			leader = info.Cluster.Leader
+		}
+		return leader != ""
+	})
+	for _, n := range nodes {
+		if n.Name() != leader {
+			nc, _ := natstest.Connect(t, n)
+			return nodes, leader, nc
+		}
+	}
+	t.Fatal("no node but the leader")
+	return nil, "", nil
+}
+
+// runBounded runs f and fails the test if it has not returned within
+// limit: a read that never returns must fail the test, not hang it.
+func runBounded(t *testing.T, limit time.Duration, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+	case <-time.After(limit):
+		t.Fatalf("still waiting after %s", limit)
+	}
+}
+
+// A leader read during an election (the leader's node stopped) waits for
+// the next leader, as an append does, instead of failing at once or
+// waiting for ever on a request no node answers; the caller set no
+// deadline.
+func TestLeaderGetWaitsOutAnElection(t *testing.T) {
+	nodes, leader, nc := replicated(t)
+	for _, n := range nodes {
+		if n.Name() == leader {
+			n.Shutdown()
+		}
+	}
+	runBounded(t, 30*time.Second, func() {
+		m, found, err := LeaderGet(context.Background(), nc, "T", MsgRequest{LastFor: "t.a"})
+		if err != nil || !found || string(m.Data) != "x" {
+			t.Errorf("leader read during an election: %q found %v, %v; want the message", m.Data, found, err)
+		}
+	})
+}
+
+// With no leader to come (two nodes of three stopped: no quorum), a leader
+// read gives up after its wait with an error a caller can tell from a
+// refusal (events.ErrUnavailable), even when the caller set no deadline.
+func TestLeaderGetGivesUpWithoutALeader(t *testing.T) {
+	nodes, _, nc := replicated(t)
+	for _, n := range nodes {
+		if n.ClientURL() != nc.ConnectedUrl() {
+			n.Shutdown()
+		}
+	}
+	runBounded(t, 30*time.Second, func() {
+		_, _, err := leaderGetWaiting(context.Background(), nc, "T", MsgRequest{LastFor: "t.a"}, 3*time.Second)
+		if !errors.Is(err, events.ErrUnavailable) {
+			t.Errorf("leader read without a leader: %v, want events.ErrUnavailable", err)
+		}
+	})
+}
