@@ -446,6 +446,15 @@ func (gs *gameServer) refreshLocked(ctx context.Context) error {
 	return gs.foldNewer(ctx, gs.a.opts.Store.History)
 }
 
+// confirm folds the events the stream's leader holds after the last known
+// sequence (CurrentHistory): for a decision on the agent's copy that
+// appends nothing (a refusal, a no-op), which no append's guard checks.
+func (gs *gameServer) confirm(ctx context.Context) error {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	return gs.foldNewer(ctx, gs.a.opts.Store.CurrentHistory)
+}
+
 // foldNewer folds the events read by read after the last known sequence.
 func (gs *gameServer) foldNewer(ctx context.Context, read func(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)) error {
 	if gs.resync {

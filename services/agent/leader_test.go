@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
 	kit "github.com/tetherhq/tether/services/testkit/stack"
 )
 
@@ -116,6 +118,83 @@ func TestRebuildReadsTheLeadersHistory(t *testing.T) {
 		}
 		if gs.state.GetLifecycle() != eventsv1.Lifecycle_LIFECYCLE_SCHEDULED || gs.seq == 0 {
 			t.Fatalf("%s: rebuilt as %v at sequence %d, want SCHEDULED with its event's sequence", name, gs.state.GetLifecycle(), gs.seq)
+		}
+	}
+}
+
+// allocatedBehindCopy stores a game server scheduled on h1, started, READY
+// and then allocated to game session gsess, and returns the server as the
+// agent's copy holds it before the allocation reached it (READY), as after
+// an allocation whose notice is still on its way.
+func allocatedBehindCopy(t *testing.T, a *Agent, i int, gsess string) *gameServer {
+	t.Helper()
+	ctx := context.Background()
+	store := a.opts.Store
+	name := events.GameServerName("arena", fmt.Sprintf("gs-%d", i))
+	subject := events.MustSubject(name)
+	var state *eventsv1.GameServerState
+	var seq uint64
+	for _, data := range []proto.Message{
+		&eventsv1.GameServerScheduled{Host: "hosts/h1"},
+		&eventsv1.ProcessStarted{Pid: 4242},
+		&eventsv1.GameServerReady{},
+		&eventsv1.GameServerAllocated{GameSession: gsess, MaxPlayers: 2},
+	} {
+		env := events.New(name, time.Now(), data)
+		got, err := store.Append(ctx, subject, seq, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, allocated := data.(*eventsv1.GameServerAllocated); allocated {
+			break // the copy has not seen it
+		}
+		env.Sequence, seq = got, got
+		if state, err = events.ApplyGameServer(state, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &gameServer{a: a, name: name, subject: subject, state: state, seq: seq, changed: make(chan struct{}), log: slog.New(slog.DiscardHandler)}
+}
+
+// A player's call is refused ("not allocated") only on the server as the
+// stream's leader has it, not on the agent's copy, which may not show the
+// allocation yet. With a replica behind the leader answering half the
+// reads, ten servers.
+func TestPlayerCallsAreResolvedOnTheLeadersServer(t *testing.T) {
+	a := &Agent{opts: Options{Store: behindStore(t)}}
+	for i := range reads {
+		gsess := events.GameSessionName(fmt.Sprintf("gsess-%d", i))
+		gs := allocatedBehindCopy(t, a, i, gsess)
+		got, ps, err := gs.playerSession(context.Background(), "ps-1")
+		if err != nil || got != gsess || ps != "ps-1" {
+			t.Fatalf("%s: a player of its new game session resolved to (%q, %q), %v; want %s", gs.name, got, ps, err, gsess)
+		}
+	}
+}
+
+// Ready on a server the agent's copy shows READY is a no-op only if the
+// stream's leader shows it READY too: here the server was allocated, and
+// the game's Ready, which ends its match, must be recorded.
+func TestReadyIsANoOpOnlyOnTheLeadersServer(t *testing.T) {
+	k := kit.New(t)
+	k.BehindReplica()
+	box, err := openOutbox(t.TempDir(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Agent{opts: Options{Store: k.Store, JetStream: k.JS, Clock: clockwork.NewRealClock()}, outbox: box, host: "hosts/h1", producer: "hosts/h1"}
+	s := &sdkServer{a: a}
+	for i := range reads {
+		gs := allocatedBehindCopy(t, a, i, events.GameSessionName(fmt.Sprintf("gsess-%d", i)))
+		if _, err := s.Ready(context.WithValue(context.Background(), tokenKey{}, gs), &sdkv1.ReadyRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		hist, err := k.Store.CurrentHistory(context.Background(), gs.subject, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last := hist[len(hist)-1]; last.Type != "GameServerReady" || len(hist) != 5 {
+			t.Fatalf("%s: after the game's Ready, %d events ending with %s; want its allocation, then GameServerReady", gs.name, len(hist), last.Type)
 		}
 	}
 }

@@ -167,8 +167,27 @@ func (gs *gameServer) sessionFromAllocation(gsess string) func() *eventsv1.GameS
 	}
 }
 
+// playerSession is playerSessionOf, refused only on the server as the
+// stream's leader has it. The agent's copy of the server may not show its
+// allocation yet: the allocation's notice may still be on its way, or the
+// server may have been read from a replica behind the leader, and a
+// player refused for that would be turned away from a match that is
+// theirs. So a refusal on the copy reads the server's newer events from
+// the leader and resolves again; a server that cannot be read is
+// UNAVAILABLE (the game may retry), not a refusal.
+func (gs *gameServer) playerSession(ctx context.Context, id string) (gameSession, psID string, err error) {
+	gameSession, psID, err = gs.playerSessionOf(id)
+	if status.Code(err) != codes.FailedPrecondition {
+		return gameSession, psID, err
+	}
+	if err := gs.confirm(ctx); err != nil {
+		return "", "", status.Errorf(codes.Unavailable, "read game server %s: %v", gs.name, err)
+	}
+	return gs.playerSessionOf(id)
+}
+
 // playerSessionOf resolves a player session id ("ps-…") or full name
-// against the server's current game session.
+// against the agent's copy of the server's current game session.
 func (gs *gameServer) playerSessionOf(id string) (gameSession, psID string, err error) {
 	gs.mu.Lock()
 	current := gs.state.GetGameSession()
@@ -233,7 +252,7 @@ func (s *sdkServer) Allocate(ctx context.Context, req *sdkv1.AllocateRequest) (*
 // and RemovePlayer.
 func (s *sdkServer) AcceptPlayer(ctx context.Context, req *sdkv1.AcceptPlayerRequest) (*sdkv1.AcceptPlayerResponse, error) {
 	gs := serverOf(ctx)
-	gsess, psID, err := gs.playerSessionOf(req.GetPlayerSessionId())
+	gsess, psID, err := gs.playerSession(ctx, req.GetPlayerSessionId())
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +305,7 @@ func playerError(err error) error {
 // one took it over) changes nothing: the answer says it is stale.
 func (s *sdkServer) DisconnectPlayer(ctx context.Context, req *sdkv1.DisconnectPlayerRequest) (*sdkv1.DisconnectPlayerResponse, error) {
 	gs := serverOf(ctx)
-	gsess, psID, err := gs.playerSessionOf(req.GetPlayerSession())
+	gsess, psID, err := gs.playerSession(ctx, req.GetPlayerSession())
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +328,7 @@ func (s *sdkServer) DisconnectPlayer(ctx context.Context, req *sdkv1.DisconnectP
 // named no longer holds the seat (then nothing changes: stale).
 func (s *sdkServer) RemovePlayer(ctx context.Context, req *sdkv1.RemovePlayerRequest) (*sdkv1.RemovePlayerResponse, error) {
 	gs := serverOf(ctx)
-	gsess, psID, err := gs.playerSessionOf(req.GetPlayerSession())
+	gsess, psID, err := gs.playerSession(ctx, req.GetPlayerSession())
 	if err != nil {
 		return nil, err
 	}

@@ -236,11 +236,18 @@ func transportOf(ctx context.Context) string {
 
 func serverOf(ctx context.Context) *gameServer { return ctx.Value(tokenKey{}).(*gameServer) }
 
-// Ready marks the server ready. Calling it again while READY is a no-op.
+// Ready marks the server ready. Calling it again while READY is a no-op,
+// on the server as the stream's leader has it: the agent's copy may not
+// show an allocation yet, and a Ready that ends the match would be lost.
 func (s *sdkServer) Ready(ctx context.Context, _ *sdkv1.ReadyRequest) (*sdkv1.ReadyResponse, error) {
 	gs := serverOf(ctx)
 	if gs.lifecycle() == eventsv1.Lifecycle_LIFECYCLE_READY {
-		return &sdkv1.ReadyResponse{}, nil
+		if err := gs.confirm(ctx); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "read game server %s: %v", gs.name, err)
+		}
+		if gs.lifecycle() == eventsv1.Lifecycle_LIFECYCLE_READY {
+			return &sdkv1.ReadyResponse{}, nil
+		}
 	}
 	if err := gs.record(ctx, events.MarkReady{}); err != nil {
 		return nil, sdkError(err)
