@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tetherhq/tether/events/natsjs"
@@ -62,6 +63,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, ttl time.Duration, repli
 // methods are safe to call from any goroutine.
 type Lease struct {
 	kv   jetstream.KeyValue
+	nc   *nats.Conn // reads the bucket's leader (natsjs.LeaderGet)
 	role string
 	id   string
 	ttl  time.Duration
@@ -97,7 +99,7 @@ func Open(ctx context.Context, js jetstream.JetStream, role, id string, log *slo
 	if st.TTL() <= 0 {
 		return nil, fmt.Errorf("lease: bucket %s has no TTL, so a dead holder would keep its lease for ever: run `tether migrate`", Bucket)
 	}
-	return &Lease{kv: kv, role: role, id: id, ttl: st.TTL(), log: log.With("lease", role)}, nil
+	return &Lease{kv: kv, nc: js.Conn(), role: role, id: id, ttl: st.TTL(), log: log.With("lease", role)}, nil
 }
 
 // TTL is how long a silent holder keeps the lease (the bucket's).
@@ -330,9 +332,16 @@ func (l *Lease) renew(ctx context.Context) error {
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			// An earlier attempt may have been stored without its answer
 			// reaching us: the key then holds our id at a newer revision.
-			if e, gerr := l.kv.Get(ctx, l.role); gerr == nil && string(e.Value()) == l.id && e.Revision() > l.revision {
-				l.revision, l.validUntil = e.Revision(), sent.Add(l.ttl)
+			// Only the bucket's leader is asked: a replica behind it (a
+			// KV get is a direct get, which any replica answers) may not
+			// hold that write yet, and the tenure would end for nothing.
+			m, found, gerr := natsjs.LeaderGet(ctx, l.nc, "KV_"+Bucket, natsjs.MsgRequest{LastFor: "$KV." + Bucket + "." + l.role})
+			if gerr == nil && found && string(m.Data) == l.id && m.Sequence > l.revision {
+				l.revision, l.validUntil = m.Sequence, sent.Add(l.ttl)
 				return nil
+			}
+			if gerr != nil {
+				err = fmt.Errorf("%w (and the key could not be read: %w)", err, gerr)
 			}
 			return fmt.Errorf("lease: renew %s: taken by another instance: %w", l.role, err)
 		}
