@@ -134,9 +134,11 @@ func (h history) toAPI(e events.Envelope) (*tetherv1.Event, error) {
 // back after its namesake was: the archive's stretches, then the stream's
 // events). The stream is read first: an event the archiver purges
 // meanwhile was recorded in a stored segment before, so the catalog, read
-// after, finds it.
+// after, finds it. It is read as the stream's leader holds it
+// (CurrentHistory): an audit must not be answered from a replica's past,
+// with a history cut short or "has no history" for a resource that has one.
 func (h *historyService) history(ctx context.Context, r resource, from uint64) (history, error) {
-	stream, err := h.s.opts.Store.History(ctx, r.subject, from)
+	stream, err := h.s.opts.Store.CurrentHistory(ctx, r.subject, from)
 	if err != nil {
 		return history{}, err
 	}

@@ -33,3 +33,22 @@ func TestWritesAreNotRefusedOnAReplicasPast(t *testing.T) {
 		t.Fatalf("scale once the views caught up: %d %v", scaled.status, scaled.body)
 	}
 }
+
+// A resource's history (events, :explain, :stateAt) is the stream
+// leader's, not what a replica behind it shows: there, a fleet just
+// created has no events at all. Ten fleets.
+func TestHistoryIsTheLeaders(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	s.BehindReplica()
+	for i := range 10 {
+		id := fmt.Sprintf("arena%d", i)
+		if created := s.do("POST", "/v1/fleets?fleetId="+id, arenaFleet(0)); created.status != http.StatusOK {
+			t.Fatalf("create %s: %d %v", id, created.status, created.body)
+		}
+		r := s.do("GET", "/v1/fleets/"+id+"/events", nil)
+		evs, _ := r.body["events"].([]any)
+		if r.status != http.StatusOK || len(evs) == 0 {
+			t.Fatalf("history of %s: %d %v; want its FleetCreated", id, r.status, r.body)
+		}
+	}
+}
