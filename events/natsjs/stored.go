@@ -61,6 +61,25 @@ func (s *Store) Decode(m StoredMessage) (events.Envelope, error) {
 	return s.open(m.Data, m.Subject, m.Header, m.Sequence)
 }
 
+// FirstEvent returns the first event stored on subject (no wildcards) as
+// the stream's leader holds it, or ok=false when it holds none (the
+// subject has no events, or they were purged). A replica behind the
+// leader would answer that a subject written a moment ago has none.
+func (s *Store) FirstEvent(ctx context.Context, subject string) (events.Envelope, bool, error) {
+	if err := checkSubject(subject); err != nil {
+		return events.Envelope{}, false, err
+	}
+	m, found, err := s.leaderGet(ctx, MsgRequest{Seq: 1, NextFor: subject})
+	if err != nil || !found {
+		if err != nil {
+			err = fmt.Errorf("natsjs: first event of %s from the stream's leader: %w", subject, err)
+		}
+		return events.Envelope{}, false, err
+	}
+	e, err := s.open(m.Data, m.Subject, m.Header, m.Sequence)
+	return e, err == nil, err
+}
+
 // LeaderLastSequence returns the sequence of the last message on subject
 // (no wildcards) as the stream's leader holds it, 0 if it has none. Unlike
 // LastSequence, a replica that is behind cannot answer it: for a caller

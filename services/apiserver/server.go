@@ -55,6 +55,7 @@ type eventStore interface {
 	LeaderLastSequence(ctx context.Context, subject string) (uint64, error)
 	History(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)
 	CurrentHistory(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)
+	FirstEvent(ctx context.Context, subject string) (events.Envelope, bool, error)
 	Event(ctx context.Context, seq uint64) (events.Envelope, error)
 	LastEvent(ctx context.Context, subject string) (events.Envelope, bool, error)
 	TryAppend(ctx context.Context, subject string, expected uint64, e events.Envelope) (seq uint64, duplicate bool, err error)

@@ -77,10 +77,14 @@ func (f watchFilter) match(ctx context.Context, e events.Envelope) bool {
 // fleet's game sessions and their player sessions, which are named
 // gameSessions/{id}, without their fleet: a session's fleet is its game
 // server's, from its GameSessionCreated when the watch sees it, or else
-// from the views, remembered for the watch.
+// from the views, or else (the views do not show it yet: a watch resumed
+// after the session's creation while the projector is behind) from its
+// GameSessionCreated read from the stream's leader; remembered for the
+// watch.
 type sessionFleets struct {
 	fleet  string // fleets/{fleet}
 	lookup func(ctx context.Context, session string) (projections.Row[*eventsv1.GameSessionState], error)
+	first  func(ctx context.Context, subject string) (events.Envelope, bool, error)
 	known  map[string]bool // game session → of the fleet
 }
 
@@ -99,17 +103,12 @@ func (s *sessionFleets) keeps(ctx context.Context, e events.Envelope) bool {
 	if mine, ok := s.known[session]; ok {
 		return mine
 	}
-	var server string
-	if created, ok := e.Data.(*eventsv1.GameSessionCreated); ok {
-		server = created.GetGameServer()
-	} else {
-		row, err := s.lookup(ctx, session)
-		if err != nil {
-			// Not in the views (yet, or ever): not known to be the fleet's,
-			// and not remembered, so a later event asks again.
-			return false
-		}
-		server = row.State.GetGameServer()
+	server, ok := s.serverOf(ctx, session, e)
+	if !ok {
+		// Neither in the views nor in the stream (archived, or a read
+		// failed): not known to be the fleet's, and not remembered, so a
+		// later event asks again.
+		return false
 	}
 	fleet, _, err := events.ParseGameServerName(server)
 	mine := err == nil && events.FleetName(fleet) == s.fleet
@@ -118,6 +117,22 @@ func (s *sessionFleets) keeps(ctx context.Context, e events.Envelope) bool {
 	}
 	s.known[session] = mine
 	return mine
+}
+
+// serverOf finds the game server of session, of which e is an event.
+func (s *sessionFleets) serverOf(ctx context.Context, session string, e events.Envelope) (string, bool) {
+	if created, ok := e.Data.(*eventsv1.GameSessionCreated); ok {
+		return created.GetGameServer(), true
+	}
+	if row, err := s.lookup(ctx, session); err == nil {
+		return row.State.GetGameServer(), true
+	}
+	first, found, err := s.first(ctx, events.MustSubject(session))
+	if err != nil || !found {
+		return "", false
+	}
+	created, ok := first.Data.(*eventsv1.GameSessionCreated)
+	return created.GetGameServer(), ok
 }
 
 // learn remembers the fleet of an archived game session from its first
@@ -136,8 +151,8 @@ func (s *sessionFleets) learn(first events.Envelope) {
 }
 
 // parseWatchFilter validates a request's filters. A fleet's game sessions
-// are looked up in views.
-func parseWatchFilter(req *tetherv1.WatchEventsRequest, views viewReader) (watchFilter, error) {
+// are looked up in views, then in the stream.
+func parseWatchFilter(req *tetherv1.WatchEventsRequest, views viewReader, store eventStore) (watchFilter, error) {
 	var f watchFilter
 	if fleet := req.GetFleet(); fleet != "" {
 		id, ok := strings.CutPrefix(fleet, "fleets/")
@@ -145,7 +160,7 @@ func parseWatchFilter(req *tetherv1.WatchEventsRequest, views viewReader) (watch
 			return f, invalidField("fleet", fmt.Sprintf("%q is not a fleet name (fleets/{fleet})", fleet))
 		}
 		f.subjects = append([]string{events.MustSubject(fleet), events.FleetGameServersSubject(id)}, events.SessionSubjects()...)
-		f.sessions = &sessionFleets{fleet: fleet, lookup: views.GameSession, known: map[string]bool{}}
+		f.sessions = &sessionFleets{fleet: fleet, lookup: views.GameSession, first: store.FirstEvent, known: map[string]bool{}}
 	}
 	if host := req.GetHost(); host != "" {
 		id, ok := strings.CutPrefix(host, "hosts/")
@@ -230,7 +245,7 @@ func (h *historyService) WatchEvents(req *tetherv1.WatchEventsRequest, stream gr
 	if w == nil {
 		return &apiError{code: codes.Unimplemented, reason: "UNIMPLEMENTED", msg: "this API server has no event watch configured"}
 	}
-	f, err := parseWatchFilter(req, h.s.opts.Views)
+	f, err := parseWatchFilter(req, h.s.opts.Views, h.s.opts.Store)
 	if err != nil {
 		return err
 	}

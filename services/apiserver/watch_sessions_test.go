@@ -54,3 +54,29 @@ func TestWatchByFleetKeepsItsSessions(t *testing.T) {
 		t.Fatalf("got %v (%v), want %v: the arena fleet's server, sessions and player sessions only", got, err, want)
 	}
 }
+
+// A watch filtered by fleet, resumed after a game session's creation while
+// the views do not show the session yet (the projector is behind: here,
+// stopped), keeps the session's later events: its fleet is read from its
+// GameSessionCreated in the stream. Before, they were dropped, a gap in a
+// watch that promises none.
+func TestWatchByFleetResumedBeforeTheViewsKeepsItsSessions(t *testing.T) {
+	s := newStack(t, stackOptions{lateProjector: true})
+	hc := historyClient(t, s.grpcAddrs[0])
+	gsA := events.GameServerName("arena", "gs-1")
+	s.appendAs(events.FleetName("arena"), "apiservers/x", &eventsv1.FleetCreated{Spec: &eventsv1.FleetSpec{Replicas: 1}})
+	s.appendAs(gsA, "controllers/c1", &eventsv1.GameServerScheduled{Host: "hosts/h1"})
+	created := s.appendAs("gameSessions/g1", "apiservers/x", &eventsv1.GameSessionCreated{GameServer: gsA, Host: "hosts/h1"})
+	want := []uint64{
+		s.appendAs("gameSessions/g1/playerSessions/p1", "hosts/h1", &eventsv1.PlayerSessionReserved{Seat: &eventsv1.PlayerSeat{PlayerSession: "p1", PlayerId: "p1"}}),
+		s.appendAs("gameSessions/g1", "controllers/c1", &eventsv1.GameSessionEnded{}),
+	}
+	stream, err := hc.WatchEvents(context.Background(), &tetherv1.WatchEventsRequest{Fleet: events.FleetName("arena"), AfterSequence: int64(created), EndTime: farFuture()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := recvSequences(stream)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("got %v (%v), want %v: the session's events after the watch resumed", got, err, want)
+	}
+}
