@@ -686,9 +686,21 @@ func (s *Store) LastSequence(ctx context.Context, subject string) (uint64, error
 	return msg.Sequence, nil
 }
 
-// Event returns the event stored at a stream sequence (one direct get).
+// Event returns the event stored at a stream sequence: one direct get,
+// and, if that finds nothing, a read of the stream's leader. Callers ask
+// for a sequence the stream acknowledged (a retried request's first
+// event), which a replica behind the leader may not hold yet.
 func (s *Store) Event(ctx context.Context, seq uint64) (events.Envelope, error) {
 	msg, err := s.stream.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		m, found, lerr := s.leaderGet(ctx, MsgRequest{Seq: seq})
+		switch {
+		case lerr != nil:
+			err = fmt.Errorf("%w (and from the stream's leader: %w)", err, lerr)
+		case found && m.Sequence == seq:
+			return s.open(m.Data, m.Subject, m.Header, m.Sequence)
+		}
+	}
 	if err != nil {
 		return events.Envelope{}, fmt.Errorf("natsjs: read event %d: %w", seq, err)
 	}

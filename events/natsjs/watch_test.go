@@ -3,6 +3,7 @@ package natsjs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -281,5 +282,21 @@ func TestDecodeAsTheStoreReads(t *testing.T) {
 	}
 	if _, err := e.store.Decode(natsjs.StoredMessage{Sequence: 9, Subject: fleetSubject("d"), Data: []byte("not an envelope")}); !errors.Is(err, events.ErrUndecodable) {
 		t.Fatalf("decode of garbage: %v, want ErrUndecodable", err)
+	}
+}
+
+// An event read by its sequence (a retried request's first event, which
+// the stream acknowledged) is found even when a replica behind the leader
+// that does not hold it answers the direct get. Ten reads.
+func TestEventWhenAReplicaIsBehind(t *testing.T) {
+	e := newEnv(t)
+	e.append(t, fleetSubject("a"), events.AnySequence, fleetCreated("a", 1))
+	natstest.BehindReplica(t, e.js, events.StreamName, fleetSubject("a"))
+	for i := range 10 {
+		seq := e.append(t, fleetSubject(fmt.Sprintf("b%d", i)), events.AnySequence, fleetCreated(fmt.Sprintf("b%d", i), 1))
+		got, err := e.store.Event(e.ctx, seq)
+		if err != nil || got.Sequence != seq || got.Aggregate != events.FleetName(fmt.Sprintf("b%d", i)) {
+			t.Fatalf("event %d: %s at %d, %v", seq, got.Aggregate, got.Sequence, err)
+		}
 	}
 }
