@@ -23,9 +23,12 @@ func replicated(t *testing.T) ([]*natsembed.Server, string, *nats.Conn) {
 	ctx := t.Context()
 	nodes := natstest.StartCluster(t, 3)
 	_, js := natstest.Connect(t, nodes[0])
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Replicas: 3}); err != nil {
-		t.Fatal(err)
-	}
+	// Until every node has joined the meta group, there are no three
+	// peers to place the stream on.
+	wait.Until(t, 20*time.Second, "a stream of three replicas", func() error {
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Replicas: 3})
+		return err
+	})
 	if _, err := js.Publish(ctx, "t.a", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
