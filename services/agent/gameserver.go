@@ -449,11 +449,18 @@ func (gs *gameServer) refreshLocked(ctx context.Context) error {
 // confirm folds the events the stream's leader holds after the last known
 // sequence (CurrentHistory): for a decision on the agent's copy that
 // appends nothing (a refusal, a no-op), which no append's guard checks.
+// While NATS is away it fails at once rather than wait for the stream.
 func (gs *gameServer) confirm(ctx context.Context) error {
+	if !gs.a.natsUp() {
+		return errNATSDown
+	}
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	return gs.foldNewer(ctx, gs.a.opts.Store.CurrentHistory)
 }
+
+// errNATSDown is confirm's error while the agent's NATS connection is down.
+var errNATSDown = errors.New("NATS is not connected")
 
 // foldNewer folds the events read by read after the last known sequence.
 func (gs *gameServer) foldNewer(ctx context.Context, read func(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)) error {

@@ -26,11 +26,14 @@ const reads = 10
 // behindStore is an event store whose stream has a replica behind it,
 // answering about half of its direct gets (kit.Stack.BehindReplica):
 // that replica shows none of the aggregates a test creates.
-func behindStore(t *testing.T) *natsjs.Store {
+func behindStore(t *testing.T) *natsjs.Store { return behindStack(t).Store }
+
+// behindStack is the stack of behindStore.
+func behindStack(t *testing.T) *kit.Stack {
 	t.Helper()
 	k := kit.New(t)
 	k.BehindReplica()
-	return k.Store
+	return k
 }
 
 // scheduleOn stores a game server scheduled on host, as the controller
@@ -161,7 +164,8 @@ func allocatedBehindCopy(t *testing.T, a *Agent, i int, gsess string) *gameServe
 // allocation yet. With a replica behind the leader answering half the
 // reads, ten servers.
 func TestPlayerCallsAreResolvedOnTheLeadersServer(t *testing.T) {
-	a := &Agent{opts: Options{Store: behindStore(t)}}
+	k := behindStack(t)
+	a := &Agent{opts: Options{Store: k.Store, JetStream: k.JS}}
 	for i := range reads {
 		gsess := events.GameSessionName(fmt.Sprintf("gsess-%d", i))
 		gs := allocatedBehindCopy(t, a, i, gsess)
