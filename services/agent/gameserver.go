@@ -448,15 +448,34 @@ func (gs *gameServer) refreshLocked(ctx context.Context) error {
 
 // confirm folds the events the stream's leader holds after the last known
 // sequence (CurrentHistory): for a decision on the agent's copy that
-// appends nothing (a refusal, a no-op), which no append's guard checks.
-// While NATS is away it fails at once rather than wait for the stream.
+// appends nothing (a refusal), which no append's guard checks. The
+// server's lock is not held while the stream is read (health evaluation
+// and commands go on); what was folded meanwhile is skipped. While NATS
+// is away it fails at once.
 func (gs *gameServer) confirm(ctx context.Context) error {
 	if !gs.a.natsUp() {
 		return errNATSDown
 	}
 	gs.mu.Lock()
+	from, resync := gs.seq, gs.resync
+	gs.mu.Unlock()
+	if resync {
+		return nil // its queued events are not in the stream yet; rebuild follows the outbox
+	}
+	hist, err := gs.a.opts.Store.CurrentHistory(ctx, gs.subject, from+1)
+	if err != nil {
+		return err
+	}
+	gs.mu.Lock()
 	defer gs.mu.Unlock()
-	return gs.foldNewer(ctx, gs.a.opts.Store.CurrentHistory)
+	if gs.resync {
+		return nil
+	}
+	for len(hist) > 0 && hist[0].Sequence <= gs.seq {
+		hist = hist[1:] // folded meanwhile
+	}
+	gs.foldLockedFrom(ctx, hist)
+	return nil
 }
 
 // errNATSDown is confirm's error while the agent's NATS connection is down.
@@ -471,6 +490,13 @@ func (gs *gameServer) foldNewer(ctx context.Context, read func(ctx context.Conte
 	if err != nil {
 		return err
 	}
+	gs.foldLockedFrom(ctx, hist)
+	return nil
+}
+
+// foldLockedFrom folds events read from the stream, newer than the last
+// known sequence, and wakes SDK watchers if there were any.
+func (gs *gameServer) foldLockedFrom(ctx context.Context, hist []events.Envelope) {
 	for _, e := range hist {
 		next, err := events.ApplyGameServer(gs.state, e)
 		if err != nil {
@@ -486,7 +512,6 @@ func (gs *gameServer) foldNewer(ctx context.Context, read func(ctx context.Conte
 	if len(hist) > 0 {
 		gs.notifyLocked()
 	}
-	return nil
 }
 
 // record decides a command on the server's state and appends the result,

@@ -14,7 +14,6 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
 	kit "github.com/tetherhq/tether/services/testkit/stack"
 )
 
@@ -172,33 +171,6 @@ func TestPlayerCallsAreResolvedOnTheLeadersServer(t *testing.T) {
 		got, ps, err := gs.playerSession(context.Background(), "ps-1")
 		if err != nil || got != gsess || ps != "ps-1" {
 			t.Fatalf("%s: a player of its new game session resolved to (%q, %q), %v; want %s", gs.name, got, ps, err, gsess)
-		}
-	}
-}
-
-// Ready on a server the agent's copy shows READY is a no-op only if the
-// stream's leader shows it READY too: here the server was allocated, and
-// the game's Ready, which ends its match, must be recorded.
-func TestReadyIsANoOpOnlyOnTheLeadersServer(t *testing.T) {
-	k := kit.New(t)
-	k.BehindReplica()
-	box, err := openOutbox(t.TempDir(), 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &Agent{opts: Options{Store: k.Store, JetStream: k.JS, Clock: clockwork.NewRealClock()}, outbox: box, host: "hosts/h1", producer: "hosts/h1"}
-	s := &sdkServer{a: a}
-	for i := range reads {
-		gs := allocatedBehindCopy(t, a, i, events.GameSessionName(fmt.Sprintf("gsess-%d", i)))
-		if _, err := s.Ready(context.WithValue(context.Background(), tokenKey{}, gs), &sdkv1.ReadyRequest{}); err != nil {
-			t.Fatal(err)
-		}
-		hist, err := k.Store.CurrentHistory(context.Background(), gs.subject, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if last := hist[len(hist)-1]; last.Type != "GameServerReady" || len(hist) != 5 {
-			t.Fatalf("%s: after the game's Ready, %d events ending with %s; want its allocation, then GameServerReady", gs.name, len(hist), last.Type)
 		}
 	}
 }

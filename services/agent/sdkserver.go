@@ -237,19 +237,14 @@ func transportOf(ctx context.Context) string {
 func serverOf(ctx context.Context) *gameServer { return ctx.Value(tokenKey{}).(*gameServer) }
 
 // Ready marks the server ready. Calling it again while READY is a no-op,
-// on the server as the stream's leader has it: the agent's copy may not
-// show an allocation yet, and a Ready that ends the match would be lost.
-// While the stream cannot be read (NATS away), the copy decides, as it
-// did before the leader was asked: Ready stays idempotent in an outage.
+// decided on the agent's copy of the server, which is what the game was
+// shown: an allocation the copy does not show yet is one the game has not
+// heard of (it hears through the copy, and a player's call folds it into
+// the copy first), so a Ready then cannot mean its match is over.
 func (s *sdkServer) Ready(ctx context.Context, _ *sdkv1.ReadyRequest) (*sdkv1.ReadyResponse, error) {
 	gs := serverOf(ctx)
 	if gs.lifecycle() == eventsv1.Lifecycle_LIFECYCLE_READY {
-		if err := gs.confirm(ctx); err != nil {
-			gs.log.Warn("Ready while READY: the server could not be read from the stream; taken as a no-op on the agent's copy", "err", err)
-		}
-		if gs.lifecycle() == eventsv1.Lifecycle_LIFECYCLE_READY {
-			return &sdkv1.ReadyResponse{}, nil
-		}
+		return &sdkv1.ReadyResponse{}, nil
 	}
 	if err := gs.record(ctx, events.MarkReady{}); err != nil {
 		return nil, sdkError(err)
