@@ -141,7 +141,7 @@ func (c *Controller) readBeats(ctx context.Context) (map[string]hostbeat.Beat, e
 	switch {
 	case err == nil:
 		c.beatsBehind = 0
-	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+	case ctx.Err() == nil && errors.Is(err, hostbeat.ErrBehind):
 		if c.beatsBehind++; c.beatsBehind >= beatsBehindPasses {
 			c.log.Warn("host heartbeat tracker stayed behind the bucket; starting another", "passes", c.beatsBehind, "err", err)
 			c.stopBeats()

@@ -23,6 +23,12 @@ var ErrStopped = errors.New("hostbeat: tracker stopped")
 // it no longer follows the bucket, and a new tracker is needed.
 var ErrWatchEnded = errors.New("hostbeat: bucket watcher ended")
 
+// ErrBehind is the error of a Beats call whose context ended before the
+// tracker caught up with the bucket (its watcher is slow, stalled, or
+// served by a NATS server behind the bucket's leader). It wraps the
+// context's error too.
+var ErrBehind = errors.New("hostbeat: tracker behind the bucket")
+
 // probeEvery is how often Beats, while it waits for the tracker to reach
 // the bucket's last revision, checks which revisions are left to deliver (a
 // value removed before the watcher delivered it never is).
@@ -337,7 +343,7 @@ func (t *Tracker) reach(ctx context.Context, target uint64) error {
 		t.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("hostbeat: tracker behind the bucket (revision %d of %d): %w", rev, target, ctx.Err())
+			return fmt.Errorf("%w (revision %d of %d): %w", ErrBehind, rev, target, ctx.Err())
 		case <-ch:
 		case <-probe.C:
 			// The target revision may have been removed before the watcher

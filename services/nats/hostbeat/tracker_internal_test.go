@@ -99,7 +99,7 @@ func TestTrackerStalledServesNothing(t *testing.T) {
 	bctx, bcancel := context.WithTimeout(t.Context(), 3*probeEvery)
 	defer bcancel()
 	got, err := tr.Beats(bctx)
-	if !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, ErrBehind) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a stalled tracker served %+v, %v", got, err)
 	}
 	cancel()
@@ -126,7 +126,7 @@ func TestTrackerBehindServesNothingWhenAReplicaAnswers(t *testing.T) {
 	bctx, bcancel := context.WithTimeout(t.Context(), 10*probeEvery+probeEvery/2)
 	defer bcancel()
 	got, err := tr.Beats(bctx)
-	if !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, ErrBehind) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a tracker behind the bucket served %+v, %v", got, err)
 	}
 }
