@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/projections"
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/platform/migrate"
@@ -66,6 +68,42 @@ func TestReconnectStateIsTheLeaders(t *testing.T) {
 		}
 		if events.FindPlayer(state, "ps-1") == nil || last != seq {
 			t.Fatalf("%s read at sequence %d with seats %v; want its seat, at %d", gsess, last, state.GetPlayers(), seq)
+		}
+	}
+}
+
+// A fleet-filtered watch tells a session's events apart by the session's
+// fleet: from the views, else from the session's first event in the
+// stream. When neither can be read it says so (the watch ends, to be
+// resumed) instead of dropping the event as another fleet's; a session
+// neither holds (archived before the watch's range) is not the fleet's.
+func TestSessionFleetsNeverDropsWhatItCannotRead(t *testing.T) {
+	ctx := context.Background()
+	unreadable := errors.New("no stream leader")
+	notInViews := func(context.Context, string) (projections.Row[*eventsv1.GameSessionState], error) {
+		return projections.Row[*eventsv1.GameSessionState]{}, projections.ErrNotFound
+	}
+	created := events.New("gameSessions/g1", time.Now(), &eventsv1.GameSessionCreated{GameServer: events.GameServerName("arena", "gs-1")})
+	ended := events.New("gameSessions/g1", time.Now(), &eventsv1.GameSessionEnded{})
+	for name, tc := range map[string]struct {
+		lookup func(context.Context, string) (projections.Row[*eventsv1.GameSessionState], error)
+		first  func(context.Context, string) (events.Envelope, bool, error)
+		keep   bool
+		err    error
+	}{
+		"in the stream only": {notInViews, func(context.Context, string) (events.Envelope, bool, error) { return created, true, nil }, true, nil},
+		"nowhere":            {notInViews, func(context.Context, string) (events.Envelope, bool, error) { return events.Envelope{}, false, nil }, false, nil},
+		"the stream unreadable": {notInViews, func(context.Context, string) (events.Envelope, bool, error) {
+			return events.Envelope{}, false, unreadable
+		}, false, unreadable},
+		"the views unreadable": {func(context.Context, string) (projections.Row[*eventsv1.GameSessionState], error) {
+			return projections.Row[*eventsv1.GameSessionState]{}, unreadable
+		}, nil, false, unreadable},
+	} {
+		s := &sessionFleets{fleet: events.FleetName("arena"), lookup: tc.lookup, first: tc.first, known: map[string]bool{}}
+		keep, err := s.keeps(ctx, ended)
+		if keep != tc.keep || !errors.Is(err, tc.err) {
+			t.Errorf("%s: keep %v, %v; want %v, %v", name, keep, err, tc.keep, tc.err)
 		}
 	}
 }

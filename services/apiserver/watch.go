@@ -63,14 +63,19 @@ type watchFilter struct {
 	types map[string]bool
 }
 
-func (f watchFilter) match(ctx context.Context, e events.Envelope) bool {
+// match reports whether the watch keeps e; an error means it cannot tell
+// (a session's fleet could not be read).
+func (f watchFilter) match(ctx context.Context, e events.Envelope) (bool, error) {
 	if f.host != "" && e.Producer != f.host && e.Aggregate != f.host {
-		return false
+		return false, nil
 	}
 	if len(f.types) != 0 && !f.types[e.Type] {
-		return false
+		return false, nil
 	}
-	return f.sessions == nil || f.sessions.keeps(ctx, e)
+	if f.sessions == nil {
+		return true, nil
+	}
+	return f.sessions.keeps(ctx, e)
 }
 
 // sessionFleets keeps, for a watch filtered by fleet, the events of the
@@ -93,22 +98,24 @@ type sessionFleets struct {
 const maxKnownSessions = 10_000
 
 // keeps reports whether e is kept: any event not of a game session (the
-// subjects chose it), and a session's if the session is the fleet's.
-func (s *sessionFleets) keeps(ctx context.Context, e events.Envelope) bool {
+// subjects chose it), and a session's if the session is the fleet's. An
+// error means the session's fleet could not be read: the watch cannot
+// tell, and must not drop the event silently.
+func (s *sessionFleets) keeps(ctx context.Context, e events.Envelope) (bool, error) {
 	id, ok := strings.CutPrefix(e.Aggregate, "gameSessions/")
 	if !ok {
-		return true
+		return true, nil
 	}
 	session := "gameSessions/" + strings.SplitN(id, "/", 2)[0]
 	if mine, ok := s.known[session]; ok {
-		return mine
+		return mine, nil
 	}
-	server, ok := s.serverOf(ctx, session, e)
-	if !ok {
-		// Neither in the views nor in the stream (archived, or a read
-		// failed): not known to be the fleet's, and not remembered, so a
-		// later event asks again.
-		return false
+	server, ok, err := s.serverOf(ctx, session, e)
+	if err != nil || !ok {
+		// Neither in the views nor in the stream (archived before the
+		// watch's range): not known to be the fleet's, and not
+		// remembered, so a later event asks again.
+		return false, err
 	}
 	fleet, _, err := events.ParseGameServerName(server)
 	mine := err == nil && events.FleetName(fleet) == s.fleet
@@ -116,23 +123,28 @@ func (s *sessionFleets) keeps(ctx context.Context, e events.Envelope) bool {
 		clear(s.known)
 	}
 	s.known[session] = mine
-	return mine
+	return mine, nil
 }
 
-// serverOf finds the game server of session, of which e is an event.
-func (s *sessionFleets) serverOf(ctx context.Context, session string, e events.Envelope) (string, bool) {
+// serverOf finds the game server of session, of which e is an event:
+// ok=false when neither the views nor the stream hold the session.
+func (s *sessionFleets) serverOf(ctx context.Context, session string, e events.Envelope) (string, bool, error) {
 	if created, ok := e.Data.(*eventsv1.GameSessionCreated); ok {
-		return created.GetGameServer(), true
+		return created.GetGameServer(), true, nil
 	}
-	if row, err := s.lookup(ctx, session); err == nil {
-		return row.State.GetGameServer(), true
+	row, err := s.lookup(ctx, session)
+	switch {
+	case err == nil:
+		return row.State.GetGameServer(), true, nil
+	case !errors.Is(err, projections.ErrNotFound):
+		return "", false, err
 	}
 	first, found, err := s.first(ctx, events.MustSubject(session))
 	if err != nil || !found {
-		return "", false
+		return "", false, err
 	}
 	created, ok := first.Data.(*eventsv1.GameSessionCreated)
-	return created.GetGameServer(), ok
+	return created.GetGameServer(), ok, nil
 }
 
 // learn remembers the fleet of an archived game session from its first
@@ -401,7 +413,14 @@ func (h *historyService) pump(ctx context.Context, evs iter.Seq2[sourced, error]
 		if err != nil {
 			return err
 		}
-		if !f.match(ctx, e.Envelope) {
+		keep, err := f.match(ctx, e.Envelope)
+		if err != nil {
+			n := sent.Load()
+			h.s.log.Warn("watch ended: a session's fleet could not be read", "sequence", e.Sequence, "after_sequence", n, "err", err)
+			return &apiError{code: codes.Unavailable, reason: ReasonUnavailable, msg: fmt.Sprintf(
+				"the fleet of %s could not be read (%v); resume with after_sequence=%d", e.Aggregate, err, n)}
+		}
+		if !keep {
 			continue
 		}
 		ev, err := eventToAPI(e.Envelope)
