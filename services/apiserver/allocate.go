@@ -279,6 +279,10 @@ type cachedPolicy struct {
 // catchUp folds the events appended to a game server after seq. Most
 // conflicts are another allocation of the same server: when the last event
 // alone shows the server is no longer READY, that one direct get decides.
+// A conflict proves the stream holds events after seq: when the direct
+// reads show none (a replica behind the leader answered), they are read
+// from the leader, rather than try the same sequence again until the
+// call's attempts run out.
 func (a *allocationService) catchUp(ctx context.Context, name string, state *eventsv1.GameServerState, seq uint64) (*eventsv1.GameServerState, uint64, error) {
 	subject := events.MustSubject(name)
 	last, ok, err := a.s.opts.Store.LastEvent(ctx, subject)
@@ -291,6 +295,9 @@ func (a *allocationService) catchUp(ctx context.Context, name string, state *eve
 		return taken, last.Sequence, nil
 	}
 	evs, err := a.s.opts.Store.History(ctx, subject, seq+1)
+	if err == nil && len(evs) == 0 {
+		evs, err = a.s.opts.Store.CurrentHistory(ctx, subject, seq+1)
+	}
 	if err != nil {
 		return nil, 0, err
 	}

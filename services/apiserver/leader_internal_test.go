@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tetherhq/tether/events"
@@ -20,13 +21,12 @@ import (
 	"github.com/tetherhq/tether/services/testkit/pgtest"
 )
 
-// A reconnect is decided on the game session as the stream's leader has
-// it, the views' row completed from the leader: a replica behind the
-// leader that does not hold the session would have the player told that
-// their seat does not exist. The views here hold nothing yet (a projector
-// behind), as they would right after an allocation. Ten sessions: a read
-// answered from the replica's past escapes with odds of 1 in 1,024.
-func TestReconnectStateIsTheLeaders(t *testing.T) {
+// behindEventStore is an event store over a NATS server of its own whose
+// stream has a replica behind it answering about half its direct gets
+// (natstest.BehindReplica), holding another fleet's events only. (The
+// shared kit stack imports this package, so these tests cannot use it.)
+func behindEventStore(t *testing.T) *natsjs.Store {
+	t.Helper()
 	ctx := context.Background()
 	ns := natstest.Start(t)
 	_, js := natstest.Connect(t, ns)
@@ -38,12 +38,22 @@ func TestReconnectStateIsTheLeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := events.FleetName("other")
-	fleet := events.New(other, time.Now(), &eventsv1.FleetCreated{})
-	fleet.Producer = "apiservers/a1"
-	if _, err := store.Append(ctx, events.MustSubject(other), 0, fleet); err != nil {
+	if _, err := store.Append(ctx, events.MustSubject(other), 0, events.New(other, time.Now(), &eventsv1.FleetCreated{})); err != nil {
 		t.Fatal(err)
 	}
 	natstest.BehindReplica(t, js, events.StreamName, events.MustSubject(other))
+	return store
+}
+
+// A reconnect is decided on the game session as the stream's leader has
+// it, the views' row completed from the leader: a replica behind the
+// leader that does not hold the session would have the player told that
+// their seat does not exist. The views here hold nothing yet (a projector
+// behind), as they would right after an allocation. Ten sessions: a read
+// answered from the replica's past escapes with odds of 1 in 1,024.
+func TestReconnectStateIsTheLeaders(t *testing.T) {
+	ctx := context.Background()
+	store := behindEventStore(t)
 	pool, err := pgxpool.New(ctx, pgtest.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +114,47 @@ func TestSessionFleetsNeverDropsWhatItCannotRead(t *testing.T) {
 		keep, err := s.keeps(ctx, ended)
 		if keep != tc.keep || !errors.Is(err, tc.err) {
 			t.Errorf("%s: keep %v, %v; want %v, %v", name, keep, err, tc.keep, tc.err)
+		}
+	}
+}
+
+// After a conflict, an allocation folds what was appended to the server
+// since the sequence it tried, as the stream's leader has it: a replica
+// behind the leader that shows nothing new would have it try the same
+// sequence again, conflict again, and spend the call's attempts. Twenty
+// catch-ups, each of which a replica would answer with nothing new about
+// half the time.
+func TestCatchUpAfterAConflictReadsWhatTheConflictProves(t *testing.T) {
+	ctx := context.Background()
+	store := behindEventStore(t)
+	a := &allocationService{s: &Server{opts: Options{Store: store}}}
+	for i := range 20 {
+		name := events.GameServerName("arena", fmt.Sprintf("gs-%d", i))
+		subject := events.MustSubject(name)
+		var state *eventsv1.GameServerState
+		var seq uint64
+		var err error
+		for _, data := range []proto.Message{&eventsv1.GameServerScheduled{Host: "hosts/h1"}, &eventsv1.ProcessStarted{Pid: 1}, &eventsv1.GameServerReady{}} {
+			env := events.New(name, time.Now(), data)
+			if seq, err = store.Append(ctx, subject, seq, env); err != nil {
+				t.Fatal(err)
+			}
+			env.Sequence = seq
+			if state, err = events.ApplyGameServer(state, env); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Another writer's event after the one the allocation tried on.
+		newer, err := store.Append(ctx, subject, seq, events.New(name, time.Now(), &eventsv1.LabelsChanged{Set: map[string]string{"k": "v"}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, gotSeq, err := a.catchUp(ctx, name, state, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gotSeq != newer || got.GetLabels()["k"] != "v" {
+			t.Fatalf("%s caught up to %d with labels %v; want %d, with the other writer's label", name, gotSeq, got.GetLabels(), newer)
 		}
 	}
 }
