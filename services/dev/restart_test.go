@@ -34,6 +34,8 @@ var (
 	tetherOnce sync.Once
 	tetherBin  string
 	tetherErr  error
+	// tetherBinDir holds tetherBin; TestMain removes it after the tests.
+	tetherBinDir string
 )
 
 // tetherBinary builds the tether command once for the package (with the
@@ -46,7 +48,7 @@ func tetherBinary(t *testing.T) string {
 			tetherErr = err
 			return
 		}
-		tetherBin = filepath.Join(dir, "tether")
+		tetherBinDir, tetherBin = dir, filepath.Join(dir, "tether")
 		args := []string{"build", "-o", tetherBin}
 		if raceEnabled {
 			args = append(args, "-race")

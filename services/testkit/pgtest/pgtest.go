@@ -53,10 +53,12 @@ var (
 // the tests, stops the server and exits with the tests' exit code (1 if
 // setting up or stopping the server failed). Call it from TestMain.
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(Run(m))
 }
 
-func run(m *testing.M) int {
+// Run is Main without the exit: it returns the exit code, for a TestMain
+// that has more to clean up once the tests have run.
+func Run(m *testing.M) int {
 	s, err := setup()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest:", err)
