@@ -70,11 +70,11 @@ func (s *Store) FirstEvent(ctx context.Context, subject string) (events.Envelope
 		return events.Envelope{}, false, err
 	}
 	m, found, err := s.leaderGet(ctx, MsgRequest{Seq: 1, NextFor: subject})
-	if err != nil || !found {
-		if err != nil {
-			err = fmt.Errorf("natsjs: first event of %s from the stream's leader: %w", subject, err)
-		}
-		return events.Envelope{}, false, err
+	if err != nil {
+		return events.Envelope{}, false, fmt.Errorf("natsjs: first event of %s from the stream's leader: %w", subject, err)
+	}
+	if !found {
+		return events.Envelope{}, false, nil
 	}
 	e, err := s.open(m.Data, m.Subject, m.Header, m.Sequence)
 	return e, err == nil, err
