@@ -125,7 +125,8 @@ type Options struct {
 	// would cost the NATS server 20,000 requests/s (docs/scaling.md).
 	SyncInterval time.Duration
 	// CommandBackstop is how often the agent reads its durable command
-	// consumer for commands that did not reach it on the wire (commands.go);
+	// consumer for commands that did not reach it on the wire (commands.go),
+	// on average: each wait is drawn from half to one and a half of it;
 	// default DefaultCommandBackstop (10 s). It also reads it at start-up
 	// and at once after its NATS connection comes back.
 	CommandBackstop time.Duration
@@ -398,7 +399,7 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	if a.commandsTaken, err = meter.Int64Counter("tether_agent_commands",
-		metric.WithDescription("Commands handled (carried out, or failed for good), by where the agent took them (via): the wire, or the durable consumer that keeps what the wire missed.")); err != nil {
+		metric.WithDescription("Commands the agent acted on (carried out, or failed on their own terms), by where it took them (via): the wire, or the durable consumer that keeps what the wire missed. Commands it could not decode, or gave up on after retries, are logged, not counted.")); err != nil {
 		return nil, err
 	}
 	published, err := meter.Int64Counter("tether_agent_events_published",

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -28,9 +30,12 @@ func (r retryLater) Unwrap() error { return r.err }
 
 // A command that failed for a passing reason is tried again after
 // commandRetryDelay, commandAttempts times in all; the controller's start
-// deadline covers what is left.
+// deadline covers what is left. The consumer is read again
+// commandRetryRead after such a failure: once the server delivers the
+// command again, not at the same moment.
 const (
 	commandRetryDelay = time.Second
+	commandRetryRead  = commandRetryDelay + commandRetryDelay/4
 	commandAttempts   = 5
 )
 
@@ -48,12 +53,14 @@ const (
 // NATS server heartbeat every 5 s and renewed every 20 s: at 10,000 hosts,
 // 10,000 such pulls were the largest item of the NATS server's work, with
 // nothing to deliver (docs/scaling.md). A read every 10 s that finds
-// nothing costs the server one request and no state between reads.
+// nothing costs the server one request, and the subscription of its reply
+// inbox and its removal; it keeps no state between reads.
 const (
-	// DefaultCommandBackstop is how often the agent reads its consumer for
-	// commands the wire did not bring. It bounds how late a command
-	// published while this agent's NATS node was cut off from the
-	// publisher's, without the agent's connection dropping, is carried out.
+	// DefaultCommandBackstop is how often, on average, the agent reads its
+	// consumer for commands the wire did not bring. One and a half of it
+	// bounds how late a command published while this agent's NATS node was
+	// cut off from the publisher's, without the agent's connection
+	// dropping, is carried out.
 	DefaultCommandBackstop = 10 * time.Second
 	// commandWire bounds the commands waiting on the wire to be carried
 	// out; more are dropped by the client (and then read from the
@@ -63,7 +70,10 @@ const (
 	commandFetch = 256
 	// commandRemembered is how long the agent remembers a command it
 	// carried out, so that the consumer's copy is acknowledged without
-	// being carried out again: the stream's duplicate window. At most
+	// being carried out again: the stream's duplicate window (a retried
+	// publish of the same command comes again on the wire within it). A
+	// consumer that cannot be read for longer gets the command carried
+	// out again when it can, as does a new agent on the host. At most
 	// commandRememberedMax are kept; one forgotten early is carried out
 	// twice, which every command allows (a start of a running server, a
 	// stop of a stopping one and a refresh are no-ops).
@@ -127,12 +137,7 @@ func (a *Agent) consumeCommands(ctx context.Context, cons jetstream.Consumer) er
 			a.log.Warn("unsubscribe from commands", "err", err)
 		}
 	}()
-	// Once the server has the subscription, commands published reach it.
-	if err := nc.FlushTimeout(5 * time.Second); err != nil {
-		a.log.Warn("subscribe to commands: not confirmed; the consumer brings what the wire misses", "err", err)
-	} else {
-		a.log.Info("taking commands on the wire, and from the consumer every backstop", "backstop", a.opts.CommandBackstop)
-	}
+	a.confirmSubscription(ctx, nc, sub.Subject)
 	reconnected := nc.StatusChanged(nats.CONNECTED)
 	defer nc.RemoveStatusListener(reconnected)
 	r := &commandReader{a: a, cons: cons, done: carriedOut{}}
@@ -145,7 +150,7 @@ func (a *Agent) consumeCommands(ctx context.Context, cons jetstream.Consumer) er
 			return nil
 		case m := <-wire:
 			if errors.Is(r.take(ctx, m.Data, m.Header, viaWire), errRetry) {
-				r.soon(backstop, commandRetryDelay)
+				r.soon(backstop, commandRetryRead)
 			}
 			// The client drops what the channel has no room for while a
 			// command is carried out. (Dropped fails only once the
@@ -156,14 +161,41 @@ func (a *Agent) consumeCommands(ctx context.Context, cons jetstream.Consumer) er
 				r.soon(backstop, 0)
 			}
 		case <-reconnected:
+			// Within a second, at random: every agent on a NATS node that
+			// restarted reconnects at once.
 			a.log.Info("reconnected to NATS; reading the command consumer for what the wire missed")
-			r.soon(backstop, 0)
+			r.soon(backstop, rand.N(time.Second))
 		case <-backstop.C:
 			next := r.readConsumer(ctx)
 			r.due = time.Now().Add(next)
 			backstop.Reset(next)
 		}
 	}
+}
+
+// confirmSubscription waits until the NATS server has the agent's
+// subscription to subject (commands published from then on reach it on
+// the wire) and logs whether it took it. The server refuses it with an
+// error of its own, not the subscribe call's: credentials made before
+// this version lack the permission until `tether nats-auth init` is run
+// again, and the agent then takes every command from its consumer alone.
+func (a *Agent) confirmSubscription(ctx context.Context, nc *nats.Conn, subject string) {
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
+		if ctx.Err() == nil {
+			a.log.Warn("subscribe to commands: not confirmed; the consumer brings what the wire misses", "err", err)
+		}
+		return
+	}
+	// The server answers the flush after it has refused the subscription,
+	// and the client records the refusal as it reads it, before the answer.
+	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`) {
+		a.log.Error("the NATS credentials do not allow this agent to take its commands on the wire; it takes them from its consumer alone, up to "+
+			(a.opts.CommandBackstop*3/2).String()+" late. Run `tether nats-auth init` again (docs/security.md)", "err", err)
+		return
+	}
+	a.log.Info("taking commands on the wire, and from the consumer every backstop", "backstop", a.opts.CommandBackstop)
 }
 
 // soon moves the next read of the consumer to within d, if it is later.
@@ -218,29 +250,49 @@ func (r *commandReader) take(ctx context.Context, data []byte, header nats.Heade
 }
 
 // readConsumer carries out what the consumer holds that the wire did not
-// bring, acknowledges what it did, and returns when to read it again.
+// bring, acknowledges what it did, and returns when to read it again: in
+// about a backstop period, or commandRetryRead if a command is to be
+// tried again.
 func (r *commandReader) readConsumer(ctx context.Context) time.Duration {
 	a := r.a
 	r.done.forget(time.Now())
-	next := a.opts.CommandBackstop
+	// Anywhere from half to one and a half periods: agents started together
+	// (every host after a control-plane outage, or a simulated fleet) would
+	// otherwise read at the same moments, 10,000 requests in a burst every
+	// period, for ever.
+	next := a.opts.CommandBackstop/2 + rand.N(a.opts.CommandBackstop)
 	for {
 		batch, err := r.cons.FetchNoWait(commandFetch)
 		if err != nil {
 			a.log.Warn("read the command consumer", "err", err)
 			return next
 		}
-		n := 0
+		n, last := 0, time.Now()
 		for m := range batch.Messages() {
+			if ctx.Err() != nil {
+				// Left unacknowledged: the consumer delivers them again
+				// after its AckWait, to this host's next agent.
+				return next
+			}
 			n++
 			if errors.Is(r.takeDelivered(ctx, m), errRetry) {
-				next = min(next, commandRetryDelay)
+				next = min(next, commandRetryRead)
 			}
+			last = time.Now()
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			if ctx.Err() == nil {
 				a.log.Warn("read the command consumer", "err", err)
 			}
 			return next
+		}
+		// The server ends a read that does not wait with a status at once;
+		// the client gives up after a second without one, and says nothing.
+		// What the server sends after that goes nowhere, and is delivered
+		// again after the consumer's AckWait (30 s).
+		if n < commandFetch && time.Since(last) >= time.Second && ctx.Err() == nil {
+			a.log.Warn("read the command consumer: no answer within a second; read again in a moment", "delivered", n)
+			return min(next, commandRetryRead)
 		}
 		if n < commandFetch || ctx.Err() != nil {
 			return next

@@ -67,9 +67,21 @@ func TestCommandsArriveOnTheWire(t *testing.T) {
 	name := "fleets/arena/gameServers/gs-wire"
 	h.schedule(name, &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}})
 	h.waitEvent(name, "ProcessStarted")
-	if taken := commandsTaken(t, h, reader); taken["wire"] != 1 || taken["consumer"] != 0 {
-		t.Fatalf("commands taken %v, want the start once, on the wire", taken)
-	}
+	// Counted once the start returns, which may be after ProcessStarted.
+	waitTaken(t, h, reader, "the start once, on the wire", func(taken map[string]int64) bool {
+		return taken["wire"] == 1 && taken["consumer"] == 0
+	})
+}
+
+// waitTaken waits until the agent's commands counter satisfies ok.
+func waitTaken(t *testing.T, h *harness, reader *sdkmetric.ManualReader, want string, ok func(map[string]int64) bool) {
+	t.Helper()
+	wait.Until(t, 10*time.Second, "commands taken: "+want, func() error {
+		if taken := commandsTaken(t, h, reader); !ok(taken) {
+			return fmt.Errorf("commands taken %v", taken)
+		}
+		return nil
+	})
 }
 
 // A command published while the agent was cut off from NATS never reaches
@@ -91,13 +103,15 @@ func TestCommandsMissedOnTheWireAreReadFromTheConsumer(t *testing.T) {
 	h.schedule(missed, &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}})
 	link.heal()
 	h.waitEvent(missed, "ProcessStarted")
-	if taken := commandsTaken(t, h, reader); taken["wire"]+taken["consumer"] != 2 || taken["consumer"] < 1 {
-		t.Fatalf("commands taken %v, want 2 in all, the one sent during the cut from the consumer", taken)
-	}
+	waitTaken(t, h, reader, "2 in all, the one sent during the cut from the consumer", func(taken map[string]int64) bool {
+		return taken["wire"]+taken["consumer"] == 2 && taken["consumer"] >= 1
+	})
 }
 
 // Every command comes twice, on the wire and from the consumer; it is
-// carried out once, and the consumer's copy is acknowledged.
+// carried out once, and the consumer's copy is acknowledged. (The wire
+// brings at least one of them first: the consumer is read 50-150 ms
+// apart, the wire's copy arrives as the command is published.)
 func TestACommandIsCarriedOutOnce(t *testing.T) {
 	k := kit.New(t, kit.WithCommands())
 	reader := sdkmetric.NewManualReader()
@@ -107,7 +121,7 @@ func TestACommandIsCarriedOutOnce(t *testing.T) {
 		o.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	})
 	waitCommandSubscription(t, h)
-	const servers = 3
+	const servers = 4
 	for i := range servers {
 		name := fmt.Sprintf("fleets/arena/gameServers/gs-once-%d", i)
 		h.schedule(name, &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}})
@@ -127,7 +141,7 @@ func TestACommandIsCarriedOutOnce(t *testing.T) {
 		}
 		return nil
 	})
-	if taken := commandsTaken(t, h, reader); taken["wire"]+taken["consumer"] != servers {
-		t.Fatalf("commands taken %v, want each of the %d starts once", taken, servers)
+	if taken := commandsTaken(t, h, reader); taken["wire"]+taken["consumer"] != servers || taken["wire"] < 1 {
+		t.Fatalf("commands taken %v, want each of the %d starts once, some on the wire", taken, servers)
 	}
 }
