@@ -191,8 +191,8 @@ func (a *Agent) confirmSubscription(ctx context.Context, nc *nats.Conn, subject 
 	// The server answers the flush after it has refused the subscription,
 	// and the client records the refusal as it reads it, before the answer.
 	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`) {
-		a.log.Error("the NATS credentials do not allow this agent to take its commands on the wire; it takes them from its consumer alone, up to "+
-			(a.opts.CommandBackstop*3/2).String()+" late. Run `tether nats-auth init` again (docs/security.md)", "err", err)
+		a.log.Error("the NATS credentials do not allow this agent to take its commands on the wire; it takes them from its consumer alone, later. "+
+			"Run `tether nats-auth init` again (docs/security.md)", "late_by_up_to", a.opts.CommandBackstop*3/2, "err", err)
 		return
 	}
 	a.log.Info("taking commands on the wire, and from the consumer every backstop", "backstop", a.opts.CommandBackstop)
