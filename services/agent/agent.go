@@ -124,12 +124,6 @@ type Options struct {
 	// request per server, so at 10,000 hosts of 10 servers a 5 s period
 	// would cost the NATS server 20,000 requests/s (docs/scaling.md).
 	SyncInterval time.Duration
-	// CommandBackstop is how often the agent reads its durable command
-	// consumer for commands that did not reach it on the wire (commands.go),
-	// on average: each wait is drawn from half to one and a half of it;
-	// default DefaultCommandBackstop (10 s). It also reads it at start-up
-	// and at once after its NATS connection comes back.
-	CommandBackstop time.Duration
 	// ObserveJetStream, if set, is told the outcome of every heartbeat put
 	// (natsjs.Reconnector.Observe: a connection to a NATS server cut off
 	// from the cluster moves to another).
@@ -267,9 +261,6 @@ func (o *Options) setDefaults() {
 	if o.SyncInterval <= 0 {
 		o.SyncInterval = DefaultSyncInterval
 	}
-	if o.CommandBackstop <= 0 {
-		o.CommandBackstop = DefaultCommandBackstop
-	}
 	if o.OutboxDir == "" {
 		o.OutboxDir = filepath.Join(o.LogDir, "outbox")
 	}
@@ -340,8 +331,7 @@ type Agent struct {
 	// not game servers disconnecting.
 	stopping atomic.Bool
 
-	outboxFull    metric.Int64Counter
-	commandsTaken metric.Int64Counter // by where they came from: the wire or the consumer
+	outboxFull metric.Int64Counter
 
 	sessions sessions // game sessions of its servers, for player calls
 
@@ -396,10 +386,6 @@ func New(opts Options) (*Agent, error) {
 	meter := opts.MeterProvider.Meter("github.com/tetherhq/tether/services/agent")
 	if a.outboxFull, err = meter.Int64Counter("tether_agent_outbox_full",
 		metric.WithDescription("Events refused because the outbox was full while NATS was unreachable.")); err != nil {
-		return nil, err
-	}
-	if a.commandsTaken, err = meter.Int64Counter("tether_agent_commands",
-		metric.WithDescription("Commands the agent acted on (carried out, or failed on their own terms), by where it took them (via): the wire, or the durable consumer that keeps what the wire missed. Commands it could not decode, or gave up on after retries, are logged, not counted.")); err != nil {
 		return nil, err
 	}
 	published, err := meter.Int64Counter("tether_agent_events_published",

@@ -115,12 +115,6 @@ func exitWhileCut(t *testing.T, h *harness, link *cuttableLink, pid int) {
 // directly.
 func newCutHost(t *testing.T) (*harness, *cuttableLink) {
 	t.Helper()
-	return newCutHostOpts(t, func(*agent.Options) {})
-}
-
-// newCutHostOpts is newCutHost with the agent's options changed by opts.
-func newCutHostOpts(t *testing.T, opts func(*agent.Options)) (*harness, *cuttableLink) {
-	t.Helper()
 	k := kit.New(t, kit.WithCommands())
 	link := newCuttableLink(t, k.NATS.ClientURL())
 	nc, err := nats.Connect(link.url(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
@@ -141,10 +135,7 @@ func newCutHostOpts(t *testing.T, opts func(*agent.Options)) (*harness, *cuttabl
 		t.Fatal(err)
 	}
 	h := &harness{t: t, ctx: k.Ctx, js: k.JS, store: k.Store, bus: k.Commands}
-	h.startAgent(func(o *agent.Options) {
-		o.JetStream, o.Store, o.Commands = js, store, bus
-		opts(o)
-	})
+	h.startAgent(func(o *agent.Options) { o.JetStream, o.Store, o.Commands = js, store, bus })
 	link.onCut = func() {
 		wait.For(t, 10*time.Second, "the agent to lose NATS", func() bool { return nc.Status() != nats.CONNECTED })
 	}

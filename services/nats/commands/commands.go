@@ -1,11 +1,7 @@
 // Package commands carries controller → agent commands (start and stop a
 // game server) on the TETHER_COMMANDS stream, one subject per host:
-// tether.cmd.host.<host> (DESIGN.md §4). Each host has a durable consumer
-// of its subject, so commands wait while its agent is away. The agent also
-// subscribes to the subject with core NATS and carries out each command as
-// it is published; it reads its consumer now and then for what the wire
-// missed, and acknowledges there what it already carried out
-// (services/agent, commands.go).
+// tether.cmd.host.<host> (DESIGN.md §4). Each host's agent consumes its
+// subject with a durable consumer, so commands wait while an agent is away.
 //
 // The stream keeps commands for CommandTTL under limits retention, not as a
 // work queue: a work queue (or interest retention) makes the server look,

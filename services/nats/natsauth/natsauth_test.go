@@ -17,7 +17,6 @@ import (
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/dev/natsembed"
-	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/nats/hostlogs"
 	"github.com/tetherhq/tether/services/nats/natsauth"
 	"github.com/tetherhq/tether/services/platform/migrate"
@@ -208,56 +207,13 @@ func TestInitBringsPermissionsUpToDate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// What an earlier version wrote: no logs subject, no answers, no
-	// commands on the wire.
-	rewriteClaims(t, dir, natsauth.HostPrincipal("h1"), func(uc *jwt.UserClaims) {
-		uc.Sub.Allow.Remove(hostlogs.Subject("h1"))
-		uc.Sub.Allow.Remove(commands.Subject("h1"))
-		uc.Resp = nil
-	})
-	api := natsauth.CredsPath(dir, natsauth.APIServer)
-	apiBefore, err := os.ReadFile(api)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	if err := natsauth.Init(dir, nil); err != nil {
-		t.Fatal(err)
-	}
-	after, err := natsauth.ReadCreds(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	claims, err := jwt.DecodeUserClaims(after.JWT)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after.PublicKey != current.PublicKey {
-		t.Errorf("the host's key changed: %s, was %s", after.PublicKey, current.PublicKey)
-	}
-	if !claims.Sub.Allow.Contains(hostlogs.Subject("h1")) || !claims.Sub.Allow.Contains(commands.Subject("h1")) || claims.Resp == nil || claims.Resp.MaxMsgs != 1 || claims.Resp.Expires != hostlogs.ReplyWindow {
-		t.Errorf("the host's permissions were not brought up to date: sub %v, resp %+v", claims.Sub.Allow, claims.Resp)
-	}
-	if apiAfter, err := os.ReadFile(api); err != nil || !bytes.Equal(apiAfter, apiBefore) {
-		t.Errorf("current credentials were rewritten: %v", err)
-	}
-}
-
-// rewriteClaims rewrites principal's credentials in dir with its claims
-// changed by edit, signed by the account as natsauth.Init signs them: what
-// an earlier version wrote.
-func rewriteClaims(t *testing.T, dir, principal string, edit func(*jwt.UserClaims)) {
-	t.Helper()
-	path := natsauth.CredsPath(dir, principal)
-	current, err := natsauth.ReadCreds(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// What an earlier version wrote: no logs subject, no answers.
 	uc, err := jwt.DecodeUserClaims(current.JWT)
 	if err != nil {
 		t.Fatal(err)
 	}
-	edit(uc)
+	uc.Sub.Allow.Remove(hostlogs.Subject("h1"))
+	uc.Resp = nil
 	seed, err := os.ReadFile(filepath.Join(dir, "keys", "account.nk"))
 	if err != nil {
 		t.Fatal(err)
@@ -280,5 +236,31 @@ func rewriteClaims(t *testing.T, dir, principal string, edit func(*jwt.UserClaim
 	}
 	if err := os.WriteFile(path, old, 0o600); err != nil {
 		t.Fatal(err)
+	}
+	api := natsauth.CredsPath(dir, natsauth.APIServer)
+	apiBefore, err := os.ReadFile(api)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := natsauth.Init(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	after, err := natsauth.ReadCreds(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := jwt.DecodeUserClaims(after.JWT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.PublicKey != current.PublicKey {
+		t.Errorf("the host's key changed: %s, was %s", after.PublicKey, current.PublicKey)
+	}
+	if !claims.Sub.Allow.Contains(hostlogs.Subject("h1")) || claims.Resp == nil || claims.Resp.MaxMsgs != 1 || claims.Resp.Expires != hostlogs.ReplyWindow {
+		t.Errorf("the host's permissions were not brought up to date: sub %v, resp %+v", claims.Sub.Allow, claims.Resp)
+	}
+	if apiAfter, err := os.ReadFile(api); err != nil || !bytes.Equal(apiAfter, apiBefore) {
+		t.Errorf("current credentials were rewritten: %v", err)
 	}
 }

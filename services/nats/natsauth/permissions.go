@@ -150,10 +150,8 @@ func PermissionsOf(principal string) (Permissions, error) {
 	default:
 		id, _ := HostID(principal)
 		p.Publish, p.PublishDeny = agentPermissions(id)
-		// The API's reads of its own host's game server logs, answered,
-		// and its own commands on the wire (the durable consumer keeps
-		// what it misses there).
-		p.Subscribe = append(p.Subscribe, hostlogs.Subject(id), commands.Subject(id))
+		// The API's reads of its own host's game server logs, answered.
+		p.Subscribe = append(p.Subscribe, hostlogs.Subject(id))
 		p.RespondWithin = hostlogs.ReplyWindow
 	}
 	return p, nil
