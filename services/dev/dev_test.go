@@ -57,10 +57,11 @@ func TestMain(m *testing.M) {
 	}
 	// The binaries built for the tests go with them: each run used to
 	// leave about 80 MB in the temporary directory.
-	for _, d := range []string{dir, tetherBinDir} {
-		if d == "" {
-			continue
-		}
+	dirs := []string{dir}
+	if tetherBin != "" { // built by a test, in a directory of its own
+		dirs = append(dirs, filepath.Dir(tetherBin))
+	}
+	for _, d := range dirs {
 		if err := os.RemoveAll(d); err != nil {
 			fmt.Fprintln(os.Stderr, "remove the tests' binaries:", err)
 		}

@@ -34,8 +34,6 @@ var (
 	tetherOnce sync.Once
 	tetherBin  string
 	tetherErr  error
-	// tetherBinDir holds tetherBin; TestMain removes it after the tests.
-	tetherBinDir string
 )
 
 // tetherBinary builds the tether command once for the package (with the
@@ -48,7 +46,7 @@ func tetherBinary(t *testing.T) string {
 			tetherErr = err
 			return
 		}
-		tetherBinDir, tetherBin = dir, filepath.Join(dir, "tether")
+		tetherBin = filepath.Join(dir, "tether")
 		args := []string{"build", "-o", tetherBin}
 		if raceEnabled {
 			args = append(args, "-race")
