@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,6 +114,7 @@ var targets = []target{
 	{"scale: missed detections", "sim", "missed-detections", 0, true, "", false},
 	{"scale: publish→view lag p99 in the steady phase", "sim", "lag-p99-ms", 50, true, "ms", false},
 	{"scale: allocation p99 under that load", "sim", "alloc-p99-ms", 20, true, "ms", false},
+	{"scale: allocation p99 as the API server timed it (bucket bound)", "sim", "alloc-served-p99-ms", 20, true, "ms", false},
 	{"scale: hung process detected, max (contract 16 s at its settings)", "sim", "hang-max-s", 16, true, "s", false},
 	{"scale: steady-state events/s", "sim", "events/s", 0, false, "/s", true},
 	{"scale: controller pass over every fleet, mean", "sim", "pass-mean-ms", 0, false, "ms", true},
@@ -122,7 +124,9 @@ var targets = []target{
 	{"scale, control plane on a core of its own: false terminations", "sim-split", "false-terminations", 0, true, "", false},
 	{"scale, control plane on a core of its own: publish→view lag p99", "sim-split", "lag-p99-ms", 50, true, "ms", false},
 	{"scale, control plane on a core of its own: allocation p99", "sim-split", "alloc-p99-ms", 20, true, "ms", false},
+	{"scale, control plane on a core of its own: allocation p99 as the API server timed it (bucket bound)", "sim-split", "alloc-served-p99-ms", 20, true, "ms", false},
 	{"scale, control plane on a core of its own: hung process detected, max", "sim-split", "hang-max-s", 16, true, "s", false},
+	{"scale, control plane on a core of its own: controller pass over every fleet, mean", "sim-split", "pass-mean-ms", 0, false, "ms", true},
 	{"scale, control plane on a core of its own: its CPU (cores, with PostgreSQL)", "sim-split", "control-plane-cores", 0, false, "", true},
 }
 
@@ -303,6 +307,7 @@ type simReport struct {
 	EventsPerSecond      float64               `json:"events_per_second"`
 	ProjectionLag        struct{ P99 float64 } `json:"projection_lag_ms"`
 	AllocationLatency    struct{ P99 float64 } `json:"allocation_latency_ms"`
+	AllocationServed     struct{ P99 float64 } `json:"allocation_served_ms"` // a bucket bound; negative: more than its magnitude
 	HangDetection        struct{ Max float64 } `json:"hang_detection_ms"`
 	ControllerPassMeanMs float64               `json:"controller_pass_mean_ms"`
 	PublishedByAgents    int64                 `json:"published_by_agents"`
@@ -332,11 +337,14 @@ func (r simReport) figures() map[string][]float64 {
 		"missed-detections":  {float64(r.MissedDetections)},
 		"lag-p99-ms":         {r.ProjectionLag.P99},
 		"alloc-p99-ms":       {r.AllocationLatency.P99},
-		"hang-max-s":         {r.HangDetection.Max / 1000},
-		"events/s":           {r.EventsPerSecond},
-		"pass-mean-ms":       {r.ControllerPassMeanMs},
-		"ready-s":            {r.ReadySeconds},
-		"rss-mib":            {float64(r.ProcessPeakRSS) / (1 << 20)},
+		// "More than the last bound" (negative) is judged as that bound:
+		// at least as slow, so an at-most target is not met by it.
+		"alloc-served-p99-ms": {math.Abs(r.AllocationServed.P99)},
+		"hang-max-s":          {r.HangDetection.Max / 1000},
+		"events/s":            {r.EventsPerSecond},
+		"pass-mean-ms":        {r.ControllerPassMeanMs},
+		"ready-s":             {r.ReadySeconds},
+		"rss-mib":             {float64(r.ProcessPeakRSS) / (1 << 20)},
 	}
 	if r.CPU != nil {
 		var cores float64

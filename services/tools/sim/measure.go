@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/tetherhq/tether/events"
@@ -378,12 +379,9 @@ type histogram struct {
 	counts []uint64
 }
 
-// readHistogram collects the named float histogram (summed over attributes).
-func (w *world) readHistogram(ctx context.Context, name string) (histogram, error) {
-	var rm metricdata.ResourceMetrics
-	if err := w.meter.Collect(ctx, &rm); err != nil {
-		return histogram{}, err
-	}
+// histogramOf sums the named float histogram of rm over the data points
+// whose attributes keep accepts (all of them if keep is nil).
+func histogramOf(rm metricdata.ResourceMetrics, name string, keep func(attribute.Set) bool) (histogram, error) {
 	var h histogram
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
@@ -395,6 +393,9 @@ func (w *world) readHistogram(ctx context.Context, name string) (histogram, erro
 				return histogram{}, fmt.Errorf("sim: %s is a %T, not a float histogram", name, m.Data)
 			}
 			for _, dp := range data.DataPoints {
+				if keep != nil && !keep(dp.Attributes) {
+					continue
+				}
 				h.count += dp.Count
 				h.sum += dp.Sum
 				if h.bounds == nil {
@@ -414,28 +415,42 @@ func (w *world) readHistogram(ctx context.Context, name string) (histogram, erro
 
 // since is the histogram of what was recorded after an earlier reading:
 // the mean, and the upper bound of the highest bucket that got a record (a
-// max, to bucket precision). A record past the last bound gives that bound
-// negated: "more than" it (JSON has no infinity).
+// max, to bucket precision; see quantileSince).
 func (h histogram) since(earlier histogram) (n uint64, mean, maxBound float64) {
 	n = h.count - earlier.count
 	if n == 0 {
 		return 0, 0, 0
 	}
 	mean = (h.sum - earlier.sum) / float64(n)
-	for i := len(h.counts) - 1; i >= 0; i-- {
-		var before uint64
-		if i < len(earlier.counts) {
-			before = earlier.counts[i]
-		}
-		if h.counts[i] > before {
-			if i < len(h.bounds) {
-				maxBound = h.bounds[i]
-			} else if len(h.bounds) > 0 {
-				// Past the last bound: report it, negated, for "more than".
-				maxBound = -h.bounds[len(h.bounds)-1]
-			}
-			break
-		}
+	return n, mean, h.quantileSince(earlier, 1)
+}
+
+// quantileSince is the q-quantile (0 < q ≤ 1; 1 is the max) of what was
+// recorded after an earlier reading, to bucket precision: the upper bound
+// of the bucket that holds it, so never less than the true value. Past the
+// last bound it is that bound negated: "more than" it (JSON has no
+// infinity). Nothing recorded since gives 0.
+func (h histogram) quantileSince(earlier histogram, q float64) float64 {
+	n := h.count - earlier.count
+	if n == 0 {
+		return 0
 	}
-	return n, mean, maxBound
+	rank := uint64(math.Ceil(q * float64(n)))
+	var seen uint64
+	for i, c := range h.counts {
+		if i < len(earlier.counts) {
+			c -= earlier.counts[i]
+		}
+		if seen += c; seen < rank || c == 0 {
+			continue
+		}
+		if i < len(h.bounds) {
+			return h.bounds[i]
+		}
+		break
+	}
+	if len(h.bounds) == 0 {
+		return 0
+	}
+	return -h.bounds[len(h.bounds)-1]
 }

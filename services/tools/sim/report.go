@@ -25,7 +25,7 @@ type Report struct {
 	// SlowestLag are the slowest of those samples and when each was taken.
 	SlowestLag []TimedSample `json:"slowest_lag,omitempty"`
 
-	ControlPlaneApart    bool    `json:"control_plane_apart"`     // it ran in another process (RoleHosts): no controller figures, no PostgreSQL memory
+	ControlPlaneApart    bool    `json:"control_plane_apart"`     // it ran in another process (RoleHosts): no PostgreSQL memory; its own figures read from its steadyFile
 	ControllerPasses     uint64  `json:"controller_passes"`       // reconcile passes in the steady phase
 	ControllerPassMeanMs float64 `json:"controller_pass_mean_ms"` // their mean duration
 	ControllerPassMaxMs  float64 `json:"controller_pass_max_ms"`  // their max, to histogram-bucket precision
@@ -34,16 +34,20 @@ type Report struct {
 	AllocationErrors  int64   `json:"allocation_errors"`
 	NoReadyServer     int64   `json:"no_ready_server"`
 	AllocationLatency Latency `json:"allocation_latency_ms"`
-	ReconnectLatency  Latency `json:"reconnect_latency_ms"`
-	PlayersJoined     int64   `json:"players_joined"`
-	PlayersDropped    int64   `json:"players_dropped"`
-	PlayersRejoined   int64   `json:"players_rejoined"`
-	PlayersLeft       int64   `json:"players_left"`
-	MatchesEnded      int64   `json:"matches_ended"`
-	MatchesSkipped    int64   `json:"matches_skipped"` // not started: the matchmaker had its maximum in flight
-	MatchesLost       int64   `json:"matches_lost"`    // cut short: their server failed (an injected fault) or a player call did
-	PlayerErrors      int64   `json:"player_errors"`
-	LastPlayerError   string  `json:"last_player_error,omitempty"`
+	// AllocationServed is the same calls as the API server timed them
+	// (ControlPlaneFigures): bucket upper bounds, and without the
+	// matchmaker's own waits.
+	AllocationServed Latency `json:"allocation_served_ms"`
+	ReconnectLatency Latency `json:"reconnect_latency_ms"`
+	PlayersJoined    int64   `json:"players_joined"`
+	PlayersDropped   int64   `json:"players_dropped"`
+	PlayersRejoined  int64   `json:"players_rejoined"`
+	PlayersLeft      int64   `json:"players_left"`
+	MatchesEnded     int64   `json:"matches_ended"`
+	MatchesSkipped   int64   `json:"matches_skipped"` // not started: the matchmaker had its maximum in flight
+	MatchesLost      int64   `json:"matches_lost"`    // cut short: their server failed (an injected fault) or a player call did
+	PlayerErrors     int64   `json:"player_errors"`
+	LastPlayerError  string  `json:"last_player_error,omitempty"`
 
 	Crashes           int     `json:"crashes"`
 	Hangs             int     `json:"hangs"`
@@ -134,6 +138,18 @@ func summarize(d []time.Duration) Latency {
 	return Latency{N: len(s), P50: ms(at(0.50)), P99: ms(at(0.99)), Max: ms(s[len(s)-1])}
 }
 
+// bucketed prints a Latency read from a histogram: each figure is a bucket's
+// upper bound, negative for "more than" the last.
+func bucketed(l Latency) string {
+	b := func(v float64) string {
+		if v < 0 {
+			return fmt.Sprintf("> %.1f ms", -v)
+		}
+		return fmt.Sprintf("≤ %.1f ms", v)
+	}
+	return fmt.Sprintf("p50 %s, p99 %s, max %s (n=%d; to bucket precision)", b(l.P50), b(l.P99), b(l.Max), l.N)
+}
+
 // OK reports whether the run found nothing wrong.
 func (r *Report) OK() bool { return len(r.Failures) == 0 }
 
@@ -164,12 +180,9 @@ func (r *Report) Print(out io.Writer) {
 	if r.ControllerPassMaxMs < 0 {
 		passMax = fmt.Sprintf("max > %.0f ms", -r.ControllerPassMaxMs)
 	}
-	if r.ControlPlaneApart {
-		row("controller pass (all fleets)", "not measured here: the control plane runs in its own process")
-	} else {
-		row("controller pass (all fleets)", "mean %.0f ms, %s (%d passes)", r.ControllerPassMeanMs, passMax, r.ControllerPasses)
-	}
+	row("controller pass (all fleets)", "mean %.0f ms, %s (%d passes)", r.ControllerPassMeanMs, passMax, r.ControllerPasses)
 	row("allocation latency", "%s", lat(r.AllocationLatency))
+	row("  as the API served it", "%s", bucketed(r.AllocationServed))
 	row("allocations", "%d ok, %d no READY server, %d errors", r.Allocations, r.NoReadyServer, r.AllocationErrors)
 	row("reconnect latency", "%s", lat(r.ReconnectLatency))
 	row("players", "%d joined, %d dropped, %d rejoined, %d left; %d errors", r.PlayersJoined, r.PlayersDropped, r.PlayersRejoined, r.PlayersLeft, r.PlayerErrors)

@@ -51,9 +51,14 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	fmt.Fprintf(o.Progress, "all %d servers READY after %.1f s\n", target, rep.ReadySeconds)
 
 	// Phase 2: steady state with misbehaviour and matches.
-	passesBefore, err := w.readHistogram(ctx, controllerPassMetric)
+	metersBefore, err := w.readMeters(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if w.controlPlanePID > 0 {
+		if err := removeSteadyFigures(o.ControlPlaneDir); err != nil {
+			return nil, err
+		}
 	}
 	lag, slowLag := &latencies{}, &slowSamples{keep: 5}
 	cpu := startCPU(w.controlPlanePID)
@@ -96,12 +101,24 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	rep.EventsPerSecond = float64(rep.SteadyEvents) / rep.SteadySeconds
 	rep.ProjectionLag = lag.summary()
 	rep.SlowestLag = slowLag.list()
-	passesAfter, err := w.readHistogram(ctx, controllerPassMetric)
-	if err != nil {
-		return nil, err
+	var cp ControlPlaneFigures
+	if w.controlPlanePID > 0 {
+		// A control plane apart reads its own meters at the signal.
+		if cp, err = awaitSteadyFigures(ctx, o.ControlPlaneDir, steadyFileWait); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			rep.Failures = append(rep.Failures, "the control plane's own figures: "+err.Error())
+		}
+	} else {
+		metersAfter, err := w.readMeters(ctx)
+		if err != nil {
+			return nil, err
+		}
+		cp = metersAfter.since(metersBefore)
 	}
-	n, mean, maxBound := passesAfter.since(passesBefore)
-	rep.ControllerPasses, rep.ControllerPassMeanMs, rep.ControllerPassMaxMs = n, mean*1000, maxBound*1000
+	rep.ControllerPasses, rep.ControllerPassMeanMs, rep.ControllerPassMaxMs = cp.ControllerPasses, cp.ControllerPassMeanMs, cp.ControllerPassMaxMs
+	rep.AllocationServed = cp.AllocationServed
 
 	// Phase 3: settle.
 	fmt.Fprintln(o.Progress, "settling: matches finish, partitions heal, failed servers are replaced")

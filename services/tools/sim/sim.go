@@ -333,7 +333,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	for i := range opts.Hosts {
 		w.hosts = append(w.hosts, &host{w: w, id: hostID(i)})
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(w.meter))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(w.meter), servedView())
 	w.mm = newMatchmaker(w)
 	defer func() { _ = mp.Shutdown(context.Background()) }() // only a manual reader to release
 
@@ -343,7 +343,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	w.stackDone = make(chan struct{})
 	switch opts.Role {
 	case RoleControlPlane:
-		return nil, w.serveControlPlane(runCtx)
+		return nil, w.serveControlPlane(runCtx, mp)
 	case RoleHosts:
 		fmt.Fprintf(opts.Progress, "starting %d simulated hosts against the control plane of %s\n", opts.Hosts, opts.ControlPlaneDir)
 		stack, err := w.joinControlPlane(runCtx)

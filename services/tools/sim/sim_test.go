@@ -66,6 +66,7 @@ func TestSmokeSimulation(t *testing.T) {
 		// here: a busy test machine may delay it.
 		{"hangs detected", rep.HangDetection.N == rep.Hangs},
 		{"matches allocated", rep.Allocations > 0 && rep.AllocationLatency.N > 0},
+		{"allocations timed by the API", servedTimed(rep)},
 		{"matches ended by their game", rep.MatchesEnded > 0},
 		{"players joined and left", rep.PlayersJoined > 0 && rep.PlayersLeft > 0},
 		{"players dropped and rejoined", rep.PlayersDropped > 0 && rep.PlayersRejoined > 0 && rep.ReconnectLatency.N > 0},
@@ -141,9 +142,22 @@ func TestSplitSimulation(t *testing.T) {
 	if !rep.ControlPlaneApart || rep.PublishedByAgents == 0 || rep.PublishedByAgents != rep.AppliedByAgents || rep.Allocations == 0 {
 		t.Fatalf("apart %v, published %d, applied %d, allocations %d", rep.ControlPlaneApart, rep.PublishedByAgents, rep.AppliedByAgents, rep.Allocations)
 	}
+	// The control plane's own figures come from its process.
+	if rep.ControllerPasses == 0 || !servedTimed(rep) {
+		t.Fatalf("the control plane's figures are missing: %d controller passes, allocations served %+v", rep.ControllerPasses, rep.AllocationServed)
+	}
 	if rep.CPU == nil || !hasComponents(rep.CPU, cpuApart) {
 		t.Fatalf("the control plane's process is not in the CPU table: %+v", rep.CPU)
 	}
+}
+
+// servedTimed reports whether the API's timing of the steady phase's
+// allocations is in the report: some, no more than the matchmaker's calls,
+// and a p99 in a bucket.
+func servedTimed(rep *Report) bool {
+	s := rep.AllocationServed
+	calls := int(rep.Allocations + rep.AllocationErrors + rep.NoReadyServer)
+	return s.N > 0 && s.N <= calls && s.P99 > 0 && s.P50 <= s.P99 && s.P99 <= s.Max
 }
 
 // testWriter sends progress lines to the test log.

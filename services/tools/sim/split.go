@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tetherhq/tether/events/natsjs"
@@ -53,7 +54,9 @@ type controlPlaneInfo struct {
 }
 
 // serveControlPlane runs the control plane alone until ctx ends.
-func (w *world) serveControlPlane(ctx context.Context) error {
+// Its components record to mp, whose reader the steady phase's figures
+// are read from (measureOnSignal).
+func (w *world) serveControlPlane(ctx context.Context, mp metric.MeterProvider) error {
 	o := w.opts
 	keys := playertoken.NewKeySpec("sim")
 	fmt.Fprintln(o.Progress, "control plane: starting (no hosts)")
@@ -61,7 +64,7 @@ func (w *world) serveControlPlane(ctx context.Context) error {
 	go w.measureOnSignal(ctx)
 	return dev.Run(ctx, dev.Options{
 		DataDir: o.DataDir, Fresh: true, GRPCPort: -1, RESTPort: -1, NATSPort: -1, SDKPort: -1,
-		NoAgents: true, HostCapacity: o.ServersPerHost, Logger: o.Logger, PlayerTokenKeys: keys,
+		NoAgents: true, HostCapacity: o.ServersPerHost, Logger: o.Logger, PlayerTokenKeys: keys, MeterProvider: mp,
 		ControllerOptions: w.controllerOptions,
 		Started: func(s *dev.Stack) {
 			cp := controlPlaneInfo{NATS: s.NATS, GRPC: s.GRPC, Database: s.Database, PlayerTokenKeys: keys, PID: os.Getpid()}
@@ -84,12 +87,15 @@ const (
 )
 
 // measureOnSignal measures this process's CPU between the hosts role's
-// signals and prints the table to Progress (the profile to CPUProfile).
+// signals and prints the table to Progress (the profile to CPUProfile); it
+// reads its meters at both signals and writes the steady phase's figures
+// to steadyFile in its data directory for the hosts role.
 func (w *world) measureOnSignal(ctx context.Context) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, signalSteadyBegins, signalSteadyEnds)
 	defer signal.Stop(sigs)
 	var m *cpuMeter
+	var began meterReading
 	for {
 		select {
 		case <-ctx.Done():
@@ -97,9 +103,14 @@ func (w *world) measureOnSignal(ctx context.Context) {
 		case sig := <-sigs:
 			switch {
 			case sig == signalSteadyBegins && m == nil:
+				var err error
+				if began, err = w.readMeters(ctx); err != nil {
+					fmt.Fprintln(w.opts.Progress, "control plane: read its meters:", err)
+				}
 				m = startCPU(0)
 				fmt.Fprintln(w.opts.Progress, "control plane: the steady phase began; measuring its CPU")
 			case sig == signalSteadyEnds && m != nil:
+				w.reportSteady(ctx, began)
 				rep, err := m.stop(w.opts.CPUProfile)
 				m = nil
 				if err != nil {
@@ -112,6 +123,23 @@ func (w *world) measureOnSignal(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// reportSteady writes the figures of the steady phase, which began at
+// began, for the hosts role, and prints them to Progress.
+func (w *world) reportSteady(ctx context.Context, began meterReading) {
+	ended, err := w.readMeters(ctx)
+	if err != nil {
+		fmt.Fprintln(w.opts.Progress, "control plane: read its meters:", err)
+		return
+	}
+	f := ended.since(began)
+	if err := writeSteadyFigures(w.opts.DataDir, f); err != nil {
+		fmt.Fprintln(w.opts.Progress, "control plane: write its figures for the hosts role:", err)
+	}
+	a := f.AllocationServed
+	fmt.Fprintf(w.opts.Progress, "control plane: %d allocations served, p50 ≤ %.1f ms, p99 ≤ %.1f ms, max ≤ %.1f ms; %d controller passes, mean %.0f ms\n",
+		a.N, a.P50, a.P99, a.Max, f.ControllerPasses, f.ControllerPassMeanMs)
 }
 
 // signalControlPlane tells a control plane apart that the steady phase

@@ -1,0 +1,158 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// The control plane's own figures of the steady phase, read from its
+// meters: the controller's passes and the API server's timing of each
+// allocation. The matchmaker times its calls as a client; in the split
+// run it runs in the hosts process, on the core the simulated fleet
+// saturates, and its figure includes its own waits to be scheduled. The
+// API server's figure (otelgrpc's rpc.server.call.duration, the metric an
+// operator's dashboard reads) starts when the server has read the call
+// and ends when it has answered, so the two together say which side a
+// slow allocation was slow on.
+const (
+	// rpcServerCallDuration is otelgrpc's server-side call duration, in
+	// seconds, labelled by method.
+	rpcServerCallDuration = "rpc.server.call.duration"
+	// allocateMethod ends the rpc.method label of AllocateGameServer (the
+	// label is the full method name or the bare one, by semconv version).
+	allocateMethod = "AllocateGameServer"
+	// steadyFile is where a control plane apart (RoleControlPlane) writes
+	// its figures of the steady phase, in its data directory, for the
+	// hosts role's report.
+	steadyFile = "steady.json"
+	// steadyFileWait bounds the hosts role's wait for that file.
+	steadyFileWait = 30 * time.Second
+)
+
+// servedBounds are the bucket bounds (seconds) of rpcServerCallDuration
+// in the simulation: fine enough around the 20 ms allocation target to
+// tell p99s apart (otelgrpc's default has none between 10 and 25 ms).
+var servedBounds = []float64{
+	0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.008, 0.010, 0.012, 0.014, 0.016, 0.018, 0.020,
+	0.025, 0.030, 0.040, 0.050, 0.075, 0.100, 0.150, 0.200, 0.300, 0.500, 0.750, 1, 2, 5, 10, 30, 60,
+}
+
+// servedView gives rpcServerCallDuration the simulation's buckets.
+func servedView() sdkmetric.Option {
+	return sdkmetric.WithView(sdkmetric.NewView(
+		sdkmetric.Instrument{Name: rpcServerCallDuration},
+		sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: servedBounds}},
+	))
+}
+
+// isAllocation keeps the data points of AllocateGameServer calls.
+func isAllocation(attrs attribute.Set) bool {
+	v, ok := attrs.Value("rpc.method")
+	return ok && strings.HasSuffix(v.AsString(), allocateMethod)
+}
+
+// ControlPlaneFigures are what the control plane's meters measured over the
+// steady phase. Figures read from histograms are bucket upper bounds (never
+// less than the true value); a negative one means more than its magnitude.
+type ControlPlaneFigures struct {
+	ControllerPasses     uint64  `json:"controller_passes"`
+	ControllerPassMeanMs float64 `json:"controller_pass_mean_ms"`
+	ControllerPassMaxMs  float64 `json:"controller_pass_max_ms"`
+	// AllocationServed is AllocateGameServer as the API server timed it.
+	AllocationServed Latency `json:"allocation_served_ms"`
+}
+
+// meterReading is the control plane's histograms at one time.
+type meterReading struct {
+	passes, served histogram
+}
+
+// readMeters reads this process's control-plane histograms.
+func (w *world) readMeters(ctx context.Context) (meterReading, error) {
+	var rm metricdata.ResourceMetrics
+	if err := w.meter.Collect(ctx, &rm); err != nil {
+		return meterReading{}, err
+	}
+	passes, err := histogramOf(rm, controllerPassMetric, nil)
+	if err != nil {
+		return meterReading{}, err
+	}
+	served, err := histogramOf(rm, rpcServerCallDuration, isAllocation)
+	if err != nil {
+		return meterReading{}, err
+	}
+	return meterReading{passes: passes, served: served}, nil
+}
+
+// since gives the figures of what was recorded after earlier.
+func (r meterReading) since(earlier meterReading) ControlPlaneFigures {
+	var f ControlPlaneFigures
+	n, mean, maxBound := r.passes.since(earlier.passes)
+	f.ControllerPasses, f.ControllerPassMeanMs, f.ControllerPassMaxMs = n, mean*1000, maxBound*1000
+	s, e := r.served, earlier.served
+	f.AllocationServed = Latency{
+		N:   int(s.count - e.count),
+		P50: s.quantileSince(e, 0.50) * 1000,
+		P99: s.quantileSince(e, 0.99) * 1000,
+		Max: s.quantileSince(e, 1) * 1000,
+	}
+	return f
+}
+
+// writeSteadyFigures writes f to dir's steadyFile atomically.
+func writeSteadyFigures(dir string, f ControlPlaneFigures) error {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, steadyFile)
+	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+// removeSteadyFigures removes a steadyFile left in dir by an earlier run,
+// so that the one read after this run's steady phase is this run's.
+func removeSteadyFigures(dir string) error {
+	err := os.Remove(filepath.Join(dir, steadyFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// awaitSteadyFigures reads the figures a control plane apart writes in dir
+// once told the steady phase ended, waiting at most timeout for them.
+func awaitSteadyFigures(ctx context.Context, dir string, timeout time.Duration) (ControlPlaneFigures, error) {
+	path := filepath.Join(dir, steadyFile)
+	deadline := time.Now().Add(timeout)
+	for {
+		var f ControlPlaneFigures
+		b, err := os.ReadFile(path)
+		switch {
+		case err == nil:
+			if err := json.Unmarshal(b, &f); err != nil {
+				return f, fmt.Errorf("sim: %s: %w", path, err)
+			}
+			return f, nil
+		case !errors.Is(err, os.ErrNotExist):
+			return f, fmt.Errorf("sim: %w", err)
+		case time.Now().After(deadline):
+			return f, fmt.Errorf("sim: the control plane wrote no %s within %s of the steady phase's end", path, timeout)
+		}
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return f, ctx.Err()
+		}
+	}
+}
