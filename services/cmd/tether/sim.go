@@ -158,6 +158,7 @@ only live aggregates are left in the stream and the views.
 	f.StringVar(&opts.DataDir, "data-dir", "", "keep the run's NATS store and logs here (default: a temporary directory, removed)")
 	f.StringVar(&jsonOut, "json", "", "also write the report as JSON to this file")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write the CPU profile of the steady phase (the one the CPU table is read from) to this file")
+	f.BoolVar(&opts.TraceAllocations, "trace-allocations", false, "trace the API's allocations of the steady phase and print where their server time went (by the process that runs the control plane)")
 	f.BoolVar(&quiet, "quiet", true, "discard the components' logs (--quiet=false to see them at --log-level)")
 	return cmd
 }

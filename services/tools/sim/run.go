@@ -61,6 +61,7 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 		}
 	}
 	lag, slowLag := &latencies{}, &slowSamples{keep: 5}
+	w.spans.reset()
 	cpu := startCPU(w.controlPlanePID)
 	w.signalControlPlane(signalSteadyBegins)
 	steadyCtx, endSteady := context.WithTimeout(ctx, o.Duration)
@@ -119,6 +120,7 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	}
 	rep.ControllerPasses, rep.ControllerPassMeanMs, rep.ControllerPassMaxMs = cp.ControllerPasses, cp.ControllerPassMeanMs, cp.ControllerPassMaxMs
 	rep.AllocationServed = cp.AllocationServed
+	w.spans.print(o.Progress)
 
 	// Phase 3: settle.
 	fmt.Fprintln(o.Progress, "settling: matches finish, partitions heal, failed servers are replaced")

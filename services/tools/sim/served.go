@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/tetherhq/tether/services/tools/allocload"
 )
 
 // The control plane's own figures of the steady phase, read from its
@@ -156,3 +161,73 @@ func awaitSteadyFigures(ctx context.Context, dir string, timeout time.Duration) 
 		}
 	}
 }
+
+// allocationTrace records the spans of the API's allocations for
+// Options.TraceAllocations. A nil *allocationTrace records nothing.
+type allocationTrace struct {
+	rec *allocload.SpanRecorder
+	tp  *sdktrace.TracerProvider
+}
+
+// allocationTraceLimit bounds the spans kept: a 60 s steady phase at 50
+// allocations a second ends about 3,000 allocations of a few spans each.
+const allocationTraceLimit = 1_000_000
+
+// newAllocationTrace samples the traces whose root is an allocation's
+// server span: its appends under it, and the projector's spans of its
+// events, which carry its trace.
+func newAllocationTrace() *allocationTrace {
+	rec := allocload.NewSpanRecorder(allocationTraceLimit)
+	return &allocationTrace{rec: rec, tp: sdktrace.NewTracerProvider(
+		sdktrace.WithSyncer(rec), sdktrace.WithSampler(sdktrace.ParentBased(allocationRoots{})))}
+}
+
+// provider is the tracer provider to give the control plane; nil (the
+// interface, so that components default to no-op) without a trace.
+func (t *allocationTrace) provider() trace.TracerProvider {
+	if t == nil {
+		return nil
+	}
+	return t.tp
+}
+
+// reset forgets the spans recorded so far (those of the ramp).
+func (t *allocationTrace) reset() {
+	if t != nil {
+		t.rec.Reset()
+	}
+}
+
+// print writes where the recorded allocations' server time went.
+func (t *allocationTrace) print(out io.Writer) {
+	if t == nil {
+		return
+	}
+	fmt.Fprintln(out, "allocations traced in the steady phase, where their server time went:")
+	if err := allocload.Breakdowns(t.rec.Spans()).Table(out); err != nil {
+		fmt.Fprintln(out, "allocation trace:", err)
+	}
+}
+
+// shutdown stops the provider; the spans are already recorded.
+func (t *allocationTrace) shutdown() {
+	if err := t.tp.Shutdown(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "sim: allocation trace:", err)
+	}
+}
+
+// allocationRoots samples a root span when it is an allocation's server
+// span, and nothing else that starts a trace.
+type allocationRoots struct{}
+
+// ShouldSample implements sdktrace.Sampler.
+func (allocationRoots) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	d := sdktrace.Drop
+	if p.Name == allocload.AllocateSpan {
+		d = sdktrace.RecordAndSample
+	}
+	return sdktrace.SamplingResult{Decision: d, Tracestate: trace.SpanContextFromContext(p.ParentContext).TraceState()}
+}
+
+// Description implements sdktrace.Sampler.
+func (allocationRoots) Description() string { return "AllocationRoots" }

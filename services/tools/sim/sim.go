@@ -160,6 +160,11 @@ type Options struct {
 	// CPUProfile, if set, gets the CPU profile of the steady phase (the one
 	// Report.CPU is read from), in pprof's format.
 	CPUProfile io.Writer
+	// TraceAllocations traces the API's allocations (only those: the
+	// stack's other work is not sampled) and prints, after the steady
+	// phase, where their server time went (allocload.Breakdowns), from
+	// the process that runs the control plane.
+	TraceAllocations bool
 	// OnReport, if set, gets the report as soon as the audit is done,
 	// before the control plane and its thousands of agents are stopped
 	// (which takes a while at scale).
@@ -292,6 +297,7 @@ type world struct {
 	count      counters
 	faults     *ledger
 	meter      *sdkmetric.ManualReader
+	spans      *allocationTrace // Options.TraceAllocations; nil otherwise
 	paused     []atomic.Bool  // host i's heartbeat is paused (a partition)
 	partitions sync.WaitGroup // partitions in progress
 	stackDone  chan struct{}  // closed when the control plane has stopped
@@ -334,6 +340,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		w.hosts = append(w.hosts, &host{w: w, id: hostID(i)})
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(w.meter), servedView())
+	if opts.TraceAllocations && opts.Role != RoleHosts {
+		w.spans = newAllocationTrace()
+		defer w.spans.shutdown()
+	}
 	w.mm = newMatchmaker(w)
 	defer func() { _ = mp.Shutdown(context.Background()) }() // only a manual reader to release
 
@@ -394,7 +404,7 @@ func (w *world) startStack(runCtx context.Context, mp *sdkmetric.MeterProvider) 
 		pprof.SetGoroutineLabels(context.Background()) // dev labels its components itself
 		w.stackErr = dev.Run(runCtx, dev.Options{
 			DataDir: opts.DataDir, Fresh: true, GRPCPort: -1, RESTPort: -1, NATSPort: -1, SDKPort: -1,
-			Hosts: opts.Hosts, HostCapacity: opts.ServersPerHost, Logger: opts.Logger, MeterProvider: mp,
+			Hosts: opts.Hosts, HostCapacity: opts.ServersPerHost, Logger: opts.Logger, MeterProvider: mp, TracerProvider: w.spans.provider(),
 			AgentOptions: w.agentOptions, AgentStartSpread: opts.HostStartSpread,
 			ControllerOptions: w.controllerOptions,
 			ArchiveDir:        w.archiveDir(), Retention: opts.Retention, ArchiveInterval: opts.ArchiveInterval,

@@ -1,12 +1,16 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,9 +123,11 @@ func TestSplitSimulation(t *testing.T) {
 	cpDir := t.TempDir()
 	cpCtx, stopCP := context.WithCancel(ctx)
 	cpDone := make(chan error, 1)
+	var cpOut lockedBuffer
 	go func() {
 		o := periods
-		o.Role, o.DataDir, o.Logger, o.Progress = RoleControlPlane, cpDir, log, testWriter{t}
+		o.Role, o.DataDir, o.Logger, o.Progress = RoleControlPlane, cpDir, log, io.MultiWriter(testWriter{t}, &cpOut)
+		o.TraceAllocations = true
 		_, err := Run(cpCtx, o)
 		cpDone <- err
 	}()
@@ -146,6 +152,11 @@ func TestSplitSimulation(t *testing.T) {
 	if rep.ControllerPasses == 0 || !servedTimed(rep) {
 		t.Fatalf("the control plane's figures are missing: %d controller passes, allocations served %+v", rep.ControllerPasses, rep.AllocationServed)
 	}
+	// It traced the allocations and said where their time went.
+	traced := regexp.MustCompile(`(\d+) allocations; server span mean`).FindStringSubmatch(cpOut.String())
+	if traced == nil || traced[1] == "0" {
+		t.Fatalf("no allocation traced by the control plane; its output:\n%s", cpOut.String())
+	}
 	if rep.CPU == nil || !hasComponents(rep.CPU, cpuApart) {
 		t.Fatalf("the control plane's process is not in the CPU table: %+v", rep.CPU)
 	}
@@ -158,6 +169,24 @@ func servedTimed(rep *Report) bool {
 	s := rep.AllocationServed
 	calls := int(rep.Allocations + rep.AllocationErrors + rep.NoReadyServer)
 	return s.N > 0 && s.N <= calls && s.P99 > 0 && s.P50 <= s.P99 && s.P99 <= s.Max
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // testWriter sends progress lines to the test log.

@@ -65,6 +65,7 @@ func (w *world) serveControlPlane(ctx context.Context, mp metric.MeterProvider) 
 	return dev.Run(ctx, dev.Options{
 		DataDir: o.DataDir, Fresh: true, GRPCPort: -1, RESTPort: -1, NATSPort: -1, SDKPort: -1,
 		NoAgents: true, HostCapacity: o.ServersPerHost, Logger: o.Logger, PlayerTokenKeys: keys, MeterProvider: mp,
+		TracerProvider: w.spans.provider(),
 		ControllerOptions: w.controllerOptions,
 		Started: func(s *dev.Stack) {
 			cp := controlPlaneInfo{NATS: s.NATS, GRPC: s.GRPC, Database: s.Database, PlayerTokenKeys: keys, PID: os.Getpid()}
@@ -107,6 +108,7 @@ func (w *world) measureOnSignal(ctx context.Context) {
 				if began, err = w.readMeters(ctx); err != nil {
 					fmt.Fprintln(w.opts.Progress, "control plane: read its meters:", err)
 				}
+				w.spans.reset()
 				m = startCPU(0)
 				fmt.Fprintln(w.opts.Progress, "control plane: the steady phase began; measuring its CPU")
 			case sig == signalSteadyEnds && m != nil:
@@ -140,6 +142,7 @@ func (w *world) reportSteady(ctx context.Context, began meterReading) {
 	a := f.AllocationServed
 	fmt.Fprintf(w.opts.Progress, "control plane: %d allocations served, p50 ≤ %.1f ms, p99 ≤ %.1f ms, max ≤ %.1f ms; %d controller passes, mean %.0f ms\n",
 		a.N, a.P50, a.P99, a.Max, f.ControllerPasses, f.ControllerPassMeanMs)
+	w.spans.print(w.opts.Progress)
 }
 
 // signalControlPlane tells a control plane apart that the steady phase
