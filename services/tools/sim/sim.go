@@ -298,10 +298,10 @@ type world struct {
 	faults     *ledger
 	meter      *sdkmetric.ManualReader
 	spans      *allocationTrace // Options.TraceAllocations; nil otherwise
-	paused     []atomic.Bool  // host i's heartbeat is paused (a partition)
-	partitions sync.WaitGroup // partitions in progress
-	stackDone  chan struct{}  // closed when the control plane has stopped
-	stackErr   error          // why, once stackDone is closed
+	paused     []atomic.Bool    // host i's heartbeat is paused (a partition)
+	partitions sync.WaitGroup   // partitions in progress
+	stackDone  chan struct{}    // closed when the control plane has stopped
+	stackErr   error            // why, once stackDone is closed
 	mm         *matchmaker
 	demand     *demand // demand mode's state; nil otherwise
 	connsMu    sync.Mutex

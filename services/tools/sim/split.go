@@ -65,7 +65,7 @@ func (w *world) serveControlPlane(ctx context.Context, mp metric.MeterProvider) 
 	return dev.Run(ctx, dev.Options{
 		DataDir: o.DataDir, Fresh: true, GRPCPort: -1, RESTPort: -1, NATSPort: -1, SDKPort: -1,
 		NoAgents: true, HostCapacity: o.ServersPerHost, Logger: o.Logger, PlayerTokenKeys: keys, MeterProvider: mp,
-		TracerProvider: w.spans.provider(),
+		TracerProvider:    w.spans.provider(),
 		ControllerOptions: w.controllerOptions,
 		Started: func(s *dev.Stack) {
 			cp := controlPlaneInfo{NATS: s.NATS, GRPC: s.GRPC, Database: s.Database, PlayerTokenKeys: keys, PID: os.Getpid()}
