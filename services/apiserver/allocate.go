@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -152,7 +153,7 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 	for _, sel := range selectors {
 		q := projections.AllocationQuery{Fleet: fleet, MatchLabels: sel.GetMatchLabels(), Distributed: distributed}
 		for attempts < allocAttempts {
-			c, ok, err := s.candidates.take(ctx, q)
+			c, ok, err := a.take(ctx, q)
 			if err != nil {
 				return nil, err
 			}
@@ -256,7 +257,9 @@ func (a *allocationService) policy(ctx context.Context, fleet string) (*eventsv1
 	if ok && now.Sub(c.read) < policyTTL {
 		return c.policy, nil
 	}
+	ctx, span := s.tracer.Start(ctx, "allocation.policy")
 	f, err := s.opts.Views.Fleet(ctx, fleet)
+	endSpan(span, err)
 	if err != nil {
 		return nil, err
 	}
@@ -268,6 +271,25 @@ func (a *allocationService) policy(ctx context.Context, fleet string) (*eventsv1
 	s.policies[fleet] = cachedPolicy{policy: p, read: now}
 	s.policyMu.Unlock()
 	return p, nil
+}
+
+// take takes a candidate from the replica's pool, in a span of its own
+// (allocation.candidates): most takes are a pick from a list in memory,
+// but one that finds its list empty reads the views and waits for them.
+func (a *allocationService) take(ctx context.Context, q projections.AllocationQuery) (projections.Row[*eventsv1.GameServerState], bool, error) {
+	ctx, span := a.s.tracer.Start(ctx, "allocation.candidates")
+	c, ok, err := a.s.candidates.take(ctx, q)
+	endSpan(span, err)
+	return c, ok, err
+}
+
+// endSpan ends a span of the allocation's own, recording err.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(otelcodes.Error, err.Error())
+	}
+	span.End()
 }
 
 // cachedPolicy is a fleet's player-session policy as read at a time.

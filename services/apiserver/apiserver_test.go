@@ -440,3 +440,42 @@ func TestTraceContextTravelsWithTheEvent(t *testing.T) {
 		return false
 	})
 }
+
+// An allocation's own steps are spans under its server span: the
+// candidates it took from (allocation.candidates) and the fleet's policy
+// read on a cache miss (allocation.policy), beside its appends' spans; so
+// a trace says where a slow allocation waited.
+func TestAllocationStepsAreSpans(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	s := newStack(t, stackOptions{tracer: tp, jetStream: true})
+	s.createFleet("arena", fleetWithoutReplicas())
+	s.seedReady("arena", 2, 1, nil)
+	if r := s.do(http.MethodPost, "/v1/fleets/arena/gameServers:allocate", map[string]any{"requestId": "traced"}); r.status != http.StatusOK {
+		t.Fatalf("allocate: %d %v", r.status, r.body)
+	}
+	want := []string{"allocation.candidates", "allocation.policy"} // the appends' spans are the store's (natsjs)
+	wait.For(t, 10*time.Second, fmt.Sprintf("spans %v under the allocation's server span", want), func() bool {
+		var server trace.SpanContext
+		for _, sp := range rec.Ended() {
+			if sp.SpanKind() == trace.SpanKindServer && strings.HasSuffix(sp.Name(), "AllocateGameServer") {
+				server = sp.SpanContext()
+			}
+		}
+		if !server.IsValid() {
+			return false
+		}
+		seen := map[string]bool{}
+		for _, sp := range rec.Ended() {
+			if sp.SpanContext().TraceID() == server.TraceID() && sp.Parent().SpanID() == server.SpanID() {
+				seen[sp.Name()] = true
+			}
+		}
+		for _, w := range want {
+			if !seen[w] {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -283,6 +283,7 @@ type Server struct {
 	log      *slog.Logger
 	producer string
 	prop     propagation.TextMapPropagator
+	tracer   trace.Tracer // the allocation's own steps (allocate.go)
 
 	grpcLis, httpLis net.Listener
 
@@ -306,6 +307,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{opts: opts, log: opts.Logger, producer: "apiservers/" + opts.ReplicaID, prop: propagation.TraceContext{}, beats: &liveBeats{},
+		tracer:     opts.TracerProvider.Tracer("github.com/tetherhq/tether/services/apiserver"),
 		candidates: newCandidatePool(opts.Views, opts.Now, opts.Logger), policies: map[string]cachedPolicy{}}
 	s.archive = newArchiveReader(opts)
 	s.noticeCtx, s.stopNotices = context.WithCancel(context.Background())
