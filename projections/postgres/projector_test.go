@@ -332,6 +332,17 @@ func TestViewsReadBack(t *testing.T) {
 	if f.State.GetSpec().GetReplicas() != 2 || f.Counts.Ready != 2 || f.Counts.Live != 2 {
 		t.Fatalf("fleet row %+v counts %+v", f.State, f.Counts)
 	}
+	// FleetState is the same row, uncounted, deleted fleets included.
+	fs, err := v.FleetState(e.ctx, "fleets/arena")
+	if err != nil || !proto.Equal(fs.State, f.State) || fs.Sequence != f.Sequence {
+		t.Fatalf("FleetState %+v (%v), want the fleet's row %+v at %d", fs, err, f.State, f.Sequence)
+	}
+	if doomed, err := v.FleetState(e.ctx, "fleets/doomed"); err != nil || !doomed.State.GetDeleted() {
+		t.Fatalf("FleetState of a deleted fleet: %+v, %v", doomed.State, err)
+	}
+	if _, err := v.FleetState(e.ctx, "fleets/none"); !errors.Is(err, projections.ErrNotFound) {
+		t.Fatalf("FleetState of no fleet: %v, want ErrNotFound", err)
+	}
 	list, err := v.ListFleets(e.ctx, "", 10)
 	if err != nil {
 		t.Fatal(err)

@@ -69,6 +69,7 @@ type commandSender interface {
 // viewReader is what the API needs of the views (projections/postgres).
 type viewReader interface {
 	Fleet(ctx context.Context, name string) (projections.FleetRow, error)
+	FleetState(ctx context.Context, name string) (projections.Row[*eventsv1.FleetState], error)
 	FleetRevisions(ctx context.Context, fleet string) ([]projections.RevisionCount, error)
 	ListFleets(ctx context.Context, after string, limit int) ([]projections.FleetRow, error)
 	GameServer(ctx context.Context, name string) (projections.Row[*eventsv1.GameServerState], error)
