@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -114,19 +113,6 @@ func (r meterReading) since(earlier meterReading) ControlPlaneFigures {
 	return f
 }
 
-// writeSteadyFigures writes f to dir's steadyFile atomically.
-func writeSteadyFigures(dir string, f ControlPlaneFigures) error {
-	b, err := json.Marshal(f)
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(dir, steadyFile)
-	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(path+".tmp", path)
-}
-
 // removeSteadyFigures removes a steadyFile left in dir by an earlier run,
 // so that the one read after this run's steady phase is this run's.
 func removeSteadyFigures(dir string) error {
@@ -141,25 +127,12 @@ func removeSteadyFigures(dir string) error {
 // once told the steady phase ended, waiting at most timeout for them.
 func awaitSteadyFigures(ctx context.Context, dir string, timeout time.Duration) (ControlPlaneFigures, error) {
 	path := filepath.Join(dir, steadyFile)
-	deadline := time.Now().Add(timeout)
-	for {
-		var f ControlPlaneFigures
-		b, err := os.ReadFile(path)
-		switch {
-		case err == nil:
-			if err := json.Unmarshal(b, &f); err != nil {
-				return f, fmt.Errorf("sim: %s: %w", path, err)
-			}
-			return f, nil
-		case !errors.Is(err, os.ErrNotExist):
-			return f, fmt.Errorf("sim: %w", err)
-		case time.Now().After(deadline):
-			return f, fmt.Errorf("sim: the control plane wrote no %s within %s of the steady phase's end", path, timeout)
-		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
-			return f, ctx.Err()
-		}
+	var f ControlPlaneFigures
+	ok, err := awaitJSONFile(ctx, path, timeout, &f, nil)
+	if err == nil && !ok {
+		err = fmt.Errorf("sim: the control plane wrote no %s within %s of the steady phase's end", path, timeout)
 	}
+	return f, err
 }
 
 // allocationTrace records the spans of the API's allocations for

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -10,11 +9,11 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tetherhq/tether/services/dev"
+	"github.com/tetherhq/tether/services/testkit/syncbuf"
 )
 
 // TestSmokeSimulation runs a short simulation (300 servers on 30 hosts for
@@ -123,7 +122,7 @@ func TestSplitSimulation(t *testing.T) {
 	cpDir := t.TempDir()
 	cpCtx, stopCP := context.WithCancel(ctx)
 	cpDone := make(chan error, 1)
-	var cpOut lockedBuffer
+	var cpOut syncbuf.Buffer
 	go func() {
 		o := periods
 		o.Role, o.DataDir, o.Logger, o.Progress = RoleControlPlane, cpDir, log, io.MultiWriter(testWriter{t}, &cpOut)
@@ -169,24 +168,6 @@ func servedTimed(rep *Report) bool {
 	s := rep.AllocationServed
 	calls := int(rep.Allocations + rep.AllocationErrors + rep.NoReadyServer)
 	return s.N > 0 && s.N <= calls && s.P99 > 0 && s.P50 <= s.P99 && s.P99 <= s.Max
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // testWriter sends progress lines to the test log.

@@ -69,7 +69,7 @@ func (w *world) serveControlPlane(ctx context.Context, mp metric.MeterProvider) 
 		ControllerOptions: w.controllerOptions,
 		Started: func(s *dev.Stack) {
 			cp := controlPlaneInfo{NATS: s.NATS, GRPC: s.GRPC, Database: s.Database, PlayerTokenKeys: keys, PID: os.Getpid()}
-			if err := writeControlPlane(filepath.Join(o.DataDir, ControlPlaneFile), cp); err != nil {
+			if err := writeJSONFile(filepath.Join(o.DataDir, ControlPlaneFile), cp); err != nil {
 				w.log.Error("control plane: write "+ControlPlaneFile, "err", err)
 				return
 			}
@@ -136,7 +136,7 @@ func (w *world) reportSteady(ctx context.Context, began meterReading) {
 		return
 	}
 	f := ended.since(began)
-	if err := writeSteadyFigures(w.opts.DataDir, f); err != nil {
+	if err := writeJSONFile(filepath.Join(w.opts.DataDir, steadyFile), f); err != nil {
 		fmt.Fprintln(w.opts.Progress, "control plane: write its figures for the hosts role:", err)
 	}
 	a := f.AllocationServed
@@ -156,9 +156,10 @@ func (w *world) signalControlPlane(sig syscall.Signal) {
 	}
 }
 
-// writeControlPlane writes cp to path atomically, readable by its owner only.
-func writeControlPlane(path string, cp controlPlaneInfo) error {
-	b, err := json.Marshal(cp)
+// writeJSONFile writes v as JSON to path atomically, readable by its
+// owner only (the control plane's file holds player-token keys).
+func writeJSONFile(path string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
@@ -169,32 +170,44 @@ func writeControlPlane(path string, cp controlPlaneInfo) error {
 	return os.Rename(tmp, path)
 }
 
+// awaitJSONFile waits (at most timeout) for path to hold JSON that decodes
+// into into and that accept, if set, takes; ok is false when the time ran
+// out first.
+func awaitJSONFile(ctx context.Context, path string, timeout time.Duration, into any, accept func() bool) (ok bool, err error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			if err := json.Unmarshal(b, into); err != nil {
+				return false, fmt.Errorf("sim: %s: %w", path, err)
+			}
+			if accept == nil || accept() {
+				return true, nil
+			}
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return false, fmt.Errorf("sim: %w", err)
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return false, ctx.Err()
+		}
+	}
+}
+
 // awaitControlPlane waits (at most timeout) for a running control plane's
 // file in dir.
 func awaitControlPlane(ctx context.Context, dir string, timeout time.Duration) (controlPlaneInfo, error) {
 	path := filepath.Join(dir, ControlPlaneFile)
-	deadline := time.Now().Add(timeout)
-	for {
-		var cp controlPlaneInfo
-		b, err := os.ReadFile(path)
-		if err == nil {
-			if err := json.Unmarshal(b, &cp); err != nil {
-				return cp, fmt.Errorf("sim: %s: %w", path, err)
-			}
-			// A file left by a control plane that has ended is not one to join.
-			if cp.PID > 0 && syscall.Kill(cp.PID, 0) == nil {
-				return cp, nil
-			}
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return cp, fmt.Errorf("sim: %w", err)
-		}
-		if time.Now().After(deadline) {
-			return cp, fmt.Errorf("sim: no running control plane wrote %s within %s (start one with --role %s --data-dir %s)", path, timeout, RoleControlPlane, dir)
-		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
-			return cp, ctx.Err()
-		}
+	var cp controlPlaneInfo
+	// A file left by a control plane that has ended is not one to join.
+	running := func() bool { return cp.PID > 0 && syscall.Kill(cp.PID, 0) == nil }
+	ok, err := awaitJSONFile(ctx, path, timeout, &cp, running)
+	if err == nil && !ok {
+		err = fmt.Errorf("sim: no running control plane wrote %s within %s (start one with --role %s --data-dir %s)", path, timeout, RoleControlPlane, dir)
 	}
+	return cp, err
 }
 
 // joinControlPlane builds the simulated hosts' agents against a control
