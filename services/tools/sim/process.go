@@ -25,12 +25,30 @@ const (
 	faultFlap                   // its SDK connection drops and comes back within the grace
 )
 
+// processSDK is the SDK a simulated process calls: its host agent's
+// (agent.LocalSDK), the calls a game server makes over the socket.
+type processSDK interface {
+	Connect(ctx context.Context, token string) (*agent.LocalConn, error)
+	Health(ctx context.Context, token string) error
+	Ready(ctx context.Context, token string) error
+	Shutdown(ctx context.Context, token string) error
+	AcceptPlayer(ctx context.Context, token string, req *sdkv1.AcceptPlayerRequest) (*sdkv1.AcceptPlayerResponse, error)
+	DisconnectPlayer(ctx context.Context, token string, req *sdkv1.DisconnectPlayerRequest) (*sdkv1.DisconnectPlayerResponse, error)
+	RemovePlayer(ctx context.Context, token string, req *sdkv1.RemovePlayerRequest) (*sdkv1.RemovePlayerResponse, error)
+}
+
+// readyRetry is how long a simulated process waits to say Ready again
+// after the agent refused it, as the example game server does: one that
+// gave up stayed STARTING for ever, and held a run's settle phase until
+// its timeout.
+const readyRetry = time.Second
+
 // host is one simulated host: the agent's process starter and the game
 // server processes it runs.
 type host struct {
 	w   *world
 	id  string
-	sdk *agent.LocalSDK // set once the agent is built
+	sdk processSDK // its agent's; set once the agent is built
 
 	mu    sync.Mutex
 	procs map[string]*process // running, by game server name
@@ -202,7 +220,8 @@ func (p *process) run() agent.ProcessExit {
 			if err != nil {
 				if ctx.Err() == nil {
 					w.count.sdkErrors.Add(1)
-					w.log.Warn("simulated server: Ready refused", "game_server", p.name, "err", err)
+					w.log.Warn("simulated server: Ready refused; saying it again", "game_server", p.name, "err", err, "retry_in", readyRetry)
+					p.h.wheel.add(step{p: p, kind: stepReady, at: time.Now().Add(readyRetry)})
 				}
 			} else if !p.hung.Load() {
 				p.ready.Store(true)
