@@ -31,6 +31,7 @@ const testBucket = "segments"
 type fakeS3 struct {
 	srv     *httptest.Server
 	backend *s3mem.Backend
+	clock   gofakes3.TimeSource // the server's and the backend's (newFakeS3)
 	// ignoreIfNoneMatch, set before use, makes the server ignore
 	// If-None-Match on PUT, as some S3-compatible servers do.
 	ignoreIfNoneMatch bool
@@ -54,11 +55,17 @@ type serveStats struct {
 // newFakeS3 starts a server holding the empty bucket testBucket.
 func newFakeS3(t *testing.T) *fakeS3 {
 	t.Helper()
-	f := &fakeS3{backend: s3mem.New(), authKeys: map[string]bool{}}
+	// The server stamps an object's Last-Modified (what HEAD answers) and
+	// its backend the object's time (what a listing answers), each from
+	// its own clock read: when the two reads fell on either side of a
+	// second, Put and List disagreed, a flake no real S3 has (one time per
+	// object). One fixed clock for both: every object has the same time.
+	clock := gofakes3.FixedTimeSource(time.Now())
+	f := &fakeS3{backend: s3mem.New(s3mem.WithTimeSource(clock)), clock: clock, authKeys: map[string]bool{}}
 	if err := f.backend.CreateBucket(testBucket); err != nil {
 		t.Fatal(err)
 	}
-	h := gofakes3.New(f.backend).Server()
+	h := gofakes3.New(f.backend, gofakes3.WithTimeSource(clock)).Server()
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if f.ignoreIfNoneMatch {
 			r.Header.Del("If-None-Match")
@@ -147,7 +154,7 @@ func (f *fakeS3) object(t *testing.T, key string) []byte {
 // another tool (a copy, a restore) would.
 func (f *fakeS3) putRaw(t *testing.T, key string, b []byte) {
 	t.Helper()
-	if _, err := f.backend.PutObject(testBucket, key, map[string]string{"Last-Modified": time.Now().UTC().Format(http.TimeFormat)}, bytes.NewReader(b), int64(len(b)), nil); err != nil {
+	if _, err := f.backend.PutObject(testBucket, key, map[string]string{"Last-Modified": f.clock.Now().UTC().Format(http.TimeFormat)}, bytes.NewReader(b), int64(len(b)), nil); err != nil {
 		t.Error(err)
 	}
 }
