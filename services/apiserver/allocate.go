@@ -269,12 +269,26 @@ func (a *allocationService) policy(ctx context.Context, fleet string) (*eventsv1
 	s.policyMu.Unlock()
 	age := s.opts.Now().Sub(c.read)
 	read := func() (any, error) {
+		// A read that ended between the cache's look above and this one
+		// answers it.
+		s.policyMu.Lock()
+		c, ok := s.policies[fleet]
+		s.policyMu.Unlock()
+		if ok && s.opts.Now().Sub(c.read) < policyTTL {
+			return c.policy, nil
+		}
 		// Shared by every caller waiting for it: it is not ended by one's
-		// cancellation, only by the server's stop or its own bound. Its
-		// span joins the trace of the call that started it.
-		rctx, cancel := context.WithTimeout(trace.ContextWithSpan(s.noticeCtx, trace.SpanFromContext(ctx)), policyReadWait)
+		// cancellation, only by the server's stop or its own bound, which
+		// is the views' fault, not a caller's deadline. Its span joins the
+		// trace of the call that started it.
+		rctx, cancel := context.WithTimeoutCause(trace.ContextWithSpan(s.noticeCtx, trace.SpanFromContext(ctx)), policyReadWait, errPolicyReadTimeout)
 		defer cancel()
-		return a.readPolicy(rctx, fleet)
+		p, err := a.readPolicy(rctx, fleet)
+		if err != nil && errors.Is(context.Cause(rctx), errPolicyReadTimeout) {
+			return nil, &apiError{code: codes.Unavailable, reason: ReasonUnavailable,
+				msg: fmt.Sprintf("the views did not give fleet %s within %s; retry", fleet, policyReadWait)}
+		}
+		return p, err
 	}
 	switch {
 	case ok && age < policyTTL:
@@ -294,6 +308,10 @@ func (a *allocationService) policy(ctx context.Context, fleet string) (*eventsv1
 	}
 }
 
+// errPolicyReadTimeout is the cause of a policy read that ran out of
+// policyReadWait.
+var errPolicyReadTimeout = errors.New("apiserver: a fleet's policy read ran out of its time")
+
 // readPolicy reads a fleet's policy from the views into the cache (one
 // row: FleetState); a fleet found deleted or unknown leaves it.
 func (a *allocationService) readPolicy(ctx context.Context, fleet string) (*eventsv1.PlayerSessionPolicy, error) {
@@ -310,7 +328,7 @@ func (a *allocationService) readPolicy(ctx context.Context, fleet string) (*even
 			s.policyMu.Lock()
 			delete(s.policies, fleet)
 			s.policyMu.Unlock()
-		} else {
+		} else if ctx.Err() == nil { // not the server's stop, nor the bound (the caller hears of it)
 			s.log.Warn("allocation: read a fleet's player-session policy", "fleet", fleet, "err", err)
 		}
 		return nil, err

@@ -16,8 +16,9 @@ import (
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
-// heldFleetViews answers FleetState only when the test lets a read go
-// (release), with the fleet as it is then; it counts the reads begun.
+// heldFleetViews answers FleetState only when the test lets a read go (a
+// token on release), with the fleet as it is then; it counts the reads
+// begun.
 type heldFleetViews struct {
 	viewReader // anything else: not called here
 	began      chan struct{}
@@ -67,7 +68,7 @@ func policyService(t *testing.T, views viewReader, now *atomic.Int64) *allocatio
 // wait for the views), up to policyMaxStale, past which a call waits for
 // the read; a fleet found deleted is NOT_FOUND from then on.
 func TestAPolicyReadHoldsNoAllocationThatHasOne(t *testing.T) {
-	views := &heldFleetViews{began: make(chan struct{}, 16), release: make(chan struct{})}
+	views := &heldFleetViews{began: make(chan struct{}, 16), release: make(chan struct{}, 16)}
 	views.set(8, false)
 	var now atomic.Int64
 	now.Store(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC).UnixNano())
@@ -102,7 +103,7 @@ func TestAPolicyReadHoldsNoAllocationThatHasOne(t *testing.T) {
 	// Nothing cached: every caller waits for one read.
 	first := []chan result{call(), call(), call()}
 	<-views.began
-	close(views.release)
+	views.release <- struct{}{}
 	for _, ch := range first {
 		mustGet(ch, 8)
 	}
@@ -111,7 +112,6 @@ func TestAPolicyReadHoldsNoAllocationThatHasOne(t *testing.T) {
 	}
 
 	// Past policyTTL: served at once while a read is held.
-	views.release = make(chan struct{})
 	views.set(12, false)
 	now.Add(int64(2 * policyTTL))
 	for range 5 {
@@ -121,14 +121,13 @@ func TestAPolicyReadHoldsNoAllocationThatHasOne(t *testing.T) {
 	if n := views.reads.Load(); n != 2 {
 		t.Fatalf("%d reads, want 2: one in the background", n)
 	}
-	close(views.release)
+	views.release <- struct{}{}
 	wait.For(t, 10*time.Second, "the background read to reach the cache", func() bool {
 		p, err := a.policy(ctx, fleet)
 		return err == nil && p.GetMaxPlayers() == 12
 	})
 
 	// Past policyMaxStale: the call waits for the read.
-	views.release = make(chan struct{})
 	views.set(16, true)
 	now.Add(int64(2 * policyMaxStale))
 	waiting := call()
@@ -138,7 +137,7 @@ func TestAPolicyReadHoldsNoAllocationThatHasOne(t *testing.T) {
 		t.Fatalf("a policy older than policyMaxStale was served without a read: %v, %v", r.p, r.err)
 	default:
 	}
-	close(views.release)
+	views.release <- struct{}{}
 	r := <-waiting
 	var apiErr *apiError
 	if !errors.As(r.err, &apiErr) || apiErr.reason != ReasonNotFound {

@@ -110,15 +110,16 @@ func TestReportedFigures(t *testing.T) {
 }
 
 // TestServedAllocationFigure: the API's own allocation p99 is read from the
-// sim report, and "more than the last bound" (negative) is judged as that
-// bound, so that it never meets an at-most target by its sign.
+// sim report, "more than the last bound" (negative) is judged as that
+// bound, so that it never meets an at-most target by its sign, and a run
+// that timed none gives no figure.
 func TestServedAllocationFigure(t *testing.T) {
 	for _, c := range []struct {
 		json string
 		want float64
 	}{
-		{`{"allocation_served_ms": {"p99": 16}}`, 16},
-		{`{"allocation_served_ms": {"p99": -60000}}`, 60000},
+		{`{"allocation_served_ms": {"n": 5, "p99": 16}}`, 16},
+		{`{"allocation_served_ms": {"n": 5, "p99": -60000}}`, 60000},
 	} {
 		var r simReport
 		if err := json.Unmarshal([]byte(c.json), &r); err != nil {
@@ -127,5 +128,14 @@ func TestServedAllocationFigure(t *testing.T) {
 		if got := r.figures()["alloc-served-p99-ms"]; len(got) != 1 || got[0] != c.want {
 			t.Errorf("%s: %v, want [%v]", c.json, got, c.want)
 		}
+	}
+	// None timed (a control plane that wrote no figures): no figure, so
+	// the row says "not run" rather than meet its target with a 0.
+	var none simReport
+	if err := json.Unmarshal([]byte(`{"allocation_served_ms": {"n": 0, "p99": 0}}`), &none); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := none.figures()["alloc-served-p99-ms"]; ok {
+		t.Errorf("no allocation timed: figure %v, want none", got)
 	}
 }

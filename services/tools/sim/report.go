@@ -141,6 +141,9 @@ func summarize(d []time.Duration) Latency {
 // bucketed prints a Latency read from a histogram: each figure is a bucket's
 // upper bound, negative for "more than" the last.
 func bucketed(l Latency) string {
+	if l.N == 0 {
+		return "not measured"
+	}
 	b := func(v float64) string {
 		if v < 0 {
 			return fmt.Sprintf("> %.1f ms", -v)

@@ -144,15 +144,20 @@ type allocationTrace struct {
 
 // allocationTraceLimit bounds the spans kept: a 60 s steady phase at 50
 // allocations a second ends about 3,000 allocations of a few spans each.
-const allocationTraceLimit = 1_000_000
+const allocationTraceLimit = 100_000
 
 // newAllocationTrace samples the traces whose root is an allocation's
-// server span: its appends under it, and the projector's spans of its
-// events, which carry its trace.
+// server span, and in them the spans of this process's own steps (its
+// appends). The spans that join its trace from elsewhere (the projector's
+// of its events, an agent's of its notice: remote parents) are left out:
+// they are not the allocation's wait, and a breakdown would count them as
+// such when they ended before it.
 func newAllocationTrace() *allocationTrace {
 	rec := allocload.NewSpanRecorder(allocationTraceLimit)
 	return &allocationTrace{rec: rec, tp: sdktrace.NewTracerProvider(
-		sdktrace.WithSyncer(rec), sdktrace.WithSampler(sdktrace.ParentBased(allocationRoots{})))}
+		sdktrace.WithSyncer(rec), sdktrace.WithSampler(sdktrace.ParentBased(allocationRoots{},
+			sdktrace.WithRemoteParentSampled(sdktrace.NeverSample()),
+			sdktrace.WithRemoteParentNotSampled(sdktrace.NeverSample()))))}
 }
 
 // provider is the tracer provider to give the control plane; nil (the
@@ -189,14 +194,15 @@ func (t *allocationTrace) shutdown() {
 	}
 }
 
-// allocationRoots samples a root span when it is an allocation's server
-// span, and nothing else that starts a trace.
+// allocationRoots samples a root span when it is an allocation's gRPC
+// server span (not the REST gateway's client span of the same name), and
+// nothing else that starts a trace.
 type allocationRoots struct{}
 
 // ShouldSample implements sdktrace.Sampler.
 func (allocationRoots) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
 	d := sdktrace.Drop
-	if p.Name == allocload.AllocateSpan {
+	if p.Name == allocload.AllocateSpan && p.Kind == trace.SpanKindServer {
 		d = sdktrace.RecordAndSample
 	}
 	return sdktrace.SamplingResult{Decision: d, Tracestate: trace.SpanContextFromContext(p.ParentContext).TraceState()}

@@ -2,11 +2,15 @@ package sim
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/tetherhq/tether/services/tools/allocload"
 )
 
 // TestQuantileSinceIsTheBucketHoldingIt: a quantile of what was recorded
@@ -66,5 +70,34 @@ func TestServedAllocationsAreReadApart(t *testing.T) {
 	got := after.since(before).AllocationServed
 	if want := (Latency{N: 100, P50: 4, P99: 20, Max: 150}); got != want {
 		t.Fatalf("served %+v, want %+v", got, want)
+	}
+}
+
+// TestAllocationTraceTakesTheServerSpansOwnSteps: the trace keeps an
+// allocation's gRPC server span and its local children, and leaves out
+// the REST gateway's client span of the same name, other roots, and spans
+// that join from another process (a remote parent: the projector's).
+func TestAllocationTraceTakesTheServerSpansOwnSteps(t *testing.T) {
+	at := newAllocationTrace()
+	defer at.shutdown()
+	tr := at.provider().Tracer("test")
+	ctx := context.Background()
+
+	_, client := tr.Start(ctx, allocload.AllocateSpan, trace.WithSpanKind(trace.SpanKindClient))
+	_, other := tr.Start(ctx, "tether.v1.FleetService/ListFleets", trace.WithSpanKind(trace.SpanKindServer))
+	sctx, server := tr.Start(ctx, allocload.AllocateSpan, trace.WithSpanKind(trace.SpanKindServer))
+	_, step := tr.Start(sctx, "events.append")
+	remote := trace.ContextWithRemoteSpanContext(ctx, server.SpanContext())
+	_, joined := tr.Start(remote, "projector.apply")
+	for _, s := range []trace.Span{joined, step, server, other, client} {
+		s.End()
+	}
+	var got []string
+	for _, s := range at.rec.Spans() {
+		got = append(got, s.Name())
+	}
+	want := []string{"events.append", allocload.AllocateSpan}
+	if !slices.Equal(got, want) {
+		t.Fatalf("recorded %v, want %v", got, want)
 	}
 }

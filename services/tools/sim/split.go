@@ -97,6 +97,7 @@ func (w *world) measureOnSignal(ctx context.Context) {
 	defer signal.Stop(sigs)
 	var m *cpuMeter
 	var began meterReading
+	var beganErr error // the meters could not be read when the phase began
 	for {
 		select {
 		case <-ctx.Done():
@@ -104,15 +105,16 @@ func (w *world) measureOnSignal(ctx context.Context) {
 		case sig := <-sigs:
 			switch {
 			case sig == signalSteadyBegins && m == nil:
-				var err error
-				if began, err = w.readMeters(ctx); err != nil {
-					fmt.Fprintln(w.opts.Progress, "control plane: read its meters:", err)
+				if began, beganErr = w.readMeters(ctx); beganErr != nil {
+					fmt.Fprintln(w.opts.Progress, "control plane: read its meters:", beganErr)
 				}
 				w.spans.reset()
 				m = startCPU(0)
 				fmt.Fprintln(w.opts.Progress, "control plane: the steady phase began; measuring its CPU")
 			case sig == signalSteadyEnds && m != nil:
-				w.reportSteady(ctx, began)
+				if beganErr == nil {
+					w.reportSteady(ctx, began)
+				} // else no figures: the hosts role reports them missing
 				rep, err := m.stop(w.opts.CPUProfile)
 				m = nil
 				if err != nil {
