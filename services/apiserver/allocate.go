@@ -264,17 +264,12 @@ func parseScheduling(s string) (bool, error) {
 // whatever the number of callers.
 func (a *allocationService) policy(ctx context.Context, fleet string) (*eventsv1.PlayerSessionPolicy, error) {
 	s := a.s
-	s.policyMu.Lock()
-	c, ok := s.policies[fleet]
-	s.policyMu.Unlock()
+	c, ok := s.policyCached(fleet)
 	age := s.opts.Now().Sub(c.read)
 	read := func() (any, error) {
 		// A read that ended between the cache's look above and this one
 		// answers it.
-		s.policyMu.Lock()
-		c, ok := s.policies[fleet]
-		s.policyMu.Unlock()
-		if ok && s.opts.Now().Sub(c.read) < policyTTL {
+		if c, ok := s.policyCached(fleet); ok && s.opts.Now().Sub(c.read) < policyTTL {
 			return c.policy, nil
 		}
 		// Shared by every caller waiting for it: it is not ended by one's
@@ -319,18 +314,20 @@ func (a *allocationService) readPolicy(ctx context.Context, fleet string) (*even
 	began := s.opts.Now()
 	ctx, span := s.tracer.Start(ctx, "allocation.policy")
 	f, err := s.opts.Views.FleetState(ctx, fleet)
-	if err == nil && f.State.GetDeleted() {
+	deleted := err == nil && f.State.GetDeleted()
+	if deleted {
 		err = &apiError{code: codes.NotFound, reason: ReasonNotFound, msg: fmt.Sprintf("fleet %s was deleted", fleet)}
 	}
 	endSpan(span, err)
+	switch {
+	case deleted || errors.Is(err, projections.ErrNotFound):
+		s.policyMu.Lock()
+		delete(s.policies, fleet)
+		s.policyMu.Unlock()
+	case err != nil && ctx.Err() == nil: // not the server's stop, nor the bound (the caller hears of it)
+		s.log.Warn("allocation: read a fleet's player-session policy", "fleet", fleet, "err", err)
+	}
 	if err != nil {
-		if errors.Is(err, projections.ErrNotFound) || errors.As(err, new(*apiError)) {
-			s.policyMu.Lock()
-			delete(s.policies, fleet)
-			s.policyMu.Unlock()
-		} else if ctx.Err() == nil { // not the server's stop, nor the bound (the caller hears of it)
-			s.log.Warn("allocation: read a fleet's player-session policy", "fleet", fleet, "err", err)
-		}
 		return nil, err
 	}
 	p := f.State.GetSpec().GetPlayerSessions()
@@ -357,6 +354,14 @@ func endSpan(span trace.Span, err error) {
 		span.SetStatus(otelcodes.Error, err.Error())
 	}
 	span.End()
+}
+
+// policyCached returns fleet's policy as last read, if the cache has it.
+func (s *Server) policyCached(fleet string) (cachedPolicy, bool) {
+	s.policyMu.Lock()
+	defer s.policyMu.Unlock()
+	c, ok := s.policies[fleet]
+	return c, ok
 }
 
 // cachedPolicy is a fleet's player-session policy as read at a time.

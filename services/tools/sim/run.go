@@ -51,14 +51,16 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	fmt.Fprintf(o.Progress, "all %d servers READY after %.1f s\n", target, rep.ReadySeconds)
 
 	// Phase 2: steady state with misbehaviour and matches.
-	metersBefore, err := w.readMeters(ctx)
+	// The control plane's own figures: from this process's meters, or
+	// from a control plane apart, which reads its own at the signals.
+	var metersBefore meterReading
+	if w.controlPlanePID > 0 {
+		err = removeSteadyFigures(o.ControlPlaneDir)
+	} else {
+		metersBefore, err = w.readMeters(ctx)
+	}
 	if err != nil {
 		return nil, err
-	}
-	if w.controlPlanePID > 0 {
-		if err := removeSteadyFigures(o.ControlPlaneDir); err != nil {
-			return nil, err
-		}
 	}
 	lag, slowLag := &latencies{}, &slowSamples{keep: 5}
 	w.spans.reset()
@@ -104,7 +106,6 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	rep.SlowestLag = slowLag.list()
 	var cp ControlPlaneFigures
 	if w.controlPlanePID > 0 {
-		// A control plane apart reads its own meters at the signal.
 		if cp, err = awaitSteadyFigures(ctx, o.ControlPlaneDir, steadyFileWait); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
