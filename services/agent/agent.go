@@ -72,9 +72,11 @@ func (s countingStore) Append(ctx context.Context, subject string, expected uint
 	return seq, err
 }
 
-// commandSource gives the agent its host's durable command consumer.
+// commandSource gives the agent its host's durable command consumer: the
+// one the stream has, or one made anew delivering from a stream sequence
+// (0: the recent commands), as commands.Bus.Consumer does.
 type commandSource interface {
-	Consumer(ctx context.Context, host string) (jetstream.Consumer, error)
+	Consumer(ctx context.Context, host string, from uint64) (jetstream.Consumer, error)
 }
 
 // Options configure an agent.
@@ -502,7 +504,7 @@ func (a *Agent) startUp(ctx context.Context) (started, error) {
 		return st, err
 	}
 	err := a.untilDone(ctx, "open the command consumer", func() (err error) {
-		st.commands, err = a.opts.Commands.Consumer(ctx, a.opts.HostID)
+		st.commands, err = a.opts.Commands.Consumer(ctx, a.opts.HostID, 0)
 		return err
 	})
 	return st, err

@@ -281,7 +281,7 @@ func TestStartCommandResentAfterTimeout(t *testing.T) {
 		o.StartTimeout, o.Clock = timeout, clk
 		o.UnreachableAfter, o.LostAfter = time.Hour, 2*time.Hour // one beat, and the clock moves by hand
 	})
-	cons, err := w.Commands.Consumer(w.Ctx, "h1") // the agent is away: commands wait
+	cons, err := w.Commands.Consumer(w.Ctx, "h1", 0) // the agent is away: commands wait
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -305,7 +305,7 @@ func (w *world) agent(host string, ready int) *agent {
 // world is stopping), and is acknowledged.
 func (w *world) consumeCommands(host string, handle func(*agentv1.Command) error) {
 	w.t.Helper()
-	cons, err := w.Commands.Consumer(w.Ctx, host)
+	cons, err := w.Commands.Consumer(w.Ctx, host, 0)
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 // each command.
 func take(t testing.TB, ctx context.Context, bus *commands.Bus, host string) []string {
 	t.Helper()
-	cons, err := bus.Consumer(ctx, host)
+	cons, err := bus.Consumer(ctx, host, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +82,75 @@ func TestEachCommandOnceToItsHost(t *testing.T) {
 	}
 }
 
+// A host's consumer keeps its state in memory. One the stream lacks is
+// made delivering from the sequence asked; one the stream has is used as
+// it is, whatever sequence is asked; and one an earlier version kept in
+// files is replaced by one in memory that delivers from its first
+// unacknowledged command, so no command is lost or delivered twice.
+func TestConsumerStateIsInMemoryAndMadeAnewFromASequence(t *testing.T) {
+	ctx := t.Context()
+	_, js := natstest.Connect(t, natstest.Start(t))
+	bus, err := setUp(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		if err := bus.Send(ctx, "h1", "test", start(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons, err := bus.Consumer(ctx, "h1", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cons.CachedInfo().Config.MemoryStorage {
+		t.Fatal("the consumer keeps its state in files")
+	}
+	if got := take(t, ctx, bus, "h1"); fmt.Sprint(got) != "[b c]" {
+		t.Fatalf("a consumer made from sequence 2 delivered %v, want [b c]", got)
+	}
+	again, err := bus.Consumer(ctx, "h1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.CachedInfo().Created.Equal(cons.CachedInfo().Created) {
+		t.Fatal("an existing consumer was made anew")
+	}
+
+	stream, err := js.Stream(ctx, commands.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{ // as an earlier version made it
+		Durable: "agent-h2", FilterSubject: commands.Subject("h2"), AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"d", "e"} {
+		if err := bus.Send(ctx, "h2", "test", start(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := old.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := take(t, ctx, bus, "h2"); fmt.Sprint(got) != "[e]" {
+		t.Fatalf("the file-stored consumer's replacement delivered %v, want [e] (d was acknowledged)", got)
+	}
+	now, err := stream.Consumer(ctx, "agent-h2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !now.CachedInfo().Config.MemoryStorage {
+		t.Fatal("the earlier version's consumer still keeps its state in files")
+	}
+}
+
 // More hosts than nats-server's default consumer limit (1,000) each get
 // their consumer.
 func TestMoreHostsThanTheServersDefaultConsumerLimit(t *testing.T) {
@@ -95,7 +164,7 @@ func TestMoreHostsThanTheServersDefaultConsumerLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 1100 {
-		if _, err := bus.Consumer(ctx, fmt.Sprintf("x%d", i)); err != nil {
+		if _, err := bus.Consumer(ctx, fmt.Sprintf("x%d", i), 0); err != nil {
 			t.Fatalf("consumer %d: %v", i+1, err)
 		}
 	}
