@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
@@ -82,5 +84,35 @@ func TestALostCommandConsumerIsMadeAnew(t *testing.T) {
 	settled("the three starts acknowledged")
 	if strings.Contains(h.logs.String(), "not SCHEDULED") {
 		t.Fatalf("a start delivered again was carried out again; the agent's log:\n%s", h.logs.String())
+	}
+}
+
+// A command stored more than commands.Lookback ago, on the NATS server's
+// clock, is moot and not carried out: here the agent's clock moves past it
+// (the server's is read against it), as an agent away for longer, or a
+// consumer that lost its state, finds the host's old commands.
+func TestACommandOlderThanTheLookBackIsNotCarriedOut(t *testing.T) {
+	clk := clockwork.NewFakeClockAt(time.Now())
+	h := newHarnessOpts(t, func(o *agent.Options) { o.Clock = clk })
+	spec := func() *eventsv1.FleetSpec {
+		return &eventsv1.FleetSpec{
+			Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
+			Health:   &eventsv1.HealthPolicy{Disabled: true},
+		}
+	}
+	fresh := "fleets/arena/gameServers/gs-fresh"
+	h.scheduleSpec(fresh, spec())
+	h.waitEvent(fresh, "ProcessStarted") // the agent consumes its commands
+
+	clk.Advance(commands.Lookback + time.Second)
+	stale := "fleets/arena/gameServers/gs-stale"
+	h.scheduleSpec(stale, spec())
+	wait.For(t, 10*time.Second, "the agent to skip the stale start", func() bool {
+		return strings.Contains(h.logs.String(), "command older than the look-back skipped")
+	})
+	for _, e := range h.history(stale) {
+		if e.Type != "GameServerScheduled" {
+			t.Fatalf("the stale start was carried out: %s", e.Type)
+		}
 	}
 }

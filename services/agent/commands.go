@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -55,23 +56,42 @@ func redeliverable(m jetstream.Msg) bool {
 }
 
 // consumeCommands handles the host's commands until ctx ends, from cons
-// and from any consumer made anew after it is lost (watchCommandConsumer).
-// A command is acknowledged once handled; one that cannot be decoded is
-// terminated so it is not redelivered forever.
+// and from any consumer made anew after it is lost
+// (ensureCommandConsumer). A command is acknowledged once handled; one
+// that cannot be decoded is terminated so it is not redelivered forever.
 func (a *Agent) consumeCommands(ctx context.Context, cons jetstream.Consumer) error {
 	var cursor commandCursor
+	cursor.setServerTime(cons.CachedInfo().TimeStamp, a.opts.Clock.Now())
 	// gone is signalled when a pull says the consumer may be gone: the
 	// server says it was deleted, or no server answers for it (a NATS
 	// server that restarted has no memory-stored consumer).
 	gone := make(chan struct{}, 1)
 	opts := append(natsjs.FailoverPull(commandHeartbeat), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if consumerMayBeGone(err) {
-			select {
-			case gone <- struct{}{}:
-			default:
-			}
+		if !consumerMayBeGone(err) {
+			a.log.Debug("command pull", "err", err)
+			return
+		}
+		select {
+		case gone <- struct{}{}:
+		default:
 		}
 	}))
+	// handling is held while a command is handled; generation counts the
+	// consumes, so a handler of a stopped one that starts late does nothing
+	// (its command comes again from the consumer in use).
+	var (
+		handling   sync.Mutex
+		generation int
+	)
+	handler := func(gen int) jetstream.MessageHandler {
+		return func(m jetstream.Msg) {
+			handling.Lock()
+			defer handling.Unlock()
+			if gen == generation {
+				a.handleCommand(ctx, m, &cursor)
+			}
+		}
+	}
 	var cc jetstream.ConsumeContext // nil while not consuming
 	defer func() {
 		if cc != nil {
@@ -81,10 +101,10 @@ func (a *Agent) consumeCommands(ctx context.Context, cons jetstream.Consumer) er
 	for {
 		if cc == nil {
 			var err error
-			if cc, err = cons.Consume(func(m jetstream.Msg) { a.handleCommand(ctx, m, &cursor) }, opts...); err != nil {
-				a.log.Warn("consume commands; retrying", "err", err, "retry_in", commandHeartbeat)
+			if cc, err = cons.Consume(handler(generation), opts...); err != nil {
 				cc = nil
-				if !sleepCtx(ctx, commandHeartbeat) {
+				a.log.Warn("consume commands; retrying", "err", err, "retry_in", commandHeartbeat)
+				if !sleepCtx(ctx, jittered(commandHeartbeat)) {
 					return nil
 				}
 				continue
@@ -96,6 +116,11 @@ func (a *Agent) consumeCommands(ctx context.Context, cons jetstream.Consumer) er
 		case <-gone:
 		case <-cc.Closed():
 		}
+		// Every agent hears of a NATS restart at once: spread their
+		// look-ups.
+		if !sleepCtx(ctx, jittered(commandHeartbeat)/4) {
+			return nil
+		}
 		next, err := a.ensureCommandConsumer(ctx, cons, &cursor)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -103,21 +128,29 @@ func (a *Agent) consumeCommands(ctx context.Context, cons jetstream.Consumer) er
 			}
 			// The next failed pull (or the stopped consume) brings the
 			// agent back here: NATS may be away still.
-			a.log.Warn("look up the command consumer; retrying", "err", err, "retry_in", commandHeartbeat)
-			if !sleepCtx(ctx, commandHeartbeat) {
-				return nil
-			}
+			a.log.Warn("look up the command consumer; retrying", "err", err)
 			continue
 		}
-		if next != cons || isClosed(cc.Closed()) {
-			cc.Stop()
-			cons, cc = next, nil
+		if next == cons && !isClosed(cc.Closed()) {
+			continue
 		}
+		// A consume that stopped on its own, or a consumer made anew: wait
+		// for the handler in hand, then consume again.
+		cc.Stop()
+		handling.Lock()
+		generation++
+		handling.Unlock()
+		cons, cc = next, nil
 	}
 }
 
-// ensureCommandConsumer looks the host's command consumer up, creating it
-// if it is gone, from the first command the agent has not settled.
+// jittered returns a duration between d/2 and 3d/2.
+func jittered(d time.Duration) time.Duration {
+	return d/2 + rand.N(d)
+}
+
+// ensureCommandConsumer looks the host's command consumer up, making it
+// anew if it is gone, from the first command the agent has not settled.
 func (a *Agent) ensureCommandConsumer(ctx context.Context, cons jetstream.Consumer, cursor *commandCursor) (jetstream.Consumer, error) {
 	lctx, cancel := context.WithTimeout(ctx, 2*commandHeartbeat)
 	defer cancel()
@@ -126,6 +159,7 @@ func (a *Agent) ensureCommandConsumer(ctx context.Context, cons jetstream.Consum
 	if err != nil {
 		return nil, err
 	}
+	cursor.setServerTime(next.CachedInfo().TimeStamp, a.opts.Clock.Now())
 	if next.CachedInfo().Created.Equal(cons.CachedInfo().Created) {
 		return cons, nil
 	}
@@ -134,9 +168,10 @@ func (a *Agent) ensureCommandConsumer(ctx context.Context, cons jetstream.Consum
 }
 
 // consumerMayBeGone reports whether a pull's error says its consumer may
-// no longer exist.
+// no longer exist: deleted while a pull waited, or no server answering for
+// it.
 func consumerMayBeGone(err error) bool {
-	return errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, nats.ErrNoResponders)
+	return errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, nats.ErrNoResponders)
 }
 
 // isClosed reports whether ch is closed.
@@ -162,18 +197,34 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // handleCommand handles one command message and settles it: acknowledged
-// once handled (or found settled before), terminated if undecodable, or
-// redelivered later if it failed for a reason that may pass.
+// once handled (or found settled before, or moot), terminated if
+// undecodable, or redelivered later if it failed for a reason that may
+// pass.
 func (a *Agent) handleCommand(ctx context.Context, m jetstream.Msg, cursor *commandCursor) {
-	var seq uint64
-	if meta, err := m.Metadata(); err == nil {
-		seq = meta.Sequence.Stream
+	meta, err := m.Metadata()
+	if err != nil {
+		a.log.Error("command without its stream metadata dropped", "subject", m.Subject(), "err", err)
+		if err := m.Term(); err != nil {
+			a.log.Warn("terminate command", "err", err)
+		}
+		return
 	}
-	if seq > 0 && !cursor.receive(seq) {
+	seq := meta.Sequence.Stream
+	if !cursor.receive(seq, meta.Timestamp) {
 		// Delivered again by a consumer that lost its state (every NATS
 		// node holding it restarted): the agent carried it out before.
 		a.log.Debug("command settled before; acknowledged again", "sequence", seq)
 		a.ack(m, "")
+		return
+	}
+	if age := cursor.age(meta.Timestamp, a.opts.Clock.Now()); age > commands.Lookback {
+		// Moot (commands.Lookback): a consumer that lost its state
+		// delivers the host's last hour again, and an agent away longer
+		// finds its servers' starts re-sent and their stops in their
+		// histories.
+		a.log.Info("command older than the look-back skipped", "sequence", seq, "age", age.Round(time.Second), "lookback", commands.Lookback)
+		a.ack(m, "")
+		cursor.settle(seq)
 		return
 	}
 	cmd, err := commands.Decode(m.Data())
@@ -221,18 +272,48 @@ func (a *Agent) ack(m jetstream.Msg, id string) {
 // the highest one received was received: it is settled, or held for a
 // retry. A consumer made anew starts at the first command not settled
 // (from), and a command received again that was settled is skipped
-// (receive).
+// (receive). A command below the highest received but stored after it
+// comes from a stream made anew, whose sequences start again: the cursor
+// starts again with it.
+//
+// It also keeps how far the NATS server's clock is ahead of the agent's,
+// so a command's age is read on the server's clock, which stored it: a
+// host whose clock is off does not take every command for a stale one.
 type commandCursor struct {
-	mu   sync.Mutex
-	next uint64              // one past the highest sequence received; 0 before the first
-	held map[uint64]struct{} // received and not settled: being handled, or to be retried
+	mu          sync.Mutex
+	next        uint64              // one past the highest sequence received; 0 before the first
+	newest      time.Time           // when the highest sequence received was stored
+	held        map[uint64]struct{} // received and not settled: being handled, or to be retried
+	serverAhead time.Duration       // the NATS server's clock less the agent's
 }
 
-// receive records a command's delivery; it reports false for one settled
-// before, which is not to be handled again.
-func (c *commandCursor) receive(seq uint64) bool {
+// setServerTime records the NATS server's time (as it answered a request;
+// zero if it did not say) against the agent's clock at the answer.
+func (c *commandCursor) setServerTime(server, local time.Time) {
+	if server.IsZero() {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.serverAhead = server.Sub(local)
+}
+
+// age is how long ago, on the server's clock, a command was stored.
+func (c *commandCursor) age(stored, local time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return local.Add(c.serverAhead).Sub(stored)
+}
+
+// receive records a command's delivery (its stream sequence and the time
+// the stream stored it); it reports false for one settled before, which
+// is not to be handled again.
+func (c *commandCursor) receive(seq uint64, stored time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if seq < c.next && stored.After(c.newest) { // a stream made anew
+		c.next, c.held = 0, nil
+	}
 	if _, held := c.held[seq]; seq < c.next && !held {
 		return false
 	}
@@ -240,7 +321,9 @@ func (c *commandCursor) receive(seq uint64) bool {
 		c.held = map[uint64]struct{}{}
 	}
 	c.held[seq] = struct{}{}
-	c.next = max(c.next, seq+1)
+	if seq >= c.next {
+		c.next, c.newest = seq+1, stored
+	}
 	return true
 }
 

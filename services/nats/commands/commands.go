@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -184,8 +185,11 @@ func (b *Bus) Send(ctx context.Context, host, sender string, cmd *agentv1.Comman
 // 1 min) and when it starts.
 const Lookback = 2 * time.Minute
 
+// consumerPrefix starts every host's command consumer's durable name.
+const consumerPrefix = "agent-"
+
 // consumerName is the durable name of a host's command consumer.
-func consumerName(host string) string { return "agent-" + host }
+func consumerName(host string) string { return consumerPrefix + host }
 
 // consumerConfig is a host's command consumer's configuration, delivering
 // from the stream sequence from, or (from 0) from the commands sent in the
@@ -221,10 +225,12 @@ func consumerConfig(host string, from uint64, now time.Time) jetstream.ConsumerC
 }
 
 // Consumer returns the durable consumer of one host's commands: the one
-// the stream has, or, when it has none, a new one delivering from the
-// stream sequence from (0: the commands of the last Lookback). A consumer
-// an earlier version kept in files is replaced by one kept in memory,
-// delivering from its first unacknowledged command.
+// the stream has (its settings brought up to date), or, when it has none,
+// a new one delivering from the stream sequence from (0, or a sequence
+// past the stream's last, as after the stream was made anew: the commands
+// of the last Lookback). A consumer an earlier version kept in files is
+// replaced by one kept in memory, delivering from its first unacknowledged
+// command.
 func (b *Bus) Consumer(ctx context.Context, host string, from uint64) (jetstream.Consumer, error) {
 	if err := events.CheckID(host); err != nil {
 		return nil, fmt.Errorf("commands: host: %w", err)
@@ -232,20 +238,43 @@ func (b *Bus) Consumer(ctx context.Context, host string, from uint64) (jetstream
 	c, err := b.stream.Consumer(ctx, consumerName(host))
 	switch {
 	case err == nil && c.CachedInfo().Config.MemoryStorage:
-		return c, nil
+		return b.updated(ctx, c)
 	case err == nil: // an earlier version's, kept in files
-		if floor := c.CachedInfo().AckFloor.Stream; floor > 0 {
-			from = floor + 1
-		}
+		from = c.CachedInfo().AckFloor.Stream + 1
 		if err := b.stream.DeleteConsumer(ctx, consumerName(host)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return nil, fmt.Errorf("commands: replace the file-stored consumer of %s: %w", host, err)
 		}
 	case !errors.Is(err, jetstream.ErrConsumerNotFound):
 		return nil, fmt.Errorf("commands: consumer of %s: %w", host, err)
 	}
+	if from > 1 {
+		info, err := b.stream.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("commands: stream %s: %w", StreamName, err)
+		}
+		if from > info.State.LastSeq+1 {
+			from = 0
+		}
+	}
 	c, err = b.stream.CreateConsumer(ctx, consumerConfig(host, from, time.Now()))
 	if err != nil {
 		return nil, fmt.Errorf("commands: create the consumer of %s: %w", host, err)
+	}
+	return c, nil
+}
+
+// updated brings an existing consumer's settings to consumerConfig's,
+// keeping where it delivers from (which cannot change).
+func (b *Bus) updated(ctx context.Context, c jetstream.Consumer) (jetstream.Consumer, error) {
+	have := c.CachedInfo().Config
+	want := consumerConfig(strings.TrimPrefix(have.Durable, consumerPrefix), 0, time.Now())
+	if have.AckWait == want.AckWait && have.MaxDeliver == want.MaxDeliver && have.Description == want.Description {
+		return c, nil
+	}
+	want.DeliverPolicy, want.OptStartSeq, want.OptStartTime = have.DeliverPolicy, have.OptStartSeq, have.OptStartTime
+	c, err := b.stream.UpdateConsumer(ctx, want)
+	if err != nil {
+		return nil, fmt.Errorf("commands: update the consumer %s: %w", have.Durable, err)
 	}
 	return c, nil
 }

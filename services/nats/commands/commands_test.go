@@ -151,6 +151,49 @@ func TestConsumerStateIsInMemoryAndMadeAnewFromASequence(t *testing.T) {
 	}
 }
 
+// A consumer asked to deliver from past the stream's last command (an
+// agent's position on a stream since made anew, whose sequences started
+// again) delivers the commands of the last Lookback instead of waiting for
+// the stream to reach it; and an existing consumer's settings are brought
+// up to date.
+func TestConsumerFromPastTheStreamAndSettingsUpdated(t *testing.T) {
+	ctx := t.Context()
+	_, js := natstest.Connect(t, natstest.Start(t))
+	bus, err := setUp(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		if err := bus.Send(ctx, "h1", "test", start(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := bus.Consumer(ctx, "h1", 5000); err != nil {
+		t.Fatal(err)
+	}
+	if got := take(t, ctx, bus, "h1"); fmt.Sprint(got) != "[a b]" {
+		t.Fatalf("a consumer made from past the stream's end delivered %v, want [a b]", got)
+	}
+
+	stream, err := js.Stream(ctx, commands.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: "agent-h2", FilterSubject: commands.Subject("h2"), AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 5 * time.Second, MemoryStorage: true,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := bus.Consumer(ctx, "h2", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := c.CachedInfo().Config; cfg.AckWait != 30*time.Second || cfg.MaxDeliver != 10 {
+		t.Fatalf("the existing consumer has AckWait %s and MaxDeliver %d, want them brought to 30s and 10", cfg.AckWait, cfg.MaxDeliver)
+	}
+}
+
 // More hosts than nats-server's default consumer limit (1,000) each get
 // their consumer.
 func TestMoreHostsThanTheServersDefaultConsumerLimit(t *testing.T) {
