@@ -197,3 +197,21 @@ func TestNewID(t *testing.T) {
 		})
 	}
 }
+
+// A game server's fleet name is the start of its name, checked as the
+// name is parsed, and taking it allocates nothing.
+func TestGameServerFleetName(t *testing.T) {
+	name := events.GameServerName("arena", "gs-1")
+	got, err := events.GameServerFleetName(name)
+	if err != nil || got != events.FleetName("arena") {
+		t.Fatalf("GameServerFleetName(%q) = %q, %v; want %q", name, got, err, events.FleetName("arena"))
+	}
+	for _, bad := range []string{"fleets/arena", "fleets/arena/gameServers/", "hosts/h1", "fleets/Arena!/gameServers/gs-1", "fleets/arena/gameServers/a/b"} {
+		if got, err := events.GameServerFleetName(bad); err == nil {
+			t.Errorf("GameServerFleetName(%q) = %q, want an error", bad, got)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = events.GameServerFleetName(name) }); n != 0 {
+		t.Fatalf("%v allocations a call, want 0", n)
+	}
+}

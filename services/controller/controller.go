@@ -390,15 +390,11 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	}
 	p := c.planner().plan(s)
 	wrote, err := c.execute(ctx, p)
-	// Forget re-sends of servers that are no longer SCHEDULED.
-	scheduled := map[string]bool{}
-	for _, r := range s.servers {
-		if r.State.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_SCHEDULED {
-			scheduled[r.State.GetName()] = true
-		}
-	}
+	// Forget re-sends of servers that are no longer SCHEDULED (the live
+	// servers are ordered by name: a few look-ups, not a pass over them).
 	for name := range c.startResent {
-		if !scheduled[name] {
+		i, found := searchByName(s.servers, name)
+		if !found || s.servers[i].State.GetLifecycle() != eventsv1.Lifecycle_LIFECYCLE_SCHEDULED {
 			delete(c.startResent, name)
 		}
 	}

@@ -239,10 +239,15 @@ const restartedDetail = "its host's agent restarted"
 // server's sequence, so one that heard from anyone since is left alone.
 func (p planner) planOrphans(s snapshot, out *Plan) {
 	registered := make(map[string]*eventsv1.HostState, len(s.hosts))
+	var latest uint64 // the last registration of any host
 	for _, h := range s.hosts {
 		registered[h.State.GetName()] = h.State
+		latest = max(latest, h.State.GetRegisteredSequence())
 	}
 	for _, r := range s.servers {
+		if r.Sequence >= latest {
+			continue // heard from since every host's registration: most servers, and no host to look up
+		}
 		h := registered[r.State.GetHost()]
 		if h == nil || r.Sequence >= h.GetRegisteredSequence() {
 			continue

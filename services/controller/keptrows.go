@@ -86,10 +86,7 @@ func (k *keptRows[S]) read(ctx context.Context) ([]projections.Row[S], error) {
 	// in the sorted list by a binary search, rather than the whole list
 	// sorted again each pass.
 	for _, r := range changed {
-		name := r.State.GetName()
-		i, found := slices.BinarySearchFunc(k.sorted, name, func(row projections.Row[S], name string) int {
-			return strings.Compare(row.State.GetName(), name)
-		})
+		i, found := searchByName(k.sorted, r.State.GetName())
 		switch {
 		case k.gone != nil && k.gone(r.State):
 			if found {
@@ -103,6 +100,14 @@ func (k *keptRows[S]) read(ctx context.Context) ([]projections.Row[S], error) {
 		k.after = max(k.after, r.Sequence)
 	}
 	return slices.Clone(k.sorted), nil // the pass may keep or reorder its copy
+}
+
+// searchByName finds a row by its resource's name in rows ordered by
+// name: its index, or where it would be inserted.
+func searchByName[S named](rows []projections.Row[S], name string) (int, bool) {
+	return slices.BinarySearchFunc(rows, name, func(row projections.Row[S], name string) int {
+		return strings.Compare(row.State.GetName(), name)
+	})
 }
 
 // byName orders rows by their resource's name.

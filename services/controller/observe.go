@@ -34,6 +34,7 @@ func (c *Controller) observe(ctx context.Context) (snapshot, error) {
 	if s.servers, err = c.live.read(ctx); err != nil {
 		return s, err
 	}
+	s.byFleet, s.misnamed = groupByFleet(s.servers)
 	hosts, err := c.hosts.read(ctx)
 	if err != nil {
 		return s, err
@@ -46,7 +47,7 @@ func (c *Controller) observe(ctx context.Context) (snapshot, error) {
 	if stale {
 		return s, nil
 	}
-	s.deletedFleets = c.readDeletedFleets(ctx, s.fleets, s.servers)
+	s.deletedFleets = c.readDeletedFleets(ctx, s.fleets, s.byFleet)
 	s.webhooks = c.hooks.poll(ctx, s.fleets, s.servers, s.now)
 	var autoscaled []string
 	for _, f := range s.fleets {
@@ -91,23 +92,21 @@ func (c *Controller) hear(hosts []projections.HostRow, beats map[string]hostbeat
 	return heard
 }
 
-// readDeletedFleets reads the fleets of live servers that are not among
-// the live fleets, and returns those deleted (the others were created since
-// the fleets were read). A fleet that cannot be read is logged and counts
-// as not deleted this pass.
-func (c *Controller) readDeletedFleets(ctx context.Context, fleets []projections.FleetRow, servers []projections.Row[*eventsv1.GameServerState]) map[string]bool {
+// readDeletedFleets reads the fleets of live servers (byFleet) that are
+// not among the live fleets, and returns those deleted (the others were
+// created since the fleets were read). A fleet that cannot be read is
+// logged and counts as not deleted this pass.
+func (c *Controller) readDeletedFleets(ctx context.Context, fleets []projections.FleetRow, byFleet map[string][]projections.Row[*eventsv1.GameServerState]) map[string]bool {
 	live := make(map[string]bool, len(fleets))
 	for _, f := range fleets {
 		live[f.State.GetName()] = true
 	}
-	others := map[string]bool{}
-	for _, r := range servers {
-		if fleet, _, err := events.ParseGameServerName(r.State.GetName()); err == nil && fleet != events.StandaloneFleet && !live[events.FleetName(fleet)] {
-			others[events.FleetName(fleet)] = true
-		}
-	}
+	standalone := events.FleetName(events.StandaloneFleet)
 	deleted := map[string]bool{}
-	for _, name := range slices.Sorted(maps.Keys(others)) {
+	for _, name := range slices.Sorted(maps.Keys(byFleet)) {
+		if name == standalone || live[name] {
+			continue
+		}
 		f, err := c.opts.Views.Fleet(ctx, name)
 		if err != nil {
 			c.log.Error("read the fleet of live game servers", "fleet", name, "err", err)

@@ -45,6 +45,10 @@ type snapshot struct {
 	fleets []projections.FleetRow
 	// servers are the live game servers, ordered by name.
 	servers []projections.Row[*eventsv1.GameServerState]
+	// byFleet are the servers grouped by fleet name, and misnamed the
+	// servers whose names are not a game server's (groupByFleet).
+	byFleet  map[string][]projections.Row[*eventsv1.GameServerState]
+	misnamed []error
 	// hosts are the registered hosts.
 	hosts []projections.HostRow
 	// beats are the hosts' last heartbeats, by host id.
@@ -71,6 +75,65 @@ type snapshot struct {
 	webhooks map[string]webhookAnswer
 	// load is every host's used slots, by name: set by plan from hosts.
 	load map[string]int32
+}
+
+// groupByFleet groups live servers by fleet name, in their order; a
+// server whose name is not a game server's is left out and returned as an
+// error (the planner refuses it). It runs once a pass, for the fleets of
+// live servers (readDeletedFleets) and the plan. Servers ordered by name
+// (as the pass reads them) come in one run per fleet, and each group is
+// then that run of servers, not a copy (capped, so that appending to it
+// copies).
+func groupByFleet(servers []projections.Row[*eventsv1.GameServerState]) (map[string][]projections.Row[*eventsv1.GameServerState], []error) {
+	byFleet := map[string][]projections.Row[*eventsv1.GameServerState]{}
+	var misnamed []error
+	start, fleet := 0, ""
+	endRun := func(end int) {
+		if fleet == "" || start == end {
+			return
+		}
+		run := servers[start:end:end]
+		if prev, ok := byFleet[fleet]; ok { // not in name order
+			run = append(prev, run...)
+		}
+		byFleet[fleet] = run
+	}
+	for i, r := range servers {
+		name, err := events.GameServerFleetName(r.State.GetName())
+		if err != nil {
+			endRun(i)
+			start, fleet = i+1, ""
+			misnamed = append(misnamed, err)
+			continue
+		}
+		if name != fleet {
+			endRun(i)
+			start, fleet = i, name
+		}
+	}
+	endRun(len(servers))
+	return byFleet, misnamed
+}
+
+// withoutLost returns byFleet (a copy of the map; the rows are shared
+// unless filtered) without the servers on LOST hosts.
+func withoutLost(byFleet map[string][]projections.Row[*eventsv1.GameServerState], status map[string]eventsv1.HostStatus) map[string][]projections.Row[*eventsv1.GameServerState] {
+	lost := map[string]bool{}
+	for host, st := range status {
+		if st == eventsv1.HostStatus_HOST_STATUS_LOST {
+			lost[host] = true
+		}
+	}
+	out := make(map[string][]projections.Row[*eventsv1.GameServerState], len(byFleet))
+	for fleet, rows := range byFleet {
+		if len(lost) > 0 {
+			rows = slices.DeleteFunc(slices.Clone(rows), func(r projections.Row[*eventsv1.GameServerState]) bool { return lost[r.State.GetHost()] })
+		}
+		if len(rows) > 0 {
+			out[fleet] = rows
+		}
+	}
+	return out
 }
 
 // An orphanSession is a running game session whose server no longer runs it.
@@ -198,18 +261,9 @@ func (p planner) plan(s snapshot) Plan {
 	fleets := p.planStarts(s, &out)
 	hosts := roomOn(s.hosts, status, &out)
 	draining := drainingHosts(s.hosts, status)
-	byFleet := map[string][]projections.Row[*eventsv1.GameServerState]{}
-	for _, r := range s.servers {
-		fleet, _, err := events.ParseGameServerName(r.State.GetName())
-		if err != nil {
-			out.refused = append(out.refused, err)
-			continue
-		}
-		if status[r.State.GetHost()] == eventsv1.HostStatus_HOST_STATUS_LOST {
-			continue // terminated by its host's verdict
-		}
-		byFleet[events.FleetName(fleet)] = append(byFleet[events.FleetName(fleet)], r)
-	}
+	out.refused = append(out.refused, s.misnamed...)
+	// The servers of LOST hosts are terminated by their hosts' verdicts.
+	byFleet := withoutLost(s.byFleet, status)
 	starts := map[string]bool{} // fleets with a decision of planStarts this pass
 	for _, d := range out.decisions {
 		if d.action == actStarts {

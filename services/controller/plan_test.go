@@ -76,6 +76,7 @@ func fleetRow(replicas int32, scheduling eventsv1.Scheduling) projections.FleetR
 // heard says otherwise) and servers.
 func snap(fleets []projections.FleetRow, hosts []projections.HostRow, servers ...projections.Row[*eventsv1.GameServerState]) snapshot {
 	s := snapshot{now: t0, fleets: fleets, hosts: hosts, servers: servers, heard: map[string]time.Time{}, beats: map[string]hostbeat.Beat{}}
+	s.byFleet, s.misnamed = groupByFleet(servers)
 	for _, h := range hosts {
 		id, _ := events.ParseHostName(h.State.GetName())
 		s.heard[id] = t0
@@ -113,6 +114,7 @@ func cloneSnapshot(s snapshot) snapshot {
 	for i := range c.servers {
 		c.servers[i].State = proto.CloneOf(s.servers[i].State)
 	}
+	c.byFleet, c.misnamed = groupByFleet(c.servers)
 	return c
 }
 

@@ -1,0 +1,64 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/nats/hostbeat"
+)
+
+// BenchmarkSteadyPass measures the CPU of one pass's work on what it read
+// at the scale run's size: 100,000 READY servers of 10 fleets on 10,000
+// hosts, every fleet at its size and every host heard of, so the pass
+// decides nothing. It is the part of a pass that grows with the servers
+// (the views' reads and the appends are not in it): counting each host's
+// servers, finding the fleets of servers outside the live fleets, and
+// planning.
+func BenchmarkSteadyPass(b *testing.B) {
+	const fleets, hosts, perHost = 10, 10_000, 10
+	s := snapshot{now: t0, heard: map[string]time.Time{}, beats: map[string]hostbeat.Beat{}}
+	var hostRows []projections.Row[*eventsv1.HostState]
+	for h := range hosts {
+		id := fmt.Sprintf("h%d", h)
+		hostRows = append(hostRows, projections.Row[*eventsv1.HostState]{State: &eventsv1.HostState{
+			Name: events.HostName(id), Status: eventsv1.HostStatus_HOST_STATUS_ONLINE, Capacity: perHost, RegisteredSequence: 1,
+		}, Sequence: 1})
+		s.heard[id] = t0
+	}
+	for f := range fleets {
+		st := fleetState(time.Time{})
+		st.Name = events.FleetName(fmt.Sprintf("f%d", f))
+		st.Spec.Replicas = hosts * perHost / fleets
+		s.fleets = append(s.fleets, projections.FleetRow{Row: projections.Row[*eventsv1.FleetState]{State: st, Sequence: 1}})
+	}
+	for i := range hosts * perHost {
+		fleet := fmt.Sprintf("f%d", i%fleets)
+		s.servers = append(s.servers, projections.Row[*eventsv1.GameServerState]{State: &eventsv1.GameServerState{
+			Name: events.GameServerName(fleet, fmt.Sprintf("gs-%07d", i)), Host: events.HostName(fmt.Sprintf("h%d", i/perHost)),
+			Lifecycle: eventsv1.Lifecycle_LIFECYCLE_READY, EverReady: true,
+			Template: proto.CloneOf(template), HealthPolicy: proto.CloneOf(health), CreateTime: timestamppb.New(t0),
+		}, Sequence: uint64(10 + i)})
+	}
+	slices.SortFunc(s.servers, byName) // as the pass reads them
+	c := &Controller{}
+	p := testPlanner()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		pass := s
+		pass.hosts = withUse(hostRows, pass.servers)
+		pass.byFleet, pass.misnamed = groupByFleet(pass.servers)
+		pass.deletedFleets = c.readDeletedFleets(b.Context(), pass.fleets, pass.byFleet)
+		if out := p.plan(pass); len(out.decisions) != 0 || len(out.refused) != 0 {
+			b.Fatalf("a steady pass decided %d and refused %d: %v", len(out.decisions), len(out.refused), lines(out))
+		}
+	}
+}
