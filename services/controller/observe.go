@@ -34,7 +34,6 @@ func (c *Controller) observe(ctx context.Context) (snapshot, error) {
 	if s.servers, err = c.live.read(ctx); err != nil {
 		return s, err
 	}
-	s.byFleet, s.misnamed = groupByFleet(s.servers)
 	hosts, err := c.hosts.read(ctx)
 	if err != nil {
 		return s, err
@@ -47,6 +46,7 @@ func (c *Controller) observe(ctx context.Context) (snapshot, error) {
 	if stale {
 		return s, nil
 	}
+	s.byFleet, s.misnamed = groupByFleet(s.servers)
 	s.deletedFleets = c.readDeletedFleets(ctx, s.fleets, s.byFleet)
 	s.webhooks = c.hooks.poll(ctx, s.fleets, s.servers, s.now)
 	var autoscaled []string

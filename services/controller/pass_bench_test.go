@@ -21,8 +21,17 @@ import (
 // decides nothing. It is the part of a pass that grows with the servers
 // (the views' reads and the appends are not in it): counting each host's
 // servers, finding the fleets of servers outside the live fleets, and
-// planning.
+// planning. "steady" has every host registered before the servers' last
+// events; "a host lost, one registered since" has one more host LOST
+// (with no servers left) and one more registered after every server's
+// last event (with none yet), which turn off the pass's shortcuts for
+// LOST hosts and orphans.
 func BenchmarkSteadyPass(b *testing.B) {
+	b.Run("steady", func(b *testing.B) { benchmarkPass(b, false) })
+	b.Run("a host lost, one registered since", func(b *testing.B) { benchmarkPass(b, true) })
+}
+
+func benchmarkPass(b *testing.B, lostAndRegistered bool) {
 	const fleets, hosts, perHost = 10, 10_000, 10
 	s := snapshot{now: t0, heard: map[string]time.Time{}, beats: map[string]hostbeat.Beat{}}
 	var hostRows []projections.Row[*eventsv1.HostState]
@@ -32,6 +41,16 @@ func BenchmarkSteadyPass(b *testing.B) {
 			Name: events.HostName(id), Status: eventsv1.HostStatus_HOST_STATUS_ONLINE, Capacity: perHost, RegisteredSequence: 1,
 		}, Sequence: 1})
 		s.heard[id] = t0
+	}
+	if lostAndRegistered {
+		hostRows = append(hostRows, projections.Row[*eventsv1.HostState]{State: &eventsv1.HostState{
+			Name: events.HostName("lost"), Status: eventsv1.HostStatus_HOST_STATUS_LOST, Capacity: perHost, RegisteredSequence: 1,
+		}, Sequence: 2})
+		s.heard["lost"] = t0.Add(-time.Hour)
+		hostRows = append(hostRows, projections.Row[*eventsv1.HostState]{State: &eventsv1.HostState{ // a new host: no servers yet
+			Name: events.HostName("fresh"), Status: eventsv1.HostStatus_HOST_STATUS_ONLINE, Capacity: perHost, RegisteredSequence: 1 << 40,
+		}, Sequence: 1 << 40})
+		s.heard["fresh"] = t0
 	}
 	for f := range fleets {
 		st := fleetState(time.Time{})

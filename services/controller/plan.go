@@ -124,10 +124,11 @@ func withoutLost(byFleet map[string][]projections.Row[*eventsv1.GameServerState]
 			lost[host] = true
 		}
 	}
+	onLost := func(r projections.Row[*eventsv1.GameServerState]) bool { return lost[r.State.GetHost()] }
 	out := make(map[string][]projections.Row[*eventsv1.GameServerState], len(byFleet))
 	for fleet, rows := range byFleet {
-		if len(lost) > 0 {
-			rows = slices.DeleteFunc(slices.Clone(rows), func(r projections.Row[*eventsv1.GameServerState]) bool { return lost[r.State.GetHost()] })
+		if len(lost) > 0 && slices.ContainsFunc(rows, onLost) { // copied only if it changes
+			rows = slices.DeleteFunc(slices.Clone(rows), onLost)
 		}
 		if len(rows) > 0 {
 			out[fleet] = rows

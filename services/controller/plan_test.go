@@ -123,6 +123,17 @@ func sameStates(a, b snapshot) bool {
 	if len(a.fleets) != len(b.fleets) || len(a.hosts) != len(b.hosts) || len(a.servers) != len(b.servers) {
 		return false
 	}
+	for _, s := range []snapshot{a, b} { // the groups still those of the servers
+		groups, _ := groupByFleet(s.servers)
+		if len(groups) != len(s.byFleet) {
+			return false
+		}
+		for fleet, rows := range groups {
+			if !slices.Equal(rows, s.byFleet[fleet]) {
+				return false
+			}
+		}
+	}
 	for i := range a.fleets {
 		if !proto.Equal(a.fleets[i].State, b.fleets[i].State) {
 			return false
