@@ -139,7 +139,7 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 
 	// Phase 4: audit.
 	fmt.Fprintln(o.Progress, "auditing the stream and the views")
-	if err := w.audit(ctx, rep, injected, flapped, ended); err != nil {
+	if err := w.audit(ctx, rep, injected, flapped, ended, steadyBegan); err != nil {
 		return nil, err
 	}
 
@@ -303,7 +303,7 @@ var expectedReasons = map[fault][]string{
 }
 
 // audit counts events three ways and judges every server that ended.
-func (w *world) audit(ctx context.Context, rep *Report, injected map[string]injection, flapped map[string]int, ended map[string]time.Time) error {
+func (w *world) audit(ctx context.Context, rep *Report, injected map[string]injection, flapped map[string]int, ended map[string]time.Time, steadyBegan time.Time) error {
 	pool := w.stack.Pool
 	// No archiving pass runs while the audit counts: the stream, the
 	// events table and the archive hold each event exactly once.
@@ -356,14 +356,17 @@ func (w *world) audit(ctx context.Context, rep *Report, injected map[string]inje
 	}
 
 	// Every server that ended or is failing, against what was done to it.
-	rows, err := pool.Query(ctx, `SELECT name, state, reason FROM game_servers WHERE state IN ('UNHEALTHY', 'SHUTTING_DOWN', 'TERMINATED')`)
+	rows, err := pool.Query(ctx, `SELECT name, state, reason, update_time FROM game_servers WHERE state IN ('UNHEALTHY', 'SHUTTING_DOWN', 'TERMINATED')`)
 	if err != nil {
 		return fmt.Errorf("sim: read ended servers: %w", err)
 	}
 	defer rows.Close()
 	var falses []string
 	judged := map[string]bool{}
-	judge := func(name, state, reason string) {
+	rampFalses := 0
+	// judge checks why a server ended; at is when its row last changed
+	// (zero for an archived one).
+	judge := func(name, state, reason string, at time.Time) {
 		judged[name] = true
 		var want []string
 		if inj, ok := injected[name]; ok {
@@ -377,17 +380,25 @@ func (w *world) audit(ctx context.Context, rep *Report, injected map[string]inje
 		}
 		if !slices.Contains(want, reason) {
 			rep.FalseTerminations++
+			when := ""
+			if !at.IsZero() {
+				when = fmt.Sprintf(", at %+.0f s of the steady phase", at.Sub(steadyBegan).Seconds())
+				if at.Before(steadyBegan) {
+					rampFalses++
+				}
+			}
 			if len(falses) < 10 {
-				falses = append(falses, fmt.Sprintf("%s %s %s (SDK resets: %d)", name, state, reason, flapped[name]))
+				falses = append(falses, fmt.Sprintf("%s %s %s (SDK resets: %d%s)", name, state, reason, flapped[name], when))
 			}
 		}
 	}
 	for rows.Next() {
 		var name, state, reason string
-		if err := rows.Scan(&name, &state, &reason); err != nil {
+		var at time.Time
+		if err := rows.Scan(&name, &state, &reason, &at); err != nil {
 			return err
 		}
-		judge(name, state, reason)
+		judge(name, state, reason, at)
 	}
 	if err := rows.Err(); err != nil {
 		return err
@@ -395,11 +406,11 @@ func (w *world) audit(ctx context.Context, rep *Report, injected map[string]inje
 	// The archived ones: gone from the views, judged by their histories.
 	for name, st := range arch.servers {
 		if !judged[name] {
-			judge(name, events.LifecycleName(st.GetLifecycle()), events.ReasonName(st.GetReason()))
+			judge(name, events.LifecycleName(st.GetLifecycle()), events.ReasonName(st.GetReason()), time.Time{})
 		}
 	}
 	if rep.FalseTerminations > 0 {
-		rep.Failures = append(rep.Failures, fmt.Sprintf("%d false terminations, e.g. %s", rep.FalseTerminations, strings.Join(falses, "; ")))
+		rep.Failures = append(rep.Failures, fmt.Sprintf("%d false terminations (%d of them before the steady phase), e.g. %s", rep.FalseTerminations, rampFalses, strings.Join(falses, "; ")))
 	}
 
 	// Detection: each injected fault against the event that recorded it.
