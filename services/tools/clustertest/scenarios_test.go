@@ -390,6 +390,33 @@ func TestCluster(t *testing.T) {
 		}, 15*time.Second)
 		t.Logf("PostgreSQL restart took %s", down.Round(time.Millisecond))
 	})
+	t.Run("i restart every NATS node, one after another", func(t *testing.T) {
+		// An upgrade's rolling restart. The agents' command consumers keep
+		// their state in memory: each restarted node takes it again from
+		// the others, and commands go on reaching the agents. The load's
+		// shutdowns are replaced throughout; a replacement made after the
+		// last restart reaching READY shows its start command arrived.
+		var restarted time.Time
+		c.scenario(t, "NATS rolling restart", func() {
+			for _, p := range c.nats {
+				p.signal(t, syscall.SIGTERM)
+				p.start(c)
+				c.replicasCurrent(time.Minute)
+			}
+			restarted = time.Now()
+		}, 10*time.Second)
+		wait.For(t, time.Minute, fmt.Sprintf("%d READY servers, one created after the restarts", fleetSize), func() bool {
+			resp, err := c.api.servers.ListGameServers(c.ctx, &tetherv1.ListGameServersRequest{Parent: "fleets/arena", Filter: "state=READY", PageSize: 1000})
+			if err != nil {
+				return false
+			}
+			fresh := false
+			for _, g := range resp.GetGameServers() {
+				fresh = fresh || g.GetCreateTime().AsTime().After(restarted)
+			}
+			return fresh && len(resp.GetGameServers()) >= fleetSize
+		})
+	})
 }
 
 // hostCut cuts the first agent host's link for less than host-lost-after
