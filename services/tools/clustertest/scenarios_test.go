@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -393,30 +394,90 @@ func TestCluster(t *testing.T) {
 	t.Run("i restart every NATS node, one after another", func(t *testing.T) {
 		// An upgrade's rolling restart. The agents' command consumers keep
 		// their state in memory: each restarted node takes it again from
-		// the others, and commands go on reaching the agents. The load's
-		// shutdowns are replaced throughout; a replacement made after the
-		// last restart reaching READY shows its start command arrived.
-		var restarted time.Time
+		// the others, and commands go on reaching the agents.
+		var took []string
 		c.scenario(t, "NATS rolling restart", func() {
 			for _, p := range c.nats {
+				began := time.Now()
 				p.signal(t, syscall.SIGTERM)
 				p.start(c)
-				c.replicasCurrent(time.Minute)
+				c.rejoined(p, began)
+				took = append(took, fmt.Sprintf("%s %s", p.name, time.Since(began).Round(time.Millisecond)))
 			}
-			restarted = time.Now()
 		}, 10*time.Second)
-		wait.For(t, time.Minute, fmt.Sprintf("%d READY servers, one created after the restarts", fleetSize), func() bool {
+		t.Logf("NATS nodes stopped and current again: %s", strings.Join(took, ", "))
+		// Servers shut down now are replaced: their replacements' start
+		// commands reach the agents.
+		since := time.Now()
+		shut := c.shutdownReady(t, 4)
+		wait.For(t, time.Minute, fmt.Sprintf("%d replacements made after the restarts READY", shut), func() bool {
 			resp, err := c.api.servers.ListGameServers(c.ctx, &tetherv1.ListGameServersRequest{Parent: "fleets/arena", Filter: "state=READY", PageSize: 1000})
 			if err != nil {
 				return false
 			}
-			fresh := false
+			fresh := 0
 			for _, g := range resp.GetGameServers() {
-				fresh = fresh || g.GetCreateTime().AsTime().After(restarted)
+				if g.GetCreateTime().AsTime().After(since) {
+					fresh++
+				}
 			}
-			return fresh && len(resp.GetGameServers()) >= fleetSize
+			return fresh >= shut
 		})
 	})
+}
+
+// rejoined waits until NATS node p, started again at began, answers for
+// the events stream and its replica has been heard from since: the
+// stream's leader, or a current follower last active after began.
+func (c *cluster) rejoined(p *proc, began time.Time) {
+	c.t.Helper()
+	wait.Until(c.t, time.Minute, p.name+" to rejoin the events stream", func() error {
+		info, err := c.streamInfo(p)
+		if err != nil {
+			return err
+		}
+		if info.Cluster == nil {
+			return errors.New("no cluster information")
+		}
+		if info.Cluster.Leader == p.name {
+			return nil
+		}
+		for _, r := range info.Cluster.Replicas {
+			if r.Name != p.name {
+				continue
+			}
+			if r.Offline || !r.Current || r.Active > time.Since(began) {
+				return fmt.Errorf("replica %s: offline %v, current %v, last active %s ago", r.Name, r.Offline, r.Current, r.Active)
+			}
+			return nil
+		}
+		return fmt.Errorf("%s is not a replica of the events stream", p.name)
+	})
+	c.replicasCurrent(time.Minute)
+}
+
+// shutdownReady shuts down up to n READY servers of the fleet through the
+// API, as a matchmaker ending matches does, and returns how many.
+func (c *cluster) shutdownReady(t *testing.T, n int) int {
+	t.Helper()
+	resp, err := c.api.servers.ListGameServers(c.ctx, &tetherv1.ListGameServersRequest{Parent: "fleets/arena", Filter: "state=READY", PageSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shut := 0
+	for _, g := range resp.GetGameServers() {
+		if shut == n {
+			break
+		}
+		if _, err := c.api.servers.ShutdownGameServer(c.ctx, &tetherv1.ShutdownGameServerRequest{Name: g.GetName(), RequestId: apiclient.NewRequestID("cluster-end-")}); err != nil {
+			t.Fatalf("shut down %s: %v", g.GetName(), err)
+		}
+		shut++
+	}
+	if shut == 0 {
+		t.Fatal("no READY server to shut down")
+	}
+	return shut
 }
 
 // hostCut cuts the first agent host's link for less than host-lost-after
