@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tetherhq/tether/events"
@@ -38,6 +39,10 @@ type Options struct {
 	LeaseTTL time.Duration
 	// EventsStorage is the events stream's storage; default file.
 	EventsStorage jetstream.StorageType
+	// AttemptTimeout is how long one try of a step may wait for the
+	// JetStream API's replies before the step is tried again; default 10 s.
+	// A lost reply then costs one try, not the whole migration.
+	AttemptTimeout time.Duration
 	// Logger; default discards.
 	Logger *slog.Logger
 }
@@ -52,6 +57,9 @@ func (o *Options) Validate() error {
 	if o.LeaseTTL < 0 {
 		return fmt.Errorf("migrate: negative lease TTL %s", o.LeaseTTL)
 	}
+	if o.AttemptTimeout < 0 {
+		return fmt.Errorf("migrate: negative attempt timeout %s", o.AttemptTimeout)
+	}
 	return nil
 }
 
@@ -59,6 +67,9 @@ func (o *Options) setDefaults() {
 	o.Replicas = max(o.Replicas, 1)
 	if o.LeaseTTL == 0 {
 		o.LeaseTTL = lease.DefaultTTL
+	}
+	if o.AttemptTimeout == 0 {
+		o.AttemptTimeout = defaultAttemptTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -73,18 +84,20 @@ func NATS(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	opts.setDefaults()
 	steps := []struct {
 		what string
-		run  func() error
+		run  func(context.Context) error
 	}{
-		{"stream " + events.StreamName, func() error {
+		{"stream " + events.StreamName, func(ctx context.Context) error {
 			return natsjs.Setup(ctx, js, natsjs.Options{Replicas: opts.Replicas, Storage: opts.EventsStorage, Logger: opts.Logger})
 		}},
-		{"stream " + commands.StreamName, func() error { return commands.Setup(ctx, js, opts.Replicas) }},
-		{"bucket " + hostbeat.Bucket, func() error { return hostbeat.Setup(ctx, js, opts.Replicas) }},
-		{"bucket " + lease.Bucket, func() error { return lease.Setup(ctx, js, opts.LeaseTTL, opts.Replicas) }},
-		{"bucket " + replicas.Bucket, func() error { return replicas.Setup(ctx, js, replicas.DefaultTTL, opts.Replicas) }},
+		{"stream " + commands.StreamName, func(ctx context.Context) error { return commands.Setup(ctx, js, opts.Replicas) }},
+		{"bucket " + hostbeat.Bucket, func(ctx context.Context) error { return hostbeat.Setup(ctx, js, opts.Replicas) }},
+		{"bucket " + lease.Bucket, func(ctx context.Context) error { return lease.Setup(ctx, js, opts.LeaseTTL, opts.Replicas) }},
+		{"bucket " + replicas.Bucket, func(ctx context.Context) error {
+			return replicas.Setup(ctx, js, replicas.DefaultTTL, opts.Replicas)
+		}},
 	}
 	for _, s := range steps {
-		if err := retryTransient(ctx, opts.Logger, s.what, s.run); err != nil {
+		if err := retryTransient(ctx, opts.Logger, s.what, opts.AttemptTimeout, s.run); err != nil {
 			return fmt.Errorf("migrate: %s: %w", s.what, err)
 		}
 		opts.Logger.InfoContext(ctx, "jetstream storage up to date", "what", s.what, "replicas", opts.Replicas)
@@ -109,22 +122,44 @@ const jsErrStreamCreate jetstream.ErrorCode = 10049
 // reported after it.
 const createFailedBudget = 5 * time.Second
 
-// retryTransient runs step, again while the cluster lacks the peers for
-// its replicas (for at most noPeersBudget): `tether migrate` run right
-// after the NATS nodes start then waits for them instead of failing. A
-// stream the server failed to create is tried again for createFailedBudget.
-func retryTransient(ctx context.Context, log *slog.Logger, what string, step func() error) error {
+// defaultAttemptTimeout bounds one try of a step. A JetStream API request whose
+// reply is lost (seen in CI while a new three-node cluster settled, with
+// both cores busy) would otherwise hold the step until the caller's context
+// ends; each try gets its own deadline, and a try that runs out of it is
+// made again.
+const defaultAttemptTimeout = 10 * time.Second
+
+// noReplyBudget bounds how long a step goes on trying after tries that got
+// no reply: a NATS that answers nothing for this long is reported.
+const noReplyBudget = time.Minute
+
+// retryTransient runs step, each try bounded by attempt, again while the
+// error is one a settling cluster gives:
+//   - the cluster lacks the peers for the replicas (for at most
+//     noPeersBudget): `tether migrate` run right after the NATS nodes start
+//     then waits for them instead of failing;
+//   - a try got no reply within attempt, or the request timed out (for at
+//     most noReplyBudget);
+//   - the server failed to create a stream's storage (for at most
+//     createFailedBudget).
+//
+// The caller's context ending stops it at once.
+func retryTransient(ctx context.Context, log *slog.Logger, what string, attempt time.Duration, step func(context.Context) error) error {
 	start := time.Now()
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
-		err := step()
-		var apiErr *jetstream.APIError
-		if !errors.As(err, &apiErr) {
+		tryCtx, cancel := context.WithTimeout(ctx, attempt)
+		err := step(tryCtx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
 			return err
 		}
+		var apiErr *jetstream.APIError
 		switch {
-		case apiErr.ErrorCode == jsErrNoSuitablePeers && time.Since(start) < noPeersBudget:
+		case isNoReply(err) && time.Since(start) < noReplyBudget:
+			log.WarnContext(ctx, "a NATS request got no reply in time; trying again", "what", what, "attempt_timeout", attempt, "err", err)
+		case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrNoSuitablePeers && time.Since(start) < noPeersBudget:
 			log.InfoContext(ctx, "waiting for the NATS cluster's peers", "what", what, "err", err)
-		case apiErr.ErrorCode == jsErrStreamCreate && time.Since(start) < createFailedBudget:
+		case errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStreamCreate && time.Since(start) < createFailedBudget:
 			// Seen once in CI, on a server just restarted over an
 			// existing store: the server removed its account's empty
 			// directory while the stream's was being made ("mkdir
@@ -140,6 +175,12 @@ func retryTransient(ctx context.Context, log *slog.Logger, what string, step fun
 		case <-time.After(delay):
 		}
 	}
+}
+
+// isNoReply reports an error that says a request's reply did not come in
+// time: the try's own deadline, or the client's request timeout.
+func isNoReply(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 }
 
 // Postgres applies the pending PostgreSQL migrations.

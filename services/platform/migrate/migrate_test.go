@@ -3,6 +3,8 @@ package migrate_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -199,4 +201,63 @@ func TestReplicasChangeInPlaceAndSurviveANode(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A JetStream API reply lost on the way (as while a new cluster settles)
+// costs one try of a step, not the migration: the requests go through a
+// relay that drops the first and the fifth, and the migration, whose own
+// context is far shorter than a reply-less wait would need without a bound
+// per try, completes.
+func TestALostReplyIsTriedAgain(t *testing.T) {
+	url := natstest.Start(t)
+	nc, _ := natstest.Connect(t, url)
+	relay, _ := natstest.Connect(t, url)
+	var mu sync.Mutex
+	seen, dropped := 0, 0
+	sub, err := relay.Subscribe("LOSSY.API.>", func(m *nats.Msg) {
+		mu.Lock()
+		seen++
+		drop := seen == 1 || seen == 5
+		if drop {
+			dropped++
+		}
+		mu.Unlock()
+		if drop {
+			return
+		}
+		fwd := &nats.Msg{Subject: "$JS.API." + strings.TrimPrefix(m.Subject, "LOSSY.API."), Data: m.Data, Header: m.Header}
+		resp, err := relay.RequestMsg(fwd, 5*time.Second)
+		if err != nil {
+			t.Errorf("relay %s: %v", fwd.Subject, err)
+			return
+		}
+		if err := m.RespondMsg(resp); err != nil {
+			t.Errorf("relay the reply to %s: %v", fwd.Subject, err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := relay.Flush(); err != nil { // the relay is subscribed before the first request
+		t.Fatal(err)
+	}
+	js, err := jetstream.NewWithAPIPrefix(nc, "LOSSY.API")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := migrate.NATS(ctx, js, migrate.Options{AttemptTimeout: 500 * time.Millisecond}); err != nil {
+		t.Fatalf("migrate through a relay that lost two replies: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if dropped != 2 {
+		t.Fatalf("%d requests dropped of %d; want 2", dropped, seen)
+	}
+	_, direct := natstest.Connect(t, url)
+	if got := replicas(t, direct); len(got) != len(streams) {
+		t.Fatalf("streams after the migration: %v", got)
+	}
 }
