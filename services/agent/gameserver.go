@@ -53,6 +53,12 @@ type gameServer struct {
 	// Unix nanoseconds (0: none yet); read without mu by the host
 	// heartbeat, which shows it to the API.
 	lastHeartbeat atomic.Int64
+	// pendingSeen is the transport of a heartbeat call that came while mu
+	// was held: the connection it proves is noted by the next evaluation
+	// (gameServer.heartbeat). nil: none.
+	pendingSeen atomic.Pointer[string]
+	// folding is true while a background fold of a heartbeat runs.
+	folding atomic.Bool
 
 	// mu guards everything below and serialises the server's appends.
 	mu        sync.Mutex
@@ -677,6 +683,7 @@ func (gs *gameServer) evaluate(ctx context.Context, now time.Time) {
 	if gs.check == nil || gs.stopping || gs.proc == nil {
 		return
 	}
+	gs.foldPendingLocked(ctx)
 	v := gs.check.due(now)
 	if v.missed > 0 {
 		gs.log.Warn("game server missed heartbeats", "missed", v.missed, "last_heartbeat", gs.check.lastBeat)

@@ -38,7 +38,11 @@ func newHealthCheck(policy *eventsv1.HealthPolicy, grace time.Duration, started 
 }
 
 // heartbeat notes a heartbeat; it reports whether it ends a degradation.
+// One older than the last noted (two calls that crossed) changes nothing.
 func (h *healthCheck) heartbeat(now time.Time) (resumed bool) {
+	if now.Before(h.lastBeat) {
+		return false
+	}
 	h.lastBeat = now
 	resumed = h.reported > 0
 	h.reported = 0

@@ -64,8 +64,7 @@ func (l *LocalSDK) Health(ctx context.Context, token string) error {
 	if err != nil {
 		return err
 	}
-	gs.seen(ctx, localTransport)
-	gs.heartbeat(ctx)
+	gs.heartbeat(ctx, localTransport)
 	return nil
 }
 

@@ -191,7 +191,9 @@ func (s *sdkServer) authUnary(ctx context.Context, req any, info *grpc.UnaryServ
 	if err != nil {
 		return nil, err
 	}
-	gs.seen(ctx, transportOf(ctx))
+	if info.FullMethod != sdkv1.SDKService_Health_FullMethodName {
+		gs.seen(ctx, transportOf(ctx)) // a heartbeat notes itself, without waiting (gameServer.heartbeat)
+	}
 	return handler(context.WithValue(ctx, tokenKey{}, gs), req)
 }
 
@@ -256,7 +258,7 @@ func (s *sdkServer) Ready(ctx context.Context, _ *sdkv1.ReadyRequest) (*sdkv1.Re
 // Health records one heartbeat.
 func (s *sdkServer) Health(ctx context.Context, _ *sdkv1.HealthRequest) (*sdkv1.HealthResponse, error) {
 	// Over REST too: a unary heartbeat holds no connection open, and counts.
-	serverOf(ctx).heartbeat(ctx)
+	serverOf(ctx).heartbeat(ctx, transportOf(ctx))
 	return &sdkv1.HealthResponse{}, nil
 }
 
@@ -270,7 +272,7 @@ func (s *sdkServer) HealthStream(stream grpc.ClientStreamingServer[sdkv1.HealthS
 			}
 			return err
 		}
-		gs.heartbeat(stream.Context())
+		gs.heartbeat(stream.Context(), "") // the open stream noted the connection
 	}
 }
 
@@ -343,22 +345,91 @@ func sdkError(err error) error {
 	return status.Error(codes.Unavailable, "the agent could not record this: "+err.Error())
 }
 
-// heartbeat notes a heartbeat from the process; one that ends a
-// degradation is recorded (HealthRecovered).
-func (gs *gameServer) heartbeat(ctx context.Context) {
-	gs.mu.Lock()
+// heartbeat notes a heartbeat from the process, a call carrying its token
+// over transport ("": one the caller noted already, as an open
+// HealthStream does).
+//
+// It never waits for an append. The server's lock is held while its events
+// are appended, and an append can take seconds when NATS is busy: a
+// heartbeat that waited behind it held up the game's next heartbeat too,
+// and the agent counted as missed the periods it was itself too busy to
+// take the beats in (at 100,000 simulated servers, healthy servers were
+// judged FAILED this way; docs/scaling.md). So the arrival is noted first,
+// lock-free (lastHeartbeat), and periods are counted from it:
+//   - the lock is free and the beat changes nothing to record: it is
+//     folded in place;
+//   - the beat ends a degradation (HealthRecovered) or proves a connection
+//     the state does not show (SdkConnected): a background fold records it;
+//   - the lock is held: the next evaluation folds the beat, at its arrival
+//     time, before it judges the server (evaluate).
+func (gs *gameServer) heartbeat(ctx context.Context, transport string) {
+	now := gs.a.opts.Clock.Now()
+	gs.lastHeartbeat.Store(now.UnixNano())
+	if !gs.mu.TryLock() {
+		gs.notePending(transport)
+		return
+	}
+	if (transport != "" && gs.state.GetConnection() != eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED) ||
+		(gs.check != nil && gs.check.reported > 0) {
+		gs.mu.Unlock()
+		gs.notePending(transport)
+		gs.foldInBackground(ctx)
+		return
+	}
 	defer gs.mu.Unlock()
-	gs.heartbeatLocked(ctx)
+	if gs.check != nil {
+		if transport != "" {
+			gs.check.connected()
+		}
+		gs.check.heartbeat(now)
+	}
 }
 
-func (gs *gameServer) heartbeatLocked(ctx context.Context) {
+// notePending leaves the connection a heartbeat proved for the next fold.
+func (gs *gameServer) notePending(transport string) {
+	if transport != "" {
+		gs.pendingSeen.Store(&transport)
+	}
+}
+
+// foldInBackground folds the pending heartbeat, recording what it
+// changes, on a goroutine of its own: at most one per server at a time (a
+// beat noted while one runs is folded by it or by the next evaluation).
+func (gs *gameServer) foldInBackground(ctx context.Context) {
+	if !gs.folding.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer gs.folding.Store(false)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalEventTimeout)
+		defer cancel()
+		gs.mu.Lock()
+		defer gs.mu.Unlock()
+		gs.foldPendingLocked(ctx)
+	}()
+}
+
+// foldPendingLocked folds what heartbeat calls noted while the lock was
+// held: the connection they proved, then the last beat's arrival.
+func (gs *gameServer) foldPendingLocked(ctx context.Context) {
+	if t := gs.pendingSeen.Swap(nil); t != nil {
+		gs.connectedLocked(ctx, *t)
+	}
+	if ns := gs.lastHeartbeat.Load(); ns != 0 && gs.check != nil {
+		if at := time.Unix(0, ns); at.After(gs.check.lastBeat) {
+			gs.heartbeatLocked(ctx, at)
+		}
+	}
+}
+
+// heartbeatLocked folds a heartbeat that arrived at at into the health
+// contract.
+func (gs *gameServer) heartbeatLocked(ctx context.Context, at time.Time) {
 	if gs.check == nil {
 		return
 	}
-	now := gs.a.opts.Clock.Now()
-	gs.lastHeartbeat.Store(now.UnixNano())
-	if gs.check.heartbeat(now) {
-		if err := gs.recordLocked(ctx, events.RecordHeartbeatsResumed{At: now}); err != nil {
+	if gs.check.heartbeat(at) {
+		if err := gs.recordLocked(ctx, events.RecordHeartbeatsResumed{At: at}); err != nil {
 			gs.log.Warn("record heartbeats resumed", "err", err)
 		}
 	}

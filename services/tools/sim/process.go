@@ -210,9 +210,11 @@ func (p *process) run() agent.ProcessExit {
 			}
 		case <-p.beat:
 			if !p.hung.Load() {
+				began := time.Now()
 				if err := sdk.Health(ctx, p.token); err != nil && ctx.Err() == nil {
 					w.count.sdkErrors.Add(1)
 				}
+				w.count.heartbeatCall(time.Since(began), w.opts.HeartbeatInterval)
 			}
 		case <-p.readyAt:
 			go func() { p.readied <- sdk.Ready(ctx, p.token) }()
@@ -345,4 +347,22 @@ type counters struct {
 	published  atomic.Int64 // events the simulated agents appended
 	slowStarts atomic.Int64
 	sdkErrors  atomic.Int64
+	// slowBeats counts heartbeat calls the agent held for longer than a
+	// heartbeat interval (the process could not beat again meanwhile), and
+	// slowestBeat is the longest heartbeat call, in nanoseconds.
+	slowBeats   atomic.Int64
+	slowestBeat atomic.Int64
+}
+
+// heartbeatCall notes how long one heartbeat call took.
+func (c *counters) heartbeatCall(took, interval time.Duration) {
+	if took > interval {
+		c.slowBeats.Add(1)
+	}
+	for {
+		old := c.slowestBeat.Load()
+		if int64(took) <= old || c.slowestBeat.CompareAndSwap(old, int64(took)) {
+			return
+		}
+	}
 }

@@ -64,9 +64,20 @@ type Report struct {
 	// servers given no hang, and MaxMissedPeriods is the most periods one of
 	// them missed in a row: how close a healthy server came to the failure
 	// threshold, a false termination (the margin a loaded machine left).
-	HealthNearMisses int   `json:"health_near_misses"`
-	MaxMissedPeriods int32 `json:"max_missed_periods"`
-	FailureThreshold int   `json:"failure_threshold"`
+	HealthNearMisses int `json:"health_near_misses"`
+	// HealthNearMissesBeforeSteady of them were reported before the steady
+	// phase (while the fleet came up), and HealthNearMissesNoBeatYet by a
+	// server that had not heartbeated yet (its first period).
+	HealthNearMissesBeforeSteady int   `json:"health_near_misses_before_steady"`
+	HealthNearMissesNoBeatYet    int   `json:"health_near_misses_no_beat_yet"`
+	MaxMissedPeriods             int32 `json:"max_missed_periods"`
+	FailureThreshold             int   `json:"failure_threshold"`
+	// SlowHeartbeatCalls counts healthy processes' heartbeat calls that the
+	// agent answered later than a heartbeat interval, and
+	// SlowestHeartbeatCallMs is the longest: a process waits for its call,
+	// so a held call is a beat the agent did not see in time.
+	SlowHeartbeatCalls     int64   `json:"slow_heartbeat_calls"`
+	SlowestHeartbeatCallMs float64 `json:"slowest_heartbeat_call_ms"`
 
 	PublishedByAgents int64  `json:"published_by_agents"` // counted as the agents appended them
 	InStreamByAgents  int64  `json:"in_stream_by_agents"` // counted in the stream by producer
@@ -201,7 +212,9 @@ func (r *Report) Print(out io.Writer) {
 	row("SDK calls refused", "%d", r.SDKErrors)
 	row("missed detections", "%d", r.MissedDetections)
 	row("false terminations", "%d", r.FalseTerminations)
-	row("healthy servers' missed heartbeats", "%d reports, at most %d periods in a row (threshold %d)", r.HealthNearMisses, r.MaxMissedPeriods, r.FailureThreshold)
+	row("healthy servers' missed heartbeats", "%d reports (%d before the steady phase, %d before a first heartbeat), at most %d periods in a row (threshold %d)",
+		r.HealthNearMisses, r.HealthNearMissesBeforeSteady, r.HealthNearMissesNoBeatYet, r.MaxMissedPeriods, r.FailureThreshold)
+	row("heartbeat calls held past an interval", "%d, the longest %.0f ms", r.SlowHeartbeatCalls, r.SlowestHeartbeatCallMs)
 	fmt.Fprintln(tw, "\t")
 	fmt.Fprintln(tw, "EVENTS\t")
 	row("published by simulated agents", "%d", r.PublishedByAgents)

@@ -162,6 +162,8 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	rep.Partitions = cuts
 	rep.SlowStarts = w.count.slowStarts.Load()
 	rep.SDKErrors = w.count.sdkErrors.Load()
+	rep.SlowHeartbeatCalls = w.count.slowBeats.Load()
+	rep.SlowestHeartbeatCallMs = float64(w.count.slowestBeat.Load()) / 1e6
 	mm := w.mm
 	rep.Allocations, rep.AllocationErrors, rep.NoReadyServer = mm.allocated.Load(), mm.allocErrors.Load(), mm.noServer.Load()
 	rep.AllocationLatency, rep.ReconnectLatency = mm.allocLatency.summary(), mm.reconnectLatency.summary()
@@ -458,13 +460,13 @@ func (w *world) audit(ctx context.Context, rep *Report, injected map[string]inje
 		rep.HealthNearMisses++
 		rep.MaxMissedPeriods = max(rep.MaxMissedPeriods, d.missed)
 	}
-	return w.nearMisses(ctx, rep, injected)
+	return w.nearMisses(ctx, rep, injected, steadyBegan)
 }
 
 // nearMisses counts the missed-heartbeat reports of servers that were given
 // no hang: a healthy process late with its heartbeats (a starved machine, an
 // SDK reset) and how many periods it missed.
-func (w *world) nearMisses(ctx context.Context, rep *Report, injected map[string]injection) error {
+func (w *world) nearMisses(ctx context.Context, rep *Report, injected map[string]injection, steadyBegan time.Time) error {
 	rows, err := w.stack.Pool.Query(ctx, `SELECT aggregate, envelope FROM events WHERE type = 'HealthDegraded'`)
 	if err != nil {
 		return fmt.Errorf("sim: read missed heartbeats: %w", err)
@@ -489,6 +491,12 @@ func (w *world) nearMisses(ctx context.Context, rep *Report, injected map[string
 		}
 		rep.HealthNearMisses++
 		rep.MaxMissedPeriods = max(rep.MaxMissedPeriods, d.GetMissedPeriods())
+		if env.Time.Before(steadyBegan) {
+			rep.HealthNearMissesBeforeSteady++
+		}
+		if d.GetLastHeartbeatTime() == nil {
+			rep.HealthNearMissesNoBeatYet++
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("sim: read missed heartbeats: %w", err)
