@@ -686,7 +686,7 @@ func (gs *gameServer) evaluate(ctx context.Context, now time.Time) {
 	gs.foldPendingLocked(ctx)
 	v := gs.check.due(now)
 	if v.missed > 0 {
-		gs.log.Warn("game server missed heartbeats", "missed", v.missed, "last_heartbeat", gs.check.lastBeat)
+		gs.log.Warn("game server missed heartbeats", "missed", v.missed, "last_heartbeat", gs.check.lastBeat, "evaluated_at", now)
 		if err := gs.recordLocked(ctx, events.RecordMissedHeartbeats{Missed: v.missed, LastHeartbeat: gs.check.lastBeat}); err != nil {
 			gs.log.Error("record missed heartbeats", "err", err)
 		}
