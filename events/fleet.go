@@ -26,6 +26,13 @@ const (
 	MaxReplicas = 100_000
 )
 
+// DefaultReadyTimeoutSeconds is the ready timeout a health policy's 0
+// stands for. It is applied where the timeout is enforced (the agent), not
+// written into specs: a fleet stored before the field existed would
+// otherwise see its health contract change, and start a rollout, at its
+// next update.
+const DefaultReadyTimeoutSeconds = 300
+
 // FleetCommand is a command on a fleet: CreateFleet, UpdateFleet or DeleteFleet.
 type FleetCommand interface{ fleetCommand() }
 
@@ -478,6 +485,7 @@ func ValidateFleetSpec(s *eventsv1.FleetSpec) error {
 		{"fleet.health.initial_delay_seconds", h.GetInitialDelaySeconds()},
 		{"fleet.health.period_seconds", h.GetPeriodSeconds()},
 		{"fleet.health.failure_threshold", h.GetFailureThreshold()},
+		{"fleet.health.ready_timeout_seconds", h.GetReadyTimeoutSeconds()},
 		{"fleet.sdk_disconnect_grace_seconds", s.GetSdkDisconnectGraceSeconds()},
 		{"fleet.player_sessions.max_players", s.GetPlayerSessions().GetMaxPlayers()},
 		{"fleet.player_sessions.reservation_timeout_seconds", s.GetPlayerSessions().GetReservationTimeoutSeconds()},
@@ -555,7 +563,7 @@ func printable(s string) bool {
 // fleetSpecFields are the updatable FleetSpec paths.
 var fleetSpecFields = []string{
 	"replicas", "template", "health", "health.disabled", "health.initial_delay_seconds",
-	"health.period_seconds", "health.failure_threshold", "sdk_disconnect_grace_seconds",
+	"health.period_seconds", "health.failure_threshold", "health.ready_timeout_seconds", "sdk_disconnect_grace_seconds",
 	"player_sessions", "player_sessions.max_players", "player_sessions.reservation_timeout_seconds",
 	"player_sessions.reconnect_window_seconds", "scheduling", "labels", "autoscaling", "strategy",
 }
@@ -597,6 +605,8 @@ func mergeFleetSpec(cur, patch *eventsv1.FleetSpec, paths []string) (*eventsv1.F
 			next.Health.PeriodSeconds = patch.GetHealth().GetPeriodSeconds()
 		case "health.failure_threshold":
 			next.Health.FailureThreshold = patch.GetHealth().GetFailureThreshold()
+		case "health.ready_timeout_seconds":
+			next.Health.ReadyTimeoutSeconds = patch.GetHealth().GetReadyTimeoutSeconds()
 		case "sdk_disconnect_grace_seconds":
 			next.SdkDisconnectGraceSeconds = patch.GetSdkDisconnectGraceSeconds()
 		case "player_sessions":

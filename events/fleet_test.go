@@ -133,6 +133,10 @@ func TestDecideFleetCreateValidation(t *testing.T) {
 			s.Health = &eventsv1.HealthPolicy{FailureThreshold: -3}
 			return s
 		}, field: "fleet.health.failure_threshold"},
+		{name: "negative ready timeout", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec {
+			s.Health = &eventsv1.HealthPolicy{ReadyTimeoutSeconds: -1}
+			return s
+		}, field: "fleet.health.ready_timeout_seconds"},
 		{name: "negative disconnect grace", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec { s.SdkDisconnectGraceSeconds = -1; return s }, field: "fleet.sdk_disconnect_grace_seconds"},
 		{name: "negative max players", spec: func(s *eventsv1.FleetSpec) *eventsv1.FleetSpec {
 			s.PlayerSessions = &eventsv1.PlayerSessionPolicy{MaxPlayers: -1}
@@ -246,6 +250,23 @@ func TestDecideFleetUpdate(t *testing.T) {
 			paths:       []string{"replicas", "health.period_seconds"},
 			wantChanged: []string{"health"},
 			want:        func(s *eventsv1.FleetSpec) { s.Health.PeriodSeconds = 10 },
+		},
+		{
+			name:        "ready timeout",
+			spec:        &eventsv1.FleetSpec{Health: &eventsv1.HealthPolicy{ReadyTimeoutSeconds: 900}},
+			paths:       []string{"health.ready_timeout_seconds"},
+			wantChanged: []string{"health"},
+			want:        func(s *eventsv1.FleetSpec) { s.Health.ReadyTimeoutSeconds = 900 },
+		},
+		{
+			// 0 stands for the default where it is enforced and is kept as
+			// 0: a fleet stored before the field must not see its health
+			// contract change (a rollout) at an update of something else.
+			name:        "ready timeout's 0 is kept, not defaulted",
+			spec:        &eventsv1.FleetSpec{Replicas: 10},
+			paths:       []string{"replicas"},
+			wantChanged: []string{"replicas"},
+			want:        func(s *eventsv1.FleetSpec) { s.Replicas = 10 },
 		},
 		{
 			name:  "same value is no event",

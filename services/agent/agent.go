@@ -332,6 +332,9 @@ type Agent struct {
 	// stopping is set when the agent stops: SDK streams it ends then are
 	// not game servers disconnecting.
 	stopping atomic.Bool
+	// background runs the heartbeat folds that wait for a server's lock;
+	// the agent waits for them before it closes its outbox.
+	background backgroundWork
 
 	outboxFull metric.Int64Counter
 
@@ -473,7 +476,35 @@ func (a *Agent) Run(ctx context.Context) error {
 		// and the next agent on this host reclaims the processes.
 		a.log.Info("agent stopping; leaving its game server processes running", "game_servers", n)
 	}
+	a.background.close()
 	return errors.Join(err, a.outbox.close())
+}
+
+// backgroundWork runs functions on goroutines of their own until it is
+// closed, and close waits for those running.
+type backgroundWork struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// start runs f on a goroutine; false (and f not run) once closed.
+func (b *backgroundWork) start(f func()) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.wg.Go(f)
+	return true
+}
+
+// close refuses new work and waits for what runs.
+func (b *backgroundWork) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.wg.Wait()
 }
 
 // started is what the agent's start-up steps yield for its serving loops.

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,4 +144,41 @@ func (h *harness) has(name, typ string) bool {
 		}
 	}
 	return false
+}
+
+// A process still STARTING when the fleet's ready timeout ends, counted on
+// the agent's clock from the process's start, is made UNHEALTHY with
+// READY_TIMEOUT, not before; one that said Ready in time, and one whose
+// health checking is off, are left alone.
+func TestReadyTimeoutRunsOnTheAgentsClock(t *testing.T) {
+	clk := clockwork.NewFakeClockAt(time.Now())
+	h := newHarnessOpts(t, func(o *agent.Options) { o.Clock = clk })
+	tmpl := &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}}
+	// Heartbeats count only after the initial delay, past the timeout: the
+	// ready deadline alone is on trial.
+	policy := &eventsv1.HealthPolicy{InitialDelaySeconds: 600, PeriodSeconds: 5, FailureThreshold: 3, ReadyTimeoutSeconds: 60}
+	stuck, ready, unchecked := "fleets/arena/gameServers/gs-stuck", "fleets/arena/gameServers/gs-ready", "fleets/arena/gameServers/gs-unchecked"
+	h.scheduleSpec(stuck, &eventsv1.FleetSpec{Template: tmpl, Health: policy})
+	h.scheduleSpec(ready, &eventsv1.FleetSpec{Template: tmpl, Health: policy})
+	h.scheduleSpec(unchecked, &eventsv1.FleetSpec{Template: tmpl, Health: &eventsv1.HealthPolicy{Disabled: true, ReadyTimeoutSeconds: 60}})
+	for _, name := range []string{stuck, ready, unchecked} {
+		h.waitEvent(name, "ProcessStarted")
+	}
+	started := clk.Now()
+	if _, err := sdkClient(t, h, ready).Ready(h.ctx, &sdkv1.ReadyRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitEvent(ready, "GameServerReady")
+
+	clk.Advance(time.Minute - time.Millisecond)
+	wait.Holds(t, notYet, "no ready timeout before it ends", func() bool { return !h.has(stuck, "GameServerUnhealthy") })
+	clk.Advance(time.Millisecond)
+	u := h.waitEvent(stuck, "GameServerUnhealthy").Data.(*eventsv1.GameServerUnhealthy)
+	if u.GetReason() != eventsv1.Reason_REASON_READY_TIMEOUT || !strings.Contains(u.GetEvidence().GetDetail(), started.Format(time.RFC3339)) {
+		t.Fatalf("unhealthy: %s, evidence %v; want READY_TIMEOUT, saying when the process started", u.GetReason(), u.GetEvidence())
+	}
+	clk.Advance(time.Minute)
+	wait.Holds(t, notYet, "the READY server and the unchecked one left alone", func() bool {
+		return !h.has(ready, "GameServerUnhealthy") && !h.has(unchecked, "GameServerUnhealthy")
+	})
 }

@@ -17,8 +17,9 @@ import (
 
 // eagerProcesses starts real processes, then, before Start returns, calls
 // the SDK with the new process's token, as a game server that connects the
-// instant it runs does. It gives the call a moment to land: an agent that
-// records it before the process's start answers it at once.
+// instant it runs does. It gives the call a moment to land: a heartbeat is
+// answered at once, and the connection it proves must still be recorded
+// after the process's start.
 type eagerProcesses struct {
 	agent.OSProcesses
 	calls chan error
@@ -89,6 +90,9 @@ func TestProcessCallingTheSDKAtOnceIsConnectedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The heartbeat's connect is recorded by a background fold: wait for
+	// it, then for nothing more.
+	h.waitEvent(name, "SdkConnected")
 	var steps []string
 	for _, e := range h.history(name) {
 		switch e.Type {

@@ -53,11 +53,10 @@ type gameServer struct {
 	// Unix nanoseconds (0: none yet); read without mu by the host
 	// heartbeat, which shows it to the API.
 	lastHeartbeat atomic.Int64
-	// pendingSeen is the transport of a heartbeat call that came while mu
-	// was held: the connection it proves is noted by the next evaluation
-	// (gameServer.heartbeat). nil: none.
-	pendingSeen atomic.Pointer[string]
-	// folding is true while a background fold of a heartbeat runs.
+	// pendingConn is the connection a heartbeat proved that is not folded
+	// yet (gameServer.heartbeat); nil: none.
+	pendingConn atomic.Pointer[pendingConnect]
+	// folding is true while a background fold of heartbeats runs.
 	folding atomic.Bool
 
 	// mu guards everything below and serialises the server's appends.
@@ -250,6 +249,9 @@ func (gs *gameServer) supervise(ctx context.Context) {
 		restart := exited.BeforeReady && !gs.stopping && attempt < gs.a.opts.MaxStartAttempts && ctx.Err() == nil
 		var lastBeat time.Time // the real last heartbeat; events only record connects and misses
 		if gs.check != nil {
+			if ns := gs.lastHeartbeat.Load(); ns != 0 {
+				gs.check.heartbeat(time.Unix(0, ns)) // a beat not folded yet (an older one changes nothing)
+			}
 			lastBeat = gs.check.lastBeat
 		}
 		gs.mu.Unlock()
@@ -323,13 +325,17 @@ func (gs *gameServer) launch(attempt int) (Process, error) {
 	// can call the SDK at once, and a call recorded first (SdkConnected)
 	// would be undone by ProcessStarted, which starts the process's
 	// connection afresh; the next call would then record a second connect.
-	// Its calls wait for the record instead.
+	// Its calls wait for the record instead (a heartbeat leaves its
+	// connection to a background fold, which waits: gameServer.heartbeat).
 	out, err := gs.a.logs.output(gs.name)
 	if err != nil {
 		return nil, fmt.Errorf("game server log: %w", err)
 	}
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
+	// What the last process's heartbeats left is not the new process's.
+	gs.pendingConn.Store(nil)
+	gs.lastHeartbeat.Store(0)
 	proc, err := gs.a.opts.Processes.Start(ProcessSpec{
 		GameServer: gs.name, Command: t.GetCommand(), Path: path, Args: args, Env: env, Credential: cred,
 		Stdout: out.stdoutW, Stderr: out.stderrW, KeepOpen: out.keep, DieWithAgent: gs.a.opts.KillProcessesOnExit,
@@ -700,6 +706,18 @@ func (gs *gameServer) evaluate(ctx context.Context, now time.Time) {
 		}
 		if err := gs.recordLocked(ctx, events.MarkUnhealthy{Reason: eventsv1.Reason_REASON_SDK_DISCONNECT_GRACE_EXPIRED, Evidence: ev}); err != nil {
 			gs.log.Error("record grace expiry", "err", err)
+		}
+	}
+	if gs.state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_STARTING && gs.check.readyOverdue(now) {
+		timeout := gs.check.readyBy.Sub(gs.check.started)
+		gs.log.Warn("game server did not say Ready in time", "ready_timeout", timeout, "started", gs.check.started)
+		ev := &eventsv1.Evidence{StartAttempts: gs.state.GetStartAttempts(), ConnectionHistory: gs.state.GetConnectionHistory(), Detail: fmt.Sprintf(
+			"the process started at %s and had not called Ready %s later (the fleet's ready timeout)", gs.check.started.Format(time.RFC3339), timeout)}
+		if !gs.check.lastBeat.IsZero() {
+			ev.LastHeartbeatTime = timestamppb.New(gs.check.lastBeat)
+		}
+		if err := gs.recordLocked(ctx, events.MarkUnhealthy{Reason: eventsv1.Reason_REASON_READY_TIMEOUT, Evidence: ev}); err != nil {
+			gs.log.Error("record ready timeout", "err", err)
 		}
 	}
 }

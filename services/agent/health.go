@@ -3,6 +3,7 @@ package agent
 import (
 	"time"
 
+	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
@@ -25,16 +26,40 @@ type healthCheck struct {
 	reported       int32     // missed periods already reported
 	disconnectedAt time.Time // zero while connected
 	graceReported  bool
+
+	started       time.Time // the process's start
+	readyBy       time.Time // the process must have said Ready by then; zero: no deadline
+	readyReported bool
 }
 
 func newHealthCheck(policy *eventsv1.HealthPolicy, grace time.Duration, started time.Time) *healthCheck {
-	return &healthCheck{
+	h := &healthCheck{
 		disabled:  policy.GetDisabled(),
 		period:    time.Duration(policy.GetPeriodSeconds()) * time.Second,
 		threshold: policy.GetFailureThreshold(),
 		grace:     grace,
+		started:   started,
 		countFrom: started.Add(time.Duration(policy.GetInitialDelaySeconds()) * time.Second),
 	}
+	if !h.disabled {
+		timeout := policy.GetReadyTimeoutSeconds()
+		if timeout == 0 {
+			timeout = events.DefaultReadyTimeoutSeconds
+		}
+		h.readyBy = started.Add(time.Duration(timeout) * time.Second)
+	}
+	return h
+}
+
+// readyOverdue reports, once, that a process still starting has not said
+// Ready by its deadline (the policy's ready timeout from the process's
+// start). The caller asks only while the server is STARTING.
+func (h *healthCheck) readyOverdue(now time.Time) bool {
+	if h.readyBy.IsZero() || h.readyReported || now.Before(h.readyBy) {
+		return false
+	}
+	h.readyReported = true
+	return true
 }
 
 // heartbeat notes a heartbeat; it reports whether it ends a degradation.

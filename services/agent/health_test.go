@@ -107,3 +107,71 @@ func TestFlappingConnectionWithHeartbeatsNeverFails(t *testing.T) {
 		}
 	}
 }
+
+// The ready deadline is the policy's ready timeout from the process's
+// start, 300 s when the policy says 0 (a spec stored before the field),
+// none when health checking is disabled; it is reported once.
+func TestReadyDeadline(t *testing.T) {
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		policy *eventsv1.HealthPolicy
+		want   time.Duration // 0: no deadline
+	}{
+		{"set", &eventsv1.HealthPolicy{PeriodSeconds: 5, FailureThreshold: 3, ReadyTimeoutSeconds: 60}, time.Minute},
+		{"0 is the default", &eventsv1.HealthPolicy{PeriodSeconds: 5, FailureThreshold: 3}, 300 * time.Second},
+		{"disabled", &eventsv1.HealthPolicy{Disabled: true, ReadyTimeoutSeconds: 60}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHealthCheck(tc.policy, 30*time.Second, t0)
+			if tc.want == 0 {
+				if h.readyOverdue(t0.Add(24 * time.Hour)) {
+					t.Fatal("overdue with no deadline")
+				}
+				return
+			}
+			if h.readyOverdue(t0.Add(tc.want - time.Millisecond)) {
+				t.Fatalf("overdue a millisecond before %s", tc.want)
+			}
+			if !h.readyOverdue(t0.Add(tc.want)) {
+				t.Fatalf("not overdue at %s", tc.want)
+			}
+			if h.readyOverdue(t0.Add(tc.want + time.Second)) {
+				t.Fatal("overdue reported twice")
+			}
+		})
+	}
+}
+
+// A connection a heartbeat proved before the disconnect that opened the
+// grace window does not close it when folded after it; one proved after
+// the disconnect does.
+func TestAPendingConnectionOlderThanTheDisconnectIsDropped(t *testing.T) {
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name       string
+		beatAt     time.Time
+		windowOpen bool
+	}{
+		{"proved before the disconnect", t0.Add(-time.Second), true},
+		{"proved after it", t0.Add(time.Second), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gs := &gameServer{
+				check: newHealthCheck(&eventsv1.HealthPolicy{Disabled: true}, 30*time.Second, t0.Add(-time.Minute)),
+				// CONNECTED, so that a fold that closes the window records
+				// nothing: the window alone is on trial.
+				state: &eventsv1.GameServerState{Connection: eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED},
+			}
+			gs.check.disconnected(t0)
+			gs.pendingConn.Store(&pendingConnect{transport: "grpc", at: tc.beatAt})
+			gs.foldPendingLocked(t.Context())
+			if open := !gs.check.disconnectedAt.IsZero(); open != tc.windowOpen {
+				t.Fatalf("grace window open %v after the fold, want %v", open, tc.windowOpen)
+			}
+			if gs.pendingConn.Load() != nil {
+				t.Fatal("the pending connection was not consumed")
+			}
+		})
+	}
+}

@@ -2,6 +2,8 @@ package agent_test
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,13 +21,14 @@ import (
 // as an append does while NATS is too busy to answer for seconds.
 type readyHeld struct {
 	*natsjs.Store
+	once    sync.Once
 	held    chan struct{} // closed when the append is being held
 	release chan struct{}
 }
 
 func (s *readyHeld) Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error) {
 	if len(evs) > 0 && evs[0].Type == "GameServerReady" {
-		close(s.held)
+		s.once.Do(func() { close(s.held) })
 		select {
 		case <-s.release:
 		case <-ctx.Done():
@@ -35,14 +38,16 @@ func (s *readyHeld) Append(ctx context.Context, subject string, expected uint64,
 	return s.Store.Append(ctx, subject, expected, evs...)
 }
 
-// A heartbeat never waits for the server's own appends. While the agent
-// appends the server's GameServerReady for longer than three health
-// periods (NATS busy), the process goes on heartbeating: each heartbeat
-// call is answered at once, and none of those periods counts as missed.
-// Before, a heartbeat waited for the server's lock behind the append, the
-// game could not beat again meanwhile, and the agent judged a healthy
-// server FAILED for periods it was itself too busy to take the beats in
-// (false terminations at 100,000 simulated servers).
+// A heartbeat never waits for the server's own appends. A degraded server
+// says Ready, and the agent appends its GameServerReady for longer than
+// three health periods (NATS busy) while the process goes on heartbeating:
+// each heartbeat call is answered at once, none of those periods counts as
+// missed, and the degradation the first of them ended is recorded
+// (HealthRecovered) once the append is done. Before, a heartbeat waited
+// for the server's lock behind the append, the game could not beat again
+// meanwhile, and the agent judged a healthy server FAILED for periods it
+// was itself too busy to take the beats in (false terminations at 100,000
+// simulated servers).
 func TestHeartbeatsAreTakenWhileTheServersAppendWaits(t *testing.T) {
 	clk := clockwork.NewFakeClockAt(time.Now())
 	store := &readyHeld{held: make(chan struct{}), release: make(chan struct{})}
@@ -54,13 +59,18 @@ func TestHeartbeatsAreTakenWhileTheServersAppendWaits(t *testing.T) {
 	name := "fleets/arena/gameServers/gs-beating"
 	h.scheduleSpec(name, &eventsv1.FleetSpec{
 		Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
-		Health:   &eventsv1.HealthPolicy{PeriodSeconds: 5, FailureThreshold: 3},
+		Health:   &eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3},
 	})
 	h.waitEvent(name, "ProcessStarted")
 	sdk := sdkClient(t, h, name)
+	// The first call proves the connection; its record is the background
+	// fold's.
 	if _, err := sdk.Health(h.ctx, &sdkv1.HealthRequest{}); err != nil {
 		t.Fatal(err)
 	}
+	h.waitEvent(name, "SdkConnected")
+	clk.Advance(10 * time.Second) // one period missed after the initial delay
+	h.waitEvent(name, "HealthDegraded")
 
 	readied := make(chan error, 1)
 	go func() {
@@ -88,8 +98,9 @@ func TestHeartbeatsAreTakenWhileTheServersAppendWaits(t *testing.T) {
 		t.Fatalf("Ready: %v", err)
 	}
 	h.waitEvent(name, "GameServerReady")
-	// The evaluation that waited behind the append judges now, and the
-	// ones after it: with the beats taken, none may report a missed period.
+	h.waitEvent(name, "HealthRecovered")
+	// The evaluations that waited behind the append judge now, and the
+	// ones after: with the beats taken, none may report a missed period.
 	for range 3 {
 		clk.Advance(time.Second)
 		if _, err := sdk.Health(h.ctx, &sdkv1.HealthRequest{}); err != nil {
@@ -97,7 +108,83 @@ func TestHeartbeatsAreTakenWhileTheServersAppendWaits(t *testing.T) {
 		}
 	}
 	clk.Advance(4 * time.Second) // one more evaluation, inside a period of the last beat
-	wait.Holds(t, notYet, "no missed heartbeat reported", func() bool {
-		return !h.has(name, "HealthDegraded") && !h.has(name, "GameServerUnhealthy")
+	wait.Holds(t, notYet, "no period missed while the append was held", func() bool {
+		degraded := 0
+		for _, e := range h.history(name) {
+			if e.Type == "HealthDegraded" {
+				degraded++
+			}
+		}
+		return degraded == 1 && !h.has(name, "GameServerUnhealthy")
 	})
+}
+
+// A heartbeat's connection left pending while the server's append waits
+// does not undo a disconnect recorded after it: the stream's end, then the
+// grace window, make the silent server unhealthy as they would have with
+// no heartbeat pending. (Whether the stream's end or the pending fold
+// takes the server's lock first is the scheduler's choice; either order
+// must give this history.)
+func TestAPendingConnectionDoesNotUndoALaterDisconnect(t *testing.T) {
+	clk := clockwork.NewFakeClockAt(time.Now())
+	store := &readyHeld{held: make(chan struct{}), release: make(chan struct{})}
+	h := newHarnessOpts(t, func(o *agent.Options) {
+		o.Clock = clk
+		store.Store = o.Store.(*natsjs.Store)
+		o.Store = store
+	})
+	name := "fleets/arena/gameServers/gs-leaving"
+	const grace = 30
+	h.scheduleSpec(name, &eventsv1.FleetSpec{
+		Template:                  &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
+		Health:                    &eventsv1.HealthPolicy{Disabled: true},
+		SdkDisconnectGraceSeconds: grace,
+	})
+	h.waitEvent(name, "ProcessStarted")
+	stream := connectSDK(t, h, name)
+	sdk := sdkClient(t, h, name)
+
+	readied := make(chan error, 1)
+	go func() {
+		_, err := sdk.Ready(h.ctx, &sdkv1.ReadyRequest{})
+		readied <- err
+	}()
+	select {
+	case <-store.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Ready append never began")
+	}
+	// A unary heartbeat while the append waits leaves its connection
+	// pending; then the stream ends, and its end waits for the lock too.
+	if _, err := sdk.Health(h.ctx, &sdkv1.HealthRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	closed := make(chan error, 1)
+	go func() { // the stream's status comes once its end is recorded
+		_, err := stream.CloseAndRecv()
+		closed <- err
+	}()
+	close(store.release)
+	if err := <-readied; err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	h.waitEvent(name, "SdkDisconnected")
+	clk.Advance(grace * time.Second)
+	u := h.waitEvent(name, "GameServerUnhealthy").Data.(*eventsv1.GameServerUnhealthy)
+	if u.GetReason() != eventsv1.Reason_REASON_SDK_DISCONNECT_GRACE_EXPIRED {
+		t.Fatalf("unhealthy with %s, want SDK_DISCONNECT_GRACE_EXPIRED", u.GetReason())
+	}
+	var steps []string
+	for _, e := range h.history(name) {
+		if e.Type == "SdkConnected" || e.Type == "SdkDisconnected" {
+			steps = append(steps, e.Type)
+		}
+	}
+	if got := strings.Join(steps, " "); got != "SdkConnected SdkDisconnected" {
+		t.Fatalf("connection history %s, want SdkConnected SdkDisconnected", got)
+	}
 }

@@ -355,65 +355,81 @@ func sdkError(err error) error {
 // and the agent counted as missed the periods it was itself too busy to
 // take the beats in (at 100,000 simulated servers, healthy servers were
 // judged FAILED this way; docs/scaling.md). So the arrival is noted first,
-// lock-free (lastHeartbeat), and periods are counted from it:
-//   - the lock is free and the beat changes nothing to record: it is
-//     folded in place;
-//   - the beat ends a degradation (HealthRecovered) or proves a connection
-//     the state does not show (SdkConnected): a background fold records it;
-//   - the lock is held: the next evaluation folds the beat, at its arrival
-//     time, before it judges the server (evaluate).
+// lock-free (lastHeartbeat), and periods are counted from it. If the lock
+// is free and the beat changes nothing to record, it is folded in place.
+// Otherwise (the lock is held, or the beat ends a degradation or proves a
+// connection the state does not show) a background fold takes the lock and
+// folds it, recording HealthRecovered or SdkConnected; the health
+// evaluation folds what is pending before it judges, so a verdict never
+// waits for the background fold either.
 func (gs *gameServer) heartbeat(ctx context.Context, transport string) {
 	now := gs.a.opts.Clock.Now()
 	gs.lastHeartbeat.Store(now.UnixNano())
-	if !gs.mu.TryLock() {
-		gs.notePending(transport)
-		return
-	}
-	if (transport != "" && gs.state.GetConnection() != eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED) ||
-		(gs.check != nil && gs.check.reported > 0) {
-		gs.mu.Unlock()
-		gs.notePending(transport)
-		gs.foldInBackground(ctx)
-		return
-	}
-	defer gs.mu.Unlock()
-	if gs.check != nil {
-		if transport != "" {
-			gs.check.connected()
+	if gs.mu.TryLock() {
+		inPlace := gs.check != nil && gs.check.reported == 0 &&
+			(transport == "" || gs.state.GetConnection() == eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED)
+		if inPlace {
+			if transport != "" {
+				gs.check.connected()
+			}
+			gs.check.heartbeat(now)
 		}
-		gs.check.heartbeat(now)
+		gs.mu.Unlock()
+		if inPlace {
+			return
+		}
 	}
-}
-
-// notePending leaves the connection a heartbeat proved for the next fold.
-func (gs *gameServer) notePending(transport string) {
 	if transport != "" {
-		gs.pendingSeen.Store(&transport)
+		gs.pendingConn.Store(&pendingConnect{transport: transport, remote: remoteOf(ctx), at: now})
 	}
+	gs.foldInBackground(ctx)
 }
 
-// foldInBackground folds the pending heartbeat, recording what it
-// changes, on a goroutine of its own: at most one per server at a time (a
-// beat noted while one runs is folded by it or by the next evaluation).
+// pendingConnect is a connection a heartbeat proved that is not folded yet.
+type pendingConnect struct {
+	transport, remote string
+	at                time.Time
+}
+
+// foldInBackground folds what heartbeats left pending on a goroutine of
+// its own, which waits for the server's lock: at most one per server at a
+// time, and none once the agent stops (what is pending then is not
+// recorded, as no connection change is while the agent stops).
 func (gs *gameServer) foldInBackground(ctx context.Context) {
 	if !gs.folding.CompareAndSwap(false, true) {
-		return
+		return // the running fold takes this beat too, or the evaluation does
 	}
-	go func() {
-		defer gs.folding.Store(false)
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalEventTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalEventTimeout)
+	started := gs.a.background.start(func() {
 		defer cancel()
-		gs.mu.Lock()
-		defer gs.mu.Unlock()
-		gs.foldPendingLocked(ctx)
-	}()
+		for {
+			gs.mu.Lock()
+			if !gs.a.stopping.Load() {
+				gs.foldPendingLocked(ctx)
+			}
+			gs.mu.Unlock()
+			gs.folding.Store(false)
+			// A connection noted after the fold read it, whose own call
+			// found the fold still running: fold again.
+			if gs.pendingConn.Load() == nil || !gs.folding.CompareAndSwap(false, true) {
+				return
+			}
+		}
+	})
+	if !started {
+		cancel()
+		gs.folding.Store(false)
+	}
 }
 
-// foldPendingLocked folds what heartbeat calls noted while the lock was
-// held: the connection they proved, then the last beat's arrival.
+// foldPendingLocked folds what heartbeat calls noted without the lock: the
+// connection they proved (unless a disconnect was recorded since), then
+// the last beat's arrival.
 func (gs *gameServer) foldPendingLocked(ctx context.Context) {
-	if t := gs.pendingSeen.Swap(nil); t != nil {
-		gs.connectedLocked(ctx, *t)
+	if c := gs.pendingConn.Swap(nil); c != nil {
+		if gs.check == nil || gs.check.disconnectedAt.IsZero() || c.at.After(gs.check.disconnectedAt) {
+			gs.connectedFromLocked(ctx, c.transport, c.remote)
+		}
 	}
 	if ns := gs.lastHeartbeat.Load(); ns != 0 && gs.check != nil {
 		if at := time.Unix(0, ns); at.After(gs.check.lastBeat) {
@@ -438,13 +454,18 @@ func (gs *gameServer) heartbeatLocked(ctx context.Context, at time.Time) {
 // connectedLocked records that a call with the process token arrived: the
 // SDK is connected again, whatever the connection, and a grace window closes.
 func (gs *gameServer) connectedLocked(ctx context.Context, transport string) {
+	gs.connectedFromLocked(ctx, transport, remoteOf(ctx))
+}
+
+// connectedFromLocked is connectedLocked for a call from remote.
+func (gs *gameServer) connectedFromLocked(ctx context.Context, transport, remote string) {
 	if gs.check != nil {
 		gs.check.connected()
 	}
 	if gs.state.GetConnection() == eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED {
 		return
 	}
-	if err := gs.recordLocked(ctx, events.RecordSDKConnected{Transport: transport, RemoteAddress: remoteOf(ctx)}); err != nil {
+	if err := gs.recordLocked(ctx, events.RecordSDKConnected{Transport: transport, RemoteAddress: remote}); err != nil {
 		gs.log.Warn("record SDK connected", "err", err)
 	}
 }
@@ -469,6 +490,9 @@ func (gs *gameServer) streamOpened(ctx context.Context) {
 func (gs *gameServer) streamClosed(kind eventsv1.DisconnectKind, detail string) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
+	// A heartbeat's connection still pending came before this end: folded
+	// first, it cannot undo the disconnect afterwards.
+	gs.foldPendingLocked(context.Background())
 	gs.streams--
 	if gs.streams > 0 || gs.state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
 		return

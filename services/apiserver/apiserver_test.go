@@ -250,6 +250,22 @@ func TestFleetRoundTripOverREST(t *testing.T) {
 	if labels["mode"] != "ranked" {
 		t.Fatalf("get lost the labels: %v", got.body)
 	}
+
+	// The ready timeout: unset it reads 0 (the default, 300 s, applies
+	// where it is enforced); set, it is kept.
+	if h, _ := got.body["health"].(map[string]any); h["readyTimeoutSeconds"] != float64(0) {
+		t.Fatalf("an unset ready timeout reads %v, want 0", h["readyTimeoutSeconds"])
+	}
+	timed := s.do("PATCH", "/v1/fleets/arena?updateMask=health.ready_timeout_seconds",
+		map[string]any{"health": map[string]any{"readyTimeoutSeconds": 900}})
+	if h, _ := timed.body["health"].(map[string]any); timed.status != http.StatusOK || h["readyTimeoutSeconds"] != float64(900) || h["periodSeconds"] != float64(5) {
+		t.Fatalf("patch of the ready timeout: status %d: %v", timed.status, timed.body)
+	}
+	bad := s.do("PATCH", "/v1/fleets/arena?updateMask=health.ready_timeout_seconds",
+		map[string]any{"health": map[string]any{"readyTimeoutSeconds": -1}})
+	if bad.status != http.StatusBadRequest || !strings.Contains(fmt.Sprint(bad.body), "ready_timeout_seconds") {
+		t.Fatalf("a negative ready timeout: want 400 naming the field, got %d %v", bad.status, bad.body)
+	}
 }
 
 func TestListFleetsPages(t *testing.T) {

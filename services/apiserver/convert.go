@@ -33,6 +33,7 @@ func specFromAPI(f *tetherv1.Fleet) *eventsv1.FleetSpec {
 		s.Health = &eventsv1.HealthPolicy{
 			Disabled: h.GetDisabled(), InitialDelaySeconds: h.GetInitialDelaySeconds(),
 			PeriodSeconds: h.GetPeriodSeconds(), FailureThreshold: h.GetFailureThreshold(),
+			ReadyTimeoutSeconds: h.GetReadyTimeoutSeconds(),
 		}
 	}
 	if p := f.GetPlayerSessions(); p != nil {
@@ -78,6 +79,7 @@ func fleetToAPI(s *eventsv1.FleetState, seq uint64, c projections.FleetCounts) *
 		f.Health = &tetherv1.HealthPolicy{
 			Disabled: h.GetDisabled(), InitialDelaySeconds: h.GetInitialDelaySeconds(),
 			PeriodSeconds: h.GetPeriodSeconds(), FailureThreshold: h.GetFailureThreshold(),
+			ReadyTimeoutSeconds: h.GetReadyTimeoutSeconds(),
 		}
 	}
 	if p := spec.GetPlayerSessions(); p != nil {

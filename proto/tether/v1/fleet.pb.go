@@ -792,8 +792,13 @@ type HealthPolicy struct {
 	PeriodSeconds int32 `protobuf:"varint,3,opt,name=period_seconds,json=periodSeconds,proto3" json:"period_seconds,omitempty"`
 	// Consecutive missed periods that make the server unhealthy (default 3).
 	FailureThreshold int32 `protobuf:"varint,4,opt,name=failure_threshold,json=failureThreshold,proto3" json:"failure_threshold,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Seconds a started process may take to call Ready (0: the default, 300;
+	// shown as 0): a server still STARTING after that is made UNHEALTHY with
+	// reason READY_TIMEOUT and replaced, with the fleet's start backoff. Off
+	// when health checking is disabled.
+	ReadyTimeoutSeconds int32 `protobuf:"varint,5,opt,name=ready_timeout_seconds,json=readyTimeoutSeconds,proto3" json:"ready_timeout_seconds,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *HealthPolicy) Reset() {
@@ -850,6 +855,13 @@ func (x *HealthPolicy) GetPeriodSeconds() int32 {
 func (x *HealthPolicy) GetFailureThreshold() int32 {
 	if x != nil {
 		return x.FailureThreshold
+	}
+	return 0
+}
+
+func (x *HealthPolicy) GetReadyTimeoutSeconds() int32 {
+	if x != nil {
+		return x.ReadyTimeoutSeconds
 	}
 	return 0
 }
@@ -2079,12 +2091,13 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11HostSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb2\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe6\x01\n" +
 	"\fHealthPolicy\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x122\n" +
 	"\x15initial_delay_seconds\x18\x02 \x01(\x05R\x13initialDelaySeconds\x12%\n" +
 	"\x0eperiod_seconds\x18\x03 \x01(\x05R\rperiodSeconds\x12+\n" +
-	"\x11failure_threshold\x18\x04 \x01(\x05R\x10failureThreshold\"\xb0\x01\n" +
+	"\x11failure_threshold\x18\x04 \x01(\x05R\x10failureThreshold\x122\n" +
+	"\x15ready_timeout_seconds\x18\x05 \x01(\x05R\x13readyTimeoutSeconds\"\xb0\x01\n" +
 	"\x13PlayerSessionPolicy\x12\x1f\n" +
 	"\vmax_players\x18\x01 \x01(\x05R\n" +
 	"maxPlayers\x12>\n" +
