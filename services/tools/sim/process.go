@@ -183,6 +183,7 @@ func (p *process) run() agent.ProcessExit {
 		w.count.sdkErrors.Add(1)
 	}
 	now := time.Now()
+	lastBeat := now // when this process last began a heartbeat call
 	p.h.wheel.add(step{p: p, kind: stepBeat, at: now.Add(w.nextBeat())})
 	p.h.wheel.add(step{p: p, kind: stepReady, at: now.Add(jitter(startup))})
 	for {
@@ -207,10 +208,15 @@ func (p *process) run() agent.ProcessExit {
 				p.hung.Store(true)
 			case faultFlap:
 				p.flap(ctx)
+				lastBeat = time.Time{} // the reset's pause is the fault's, not a late beat
 			}
 		case <-p.beat:
 			if !p.hung.Load() {
 				began := time.Now()
+				if !lastBeat.IsZero() && began.Sub(lastBeat) > w.opts.HealthPeriod {
+					w.count.beatGap(began.Sub(lastBeat))
+				}
+				lastBeat = began
 				if err := sdk.Health(ctx, p.token); err != nil && ctx.Err() == nil {
 					w.count.sdkErrors.Add(1)
 				}
@@ -352,6 +358,28 @@ type counters struct {
 	// slowestBeat is the longest heartbeat call, in nanoseconds.
 	slowBeats   atomic.Int64
 	slowestBeat atomic.Int64
+	// beatGaps counts the times a healthy process began a heartbeat call
+	// more than a health period after its last (a period the agent must
+	// count as missed), and widestGap is the widest, in nanoseconds.
+	beatGaps  atomic.Int64
+	widestGap atomic.Int64
+}
+
+// beatGap notes a gap wider than a health period between two heartbeat
+// calls of a process.
+func (c *counters) beatGap(d time.Duration) {
+	c.beatGaps.Add(1)
+	storeMax(&c.widestGap, int64(d))
+}
+
+// storeMax raises v to x if x is larger.
+func storeMax(v *atomic.Int64, x int64) {
+	for {
+		old := v.Load()
+		if x <= old || v.CompareAndSwap(old, x) {
+			return
+		}
+	}
 }
 
 // heartbeatCall notes how long one heartbeat call took.
@@ -359,10 +387,5 @@ func (c *counters) heartbeatCall(took, interval time.Duration) {
 	if took > interval {
 		c.slowBeats.Add(1)
 	}
-	for {
-		old := c.slowestBeat.Load()
-		if int64(took) <= old || c.slowestBeat.CompareAndSwap(old, int64(took)) {
-			return
-		}
-	}
+	storeMax(&c.slowestBeat, int64(took))
 }

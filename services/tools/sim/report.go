@@ -78,6 +78,11 @@ type Report struct {
 	// so a held call is a beat the agent did not see in time.
 	SlowHeartbeatCalls     int64   `json:"slow_heartbeat_calls"`
 	SlowestHeartbeatCallMs float64 `json:"slowest_heartbeat_call_ms"`
+	// LateHeartbeats counts heartbeat calls a process began more than a
+	// health period after its last one (the simulator's own lateness: a
+	// busy hosts process), and WidestHeartbeatGapMs is the widest gap.
+	LateHeartbeats       int64   `json:"late_heartbeats"`
+	WidestHeartbeatGapMs float64 `json:"widest_heartbeat_gap_ms"`
 
 	PublishedByAgents int64  `json:"published_by_agents"` // counted as the agents appended them
 	InStreamByAgents  int64  `json:"in_stream_by_agents"` // counted in the stream by producer
@@ -215,6 +220,7 @@ func (r *Report) Print(out io.Writer) {
 	row("healthy servers' missed heartbeats", "%d reports (%d before the steady phase, %d before a first heartbeat), at most %d periods in a row (threshold %d)",
 		r.HealthNearMisses, r.HealthNearMissesBeforeSteady, r.HealthNearMissesNoBeatYet, r.MaxMissedPeriods, r.FailureThreshold)
 	row("heartbeat calls held past an interval", "%d, the longest %.0f ms", r.SlowHeartbeatCalls, r.SlowestHeartbeatCallMs)
+	row("heartbeats sent over a period late", "%d, the widest gap %.0f ms", r.LateHeartbeats, r.WidestHeartbeatGapMs)
 	fmt.Fprintln(tw, "\t")
 	fmt.Fprintln(tw, "EVENTS\t")
 	row("published by simulated agents", "%d", r.PublishedByAgents)

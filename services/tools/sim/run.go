@@ -164,6 +164,8 @@ func (w *world) run(ctx context.Context) (*Report, error) {
 	rep.SDKErrors = w.count.sdkErrors.Load()
 	rep.SlowHeartbeatCalls = w.count.slowBeats.Load()
 	rep.SlowestHeartbeatCallMs = float64(w.count.slowestBeat.Load()) / 1e6
+	rep.LateHeartbeats = w.count.beatGaps.Load()
+	rep.WidestHeartbeatGapMs = float64(w.count.widestGap.Load()) / 1e6
 	mm := w.mm
 	rep.Allocations, rep.AllocationErrors, rep.NoReadyServer = mm.allocated.Load(), mm.allocErrors.Load(), mm.noServer.Load()
 	rep.AllocationLatency, rep.ReconnectLatency = mm.allocLatency.summary(), mm.reconnectLatency.summary()
