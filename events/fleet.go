@@ -27,7 +27,8 @@ const (
 )
 
 // DefaultReadyTimeoutSeconds is the ready timeout a health policy's 0
-// stands for. It is applied where the timeout is enforced (the agent), not
+// stands for (or the policy's initial delay and threshold × period, if
+// longer). It is applied where the timeout is enforced (the agent), not
 // written into specs: a fleet stored before the field existed would
 // otherwise see its health contract change, and start a rollout, at its
 // next update.

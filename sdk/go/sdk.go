@@ -274,7 +274,8 @@ func (c *Client) Close() error {
 // Ready marks the server ready to be allocated; calling it again after an
 // allocation returns the server to READY. The first call must come within
 // the fleet's ready timeout of the process's start (health
-// ready_timeout_seconds, 300 s by default), or the agent makes the server
+// ready_timeout_seconds, by default 300 s or the health contract's initial
+// delay and threshold × period if longer), or the agent makes the server
 // UNHEALTHY (READY_TIMEOUT) and its fleet replaces it.
 func (c *Client) Ready(ctx context.Context) error {
 	api, err := c.client()

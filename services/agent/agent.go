@@ -476,6 +476,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		// and the next agent on this host reclaims the processes.
 		a.log.Info("agent stopping; leaving its game server processes running", "game_servers", n)
 	}
+	a.stopping.Store(true) // as the SDK server does; it runs no goroutine with LocalSDKOnly
 	a.background.close()
 	return errors.Join(err, a.outbox.close())
 }

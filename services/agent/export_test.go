@@ -13,3 +13,15 @@ func (a *Agent) ProcessToken(pid int) string {
 	}
 	return ""
 }
+
+// ReadyCallsUnderWay returns how many Ready calls of a server's process are
+// under way (noted, not yet answered).
+func (a *Agent) ReadyCallsUnderWay(name string) int {
+	a.mu.Lock()
+	gs := a.servers[name]
+	a.mu.Unlock()
+	if gs == nil {
+		return 0
+	}
+	return int(gs.readyCalls.Load())
+}

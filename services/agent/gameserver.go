@@ -58,6 +58,9 @@ type gameServer struct {
 	pendingConn atomic.Pointer[pendingConnect]
 	// folding is true while a background fold of heartbeats runs.
 	folding atomic.Bool
+	// readyCalls counts the process's Ready calls under way (readyCall):
+	// while one is, the ready timeout waits for it.
+	readyCalls atomic.Int32
 
 	// mu guards everything below and serialises the server's appends.
 	mu        sync.Mutex
@@ -708,7 +711,7 @@ func (gs *gameServer) evaluate(ctx context.Context, now time.Time) {
 			gs.log.Error("record grace expiry", "err", err)
 		}
 	}
-	if gs.state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_STARTING && gs.check.readyOverdue(now) {
+	if gs.state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_STARTING && gs.readyCalls.Load() == 0 && gs.check.readyOverdue(now) {
 		timeout := gs.check.readyBy.Sub(gs.check.started)
 		gs.log.Warn("game server did not say Ready in time", "ready_timeout", timeout, "started", gs.check.started)
 		ev := &eventsv1.Evidence{StartAttempts: gs.state.GetStartAttempts(), ConnectionHistory: gs.state.GetConnectionHistory(), Detail: fmt.Sprintf(
@@ -717,9 +720,18 @@ func (gs *gameServer) evaluate(ctx context.Context, now time.Time) {
 			ev.LastHeartbeatTime = timestamppb.New(gs.check.lastBeat)
 		}
 		if err := gs.recordLocked(ctx, events.MarkUnhealthy{Reason: eventsv1.Reason_REASON_READY_TIMEOUT, Evidence: ev}); err != nil {
-			gs.log.Error("record ready timeout", "err", err)
+			gs.log.Error("record ready timeout; the next evaluation tries again", "err", err)
+			gs.check.readyReported = false
 		}
 	}
+}
+
+// readyCall notes a Ready call from the process before it waits for the
+// lock, and returns what notes its end: a Ready that came before the ready
+// timeout ended is not timed out while it waits behind an append.
+func (gs *gameServer) readyCall() (done func()) {
+	gs.readyCalls.Add(1)
+	return func() { gs.readyCalls.Add(-1) }
 }
 
 // view is the server as the SDK shows it.

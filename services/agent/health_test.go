@@ -109,8 +109,9 @@ func TestFlappingConnectionWithHeartbeatsNeverFails(t *testing.T) {
 }
 
 // The ready deadline is the policy's ready timeout from the process's
-// start, 300 s when the policy says 0 (a spec stored before the field),
-// none when health checking is disabled; it is reported once.
+// start, 300 s when the policy says 0 (a spec stored before the field) or
+// the health contract's own span if longer, none when health checking is
+// disabled; it is reported once.
 func TestReadyDeadline(t *testing.T) {
 	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
@@ -121,6 +122,9 @@ func TestReadyDeadline(t *testing.T) {
 		{"set", &eventsv1.HealthPolicy{PeriodSeconds: 5, FailureThreshold: 3, ReadyTimeoutSeconds: 60}, time.Minute},
 		{"0 is the default", &eventsv1.HealthPolicy{PeriodSeconds: 5, FailureThreshold: 3}, 300 * time.Second},
 		{"disabled", &eventsv1.HealthPolicy{Disabled: true, ReadyTimeoutSeconds: 60}, 0},
+		// A fleet whose servers load for longer than the default is not
+		// timed out before its health contract would judge them at all.
+		{"0 with a longer initial delay", &eventsv1.HealthPolicy{InitialDelaySeconds: 600, PeriodSeconds: 5, FailureThreshold: 3}, 615 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHealthCheck(tc.policy, 30*time.Second, t0)

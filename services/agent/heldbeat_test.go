@@ -17,17 +17,26 @@ import (
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
-// readyHeld holds the append of GameServerReady until release is closed,
-// as an append does while NATS is too busy to answer for seconds.
-type readyHeld struct {
+// appendHeld holds the first append of an event type (GameServerReady
+// unless typ says otherwise) until release is closed, as an append does
+// while NATS is too busy to answer for seconds.
+type appendHeld struct {
 	*natsjs.Store
+	typ     string
 	once    sync.Once
 	held    chan struct{} // closed when the append is being held
 	release chan struct{}
 }
 
-func (s *readyHeld) Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error) {
-	if len(evs) > 0 && evs[0].Type == "GameServerReady" {
+// readyHeld holds the append of GameServerReady.
+type readyHeld = appendHeld
+
+func (s *appendHeld) Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error) {
+	typ := s.typ
+	if typ == "" {
+		typ = "GameServerReady"
+	}
+	if len(evs) > 0 && evs[0].Type == typ {
 		s.once.Do(func() { close(s.held) })
 		select {
 		case <-s.release:
@@ -186,5 +195,85 @@ func TestAPendingConnectionDoesNotUndoALaterDisconnect(t *testing.T) {
 	}
 	if got := strings.Join(steps, " "); got != "SdkConnected SdkDisconnected" {
 		t.Fatalf("connection history %s, want SdkConnected SdkDisconnected", got)
+	}
+}
+
+// An agent stopped while a heartbeat's fold waits behind an append stops:
+// the fold records nothing once the agent stops and drops what is pending
+// (it used to find its pending connection again and again, and the agent
+// waited for it for ever).
+func TestAnAgentStoppingWithAHeartbeatPendingStops(t *testing.T) {
+	store := &readyHeld{held: make(chan struct{}), release: make(chan struct{})}
+	h := newHarnessOpts(t, func(o *agent.Options) {
+		store.Store = o.Store.(*natsjs.Store)
+		o.Store = store
+	})
+	name := "fleets/arena/gameServers/gs-stopping"
+	h.scheduleSpec(name, &eventsv1.FleetSpec{Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}}})
+	h.waitEvent(name, "ProcessStarted")
+	sdk := sdkClient(t, h, name)
+	go func() { _, _ = sdk.Ready(h.ctx, &sdkv1.ReadyRequest{}) }() // its end is the agent's stop
+	select {
+	case <-store.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Ready append never began")
+	}
+	if _, err := sdk.Health(h.ctx, &sdkv1.HealthRequest{}); err != nil { // left pending: the lock is held
+		t.Fatal(err)
+	}
+	h.crash()
+	close(store.release)
+	select {
+	case err := <-h.done:
+		h.done <- err // for the harness's cleanup
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not stop with a heartbeat's fold pending")
+	}
+}
+
+// A Ready that came before the ready timeout ended is not timed out while
+// it waits for the server's lock. A heartbeat's fold holds the lock (its
+// SdkConnected append is held) past the timeout; the health evaluation
+// queues for the lock, then the process's Ready does. The evaluation, first
+// in the queue, used to time the server out (and the Ready was refused);
+// now it leaves a server with a Ready under way alone, and it is READY.
+func TestAReadyUnderWayIsNotTimedOut(t *testing.T) {
+	clk := clockwork.NewFakeClockAt(time.Now())
+	store := &appendHeld{typ: "SdkConnected", held: make(chan struct{}), release: make(chan struct{})}
+	h := newHarnessOpts(t, func(o *agent.Options) {
+		o.Clock = clk
+		store.Store = o.Store.(*natsjs.Store)
+		o.Store = store
+	})
+	name := "fleets/arena/gameServers/gs-late"
+	h.scheduleSpec(name, &eventsv1.FleetSpec{
+		Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
+		Health:   &eventsv1.HealthPolicy{InitialDelaySeconds: 600, PeriodSeconds: 5, FailureThreshold: 3, ReadyTimeoutSeconds: 10},
+	})
+	h.waitEvent(name, "ProcessStarted")
+	sdk := sdkClient(t, h, name)
+	// The first heartbeat proves the connection: its fold holds the lock.
+	if _, err := sdk.Health(h.ctx, &sdkv1.HealthRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-store.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the heartbeat's connection append never began")
+	}
+	clk.Advance(20 * time.Second) // past the timeout: an evaluation queues for the lock
+	readied := make(chan error, 1)
+	go func() {
+		_, err := sdk.Ready(h.ctx, &sdkv1.ReadyRequest{})
+		readied <- err
+	}()
+	wait.For(t, 10*time.Second, "the Ready to be under way", func() bool { return h.agent.ReadyCallsUnderWay(name) == 1 })
+	close(store.release)
+	if err := <-readied; err != nil {
+		t.Fatalf("a Ready under way when the timeout ended: %v", err)
+	}
+	h.waitEvent(name, "GameServerReady")
+	if h.has(name, "GameServerUnhealthy") {
+		t.Fatal("the server was timed out with its Ready under way")
 	}
 }

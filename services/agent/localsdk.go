@@ -48,7 +48,12 @@ func (l *LocalSDK) call(ctx context.Context, token string) (context.Context, *ga
 
 // Ready marks the server READY.
 func (l *LocalSDK) Ready(ctx context.Context, token string) error {
-	ctx, _, err := l.call(ctx, token)
+	gs, err := l.server(token)
+	if err != nil {
+		return err
+	}
+	defer gs.readyCall()() // before the lock, as the gRPC path
+	ctx, _, err = l.call(ctx, token)
 	if err != nil {
 		return err
 	}

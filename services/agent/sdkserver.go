@@ -191,6 +191,9 @@ func (s *sdkServer) authUnary(ctx context.Context, req any, info *grpc.UnaryServ
 	if err != nil {
 		return nil, err
 	}
+	if info.FullMethod == sdkv1.SDKService_Ready_FullMethodName {
+		defer gs.readyCall()() // before the lock: a Ready that came in time is not timed out while it waits
+	}
 	if info.FullMethod != sdkv1.SDKService_Health_FullMethodName {
 		gs.seen(ctx, transportOf(ctx)) // a heartbeat notes itself, without waiting (gameServer.heartbeat)
 	}
@@ -399,13 +402,17 @@ func (gs *gameServer) foldInBackground(ctx context.Context) {
 	if !gs.folding.CompareAndSwap(false, true) {
 		return // the running fold takes this beat too, or the evaluation does
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalEventTimeout)
+	base := context.WithoutCancel(ctx) // the call's values (its trace), not its end
 	started := gs.a.background.start(func() {
-		defer cancel()
 		for {
 			gs.mu.Lock()
-			if !gs.a.stopping.Load() {
+			if gs.a.stopping.Load() {
+				gs.pendingConn.Store(nil) // no connection change is recorded while the agent stops
+			} else {
+				// The deadline is the appends', not the wait for the lock.
+				ctx, cancel := context.WithTimeout(base, finalEventTimeout)
 				gs.foldPendingLocked(ctx)
+				cancel()
 			}
 			gs.mu.Unlock()
 			gs.folding.Store(false)
@@ -417,7 +424,6 @@ func (gs *gameServer) foldInBackground(ctx context.Context) {
 		}
 	})
 	if !started {
-		cancel()
 		gs.folding.Store(false)
 	}
 }
@@ -490,9 +496,6 @@ func (gs *gameServer) streamOpened(ctx context.Context) {
 func (gs *gameServer) streamClosed(kind eventsv1.DisconnectKind, detail string) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
-	// A heartbeat's connection still pending came before this end: folded
-	// first, it cannot undo the disconnect afterwards.
-	gs.foldPendingLocked(context.Background())
 	gs.streams--
 	if gs.streams > 0 || gs.state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
 		return
@@ -509,6 +512,9 @@ func (gs *gameServer) streamClosed(kind eventsv1.DisconnectKind, detail string) 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), finalEventTimeout)
 	defer cancel()
+	// A heartbeat's connection still pending came before this end: folded
+	// first, it cannot undo the disconnect afterwards.
+	gs.foldPendingLocked(ctx)
 	now := gs.a.opts.Clock.Now()
 	if gs.check != nil {
 		gs.check.disconnected(now)

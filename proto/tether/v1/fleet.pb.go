@@ -792,10 +792,11 @@ type HealthPolicy struct {
 	PeriodSeconds int32 `protobuf:"varint,3,opt,name=period_seconds,json=periodSeconds,proto3" json:"period_seconds,omitempty"`
 	// Consecutive missed periods that make the server unhealthy (default 3).
 	FailureThreshold int32 `protobuf:"varint,4,opt,name=failure_threshold,json=failureThreshold,proto3" json:"failure_threshold,omitempty"`
-	// Seconds a started process may take to call Ready (0: the default, 300;
-	// shown as 0): a server still STARTING after that is made UNHEALTHY with
-	// reason READY_TIMEOUT and replaced, with the fleet's start backoff. Off
-	// when health checking is disabled.
+	// Seconds a started process may take to call Ready (0, shown as 0: the
+	// default, 300, or initial_delay_seconds + failure_threshold ×
+	// period_seconds if longer): a server still STARTING after that is made
+	// UNHEALTHY with reason READY_TIMEOUT and replaced, with the fleet's
+	// start backoff. Off when health checking is disabled.
 	ReadyTimeoutSeconds int32 `protobuf:"varint,5,opt,name=ready_timeout_seconds,json=readyTimeoutSeconds,proto3" json:"ready_timeout_seconds,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache

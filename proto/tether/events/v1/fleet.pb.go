@@ -278,7 +278,8 @@ type HealthPolicy struct {
 	FailureThreshold int32 `protobuf:"varint,4,opt,name=failure_threshold,json=failureThreshold,proto3" json:"failure_threshold,omitempty"`
 	// Seconds a started process may take to call Ready before the server is
 	// made unhealthy with READY_TIMEOUT; 0 (specs stored before the field):
-	// the default. Off, with the rest of the contract, when disabled.
+	// the default (300 s, or the initial delay and threshold × period if
+	// longer). Off, with the rest of the contract, when disabled.
 	ReadyTimeoutSeconds int32 `protobuf:"varint,5,opt,name=ready_timeout_seconds,json=readyTimeoutSeconds,proto3" json:"ready_timeout_seconds,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
