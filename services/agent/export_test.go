@@ -1,5 +1,7 @@
 package agent
 
+import "time"
+
 // ProcessToken returns the token of the game server whose process has pid,
 // as that process is handed it, or "" if none: tests call the SDK as the
 // process would, whose token is no longer in its environment.
@@ -24,4 +26,19 @@ func (a *Agent) ReadyCallsUnderWay(name string) int {
 		return 0
 	}
 	return int(gs.readyCalls.Load())
+}
+
+// LastHeartbeat returns when a server's process last sent a heartbeat, as
+// the agent noted its arrival (zero: none).
+func (a *Agent) LastHeartbeat(name string) time.Time {
+	a.mu.Lock()
+	gs := a.servers[name]
+	a.mu.Unlock()
+	if gs == nil {
+		return time.Time{}
+	}
+	if ns := gs.lastHeartbeat.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }

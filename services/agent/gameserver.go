@@ -77,7 +77,7 @@ type gameServer struct {
 	// notifyTrace is the trace of an allocation folded but not yet sent
 	// to the process's WatchGameServer stream: the send's span joins it.
 	notifyTrace trace.SpanContext
-	streams     int
+	streams     atomic.Int32  // open SDK streams; changed without mu (streamOpened)
 	changed     chan struct{} // closed and replaced on every change
 	done        chan struct{} // closed when the server is finished
 }

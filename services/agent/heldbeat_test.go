@@ -277,3 +277,63 @@ func TestAReadyUnderWayIsNotTimedOut(t *testing.T) {
 		t.Fatal("the server was timed out with its Ready under way")
 	}
 }
+
+// An SDK stream opened while the server's append waits is not held up
+// behind it: its heartbeats are noted as they come, and once the append is
+// done the connection is recorded and no period counts as missed. Before,
+// the stream's opening waited for the server's lock to record the
+// connection, and its heartbeats were read only after (the simulator's
+// processes missed their first periods so, waiting to connect).
+func TestAStreamOpenedWhileTheServersAppendWaitsIsNotHeldUp(t *testing.T) {
+	clk := clockwork.NewFakeClockAt(time.Now())
+	store := &readyHeld{held: make(chan struct{}), release: make(chan struct{})}
+	h := newHarnessOpts(t, func(o *agent.Options) {
+		o.Clock = clk
+		store.Store = o.Store.(*natsjs.Store)
+		o.Store = store
+	})
+	name := "fleets/arena/gameServers/gs-streaming"
+	h.scheduleSpec(name, &eventsv1.FleetSpec{
+		Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
+		Health:   &eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3},
+	})
+	h.waitEvent(name, "ProcessStarted")
+	sdk := sdkClient(t, h, name)
+	readied := make(chan error, 1)
+	go func() {
+		_, err := sdk.Ready(h.ctx, &sdkv1.ReadyRequest{})
+		readied <- err
+	}()
+	select {
+	case <-store.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Ready append never began")
+	}
+	stream, err := sdk.HealthStream(h.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		clk.Advance(2 * time.Second)
+		if err := stream.Send(&sdkv1.HealthStreamRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		at := clk.Now()
+		wait.For(t, 5*time.Second, "the stream's heartbeat noted while the append waits", func() bool {
+			return !h.agent.LastHeartbeat(name).Before(at)
+		})
+	}
+	close(store.release)
+	if err := <-readied; err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	h.waitEvent(name, "GameServerReady")
+	h.waitEvent(name, "SdkConnected")
+	clk.Advance(time.Second)
+	if err := stream.Send(&sdkv1.HealthStreamRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	wait.Holds(t, notYet, "no period missed while the append was held", func() bool {
+		return !h.has(name, "HealthDegraded") && !h.has(name, "GameServerUnhealthy")
+	})
+}

@@ -368,14 +368,25 @@ func sdkError(err error) error {
 func (gs *gameServer) heartbeat(ctx context.Context, transport string) {
 	now := gs.a.opts.Clock.Now()
 	gs.lastHeartbeat.Store(now.UnixNano())
+	gs.foldSoon(ctx, transport, now, true)
+}
+
+// foldSoon folds a call that must not wait for the server's lock: the
+// connection it proves over transport ("": none to note) and, if beat, its
+// heartbeat at now. In place if the lock is free and nothing is to be
+// recorded; otherwise the connection is left pending and a background fold
+// takes it (the heartbeat's arrival is in lastHeartbeat already).
+func (gs *gameServer) foldSoon(ctx context.Context, transport string, now time.Time, beat bool) {
 	if gs.mu.TryLock() {
-		inPlace := gs.check != nil && gs.check.reported == 0 &&
-			(transport == "" || gs.state.GetConnection() == eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED)
-		if inPlace {
+		inPlace := (transport == "" || gs.state.GetConnection() == eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED) &&
+			(!beat || (gs.check != nil && gs.check.reported == 0))
+		if inPlace && gs.check != nil {
 			if transport != "" {
 				gs.check.connected()
 			}
-			gs.check.heartbeat(now)
+			if beat {
+				gs.check.heartbeat(now)
+			}
 		}
 		gs.mu.Unlock()
 		if inPlace {
@@ -484,11 +495,13 @@ func (gs *gameServer) seen(ctx context.Context, transport string) {
 	gs.connectedLocked(ctx, transport)
 }
 
+// streamOpened counts an SDK stream opened and notes the connection it
+// proves without waiting for the server's lock: the stream's heartbeats,
+// read only once this returns, are not held behind the server's appends
+// (gameServer.heartbeat).
 func (gs *gameServer) streamOpened(ctx context.Context) {
-	gs.mu.Lock()
-	defer gs.mu.Unlock()
-	gs.streams++
-	gs.connectedLocked(ctx, "grpc-stream")
+	gs.streams.Add(1)
+	gs.foldSoon(ctx, "grpc-stream", gs.a.opts.Clock.Now(), false)
 }
 
 // streamClosed records a disconnect, of the kind the closing stream ended
@@ -496,8 +509,7 @@ func (gs *gameServer) streamOpened(ctx context.Context) {
 func (gs *gameServer) streamClosed(kind eventsv1.DisconnectKind, detail string) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
-	gs.streams--
-	if gs.streams > 0 || gs.state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
+	if gs.streams.Add(-1) > 0 || gs.state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_TERMINATED {
 		return
 	}
 	if gs.a.stopping.Load() {
