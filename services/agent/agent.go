@@ -692,8 +692,8 @@ func (a *Agent) beat(buf []*gameServer) (hostbeat.Beat, []*gameServer) {
 	inv := &hostbeat.Inventory{Servers: make([]hostbeat.Server, 0, len(list))}
 	for _, gs := range list {
 		srv := hostbeat.Server{Name: gs.name, Pid: int(gs.pid.Load())}
-		if ns := gs.lastHeartbeat.Load(); ns != 0 {
-			srv.LastHeartbeatMs = time.Unix(0, ns).UnixMilli()
+		if at := gs.lastArrival(); !at.IsZero() {
+			srv.LastHeartbeatMs = at.UnixMilli()
 		}
 		inv.Servers = append(inv.Servers, srv)
 	}

@@ -37,8 +37,5 @@ func (a *Agent) LastHeartbeat(name string) time.Time {
 	if gs == nil {
 		return time.Time{}
 	}
-	if ns := gs.lastHeartbeat.Load(); ns != 0 {
-		return time.Unix(0, ns)
-	}
-	return time.Time{}
+	return gs.lastArrival()
 }

@@ -252,8 +252,8 @@ func (gs *gameServer) supervise(ctx context.Context) {
 		restart := exited.BeforeReady && !gs.stopping && attempt < gs.a.opts.MaxStartAttempts && ctx.Err() == nil
 		var lastBeat time.Time // the real last heartbeat; events only record connects and misses
 		if gs.check != nil {
-			if ns := gs.lastHeartbeat.Load(); ns != 0 {
-				gs.check.heartbeat(time.Unix(0, ns)) // a beat not folded yet (an older one changes nothing)
+			if at := gs.lastArrival(); !at.IsZero() {
+				gs.check.heartbeat(at) // a beat not folded yet (an older one changes nothing)
 			}
 			lastBeat = gs.check.lastBeat
 		}

@@ -17,26 +17,18 @@ import (
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
-// appendHeld holds the first append of an event type (GameServerReady
-// unless typ says otherwise) until release is closed, as an append does
-// while NATS is too busy to answer for seconds.
+// appendHeld holds the appends of an event type until release is closed,
+// as an append does while NATS is too busy to answer for seconds.
 type appendHeld struct {
 	*natsjs.Store
 	typ     string
 	once    sync.Once
-	held    chan struct{} // closed when the append is being held
+	held    chan struct{} // closed when the first append is being held
 	release chan struct{}
 }
 
-// readyHeld holds the append of GameServerReady.
-type readyHeld = appendHeld
-
 func (s *appendHeld) Append(ctx context.Context, subject string, expected uint64, evs ...events.Envelope) (uint64, error) {
-	typ := s.typ
-	if typ == "" {
-		typ = "GameServerReady"
-	}
-	if len(evs) > 0 && evs[0].Type == typ {
+	if len(evs) > 0 && evs[0].Type == s.typ {
 		s.once.Do(func() { close(s.held) })
 		select {
 		case <-s.release:
@@ -45,6 +37,42 @@ func (s *appendHeld) Append(ctx context.Context, subject string, expected uint64
 		}
 	}
 	return s.Store.Append(ctx, subject, expected, evs...)
+}
+
+// heldHarness starts an agent, on clk unless it is nil, whose appends of
+// typ are held until the store's release is closed.
+func heldHarness(t *testing.T, typ string, clk clockwork.Clock) (*harness, *appendHeld) {
+	t.Helper()
+	store := &appendHeld{typ: typ, held: make(chan struct{}), release: make(chan struct{})}
+	h := newHarnessOpts(t, func(o *agent.Options) {
+		if clk != nil {
+			o.Clock = clk
+		}
+		store.Store = o.Store.(*natsjs.Store)
+		o.Store = store
+	})
+	return h, store
+}
+
+// waitHeld waits until an append is being held.
+func (s *appendHeld) waitHeld(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.held:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the %s append never began", s.typ)
+	}
+}
+
+// readyAsync calls Ready as the process would, on a goroutine; the
+// channel gets its answer.
+func readyAsync(ctx context.Context, sdk sdkv1.SDKServiceClient) <-chan error {
+	readied := make(chan error, 1)
+	go func() {
+		_, err := sdk.Ready(ctx, &sdkv1.ReadyRequest{})
+		readied <- err
+	}()
+	return readied
 }
 
 // A heartbeat never waits for the server's own appends. A degraded server
@@ -59,12 +87,7 @@ func (s *appendHeld) Append(ctx context.Context, subject string, expected uint64
 // simulated servers).
 func TestHeartbeatsAreTakenWhileTheServersAppendWaits(t *testing.T) {
 	clk := clockwork.NewFakeClockAt(time.Now())
-	store := &readyHeld{held: make(chan struct{}), release: make(chan struct{})}
-	h := newHarnessOpts(t, func(o *agent.Options) {
-		o.Clock = clk
-		store.Store = o.Store.(*natsjs.Store)
-		o.Store = store
-	})
+	h, store := heldHarness(t, "GameServerReady", clk)
 	name := "fleets/arena/gameServers/gs-beating"
 	h.scheduleSpec(name, &eventsv1.FleetSpec{
 		Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
@@ -81,16 +104,8 @@ func TestHeartbeatsAreTakenWhileTheServersAppendWaits(t *testing.T) {
 	clk.Advance(10 * time.Second) // one period missed after the initial delay
 	h.waitEvent(name, "HealthDegraded")
 
-	readied := make(chan error, 1)
-	go func() {
-		_, err := sdk.Ready(h.ctx, &sdkv1.ReadyRequest{})
-		readied <- err
-	}()
-	select {
-	case <-store.held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the Ready append never began")
-	}
+	readied := readyAsync(h.ctx, sdk)
+	store.waitHeld(t)
 	// 20 s of the agent's clock, a heartbeat every 2 s, all while the
 	// append is held: four periods, over the threshold of three.
 	for range 10 {
@@ -136,12 +151,7 @@ func TestHeartbeatsAreTakenWhileTheServersAppendWaits(t *testing.T) {
 // must give this history.)
 func TestAPendingConnectionDoesNotUndoALaterDisconnect(t *testing.T) {
 	clk := clockwork.NewFakeClockAt(time.Now())
-	store := &readyHeld{held: make(chan struct{}), release: make(chan struct{})}
-	h := newHarnessOpts(t, func(o *agent.Options) {
-		o.Clock = clk
-		store.Store = o.Store.(*natsjs.Store)
-		o.Store = store
-	})
+	h, store := heldHarness(t, "GameServerReady", clk)
 	name := "fleets/arena/gameServers/gs-leaving"
 	const grace = 30
 	h.scheduleSpec(name, &eventsv1.FleetSpec{
@@ -153,16 +163,8 @@ func TestAPendingConnectionDoesNotUndoALaterDisconnect(t *testing.T) {
 	stream := connectSDK(t, h, name)
 	sdk := sdkClient(t, h, name)
 
-	readied := make(chan error, 1)
-	go func() {
-		_, err := sdk.Ready(h.ctx, &sdkv1.ReadyRequest{})
-		readied <- err
-	}()
-	select {
-	case <-store.held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the Ready append never began")
-	}
+	readied := readyAsync(h.ctx, sdk)
+	store.waitHeld(t)
 	// A unary heartbeat while the append waits leaves its connection
 	// pending; then the stream ends, and its end waits for the lock too.
 	if _, err := sdk.Health(h.ctx, &sdkv1.HealthRequest{}); err != nil {
@@ -203,21 +205,13 @@ func TestAPendingConnectionDoesNotUndoALaterDisconnect(t *testing.T) {
 // (it used to find its pending connection again and again, and the agent
 // waited for it for ever).
 func TestAnAgentStoppingWithAHeartbeatPendingStops(t *testing.T) {
-	store := &readyHeld{held: make(chan struct{}), release: make(chan struct{})}
-	h := newHarnessOpts(t, func(o *agent.Options) {
-		store.Store = o.Store.(*natsjs.Store)
-		o.Store = store
-	})
+	h, store := heldHarness(t, "GameServerReady", nil)
 	name := "fleets/arena/gameServers/gs-stopping"
 	h.scheduleSpec(name, &eventsv1.FleetSpec{Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}}})
 	h.waitEvent(name, "ProcessStarted")
 	sdk := sdkClient(t, h, name)
-	go func() { _, _ = sdk.Ready(h.ctx, &sdkv1.ReadyRequest{}) }() // its end is the agent's stop
-	select {
-	case <-store.held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the Ready append never began")
-	}
+	_ = readyAsync(h.ctx, sdk) // its answer is the agent's stop
+	store.waitHeld(t)
 	if _, err := sdk.Health(h.ctx, &sdkv1.HealthRequest{}); err != nil { // left pending: the lock is held
 		t.Fatal(err)
 	}
@@ -239,12 +233,7 @@ func TestAnAgentStoppingWithAHeartbeatPendingStops(t *testing.T) {
 // now it leaves a server with a Ready under way alone, and it is READY.
 func TestAReadyUnderWayIsNotTimedOut(t *testing.T) {
 	clk := clockwork.NewFakeClockAt(time.Now())
-	store := &appendHeld{typ: "SdkConnected", held: make(chan struct{}), release: make(chan struct{})}
-	h := newHarnessOpts(t, func(o *agent.Options) {
-		o.Clock = clk
-		store.Store = o.Store.(*natsjs.Store)
-		o.Store = store
-	})
+	h, store := heldHarness(t, "SdkConnected", clk)
 	name := "fleets/arena/gameServers/gs-late"
 	h.scheduleSpec(name, &eventsv1.FleetSpec{
 		Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
@@ -256,17 +245,9 @@ func TestAReadyUnderWayIsNotTimedOut(t *testing.T) {
 	if _, err := sdk.Health(h.ctx, &sdkv1.HealthRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-store.held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the heartbeat's connection append never began")
-	}
+	store.waitHeld(t)
 	clk.Advance(20 * time.Second) // past the timeout: an evaluation queues for the lock
-	readied := make(chan error, 1)
-	go func() {
-		_, err := sdk.Ready(h.ctx, &sdkv1.ReadyRequest{})
-		readied <- err
-	}()
+	readied := readyAsync(h.ctx, sdk)
 	wait.For(t, 10*time.Second, "the Ready to be under way", func() bool { return h.agent.ReadyCallsUnderWay(name) == 1 })
 	close(store.release)
 	if err := <-readied; err != nil {
@@ -286,12 +267,7 @@ func TestAReadyUnderWayIsNotTimedOut(t *testing.T) {
 // processes missed their first periods so, waiting to connect).
 func TestAStreamOpenedWhileTheServersAppendWaitsIsNotHeldUp(t *testing.T) {
 	clk := clockwork.NewFakeClockAt(time.Now())
-	store := &readyHeld{held: make(chan struct{}), release: make(chan struct{})}
-	h := newHarnessOpts(t, func(o *agent.Options) {
-		o.Clock = clk
-		store.Store = o.Store.(*natsjs.Store)
-		o.Store = store
-	})
+	h, store := heldHarness(t, "GameServerReady", clk)
 	name := "fleets/arena/gameServers/gs-streaming"
 	h.scheduleSpec(name, &eventsv1.FleetSpec{
 		Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
@@ -299,16 +275,8 @@ func TestAStreamOpenedWhileTheServersAppendWaitsIsNotHeldUp(t *testing.T) {
 	})
 	h.waitEvent(name, "ProcessStarted")
 	sdk := sdkClient(t, h, name)
-	readied := make(chan error, 1)
-	go func() {
-		_, err := sdk.Ready(h.ctx, &sdkv1.ReadyRequest{})
-		readied <- err
-	}()
-	select {
-	case <-store.held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the Ready append never began")
-	}
+	readied := readyAsync(h.ctx, sdk)
+	store.waitHeld(t)
 	stream, err := sdk.HealthStream(h.ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -399,6 +399,15 @@ func (gs *gameServer) foldSoon(ctx context.Context, transport string, now time.T
 	gs.foldInBackground(ctx)
 }
 
+// lastArrival is when the process's last heartbeat arrived (zero: none
+// yet), read without the lock.
+func (gs *gameServer) lastArrival() time.Time {
+	if ns := gs.lastHeartbeat.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
 // pendingConnect is a connection a heartbeat proved that is not folded yet.
 type pendingConnect struct {
 	transport, remote string
@@ -448,10 +457,8 @@ func (gs *gameServer) foldPendingLocked(ctx context.Context) {
 			gs.connectedFromLocked(ctx, c.transport, c.remote)
 		}
 	}
-	if ns := gs.lastHeartbeat.Load(); ns != 0 && gs.check != nil {
-		if at := time.Unix(0, ns); at.After(gs.check.lastBeat) {
-			gs.heartbeatLocked(ctx, at)
-		}
+	if at := gs.lastArrival(); gs.check != nil && at.After(gs.check.lastBeat) {
+		gs.heartbeatLocked(ctx, at)
 	}
 }
 
