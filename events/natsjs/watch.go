@@ -6,6 +6,7 @@ import (
 	"iter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tetherhq/tether/events"
@@ -100,13 +101,56 @@ func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []strin
 			if !yield(env, err) {
 				return
 			}
-			// NumPending counts the stored events on the subjects after
-			// this one: none left means every event up to until was seen.
-			if until > 0 && (seq >= until || meta.NumPending == 0) {
-				return
+			if until > 0 {
+				done, err := s.readThrough(ctx, seq, meta.NumPending, until, subjects)
+				if err != nil {
+					if ctx.Err() == nil {
+						yield(events.Envelope{}, fmt.Errorf("natsjs: watch %v: %w", subjects, err))
+					}
+					return
+				}
+				if done {
+					return
+				}
 			}
 		}
 	}
+}
+
+// readThrough reports whether a bounded read that has seen the events on
+// subjects up to sequence seen, through a consumer that counts pending
+// events stored after it, has seen every one up to until. The count is
+// the consumer's replica's: an ephemeral consumer is placed on any of the
+// stream's replicas, and one behind the leader counts none of the events
+// it has yet to receive. A count of none short of until is therefore
+// checked with the leader (anyBetween, one request), or the read would
+// end early: a watch of history followed by a live watch from until
+// would skip the events between.
+func (s *Store) readThrough(ctx context.Context, seen, pending, until uint64, subjects []string) (bool, error) {
+	return readThroughWith(ctx, seen, pending, until, subjects, s.leaderGet)
+}
+
+// ReadThrough is Store.readThrough for a reader of stream through a
+// consumer of its own.
+func ReadThrough(ctx context.Context, nc *nats.Conn, stream string, seen, pending, until uint64, subjects []string) (bool, error) {
+	return readThroughWith(ctx, seen, pending, until, subjects, func(ctx context.Context, r MsgRequest) (LeaderMessage, bool, error) {
+		return LeaderGet(ctx, nc, stream, r)
+	})
+}
+
+// leaderGetter reads one message from a stream's leader (LeaderGet).
+type leaderGetter func(context.Context, MsgRequest) (LeaderMessage, bool, error)
+
+// readThroughWith is readThrough, reading the leader with get.
+func readThroughWith(ctx context.Context, seen, pending, until uint64, subjects []string, get leaderGetter) (bool, error) {
+	switch {
+	case seen >= until:
+		return true, nil
+	case pending > 0:
+		return false, nil
+	}
+	some, err := anyBetween(ctx, seen, until, subjects, get)
+	return !some, err
 }
 
 // anyBetween reports whether an event on one of subjects has a sequence in
@@ -114,8 +158,13 @@ func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []strin
 // behind the leader (LeaderGet) would answer that there is none, and the
 // watch would end short of until.
 func (s *Store) anyBetween(ctx context.Context, after, until uint64, subjects []string) (bool, error) {
+	return anyBetween(ctx, after, until, subjects, s.leaderGet)
+}
+
+// anyBetween is Store.anyBetween, reading the leader with get.
+func anyBetween(ctx context.Context, after, until uint64, subjects []string, get leaderGetter) (bool, error) {
 	for _, subj := range subjects {
-		m, found, err := s.leaderGet(ctx, MsgRequest{Seq: after + 1, NextFor: subj})
+		m, found, err := get(ctx, MsgRequest{Seq: after + 1, NextFor: subj})
 		if err != nil {
 			return false, fmt.Errorf("natsjs: look for events on %s after %d: %w", subj, after, err)
 		}

@@ -200,7 +200,14 @@ func subjectHistory(ctx context.Context, js jetstream.JetStream, stream, subject
 			return out, nil
 		}
 		out = append(out, rawEvent{seq: meta.Sequence.Stream, data: m.Data(), header: m.Headers()})
-		if meta.NumPending == 0 || meta.Sequence.Stream == upTo {
+		// The consumer's replica may be behind the leader, and count none
+		// pending of events up to upTo it has yet to receive: a history
+		// short of them would refold the aggregate wrong.
+		done, err := natsjs.ReadThrough(ctx, js.Conn(), stream, meta.Sequence.Stream, meta.NumPending, upTo, []string{subject})
+		if err != nil {
+			return nil, fmt.Errorf("projections: read %s: %w", subject, err)
+		}
+		if done {
 			return out, nil
 		}
 	}
