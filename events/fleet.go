@@ -34,6 +34,37 @@ const (
 // next update.
 const DefaultReadyTimeoutSeconds = 300
 
+// ReadyTimeout is how long after its process starts a server of a health
+// policy must have said Ready: the policy's ready timeout, or for 0 the
+// default, DefaultReadyTimeoutSeconds or, for a policy whose initial delay
+// says its servers load longer, the initial delay and the periods that
+// make a silent server unhealthy after it (a server must not be timed out
+// before its fleet's health contract would judge it at all).
+func ReadyTimeout(p *eventsv1.HealthPolicy) time.Duration {
+	if t := p.GetReadyTimeoutSeconds(); t > 0 {
+		return time.Duration(t) * time.Second
+	}
+	contract := time.Duration(p.GetInitialDelaySeconds()+p.GetPeriodSeconds()*p.GetFailureThreshold()) * time.Second
+	return max(DefaultReadyTimeoutSeconds*time.Second, contract)
+}
+
+// SameHealthContract reports whether two health policies judge servers
+// alike: equal but for a ready timeout's 0 and the value it stands for.
+// Setting the timeout to its default's value starts no rollout, and does
+// not make a fleet's earlier start failures stop counting.
+func SameHealthContract(a, b *eventsv1.HealthPolicy) bool {
+	if proto.Equal(a, b) {
+		return true
+	}
+	if a == nil || b == nil {
+		return false
+	}
+	ra, rb := proto.CloneOf(a), proto.CloneOf(b)
+	ra.ReadyTimeoutSeconds = int32(ReadyTimeout(a) / time.Second)
+	rb.ReadyTimeoutSeconds = int32(ReadyTimeout(b) / time.Second)
+	return proto.Equal(ra, rb)
+}
+
 // FleetCommand is a command on a fleet: CreateFleet, UpdateFleet or DeleteFleet.
 type FleetCommand interface{ fleetCommand() }
 

@@ -222,6 +222,9 @@ func TestDecideFleetUpdate(t *testing.T) {
 		wantChanged []string // nil: no event
 		want        func(s *eventsv1.FleetSpec)
 		wantField   string // a *ValidationError on this field
+		// sameContract: the health changed but judges servers alike, so
+		// no rollout starts.
+		sameContract bool
 	}{
 		{
 			name:        "replicas",
@@ -257,6 +260,24 @@ func TestDecideFleetUpdate(t *testing.T) {
 			paths:       []string{"health.ready_timeout_seconds"},
 			wantChanged: []string{"health"},
 			want:        func(s *eventsv1.FleetSpec) { s.Health.ReadyTimeoutSeconds = 900 },
+		},
+		{
+			// 300 is what the base's 0 stands for (its contract, 5 s +
+			// 3 × 7 s, is shorter): the spec records it, but the servers
+			// are judged alike, so none is replaced.
+			name:         "ready timeout set to its default's value",
+			spec:         &eventsv1.FleetSpec{Health: &eventsv1.HealthPolicy{ReadyTimeoutSeconds: events.DefaultReadyTimeoutSeconds}},
+			paths:        []string{"health.ready_timeout_seconds"},
+			wantChanged:  []string{"health"},
+			want:         func(s *eventsv1.FleetSpec) { s.Health.ReadyTimeoutSeconds = events.DefaultReadyTimeoutSeconds },
+			sameContract: true,
+		},
+		{
+			name:        "ready timeout one second past its default's value",
+			spec:        &eventsv1.FleetSpec{Health: &eventsv1.HealthPolicy{ReadyTimeoutSeconds: events.DefaultReadyTimeoutSeconds + 1}},
+			paths:       []string{"health.ready_timeout_seconds"},
+			wantChanged: []string{"health"},
+			want:        func(s *eventsv1.FleetSpec) { s.Health.ReadyTimeoutSeconds = events.DefaultReadyTimeoutSeconds + 1 },
 		},
 		{
 			// 0 stands for the default where it is enforced and is kept as
@@ -413,7 +434,7 @@ func TestDecideFleetUpdate(t *testing.T) {
 				return
 			}
 			wantTypes := []string{"FleetUpdated"}
-			if slices.Contains(tt.wantChanged, "template") || slices.Contains(tt.wantChanged, "health") {
+			if slices.Contains(tt.wantChanged, "template") || slices.Contains(tt.wantChanged, "health") && !tt.sameContract {
 				wantTypes = append(wantTypes, "FleetRolloutStarted") // a new revision
 			}
 			if got := types(out); !slices.Equal(got, wantTypes) {
@@ -592,5 +613,42 @@ func TestDecideFleetPlacementBlocked(t *testing.T) {
 		events.MatchesLabels(map[string]string{"zone": "b"}, map[string]string{"zone": "a"}) ||
 		events.MatchesLabels(nil, map[string]string{"zone": ""}) || !events.MatchesLabels(nil, nil) {
 		t.Fatal("MatchesLabels")
+	}
+}
+
+func TestSameHealthContract(t *testing.T) {
+	short := &eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3}
+	long := &eventsv1.HealthPolicy{InitialDelaySeconds: 600, PeriodSeconds: 5, FailureThreshold: 3} // 0 stands for 615 s
+	with := func(p *eventsv1.HealthPolicy, timeout int32) *eventsv1.HealthPolicy {
+		c := proto.CloneOf(p)
+		c.ReadyTimeoutSeconds = timeout
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		a, b *eventsv1.HealthPolicy
+		want bool
+	}{
+		{"equal", short, proto.CloneOf(short), true},
+		{"0 and the default it stands for", short, with(short, events.DefaultReadyTimeoutSeconds), true},
+		{"0 and another timeout", short, with(short, 60), false},
+		{"0 of a long initial delay and its contract's span", long, with(long, 615), true},
+		{"0 of a long initial delay and the 300 s default", long, with(long, events.DefaultReadyTimeoutSeconds), false},
+		{"0 set as 0", short, with(short, 0), true},
+		{"a period apart", short, &eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 6, FailureThreshold: 3}, false},
+		{"one missing", short, nil, false},
+	} {
+		if got := events.SameHealthContract(tc.a, tc.b); got != tc.want {
+			t.Errorf("%s: SameHealthContract = %v, want %v", tc.name, got, tc.want)
+		}
+		if got := events.SameHealthContract(tc.b, tc.a); got != tc.want {
+			t.Errorf("%s, the other way: SameHealthContract = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if got := events.ReadyTimeout(long); got != 615*time.Second {
+		t.Errorf("ReadyTimeout of a long initial delay = %s, want 615s", got)
+	}
+	if got := events.ReadyTimeout(with(long, 30)); got != 30*time.Second {
+		t.Errorf("ReadyTimeout set = %s, want 30s", got)
 	}
 }

@@ -173,13 +173,15 @@ func (HaltRollout) fleetCommand()           {}
 
 // rolloutStart is the FleetRolloutStarted an update that changed the
 // fields changed makes, or nil when neither the template nor the health
-// changed.
+// contract changed (a ready timeout set to its default's value is the same
+// contract).
 func rolloutStart(state *eventsv1.FleetState, next *eventsv1.FleetSpec, changed []string) *eventsv1.FleetRolloutStarted {
 	var what []string
-	for _, f := range []string{"template", "health"} {
-		if slices.Contains(changed, f) {
-			what = append(what, f)
-		}
+	if slices.Contains(changed, "template") {
+		what = append(what, "template")
+	}
+	if slices.Contains(changed, "health") && !SameHealthContract(state.GetSpec().GetHealth(), next.GetHealth()) {
+		what = append(what, "health")
 	}
 	if len(what) == 0 {
 		return nil

@@ -42,23 +42,9 @@ func newHealthCheck(policy *eventsv1.HealthPolicy, grace time.Duration, started 
 		countFrom: started.Add(time.Duration(policy.GetInitialDelaySeconds()) * time.Second),
 	}
 	if !h.disabled {
-		timeout := time.Duration(policy.GetReadyTimeoutSeconds()) * time.Second
-		if timeout == 0 {
-			timeout = defaultReadyTimeout(policy)
-		}
-		h.readyBy = started.Add(timeout)
+		h.readyBy = started.Add(events.ReadyTimeout(policy))
 	}
 	return h
-}
-
-// defaultReadyTimeout is the ready timeout of a policy that sets none:
-// events.DefaultReadyTimeoutSeconds, or, for a policy whose initial delay
-// says its servers load longer, the initial delay and the periods that make
-// a silent server unhealthy after it (a server must not be timed out before
-// its fleet's health contract would judge it at all).
-func defaultReadyTimeout(policy *eventsv1.HealthPolicy) time.Duration {
-	contract := time.Duration(policy.GetInitialDelaySeconds()+policy.GetPeriodSeconds()*policy.GetFailureThreshold()) * time.Second
-	return max(events.DefaultReadyTimeoutSeconds*time.Second, contract)
 }
 
 // readyOverdue reports, once, that a process still starting has not said

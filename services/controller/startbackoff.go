@@ -70,7 +70,7 @@ func startFailure(s *eventsv1.GameServerState, f *eventsv1.FleetState) bool {
 		return false
 	}
 	return !s.GetEverReady() && failureReasons[s.GetReason()] &&
-		proto.Equal(s.GetTemplate(), f.GetSpec().GetTemplate()) && proto.Equal(s.GetHealthPolicy(), f.GetSpec().GetHealth())
+		proto.Equal(s.GetTemplate(), f.GetSpec().GetTemplate()) && events.SameHealthContract(s.GetHealthPolicy(), f.GetSpec().GetHealth())
 }
 
 // startRecovery reports whether a game server ends fleet f's run of

@@ -54,6 +54,12 @@ func TestStartFailure(t *testing.T) {
 	other.Template = &eventsv1.GameServerTemplate{Command: "/opt/game/old"}
 	otherHealth := server("gs-1", unhealthy, eventsv1.Reason_REASON_HEALTH_CHECK_FAILED, false, 0)
 	otherHealth.HealthPolicy = &eventsv1.HealthPolicy{Disabled: true}
+	// A server started before its fleet's ready timeout was set to the
+	// value its 0 stood for was judged by the same contract.
+	timedOut := server("gs-1", terminated, eventsv1.Reason_REASON_READY_TIMEOUT, false, 0)
+	timedOut.HealthPolicy.ReadyTimeoutSeconds = events.DefaultReadyTimeoutSeconds
+	otherTimeout := server("gs-1", terminated, eventsv1.Reason_REASON_READY_TIMEOUT, false, 0)
+	otherTimeout.HealthPolicy.ReadyTimeoutSeconds = 60
 	tests := []struct {
 		name   string
 		server *eventsv1.GameServerState
@@ -74,6 +80,8 @@ func TestStartFailure(t *testing.T) {
 		{name: "shutting down", server: server("gs-1", eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN, eventsv1.Reason_REASON_HEALTH_CHECK_FAILED, false, 0)},
 		{name: "an earlier template", server: other},
 		{name: "an earlier health policy", server: otherHealth},
+		{name: "ready timeout of the default's value, the fleet's is 0", server: timedOut, want: true},
+		{name: "an earlier ready timeout", server: otherTimeout},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
