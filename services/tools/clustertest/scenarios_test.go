@@ -406,24 +406,108 @@ func TestCluster(t *testing.T) {
 			}
 		}, 10*time.Second)
 		t.Logf("NATS nodes stopped and current again: %s", strings.Join(took, ", "))
-		// Servers shut down now are replaced: their replacements' start
-		// commands reach the agents.
-		since := time.Now()
-		shut := c.shutdownReady(t, 4)
-		wait.For(t, time.Minute, fmt.Sprintf("%d replacements made after the restarts READY", shut), func() bool {
-			resp, err := c.api.servers.ListGameServers(c.ctx, &tetherv1.ListGameServersRequest{Parent: "fleets/arena", Filter: "state=READY", PageSize: 1000})
-			if err != nil {
-				return false
-			}
-			fresh := 0
-			for _, g := range resp.GetGameServers() {
-				if g.GetCreateTime().AsTime().After(since) {
-					fresh++
-				}
-			}
-			return fresh >= shut
-		})
+		c.replacesShutdowns(t, 4)
 	})
+	t.Run("j kill -9 every NATS node at once, then start them", func(t *testing.T) {
+		c.wholeNATSOutage(t)
+	})
+}
+
+// replacesShutdowns shuts down up to n READY servers and waits for as many
+// replacements made after that to be READY: their start commands reached
+// the agents.
+func (c *cluster) replacesShutdowns(t *testing.T, n int) {
+	t.Helper()
+	since := time.Now()
+	shut := c.shutdownReady(t, n)
+	wait.For(t, time.Minute, fmt.Sprintf("%d replacements made after the shutdowns READY", shut), func() bool {
+		resp, err := c.api.servers.ListGameServers(c.ctx, &tetherv1.ListGameServersRequest{Parent: "fleets/arena", Filter: "state=READY", PageSize: 1000})
+		if err != nil {
+			return false
+		}
+		fresh := 0
+		for _, g := range resp.GetGameServers() {
+			if g.GetCreateTime().AsTime().After(since) {
+				fresh++
+			}
+		}
+		return fresh >= shut
+	})
+}
+
+// natsOutage is how long wholeNATSOutage keeps every NATS node down:
+// longer than an agent's outbox waits between tries and than the lease
+// TTL, shorter than host-lost-after.
+const natsOutage = 8 * time.Second
+
+// wholeNATSOutage kills every NATS node at once (a power cut of their
+// machines), keeps them down for natsOutage and starts them again. While
+// they are down nothing can be appended, so allocations fail; once the
+// events stream has a leader again they must succeed within seconds. The
+// game servers run on (their health is judged on their hosts), nothing an
+// agent published is lost, no host is taken for lost because its
+// heartbeats stopped while NATS was away, and commands reach the agents
+// again: the command consumers kept their state in memory, so every one
+// was lost and the agents make them anew.
+func (c *cluster) wholeNATSOutage(t *testing.T) {
+	parent := c.t
+	c.t = t
+	defer func() { c.t = parent }()
+	var cut, back time.Time
+	ctx, cancel := context.WithCancel(c.ctx)
+	lag := c.sampleLag(ctx)
+	l := c.during(func() {
+		cut = time.Now()
+		for _, p := range c.nats {
+			p.signal(t, syscall.SIGKILL)
+		}
+		c.hold(natsOutage)
+		for _, p := range c.nats {
+			p.start(c)
+		}
+		wait.Until(t, 2*time.Minute, "the events stream to have a leader again", func() error {
+			info, err := c.anyStreamInfo()
+			if err != nil {
+				return err
+			}
+			if info.Cluster == nil || info.Cluster.Leader == "" {
+				return errors.New("no leader")
+			}
+			return nil
+		})
+		back = time.Now()
+		c.replicasCurrent(time.Minute)
+	}, 20*time.Second)
+	cancel()
+	l.mu.Lock()
+	ok, lastOK, longest, slowest, failures, failed := l.ok, l.lastOK, l.longest, l.slowest, l.failures, l.failed
+	doubles := 0
+	for _, n := range l.allocated {
+		if n > 1 {
+			doubles++
+		}
+	}
+	l.mu.Unlock()
+	// The calls failing from the cut until the stream is back are the
+	// outage; what the test bounds is how long they go on failing after.
+	outage := back.Sub(cut)
+	after := longest - outage
+	t.Logf("whole NATS outage: every node down for %s, the events stream led again %s after the kill; %d allocations, slowest %s, failures %v, longest failing window %s (%s past the stream's return); %s",
+		natsOutage, outage.Round(time.Millisecond), ok, slowest.Round(time.Millisecond), failures, longest.Round(time.Millisecond), after.Round(time.Millisecond), lag)
+	if len(failed) > 0 {
+		t.Logf("failed calls (started, took, error):\n  %s", strings.Join(failed, "\n  "))
+	}
+	switch {
+	case doubles > 0:
+		t.Errorf("whole NATS outage: %d servers allocated more than once", doubles)
+	case !lastOK.After(back):
+		t.Errorf("whole NATS outage: no allocation succeeded after the events stream was back (last at %s, back at %s)",
+			lastOK.Format("15:04:05.000"), back.Format("15:04:05.000"))
+	case after > 10*time.Second:
+		t.Errorf("whole NATS outage: allocations went on failing %s after the events stream was back, more than 10s", after)
+	}
+	c.audit("whole NATS outage")
+	c.replacesShutdowns(t, 4)
 }
 
 // rejoined waits until NATS node p, started again at began, answers for
