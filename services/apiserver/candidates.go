@@ -17,8 +17,13 @@ import (
 
 // Candidate pool tuning.
 const (
-	// candidateFetch is how many READY servers one view query returns.
-	candidateFetch = 512
+	// candidateFetch is how many READY servers a list's first view query
+	// returns; a list taken fast reads more next time, up to
+	// candidateFetchMax, and one that goes stale mostly untaken reads fewer
+	// again (candidateList.nextLimit). The memory a list holds is bounded
+	// by the larger.
+	candidateFetch    = 512
+	candidateFetchMax = 2048
 	// candidateTTL is how long a fetched list serves before it is read
 	// again (servers readied since then are seen after at most this long),
 	// or candidateTTLPerRead times as long as its last read took if that is
@@ -30,6 +35,16 @@ const (
 	candidateTTL        = 250 * time.Millisecond
 	candidateTTLPerRead = 20
 	candidateMaxTTL     = 4 * time.Second
+	// readAheadBelow: a list whose read takes at least this long is read
+	// again in the background before it runs out, when what is left of
+	// this replica's slice would last less than readAheadReads of its
+	// reads at the rate it is being taken; a shorter read is waited for
+	// when the list is empty. Without it every caller of the replica
+	// waited for the read at once when its slice ran out: with 10,000
+	// READY servers, 16 calls every 50-100 ms for a 20-30 ms read, the
+	// whole of the allocation p99 (docs/benchmarks.md).
+	readAheadBelow = time.Millisecond
+	readAheadReads = 2
 	// candidateSpread picks at random among the best few, so that
 	// concurrent allocations (and replicas, which read the same views)
 	// rarely race for the same server.
@@ -93,11 +108,53 @@ type candidateList struct {
 	// too, rather than read again for each.
 	stealing   bool
 	refreshing chan struct{} // closed when the read in flight ends; nil if none
+	// sliceRead and sliceLeft are the rows of this replica's slice the
+	// last read brought, unclaimed, and how many of them are not taken yet.
+	sliceRead, sliceLeft int
+	// limit is how many rows the next read asks for; 0: candidateFetch.
+	limit int
+}
+
+// nextLimit is how many rows the list's next read, started at now, asks
+// for; ranOut says the list's slice is used up or running out. A partial
+// list that ran out before it went stale doubles it, up to
+// candidateFetchMax: at thousands of allocations a second, 512 servers
+// last a replica a fifth of a second, and the reads that replace them
+// (each ranks every READY server of the fleet) cost more than the rows.
+// One read again at its ttl with less than a quarter of its slice taken
+// halves it, down to candidateFetch.
+func (l *candidateList) nextLimit(now time.Time, ranOut bool) int {
+	limit := max(l.limit, candidateFetch)
+	switch {
+	case l.fetched.IsZero():
+	case l.partial && ranOut && now.Sub(l.fetched) < l.ttl():
+		limit = min(2*limit, candidateFetchMax)
+	case 4*(l.sliceRead-l.sliceLeft) < l.sliceRead:
+		limit = max(limit/2, candidateFetch)
+	}
+	l.limit = limit
+	return limit
 }
 
 // ttl is how long the list serves from its read.
 func (l *candidateList) ttl() time.Duration {
 	return min(max(candidateTTL, candidateTTLPerRead*l.took), candidateMaxTTL)
+}
+
+// runningOut reports whether, at now, a partial list's slice would run
+// out before readAheadReads reads could replace it, at the rate it has
+// been taken since its read ended (and at least one read's length after
+// it, so a burst of takes just after a read does not start the next).
+func (l *candidateList) runningOut(now time.Time) bool {
+	if !l.partial || l.took < readAheadBelow {
+		return false
+	}
+	taken, since := l.sliceRead-l.sliceLeft, now.Sub(l.fetched.Add(l.took))
+	if taken <= 0 || since < l.took {
+		return false
+	}
+	// left / (taken / since) < readAheadReads × took
+	return float64(l.sliceLeft)*float64(since) < float64(readAheadReads)*float64(l.took)*float64(taken)
 }
 
 func newCandidatePool(views interface {
@@ -128,10 +185,10 @@ func (p *candidatePool) take(ctx context.Context, q projections.AllocationQuery)
 		// From a partial list, a replica whose slice it has run out of reads
 		// the views again before it takes from another replica's slice.
 		if row, ok = p.pickLocked(l, now, !l.partial || l.stealing); ok {
-			if now.Sub(l.fetched) >= l.ttl() && l.refreshing == nil {
+			if out := l.runningOut(now); (out || now.Sub(l.fetched) >= l.ttl()) && l.refreshing == nil {
 				l.refreshing = make(chan struct{})
-				go func() { // stale: read again meanwhile
-					q.Limit = candidateFetch
+				q.Limit = l.nextLimit(now, out)
+				go func() { // stale or running out: read again meanwhile
 					if _, err := p.refresh(context.WithoutCancel(ctx), key, q, l); err != nil {
 						// The old list serves on; the next take reads again.
 						p.log.Warn("allocation candidates: read views", "err", err)
@@ -162,14 +219,16 @@ func (p *candidatePool) take(ctx context.Context, q projections.AllocationQuery)
 // there is none.
 func (p *candidatePool) takeFresh(ctx context.Context, key string, q projections.AllocationQuery, l *candidateList) (projections.Row[*eventsv1.GameServerState], bool, error) {
 	asked := q
-	q.Limit = candidateFetch
-	for range 2 {
+	for i := range 2 {
 		p.mu.Lock()
 		if l.refreshing != nil {
 			p.mu.Unlock()
 			return p.take(ctx, asked) // another caller is reading; use its result
 		}
 		l.refreshing = make(chan struct{})
+		if i == 0 {
+			q.Limit = l.nextLimit(p.now(), true) // empty
+		}
 		p.mu.Unlock()
 		n, err := p.refresh(ctx, key, q, l)
 		if err != nil {
@@ -182,7 +241,7 @@ func (p *candidatePool) takeFresh(ctx context.Context, key string, q projections
 		if ok || n < q.Limit {
 			return row, ok, nil
 		}
-		q.Limit = candidateFetch + claimed
+		q.Limit += claimed
 	}
 	return projections.Row[*eventsv1.GameServerState]{}, false, nil
 }
@@ -203,12 +262,43 @@ func (p *candidatePool) refresh(ctx context.Context, key string, q projections.A
 	l.rows, l.fetched, l.took = rows, started, p.now().Sub(started)
 	l.partial, l.stealing = len(rows) >= q.Limit, false
 	p.forgetClaimsLocked(started)
+	l.sliceRead = p.countSliceLocked(l, p.now())
+	l.sliceLeft = l.sliceRead
 	for k, old := range p.lists {
 		if k != key && old.refreshing == nil && started.Sub(old.used) > claimTTL {
 			delete(p.lists, k) // a selector nobody asked for lately
 		}
 	}
 	return len(rows), nil
+}
+
+// countSliceLocked drops from l the rows claims hold at now and counts
+// those left of this replica's slice (all of them without slices).
+func (p *candidatePool) countSliceLocked(l *candidateList, now time.Time) int {
+	p.dropClaimedLocked(l, now)
+	f := p.slice.Load()
+	if f == nil {
+		return len(l.rows)
+	}
+	sl := (*f)()
+	if sl.Count <= 1 {
+		return len(l.rows)
+	}
+	n := 0
+	for _, r := range l.rows {
+		if sl.Holds(r.State.GetName()) {
+			n++
+		}
+	}
+	return n
+}
+
+// dropClaimedLocked drops from l the rows claims hold at now.
+func (p *candidatePool) dropClaimedLocked(l *candidateList, now time.Time) {
+	l.rows = slices.DeleteFunc(l.rows, func(r projections.Row[*eventsv1.GameServerState]) bool {
+		c, ok := p.claimed[r.State.GetName()]
+		return ok && c.holds(r, now)
+	})
 }
 
 // sliceOf sets where the pool learns its replica's slice; nil: the whole.
@@ -228,14 +318,12 @@ func (p *candidatePool) sliceOf(f func() replicas.Slice) {
 // of the slice, it takes another slice's server only if steal is set;
 // otherwise it takes none.
 func (p *candidatePool) pickLocked(l *candidateList, now time.Time, steal bool) (projections.Row[*eventsv1.GameServerState], bool) {
-	l.rows = slices.DeleteFunc(l.rows, func(r projections.Row[*eventsv1.GameServerState]) bool {
-		c, ok := p.claimed[r.State.GetName()]
-		return ok && c.holds(r, now)
-	})
+	p.dropClaimedLocked(l, now)
 	if len(l.rows) == 0 {
 		return projections.Row[*eventsv1.GameServerState]{}, false
 	}
 	i := rand.IntN(min(candidateSpread, len(l.rows)))
+	fromSlice := true
 	if f := p.slice.Load(); f != nil {
 		if sl := (*f)(); sl.Count > 1 {
 			// One of the best candidateSpread of the slice, uniformly
@@ -257,12 +345,15 @@ func (p *candidatePool) pickLocked(l *candidateList, now time.Time, steal bool) 
 				if !steal {
 					return projections.Row[*eventsv1.GameServerState]{}, false
 				}
-				l.stealing = true
+				l.stealing, fromSlice = true, false
 			}
 		}
 	}
 	row := l.rows[i]
 	l.rows = slices.Delete(l.rows, i, i+1)
+	if fromSlice && l.sliceLeft > 0 {
+		l.sliceLeft--
+	}
 	p.claimed[row.State.GetName()] = claim{seq: row.Sequence, until: now.Add(claimTTL)}
 	return row, true
 }
