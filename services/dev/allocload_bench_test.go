@@ -168,6 +168,10 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			if res.Cut > 0 { // a round of Max calls ended by its minute: calls hung
+				_ = res.Table(os.Stderr)
+				b.Fatalf("round %d: %d calls unanswered when the round's minute ran out, after %d allocations in %s", r, res.Cut, res.Allocations, res.Elapsed)
+			}
 			if res.ReturnFailed > 0 {
 				b.Fatalf("round %d: %d servers not returned: %v", r, res.ReturnFailed, res.ReturnErrors)
 			}

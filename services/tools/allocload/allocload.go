@@ -131,6 +131,10 @@ type Result struct {
 	Errors map[codes.Code]int
 	// ErrorSamples are the first failed calls' errors, as the caller got them.
 	ErrorSamples []string
+	// Cut counts the calls still unanswered when the run's Duration ran
+	// out: neither allocations nor errors. In a run bounded by Max, which
+	// should end well before its Duration, they are calls that hung.
+	Cut int
 	// Returned and ReturnFailed count the servers handed back, and those
 	// that could not be (their errors: ReturnErrors, the first few).
 	Returned, ReturnFailed int
@@ -165,9 +169,10 @@ func (r Result) Max() time.Duration {
 	return r.Latencies[len(r.Latencies)-1]
 }
 
-// ErrorSummary spells the errors by code, "none" if none.
+// ErrorSummary spells the errors by code and the calls cut, "none" if
+// none.
 func (r Result) ErrorSummary() string {
-	if len(r.Errors) == 0 {
+	if len(r.Errors) == 0 && r.Cut == 0 {
 		return "none"
 	}
 	var parts []string
@@ -175,6 +180,9 @@ func (r Result) ErrorSummary() string {
 		parts = append(parts, fmt.Sprintf("%s %d", c, n))
 	}
 	slices.Sort(parts)
+	if r.Cut > 0 {
+		parts = append(parts, fmt.Sprintf("%d unanswered at the end of the run", r.Cut))
+	}
 	return strings.Join(parts, ", ")
 }
 
@@ -224,6 +232,13 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 	runCtx, cancel := context.WithTimeout(ctx, opts.Duration)
 	defer cancel()
+	// over reports whether the run has ended. A call's deadline is never
+	// later than the run's, and its timer may fire first: a call failed
+	// then, while runCtx.Err() is still nil, was cut by the end of the
+	// run, not failed by the API (as were the calls made after it, each
+	// with a deadline already past).
+	end, _ := runCtx.Deadline()
+	over := func() bool { return runCtx.Err() != nil || !time.Now().Before(end) }
 
 	var (
 		mu      sync.Mutex
@@ -262,7 +277,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	for i := range opts.Callers {
 		api := tetherv1.NewAllocationServiceClient(conns[i%len(conns)])
 		callers.Go(func() {
-			for n := 0; runCtx.Err() == nil; n++ {
+			for n := 0; !over(); n++ {
 				if opts.Max > 0 && issued.Add(1) > int64(opts.Max) {
 					return
 				}
@@ -275,7 +290,12 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 				})
 				d := time.Since(t0)
 				ccancel()
-				if runCtx.Err() != nil && err != nil {
+				if err != nil && over() {
+					if ctx.Err() == nil { // the run's Duration, not the caller, ended it
+						mu.Lock()
+						res.Cut++
+						mu.Unlock()
+					}
 					return // cut by the end of the run: not an answer
 				}
 				if opts.OnCall != nil {
