@@ -2,6 +2,7 @@ package events
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -41,27 +42,33 @@ const DefaultReadyTimeoutSeconds = 300
 // make a silent server unhealthy after it (a server must not be timed out
 // before its fleet's health contract would judge it at all).
 func ReadyTimeout(p *eventsv1.HealthPolicy) time.Duration {
+	return time.Duration(min(readyTimeoutSeconds(p), math.MaxInt64/int64(time.Second))) * time.Second
+}
+
+// readyTimeoutSeconds is ReadyTimeout in seconds, in int64: a contract of
+// int32 fields can exceed what an int32 holds.
+func readyTimeoutSeconds(p *eventsv1.HealthPolicy) int64 {
 	if t := p.GetReadyTimeoutSeconds(); t > 0 {
-		return time.Duration(t) * time.Second
+		return int64(t)
 	}
-	contract := time.Duration(p.GetInitialDelaySeconds()+p.GetPeriodSeconds()*p.GetFailureThreshold()) * time.Second
-	return max(DefaultReadyTimeoutSeconds*time.Second, contract)
+	contract := int64(p.GetInitialDelaySeconds()) + int64(p.GetPeriodSeconds())*int64(p.GetFailureThreshold())
+	return max(DefaultReadyTimeoutSeconds, contract)
 }
 
 // SameHealthContract reports whether two health policies judge servers
 // alike: equal but for a ready timeout's 0 and the value it stands for.
-// Setting the timeout to its default's value starts no rollout, and does
-// not make a fleet's earlier start failures stop counting.
+// Setting the timeout to its default's value starts no rollout, and
+// neither lifts a failing fleet's backoff nor makes its earlier start
+// failures stop counting.
 func SameHealthContract(a, b *eventsv1.HealthPolicy) bool {
 	if proto.Equal(a, b) {
 		return true
 	}
-	if a == nil || b == nil {
+	if a == nil || b == nil || readyTimeoutSeconds(a) != readyTimeoutSeconds(b) {
 		return false
 	}
 	ra, rb := proto.CloneOf(a), proto.CloneOf(b)
-	ra.ReadyTimeoutSeconds = int32(ReadyTimeout(a) / time.Second)
-	rb.ReadyTimeoutSeconds = int32(ReadyTimeout(b) / time.Second)
+	ra.ReadyTimeoutSeconds, rb.ReadyTimeoutSeconds = 0, 0
 	return proto.Equal(ra, rb)
 }
 
@@ -385,13 +392,14 @@ func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, e
 				Health: proto.CloneOf(d.GetSpec().GetHealth()), CreateTime: at}}
 		}
 	case *eventsv1.FleetUpdated:
-		if len(next.GetRevisions()) == 0 && slices.ContainsFunc(d.GetChangedFields(), retriesAtOnce) {
+		runs := runChanged(next.GetSpec(), d)
+		if len(next.GetRevisions()) == 0 && runs {
 			// A fleet made before revisions: keep what it ran, for undo.
 			next.Revisions = []*eventsv1.FleetRevision{{Revision: next.GetRevision(),
 				Template: proto.CloneOf(next.GetSpec().GetTemplate()), Health: proto.CloneOf(next.GetSpec().GetHealth())}}
 		}
 		next.Spec = proto.CloneOf(d.GetSpec())
-		if f := next.GetStartFailing(); f != nil && slices.ContainsFunc(d.GetChangedFields(), retriesAtOnce) {
+		if f := next.GetStartFailing(); f != nil && runs {
 			f.BackoffUntil = nil // what failed changed: try it at once
 		}
 		if slices.Contains(d.GetChangedFields(), "autoscaling") {
@@ -433,9 +441,16 @@ func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, e
 	return next, nil
 }
 
-// retriesAtOnce reports whether a change of this spec field ends a failing
-// fleet's backoff: the template or the health policy may be what failed.
-func retriesAtOnce(field string) bool { return field == "template" || field == "health" }
+// runChanged reports whether an update changes what a fleet's servers run
+// and how they are judged, from prev: its template or its health contract
+// (SameHealthContract). Such a change ends a failing fleet's backoff (it
+// may be what failed) and makes a new revision; a ready timeout set to
+// the value its 0 stood for does neither.
+func runChanged(prev *eventsv1.FleetSpec, d *eventsv1.FleetUpdated) bool {
+	changed := d.GetChangedFields()
+	return slices.Contains(changed, "template") ||
+		slices.Contains(changed, "health") && !SameHealthContract(prev.GetHealth(), d.GetSpec().GetHealth())
+}
 
 func fleetStatus(s *eventsv1.FleetState) string {
 	switch {

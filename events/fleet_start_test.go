@@ -131,16 +131,23 @@ func TestStartFailingRunAndRecovery(t *testing.T) {
 	if state.GetStartFailing().GetBackoffUntil() == nil {
 		t.Fatal("a replicas change lifted the backoff")
 	}
+	// So does a ready timeout set to the value its 0 stood for: the same
+	// health contract, nothing that failed changed.
+	upd(5, &eventsv1.FleetSpec{Health: &eventsv1.HealthPolicy{ReadyTimeoutSeconds: events.DefaultReadyTimeoutSeconds}}, "health.ready_timeout_seconds")
+	if state.GetStartFailing().GetBackoffUntil() == nil || state.GetSpec().GetHealth().GetReadyTimeoutSeconds() != events.DefaultReadyTimeoutSeconds {
+		t.Fatalf("a ready timeout set to its default's value: backoff %v, spec's timeout %d; want the backoff kept, the spec changed",
+			state.GetStartFailing().GetBackoffUntil(), state.GetSpec().GetHealth().GetReadyTimeoutSeconds())
+	}
 	fixed := minimalSpec()
 	fixed.Template.Command = "/opt/game/fixed"
-	upd(5, fixed, "template")
+	upd(6, fixed, "template")
 	if state.GetStartFailing() == nil || state.GetStartFailing().GetBackoffUntil() != nil {
 		t.Fatalf("after a template change: %v, want still failing, no backoff", state.GetStartFailing())
 	}
 
-	decide(6, events.RecordStartRecovered{GameServer: "fleets/arena/gameServers/gs-ok"})
+	decide(7, events.RecordStartRecovered{GameServer: "fleets/arena/gameServers/gs-ok"})
 	want := &eventsv1.FleetStartRecovered{GameServer: "fleets/arena/gameServers/gs-ok", ConsecutiveFailures: 2}
-	if state.GetStartFailing() != nil || !proto.Equal(state.GetStartRecovered(), want) || !state.GetStartConditionTime().AsTime().Equal(at(6)) {
+	if state.GetStartFailing() != nil || !proto.Equal(state.GetStartRecovered(), want) || !state.GetStartConditionTime().AsTime().Equal(at(7)) {
 		t.Fatalf("after recovery: failing %v, recovered %v, since %v", state.GetStartFailing(), state.GetStartRecovered(), state.GetStartConditionTime().AsTime())
 	}
 	if out, err := events.DecideFleet(fleetName, state, events.RecordStartRecovered{GameServer: "x"}); err != nil || len(out) != 0 {
@@ -148,9 +155,9 @@ func TestStartFailingRunAndRecovery(t *testing.T) {
 	}
 
 	// Failures counted before are never counted again; a new one starts at 1.
-	decide(7, events.RecordStartFailures{Failures: []events.StartFailure{failure(1, 20), failure(2, 30)}, At: at(7), Backoff: backoff})
+	decide(8, events.RecordStartFailures{Failures: []events.StartFailure{failure(1, 20), failure(2, 30)}, At: at(8), Backoff: backoff})
 	if f := state.GetStartFailing(); f.GetConsecutiveFailures() != 1 || f.GetFailureSequence() != 30 || state.GetStartRecovered() != nil ||
-		!state.GetStartConditionTime().AsTime().Equal(at(7)) {
+		!state.GetStartConditionTime().AsTime().Equal(at(8)) {
 		t.Fatalf("a new run: %v, recovered %v", f, state.GetStartRecovered())
 	}
 }

@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -650,5 +651,17 @@ func TestSameHealthContract(t *testing.T) {
 	}
 	if got := events.ReadyTimeout(with(long, 30)); got != 30*time.Second {
 		t.Errorf("ReadyTimeout set = %s, want 30s", got)
+	}
+}
+
+// A contract of int32 fields longer than an int32 of seconds neither wraps
+// to a negative timeout nor overflows a time.Duration.
+func TestReadyTimeoutOfAHugeContract(t *testing.T) {
+	huge := &eventsv1.HealthPolicy{InitialDelaySeconds: math.MaxInt32, PeriodSeconds: math.MaxInt32, FailureThreshold: math.MaxInt32}
+	if got := events.ReadyTimeout(huge); got < 100*365*24*time.Hour {
+		t.Errorf("ReadyTimeout of a huge contract = %s, want a century or more", got)
+	}
+	if events.SameHealthContract(huge, &eventsv1.HealthPolicy{InitialDelaySeconds: math.MaxInt32, PeriodSeconds: math.MaxInt32, FailureThreshold: math.MaxInt32, ReadyTimeoutSeconds: events.DefaultReadyTimeoutSeconds}) {
+		t.Error("a huge contract's 0 is the same as 300 s")
 	}
 }

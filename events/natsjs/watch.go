@@ -28,8 +28,9 @@ const watchInactive = 30 * time.Second
 //
 // With until = 0 it waits for new events until ctx ends or the consumer
 // fails; with until > 0 it ends after the last event at or below until
-// that is already stored, without waiting. until must not exceed the
-// stream's last sequence, or Watch may wait for events above it.
+// that is already stored, waiting only for its consumer's replica to
+// catch up with the stream's leader. until must not exceed the stream's
+// last sequence, or Watch may wait for events above it.
 //
 // An event that cannot be decoded is yielded as an error wrapping
 // events.ErrUndecodable (the envelope then carries only its Sequence and
@@ -105,7 +106,7 @@ func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []strin
 				done, err := s.readThrough(ctx, seq, meta.NumPending, until, subjects)
 				if err != nil {
 					if ctx.Err() == nil {
-						yield(events.Envelope{}, fmt.Errorf("natsjs: watch %v: %w", subjects, err))
+						yield(events.Envelope{}, err) // it names the subjects and sequences
 					}
 					return
 				}

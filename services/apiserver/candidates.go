@@ -20,8 +20,8 @@ const (
 	// candidateFetch is how many READY servers a list's first view query
 	// returns; a list taken fast reads more next time, up to
 	// candidateFetchMax, and one that goes stale mostly untaken reads fewer
-	// again (candidateList.nextLimit). The memory a list holds is bounded
-	// by the larger.
+	// again (candidateList.nextLimit). A list holds at most the larger,
+	// but for a read that looks past this replica's claims (takeFresh).
 	candidateFetch    = 512
 	candidateFetchMax = 2048
 	// candidateTTL is how long a fetched list serves before it is read
@@ -123,7 +123,7 @@ type candidateList struct {
 // (each ranks every READY server of the fleet) cost more than the rows.
 // One read again at its ttl with less than a quarter of its slice taken
 // halves it, down to candidateFetch.
-func (l *candidateList) nextLimit(now time.Time, ranOut bool) int {
+func (l *candidateList) nextLimit(now time.Time, ranOut bool) int { // the read stores it, if it succeeds
 	limit := max(l.limit, candidateFetch)
 	switch {
 	case l.fetched.IsZero():
@@ -132,7 +132,6 @@ func (l *candidateList) nextLimit(now time.Time, ranOut bool) int {
 	case 4*(l.sliceRead-l.sliceLeft) < l.sliceRead:
 		limit = max(limit/2, candidateFetch)
 	}
-	l.limit = limit
 	return limit
 }
 
@@ -189,7 +188,7 @@ func (p *candidatePool) take(ctx context.Context, q projections.AllocationQuery)
 				l.refreshing = make(chan struct{})
 				q.Limit = l.nextLimit(now, out)
 				go func() { // stale or running out: read again meanwhile
-					if _, err := p.refresh(context.WithoutCancel(ctx), key, q, l); err != nil {
+					if _, err := p.refresh(context.WithoutCancel(ctx), key, q, q.Limit, l); err != nil {
 						// The old list serves on; the next take reads again.
 						p.log.Warn("allocation candidates: read views", "err", err)
 					}
@@ -219,6 +218,7 @@ func (p *candidatePool) take(ctx context.Context, q projections.AllocationQuery)
 // there is none.
 func (p *candidatePool) takeFresh(ctx context.Context, key string, q projections.AllocationQuery, l *candidateList) (projections.Row[*eventsv1.GameServerState], bool, error) {
 	asked := q
+	var limit int
 	for i := range 2 {
 		p.mu.Lock()
 		if l.refreshing != nil {
@@ -227,10 +227,11 @@ func (p *candidatePool) takeFresh(ctx context.Context, key string, q projections
 		}
 		l.refreshing = make(chan struct{})
 		if i == 0 {
-			q.Limit = l.nextLimit(p.now(), true) // empty
+			limit = l.nextLimit(p.now(), true) // empty
+			q.Limit = limit
 		}
 		p.mu.Unlock()
-		n, err := p.refresh(ctx, key, q, l)
+		n, err := p.refresh(ctx, key, q, limit, l)
 		if err != nil {
 			return projections.Row[*eventsv1.GameServerState]{}, false, err
 		}
@@ -247,9 +248,9 @@ func (p *candidatePool) takeFresh(ctx context.Context, key string, q projections
 }
 
 // refresh reads the views for q into l, wakes its waiters and returns how
-// many rows it read. Claimed servers are filtered when picking, not in the
+// many rows it read; a read that succeeds makes limit the list's size. Claimed servers are filtered when picking, not in the
 // query, which stays cheap.
-func (p *candidatePool) refresh(ctx context.Context, key string, q projections.AllocationQuery, l *candidateList) (int, error) {
+func (p *candidatePool) refresh(ctx context.Context, key string, q projections.AllocationQuery, limit int, l *candidateList) (int, error) {
 	started := p.now()
 	rows, err := p.views.AllocationCandidates(ctx, q)
 	p.mu.Lock()
@@ -259,10 +260,17 @@ func (p *candidatePool) refresh(ctx context.Context, key string, q projections.A
 	if err != nil {
 		return 0, err
 	}
-	l.rows, l.fetched, l.took = rows, started, p.now().Sub(started)
+	l.rows, l.fetched, l.took, l.limit = rows, started, p.now().Sub(started), limit
 	l.partial, l.stealing = len(rows) >= q.Limit, false
 	p.forgetClaimsLocked(started)
-	l.sliceRead = p.countSliceLocked(l, p.now())
+	p.dropClaimedLocked(l, p.now())
+	l.sliceRead = 0
+	holds := p.sliceHolder()
+	for _, r := range l.rows {
+		if holds(r.State.GetName()) {
+			l.sliceRead++
+		}
+	}
 	l.sliceLeft = l.sliceRead
 	for k, old := range p.lists {
 		if k != key && old.refreshing == nil && started.Sub(old.used) > claimTTL {
@@ -272,32 +280,34 @@ func (p *candidatePool) refresh(ctx context.Context, key string, q projections.A
 	return len(rows), nil
 }
 
-// countSliceLocked drops from l the rows claims hold at now and counts
-// those left of this replica's slice (all of them without slices).
-func (p *candidatePool) countSliceLocked(l *candidateList, now time.Time) int {
-	p.dropClaimedLocked(l, now)
-	f := p.slice.Load()
-	if f == nil {
-		return len(l.rows)
-	}
-	sl := (*f)()
-	if sl.Count <= 1 {
-		return len(l.rows)
-	}
-	n := 0
-	for _, r := range l.rows {
-		if sl.Holds(r.State.GetName()) {
-			n++
+// sliceHolder returns whether a server is of this replica's slice (every
+// one is without slices).
+func (p *candidatePool) sliceHolder() func(name string) bool {
+	if f := p.slice.Load(); f != nil {
+		if sl := (*f)(); sl.Count > 1 {
+			return sl.Holds
 		}
 	}
-	return n
+	return func(string) bool { return true }
 }
 
-// dropClaimedLocked drops from l the rows claims hold at now.
+// dropClaimedLocked drops from l the rows claims hold at now (claimed
+// through another list of the fleet, or since its read), and counts those
+// of this replica's slice as taken.
 func (p *candidatePool) dropClaimedLocked(l *candidateList, now time.Time) {
+	var holds func(string) bool
 	l.rows = slices.DeleteFunc(l.rows, func(r projections.Row[*eventsv1.GameServerState]) bool {
 		c, ok := p.claimed[r.State.GetName()]
-		return ok && c.holds(r, now)
+		if !ok || !c.holds(r, now) {
+			return false
+		}
+		if holds == nil {
+			holds = p.sliceHolder()
+		}
+		if holds(r.State.GetName()) && l.sliceLeft > 0 {
+			l.sliceLeft--
+		}
+		return true
 	})
 }
 

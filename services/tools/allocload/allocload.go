@@ -131,9 +131,11 @@ type Result struct {
 	Errors map[codes.Code]int
 	// ErrorSamples are the first failed calls' errors, as the caller got them.
 	ErrorSamples []string
-	// Cut counts the calls still unanswered when the run's Duration ran
-	// out: neither allocations nor errors. In a run bounded by Max, which
-	// should end well before its Duration, they are calls that hung.
+	// Cut counts, in a run bounded by Max, the calls still unanswered
+	// when the run's Duration ran out: calls that hung, since such a run
+	// should end well before its Duration. (In a run bounded by Duration
+	// alone, the calls in flight at its end are neither counted nor
+	// errors.)
 	Cut int
 	// Returned and ReturnFailed count the servers handed back, and those
 	// that could not be (their errors: ReturnErrors, the first few).
@@ -290,8 +292,8 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 				})
 				d := time.Since(t0)
 				ccancel()
-				if err != nil && over() {
-					if ctx.Err() == nil { // the run's Duration, not the caller, ended it
+				if c := status.Code(err); over() && (c == codes.DeadlineExceeded || c == codes.Canceled) {
+					if opts.Max > 0 && ctx.Err() == nil { // the run's Duration, not the caller, ended it
 						mu.Lock()
 						res.Cut++
 						mu.Unlock()

@@ -46,7 +46,7 @@ func TestCallsUnansweredWhenTheRunEndsAreCounted(t *testing.T) {
 
 	res, err := allocload.Run(t.Context(), allocload.Options{
 		Targets: []string{l.Addr().String()}, Parent: "fleets/f", Callers: 3,
-		Duration: 300 * time.Millisecond, CallWait: time.Minute, Max: 100,
+		Duration: 2 * time.Second, CallWait: time.Minute, Max: 100,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -60,5 +60,18 @@ func TestCallsUnansweredWhenTheRunEndsAreCounted(t *testing.T) {
 	}
 	if !strings.Contains(table.String(), "3 unanswered at the end of the run") {
 		t.Errorf("the table does not say calls were cut:\n%s", table.String())
+	}
+
+	// A run bounded by its Duration alone ends with calls in flight: they
+	// are neither cut nor errors.
+	res, err = allocload.Run(t.Context(), allocload.Options{
+		Targets: []string{l.Addr().String()}, Parent: "fleets/f", Callers: 3,
+		Duration: 500 * time.Millisecond, CallWait: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Allocations != 0 || len(res.Errors) != 0 || res.Cut != 0 {
+		t.Fatalf("a timed run: %d allocations, errors %v, %d cut; want none of each", res.Allocations, res.Errors, res.Cut)
 	}
 }
