@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,6 +107,9 @@ type Options struct {
 	StartBackoffCap time.Duration
 	// Logger; default discards.
 	Logger *slog.Logger
+	// SlowPassAfter: a pass that takes longer is logged as a warning with
+	// the time each of its steps took; default 5s.
+	SlowPassAfter time.Duration
 	// MeterProvider; default no-op.
 	MeterProvider metric.MeterProvider
 	// WhileLeading, when set, runs while this instance leads, with the
@@ -131,6 +136,7 @@ const (
 	DefaultStaleViewsAfter  = 5 * time.Second
 	DefaultStartBackoffBase = time.Second
 	DefaultStartBackoffCap  = 5 * time.Minute
+	DefaultSlowPassAfter    = 5 * time.Second
 )
 
 func (o *Options) setDefaults() {
@@ -151,6 +157,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = DefaultStartTimeout
+	}
+	if o.SlowPassAfter <= 0 {
+		o.SlowPassAfter = DefaultSlowPassAfter
 	}
 	if o.StaleViewsAfter <= 0 {
 		o.StaleViewsAfter = DefaultStaleViewsAfter
@@ -379,17 +388,23 @@ func (c *Controller) lead(ctx context.Context, epoch uint64) error {
 // every Interval while leader.
 func (c *Controller) Reconcile(ctx context.Context) error {
 	began := time.Now() // a duration: the monotonic clock, not Options.Clock
+	steps := &passSteps{last: began}
 	defer func() {
 		took := time.Since(began)
 		c.passTime.Record(context.WithoutCancel(ctx), took.Seconds())
 		c.log.Debug("pass", "began", began, "took", took)
+		if took >= c.opts.SlowPassAfter {
+			c.log.Warn("slow pass", "took", took, "steps", steps.String())
+		}
 	}()
-	s, err := c.observe(ctx)
+	s, err := c.observe(ctx, steps)
 	if err != nil {
 		return err
 	}
 	p := c.planner().plan(s)
+	steps.mark("planned")
 	wrote, err := c.execute(ctx, p)
+	steps.mark("executed")
 	// Forget re-sends of servers that are no longer SCHEDULED (the live
 	// servers are ordered by name: a few look-ups, not a pass over them).
 	for name := range c.startResent {
@@ -402,9 +417,31 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 		return err
 	}
 	if wrote && !s.stale {
+		defer steps.mark("the views include the writes")
 		return c.awaitViews(ctx)
 	}
 	return nil
+}
+
+// passSteps times the steps of one pass, for the warning of a slow pass:
+// a pass that stalls (during a NATS partition one made no decision for
+// 20 s and logged nothing) says where its time went.
+type passSteps struct {
+	last  time.Time
+	steps []string
+}
+
+// mark records that the step named name ended now.
+func (p *passSteps) mark(name string) {
+	now := time.Now()
+	p.steps = append(p.steps, fmt.Sprintf("%s %s", name, now.Sub(p.last).Round(time.Millisecond)))
+	p.last = now
+}
+
+// String lists the steps with how long each took, the last unfinished one
+// as "then".
+func (p *passSteps) String() string {
+	return strings.Join(append(slices.Clone(p.steps), fmt.Sprintf("then %s", time.Since(p.last).Round(time.Millisecond))), ", ")
 }
 
 // planner returns the planner with this controller's settings.

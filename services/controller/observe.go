@@ -16,30 +16,41 @@ import (
 // include this leader's writes), the host heartbeats, and what the
 // controller remembers between passes. On stale views it reads only what
 // host liveness needs.
-func (c *Controller) observe(ctx context.Context) (snapshot, error) {
+// Each step is marked in steps.
+func (c *Controller) observe(ctx context.Context, steps *passSteps) (snapshot, error) {
 	s := snapshot{now: c.opts.Clock.Now(), startResent: maps.Clone(c.startResent)}
 	stale, err := c.checkViews(ctx)
+	steps.mark("views checked")
 	if err != nil {
 		return s, err
 	}
 	s.stale = stale
 	if !stale {
-		if err := c.awaitViews(ctx); err != nil {
+		err := c.awaitViews(ctx)
+		steps.mark("views caught up")
+		if err != nil {
 			return s, err
 		}
-		if s.fleets, err = c.allFleets(ctx); err != nil {
+		s.fleets, err = c.allFleets(ctx)
+		steps.mark("fleets read")
+		if err != nil {
 			return s, err
 		}
 	}
-	if s.servers, err = c.live.read(ctx); err != nil {
+	s.servers, err = c.live.read(ctx)
+	steps.mark("servers read")
+	if err != nil {
 		return s, err
 	}
 	hosts, err := c.hosts.read(ctx)
+	steps.mark("hosts read")
 	if err != nil {
 		return s, err
 	}
 	s.hosts = withUse(hosts, s.servers)
-	if s.beats, err = c.readBeats(ctx); err != nil {
+	s.beats, err = c.readBeats(ctx)
+	steps.mark("heartbeats read")
+	if err != nil {
 		return s, err
 	}
 	s.heard = c.hear(s.hosts, s.beats, s.now)
@@ -48,7 +59,9 @@ func (c *Controller) observe(ctx context.Context) (snapshot, error) {
 	}
 	s.byFleet, s.misnamed = groupByFleet(s.servers)
 	s.deletedFleets = c.readDeletedFleets(ctx, s.fleets, s.byFleet)
+	steps.mark("deleted fleets read")
 	s.webhooks = c.hooks.poll(ctx, s.fleets, s.servers, s.now)
+	steps.mark("webhooks polled")
 	var autoscaled []string
 	for _, f := range s.fleets {
 		if f.State.GetSpec().GetAutoscaling() != nil {
@@ -61,11 +74,16 @@ func (c *Controller) observe(ctx context.Context) (snapshot, error) {
 	if err := c.wake.want(ctx, autoscaled, c.written+1); err != nil {
 		c.log.Warn("follow game servers' events; replacements and buffer refills wait for the next pass", "err", err)
 	}
-	if err := c.readSessions(ctx, &s); err != nil {
+	steps.mark("events followed")
+	err = c.readSessions(ctx, &s)
+	steps.mark("sessions read")
+	if err != nil {
 		return s, err
 	}
 	// Last: the start news are the controller's to keep until executed.
-	if s.startNews, err = c.readStarts(ctx, s.fleets); err != nil {
+	s.startNews, err = c.readStarts(ctx, s.fleets)
+	steps.mark("start failures read")
+	if err != nil {
 		return s, err
 	}
 	return s, nil

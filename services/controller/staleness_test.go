@@ -90,3 +90,32 @@ func TestControllerNoticesStaleViews(t *testing.T) {
 		t.Fatalf("no log line about the views moving again:\n%s", logs.String())
 	}
 }
+
+// A pass slower than SlowPassAfter is logged as a warning that says where
+// its time went, step by step: a controller whose passes stalled during a
+// NATS partition made no decision for 20 s and logged nothing (cluster
+// test, scenario g). Here every pass counts as slow.
+func TestASlowPassSaysWhereItsTimeWent(t *testing.T) {
+	w := newWorld(t)
+	w.host("h1", 10)
+	w.agent("h1", 10)
+	w.beat("h1")
+	logs := &lockedBuffer{}
+	c := w.controller("c1", func(o *controller.Options) {
+		o.SlowPassAfter = time.Nanosecond
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	w.fleet("arena", testSpec(1, eventsv1.Scheduling_SCHEDULING_PACKED))
+	c.passes(t, 2)
+	wait.For(t, 10*time.Second, "a slow pass's warning with its steps", func() bool {
+		out := logs.String()
+		return strings.Contains(out, `msg="slow pass"`) && strings.Contains(out, "heartbeats read") &&
+			strings.Contains(out, "start failures read") && strings.Contains(out, "executed")
+	})
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, `msg="slow pass"`) {
+			t.Log(line)
+			break
+		}
+	}
+}
