@@ -363,24 +363,39 @@ func (c *Controller) lead(ctx context.Context, epoch uint64) error {
 		if err := c.Reconcile(ctx); err != nil && ctx.Err() == nil {
 			c.log.Error("reconcile failed", "err", err)
 		}
-		took := time.Since(began)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		case <-c.wake.wakes():
-			// A server ended, or an allocation took one out of a buffer:
-			// pass again now, but not sooner than wakeGap after the last
-			// one began, and on views that show what woke it.
-			gap := time.NewTimer(time.Until(began.Add(wakeGap(took))))
-			select {
-			case <-ctx.Done():
-			case <-gap.C:
-			}
-			gap.Stop()
+		if woken := waitNextPass(ctx, t.C, c.wake.wakes(), began, time.Since(began)); woken {
 			c.awaitWake(ctx)
 		}
 	}
 	return nil
+}
+
+// waitNextPass waits for the next pass after one that began at began and
+// took took: the next tick, or a wake (a server ended, or an allocation
+// took one out of a buffer) no sooner than wakeGap after the pass began,
+// whichever comes first. It reports whether a wake ran it, so that the
+// pass first waits for views that show what woke it. A wake only ever
+// brings a pass sooner: a pass that took long waiting on NATS (10 s
+// during a partition) once made the woken wait twice as long, and the
+// controller decided nothing meanwhile.
+func waitNextPass(ctx context.Context, tick <-chan time.Time, wakes <-chan struct{}, began time.Time, took time.Duration) (woken bool) {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tick:
+		return false
+	case <-wakes:
+	}
+	gap := time.NewTimer(time.Until(began.Add(wakeGap(took))))
+	defer gap.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tick:
+		return false
+	case <-gap.C:
+		return true
+	}
 }
 
 // Reconcile runs one pass over every fleet: observe, plan, execute
