@@ -35,7 +35,7 @@ import (
 // While it leads, the controller follows the events of every game server,
 // fleet and host (headers only: the type is in a header) and such an
 // event wakes the pass loop, no sooner than wakeGap after the last pass
-// began; the pass first waits (at most wakeFreshnessWait) for the views to
+// began (and no later than the next tick: waitNextPass); the pass first waits (at most wakeFreshnessWait) for the views to
 // include the event, so it decides on what woke it. The controller's own
 // events wake nothing: a pass already waits for its writes.
 
