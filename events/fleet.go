@@ -392,7 +392,7 @@ func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, e
 				Health: proto.CloneOf(d.GetSpec().GetHealth()), CreateTime: at}}
 		}
 	case *eventsv1.FleetUpdated:
-		runs := runChanged(next.GetSpec(), d)
+		runs := len(runChanges(next.GetSpec(), d.GetSpec(), d.GetChangedFields())) > 0
 		if len(next.GetRevisions()) == 0 && runs {
 			// A fleet made before revisions: keep what it ran, for undo.
 			next.Revisions = []*eventsv1.FleetRevision{{Revision: next.GetRevision(),
@@ -441,15 +441,21 @@ func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, e
 	return next, nil
 }
 
-// runChanged reports whether an update changes what a fleet's servers run
-// and how they are judged, from prev: its template or its health contract
-// (SameHealthContract). Such a change ends a failing fleet's backoff (it
-// may be what failed) and makes a new revision; a ready timeout set to
-// the value its 0 stood for does neither.
-func runChanged(prev *eventsv1.FleetSpec, d *eventsv1.FleetUpdated) bool {
-	changed := d.GetChangedFields()
-	return slices.Contains(changed, "template") ||
-		slices.Contains(changed, "health") && !SameHealthContract(prev.GetHealth(), d.GetSpec().GetHealth())
+// runChanges returns what of "template" and "health" an update from prev
+// to next that changed the fields changed changes in what a fleet's
+// servers run and how they are judged: the template, or the health
+// contract (SameHealthContract). Such a change makes a new revision (a
+// rollout) and ends a failing fleet's backoff (it may be what failed); a
+// ready timeout set to the value its 0 stood for does neither.
+func runChanges(prev, next *eventsv1.FleetSpec, changed []string) []string {
+	var what []string
+	if slices.Contains(changed, "template") {
+		what = append(what, "template")
+	}
+	if slices.Contains(changed, "health") && !SameHealthContract(prev.GetHealth(), next.GetHealth()) {
+		what = append(what, "health")
+	}
+	return what
 }
 
 func fleetStatus(s *eventsv1.FleetState) string {

@@ -176,13 +176,7 @@ func (HaltRollout) fleetCommand()           {}
 // contract changed (a ready timeout set to its default's value is the same
 // contract).
 func rolloutStart(state *eventsv1.FleetState, next *eventsv1.FleetSpec, changed []string) *eventsv1.FleetRolloutStarted {
-	var what []string
-	if slices.Contains(changed, "template") {
-		what = append(what, "template")
-	}
-	if slices.Contains(changed, "health") && !SameHealthContract(state.GetSpec().GetHealth(), next.GetHealth()) {
-		what = append(what, "health")
-	}
+	what := runChanges(state.GetSpec(), next, changed)
 	if len(what) == 0 {
 		return nil
 	}

@@ -53,7 +53,7 @@ func TestABoundedReadAsksTheLeaderBeforeItEndsOnAReplicasCount(t *testing.T) {
 				asks++
 				return s.leaderGet(ctx, r)
 			}
-			got, err := readThroughWith(ctx, tc.seen, tc.pending, tc.until, tc.on, counting)
+			got, err := readThrough(ctx, tc.seen, tc.pending, tc.until, tc.on, counting)
 			if err != nil {
 				t.Fatal(err)
 			}

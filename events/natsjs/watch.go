@@ -47,7 +47,7 @@ func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []strin
 			}
 			// A consumer with nothing to deliver below until would wait
 			// for events above it; look first.
-			some, err := s.anyBetween(ctx, after, until, subjects)
+			some, err := anyBetween(ctx, after, until, subjects, s.leaderGet)
 			if err != nil || !some {
 				if err != nil && ctx.Err() == nil {
 					yield(events.Envelope{}, err)
@@ -103,7 +103,7 @@ func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []strin
 				return
 			}
 			if until > 0 {
-				done, err := s.readThrough(ctx, seq, meta.NumPending, until, subjects)
+				done, err := readThrough(ctx, seq, meta.NumPending, until, subjects, s.leaderGet)
 				if err != nil {
 					if ctx.Err() == nil {
 						yield(events.Envelope{}, err) // it names the subjects and sequences
@@ -118,23 +118,12 @@ func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []strin
 	}
 }
 
-// readThrough reports whether a bounded read that has seen the events on
-// subjects up to sequence seen, through a consumer that counts pending
-// events stored after it, has seen every one up to until. The count is
-// the consumer's replica's: an ephemeral consumer is placed on any of the
-// stream's replicas, and one behind the leader counts none of the events
-// it has yet to receive. A count of none short of until is therefore
-// checked with the leader (anyBetween, one request), or the read would
-// end early: a watch of history followed by a live watch from until
-// would skip the events between.
-func (s *Store) readThrough(ctx context.Context, seen, pending, until uint64, subjects []string) (bool, error) {
-	return readThroughWith(ctx, seen, pending, until, subjects, s.leaderGet)
-}
-
-// ReadThrough is Store.readThrough for a reader of stream through a
-// consumer of its own.
+// ReadThrough reports whether a bounded read of stream through a consumer
+// of its own, having seen the events on subjects up to sequence seen, with
+// pending events counted after it by the consumer, has seen every one up
+// to until (readThrough).
 func ReadThrough(ctx context.Context, nc *nats.Conn, stream string, seen, pending, until uint64, subjects []string) (bool, error) {
-	return readThroughWith(ctx, seen, pending, until, subjects, func(ctx context.Context, r MsgRequest) (LeaderMessage, bool, error) {
+	return readThrough(ctx, seen, pending, until, subjects, func(ctx context.Context, r MsgRequest) (LeaderMessage, bool, error) {
 		return LeaderGet(ctx, nc, stream, r)
 	})
 }
@@ -142,8 +131,16 @@ func ReadThrough(ctx context.Context, nc *nats.Conn, stream string, seen, pendin
 // leaderGetter reads one message from a stream's leader (LeaderGet).
 type leaderGetter func(context.Context, MsgRequest) (LeaderMessage, bool, error)
 
-// readThroughWith is readThrough, reading the leader with get.
-func readThroughWith(ctx context.Context, seen, pending, until uint64, subjects []string, get leaderGetter) (bool, error) {
+// readThrough reports whether a bounded read that has seen the events on
+// subjects up to sequence seen, through a consumer that counts pending
+// events stored after it, has seen every one up to until. The count is
+// the consumer's replica's: an ephemeral consumer is placed on any of the
+// stream's replicas, and one behind the leader counts none of the events
+// it has yet to receive. A count of none short of until is therefore
+// checked with the leader, read with get (anyBetween, one request), or the
+// read would end early: a watch of history followed by a live watch from
+// until would skip the events between.
+func readThrough(ctx context.Context, seen, pending, until uint64, subjects []string, get leaderGetter) (bool, error) {
 	switch {
 	case seen >= until:
 		return true, nil
@@ -155,14 +152,9 @@ func readThroughWith(ctx context.Context, seen, pending, until uint64, subjects 
 }
 
 // anyBetween reports whether an event on one of subjects has a sequence in
-// (after, until]: one read of the stream's leader per subject. A replica
-// behind the leader (LeaderGet) would answer that there is none, and the
-// watch would end short of until.
-func (s *Store) anyBetween(ctx context.Context, after, until uint64, subjects []string) (bool, error) {
-	return anyBetween(ctx, after, until, subjects, s.leaderGet)
-}
-
-// anyBetween is Store.anyBetween, reading the leader with get.
+// (after, until]: one read of the stream's leader (with get) per subject. A
+// replica behind the leader would answer that there is none, and a read
+// bounded by until would end short of it.
 func anyBetween(ctx context.Context, after, until uint64, subjects []string, get leaderGetter) (bool, error) {
 	for _, subj := range subjects {
 		m, found, err := get(ctx, MsgRequest{Seq: after + 1, NextFor: subj})

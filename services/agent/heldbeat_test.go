@@ -54,6 +54,14 @@ func heldHarness(t *testing.T, typ string, clk clockwork.Clock) (*harness, *appe
 	return h, store
 }
 
+// startSleeper schedules name with spec, running /bin/sleep 600, and waits
+// for its process to start.
+func startSleeper(h *harness, name string, spec *eventsv1.FleetSpec) {
+	spec.Template = &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}}
+	h.scheduleSpec(name, spec)
+	h.waitEvent(name, "ProcessStarted")
+}
+
 // waitHeld waits until an append is being held.
 func (s *appendHeld) waitHeld(t *testing.T) {
 	t.Helper()
@@ -89,11 +97,7 @@ func TestHeartbeatsAreTakenWhileTheServersAppendWaits(t *testing.T) {
 	clk := clockwork.NewFakeClockAt(time.Now())
 	h, store := heldHarness(t, "GameServerReady", clk)
 	name := "fleets/arena/gameServers/gs-beating"
-	h.scheduleSpec(name, &eventsv1.FleetSpec{
-		Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
-		Health:   &eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3},
-	})
-	h.waitEvent(name, "ProcessStarted")
+	startSleeper(h, name, &eventsv1.FleetSpec{Health: &eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3}})
 	sdk := sdkClient(t, h, name)
 	// The first call proves the connection; its record is the background
 	// fold's.
@@ -154,12 +158,7 @@ func TestAPendingConnectionDoesNotUndoALaterDisconnect(t *testing.T) {
 	h, store := heldHarness(t, "GameServerReady", clk)
 	name := "fleets/arena/gameServers/gs-leaving"
 	const grace = 30
-	h.scheduleSpec(name, &eventsv1.FleetSpec{
-		Template:                  &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
-		Health:                    &eventsv1.HealthPolicy{Disabled: true},
-		SdkDisconnectGraceSeconds: grace,
-	})
-	h.waitEvent(name, "ProcessStarted")
+	startSleeper(h, name, &eventsv1.FleetSpec{Health: &eventsv1.HealthPolicy{Disabled: true}, SdkDisconnectGraceSeconds: grace})
 	stream := connectSDK(t, h, name)
 	sdk := sdkClient(t, h, name)
 
@@ -207,8 +206,7 @@ func TestAPendingConnectionDoesNotUndoALaterDisconnect(t *testing.T) {
 func TestAnAgentStoppingWithAHeartbeatPendingStops(t *testing.T) {
 	h, store := heldHarness(t, "GameServerReady", nil)
 	name := "fleets/arena/gameServers/gs-stopping"
-	h.scheduleSpec(name, &eventsv1.FleetSpec{Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}}})
-	h.waitEvent(name, "ProcessStarted")
+	startSleeper(h, name, &eventsv1.FleetSpec{})
 	sdk := sdkClient(t, h, name)
 	_ = readyAsync(h.ctx, sdk) // its answer is the agent's stop
 	store.waitHeld(t)
@@ -235,11 +233,7 @@ func TestAReadyUnderWayIsNotTimedOut(t *testing.T) {
 	clk := clockwork.NewFakeClockAt(time.Now())
 	h, store := heldHarness(t, "SdkConnected", clk)
 	name := "fleets/arena/gameServers/gs-late"
-	h.scheduleSpec(name, &eventsv1.FleetSpec{
-		Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
-		Health:   &eventsv1.HealthPolicy{InitialDelaySeconds: 600, PeriodSeconds: 5, FailureThreshold: 3, ReadyTimeoutSeconds: 10},
-	})
-	h.waitEvent(name, "ProcessStarted")
+	startSleeper(h, name, &eventsv1.FleetSpec{Health: &eventsv1.HealthPolicy{InitialDelaySeconds: 600, PeriodSeconds: 5, FailureThreshold: 3, ReadyTimeoutSeconds: 10}})
 	sdk := sdkClient(t, h, name)
 	// The first heartbeat proves the connection: its fold holds the lock.
 	if _, err := sdk.Health(h.ctx, &sdkv1.HealthRequest{}); err != nil {
@@ -269,11 +263,7 @@ func TestAStreamOpenedWhileTheServersAppendWaitsIsNotHeldUp(t *testing.T) {
 	clk := clockwork.NewFakeClockAt(time.Now())
 	h, store := heldHarness(t, "GameServerReady", clk)
 	name := "fleets/arena/gameServers/gs-streaming"
-	h.scheduleSpec(name, &eventsv1.FleetSpec{
-		Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
-		Health:   &eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3},
-	})
-	h.waitEvent(name, "ProcessStarted")
+	startSleeper(h, name, &eventsv1.FleetSpec{Health: &eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3}})
 	sdk := sdkClient(t, h, name)
 	readied := readyAsync(h.ctx, sdk)
 	store.waitHeld(t)

@@ -122,8 +122,9 @@ type candidateList struct {
 // last a replica a fifth of a second, and the reads that replace them
 // (each ranks every READY server of the fleet) cost more than the rows.
 // One read again at its ttl with less than a quarter of its slice taken
-// halves it, down to candidateFetch.
-func (l *candidateList) nextLimit(now time.Time, ranOut bool) int { // the read stores it, if it succeeds
+// halves it, down to candidateFetch. The read stores it in l.limit if it
+// succeeds.
+func (l *candidateList) nextLimit(now time.Time, ranOut bool) int {
 	limit := max(l.limit, candidateFetch)
 	switch {
 	case l.fetched.IsZero():
@@ -248,8 +249,9 @@ func (p *candidatePool) takeFresh(ctx context.Context, key string, q projections
 }
 
 // refresh reads the views for q into l, wakes its waiters and returns how
-// many rows it read; a read that succeeds makes limit the list's size. Claimed servers are filtered when picking, not in the
-// query, which stays cheap.
+// many rows it read; a read that succeeds makes limit the list's size.
+// Claimed servers are filtered when picking, not in the query, which stays
+// cheap.
 func (p *candidatePool) refresh(ctx context.Context, key string, q projections.AllocationQuery, limit int, l *candidateList) (int, error) {
 	started := p.now()
 	rows, err := p.views.AllocationCandidates(ctx, q)

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -453,11 +452,8 @@ func (p *passSteps) mark(name string) {
 	p.last = now
 }
 
-// String lists the steps with how long each took, the last unfinished one
-// as "then".
-func (p *passSteps) String() string {
-	return strings.Join(append(slices.Clone(p.steps), fmt.Sprintf("then %s", time.Since(p.last).Round(time.Millisecond))), ", ")
-}
+// String lists the steps with how long each took.
+func (p *passSteps) String() string { return strings.Join(p.steps, ", ") }
 
 // planner returns the planner with this controller's settings.
 func (c *Controller) planner() planner {

@@ -32,21 +32,29 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// TestControllerNoticesStaleViews: the projector stops while a server
-// crashes. Once the views' checkpoint has stood still behind the stream for
-// StaleViewsAfter, the leader says so (log, gauges, Ready) and decides
-// nothing from the views; when the projector is back it says so again, is
-// ready, and replaces the crashed server.
-func TestControllerNoticesStaleViews(t *testing.T) {
+// loggedController starts a world with one beating host of 10 slots and
+// a controller c1 with opts, whose log it returns.
+func loggedController(t *testing.T, opts func(*controller.Options)) (*world, *ctl, *lockedBuffer) {
+	t.Helper()
 	w := newWorld(t)
 	w.host("h1", 10)
 	w.agent("h1", 10)
 	w.beat("h1")
 	logs := &lockedBuffer{}
 	c := w.controller("c1", func(o *controller.Options) {
-		o.StaleViewsAfter = 300 * time.Millisecond
+		opts(o)
 		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
+	return w, c, logs
+}
+
+// TestControllerNoticesStaleViews: the projector stops while a server
+// crashes. Once the views' checkpoint has stood still behind the stream for
+// StaleViewsAfter, the leader says so (log, gauges, Ready) and decides
+// nothing from the views; when the projector is back it says so again, is
+// ready, and replaces the crashed server.
+func TestControllerNoticesStaleViews(t *testing.T) {
+	w, c, logs := loggedController(t, func(o *controller.Options) { o.StaleViewsAfter = 300 * time.Millisecond })
 	w.fleet("arena", testSpec(2, eventsv1.Scheduling_SCHEDULING_PACKED))
 	wait.For(t, 10*time.Second, "2 READY servers", func() bool {
 		return w.countStates("arena", eventsv1.Lifecycle_LIFECYCLE_READY) == 2
@@ -96,15 +104,7 @@ func TestControllerNoticesStaleViews(t *testing.T) {
 // NATS partition made no decision for 20 s and logged nothing (cluster
 // test, scenario g). Here every pass counts as slow.
 func TestASlowPassSaysWhereItsTimeWent(t *testing.T) {
-	w := newWorld(t)
-	w.host("h1", 10)
-	w.agent("h1", 10)
-	w.beat("h1")
-	logs := &lockedBuffer{}
-	c := w.controller("c1", func(o *controller.Options) {
-		o.SlowPassAfter = time.Nanosecond
-		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	})
+	w, c, logs := loggedController(t, func(o *controller.Options) { o.SlowPassAfter = time.Nanosecond })
 	w.fleet("arena", testSpec(1, eventsv1.Scheduling_SCHEDULING_PACKED))
 	c.passes(t, 2)
 	wait.For(t, 10*time.Second, "a slow pass's warning with its steps", func() bool {
