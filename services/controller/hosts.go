@@ -116,38 +116,44 @@ const beatsBehindPasses = 2
 // still filling: a tracker that has not caught up with the bucket within
 // beatsWait fails the pass, as a failed Read did. It is kept for the next
 // pass (its watcher may resume on its own), and replaced once it has
-// failed beatsBehindPasses passes in a row; one that has ended (its
-// watcher failed, or a previous leadership's context ended) is replaced
-// at once.
+// failed beatsBehindPasses passes in a row. One that has ended (its
+// watcher failed or stalled, or a previous leadership's context ended) is
+// replaced at once, and a tracker that ends during the pass is replaced
+// within it, once: after a NATS restart took its watcher's consumer, the
+// pass decides on a new watcher instead of failing.
 func (c *Controller) readBeats(ctx context.Context) (map[string]hostbeat.Beat, error) {
-	if c.beats != nil {
-		if err := c.beats.Err(); err != nil {
-			if !errors.Is(err, hostbeat.ErrStopped) {
-				c.log.Warn("host heartbeat tracker ended; starting another", "err", err)
-			}
-			c.stopBeats()
-		}
-	}
-	if c.beats == nil {
-		t, err := hostbeat.Track(ctx, c.opts.JetStream)
-		if err != nil {
-			return nil, err
-		}
-		c.beats = t
-	}
 	wctx, cancel := context.WithTimeout(ctx, c.beatsWait)
 	defer cancel()
-	beats, err := c.beats.Beats(wctx)
-	switch {
-	case err == nil:
-		c.beatsBehind = 0
-	case ctx.Err() == nil && errors.Is(err, hostbeat.ErrBehind):
-		if c.beatsBehind++; c.beatsBehind >= beatsBehindPasses {
-			c.log.Warn("host heartbeat tracker stayed behind the bucket; starting another", "passes", c.beatsBehind, "err", err)
-			c.stopBeats()
+	for attempt := 1; ; attempt++ {
+		if c.beats != nil {
+			if err := c.beats.Err(); err != nil {
+				if !errors.Is(err, hostbeat.ErrStopped) {
+					c.log.Warn("host heartbeat tracker ended; starting another", "err", err)
+				}
+				c.stopBeats()
+			}
 		}
+		if c.beats == nil {
+			t, err := hostbeat.Track(ctx, c.opts.JetStream)
+			if err != nil {
+				return nil, err
+			}
+			c.beats = t
+		}
+		beats, err := c.beats.Beats(wctx)
+		switch {
+		case err == nil:
+			c.beatsBehind = 0
+		case attempt == 1 && ctx.Err() == nil && wctx.Err() == nil && errors.Is(err, hostbeat.ErrWatchEnded):
+			continue // replaced above, in what is left of the wait
+		case ctx.Err() == nil && errors.Is(err, hostbeat.ErrBehind):
+			if c.beatsBehind++; c.beatsBehind >= beatsBehindPasses {
+				c.log.Warn("host heartbeat tracker stayed behind the bucket; starting another", "passes", c.beatsBehind, "err", err)
+				c.stopBeats()
+			}
+		}
+		return beats, err
 	}
-	return beats, err
 }
 
 // stopBeats stops the heartbeat tracker, if any.

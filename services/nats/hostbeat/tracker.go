@@ -23,6 +23,13 @@ var ErrStopped = errors.New("hostbeat: tracker stopped")
 // it no longer follows the bucket, and a new tracker is needed.
 var ErrWatchEnded = errors.New("hostbeat: bucket watcher ended")
 
+// ErrStalled is the error of a tracker whose watcher delivered nothing for
+// stallAfter while the bucket held values it had yet to deliver: its
+// consumer is gone or stuck (the NATS server that held it restarted, say),
+// and the client library would take up to two heartbeats (10 s) to make it
+// anew. The tracker has ended: Err returns it, and a new tracker is needed.
+var ErrStalled = fmt.Errorf("%w: stalled", ErrWatchEnded)
+
 // ErrBehind is the error of a Beats call whose context ended before the
 // tracker caught up with the bucket (its watcher is slow, stalled, or
 // served by a NATS server behind the bucket's leader). It wraps the
@@ -33,6 +40,12 @@ var ErrBehind = errors.New("hostbeat: tracker behind the bucket")
 // the bucket's last revision, checks which revisions are left to deliver (a
 // value removed before the watcher delivered it never is).
 const probeEvery = 200 * time.Millisecond
+
+// stallAfter is how long a watcher may deliver nothing while the bucket
+// holds a value past what it delivered before the tracker takes it for
+// stalled (ErrStalled). A watcher that is slow, not stalled, delivers
+// something: at 10,000 hosts the bucket takes 5,000 beats a second.
+const stallAfter = 2 * time.Second
 
 // stopDrain bounds how long a stopping tracker drains its watcher for the
 // subscription to close.
@@ -64,6 +77,10 @@ type Tracker struct {
 	stopErr  error           // the watcher's Stop error, for Stop
 	changed  chan struct{}   // closed (and replaced) when rev or err changes, if waiting
 	awaiting bool            // someone waits on changed
+
+	stallAfter   time.Duration // see stallAfter
+	pendingRev   uint64        // rev when a probe first found a later value in the bucket
+	pendingSince time.Time     // when; zero if none was found since rev last moved
 }
 
 // Track opens the bucket and starts tracking it until ctx ends or Stop is
@@ -82,6 +99,7 @@ func Track(ctx context.Context, js jetstream.JetStream) (*Tracker, error) {
 	t := &Tracker{
 		stream: st, nc: js.Conn(), ctx: rctx, cancel: cancel, done: make(chan struct{}), loaded: make(chan struct{}),
 		beats: map[string]Beat{}, ttl: st.CachedInfo().Config.MaxAge, changed: make(chan struct{}),
+		stallAfter: stallAfter,
 	}
 	go t.run(rctx, kv)
 	return t, nil
@@ -360,14 +378,43 @@ func (t *Tracker) reach(ctx context.Context, target uint64) error {
 				return fmt.Errorf("hostbeat: bucket state after revision %d: %w", rev, err)
 			case !found:
 				target = rev // the tracker has every value in the bucket
-			case m.Sequence > target:
-				// Nothing up to the target is left to deliver; what
-				// replaced it comes next. A stalled watcher never gets there.
-				target = m.Sequence
+			default:
+				if err := t.pending(rev, time.Now()); err != nil {
+					return err
+				}
+				if m.Sequence > target {
+					// Nothing up to the target is left to deliver; what
+					// replaced it comes next. A stalled watcher never
+					// gets there.
+					target = m.Sequence
+				}
 			}
 			probe.Reset(probeEvery)
 		}
 	}
+}
+
+// pending records that the bucket holds a value past rev, the revision the
+// tracker had applied when it asked, at now. If the tracker has applied
+// nothing since it first found one, stallAfter or more ago, its watcher
+// has stalled: the tracker ends with ErrStalled, which it returns.
+func (t *Tracker) pending(rev uint64, now time.Time) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.rev != rev:
+		return nil // it applied more since it asked
+	case t.pendingSince.IsZero() || t.pendingRev != rev:
+		t.pendingRev, t.pendingSince = rev, now
+		return nil
+	case t.stallAfter <= 0 || now.Sub(t.pendingSince) < t.stallAfter:
+		return nil
+	}
+	if t.err == nil {
+		t.err = fmt.Errorf("%w: the bucket held values past revision %d for %s, and none came", ErrStalled, rev, now.Sub(t.pendingSince).Round(time.Millisecond))
+		t.signalLocked()
+	}
+	return t.err
 }
 
 // Latest returns the beat of host (its id) the tracker has applied so far,

@@ -262,3 +262,83 @@ func TestTrackerDecodesBeatsWhenUsed(t *testing.T) {
 		t.Fatal("a second copy of the beat decoded it again")
 	}
 }
+
+// A tracker is stalled only once the bucket has held a value past the
+// revision it applied for stallAfter with nothing applied since: a
+// revision it moves past starts the count again, and so does a read
+// answered after it moved.
+func TestTrackerPendingCountsFromTheFirstValueItMissed(t *testing.T) {
+	tr := &Tracker{rev: 5, stallAfter: 2 * time.Second, changed: make(chan struct{})}
+	at := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	steps := []struct {
+		rev     uint64 // what the tracker has applied now
+		asked   uint64 // what it had when it asked the bucket
+		after   time.Duration
+		stalled bool
+	}{
+		{5, 5, 0, false},                       // first found behind: the count starts
+		{5, 5, 1999 * time.Millisecond, false}, // not yet
+		{6, 5, 2500 * time.Millisecond, false}, // it applied one while the read was out
+		{6, 6, 3 * time.Second, false},         // behind at 6: the count starts again
+		{6, 6, 4 * time.Second, false},
+		{6, 6, 5 * time.Second, true}, // 2 s at 6 with nothing applied
+	}
+	for i, s := range steps {
+		tr.rev = s.rev
+		err := tr.pending(s.asked, at.Add(s.after))
+		if got := errors.Is(err, ErrStalled); got != s.stalled {
+			t.Fatalf("step %d (applied %d, asked at %d, %s in): %v, want stalled %v", i, s.rev, s.asked, s.after, err, s.stalled)
+		}
+	}
+	if err := tr.Err(); !errors.Is(err, ErrStalled) || !errors.Is(err, ErrWatchEnded) {
+		t.Fatalf("the tracker's error after it stalled: %v", err)
+	}
+}
+
+// A tracker whose watcher stalls ends with ErrStalled (a new one is
+// needed) stallAfter after it first finds a value it has not got, instead
+// of waiting until its caller gives up. The stall is real: the watcher's
+// consumer is paused on the server.
+func TestTrackerWhoseWatcherStallsEnds(t *testing.T) {
+	_, js := natstest.Connect(t, natstest.Start(t))
+	kv, err := setUp(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Put(t.Context(), kv, "h1", Beat{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := Track(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := tr.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if _, err := tr.Beats(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(t.Context(), streamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range st.ConsumerNames(t.Context()).Name() {
+		if _, err := st.PauseConsumer(t.Context(), name, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Put(t.Context(), kv, "h2", Beat{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	got, err := tr.Beats(ctx)
+	if !errors.Is(err, ErrStalled) || ctx.Err() != nil {
+		t.Fatalf("a stalled watcher's tracker served %+v, %v (its wait: %v)", got, err, ctx.Err())
+	}
+	if err := tr.Err(); !errors.Is(err, ErrStalled) {
+		t.Fatalf("the tracker's error: %v", err)
+	}
+}
