@@ -21,14 +21,16 @@ import (
 // it can reach, and the client is never told. Calls observed as failing
 // for longer than After, on a connection that knows other servers, make it
 // reconnect elsewhere (at most once per After); a leader seen cut off from
-// its peers (ErrCutOff) makes it reconnect at once.
+// its peers (ErrCutOff) makes it reconnect at once. A failing stretch
+// starts when its first failed call began, not when it gave up: a call
+// that waits out a 5 s timeout has been failing for those 5 s.
 type Reconnector struct {
 	nc    *nats.Conn
 	after time.Duration
 	log   *slog.Logger
 
 	mu      sync.Mutex
-	failing time.Time // first failure since the last success; zero when none
+	failing time.Time // when the first failed call since the last success began; zero when none
 	forced  time.Time // last forced reconnect
 }
 
@@ -42,33 +44,34 @@ func NewReconnector(nc *nats.Conn, after time.Duration, log *slog.Logger) *Recon
 }
 
 // Observe records the outcome of a JetStream call made through the
-// connection, and reconnects when calls have failed for longer than After.
-// Errors that are refusals (not found, conflicts) count as answers.
-func (r *Reconnector) Observe(err error) {
+// connection, begun at began, and reconnects when calls have failed for
+// longer than After; it reports whether it did, so the caller can try
+// again at once on the new server. Errors that are refusals (not found,
+// conflicts) count as answers.
+func (r *Reconnector) Observe(began time.Time, err error) (moved bool) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	failed := err != nil && (unavailable(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, events.ErrUnavailable) || errors.Is(err, ErrCutOff))
 	if !failed {
 		r.failing = time.Time{}
-		return
+		return false
 	}
-	if r.failing.IsZero() {
-		r.failing = now
-		if !errors.Is(err, ErrCutOff) {
-			return
-		}
+	if r.failing.IsZero() || began.Before(r.failing) {
+		r.failing = began
 	}
 	cutOff := errors.Is(err, ErrCutOff) // seen, not inferred from silence: move at once
 	if (!cutOff && now.Sub(r.failing) < r.after) || now.Sub(r.forced) < r.after || !r.nc.IsConnected() || len(r.nc.Servers()) < 2 {
-		return
+		return false
 	}
 	r.log.Warn("JetStream has not answered through this NATS server; reconnecting to another",
 		"server", r.nc.ConnectedUrlRedacted(), "failing_for", now.Sub(r.failing).Round(time.Millisecond), "err", err)
 	if ferr := r.nc.ForceReconnect(); ferr != nil {
 		r.log.Warn("force reconnect", "err", ferr)
+		return false
 	}
 	r.forced, r.failing = now, time.Time{}
+	return true
 }
 
 // Watch probes JetStream through the connection every interval until ctx
@@ -86,6 +89,7 @@ func (r *Reconnector) Watch(ctx context.Context, js jetstream.JetStream, interva
 			return
 		case <-t.C:
 		}
+		began := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, interval)
 		s, err := js.Stream(pctx, events.StreamName)
 		cancel()
@@ -95,7 +99,7 @@ func (r *Reconnector) Watch(ctx context.Context, js jetstream.JetStream, interva
 		if err == nil {
 			err = Quorate(s.CachedInfo(), ReplicaSeenWithin)
 		}
-		r.Observe(err)
+		r.Observe(began, err)
 	}
 }
 

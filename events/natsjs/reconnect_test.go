@@ -1,6 +1,7 @@
 package natsjs_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -30,18 +31,18 @@ func TestReconnectorMovesAConnectionJetStreamFailsThrough(t *testing.T) {
 	r := natsjs.NewReconnector(nc, 200*time.Millisecond, nil)
 
 	wait.Holds(t, 500*time.Millisecond, "no reconnect on refusals", func() bool {
-		r.Observe(jetstream.ErrStreamNotFound)
+		r.Observe(time.Now(), jetstream.ErrStreamNotFound)
 		return nc.Stats().Reconnects == 0
 	})
-	r.Observe(jetstream.ErrNoStreamResponse)
-	r.Observe(nil) // an answer ends the failing stretch
+	r.Observe(time.Now(), jetstream.ErrNoStreamResponse)
+	r.Observe(time.Now(), nil) // an answer ends the failing stretch
 	wait.Holds(t, 300*time.Millisecond, "no reconnect after a blip that ended", func() bool {
 		return nc.Stats().Reconnects == 0
 	})
 
 	from := nc.ConnectedServerName()
 	wait.For(t, 10*time.Second, "the connection to move after failing for longer than After", func() bool {
-		r.Observe(jetstream.ErrNoStreamResponse)
+		r.Observe(time.Now(), jetstream.ErrNoStreamResponse)
 		return nc.Stats().Reconnects == 1 && nc.IsConnected()
 	})
 	if to := nc.ConnectedServerName(); to == from {
@@ -52,8 +53,24 @@ func TestReconnectorMovesAConnectionJetStreamFailsThrough(t *testing.T) {
 	// on the first observation (After here is far longer than the test).
 	rc := natsjs.NewReconnector(nc, time.Hour, nil)
 	before := nc.Stats().Reconnects
-	rc.Observe(fmt.Errorf("probe: %w", natsjs.ErrCutOff))
+	rc.Observe(time.Now(), fmt.Errorf("probe: %w", natsjs.ErrCutOff))
 	wait.For(t, 10*time.Second, "the connection to move on a leader cut off", func() bool {
+		return nc.Stats().Reconnects == before+1 && nc.IsConnected()
+	})
+
+	// A stretch counts from when its first failed call began: one call
+	// that waited longer than After before it failed moves the connection
+	// on its own (the agents' heartbeat puts waited 5 s each, and moved
+	// 7.5 s after a server was cut off instead of 6).
+	rs := natsjs.NewReconnector(nc, time.Second, nil)
+	before = nc.Stats().Reconnects
+	if rs.Observe(time.Now().Add(-500*time.Millisecond), jetstream.ErrNoStreamResponse) {
+		t.Fatal("moved after a call that failed for half of After")
+	}
+	if !natsjs.NewReconnector(nc, time.Second, nil).Observe(time.Now().Add(-1100*time.Millisecond), context.DeadlineExceeded) {
+		t.Fatal("did not move after a call that failed for longer than After")
+	}
+	wait.For(t, 10*time.Second, "the connection to move after one long failed call", func() bool {
 		return nc.Stats().Reconnects == before+1 && nc.IsConnected()
 	})
 
@@ -62,7 +79,7 @@ func TestReconnectorMovesAConnectionJetStreamFailsThrough(t *testing.T) {
 	lone, _ := natstest.Connect(t, single)
 	rl := natsjs.NewReconnector(lone, 50*time.Millisecond, nil)
 	wait.Holds(t, 300*time.Millisecond, "no reconnect of a connection to a single server", func() bool {
-		rl.Observe(jetstream.ErrNoStreamResponse)
+		rl.Observe(time.Now(), jetstream.ErrNoStreamResponse)
 		return lone.Stats().Reconnects == 0
 	})
 }

@@ -127,9 +127,11 @@ type Options struct {
 	// would cost the NATS server 20,000 requests/s (docs/scaling.md).
 	SyncInterval time.Duration
 	// ObserveJetStream, if set, is told the outcome of every heartbeat put
-	// (natsjs.Reconnector.Observe: a connection to a NATS server cut off
-	// from the cluster moves to another).
-	ObserveJetStream func(error)
+	// and when the put began (natsjs.Reconnector.Observe: a connection to a
+	// NATS server cut off from the cluster moves to another); when it
+	// reports that the connection moved, the agent puts the beat again at
+	// once, through the new server.
+	ObserveJetStream func(began time.Time, err error) (moved bool)
 	// OutboxDir keeps events while NATS is unreachable; default LogDir/outbox.
 	OutboxDir string
 	// OutboxMax bounds the events kept; default 100000.
@@ -652,9 +654,10 @@ func (a *Agent) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
 		if !skip {
 			var b hostbeat.Beat
 			b, list = a.beat(list)
-			err := hostbeat.Put(ctx, kv, a.opts.HostID, b)
-			if a.opts.ObserveJetStream != nil && ctx.Err() == nil {
-				a.opts.ObserveJetStream(err)
+			moved, err := a.putBeat(ctx, kv, b)
+			if err != nil && moved && ctx.Err() == nil {
+				a.log.Warn("host heartbeat failed; putting it again through another NATS server", "err", err)
+				_, err = a.putBeat(ctx, kv, b)
 			}
 			if err != nil {
 				if ctx.Err() == nil {
@@ -678,6 +681,23 @@ func (a *Agent) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
 		case <-t.C:
 		}
 	}
+}
+
+// putBeat stores b as the host's beat, bounded by the heartbeat interval
+// (at least a second): a beat later than that is late anyway, and a put
+// left to the client's 5 s default delays by as much the reconnect that
+// moves the agent off a NATS server cut off from the others. It tells
+// ObserveJetStream the outcome, and reports whether that moved the
+// connection.
+func (a *Agent) putBeat(ctx context.Context, kv jetstream.KeyValue, b hostbeat.Beat) (moved bool, err error) {
+	began := time.Now() // a duration: the monotonic clock, not Options.Clock
+	pctx, cancel := context.WithTimeout(ctx, max(a.opts.HeartbeatInterval, time.Second))
+	defer cancel()
+	err = hostbeat.Put(pctx, kv, a.opts.HostID, b)
+	if a.opts.ObserveJetStream != nil && ctx.Err() == nil {
+		moved = a.opts.ObserveJetStream(began, err)
+	}
+	return moved, err
 }
 
 // beat is the host's heartbeat now: the servers the agent supervises, then

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/nats/hostbeat"
+	kit "github.com/tetherhq/tether/services/testkit/stack"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
@@ -79,4 +81,64 @@ func TestHeartbeatCarriesInventoryAndCanBePaused(t *testing.T) {
 	})
 	paused.Store(false)
 	wait.For(t, 10*time.Second, "beats to resume", func() bool { return read().Stored.After(stored) })
+}
+
+// A heartbeat put that failed and moved the agent's connection to another
+// NATS server (ObserveJetStream said so) is put again at once, not at the
+// next beat: the host's heartbeat gap is the time to move, not that plus
+// an interval. Here the first put fails for real (the bucket refuses a
+// value that large) and the hook, as a move to a sound server, lifts the
+// limit; the interval is an hour, so only the second put can store it.
+// The hook is told when each put began.
+func TestAHeartbeatThatMovedTheConnectionIsPutAgainAtOnce(t *testing.T) {
+	k := kit.New(t, kit.WithCommands())
+	st, err := k.JS.Stream(k.Ctx, "KV_"+hostbeat.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	limited := cfg
+	limited.MaxMsgSize = 8
+	if _, err := k.JS.UpdateStream(k.Ctx, limited); err != nil {
+		t.Fatal(err)
+	}
+	type call struct {
+		began time.Time
+		err   error
+	}
+	var mu sync.Mutex
+	var calls []call
+	h := &harness{t: t, ctx: k.Ctx, js: k.JS, store: k.Store, bus: k.Commands}
+	h.startAgent(func(o *agent.Options) {
+		o.HeartbeatInterval = time.Hour
+		o.ObserveJetStream = func(began time.Time, err error) bool {
+			mu.Lock()
+			calls = append(calls, call{began, err})
+			first := len(calls) == 1
+			mu.Unlock()
+			if !first || err == nil {
+				return false
+			}
+			if _, err := k.JS.UpdateStream(k.Ctx, cfg); err != nil {
+				t.Error(err)
+			}
+			return true
+		}
+	})
+	kv, err := hostbeat.Open(h.ctx, h.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "h1's beat in the bucket", func() bool {
+		_, err := kv.Get(h.ctx, "h1")
+		return err == nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 2 || calls[0].err == nil || calls[1].err != nil {
+		t.Fatalf("puts observed: %+v, want one failed then one stored", calls)
+	}
+	if !calls[0].began.Before(calls[1].began) {
+		t.Fatalf("the second put began at %s, not after the first (%s)", calls[1].began, calls[0].began)
+	}
 }
