@@ -56,15 +56,21 @@ func readyTimeoutSeconds(p *eventsv1.HealthPolicy) int64 {
 }
 
 // SameHealthContract reports whether two health policies judge servers
-// alike: equal but for a ready timeout's 0 and the value it stands for.
-// Setting the timeout to its default's value starts no rollout, and
-// neither lifts a failing fleet's backoff nor makes its earlier start
-// failures stop counting.
+// alike: equal but for a ready timeout's 0 and the value it stands for,
+// or both disabled (a disabled policy's periods and timeouts judge
+// nothing). Such a change starts no rollout, and neither lifts a failing
+// fleet's backoff nor makes its earlier start failures stop counting.
 func SameHealthContract(a, b *eventsv1.HealthPolicy) bool {
 	if proto.Equal(a, b) {
 		return true
 	}
-	if a == nil || b == nil || readyTimeoutSeconds(a) != readyTimeoutSeconds(b) {
+	if a == nil || b == nil {
+		return false
+	}
+	if a.GetDisabled() && b.GetDisabled() {
+		return true
+	}
+	if readyTimeoutSeconds(a) != readyTimeoutSeconds(b) {
 		return false
 	}
 	ra, rb := proto.CloneOf(a), proto.CloneOf(b)

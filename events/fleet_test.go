@@ -617,12 +617,44 @@ func TestDecideFleetPlacementBlocked(t *testing.T) {
 	}
 }
 
+// A fleet whose health checking is disabled judges its servers by none of
+// the policy's periods and timeouts: changing one records the spec and
+// replaces no server; enabling the checks does.
+func TestDecideFleetUpdateOfADisabledHealthPolicy(t *testing.T) {
+	spec := minimalSpec()
+	spec.Health = &eventsv1.HealthPolicy{Disabled: true}
+	state := createdFleet(t, spec)
+	for _, tc := range []struct {
+		name   string
+		health *eventsv1.HealthPolicy
+		paths  []string
+		want   []string
+	}{
+		{"ready timeout", &eventsv1.HealthPolicy{Disabled: true, ReadyTimeoutSeconds: 900}, []string{"health.ready_timeout_seconds"}, []string{"FleetUpdated"}},
+		{"period", &eventsv1.HealthPolicy{Disabled: true, PeriodSeconds: 30}, []string{"health.period_seconds"}, []string{"FleetUpdated"}},
+		{"enabled", &eventsv1.HealthPolicy{}, []string{"health.disabled"}, []string{"FleetUpdated", "FleetRolloutStarted"}},
+	} {
+		out, err := events.DecideFleet(fleetName, state, events.UpdateFleet{Spec: &eventsv1.FleetSpec{Health: tc.health}, Paths: tc.paths})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := types(out); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: events = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestSameHealthContract(t *testing.T) {
 	short := &eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3}
 	long := &eventsv1.HealthPolicy{InitialDelaySeconds: 600, PeriodSeconds: 5, FailureThreshold: 3} // 0 stands for 615 s
 	with := func(p *eventsv1.HealthPolicy, timeout int32) *eventsv1.HealthPolicy {
 		c := proto.CloneOf(p)
 		c.ReadyTimeoutSeconds = timeout
+		return c
+	}
+	disabled := func(p *eventsv1.HealthPolicy) *eventsv1.HealthPolicy {
+		c := proto.CloneOf(p)
+		c.Disabled = true
 		return c
 	}
 	for _, tc := range []struct {
@@ -638,6 +670,9 @@ func TestSameHealthContract(t *testing.T) {
 		{"0 set as 0", short, with(short, 0), true},
 		{"a period apart", short, &eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 6, FailureThreshold: 3}, false},
 		{"one missing", short, nil, false},
+		{"both disabled, timeouts apart", disabled(with(short, 60)), disabled(with(short, 900)), true},
+		{"both disabled, periods apart", disabled(short), disabled(long), true},
+		{"disabled and enabled", disabled(short), short, false},
 	} {
 		if got := events.SameHealthContract(tc.a, tc.b); got != tc.want {
 			t.Errorf("%s: SameHealthContract = %v, want %v", tc.name, got, tc.want)
