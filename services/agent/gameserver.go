@@ -448,26 +448,38 @@ func (gs *gameServer) notifyLocked() {
 	gs.changed = make(chan struct{})
 }
 
-// refresh folds events other writers appended since the last known sequence.
+// refresh folds events other writers appended since the last known
+// sequence. Like confirm, it holds the server's lock only to fold: a read
+// through a connection that has just gone down waits out its timeout, and
+// the process's exit, its health and its commands must not wait behind it
+// (the periodic sync reads every server, and a test's process exit waited
+// so for more than 10 s). While NATS is away it reads nothing: the outbox's
+// publisher rebuilds the server's state once its events are out.
 func (gs *gameServer) refresh(ctx context.Context) {
-	gs.mu.Lock()
-	defer gs.mu.Unlock()
-	if err := gs.refreshLocked(ctx); err != nil {
+	if err := gs.readNewer(ctx, gs.a.opts.Store.History); err != nil && !errors.Is(err, errNATSDown) {
 		gs.log.Warn("read game server history", "err", err)
 	}
 }
 
+// refreshLocked is refresh with the server's lock held throughout, for a
+// decision that must see every event before it decides again (an append
+// refused on its guard).
 func (gs *gameServer) refreshLocked(ctx context.Context) error {
 	return gs.foldNewer(ctx, gs.a.opts.Store.History)
 }
 
 // confirm folds the events the stream's leader holds after the last known
 // sequence (CurrentHistory): for a decision on the agent's copy that
-// appends nothing (a refusal), which no append's guard checks. The
-// server's lock is not held while the stream is read (health evaluation
-// and commands go on); what was folded meanwhile is skipped. While NATS
-// is away it fails at once.
+// appends nothing (a refusal), which no append's guard checks.
 func (gs *gameServer) confirm(ctx context.Context) error {
+	return gs.readNewer(ctx, gs.a.opts.Store.CurrentHistory)
+}
+
+// readNewer folds the events read by read after the last known sequence.
+// The server's lock is not held while the stream is read (health
+// evaluation and commands go on); what was folded meanwhile is skipped.
+// While NATS is away it fails at once, with errNATSDown.
+func (gs *gameServer) readNewer(ctx context.Context, read func(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)) error {
 	if !gs.a.natsUp() {
 		return errNATSDown
 	}
@@ -477,7 +489,7 @@ func (gs *gameServer) confirm(ctx context.Context) error {
 	if resync {
 		return nil // its queued events are not in the stream yet; rebuild follows the outbox
 	}
-	hist, err := gs.a.opts.Store.CurrentHistory(ctx, gs.subject, from+1)
+	hist, err := read(ctx, gs.subject, from+1)
 	if err != nil {
 		return err
 	}
