@@ -452,7 +452,8 @@ func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, e
 // servers run and how they are judged: the template, or the health
 // contract (SameHealthContract). Such a change makes a new revision (a
 // rollout) and ends a failing fleet's backoff (it may be what failed); a
-// ready timeout set to the value its 0 stood for does neither.
+// ready timeout set to the value its 0 stood for, or any change to a
+// disabled health policy's periods and timeouts, does neither.
 func runChanges(prev, next *eventsv1.FleetSpec, changed []string) []string {
 	var what []string
 	if slices.Contains(changed, "template") {

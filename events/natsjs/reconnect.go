@@ -29,9 +29,10 @@ type Reconnector struct {
 	after time.Duration
 	log   *slog.Logger
 
-	mu      sync.Mutex
-	failing time.Time // when the first failed call since the last success began; zero when none
-	forced  time.Time // last forced reconnect
+	mu       sync.Mutex
+	failing  time.Time // when the first failed call since the last success began; zero when none
+	answered time.Time // last success
+	forced   time.Time // last forced reconnect
 }
 
 // NewReconnector watches nc; after is how long JetStream may fail before
@@ -54,8 +55,15 @@ func (r *Reconnector) Observe(began time.Time, err error) (moved bool) {
 	defer r.mu.Unlock()
 	failed := err != nil && (unavailable(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, events.ErrUnavailable) || errors.Is(err, ErrCutOff))
 	if !failed {
-		r.failing = time.Time{}
+		r.failing, r.answered = time.Time{}, now
 		return false
+	}
+	// A call begun before the last answer or move failed on what came
+	// before it: the stretch starts after them.
+	for _, after := range []time.Time{r.answered, r.forced} {
+		if began.Before(after) {
+			began = after
+		}
 	}
 	if r.failing.IsZero() || began.Before(r.failing) {
 		r.failing = began
@@ -66,11 +74,11 @@ func (r *Reconnector) Observe(began time.Time, err error) (moved bool) {
 	}
 	r.log.Warn("JetStream has not answered through this NATS server; reconnecting to another",
 		"server", r.nc.ConnectedUrlRedacted(), "failing_for", now.Sub(r.failing).Round(time.Millisecond), "err", err)
+	r.forced, r.failing = now, time.Time{} // tried: the next try waits After, whatever came of this one
 	if ferr := r.nc.ForceReconnect(); ferr != nil {
 		r.log.Warn("force reconnect", "err", ferr)
 		return false
 	}
-	r.forced, r.failing = now, time.Time{}
 	return true
 }
 

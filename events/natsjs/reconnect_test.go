@@ -67,6 +67,13 @@ func TestReconnectorMovesAConnectionJetStreamFailsThrough(t *testing.T) {
 	if rs.Observe(time.Now().Add(-500*time.Millisecond), jetstream.ErrNoStreamResponse) {
 		t.Fatal("moved after a call that failed for half of After")
 	}
+	// A call begun before the last answer failed on what came before it:
+	// its stretch starts at the answer.
+	ra := natsjs.NewReconnector(nc, time.Second, nil)
+	ra.Observe(time.Now(), nil)
+	if ra.Observe(time.Now().Add(-1100*time.Millisecond), context.DeadlineExceeded) {
+		t.Fatal("moved on a call that began before the last answer")
+	}
 	if !natsjs.NewReconnector(nc, time.Second, nil).Observe(time.Now().Add(-1100*time.Millisecond), context.DeadlineExceeded) {
 		t.Fatal("did not move after a call that failed for longer than After")
 	}

@@ -657,6 +657,7 @@ func (a *Agent) heartbeat(ctx context.Context, kv jetstream.KeyValue) error {
 			moved, err := a.putBeat(ctx, kv, b)
 			if err != nil && moved && ctx.Err() == nil {
 				a.log.Warn("host heartbeat failed; putting it again through another NATS server", "err", err)
+				b, list = a.beat(list) // as of now: the failed put may have taken an interval
 				_, err = a.putBeat(ctx, kv, b)
 			}
 			if err != nil {

@@ -31,9 +31,9 @@ var ErrWatchEnded = errors.New("hostbeat: bucket watcher ended")
 var ErrStalled = fmt.Errorf("%w: stalled", ErrWatchEnded)
 
 // ErrBehind is the error of a Beats call whose context ended before the
-// tracker caught up with the bucket (its watcher is slow, stalled, or
-// served by a NATS server behind the bucket's leader). It wraps the
-// context's error too.
+// tracker caught up with the bucket (its watcher is slow, stalled for less
+// than stallAfter, or served by a NATS server behind the bucket's leader).
+// It wraps the context's error too.
 var ErrBehind = errors.New("hostbeat: tracker behind the bucket")
 
 // probeEvery is how often Beats, while it waits for the tracker to reach
@@ -288,8 +288,9 @@ func (t *Tracker) waitLocked() <-chan struct{} {
 //
 // It returns an error if the tracker has ended (Err), if the leader that
 // answered is cut off from its replicas (natsjs.Quorate: it would answer
-// from its past), or if ctx ends before it has caught up (a stalled
-// watcher never does). The map is the caller's; the inventories in it
+// from its past), if the watcher stalls (ErrStalled, which ends the
+// tracker: nothing delivered for stallAfter while the bucket holds a
+// value past it), or if ctx ends before it has caught up (ErrBehind). The map is the caller's; the inventories in it
 // (Inv) are shared and must not be modified.
 func (t *Tracker) Beats(ctx context.Context) (map[string]Beat, error) {
 	t.mu.Lock()
@@ -414,6 +415,7 @@ func (t *Tracker) pending(rev uint64, now time.Time) error {
 		t.err = fmt.Errorf("%w: the bucket held values past revision %d for %s, and none came", ErrStalled, rev, now.Sub(t.pendingSince).Round(time.Millisecond))
 		t.signalLocked()
 	}
+	t.cancel() // stops the watcher: Done closes once run has returned
 	return t.err
 }
 

@@ -268,7 +268,9 @@ func TestTrackerDecodesBeatsWhenUsed(t *testing.T) {
 // revision it moves past starts the count again, and so does a read
 // answered after it moved.
 func TestTrackerPendingCountsFromTheFirstValueItMissed(t *testing.T) {
-	tr := &Tracker{rev: 5, stallAfter: 2 * time.Second, changed: make(chan struct{})}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	tr := &Tracker{rev: 5, stallAfter: 2 * time.Second, changed: make(chan struct{}), ctx: ctx, cancel: cancel}
 	at := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	steps := []struct {
 		rev     uint64 // what the tracker has applied now
@@ -292,6 +294,9 @@ func TestTrackerPendingCountsFromTheFirstValueItMissed(t *testing.T) {
 	}
 	if err := tr.Err(); !errors.Is(err, ErrStalled) || !errors.Is(err, ErrWatchEnded) {
 		t.Fatalf("the tracker's error after it stalled: %v", err)
+	}
+	if ctx.Err() == nil {
+		t.Fatal("a stalled tracker's watcher was not stopped")
 	}
 }
 
@@ -340,5 +345,13 @@ func TestTrackerWhoseWatcherStallsEnds(t *testing.T) {
 	}
 	if err := tr.Err(); !errors.Is(err, ErrStalled) {
 		t.Fatalf("the tracker's error: %v", err)
+	}
+	select {
+	case <-tr.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a stalled tracker's watcher still runs 10s later")
+	}
+	if err := tr.Err(); !errors.Is(err, ErrStalled) {
+		t.Fatalf("the tracker's error once done: %v", err)
 	}
 }

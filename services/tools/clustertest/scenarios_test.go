@@ -17,7 +17,6 @@ import (
 
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/sdk/go/apiclient"
-	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/testkit/netns"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
@@ -527,11 +526,12 @@ func (c *cluster) restart(p *proc) (exited time.Time) {
 }
 
 // rejoined waits until NATS node p, whose old process exited at exited,
-// is a current member again of the events stream's group and of every
-// agent's command consumer's group (those keep their state in memory, so
-// a restarted node takes it again from the others), then until every
-// events stream replica is current. A rolling restart that stops the next
-// node before then takes away what the cluster's majority holds.
+// is a current member again of every replicated stream's group and of
+// every replicated consumer's (the agents' command consumers keep their
+// state in memory, so a restarted node takes it again from the others),
+// then until every events stream replica is current. A rolling restart
+// that stops the next node before then takes away what the cluster's
+// majority holds.
 //
 // A follower counts only once its group's leader has heard from it since
 // exited: before that the leader still reports what the old process last
@@ -539,37 +539,54 @@ func (c *cluster) restart(p *proc) (exited time.Time) {
 // it is gone (a CI run stopped all three nodes within 1.1 s so).
 func (c *cluster) rejoined(p *proc, exited time.Time) {
 	c.t.Helper()
-	wait.Until(c.t, time.Minute, p.name+" to rejoin the events stream and the command consumers", func() error {
-		info, err := c.streamInfo(p)
-		if err != nil {
-			return err
-		}
-		if err := member(info.Cluster, p.name, exited); err != nil {
-			return fmt.Errorf("events stream: %w", err)
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+	wait.Until(c.t, time.Minute, p.name+" to rejoin every replicated stream and consumer", func() error {
+		// Taken before the leaders answer: an acknowledgement they report
+		// must be younger than the new process, however long they take.
+		since := time.Since(exited)
+		ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
 		defer cancel()
-		s, err := c.jetStream(p).Stream(ctx, commands.StreamName)
-		if err != nil {
-			return err
-		}
-		consumers := s.ListConsumers(ctx)
-		for ci := range consumers.Info() {
-			if ci.Cluster != nil && len(ci.Cluster.Replicas)+1 < len(c.nats) {
-				continue // not on every node: an ephemeral reader's
+		js := c.jetStream(p)
+		streams := js.ListStreams(ctx)
+		for si := range streams.Info() {
+			if si.Config.Replicas < len(c.nats) {
+				continue
 			}
-			if err := member(ci.Cluster, p.name, exited); err != nil {
-				return fmt.Errorf("command consumer %s: %w", ci.Name, err)
+			if err := member(si.Cluster, p.name, since); err != nil {
+				return fmt.Errorf("stream %s: %w", si.Config.Name, err)
+			}
+			s, err := js.Stream(ctx, si.Config.Name)
+			if err != nil {
+				return err
+			}
+			names, infos := 0, 0
+			for range s.ConsumerNames(ctx).Name() {
+				names++
+			}
+			consumers := s.ListConsumers(ctx)
+			for ci := range consumers.Info() {
+				infos++
+				if ci.Cluster != nil && len(ci.Cluster.Replicas)+1 < len(c.nats) {
+					continue // not on every node: an ephemeral reader's
+				}
+				if err := member(ci.Cluster, p.name, since); err != nil {
+					return fmt.Errorf("consumer %s > %s: %w", si.Config.Name, ci.Name, err)
+				}
+			}
+			if err := consumers.Err(); err != nil {
+				return err
+			}
+			if infos < names {
+				return fmt.Errorf("stream %s: %d consumers named, %d answered for (the others offline)", si.Config.Name, names, infos)
 			}
 		}
-		return consumers.Err()
+		return streams.Err()
 	})
 	c.replicasCurrent(time.Minute)
 }
 
 // member says why node is not a current member of the group described by
-// info, heard from by its leader since exited; nil if it is.
-func member(info *jetstream.ClusterInfo, node string, exited time.Time) error {
+// info, heard from by its leader within since; nil if it is.
+func member(info *jetstream.ClusterInfo, node string, since time.Duration) error {
 	if info == nil {
 		return errors.New("no cluster information")
 	}
@@ -580,7 +597,7 @@ func member(info *jetstream.ClusterInfo, node string, exited time.Time) error {
 		if r.Name != node {
 			continue
 		}
-		if r.Offline || !r.Current || r.Active > time.Since(exited) {
+		if r.Offline || !r.Current || r.Active > since {
 			return fmt.Errorf("replica %s: offline %v, current %v, last active %s ago", r.Name, r.Offline, r.Current, r.Active.Round(time.Millisecond))
 		}
 		return nil
