@@ -121,8 +121,9 @@ func (m *Member) Slice() Slice {
 	return m.slice
 }
 
-// Run writes the key every TTL/3 and follows the others until ctx ends;
-// then it deletes the key (with a short deadline of its own) so that the
+// Run writes the key every TTL/3 and follows the others until ctx ends
+// (watching anew when a write of its own key has not come back through
+// the watch by the next write: the watch stalled); then it deletes the key (with a short deadline of its own) so that the
 // others take over its slice at once. It returns the error that stopped
 // it: a write or a watch that failed. The slice falls back to Whole when
 // Run returns.
@@ -144,6 +145,7 @@ func (m *Member) Run(ctx context.Context) (err error) {
 	defer func() { _ = w.Stop() }() // the watch ends with Run; nothing to report
 	write := time.NewTicker(m.ttl / 3)
 	defer write.Stop()
+	unechoed := false // the last write of our key has not come back through the watch
 	for {
 		select {
 		case <-ctx.Done():
@@ -153,15 +155,34 @@ func (m *Member) Run(ctx context.Context) (err error) {
 				return fmt.Errorf("replicas: the watch of %s ended", Bucket)
 			}
 			if e != nil {
+				if e.Key() == m.id {
+					unechoed = false
+				}
 				m.observe(e.Key(), e.Operation() == jetstream.KeyValuePut)
 			}
 		case <-write.C:
+			if unechoed {
+				// A whole interval and our own write never came back: the
+				// watch has stalled (its consumer was lost with a NATS
+				// server, which the client makes anew only after two
+				// missed 5 s heartbeats; meanwhile every other replica
+				// would age out, and this one take the whole).
+				m.log.Warn("api replica set: the watch delivered not even this replica's own write; watching anew", "replica", m.id)
+				_ = w.Stop() // replaced: whatever it says no longer matters
+				if w, err = m.kv.WatchAll(ctx); err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return fmt.Errorf("replicas: watch %s again: %w", Bucket, err)
+				}
+			}
 			if _, err := m.kv.PutString(ctx, m.id, m.id); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
 				return fmt.Errorf("replicas: write key %s: %w", m.id, err)
 			}
+			unechoed = true
 			m.observe("", false) // age out the silent
 		}
 	}

@@ -108,3 +108,46 @@ func TestSlotSpreads(t *testing.T) {
 		}
 	}
 }
+
+// A replica whose watch stalls (its consumer lost with a NATS server; here
+// paused on the server) watches anew once its own write has not come back
+// by the next one, and sees a replica that joined meanwhile. Without that
+// it would hear from no other replica until the client library made the
+// consumer anew, and take the whole in the meantime.
+func TestAReplicaWhoseWatchStallsWatchesAnew(t *testing.T) {
+	_, js := natstest.Connect(t, natstest.Start(t))
+	ctx := context.Background()
+	if err := replicas.Setup(ctx, js, time.Second, 1); err != nil {
+		t.Fatal(err)
+	}
+	join := func(id string) *replicas.Member {
+		m, err := replicas.Join(ctx, js, id, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, m)
+		return m
+	}
+	a, b := join("api-a"), join("api-b")
+	wait.For(t, 10*time.Second, "both replicas see two", func() bool {
+		return a.Slice().Count == 2 && b.Slice().Count == 2
+	})
+	st, err := js.Stream(ctx, "KV_"+replicas.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused := 0
+	for name := range st.ConsumerNames(ctx).Name() {
+		if _, err := st.PauseConsumer(ctx, name, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		paused++
+	}
+	if paused != 2 {
+		t.Fatalf("paused %d watches, want both replicas'", paused)
+	}
+	c := join("api-c")
+	wait.For(t, 10*time.Second, "every replica to see three", func() bool {
+		return a.Slice().Count == 3 && b.Slice().Count == 3 && c.Slice().Count == 3
+	})
+}
