@@ -381,6 +381,9 @@ func TestCluster(t *testing.T) {
 		t.Logf("NATS minority partition: the majority elected a new events stream leader %s and had a meta leader %s after %s (meta leader then: %q) was isolated",
 			elected.Round(time.Millisecond), metaElected.Round(time.Millisecond), node, meta)
 	})
+	t.Run("g2 isolate the NATS node most agents are connected to", func(t *testing.T) {
+		c.agentsNodeCut(t)
+	})
 	t.Run("h restart PostgreSQL", func(t *testing.T) {
 		var down time.Duration
 		c.scenario(t, "PostgreSQL restart", func() {

@@ -1,0 +1,219 @@
+package clustertest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/services/nats/hostbeat"
+	"github.com/tetherhq/tether/services/testkit/netns"
+	"github.com/tetherhq/tether/services/testkit/wait"
+)
+
+// unreachableAfter is production's default host-unreachable-after: a host
+// whose heartbeat gap is longer has its servers taken out of allocation.
+// (The test's control plane runs with 5 s, to see the effect sooner.)
+const unreachableAfter = 10 * time.Second
+
+// agentsNodeCut isolates from the other two the NATS node most agents are
+// connected to. It keeps its clients, which are not told: the agents on
+// it find out only by their heartbeat puts failing, and must move to
+// another node and beat through it within production's
+// host-unreachable-after. The node is made not to lead the heartbeat
+// bucket first, so what the gaps show is the agents' move, not an
+// election every host would wait for.
+func (c *cluster) agentsNodeCut(t *testing.T) {
+	var p *proc
+	var moved []string
+	var gaps map[string]time.Duration
+	c.scenario(t, "the agents' NATS node cut off", func() {
+		byNode, err := c.agentsOn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range c.nats {
+			if p == nil || len(byNode[n.name]) > len(byNode[p.name]) {
+				p = n
+			}
+		}
+		moved = byNode[p.name]
+		c.notLeading(p, "KV_"+hostbeat.Bucket)
+		var majority *proc
+		var others []*netns.Host
+		for _, n := range c.nats {
+			if n != p {
+				majority = n
+				others = append(others, n.host)
+			}
+		}
+		stopGaps := c.beatGaps(majority)
+		p.host.Isolate(others...)
+		rejoined := false
+		defer func() {
+			if !rejoined { // a failure before the rejoin below
+				p.host.Rejoin(others...)
+			}
+		}()
+		wait.Until(t, time.Minute, "every agent on "+p.name+" to move to another node", func() error {
+			now, err := c.agentsOn()
+			if err != nil {
+				return err
+			}
+			for _, a := range moved {
+				if !slices.ContainsFunc(others, func(h *netns.Host) bool { return slices.Contains(now[nodeOn(c.nats, h)], a) }) {
+					return fmt.Errorf("%s not on another node yet", a)
+				}
+			}
+			return nil
+		})
+		c.hold(2 * time.Second) // a beat through the new node, at most an interval after the move's own
+		gaps = stopGaps()
+		p.host.Rejoin(others...)
+		rejoined = true
+		c.replicasCurrent(time.Minute)
+	}, 10*time.Second)
+	var report []string
+	for _, h := range slices.Sorted(maps.Keys(gaps)) {
+		report = append(report, fmt.Sprintf("%s %s", h, gaps[h].Round(time.Millisecond)))
+	}
+	t.Logf("the agents' NATS node cut off: %s isolated with %d agents on it (%s); longest heartbeat gap per host: %s",
+		p.name, len(moved), strings.Join(moved, ", "), strings.Join(report, ", "))
+	if len(moved) == 0 {
+		t.Fatal("no agent was on the busiest NATS node")
+	}
+	for _, a := range moved {
+		host := strings.TrimPrefix(a, agentConnPrefix)
+		if g, ok := gaps[host]; !ok || g >= unreachableAfter {
+			t.Errorf("%s, on the cut-off node, went %s without a heartbeat (seen %v), against production's host-unreachable-after %s", host, g, ok, unreachableAfter)
+		}
+	}
+}
+
+// agentConnPrefix starts an agent's NATS connection name; the host id
+// follows.
+const agentConnPrefix = "tether-agent-"
+
+// agentsOn returns, by NATS node name, the agents' connection names on
+// it, from each node's monitoring port (/connz). A node that does not
+// answer is an error: the test cannot tell where its agents are.
+func (c *cluster) agentsOn() (map[string][]string, error) {
+	client := http.Client{Timeout: 2 * time.Second}
+	out := map[string][]string{}
+	for _, n := range c.nats {
+		resp, err := client.Get(fmt.Sprintf("http://%s:%d/connz?limit=1024", n.host.IP, monitorPort))
+		if err != nil {
+			return nil, fmt.Errorf("%s /connz: %w", n.name, err)
+		}
+		var connz struct {
+			Connections []struct {
+				Name string `json:"name"`
+			} `json:"connections"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&connz)
+		_ = resp.Body.Close() // decoded or failed above
+		if err != nil {
+			return nil, fmt.Errorf("%s /connz: %w", n.name, err)
+		}
+		for _, conn := range connz.Connections {
+			if strings.HasPrefix(conn.Name, agentConnPrefix) {
+				out[n.name] = append(out[n.name], conn.Name)
+			}
+		}
+	}
+	return out, nil
+}
+
+// nodeOn is the name of the NATS node on host h.
+func nodeOn(nodes []*proc, h *netns.Host) string {
+	for _, n := range nodes {
+		if n.host == h {
+			return n.name
+		}
+	}
+	return ""
+}
+
+// notLeading makes node give up the leadership of stream, if it has it,
+// and waits until another node leads it.
+func (c *cluster) notLeading(node *proc, stream string) {
+	c.t.Helper()
+	nc := c.jetStream(node).Conn()
+	wait.Until(c.t, 30*time.Second, node.name+" not to lead "+stream, func() error {
+		ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+		defer cancel()
+		s, err := c.jetStream(node).Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		info := s.CachedInfo()
+		if info.Cluster == nil || info.Cluster.Leader == "" {
+			return fmt.Errorf("%s has no leader", stream)
+		}
+		if info.Cluster.Leader != node.name {
+			return nil
+		}
+		if _, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil); err != nil {
+			return fmt.Errorf("step down: %w", err)
+		}
+		return fmt.Errorf("%s led %s; asked it to step down", node.name, stream)
+	})
+}
+
+// beatGaps reads every host's heartbeat through node every 100 ms (a
+// direct get, answered by the bucket's replicas) until the returned stop
+// is called, and returns each host's longest gap between two beats in a
+// row, by the times the stream stored them. A host beats every 2 s, so
+// none is missed between two reads.
+func (c *cluster) beatGaps(node *proc) (stop func() map[string]time.Duration) {
+	c.t.Helper()
+	kv, err := c.jetStream(node).KeyValue(c.ctx, hostbeat.Bucket)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	var mu sync.Mutex
+	last, gaps := map[string]time.Time{}, map[string]time.Duration{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			for _, a := range c.agents {
+				gctx, gcancel := context.WithTimeout(ctx, time.Second)
+				e, err := kv.Get(gctx, a.name)
+				gcancel()
+				if err != nil {
+					continue // read again at the next tick
+				}
+				mu.Lock()
+				if prev, ok := last[a.name]; ok && e.Created().After(prev) {
+					gaps[a.name] = max(gaps[a.name], e.Created().Sub(prev))
+				}
+				if e.Created().After(last[a.name]) {
+					last[a.name] = e.Created()
+				}
+				mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() map[string]time.Duration {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return gaps
+	}
+}
