@@ -169,12 +169,14 @@ func (m *Member) Run(ctx context.Context) (err error) {
 				// would age out, and this one take the whole).
 				m.log.Warn("api replica set: the watch delivered not even this replica's own write; watching anew", "replica", m.id)
 				_ = w.Stop() // replaced: whatever it says no longer matters
-				if w, err = m.kv.WatchAll(ctx); err != nil {
+				again, err := m.kv.WatchAll(ctx)
+				if err != nil { // w stays the stopped watcher: the deferred Stop needs one
 					if ctx.Err() != nil {
 						return nil
 					}
 					return fmt.Errorf("replicas: watch %s again: %w", Bucket, err)
 				}
+				w = again
 			}
 			if _, err := m.kv.PutString(ctx, m.id, m.id); err != nil {
 				if ctx.Err() != nil {
