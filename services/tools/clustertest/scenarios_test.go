@@ -168,6 +168,7 @@ func (l *load) check(t *testing.T, scenario string) {
 // and applied, and no server ended for a reason the test did not cause.
 func (c *cluster) audit(scenario string) {
 	c.t.Helper()
+	c.auditRunning(scenario)
 	c.auditStream(scenario)
 	c.auditTerminations(scenario)
 	var endpoints []string
@@ -197,6 +198,26 @@ func (c *cluster) scenario(t *testing.T, name string, fn func(), settle time.Dur
 	l.check(t, name)
 	t.Logf("%s: %s", name, lag)
 	c.audit(name)
+}
+
+// auditRunning checks that every component's process runs: a scenario
+// starts again whatever it stops, so one that has exited did so on its
+// own (a crash, whose panic is in its log). Its clients would retry
+// another replica and hide it until the scenario that needs it.
+func (c *cluster) auditRunning(scenario string) {
+	c.t.Helper()
+	for _, group := range [][]*proc{c.nats, c.apis, c.projectors, c.controllers, c.agents} {
+		for _, p := range group {
+			p.mu.Lock()
+			done := p.done
+			p.mu.Unlock()
+			select {
+			case <-done:
+				c.t.Errorf("%s: %s exited on its own (its log: %s)", scenario, p.name, p.log)
+			default:
+			}
+		}
+	}
 }
 
 // hold lets the load run for d: a duration the scenario chose, not a wait
