@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/services/nats/hostbeat"
+	"github.com/tetherhq/tether/services/testkit/natstest"
 	kit "github.com/tetherhq/tether/services/testkit/stack"
 )
 
@@ -84,18 +85,7 @@ func stalledTracker(t *testing.T) (c *Controller, first *hostbeat.Tracker, writt
 	if _, err := c.readBeats(ctx); err != nil {
 		t.Fatalf("first read: %v", err)
 	}
-	stream, err := js.Stream(ctx, "KV_"+hostbeat.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	paused := 0
-	for name := range stream.ConsumerNames(ctx).Name() {
-		if _, err := stream.PauseConsumer(ctx, name, time.Now().Add(time.Hour)); err != nil {
-			t.Fatal(err)
-		}
-		paused++
-	}
-	if paused != 1 {
+	if paused := natstest.StallConsumers(t, js, "KV_"+hostbeat.Bucket); paused != 1 {
 		t.Fatalf("paused %d consumers of the bucket, want the tracker's watcher alone", paused)
 	}
 	written = time.Unix(2, 0)

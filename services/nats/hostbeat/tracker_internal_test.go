@@ -29,15 +29,7 @@ func TestTrackerWaitLoadsInitialValues(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tr, err := Track(t.Context(), js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := tr.Stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	tr := track(t, js)
 	if err := tr.Wait(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -199,6 +191,21 @@ func TestTrackerWaitsForWhatReplacedAValuePassedOver(t *testing.T) {
 	}
 }
 
+// track starts a tracker of the bucket, stopped when the test ends.
+func track(t *testing.T, js jetstream.JetStream) *Tracker {
+	t.Helper()
+	tr, err := Track(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tr.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return tr
+}
+
 // playedTracker returns a bucket on a server of its own and a tracker of
 // it whose watcher the test plays: it has loaded its initial values (none)
 // and applies only what the test gives it (apply).
@@ -313,26 +320,12 @@ func TestTrackerWhoseWatcherStallsEnds(t *testing.T) {
 	if err := Put(t.Context(), kv, "h1", Beat{}); err != nil {
 		t.Fatal(err)
 	}
-	tr, err := Track(t.Context(), js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := tr.Stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	tr := track(t, js)
 	if _, err := tr.Beats(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	st, err := js.Stream(t.Context(), streamName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name := range st.ConsumerNames(t.Context()).Name() {
-		if _, err := st.PauseConsumer(t.Context(), name, time.Now().Add(time.Hour)); err != nil {
-			t.Fatal(err)
-		}
+	if paused := natstest.StallConsumers(t, js, streamName); paused != 1 {
+		t.Fatalf("paused %d consumers of the bucket, want the tracker's watcher alone", paused)
 	}
 	if err := Put(t.Context(), kv, "h2", Beat{}); err != nil {
 		t.Fatal(err)

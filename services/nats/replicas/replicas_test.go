@@ -132,18 +132,7 @@ func TestAReplicaWhoseWatchStallsWatchesAnew(t *testing.T) {
 	wait.For(t, 10*time.Second, "both replicas see two", func() bool {
 		return a.Slice().Count == 2 && b.Slice().Count == 2
 	})
-	st, err := js.Stream(ctx, "KV_"+replicas.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	paused := 0
-	for name := range st.ConsumerNames(ctx).Name() {
-		if _, err := st.PauseConsumer(ctx, name, time.Now().Add(time.Hour)); err != nil {
-			t.Fatal(err)
-		}
-		paused++
-	}
-	if paused != 2 {
+	if paused := natstest.StallConsumers(t, js, "KV_"+replicas.Bucket); paused != 2 {
 		t.Fatalf("paused %d watches, want both replicas'", paused)
 	}
 	c := join("api-c")

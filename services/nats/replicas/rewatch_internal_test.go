@@ -46,22 +46,11 @@ func TestARewatchThatFailsEndsRun(t *testing.T) {
 	}
 	kv := &failingRewatch{KeyValue: m.kv}
 	m.kv = kv
-	st, err := js.Stream(ctx, "KV_"+Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
 	// Stall the watch once it exists: its consumer paused on the server.
 	wait.For(t, 10*time.Second, "the watch's consumer, paused", func() bool {
-		paused := false
-		for name := range st.ConsumerNames(ctx).Name() {
-			if _, err := st.PauseConsumer(ctx, name, time.Now().Add(time.Hour)); err != nil {
-				t.Fatal(err)
-			}
-			paused = true
-		}
-		return paused
+		return natstest.StallConsumers(t, js, "KV_"+Bucket) > 0
 	})
 	select {
 	case err := <-done:

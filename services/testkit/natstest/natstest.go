@@ -135,3 +135,29 @@ func BehindReplica(t testing.TB, js jetstream.JetStream, stream, subject string)
 		return err == nil && info.State.Msgs > 0
 	})
 }
+
+// StallConsumers pauses every consumer of stream on the server for an
+// hour and returns how many there were: what their clients see of a
+// consumer lost with a NATS node, or of a node that stopped delivering
+// (nothing, and no error). Consumers made afterwards are not paused.
+func StallConsumers(t testing.TB, js jetstream.JetStream, stream string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatalf("natstest: stall the consumers of %s: %v", stream, err)
+	}
+	n := 0
+	names := s.ConsumerNames(ctx)
+	for name := range names.Name() {
+		if _, err := s.PauseConsumer(ctx, name, time.Now().Add(time.Hour)); err != nil {
+			t.Fatalf("natstest: pause %s > %s: %v", stream, name, err)
+		}
+		n++
+	}
+	if err := names.Err(); err != nil {
+		t.Fatalf("natstest: the consumers of %s: %v", stream, err)
+	}
+	return n
+}
