@@ -1,7 +1,9 @@
 package apiserver
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -25,28 +27,67 @@ import (
 // tracker (no NATS, or the bucket unreachable) the views' times stand.
 type liveBeats struct {
 	tracker atomic.Pointer[hostbeat.Tracker]
+	// checkEvery is how often the tracker is made to catch up with the
+	// bucket (Beats), so that a watcher that stalled (its consumer lost
+	// with a NATS node) ends it and a new one is started, instead of the
+	// beats showing stale until the client library makes the consumer
+	// anew; default beatsCheckEvery.
+	checkEvery time.Duration
 }
 
+// beatsCheckEvery is the default of liveBeats.checkEvery: one stream info
+// request to the bucket's leader each, per API replica.
+const beatsCheckEvery = 10 * time.Second
+
 // run follows the bucket until ctx ends, starting a new tracker whenever
-// one ends (its watcher stopped with its connection).
+// one ends: its watcher stopped with its connection (a new one 5 s
+// later), or stalled (a new one at once).
 func (b *liveBeats) run(ctx context.Context, js jetstream.JetStream, log *slog.Logger) {
 	const retry = 5 * time.Second
+	check := cmp.Or(b.checkEvery, beatsCheckEvery)
 	for ctx.Err() == nil {
 		t, err := hostbeat.Track(ctx, js)
 		if err != nil {
 			log.Debug("host heartbeats unavailable; showing the views' heartbeat times", "err", err)
 		} else {
 			b.tracker.Store(t)
-			select {
-			case <-ctx.Done():
-			case <-t.Done():
-				log.Debug("host heartbeat tracker ended; starting another", "err", t.Err())
-			}
+			b.follow(ctx, t, check, log)
 			b.tracker.Store(nil)
+			if errors.Is(t.Err(), hostbeat.ErrStalled) {
+				log.Info("host heartbeat tracker stalled; starting another", "err", t.Err())
+				if err := t.Stop(); err != nil { // ended already: Stop waits for its watcher's goroutine
+					log.Debug("stop the stalled host heartbeat tracker", "err", err)
+				}
+				continue
+			}
+			log.Debug("host heartbeat tracker ended; starting another", "err", t.Err())
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(retry):
+		}
+	}
+}
+
+// follow returns when ctx ends or t does, making t catch up with the
+// bucket every check: a stalled watcher ends it then (ErrStalled). A
+// catch-up that fails otherwise (NATS away, a slow watcher) changes
+// nothing: the tracker goes on showing what it has.
+func (b *liveBeats) follow(ctx context.Context, t *hostbeat.Tracker, check time.Duration, log *slog.Logger) {
+	tick := time.NewTicker(check)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Done():
+			return
+		case <-tick.C:
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second) // the stall shows within its first 2 s
+			if _, err := t.Beats(cctx); err != nil && ctx.Err() == nil {
+				log.Debug("host heartbeat tracker behind the bucket", "err", err)
+			}
+			cancel()
 		}
 	}
 }
