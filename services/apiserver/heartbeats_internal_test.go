@@ -31,7 +31,7 @@ func TestLiveBeatsReplaceAStalledTracker(t *testing.T) {
 		}
 	}
 	put(time.Unix(1, 0))
-	beats := &liveBeats{checkEvery: 100 * time.Millisecond}
+	beats := &liveBeats{} // checking every beatsCheckEvery
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); beats.run(ctx, js, slog.New(slog.DiscardHandler)) }()

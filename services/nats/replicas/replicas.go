@@ -146,6 +146,7 @@ func (m *Member) Run(ctx context.Context) (err error) {
 	write := time.NewTicker(m.ttl / 3)
 	defer write.Stop()
 	unechoed := false // the last write of our key has not come back through the watch
+	var wrote uint64  // its revision
 	for {
 		select {
 		case <-ctx.Done():
@@ -155,8 +156,8 @@ func (m *Member) Run(ctx context.Context) (err error) {
 				return fmt.Errorf("replicas: the watch of %s ended", Bucket)
 			}
 			if e != nil {
-				if e.Key() == m.id {
-					unechoed = false
+				if e.Key() == m.id && e.Revision() >= wrote {
+					unechoed = false // not an older value, as a new watch starts with
 				}
 				m.observe(e.Key(), e.Operation() == jetstream.KeyValuePut)
 			}
@@ -178,13 +179,14 @@ func (m *Member) Run(ctx context.Context) (err error) {
 				}
 				w = again
 			}
-			if _, err := m.kv.PutString(ctx, m.id, m.id); err != nil {
+			rev, err := m.kv.PutString(ctx, m.id, m.id)
+			if err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
 				return fmt.Errorf("replicas: write key %s: %w", m.id, err)
 			}
-			unechoed = true
+			unechoed, wrote = true, rev
 			m.observe("", false) // age out the silent
 		}
 	}

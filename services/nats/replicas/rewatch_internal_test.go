@@ -37,7 +37,7 @@ func (f *failingRewatch) WatchAll(ctx context.Context, opts ...jetstream.WatchOp
 func TestARewatchThatFailsEndsRun(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.Start(t))
 	ctx := t.Context()
-	if err := Setup(ctx, js, 300*time.Millisecond, 1); err != nil {
+	if err := Setup(ctx, js, 3*time.Second, 1); err != nil { // a write every second: an echo is never that late
 		t.Fatal(err)
 	}
 	m, err := Join(ctx, js, "api-a", nil)

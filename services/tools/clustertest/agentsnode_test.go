@@ -54,6 +54,7 @@ func (c *cluster) agentsNodeCut(t *testing.T) {
 			}
 		}
 		stopGaps := c.beatGaps(majority)
+		defer stopGaps() // on a failure before the stop below
 		p.host.Isolate(others...)
 		rejoined := false
 		defer func() {
@@ -167,10 +168,13 @@ func (c *cluster) notLeading(node *proc, stream string) {
 }
 
 // beatGaps reads every host's heartbeat through node every 100 ms (a
-// direct get, answered by the bucket's replicas) until the returned stop
-// is called, and returns each host's longest gap between two beats in a
-// row, by the times the stream stored them. A host beats every 2 s, so
-// none is missed between two reads.
+// direct get, answered by the bucket's replicas; one reader per host, so
+// a slow read delays no other host's) until the returned stop is called,
+// and returns each host's longest gap between two beats in a row, by the
+// times the stream stored them, the last beat to stop counting as one
+// (a host that never beat again shows its whole silence). A host beats
+// every 2 s, so none is missed between two reads. stop may be called
+// more than once.
 func (c *cluster) beatGaps(node *proc) (stop func() map[string]time.Duration) {
 	c.t.Helper()
 	kv, err := c.jetStream(node).KeyValue(c.ctx, hostbeat.Bucket)
@@ -180,38 +184,45 @@ func (c *cluster) beatGaps(node *proc) (stop func() map[string]time.Duration) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	var mu sync.Mutex
 	last, gaps := map[string]time.Time{}, map[string]time.Duration{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			for _, a := range c.agents {
+	var wg sync.WaitGroup
+	for _, a := range c.agents {
+		wg.Go(func() {
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for {
 				gctx, gcancel := context.WithTimeout(ctx, time.Second)
 				e, err := kv.Get(gctx, a.name)
 				gcancel()
-				if err != nil {
-					continue // read again at the next tick
+				if err == nil { // else read again at the next tick
+					mu.Lock()
+					if prev, ok := last[a.name]; ok && e.Created().After(prev) {
+						gaps[a.name] = max(gaps[a.name], e.Created().Sub(prev))
+					}
+					if e.Created().After(last[a.name]) {
+						last[a.name] = e.Created()
+					}
+					mu.Unlock()
 				}
-				mu.Lock()
-				if prev, ok := last[a.name]; ok && e.Created().After(prev) {
-					gaps[a.name] = max(gaps[a.name], e.Created().Sub(prev))
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
 				}
-				if e.Created().After(last[a.name]) {
-					last[a.name] = e.Created()
-				}
-				mu.Unlock()
 			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+		})
+	}
+	var once sync.Once
 	return func() map[string]time.Duration {
-		cancel()
-		<-done
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			now := time.Now()
+			for _, a := range c.agents {
+				if at, ok := last[a.name]; ok {
+					gaps[a.name] = max(gaps[a.name], now.Sub(at))
+				}
+			}
+		})
 		mu.Lock()
 		defer mu.Unlock()
 		return gaps
