@@ -53,7 +53,7 @@ func (b *liveBeats) run(ctx context.Context, js jetstream.JetStream, log *slog.L
 			log.Debug("host heartbeats unavailable; showing the views' heartbeat times", "err", err)
 		} else {
 			b.tracker.Store(t)
-			b.follow(ctx, t, check, log)
+			follow(ctx, t, check, log)
 			b.tracker.Store(nil)
 			if errors.Is(t.Err(), hostbeat.ErrStalled) {
 				log.Info("host heartbeat tracker stalled; starting another", "err", t.Err())
@@ -75,7 +75,7 @@ func (b *liveBeats) run(ctx context.Context, js jetstream.JetStream, log *slog.L
 // bucket every check: a stalled watcher ends it then (ErrStalled). A
 // catch-up that fails otherwise (NATS away, a slow watcher) changes
 // nothing: the tracker goes on showing what it has.
-func (b *liveBeats) follow(ctx context.Context, t *hostbeat.Tracker, check time.Duration, log *slog.Logger) {
+func follow(ctx context.Context, t *hostbeat.Tracker, check time.Duration, log *slog.Logger) {
 	tick := time.NewTicker(check)
 	defer tick.Stop()
 	for {

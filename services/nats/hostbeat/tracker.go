@@ -290,8 +290,9 @@ func (t *Tracker) waitLocked() <-chan struct{} {
 // answered is cut off from its replicas (natsjs.Quorate: it would answer
 // from its past), if the watcher stalls (ErrStalled, which ends the
 // tracker: nothing delivered for stallAfter while the bucket holds a
-// value past it), or if ctx ends before it has caught up (ErrBehind). The map is the caller's; the inventories in it
-// (Inv) are shared and must not be modified.
+// value past it), or if ctx ends before it has caught up (ErrBehind).
+// The map is the caller's; the inventories in it (Inv) are shared and
+// must not be modified.
 func (t *Tracker) Beats(ctx context.Context) (map[string]Beat, error) {
 	t.mu.Lock()
 	from := t.rev // skips after this may hide a value stored before the call

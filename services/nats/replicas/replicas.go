@@ -123,10 +123,10 @@ func (m *Member) Slice() Slice {
 
 // Run writes the key every TTL/3 and follows the others until ctx ends
 // (watching anew when a write of its own key has not come back through
-// the watch by the next write: the watch stalled); then it deletes the key (with a short deadline of its own) so that the
-// others take over its slice at once. It returns the error that stopped
-// it: a write or a watch that failed. The slice falls back to Whole when
-// Run returns.
+// the watch by the next write: the watch stalled); then it deletes the
+// key (with a short deadline of its own) so that the others take over
+// its slice at once. It returns the error that stopped it: a write or a
+// watch that failed. The slice falls back to Whole when Run returns.
 func (m *Member) Run(ctx context.Context) (err error) {
 	defer func() {
 		m.mu.Lock()

@@ -44,31 +44,22 @@ func (c *cluster) agentsNodeCut(t *testing.T) {
 			}
 		}
 		moved = byNode[p.name]
-		c.notLeading(p, "KV_"+hostbeat.Bucket)
-		var majority *proc
-		var others []*netns.Host
-		for _, n := range c.nats {
-			if n != p {
-				majority = n
-				others = append(others, n.host)
-			}
+		if len(moved) == 0 {
+			t.Fatalf("no agent on the busiest NATS node: %v", byNode)
 		}
-		stopGaps := c.beatGaps(majority)
+		c.notLeading(p, "KV_"+hostbeat.Bucket)
+		majority := c.natsBut(p)
+		stopGaps := c.beatGaps(majority[0])
 		defer stopGaps() // on a failure before the stop below
-		p.host.Isolate(others...)
-		rejoined := false
-		defer func() {
-			if !rejoined { // a failure before the rejoin below
-				p.host.Rejoin(others...)
-			}
-		}()
+		heal := isolate(p, majority)
+		defer heal() // on a failure before the heal below
 		wait.Until(t, time.Minute, "every agent on "+p.name+" to move to another node", func() error {
 			now, err := c.agentsOn()
 			if err != nil {
 				return err
 			}
 			for _, a := range moved {
-				if !slices.ContainsFunc(others, func(h *netns.Host) bool { return slices.Contains(now[nodeOn(c.nats, h)], a) }) {
+				if !slices.ContainsFunc(majority, func(n *proc) bool { return slices.Contains(now[n.name], a) }) {
 					return fmt.Errorf("%s not on another node yet", a)
 				}
 			}
@@ -76,8 +67,7 @@ func (c *cluster) agentsNodeCut(t *testing.T) {
 		})
 		c.hold(2 * time.Second) // a beat through the new node, at most an interval after the move's own
 		gaps = stopGaps()
-		p.host.Rejoin(others...)
-		rejoined = true
+		heal()
 		c.replicasCurrent(time.Minute)
 	}, 10*time.Second)
 	var report []string
@@ -86,9 +76,6 @@ func (c *cluster) agentsNodeCut(t *testing.T) {
 	}
 	t.Logf("the agents' NATS node cut off: %s isolated with %d agents on it (%s); longest heartbeat gap per host: %s",
 		p.name, len(moved), strings.Join(moved, ", "), strings.Join(report, ", "))
-	if len(moved) == 0 {
-		t.Fatal("no agent was on the busiest NATS node")
-	}
 	for _, a := range moved {
 		host := strings.TrimPrefix(a, agentConnPrefix)
 		if g, ok := gaps[host]; !ok || g >= unreachableAfter {
@@ -131,14 +118,28 @@ func (c *cluster) agentsOn() (map[string][]string, error) {
 	return out, nil
 }
 
-// nodeOn is the name of the NATS node on host h.
-func nodeOn(nodes []*proc, h *netns.Host) string {
-	for _, n := range nodes {
-		if n.host == h {
-			return n.name
+// natsBut returns the NATS nodes but p.
+func (c *cluster) natsBut(p *proc) []*proc {
+	var out []*proc
+	for _, n := range c.nats {
+		if n != p {
+			out = append(out, n)
 		}
 	}
-	return ""
+	return out
+}
+
+// isolate cuts NATS node p off from the nodes given (its own clients
+// still reach it, and are not told) and returns what heals the cut, which
+// may be called more than once.
+func isolate(p *proc, from []*proc) (heal func()) {
+	var others []*netns.Host
+	for _, n := range from {
+		others = append(others, n.host)
+	}
+	p.host.Isolate(others...)
+	var once sync.Once
+	return func() { once.Do(func() { p.host.Rejoin(others...) }) }
 }
 
 // notLeading makes node give up the leadership of stream, if it has it,

@@ -17,7 +17,6 @@ import (
 
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/sdk/go/apiclient"
-	"github.com/tetherhq/tether/services/testkit/netns"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
@@ -355,22 +354,14 @@ func TestCluster(t *testing.T) {
 			node = c.streamLeader()
 			p := byName(c.nats, node)
 			meta, _ = c.metaLeader(p) // only reported: "" if p cannot tell
-			var majority []*proc
-			var others []*netns.Host
-			for _, n := range c.nats {
-				if n != p {
-					majority = append(majority, n)
-					others = append(others, n.host)
-				}
-			}
+			majority := c.natsBut(p)
 			cut := time.Now()
-			p.host.Isolate(others...)
-			rejoined := false
+			heal := isolate(p, majority)
 			defer func() {
-				if !rejoined { // a failure before the rejoin below
-					c.dumpNATS() // the nodes' view while partitioned
-					p.host.Rejoin(others...)
+				if t.Failed() {
+					c.dumpNATS() // the nodes' view, still partitioned if it failed before the heal below
 				}
+				heal()
 			}()
 			wait.Until(t, 30*time.Second, "the majority to elect an events stream leader", func() error {
 				info, err := c.streamInfo(majority[0])
@@ -395,8 +386,7 @@ func TestCluster(t *testing.T) {
 			})
 			metaElected = time.Since(cut)
 			c.hold(15 * time.Second)
-			p.host.Rejoin(others...)
-			rejoined = true
+			heal()
 			c.replicasCurrent(time.Minute)
 		}, 10*time.Second)
 		t.Logf("NATS minority partition: the majority elected a new events stream leader %s and had a meta leader %s after %s (meta leader then: %q) was isolated",
