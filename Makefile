@@ -13,6 +13,9 @@ OPENAPI      := services/apiserver/openapi
 BIN          := $(CURDIR)/bin
 GENERATED    := proto services/apiserver/openapi
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
+# gotestsum runs go test and repeats each failed test's output at the end,
+# where a CI log's last lines show it
+GOTESTSUM    := $(GO) run gotest.tools/gotestsum@v1.13.0
 
 .PHONY: all build run test test-short cluster-test fuzz lint breaking baseline generate check-generate tools bench chaos image clean
 
@@ -32,14 +35,14 @@ run: build
 
 ## test: every test, with the race detector
 test:
-	$(GO) test $(GOTEST_FLAGS) ./...
+	$(GOTESTSUM) --format standard-quiet -- $(GOTEST_FLAGS) ./...
 
 ## cluster-test: the HA topology on a network of Linux network namespaces
 ## (3 NATS nodes, PostgreSQL, 2 API replicas, 2 projectors, 2 controllers,
 ## 4 agent hosts), killing components under allocation load; needs root,
 ## and fails where it cannot run (make test skips it)
 cluster-test:
-	TETHER_CLUSTER_TEST=require $(GO) test -count=1 -v -timeout 20m -run '^TestCluster$$' ./services/tools/clustertest/
+	TETHER_CLUSTER_TEST=require $(GOTESTSUM) --format standard-verbose -- -count=1 -v -timeout 20m -run '^TestCluster$$' ./services/tools/clustertest/
 
 ## test-short: the inner loop: every test but the whole-stack and scale
 ## ones (-short), without the race detector, four packages at a time (they

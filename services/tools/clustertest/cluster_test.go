@@ -172,6 +172,10 @@ func startCluster(t *testing.T) *cluster {
 
 	// Processes stop before the namespaces go (cleanups run last first).
 	t.Cleanup(func() {
+		var view strings.Builder // the NATS nodes' view, asked before they stop
+		if t.Failed() {
+			c.dumpNATS(func(format string, args ...any) { fmt.Fprintf(&view, format+"\n", args...) })
+		}
 		for _, group := range [][]*proc{c.agents, c.apis, c.controllers, c.projectors, c.nats} {
 			for _, p := range group {
 				p.signal(t, syscall.SIGTERM)
@@ -180,11 +184,8 @@ func startCluster(t *testing.T) *cluster {
 		// A stopped agent leaves its game servers running (the next agent
 		// of the host deals with them); this test's are stopped here.
 		c.killGameServers()
-		if t.Failed() {
-			c.dumpLogs()
-		}
 		if t.Failed() || os.Getenv("TETHER_CLUSTER_KEEP_LOGS") != "" {
-			c.keepLogs()
+			c.keepLogs(t.Failed(), view.String())
 		}
 	})
 
@@ -287,13 +288,14 @@ func (c *cluster) killGameServers() {
 	}
 }
 
-// dumpLogs prints the tail of every component's log.
-func (c *cluster) dumpLogs() {
-	c.dumpNATS()
+// dumpLogs writes the tail of every component's log, and its last
+// warnings and errors, to w.
+func (c *cluster) dumpLogs(w io.Writer) {
 	for _, group := range [][]*proc{c.nats, c.apis, c.projectors, c.controllers, c.agents} {
 		for _, p := range group {
 			b, err := os.ReadFile(p.log)
 			if err != nil {
+				fmt.Fprintf(w, "--- %s: %v\n", p.name, err)
 				continue
 			}
 			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
@@ -303,7 +305,7 @@ func (c *cluster) dumpLogs() {
 					problems = append(problems, l)
 				}
 			}
-			c.t.Logf("--- %s (last 30 lines)\n%s\n--- %s (last 40 warnings and errors)\n%s", p.name, strings.Join(lines[max(0, len(lines)-30):], "\n"),
+			fmt.Fprintf(w, "--- %s (last 30 lines)\n%s\n--- %s (last 40 warnings and errors)\n%s\n", p.name, strings.Join(lines[max(0, len(lines)-30):], "\n"),
 				p.name, strings.Join(problems[max(0, len(problems)-40):], "\n"))
 		}
 	}
@@ -311,11 +313,12 @@ func (c *cluster) dumpLogs() {
 
 // keepLogs copies every component's log (and the agents' game server
 // logs) out of the test's temporary directory, which is removed, into a
-// directory that stays, and says where.
-func (c *cluster) keepLogs() {
+// directory that stays, and says where; after a failure it adds the NATS
+// nodes' view (natsView) and each log's tail (tailsFile).
+func (c *cluster) keepLogs(failed bool, natsView string) {
 	dst, err := os.MkdirTemp("", "tether-cluster-logs-")
 	if err != nil {
-		c.t.Logf("keep logs: %v", err)
+		c.root.Logf("keep logs: %v", err)
 		return
 	}
 	err = filepath.WalkDir(c.dir, func(path string, d fs.DirEntry, err error) error {
@@ -337,30 +340,48 @@ func (c *cluster) keepLogs() {
 		return os.WriteFile(to, b, 0o644)
 	})
 	if err != nil {
-		c.t.Logf("keep logs: %v", err)
+		c.root.Logf("keep logs: %v", err)
 	}
-	c.t.Logf("logs kept in %s", dst)
+	if failed {
+		// The tails go to a file rather than the test's output, whose
+		// last lines are then the failures (make cluster-test repeats
+		// each failed subtest's output at the end).
+		var tails strings.Builder
+		tails.WriteString(natsView)
+		c.dumpLogs(&tails)
+		if err := os.WriteFile(filepath.Join(dst, tailsFile), []byte(tails.String()), 0o644); err != nil {
+			c.root.Logf("keep logs: %v", err)
+		}
+		c.root.Logf("logs kept in %s; the NATS nodes' view and each component's last lines in %s", dst, tailsFile)
+		return
+	}
+	c.root.Logf("logs kept in %s", dst)
 }
 
-// dumpNATS logs each NATS node's view of the cluster: its routes and the
-// events stream's replicas and leader, as its monitoring port reports them.
-func (c *cluster) dumpNATS() {
+// tailsFile is where keepLogs puts the NATS nodes' view and each
+// component's last lines after a failure.
+const tailsFile = "tails.txt"
+
+// dumpNATS writes each NATS node's view of the cluster with logf: its
+// routes and the events stream's replicas and leader, as its monitoring
+// port reports them.
+func (c *cluster) dumpNATS(logf func(format string, args ...any)) {
 	client := http.Client{Timeout: 2 * time.Second}
 	for _, p := range c.nats {
 		for _, path := range []string{"/routez", "/jsz?streams=true&consumers=false&raft=true"} {
 			url := fmt.Sprintf("http://%s:%d%s", p.host.IP, monitorPort, path)
 			resp, err := client.Get(url)
 			if err != nil {
-				c.t.Logf("--- %s %s: %v", p.name, path, err)
+				logf("--- %s %s: %v", p.name, path, err)
 				continue
 			}
 			b, err := io.ReadAll(resp.Body)
 			_ = resp.Body.Close() // read in full or failed above
 			if err != nil {
-				c.t.Logf("--- %s %s: %v", p.name, path, err)
+				logf("--- %s %s: %v", p.name, path, err)
 				continue
 			}
-			c.t.Logf("--- %s %s\n%s", p.name, path, b)
+			logf("--- %s %s\n%s", p.name, path, b)
 		}
 	}
 }

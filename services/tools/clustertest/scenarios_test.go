@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/status"
 
+	"github.com/tetherhq/tether/events/natsjs"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/sdk/go/apiclient"
 	"github.com/tetherhq/tether/services/testkit/wait"
@@ -76,9 +77,13 @@ func (l *load) record(start time.Time, name string, err error) {
 }
 
 // callDeadline is the load's deadline on each allocation, as a
-// matchmaker's: long enough to ride out a NATS election (4-9 s), during
-// which the API waits for the events stream instead of failing.
-const callDeadline = 10 * time.Second
+// matchmaker's should be: longer than the API waits for the events stream
+// (natsjs.DefaultUnavailableWait), so a call made when the stream loses
+// its leader rides out the election (4-9 s, and up to 10 s seen here
+// under load) and succeeds, or is answered UNAVAILABLE. A shorter one
+// (10 s until 2026-11-28) can run out while the API still waits: a
+// failed call of a slow election, not of an unavailable API.
+const callDeadline = natsjs.DefaultUnavailableWait + 3*time.Second
 
 // run allocates with callers goroutines, each every interval, until ctx ends.
 func (l *load) run(ctx context.Context, c *cluster, callers int, interval time.Duration) {
@@ -359,7 +364,7 @@ func TestCluster(t *testing.T) {
 			heal := isolate(p, majority)
 			defer func() {
 				if t.Failed() {
-					c.dumpNATS() // the nodes' view, still partitioned if it failed before the heal below
+					c.dumpNATS(t.Logf) // the nodes' view, still partitioned if it failed before the heal below
 				}
 				heal()
 			}()
