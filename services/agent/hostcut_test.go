@@ -14,13 +14,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/nats/commands"
+	"github.com/tetherhq/tether/services/testkit/natstest"
 	kit "github.com/tetherhq/tether/services/testkit/stack"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
@@ -117,15 +117,7 @@ func newCutHost(t *testing.T) (*harness, *cuttableLink) {
 	t.Helper()
 	k := kit.New(t, kit.WithCommands())
 	link := newCuttableLink(t, k.NATS.ClientURL())
-	nc, err := nats.Connect(link.url(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.ConnectURL(t, link.url(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	store, err := natsjs.New(k.Ctx, js, natsjs.Options{UnavailableWait: -1})
 	if err != nil {
 		t.Fatal(err)

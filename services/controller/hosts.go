@@ -13,7 +13,8 @@ import (
 )
 
 // planHosts turns host heartbeats into liveness verdicts (DESIGN.md §4):
-// a host silent for UnreachableAfter becomes UNREACHABLE (its servers keep
+// a host silent for UnreachableAfter (counted from no earlier than the
+// heartbeat bucket's last election) becomes UNREACHABLE (its servers keep
 // running and are not replaced: the control plane merely lost sight of
 // them); silent for LostAfter it becomes LOST and its live servers are
 // terminated with HOST_LOST, so the fleets replace them; a heartbeat brings
@@ -35,12 +36,21 @@ func (p planner) planHosts(s snapshot, out *Plan) map[string]eventsv1.HostStatus
 		beat := s.beats[id]
 		last := s.heard[id]
 		silent := s.now.Sub(last)
+		// What counts against the host is its silence since the bucket
+		// could take its beats: after an election of the bucket's leader
+		// (4-9 s, while no host could beat) every host has UnreachableAfter
+		// again. Only the verdicts of silence use it: coming back ONLINE
+		// takes a beat.
+		counted := silent
+		if last.Before(s.beatsSince) {
+			counted = s.now.Sub(s.beatsSince)
+		}
 		var cmd events.HostCommand
 		switch st := h.State.GetStatus(); {
 		case (st == eventsv1.HostStatus_HOST_STATUS_ONLINE || st == eventsv1.HostStatus_HOST_STATUS_DRAINING ||
-			st == eventsv1.HostStatus_HOST_STATUS_DRAINED) && silent > p.unreachableAfter:
+			st == eventsv1.HostStatus_HOST_STATUS_DRAINED) && counted > p.unreachableAfter:
 			cmd = events.MarkHostUnreachable{LastHeartbeat: last}
-		case st == eventsv1.HostStatus_HOST_STATUS_UNREACHABLE && silent > p.lostAfter:
+		case st == eventsv1.HostStatus_HOST_STATUS_UNREACHABLE && counted > p.lostAfter:
 			cmd = events.MarkHostLost{LastHeartbeat: last}
 		case (st == eventsv1.HostStatus_HOST_STATUS_UNREACHABLE || st == eventsv1.HostStatus_HOST_STATUS_LOST) && silent <= p.unreachableAfter:
 			if inv := beat.Inv(); inv != nil && inv.Queued > 0 {

@@ -18,6 +18,7 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/nats/hostbeat"
+	kit "github.com/tetherhq/tether/services/testkit/stack"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
@@ -377,5 +378,68 @@ func TestControllerStoppedBeforeItStartsStopsCleanly(t *testing.T) {
 	cancel()
 	if err := c.Run(ctx); err != nil {
 		t.Fatalf("a controller stopped before it started returned %v", err)
+	}
+}
+
+// A host's silence counts from no earlier than the heartbeat bucket's
+// last election: while the bucket has no leader no host can beat (4-9 s
+// after its node dies), and a new controller pass would otherwise take
+// every host for unreachable at once. Here a host goes silent, the
+// bucket's leader steps down (an election, without the wait of a dead
+// node's) once the host's silence is most of UnreachableAfter, and the
+// host is marked UNREACHABLE only UnreachableAfter after the election.
+func TestHostSilenceCountsFromTheBeatsBucketElection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node NATS cluster")
+	}
+	w := newWorld(t, kit.WithNATSCluster(3))
+	w.host("h1", 4)
+	beats := w.beat("h1")
+	const unreachable = 2 * time.Second
+	c := w.controller("c1", func(o *controller.Options) { o.UnreachableAfter, o.LostAfter = unreachable, time.Minute })
+	c.passes(t, 2) // h1's beats seen
+
+	beats.on["h1"].Store(false)
+	silent := time.Now() // at most a beat interval (50 ms) after h1's last beat
+	select {             // most of UnreachableAfter: a duration, not a wait for an outcome
+	case <-time.After(unreachable * 3 / 4):
+	case <-t.Context().Done():
+		return
+	}
+	if got := w.hostEvents("hosts/h1"); count(got, "HostUnreachable") != 0 {
+		t.Fatalf("h1 unreachable after %s of silence, before UnreachableAfter: %v", time.Since(silent), got)
+	}
+	stream, err := w.JS.Stream(w.Ctx, "KV_"+hostbeat.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := stream.CachedInfo().Cluster.Leader
+	stepped := time.Now()
+	if _, err := w.Conn.RequestWithContext(w.Ctx, "$JS.API.STREAM.LEADER.STEPDOWN.KV_"+hostbeat.Bucket, nil); err != nil {
+		t.Fatal(err)
+	}
+	wait.Until(t, 20*time.Second, "h1 unreachable", func() error {
+		if got := w.hostEvents("hosts/h1"); count(got, "HostUnreachable") == 0 {
+			return fmt.Errorf("h1's events: %v", got)
+		}
+		return nil
+	})
+	hist, err := w.Store.History(w.Ctx, events.MustSubject("hosts/h1"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := hist[len(hist)-1]
+	if marked.Type != "HostUnreachable" {
+		t.Fatalf("h1's last event %s, want HostUnreachable", marked.Type)
+	}
+	info, err := stream.Info(w.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("bucket leader %s → %s; h1 silent from %s, stepped down at %s, marked unreachable at %s",
+		before, info.Cluster.Leader, silent.Format("15:04:05.000"), stepped.Format("15:04:05.000"), marked.Time.Format("15:04:05.000"))
+	if marked.Time.Before(stepped.Add(unreachable)) {
+		t.Fatalf("h1 marked unreachable %s after the bucket's election began, %s after its last beat: its silence counted from before the election",
+			marked.Time.Sub(stepped).Round(time.Millisecond), marked.Time.Sub(silent).Round(time.Millisecond))
 	}
 }

@@ -56,6 +56,10 @@ type snapshot struct {
 	// heard is, by host id, when a heartbeat was last known while this
 	// instance leads (a host first seen gets the time it was first seen).
 	heard map[string]time.Time
+	// beatsSince is when the heartbeat bucket's leader was elected (zero
+	// if unknown). No host could beat while the bucket had none, so a
+	// host's silence counts from no earlier than this.
+	beatsSince time.Time
 	// deletedFleets are the deleted fleets that still have live servers.
 	deletedFleets map[string]bool
 	// startNews is, by fleet, what the game servers changed since the last

@@ -382,6 +382,37 @@ func TestPlan(t *testing.T) {
 				message: "1 game servers wait: no host is ONLINE and uncordoned"}},
 		},
 		{
+			name: "a host silent since before the heartbeat bucket's election stays ONLINE until UnreachableAfter past it",
+			snapshot: func() snapshot {
+				s := snap(arena(1), []projections.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10))
+				s.heard["a"] = t0.Add(-DefaultUnreachableAfter - time.Second)
+				s.beatsSince = t0.Add(-DefaultUnreachableAfter + time.Second)
+				return s
+			},
+			want: nil,
+		},
+		{
+			name: "a host silent for UnreachableAfter past the heartbeat bucket's election is UNREACHABLE",
+			snapshot: func() snapshot {
+				s := snap(arena(1), []projections.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10))
+				s.heard["a"] = t0.Add(-DefaultLostAfter)
+				s.beatsSince = t0.Add(-DefaultUnreachableAfter - time.Second)
+				return s
+			},
+			want: []string{"host hosts/a@5 HostUnreachable"},
+		},
+		{
+			name: "an UNREACHABLE host is neither LOST nor back ONLINE within LostAfter of the heartbeat bucket's election",
+			snapshot: func() snapshot {
+				s := snap(arena(1), []projections.HostRow{hostRow("a", unreachable, 10, 1, 5), hostRow("b", online, 10, 0, 6)},
+					on("gs-1", ready, "a", 10))
+				s.heard["a"] = t0.Add(-DefaultLostAfter - time.Second)
+				s.beatsSince = t0.Add(-time.Second)
+				return s
+			},
+			want: nil,
+		},
+		{
 			name: "an UNREACHABLE host silent for LostAfter is LOST: its servers end and are replaced elsewhere",
 			snapshot: func() snapshot {
 				s := snap(arena(1), []projections.HostRow{hostRow("a", unreachable, 10, 1, 5), hostRow("b", online, 10, 0, 6)},

@@ -78,6 +78,7 @@ type Tracker struct {
 	changed  chan struct{}   // closed (and replaced) when rev or err changes, if waiting
 	awaiting bool            // someone waits on changed
 
+	leaderSince  time.Time     // when the bucket's leader was elected, as Beats last asked; zero if unknown
 	stallAfter   time.Duration // see stallAfter
 	pendingRev   uint64        // rev when a probe first found a later value in the bucket
 	pendingSince time.Time     // when; zero if none was found since rev last moved
@@ -337,6 +338,11 @@ func (t *Tracker) lastRevision(ctx context.Context) (uint64, time.Duration, erro
 	if err := natsjs.Quorate(info, natsjs.ReplicaSeenWithin); err != nil {
 		return 0, 0, fmt.Errorf("hostbeat: bucket state: %w", err)
 	}
+	if info.Cluster != nil && info.Cluster.LeaderSince != nil {
+		t.mu.Lock()
+		t.leaderSince = *info.Cluster.LeaderSince
+		t.mu.Unlock()
+	}
 	if info.State.Msgs == 0 {
 		return 0, info.Config.MaxAge, nil // every value expired or purged: nothing to wait for
 	}
@@ -418,6 +424,17 @@ func (t *Tracker) pending(rev uint64, now time.Time) error {
 	}
 	t.cancel() // stops the watcher: Done closes once run has returned
 	return t.err
+}
+
+// LeaderSince is when the bucket's leader was elected, as its last
+// answer to Beats said (the NATS server's clock), or zero if it did not
+// say (a server outside a cluster). While the bucket had no leader no
+// host could beat: a host's silence before then is the bucket's, not the
+// host's.
+func (t *Tracker) LeaderSince() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.leaderSince
 }
 
 // Latest returns the beat of host (its id) the tracker has applied so far,

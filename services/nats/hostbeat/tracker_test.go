@@ -16,6 +16,7 @@ import (
 
 	"github.com/tetherhq/tether/services/nats/hostbeat"
 	"github.com/tetherhq/tether/services/testkit/natstest"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // track starts a tracker stopped when the test ends.
@@ -341,4 +342,46 @@ func TestTrackerConcurrent(t *testing.T) {
 	if err := tr.Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A replicated bucket's tracker says when the bucket's leader was elected,
+// and a new election moves it: the controller counts a host's silence from
+// no earlier than that.
+func TestTrackerLeaderSinceFollowsElections(t *testing.T) {
+	nodes := natstest.StartCluster(t, 3)
+	nc, js := natstest.Connect(t, nodes[0])
+	ctx := t.Context()
+	if err := hostbeat.Setup(ctx, js, 3); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := hostbeat.Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hostbeat.Put(ctx, kv, "h1", hostbeat.Beat{Time: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	tr := track(t, ctx, js)
+	beats(t, tr)
+	first := tr.LeaderSince()
+	if first.IsZero() || first.After(time.Now()) {
+		t.Fatalf("leader since %v, want a time before now", first)
+	}
+
+	stepped := time.Now()
+	if _, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN.KV_"+hostbeat.Bucket, nil); err != nil {
+		t.Fatal(err)
+	}
+	// An election after the step-down; Beats fails while there is none.
+	wait.Until(t, 30*time.Second, "the tracker to report the new leader's election", func() error {
+		bctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if _, err := tr.Beats(bctx); err != nil {
+			return err
+		}
+		if since := tr.LeaderSince(); !since.After(first) || since.Before(stepped.Add(-time.Second)) {
+			return fmt.Errorf("leader since %v (first %v, stepped down at %v)", since, first, stepped)
+		}
+		return nil
+	})
 }

@@ -106,15 +106,7 @@ func TestSetsUpEveryStreamAndBucket(t *testing.T) {
 // events kept, and then survives the loss of any one node.
 func TestReplicasChangeInPlaceAndSurviveANode(t *testing.T) {
 	nodes := natstest.StartCluster(t, 3)
-	nc, err := nats.Connect(natstest.URLs(nodes), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := natstest.ConnectAll(t, nodes)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	if err := migrate.NATS(ctx, js, migrate.Options{Replicas: 1}); err != nil {

@@ -90,7 +90,22 @@ func URLs(servers []*natsembed.Server) string {
 // ends (before the server stops).
 func Connect(t testing.TB, s *natsembed.Server) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(s.ClientURL(), nats.Name(t.Name()))
+	return ConnectURL(t, s.ClientURL(), nats.Name(t.Name()))
+}
+
+// ConnectAll returns a client of a cluster's servers and its JetStream
+// API, closed when the test ends: it reconnects to another server when
+// the one it is on stops, for as long as the test runs.
+func ConnectAll(t testing.TB, servers []*natsembed.Server) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	return ConnectURL(t, URLs(servers), nats.Name(t.Name()), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+}
+
+// ConnectURL returns a client of url (one server's, or a comma-separated
+// list) with opts, and its JetStream API, closed when the test ends.
+func ConnectURL(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,10 +44,14 @@ type Stack struct {
 	T testing.TB
 	// Ctx is cancelled when the test ends, before the stack is torn down.
 	Ctx context.Context
-	// NATS is the embedded server; Conn and JS are a client of it.
+	// NATS is the embedded server (the first node with WithNATSCluster);
+	// Conn and JS are a client of it (of every node with WithNATSCluster,
+	// reconnecting to another when one stops).
 	NATS *natsembed.Server
-	Conn *nats.Conn
-	JS   jetstream.JetStream
+	// NATSNodes are the cluster's nodes (WithNATSCluster); nil otherwise.
+	NATSNodes []*natsembed.Server
+	Conn      *nats.Conn
+	JS        jetstream.JetStream
 	// Store is the event store on JS.
 	Store *natsjs.Store
 	// Logger writes warnings and errors to stderr, tagged with the test.
@@ -79,6 +83,7 @@ type config struct {
 	replicas    int
 	apiFn       []func(*Stack, *apiserver.Options)
 	leaseTTL    time.Duration
+	natsNodes   int
 }
 
 // Option asks New for a part of the stack.
@@ -112,6 +117,10 @@ func WithAPI(replicas int, configure ...func(*Stack, *apiserver.Options)) Option
 	}
 }
 
+// WithNATSCluster runs NATS as a cluster of n embedded nodes (3 or 5)
+// instead of one server, with every stream and bucket replicated on n.
+func WithNATSCluster(n int) Option { return func(c *config) { c.natsNodes = n } }
+
 // WithLeaseTTL sets the lease bucket's TTL (default 1 s, so a test's
 // standby controller takes over from a silent one quickly).
 func WithLeaseTTL(ttl time.Duration) Option { return func(c *config) { c.leaseTTL = ttl } }
@@ -126,13 +135,19 @@ func New(t testing.TB, opts ...Option) *Stack {
 		o(&s.cfg)
 	}
 	s.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("test", t.Name())
-	s.NATS = natstest.Start(t)
-	s.Conn, s.JS = natstest.Connect(t, s.NATS)
+	if s.cfg.natsNodes > 1 {
+		s.NATSNodes = natstest.StartCluster(t, s.cfg.natsNodes)
+		s.NATS = s.NATSNodes[0]
+		s.Conn, s.JS = natstest.ConnectAll(t, s.NATSNodes)
+	} else {
+		s.NATS = natstest.Start(t)
+		s.Conn, s.JS = natstest.Connect(t, s.NATS)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.Ctx = ctx
 	var err error
 	// What `tether migrate` does: every stream and bucket.
-	if err = migrate.NATS(ctx, s.JS, migrate.Options{LeaseTTL: cmp.Or(s.cfg.leaseTTL, time.Second)}); err != nil {
+	if err = migrate.NATS(ctx, s.JS, migrate.Options{Replicas: max(s.cfg.natsNodes, 1), LeaseTTL: cmp.Or(s.cfg.leaseTTL, time.Second)}); err != nil {
 		cancel()
 		t.Fatal(err)
 	}

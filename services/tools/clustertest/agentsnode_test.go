@@ -146,11 +146,26 @@ func isolate(p *proc, from []*proc) (heal func()) {
 // and waits until another node leads it.
 func (c *cluster) notLeading(node *proc, stream string) {
 	c.t.Helper()
-	nc := c.jetStream(node).Conn()
-	wait.Until(c.t, 30*time.Second, node.name+" not to lead "+stream, func() error {
+	c.stepDownUntil(node, stream, "another node to lead", nil, func(leader string) bool { return leader != node.name })
+}
+
+// leading makes node the leader of stream: it asks the leader to step
+// down in node's favour until node leads.
+func (c *cluster) leading(node *proc, stream string) {
+	c.t.Helper()
+	req := fmt.Appendf(nil, `{"placement":{"preferred":%q}}`, node.name)
+	c.stepDownUntil(node, stream, node.name+" to lead", req, func(leader string) bool { return leader == node.name })
+}
+
+// stepDownUntil asks stream's leader, through node, to step down (with
+// request req) until done says its leader is the one wanted.
+func (c *cluster) stepDownUntil(node *proc, stream, what string, req []byte, done func(leader string) bool) {
+	c.t.Helper()
+	js := c.jetStream(node)
+	wait.Until(c.t, 30*time.Second, stream+": "+what, func() error {
 		ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
 		defer cancel()
-		s, err := c.jetStream(node).Stream(ctx, stream)
+		s, err := js.Stream(ctx, stream)
 		if err != nil {
 			return err
 		}
@@ -158,13 +173,13 @@ func (c *cluster) notLeading(node *proc, stream string) {
 		if info.Cluster == nil || info.Cluster.Leader == "" {
 			return fmt.Errorf("%s has no leader", stream)
 		}
-		if info.Cluster.Leader != node.name {
+		if done(info.Cluster.Leader) {
 			return nil
 		}
-		if _, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil); err != nil {
+		if _, err := js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, req); err != nil {
 			return fmt.Errorf("step down: %w", err)
 		}
-		return fmt.Errorf("%s led %s; asked it to step down", node.name, stream)
+		return fmt.Errorf("%s led %s; asked it to step down", info.Cluster.Leader, stream)
 	})
 }
 

@@ -169,6 +169,65 @@ func (c *cluster) storedEvents() (byProducer map[string]int, duplicates []string
 	return byProducer, duplicates, last, nil
 }
 
+// hostEvents reads the hosts' events stored after sequence after and
+// returns them as "host type" lines.
+func (c *cluster) hostEvents(after uint64) ([]string, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
+	defer cancel()
+	info, err := c.anyStreamInfo()
+	if err != nil {
+		return nil, err
+	}
+	last := info.State.LastSeq
+	if last <= after {
+		return nil, nil
+	}
+	s, err := c.jetStream(c.nats[0]).Stream(ctx, events.StreamName)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.SubjectPrefix + "." + events.KindHost + ".>"},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for {
+		// Nothing pending once the consumer's last delivery is at or past
+		// last, or it has nothing more (the last event was not a host's).
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		var seq uint64
+		for m := range batch.Messages() {
+			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			seq = meta.Sequence.Stream
+			env, err := events.Unmarshal(m.Data())
+			if err != nil {
+				return nil, fmt.Errorf("event %d: %w", seq, err)
+			}
+			out = append(out, strings.TrimPrefix(m.Subject(), events.SubjectPrefix+"."+events.KindHost+".")+" "+env.Type)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return nil, err
+		}
+		if n == 0 || seq >= last {
+			return out, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // published is the value of a counter on one process, from its /metrics
 // (summed over the counter's series).
 func published(p *proc, metricName string) (float64, error) {

@@ -18,6 +18,7 @@ import (
 	"github.com/tetherhq/tether/events/natsjs"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/sdk/go/apiclient"
+	"github.com/tetherhq/tether/services/nats/hostbeat"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
@@ -291,9 +292,18 @@ func TestCluster(t *testing.T) {
 	t.Run("b kill -9 the NATS node leading the events stream", func(t *testing.T) {
 		var elected, current time.Duration
 		var node string
+		var before uint64
 		c.scenario(t, "events stream leader kill", func() {
 			node = c.streamLeader()
 			p := byName(c.nats, node)
+			// It leads the heartbeat bucket too: no host can beat until
+			// the bucket has a leader again, which is not the hosts' silence.
+			c.leading(p, "KV_"+hostbeat.Bucket)
+			info, err := c.anyStreamInfo()
+			if err != nil {
+				t.Fatal(err)
+			}
+			before = info.State.LastSeq
 			killed := time.Now()
 			p.signal(t, syscall.SIGKILL)
 			wait.Until(t, 30*time.Second, "a new events stream leader", func() error {
@@ -315,6 +325,17 @@ func TestCluster(t *testing.T) {
 		}, 10*time.Second)
 		t.Logf("events stream: new leader %s after kill -9 of %s; the restarted node current again after %s",
 			elected.Round(time.Millisecond), node, current.Round(time.Millisecond))
+		verdicts, err := c.hostEvents(before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("events stream leader kill: host events %v", verdicts)
+		for _, v := range verdicts {
+			if strings.HasSuffix(v, " HostUnreachable") {
+				t.Errorf("events stream leader kill: a host was taken for unreachable while the heartbeat bucket had no leader: %v", verdicts)
+				break
+			}
+		}
 	})
 	t.Run("c kill -9 the active controller", func(t *testing.T) {
 		var d time.Duration
