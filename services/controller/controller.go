@@ -121,7 +121,9 @@ type Options struct {
 	// timeouts and backoff (tests give a clockwork.FakeClock and move it by
 	// hand); default the real clock. The pass cadence (Interval) and the
 	// lease run on real time: the lease expires by the NATS server's clock,
-	// and a pass only looks, the clock decides what it sees.
+	// and a pass only looks, the clock decides what it sees. Heartbeats and
+	// the heartbeat bucket's elections carry the NATS server's time, so a
+	// clock far from it misjudges host silence.
 	Clock clockwork.Clock
 }
 

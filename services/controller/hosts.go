@@ -12,9 +12,15 @@ import (
 	"github.com/tetherhq/tether/services/nats/hostbeat"
 )
 
+// electionCredit is the most of a host's silence an election of the
+// heartbeat bucket's leader excuses: the longest a NATS election leaves
+// the bucket without a leader (nats-server's raft election timeout is
+// 4-9 s, not configurable, then a vote).
+const electionCredit = 10 * time.Second
+
 // planHosts turns host heartbeats into liveness verdicts (DESIGN.md §4):
 // a host silent for UnreachableAfter (counted from no earlier than the
-// heartbeat bucket's last election) becomes UNREACHABLE (its servers keep
+// heartbeat bucket's last election, within electionCredit) becomes UNREACHABLE (its servers keep
 // running and are not replaced: the control plane merely lost sight of
 // them); silent for LostAfter it becomes LOST and its live servers are
 // terminated with HOST_LOST, so the fleets replace them; a heartbeat brings
@@ -39,11 +45,13 @@ func (p planner) planHosts(s snapshot, out *Plan) map[string]eventsv1.HostStatus
 		// What counts against the host is its silence since the bucket
 		// could take its beats: after an election of the bucket's leader
 		// (4-9 s, while no host could beat) every host has UnreachableAfter
-		// again. Only the verdicts of silence use it: coming back ONLINE
-		// takes a beat.
+		// again, but an election gives back at most electionCredit of a
+		// longer silence, so elections in a row cannot hold a verdict back
+		// for longer. Only the verdicts of silence use it: coming back
+		// ONLINE takes a beat.
 		counted := silent
 		if last.Before(s.beatsSince) {
-			counted = s.now.Sub(s.beatsSince)
+			counted = max(s.now.Sub(s.beatsSince), silent-electionCredit)
 		}
 		var cmd events.HostCommand
 		switch st := h.State.GetStatus(); {

@@ -386,8 +386,10 @@ func TestControllerStoppedBeforeItStartsStopsCleanly(t *testing.T) {
 // after its node dies), and a new controller pass would otherwise take
 // every host for unreachable at once. Here a host goes silent, the
 // bucket's leader steps down (an election, without the wait of a dead
-// node's) once the host's silence is most of UnreachableAfter, and the
-// host is marked UNREACHABLE only UnreachableAfter after the election.
+// node's) a third of UnreachableAfter into the silence, and the host must
+// not be marked UNREACHABLE by the passes after its silence has passed
+// UnreachableAfter, only once UnreachableAfter has passed since the
+// election.
 func TestHostSilenceCountsFromTheBeatsBucketElection(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a three-node NATS cluster")
@@ -395,20 +397,19 @@ func TestHostSilenceCountsFromTheBeatsBucketElection(t *testing.T) {
 	w := newWorld(t, kit.WithNATSCluster(3))
 	w.host("h1", 4)
 	beats := w.beat("h1")
-	const unreachable = 2 * time.Second
+	const unreachable = 6 * time.Second
 	c := w.controller("c1", func(o *controller.Options) { o.UnreachableAfter, o.LostAfter = unreachable, time.Minute })
 	c.passes(t, 2) // h1's beats seen
 
 	beats.on["h1"].Store(false)
-	silent := time.Now() // at most a beat interval (50 ms) after h1's last beat
-	select {             // most of UnreachableAfter: a duration, not a wait for an outcome
-	case <-time.After(unreachable * 3 / 4):
-	case <-t.Context().Done():
-		return
+	silent := time.Now()            // at most a beat interval (50 ms) after h1's last beat
+	hold := func(until time.Time) { // a point in time, not a wait for an outcome
+		select {
+		case <-time.After(time.Until(until)):
+		case <-t.Context().Done():
+		}
 	}
-	if got := w.hostEvents("hosts/h1"); count(got, "HostUnreachable") != 0 {
-		t.Fatalf("h1 unreachable after %s of silence, before UnreachableAfter: %v", time.Since(silent), got)
-	}
+	hold(silent.Add(unreachable / 3))
 	stream, err := w.JS.Stream(w.Ctx, "KV_"+hostbeat.Bucket)
 	if err != nil {
 		t.Fatal(err)
@@ -418,6 +419,34 @@ func TestHostSilenceCountsFromTheBeatsBucketElection(t *testing.T) {
 	if _, err := w.Conn.RequestWithContext(w.Ctx, "$JS.API.STREAM.LEADER.STEPDOWN.KV_"+hostbeat.Bucket, nil); err != nil {
 		t.Fatal(err)
 	}
+	var elected time.Time
+	wait.Until(t, 20*time.Second, "the bucket's new leader", func() error {
+		ctx, cancel := context.WithTimeout(w.Ctx, time.Second)
+		defer cancel()
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.Cluster.LeaderSince == nil || info.Cluster.LeaderSince.Before(stepped) {
+			return fmt.Errorf("leader %s since %v", info.Cluster.Leader, info.Cluster.LeaderSince)
+		}
+		elected = *info.Cluster.LeaderSince
+		return nil
+	})
+
+	// Past UnreachableAfter of silence, but not since the election: the
+	// passes from then on must leave h1 as it is.
+	hold(silent.Add(unreachable + 200*time.Millisecond))
+	c.passes(t, 2)
+	if checked := time.Now(); checked.Before(elected.Add(unreachable)) {
+		if got := w.hostEvents("hosts/h1"); count(got, "HostUnreachable") != 0 {
+			t.Fatalf("h1 marked unreachable %s into its silence, %s after the bucket's election: its silence counted from before the election (%v)",
+				checked.Sub(silent).Round(time.Millisecond), checked.Sub(elected).Round(time.Millisecond), got)
+		}
+	} else {
+		t.Logf("the passes after UnreachableAfter of silence ended %s after the election, past UnreachableAfter: not checked there", checked.Sub(elected).Round(time.Millisecond))
+	}
+
 	wait.Until(t, 20*time.Second, "h1 unreachable", func() error {
 		if got := w.hostEvents("hosts/h1"); count(got, "HostUnreachable") == 0 {
 			return fmt.Errorf("h1's events: %v", got)
@@ -432,14 +461,10 @@ func TestHostSilenceCountsFromTheBeatsBucketElection(t *testing.T) {
 	if marked.Type != "HostUnreachable" {
 		t.Fatalf("h1's last event %s, want HostUnreachable", marked.Type)
 	}
-	info, err := stream.Info(w.Ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("bucket leader %s → %s; h1 silent from %s, stepped down at %s, marked unreachable at %s",
-		before, info.Cluster.Leader, silent.Format("15:04:05.000"), stepped.Format("15:04:05.000"), marked.Time.Format("15:04:05.000"))
-	if marked.Time.Before(stepped.Add(unreachable)) {
-		t.Fatalf("h1 marked unreachable %s after the bucket's election began, %s after its last beat: its silence counted from before the election",
-			marked.Time.Sub(stepped).Round(time.Millisecond), marked.Time.Sub(silent).Round(time.Millisecond))
+	t.Logf("bucket leader %s stepped down %s into h1's silence, elected again after %s; h1 marked unreachable %s after the election",
+		before, stepped.Sub(silent).Round(time.Millisecond), elected.Sub(stepped).Round(time.Millisecond), marked.Time.Sub(elected).Round(time.Millisecond))
+	if marked.Time.Before(elected.Add(unreachable)) {
+		t.Fatalf("h1 marked unreachable %s after the bucket's election, %s after its last beat: its silence counted from before the election",
+			marked.Time.Sub(elected).Round(time.Millisecond), marked.Time.Sub(silent).Round(time.Millisecond))
 	}
 }

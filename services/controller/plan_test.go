@@ -413,6 +413,51 @@ func TestPlan(t *testing.T) {
 			want: nil,
 		},
 		{
+			name: "an election gives back at most electionCredit of a longer silence",
+			snapshot: func() snapshot {
+				s := snap(arena(1), []projections.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10))
+				s.heard["a"] = t0.Add(-DefaultUnreachableAfter - electionCredit - time.Second)
+				s.beatsSince = t0.Add(-time.Second)
+				return s
+			},
+			want: []string{"host hosts/a@5 HostUnreachable"},
+		},
+		{
+			name: "a host that beat since the heartbeat bucket's election is judged on its beat",
+			snapshot: func() snapshot {
+				s := snap(arena(1), []projections.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10))
+				s.heard["a"] = t0.Add(-DefaultUnreachableAfter - time.Second)
+				s.beatsSince = t0.Add(-DefaultUnreachableAfter - 2*time.Second)
+				return s
+			},
+			want: []string{"host hosts/a@5 HostUnreachable"},
+		},
+		{
+			name: "an UNREACHABLE host that beats again after an election is back ONLINE",
+			snapshot: func() snapshot {
+				s := snap(arena(1), []projections.HostRow{hostRow("a", unreachable, 10, 1, 5)}, on("gs-1", ready, "a", 10))
+				s.heard["a"] = t0
+				s.beatsSince = t0.Add(-time.Second)
+				return s
+			},
+			want: []string{"host hosts/a@5 HostOnline"},
+		},
+		{
+			name: "an UNREACHABLE host is LOST LostAfter past the heartbeat bucket's election",
+			snapshot: func() snapshot {
+				s := snap(arena(1), []projections.HostRow{hostRow("a", unreachable, 10, 1, 5), hostRow("b", online, 10, 0, 6)},
+					on("gs-1", ready, "a", 10))
+				s.heard["a"] = t0.Add(-DefaultLostAfter - 5*time.Second)
+				s.beatsSince = t0.Add(-DefaultLostAfter - time.Second)
+				return s
+			},
+			want: []string{
+				"host hosts/a@5 HostLost",
+				"  terminate " + gsPrefix + "gs-1@10 GameServerTerminated",
+				"schedule " + gsPrefix + "new-1 GameServerScheduled → b",
+			},
+		},
+		{
 			name: "an UNREACHABLE host silent for LostAfter is LOST: its servers end and are replaced elsewhere",
 			snapshot: func() snapshot {
 				s := snap(arena(1), []projections.HostRow{hostRow("a", unreachable, 10, 1, 5), hostRow("b", online, 10, 0, 6)},

@@ -372,8 +372,13 @@ func TestTrackerLeaderSinceFollowsElections(t *testing.T) {
 	if _, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN.KV_"+hostbeat.Bucket, nil); err != nil {
 		t.Fatal(err)
 	}
-	// An election after the step-down; Beats fails while there is none.
+	// An election after the step-down; Beats fails while there is none,
+	// and a tracker whose watcher ended is replaced, as its owners do.
 	wait.Until(t, 30*time.Second, "the tracker to report the new leader's election", func() error {
+		if err := tr.Err(); err != nil {
+			tr = track(t, ctx, js)
+			return err
+		}
 		bctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		if _, err := tr.Beats(bctx); err != nil {
