@@ -20,14 +20,14 @@ const electionCredit = 10 * time.Second
 
 // planHosts turns host heartbeats into liveness verdicts (DESIGN.md §4):
 // a host silent for UnreachableAfter (counted from no earlier than the
-// heartbeat bucket's last election, within electionCredit) becomes UNREACHABLE (its servers keep
-// running and are not replaced: the control plane merely lost sight of
-// them); silent for LostAfter it becomes LOST and its live servers are
-// terminated with HOST_LOST, so the fleets replace them; a heartbeat brings
-// it back ONLINE once its agent has nothing queued for the stream, and the
-// servers the views place on it are checked against the inventory its
-// agent reports (checkInventory). It returns the host statuses after its
-// verdicts.
+// heartbeat bucket's last election, within electionCredit) becomes
+// UNREACHABLE (its servers keep running and are not replaced: the control
+// plane merely lost sight of them); silent for LostAfter it becomes LOST
+// and its live servers are terminated with HOST_LOST, so the fleets
+// replace them; a heartbeat brings it back ONLINE once its agent has
+// nothing queued for the stream, and the servers the views place on it
+// are checked against the inventory its agent reports (checkInventory).
+// It returns the host statuses after its verdicts.
 func (p planner) planHosts(s snapshot, out *Plan) map[string]eventsv1.HostStatus {
 	status := map[string]eventsv1.HostStatus{}
 	stillLost := map[string]time.Time{} // LOST hosts that stay LOST this pass → when last heard of

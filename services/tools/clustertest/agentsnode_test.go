@@ -17,11 +17,6 @@ import (
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
-// unreachableAfter is production's default host-unreachable-after: a host
-// whose heartbeat gap is longer has its servers taken out of allocation.
-// (The test's control plane runs with 5 s, to see the effect sooner.)
-const unreachableAfter = 10 * time.Second
-
 // agentsNodeCut isolates from the other two the NATS node most agents are
 // connected to. It keeps its clients, which are not told: the agents on
 // it find out only by their heartbeat puts failing, and must move to

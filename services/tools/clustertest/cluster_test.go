@@ -40,6 +40,14 @@ const (
 	fleetSize   = 20
 	agentHosts  = 4
 	hostLostFor = 20 * time.Second
+	// unreachableAfter is the controllers' host-unreachable-after,
+	// production's default: a host whose heartbeat gap is longer has its
+	// servers taken out of allocation. (It was 5 s until 2026-11-28, to
+	// see the effect sooner; then the 8.5 s an agent takes to leave a
+	// cut-off NATS node (g2) made three of four hosts UNREACHABLE and
+	// emptied the pool for up to 4 s, an effect of the test's setting,
+	// not of production's.)
+	unreachableAfter = 10 * time.Second
 )
 
 // cluster is the running topology.
@@ -237,7 +245,7 @@ func startCluster(t *testing.T) *cluster {
 		c.projectors = append(c.projectors, c.proc(h, tether, append([]string{"projector", "--database-url", c.dbURL, "--id", h.Name}, common(h)...)...))
 		h = c.net.Host(fmt.Sprintf("ctl%d", i+1))
 		c.controllers = append(c.controllers, c.proc(h, tether, append([]string{"controller", "--database-url", c.dbURL, "--id", h.Name,
-			"--host-lost-after", hostLostFor.String(), "--host-unreachable-after", "5s"}, common(h)...)...))
+			"--host-lost-after", hostLostFor.String(), "--host-unreachable-after", unreachableAfter.String()}, common(h)...)...))
 	}
 	for i := range agentHosts {
 		h := c.net.Host(fmt.Sprintf("host%d", i+1))
