@@ -1,14 +1,18 @@
 package natsjs
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tetherhq/tether/events"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
 // Which failures a publish is sent again after (retryable), and which a
@@ -37,5 +41,46 @@ func TestRetryableAndUnavailable(t *testing.T) {
 		if got := Unavailable(tc.err); got != tc.unavailable {
 			t.Errorf("%s: Unavailable %v, want %v", tc.name, got, tc.unavailable)
 		}
+	}
+}
+
+// unansweredOnce is a stream whose leader leaves the first info request
+// unanswered, as one sent while the leadership changes is: it waits for
+// the request's deadline.
+type unansweredOnce struct {
+	jetstream.Stream
+	calls atomic.Int32
+}
+
+func (u *unansweredOnce) Info(ctx context.Context, opts ...jetstream.StreamInfoOpt) (*jetstream.StreamInfo, error) {
+	if u.calls.Add(1) == 1 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return u.Stream.Info(ctx, opts...)
+}
+
+// The stream's position is asked again after an attempt that got no
+// answer, within the caller's deadline, instead of waiting out the whole
+// deadline on the first request (a controller pass lost 5 s so while a
+// NATS node restarted).
+func TestStreamLastSequenceAsksAgainAfterNoAnswer(t *testing.T) {
+	ctx, s := newTestStore(t)
+	name := events.GameServerName("arena", "gs-a")
+	seq, err := s.Append(ctx, events.MustSubject(name), events.AnySequence, events.New(name, time.Now(), &eventsv1.HealthDegraded{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unansweredOnce{Stream: s.stream}
+	s.stream = u
+	t.Cleanup(func() { s.stream = u.Stream })
+	cctx, cancel := context.WithTimeout(ctx, attemptTimeout+3*time.Second)
+	defer cancel()
+	got, err := s.StreamLastSequence(cctx)
+	if err != nil {
+		t.Fatalf("after an unanswered request: %v", err)
+	}
+	if got != seq || u.calls.Load() != 2 {
+		t.Fatalf("last sequence %d in %d requests, want %d in 2", got, u.calls.Load(), seq)
 	}
 }

@@ -722,9 +722,19 @@ func (s *Store) LastEvent(ctx context.Context, subject string) (events.Envelope,
 }
 
 // StreamLastSequence returns the sequence of the last event in the stream,
-// 0 if it is empty.
+// 0 if it is empty. It asks again while the stream's leader does not
+// answer, as an append does (waitAvailable: attempts of attemptTimeout,
+// for up to the store's wait): a request sent as the leader changes (a
+// NATS node restarting) goes unanswered, and a single one waited out the
+// caller's whole deadline, 5 s of a controller pass in which nothing was
+// replaced.
 func (s *Store) StreamLastSequence(ctx context.Context) (uint64, error) {
-	info, err := s.stream.Info(ctx)
+	var info *jetstream.StreamInfo
+	err := waitAvailable(ctx, s.wait, func(ctx context.Context) error {
+		var err error
+		info, err = s.stream.Info(ctx)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("natsjs: stream info: %w", err)
 	}
