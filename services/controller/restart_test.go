@@ -30,6 +30,11 @@ func TestServersOfARestartedAgentAreReplaced(t *testing.T) {
 	})
 	rows := w.rows("arena")
 	kept := rows[0].State.GetName()
+	// What follows happens while no controller looks (the test's premise:
+	// the new agent takes kept back before a controller sees the
+	// registration); a controller that looked in between ended kept, and
+	// the test's own event for it was refused.
+	c.stop()
 	// A server scheduled on h1 whose start the old agent never acted on (the
 	// new agent gets it from the command stream, or the controller sends it
 	// again): SCHEDULED is left alone. It is its fleet's one replica.
@@ -43,6 +48,7 @@ func TestServersOfARestartedAgentAreReplaced(t *testing.T) {
 	if err := w.gameServerEvent(kept, "hosts/h1", &eventsv1.LabelsChanged{Set: map[string]string{"agent": "second"}}); err != nil {
 		t.Fatal(err)
 	}
+	c = w.controller("c2", func(o *controller.Options) { o.StartTimeout = time.Minute })
 
 	wait.For(t, 10*time.Second, "the other two terminated and replaced", func() bool {
 		st := w.states("arena")
@@ -56,7 +62,7 @@ func TestServersOfARestartedAgentAreReplaced(t *testing.T) {
 		term, ok := h[len(h)-1].Data.(*eventsv1.GameServerTerminated)
 		if !ok || term.GetReason() != eventsv1.Reason_REASON_AGENT_RESTARTED ||
 			!strings.HasPrefix(term.GetEvidence().GetDetail(), "its host's agent restarted: hosts/h1 registered again") ||
-			term.GetEvidence().GetRequestedBy() != "controllers/c1" {
+			term.GetEvidence().GetRequestedBy() != "controllers/c2" {
 			t.Fatalf("%s ended with %s %v", r.State.GetName(), h[len(h)-1].Type, h[len(h)-1].Data)
 		}
 	}
