@@ -229,7 +229,7 @@ type Controller struct {
 	beatsWait    time.Duration                       // a pass's wait for beats to catch up (beatsWait)
 	beatsBehind  int                                 // passes in a row beats did not catch up
 	seen         map[string]time.Time                // host id → last heartbeat known while leader
-	beatsSince   time.Time                           // the heartbeat bucket's leader's election, as last read
+	beatsSince   time.Time                           // the heartbeat bucket's last election logged (noteBeatsLeader)
 	startResent  map[string]time.Time                // SCHEDULED server → last time its start command was re-sent
 	live         keptRows[*eventsv1.GameServerState] // the live game servers, kept between passes
 	hosts        keptRows[*eventsv1.HostState]       // the known hosts, kept between passes

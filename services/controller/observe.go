@@ -54,7 +54,8 @@ func (c *Controller) observe(ctx context.Context, steps *passSteps) (snapshot, e
 		return s, err
 	}
 	s.heard = c.hear(s.hosts, s.beats, s.now)
-	s.beatsSince = c.noteBeatsLeader(c.beats.LeaderSince(), s.now)
+	s.beatsSince = c.beats.LeaderSince()
+	c.noteBeatsLeader(s.beatsSince, s.now)
 	if stale {
 		return s, nil
 	}
@@ -111,19 +112,18 @@ func (c *Controller) hear(hosts []projections.HostRow, beats map[string]hostbeat
 	return heard
 }
 
-// noteBeatsLeader returns since, when the heartbeat bucket's leader was
-// elected, and logs an election it had not seen that is recent enough to
-// spare a silent host its verdict (within UnreachableAfter of now).
-func (c *Controller) noteBeatsLeader(since, now time.Time) time.Time {
+// noteBeatsLeader logs an election of the heartbeat bucket's leader (at
+// since) it had not seen that is recent enough to spare a silent host its
+// verdict (within UnreachableAfter of now).
+func (c *Controller) noteBeatsLeader(since, now time.Time) {
 	if since.Equal(c.beatsSince) {
-		return since
+		return
 	}
 	c.beatsSince = since
 	if now.Sub(since) < c.opts.UnreachableAfter {
 		c.log.Info("the host heartbeat bucket has a new leader: a host's silence counts from its election",
 			"elected", since.Format(time.RFC3339Nano), "ago", now.Sub(since).Round(time.Millisecond))
 	}
-	return since
 }
 
 // readDeletedFleets reads the fleets of live servers (byFleet) that are

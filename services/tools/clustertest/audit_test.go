@@ -118,15 +118,7 @@ func (c *cluster) replicasCurrent(within time.Duration) {
 func (c *cluster) storedEvents() (byProducer map[string]int, duplicates []string, last uint64, err error) {
 	ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
 	defer cancel()
-	var s jetstream.Stream
-	var info *jetstream.StreamInfo
-	for _, n := range c.nats { // the first node that answers
-		if s, err = c.jetStream(n).Stream(ctx, events.StreamName); err == nil {
-			if info, err = s.Info(ctx); err == nil {
-				break
-			}
-		}
-	}
+	s, info, err := c.eventsStream(ctx)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -169,22 +161,31 @@ func (c *cluster) storedEvents() (byProducer map[string]int, duplicates []string
 	return byProducer, duplicates, last, nil
 }
 
+// eventsStream is the events stream and its info, through the first NATS
+// node that answers.
+func (c *cluster) eventsStream(ctx context.Context) (s jetstream.Stream, info *jetstream.StreamInfo, err error) {
+	for _, n := range c.nats {
+		if s, err = c.jetStream(n).Stream(ctx, events.StreamName); err == nil {
+			if info, err = s.Info(ctx); err == nil {
+				return s, info, nil
+			}
+		}
+	}
+	return nil, nil, err
+}
+
 // hostEvents reads the hosts' events stored after sequence after and
 // returns them as "host type" lines.
 func (c *cluster) hostEvents(after uint64) ([]string, error) {
 	ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
 	defer cancel()
-	info, err := c.anyStreamInfo()
+	s, info, err := c.eventsStream(ctx)
 	if err != nil {
 		return nil, err
 	}
 	last := info.State.LastSeq
 	if last <= after {
 		return nil, nil
-	}
-	s, err := c.jetStream(c.nats[0]).Stream(ctx, events.StreamName)
-	if err != nil {
-		return nil, err
 	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{events.SubjectPrefix + "." + events.KindHost + ".>"},
