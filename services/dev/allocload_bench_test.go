@@ -12,6 +12,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
 	"github.com/tetherhq/tether/events"
@@ -81,11 +83,22 @@ func benchEnv(b *testing.B, name string, def int) int {
 // With TETHER_BENCH_TRACE=1 every replica is an extra one whose event
 // store, views and freshness are traced (each call's steps as spans), and
 // the breakdown of the allocations' server time is printed.
+// TETHER_BENCH_GAME_CPUS, a list of CPU numbers ("1" or "2,3"), moves
+// the game servers to those CPUs once they are READY: with the benchmark
+// started on the other ones (go test -exec 'taskset -c 0'), the stack and
+// PostgreSQL, which it starts, stay on those, and the game servers' CPU
+// is not taken from them.
 // TETHER_BENCH_PROFILE_DIR, when set, gets a CPU profile of each round
 // (cpu-N.prof) and the block and mutex profiles of the run.
 //
 // Reports allocs/s, p50-ms, p90-ms, p99-ms, max-ms, errors and
-// exhausted (calls that found no READY server).
+// exhausted (calls that found no READY server), and the CPU per
+// allocation over whole cycles (from the first call until every server
+// is READY again after the last): this process's (the stack but
+// PostgreSQL and the game servers), the game servers', PostgreSQL's and
+// the machine's; the same less what each uses idle (active-…, measured
+// over idleWindow before the rounds, at its rate over the cycles' wall
+// time); and the idle game servers' and machine's cores.
 func BenchmarkMatchmakerAllocate(b *testing.B) {
 	servers := benchEnv(b, "TETHER_BENCH_SERVERS", 600)
 	hosts := benchEnv(b, "TETHER_BENCH_HOSTS", 8)
@@ -106,6 +119,7 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 		b.Fatalf("TETHER_BENCH_RETURN=%q: want told, after or nothing", returnMode)
 	}
 	profDir := os.Getenv("TETHER_BENCH_PROFILE_DIR")
+	gameCPUs := cpuList(b, "TETHER_BENCH_GAME_CPUS")
 	perHost := (servers + hosts - 1) / hosts
 	if perHost > 99 {
 		b.Fatalf("%d servers on %d hosts: at most 99 a host (its game ports)", servers, hosts)
@@ -121,6 +135,9 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 			return len(byState(s.gameServers(fleet), "READY")) == servers
 		}
 		wait.For(b, 5*time.Minute, fmt.Sprintf("%d READY servers", servers), allReady)
+		if gameCPUs != nil {
+			pinGameServers(b, gameCPUs)
+		}
 
 		var rec *allocload.SpanRecorder
 		var tp *sdktrace.TracerProvider
@@ -147,8 +164,14 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 			runtime.SetBlockProfileRate(10_000) // one sample per 10 µs blocked, on average
 			runtime.SetMutexProfileFraction(10)
 		}
+		// What the fleet and the stack use idle (the servers' heartbeats,
+		// the agents' beats, the controller's passes), to tell the cycles'
+		// own CPU from it below.
+		idleFrom := takeCPU(b)
+		<-time.After(idleWindow)
+		idle := takeCPU(b).since(idleFrom)
 		total := allocload.Result{Targets: len(targets), Callers: clients, Errors: map[codes.Code]int{}}
-		cpuBefore, machineBefore := processCPU(b), machineCPU(b)
+		before := takeCPU(b)
 		for r := range rounds {
 			if r > 0 {
 				wait.For(b, 2*time.Minute, "every server READY again", allReady)
@@ -194,8 +217,8 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 		// falls within its calls, and work that moves later (an agent that
 		// hears of its allocations later) looks like a higher rate.
 		wait.For(b, 2*time.Minute, "every server READY after the last round", allReady)
-		cpuPerAlloc := (processCPU(b) - cpuBefore) / time.Duration(max(1, total.Allocations))
-		machinePerAlloc := machineCPU(b).BusySince(machineBefore) / time.Duration(max(1, total.Allocations))
+		cycles := takeCPU(b).since(before)
+		perAlloc, active := cycles.per(total.Allocations), cycles.minusIdle(idle).per(total.Allocations)
 		writeProfile(b, profDir, "block")
 		writeProfile(b, profDir, "mutex")
 		runtime.SetBlockProfileRate(0)
@@ -226,8 +249,17 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 		b.ReportMetric(ms(total.Max()), "max-ms")
 		b.ReportMetric(float64(errs), "errors")
 		b.ReportMetric(float64(total.Errors[codes.ResourceExhausted]), "exhausted")
-		b.ReportMetric(float64(cpuPerAlloc.Microseconds()), "cpu-µs/alloc")
-		b.ReportMetric(float64(machinePerAlloc.Microseconds()), "machine-cpu-µs/alloc")
+		µs := func(d time.Duration) float64 { return float64(d.Microseconds()) }
+		b.ReportMetric(µs(perAlloc.stack), "cpu-µs/alloc")
+		b.ReportMetric(µs(perAlloc.machine), "machine-cpu-µs/alloc")
+		b.ReportMetric(µs(perAlloc.game), "game-cpu-µs/alloc")
+		b.ReportMetric(µs(perAlloc.postgres), "postgres-cpu-µs/alloc")
+		b.ReportMetric(µs(active.stack), "active-cpu-µs/alloc")
+		b.ReportMetric(µs(active.machine), "active-machine-cpu-µs/alloc")
+		b.ReportMetric(µs(active.game), "active-game-cpu-µs/alloc")
+		b.ReportMetric(µs(active.postgres), "active-postgres-cpu-µs/alloc")
+		b.ReportMetric(idle.cores(idle.game), "idle-game-cores")
+		b.ReportMetric(idle.cores(idle.machine), "idle-machine-cores")
 	}
 }
 
@@ -250,6 +282,139 @@ func machineCPU(b *testing.B) procstat.Machine {
 		b.Fatal(err)
 	}
 	return m
+}
+
+// idleWindow is how long BenchmarkMatchmakerAllocate measures the idle
+// stack and fleet before its rounds.
+const idleWindow = 3 * time.Second
+
+// cpuSample is the CPU used so far by the benchmark's processes, and when
+// it was read.
+type cpuSample struct {
+	at       time.Time
+	process  time.Duration // this process: the stack but PostgreSQL and the game servers
+	machine  procstat.Machine
+	children map[int]procstat.Process // the game servers and PostgreSQL, CPU read exactly
+}
+
+// takeCPU reads the CPU so far. The descendants' CPU is read exactly
+// (procstat.ExactCPU): a game server runs a millisecond at a time, under
+// /proc/<pid>/stat's clock tick.
+func takeCPU(b *testing.B) cpuSample {
+	s := cpuSample{at: time.Now(), process: processCPU(b), machine: machineCPU(b), children: map[int]procstat.Process{}}
+	procs := procstat.Processes()
+	for _, pid := range procstat.Descendants(procs, os.Getpid()) {
+		p := procs[pid]
+		cpu, err := procstat.ExactCPU(pid)
+		if err != nil {
+			continue // it ended meanwhile: not counted
+		}
+		p.CPU = cpu
+		s.children[pid] = p
+	}
+	return s
+}
+
+// cpuUse is the CPU each part used over a wall time.
+type cpuUse struct {
+	wall                           time.Duration
+	stack, game, postgres, machine time.Duration
+}
+
+// since is the CPU used from earlier to s. A process that started since
+// counts from zero; one that ended is not counted (the benchmark's game
+// servers and PostgreSQL's pooled backends live through the rounds).
+func (s cpuSample) since(earlier cpuSample) cpuUse {
+	u := cpuUse{wall: s.at.Sub(earlier.at), stack: s.process - earlier.process, machine: s.machine.BusySince(earlier.machine)}
+	for pid, p := range s.children {
+		used := p.CPU
+		if was, ok := earlier.children[pid]; ok && was.Comm == p.Comm {
+			used -= was.CPU
+		}
+		if p.Comm == "postgres" {
+			u.postgres += used
+		} else {
+			u.game += used
+		}
+	}
+	return u
+}
+
+// minusIdle is u less what each part used idle at idle's rate over u's
+// wall time (never below zero).
+func (u cpuUse) minusIdle(idle cpuUse) cpuUse {
+	less := func(used, idleUsed time.Duration) time.Duration {
+		if idle.wall <= 0 {
+			return used
+		}
+		return max(0, used-time.Duration(float64(idleUsed)*float64(u.wall)/float64(idle.wall)))
+	}
+	return cpuUse{wall: u.wall, stack: less(u.stack, idle.stack), game: less(u.game, idle.game),
+		postgres: less(u.postgres, idle.postgres), machine: less(u.machine, idle.machine)}
+}
+
+// per divides the CPU by a count of allocations.
+func (u cpuUse) per(allocations int) cpuUse {
+	n := time.Duration(max(1, allocations))
+	return cpuUse{wall: u.wall / n, stack: u.stack / n, game: u.game / n, postgres: u.postgres / n, machine: u.machine / n}
+}
+
+// cores is CPU time d over u's wall time, in cores.
+func (u cpuUse) cores(d time.Duration) float64 {
+	if u.wall <= 0 {
+		return 0
+	}
+	return float64(d) / float64(u.wall)
+}
+
+// cpuList reads a list of CPU numbers ("1", "2,3") from the environment;
+// nil when it is not set.
+func cpuList(b *testing.B, name string) []int {
+	v := os.Getenv(name)
+	if v == "" {
+		return nil
+	}
+	cores := machineCPU(b).Cores // the machine's, where runtime.NumCPU counts this process's (taskset)
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || n >= cores {
+			b.Fatalf("%s=%q: want CPU numbers from 0 to %d, comma separated", name, v, cores-1)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// pinGameServers moves every thread of this process's descendants but
+// PostgreSQL's (the game servers) to cpus.
+func pinGameServers(b *testing.B, cpus []int) {
+	var set unix.CPUSet
+	for _, c := range cpus {
+		set.Set(c)
+	}
+	procs := procstat.Processes()
+	moved := 0
+	for _, pid := range procstat.Descendants(procs, os.Getpid()) {
+		if procs[pid].Comm == "postgres" {
+			continue
+		}
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			b.Fatalf("game server %d: %v", pid, err)
+		}
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil {
+				continue
+			}
+			if err := unix.SchedSetaffinity(tid, &set); err != nil {
+				b.Fatalf("pin thread %d of game server %d to CPUs %v: %v", tid, pid, cpus, err)
+			}
+		}
+		moved++
+	}
+	fmt.Fprintf(os.Stderr, "%d game servers moved to CPUs %v\n", moved, cpus)
 }
 
 // sortedResult sorts a result's latencies.

@@ -39,6 +39,7 @@ type bench struct {
 	env   []string // environment, KEY=VALUE
 	time  string   // -benchtime
 	quick []string // env for --quick
+	exec  string   // go test -exec: what runs the test binary ("taskset -c 0"), if anything
 }
 
 // target is one row of the table: a metric of a benchmark against a bound.
@@ -85,6 +86,12 @@ var benches = []bench{
 		time: "1x", quick: []string{"TETHER_BENCH_SERVERS=100", "TETHER_BENCH_HOSTS=2", "TETHER_BENCH_ROUNDS=2"}},
 	{name: "BenchmarkMatchmakerAllocate", id: "BenchmarkMatchmakerAllocate/2", pkg: "./services/dev/", env: []string{"TETHER_BENCH_REPLICAS=2"},
 		time: "1x", quick: []string{"TETHER_BENCH_SERVERS=100", "TETHER_BENCH_HOSTS=2", "TETHER_BENCH_ROUNDS=2"}},
+	// The stack (and the PostgreSQL it starts) on core 0, the game servers
+	// moved to core 1 once READY: what one core of the stack does when the
+	// game servers do not share it.
+	{name: "BenchmarkMatchmakerAllocate", id: "BenchmarkMatchmakerAllocate/apart", pkg: "./services/dev/",
+		env: []string{"TETHER_BENCH_REPLICAS=1", "TETHER_BENCH_GAME_CPUS=1"}, exec: "taskset -c 0",
+		time: "1x", quick: []string{"TETHER_BENCH_SERVERS=100", "TETHER_BENCH_HOSTS=2", "TETHER_BENCH_ROUNDS=2"}},
 }
 
 var targets = []target{
@@ -95,6 +102,12 @@ var targets = []target{
 	{"allocations through real gRPC, real game servers, 2 API replicas", "BenchmarkMatchmakerAllocate/2", "allocs/s", 5000, false, "/s", false},
 	{"allocation p99 through real gRPC, 2 API replicas", "BenchmarkMatchmakerAllocate/2", "p99-ms", 20, true, "ms", false},
 	{"machine CPU per allocation, whole cycle to READY again (1 replica; all processes)", "BenchmarkMatchmakerAllocate/1", "machine-cpu-µs/alloc", 0, false, " µs", true},
+	{"  the same less what the idle stack and fleet use meanwhile", "BenchmarkMatchmakerAllocate/1", "active-machine-cpu-µs/alloc", 0, false, " µs", true},
+	{"    of which the stack's process (API, NATS, projector, controller, agents, load generator)", "BenchmarkMatchmakerAllocate/1", "active-cpu-µs/alloc", 0, false, " µs", true},
+	{"    of which the game servers (example game server, Go SDK)", "BenchmarkMatchmakerAllocate/1", "active-game-cpu-µs/alloc", 0, false, " µs", true},
+	{"    of which PostgreSQL", "BenchmarkMatchmakerAllocate/1", "active-postgres-cpu-µs/alloc", 0, false, " µs", true},
+	{"allocations through real gRPC, 1 API replica, the stack and PostgreSQL on one core, the game servers on the other", "BenchmarkMatchmakerAllocate/apart", "allocs/s", 0, false, "/s", true},
+	{"allocation p99 through real gRPC, the stack on one core, the game servers on the other", "BenchmarkMatchmakerAllocate/apart", "p99-ms", 0, true, "ms", true},
 	{"projection throughput (replay from sequence 1)", "BenchmarkReplay", "events/s", 20000, false, "/s", false},
 	{"live projection p99 publish→view lag at 5,000/s", "BenchmarkLiveLag", "p99-ms", 50, true, "ms", false},
 	{"rebuild rate (1,000,000 events)", "BenchmarkRebuild", "events/s", 50000, false, "/s", false},
@@ -219,6 +232,9 @@ func runBench(b bench, runs int, quick bool, profiles string) (map[string][]floa
 		}
 		// The test binary is kept beside it: pprof needs it for symbols.
 		args = append(args, "-cpuprofile", prof, "-o", strings.TrimSuffix(prof, ".prof")+".test")
+	}
+	if b.exec != "" {
+		args = append(args, "-exec", b.exec)
 	}
 	args = append(args, b.pkg)
 	cmd := exec.Command("go", args...)

@@ -94,11 +94,11 @@ type cpuMeter struct {
 // -cpuprofile), the report has no components.
 func startCPU(apart int) *cpuMeter {
 	m := &cpuMeter{began: time.Now(), apart: apart, postgres: map[int]time.Duration{}}
-	procs := readProcesses()
-	m.self = procs[os.Getpid()].cpu
-	m.apartCPU = procs[apart].cpu
+	procs := procstat.Processes()
+	m.self = procs[os.Getpid()].CPU
+	m.apartCPU = procs[apart].CPU
 	for _, pid := range m.postgresOf(procs) {
-		m.postgres[pid] = procs[pid].cpu
+		m.postgres[pid] = procs[pid].CPU
 	}
 	m.machine, _ = procstat.Read() // an unreadable /proc/stat reads as zero busy
 	m.runtime = readRuntime()
@@ -115,18 +115,18 @@ func (m *cpuMeter) stop(raw io.Writer) (*CPUReport, error) {
 		pprof.StopCPUProfile()
 	}
 	wall := time.Since(m.began)
-	procs := readProcesses()
+	procs := procstat.Processes()
 	machine, _ := procstat.Read()
 	rep := &CPUReport{Seconds: wall.Seconds(), Cores: machine.Cores, MachineBusy: machine.BusyShareSince(m.machine)}
 	rep.Runtime = readRuntime().since(m.runtime, wall)
-	rep.ProcessCores = (procs[os.Getpid()].cpu - m.self).Seconds() / wall.Seconds()
+	rep.ProcessCores = (procs[os.Getpid()].CPU - m.self).Seconds() / wall.Seconds()
 	var pg time.Duration
 	for _, pid := range m.postgresOf(procs) {
-		pg += procs[pid].cpu - m.postgres[pid] // a new process started from zero
+		pg += procs[pid].CPU - m.postgres[pid] // a new process started from zero
 	}
 	var apart time.Duration
 	if m.apart > 0 {
-		apart = procs[m.apart].cpu - m.apartCPU
+		apart = procs[m.apart].CPU - m.apartCPU
 	}
 	if m.err != nil {
 		return rep, fmt.Errorf("sim: no CPU profile of the steady phase: %w", m.err)
@@ -168,7 +168,7 @@ func (m *cpuMeter) stop(raw io.Writer) (*CPUReport, error) {
 
 // postgresOf picks the run's PostgreSQL processes: this process's, and the
 // control plane's when it runs apart.
-func (m *cpuMeter) postgresOf(procs map[int]procStat) []int {
+func (m *cpuMeter) postgresOf(procs map[int]procstat.Process) []int {
 	out := postgresProcesses(procs, os.Getpid())
 	if m.apart > 0 {
 		out = append(out, postgresProcesses(procs, m.apart)...)

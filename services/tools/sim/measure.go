@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/nats/hostbeat"
+	"github.com/tetherhq/tether/services/platform/procstat"
 )
 
 // checkpoint is the projector's checkpoint: the last stream sequence the
@@ -211,71 +211,19 @@ func componentOf(stack []uintptr) string {
 // of the PostgreSQL processes descended from this process.
 func postgresPSS() int64 {
 	var total int64
-	for _, pid := range postgresProcesses(readProcesses(), os.Getpid()) {
+	for _, pid := range postgresProcesses(procstat.Processes(), os.Getpid()) {
 		total += pssOf(pid)
 	}
 	return total
 }
 
-// procStat is what this package reads of a process's /proc/<pid>/stat.
-type procStat struct {
-	ppid int
-	comm string
-	cpu  time.Duration // user + system time so far
-}
-
-// clockTick is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
-const clockTick = 10 * time.Millisecond
-
-// readProcesses reads every process's stat line; a process that ends while
-// it reads is left out.
-func readProcesses() map[int]procStat {
-	out := map[int]procStat{}
-	dirs, _ := filepath.Glob("/proc/[0-9]*") // a failed glob reads as no processes
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(filepath.Base(d))
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join(d, "stat"))
-		if err != nil {
-			continue // the process ended meanwhile
-		}
-		// pid (comm) state ppid … utime stime (fields 14 and 15); comm may
-		// hold spaces, so split after ')'.
-		s := string(stat)
-		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || close < open {
-			continue
-		}
-		fields := strings.Fields(s[close+1:])
-		if len(fields) < 13 {
-			continue
-		}
-		ppid, err1 := strconv.Atoi(fields[1])
-		utime, err2 := strconv.ParseInt(fields[11], 10, 64)
-		stime, err3 := strconv.ParseInt(fields[12], 10, 64)
-		if err1 != nil || err2 != nil || err3 != nil {
-			continue // not a stat line this reader understands: not counted
-		}
-		out[pid] = procStat{ppid: ppid, comm: s[open+1 : close], cpu: time.Duration(utime+stime) * clockTick}
-	}
-	return out
-}
-
 // postgresProcesses picks the PostgreSQL processes descended from process
 // root (the run's own server, not another on the machine).
-func postgresProcesses(procs map[int]procStat, root int) []int {
+func postgresProcesses(procs map[int]procstat.Process, root int) []int {
 	var out []int
-	for pid, st := range procs {
-		if st.comm != "postgres" {
-			continue
-		}
-		for p, hops := pid, 0; p > 1 && hops < 16; p, hops = procs[p].ppid, hops+1 {
-			if p == root {
-				out = append(out, pid)
-				break
-			}
+	for _, pid := range procstat.Descendants(procs, root) {
+		if procs[pid].Comm == "postgres" {
+			out = append(out, pid)
 		}
 	}
 	return out
