@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 
 // Which failures a publish is sent again after (retryable), and which a
@@ -44,22 +44,6 @@ func TestRetryableAndUnavailable(t *testing.T) {
 	}
 }
 
-// unansweredOnce is a stream whose leader leaves the first info request
-// unanswered, as one sent while the leadership changes is: it waits for
-// the request's deadline.
-type unansweredOnce struct {
-	jetstream.Stream
-	calls atomic.Int32
-}
-
-func (u *unansweredOnce) Info(ctx context.Context, opts ...jetstream.StreamInfoOpt) (*jetstream.StreamInfo, error) {
-	if u.calls.Add(1) == 1 {
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	return u.Stream.Info(ctx, opts...)
-}
-
 // The stream's position is asked again after an attempt that got no
 // answer, within the caller's deadline, instead of waiting out the whole
 // deadline on the first request (a controller pass lost 5 s so while a
@@ -71,7 +55,7 @@ func TestStreamLastSequenceAsksAgainAfterNoAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &unansweredOnce{Stream: s.stream}
+	u := &natstest.UnansweredOnce{Stream: s.stream}
 	s.stream = u
 	t.Cleanup(func() { s.stream = u.Stream })
 	cctx, cancel := context.WithTimeout(ctx, attemptTimeout+3*time.Second)
@@ -80,7 +64,7 @@ func TestStreamLastSequenceAsksAgainAfterNoAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after an unanswered request: %v", err)
 	}
-	if got != seq || u.calls.Load() != 2 {
-		t.Fatalf("last sequence %d in %d requests, want %d in 2", got, u.calls.Load(), seq)
+	if got != seq || u.InfoCalls() != 2 {
+		t.Fatalf("last sequence %d in %d requests, want %d in 2", got, u.InfoCalls(), seq)
 	}
 }

@@ -83,6 +83,11 @@ type Options struct {
 	Interval time.Duration
 	// ShutdownGrace is the deadline given to a stopped server; default 30s.
 	ShutdownGrace time.Duration
+	// ShutdownSettle is how long past a shutdown's deadline a server's end
+	// may take to reach the stream: a SHUTTING_DOWN server its agent no
+	// longer lists this long after the deadline, with nothing queued, is
+	// terminated by the controller (planUnfinishedShutdowns); default 30s.
+	ShutdownSettle time.Duration
 	// UnreachableAfter marks a host UNREACHABLE after this long without a
 	// heartbeat; default 10s.
 	UnreachableAfter time.Duration
@@ -131,6 +136,7 @@ type Options struct {
 const (
 	DefaultInterval         = time.Second
 	DefaultShutdownGrace    = 30 * time.Second
+	DefaultShutdownSettle   = 30 * time.Second
 	DefaultUnreachableAfter = 10 * time.Second
 	DefaultLostAfter        = time.Minute
 	DefaultStartTimeout     = 10 * time.Second
@@ -149,6 +155,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.ShutdownGrace <= 0 {
 		o.ShutdownGrace = DefaultShutdownGrace
+	}
+	if o.ShutdownSettle <= 0 {
+		o.ShutdownSettle = DefaultShutdownSettle
 	}
 	if o.UnreachableAfter <= 0 {
 		o.UnreachableAfter = DefaultUnreachableAfter
@@ -463,6 +472,7 @@ func (c *Controller) planner() planner {
 	return planner{
 		producer:         c.producer,
 		shutdownGrace:    c.opts.ShutdownGrace,
+		shutdownSettle:   c.opts.ShutdownSettle,
 		startTimeout:     c.opts.StartTimeout,
 		unreachableAfter: c.opts.UnreachableAfter,
 		lostAfter:        c.opts.LostAfter,

@@ -246,6 +246,72 @@ func (p planner) checkInventory(host string, beat hostbeat.Beat, servers []proje
 	return then
 }
 
+// unfinishedDetail opens the evidence of a server terminated because its
+// agent ended it without recording the end.
+const unfinishedDetail = "shutdown past its deadline and no longer in its host's inventory"
+
+// planUnfinishedShutdowns ends the SHUTTING_DOWN servers whose agent no
+// longer supervises them although nothing recorded their end: the
+// server's shutdown deadline passed Options.ShutdownSettle (the time the
+// agent takes to kill the process at the deadline, see it exit and append
+// its end, through its outbox) before its host's last
+// beat, that beat's inventory does not list it, and its agent has nothing
+// queued for the stream (an end in its outbox is on its way). Without
+// this such a server stayed SHUTTING_DOWN for good, its slot on the host
+// taken and, in a fleet that fills its hosts, its replacement never
+// placed (seen once in a 100,000-server scale run: the agent had acted
+// on the stop and let the server go, and no event of its end reached the
+// stream). Only ONLINE, DRAINING and DRAINED hosts are judged (the others
+// are not heard from, and their servers are judged with them), and not
+// the servers of an agent that restarted since their last event
+// (planOrphans ends those). The server is terminated with its shutdown's
+// reason and the evidence; the append is guarded by its sequence, so a
+// server whose end reached the stream since the views were read is left
+// alone.
+func (p planner) planUnfinishedShutdowns(s snapshot, status map[string]eventsv1.HostStatus, out *Plan) {
+	registered := make(map[string]uint64, len(s.hosts))
+	for _, h := range s.hosts {
+		registered[h.State.GetName()] = h.State.GetRegisteredSequence()
+	}
+	for _, r := range s.servers {
+		gs := r.State
+		if gs.GetLifecycle() != eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN || gs.GetShutdownDeadline() == nil {
+			continue
+		}
+		host := gs.GetHost()
+		switch status[host] {
+		case eventsv1.HostStatus_HOST_STATUS_ONLINE, eventsv1.HostStatus_HOST_STATUS_DRAINING, eventsv1.HostStatus_HOST_STATUS_DRAINED:
+		default:
+			continue
+		}
+		if r.Sequence < registered[host] {
+			continue // planOrphans' to end
+		}
+		id, err := events.ParseHostName(host)
+		if err != nil {
+			continue // a misnamed host: refused with the host verdicts
+		}
+		beat := s.beats[id]
+		inv := beat.Inv()
+		deadline := gs.GetShutdownDeadline().AsTime()
+		if inv == nil || inv.Queued > 0 || inv.Has(gs.GetName()) || beat.WrittenAt().Before(deadline.Add(p.shutdownSettle)) {
+			continue
+		}
+		if u := gs.GetUpdateTime(); u != nil && u.AsTime().After(beat.WrittenAt()) {
+			continue // changed since the inventory was taken
+		}
+		reason := gs.GetReason()
+		if reason == eventsv1.Reason_REASON_UNSPECIFIED {
+			reason = eventsv1.Reason_REASON_SHUTDOWN_REQUESTED_BY_API
+		}
+		detail := fmt.Sprintf("%s: deadline %s; host %s reported %d game servers at %s, not this one (last known pid %d)",
+			unfinishedDetail, deadline.Format(time.RFC3339Nano), host, len(inv.Servers), beat.WrittenAt().Format(time.RFC3339Nano), gs.GetPid())
+		if d := p.terminate(r, reason, detail, "game server shut down, gone from its host's inventory, its end never recorded: terminated", out); d != nil {
+			out.decisions = append(out.decisions, *d)
+		}
+	}
+}
+
 // restartedDetail opens the evidence of a server terminated because its
 // host's agent restarted without it.
 const restartedDetail = "its host's agent restarted"

@@ -468,3 +468,55 @@ func TestHostSilenceCountsFromTheBeatsBucketElection(t *testing.T) {
 			marked.Time.Sub(elected).Round(time.Millisecond), marked.Time.Sub(silent).Round(time.Millisecond))
 	}
 }
+
+// A server its agent let go without recording its end (seen once in a
+// 100,000-server scale run: SHUTTING_DOWN for good, its slot on a full host
+// taken, its replacement never placed) is terminated by the controller
+// once its shutdown's deadline is ShutdownSettle past and its host's
+// inventory no longer lists it, with its shutdown's reason and the
+// evidence; the fleet then replaces it. While the inventory still lists
+// it, well past the deadline, it is left to its agent.
+func TestUnfinishedShutdownIsTerminated(t *testing.T) {
+	w := newWorld(t)
+	w.host("h1", 2)
+	a := w.agent("h1", 10)
+	beats := w.beat("h1")
+	w.controller("c1", func(o *controller.Options) {
+		o.ShutdownGrace, o.ShutdownSettle = 200*time.Millisecond, 300*time.Millisecond
+	})
+	w.fleet("arena", testSpec(2, eventsv1.Scheduling_SCHEDULING_PACKED))
+	var names []string
+	wait.For(t, 10*time.Second, "2 READY servers", func() bool {
+		names = names[:0]
+		for n, l := range w.states("arena") {
+			if l == eventsv1.Lifecycle_LIFECYCLE_READY {
+				names = append(names, n)
+			}
+		}
+		return len(names) == 2
+	})
+	beats.inv["h1"].Store(inventoryOf(0, names...))
+	sick, well := names[0], names[1]
+	a.dropStops.Store(true)
+	if err := w.gameServerEvent(sick, "hosts/h1", events.MarkUnhealthy{Reason: eventsv1.Reason_REASON_HEALTH_CHECK_FAILED}); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "the stop sent and the server SHUTTING_DOWN", func() bool {
+		return len(a.stops()) == 1 && w.states("arena")[sick] == eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN
+	})
+	wait.Holds(t, 2*time.Second, "the server left SHUTTING_DOWN while its host lists it", func() bool {
+		return w.states("arena")[sick] == eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN
+	})
+
+	beats.inv["h1"].Store(inventoryOf(0, well))
+	wait.For(t, 10*time.Second, "the server terminated and replaced", func() bool {
+		return w.states("arena")[sick] == eventsv1.Lifecycle_LIFECYCLE_TERMINATED && w.countStates("arena", eventsv1.Lifecycle_LIFECYCLE_READY) == 2
+	})
+	h := w.history(sick)
+	term, ok := h[len(h)-1].Data.(*eventsv1.GameServerTerminated)
+	if !ok || term.GetReason() != eventsv1.Reason_REASON_HEALTH_CHECK_FAILED ||
+		!strings.HasPrefix(term.GetEvidence().GetDetail(), "shutdown past its deadline and no longer in its host's inventory") ||
+		term.GetEvidence().GetRequestedBy() != "controllers/c1" {
+		t.Fatalf("the server ended with %s %v", h[len(h)-1].Type, h[len(h)-1].Data)
+	}
+}

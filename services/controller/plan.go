@@ -229,7 +229,7 @@ type noRoom struct {
 }
 
 // Plan is what one pass decided, in the order it is carried out: host
-// verdicts, orphans, start failures, then each fleet's shutdowns, resends
+// verdicts, orphans, unfinished shutdowns, start failures, then each fleet's shutdowns, resends
 // and schedules, the deleted fleets, and game-session deadlines.
 type Plan struct {
 	decisions []decision
@@ -245,6 +245,7 @@ type Plan struct {
 type planner struct {
 	producer         string
 	shutdownGrace    time.Duration
+	shutdownSettle   time.Duration // Options.ShutdownSettle
 	startTimeout     time.Duration
 	unreachableAfter time.Duration
 	lostAfter        time.Duration
@@ -262,6 +263,7 @@ func (p planner) plan(s snapshot) Plan {
 		return out
 	}
 	p.planOrphans(s, &out)
+	p.planUnfinishedShutdowns(s, status, &out)
 	s.load = hostLoad(s.hosts) // s is plan's copy: the caller's snapshot is untouched
 	fleets := p.planStarts(s, &out)
 	hosts := roomOn(s.hosts, status, &out)

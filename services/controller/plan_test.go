@@ -34,7 +34,7 @@ const (
 func testPlanner() planner {
 	n := 0
 	return planner{
-		producer: "controllers/test", shutdownGrace: DefaultShutdownGrace, startTimeout: DefaultStartTimeout,
+		producer: "controllers/test", shutdownGrace: DefaultShutdownGrace, shutdownSettle: DefaultShutdownSettle, startTimeout: DefaultStartTimeout,
 		unreachableAfter: DefaultUnreachableAfter, lostAfter: DefaultLostAfter,
 		backoff: events.StartBackoff{Base: DefaultStartBackoffBase, Cap: DefaultStartBackoffCap},
 		newID:   func() string { n++; return fmt.Sprintf("new-%d", n) },
@@ -63,6 +63,24 @@ func on(id string, l eventsv1.Lifecycle, host string, seq uint64) projections.Ro
 	s := server(id, l, eventsv1.Reason_REASON_UNSPECIFIED, l != scheduled && l != starting, -int(seq))
 	s.Host = events.HostName(host)
 	return projections.Row[*eventsv1.GameServerState]{State: s, Sequence: seq}
+}
+
+// unfinished is game server id of fleet arena on host, SHUTTING_DOWN
+// (HEALTH_CHECK_FAILED) with a deadline, at sequence seq.
+func unfinished(id, host string, seq uint64, deadline time.Time) projections.Row[*eventsv1.GameServerState] {
+	r := on(id, shutting, host, seq)
+	r.State.Reason, r.State.ShutdownDeadline = eventsv1.Reason_REASON_HEALTH_CHECK_FAILED, timestamppb.New(deadline)
+	return r
+}
+
+// listing is an inventory of game servers (full names), with queued
+// events.
+func listing(queued int, names ...string) *hostbeat.Inventory {
+	inv := &hostbeat.Inventory{Servers: []hostbeat.Server{}, Queued: queued}
+	for _, n := range names {
+		inv.Servers = append(inv.Servers, hostbeat.Server{Name: n})
+	}
+	return inv
 }
 
 // fleetRow is fleet arena with replicas and scheduling.
@@ -505,6 +523,37 @@ func TestPlan(t *testing.T) {
 				"  terminate " + gsPrefix + "gs-2@11 GameServerTerminated",
 				"resend " + gsPrefix + "gs-3 → a",
 			},
+		},
+		{
+			name: "a SHUTTING_DOWN server its agent no longer lists, ShutdownSettle past its deadline, is terminated with its shutdown's reason",
+			snapshot: func() snapshot {
+				s := snap(arena(2), []projections.HostRow{hostRow("a", online, 2, 2, 5)},
+					unfinished("gs-1", "a", 10, t0.Add(-DefaultShutdownSettle-time.Second)), on("gs-2", ready, "a", 11))
+				s.beats["a"] = hostbeat.Beat{Time: t0, Inventory: listing(0, gsPrefix+"gs-2")}
+				return s
+			},
+			// Its slot frees only when the views show it TERMINATED: the
+			// replacement waits for the next pass.
+			want: []string{
+				"terminate " + gsPrefix + "gs-1@10 GameServerTerminated",
+				"placement fleets/arena@1 FleetPlacementBlocked",
+			},
+			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 1, reason: events.NoHostWithRoom, message: "1 game servers wait: all 1 ONLINE, uncordoned hosts are full"}},
+		},
+		{
+			name: "a SHUTTING_DOWN server still in its host's inventory, or not yet ShutdownSettle past its deadline, or with its agent's events queued, is left to its agent",
+			snapshot: func() snapshot {
+				s := snap(arena(3), []projections.HostRow{hostRow("a", online, 3, 3, 5), hostRow("b", online, 3, 3, 6), hostRow("c", online, 3, 3, 7)},
+					unfinished("gs-1", "a", 10, t0.Add(-time.Hour)),
+					unfinished("gs-2", "b", 11, t0.Add(-DefaultShutdownSettle+time.Second)),
+					unfinished("gs-3", "c", 12, t0.Add(-time.Hour)))
+				s.beats["a"] = hostbeat.Beat{Time: t0, Inventory: listing(0, gsPrefix+"gs-1")}
+				s.beats["b"] = hostbeat.Beat{Time: t0, Inventory: listing(0)}
+				s.beats["c"] = hostbeat.Beat{Time: t0, Inventory: listing(1)}
+				return s
+			},
+			want:       []string{"placement fleets/arena@1 FleetPlacementBlocked"},
+			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 3, reason: events.NoHostWithRoom, message: "3 game servers wait: all 3 ONLINE, uncordoned hosts are full"}},
 		},
 		{
 			name: "servers whose last event precedes their host's registration are orphans",

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -285,6 +286,9 @@ type agent struct {
 	mu    sync.Mutex
 	cmds  []*agentv1.Command
 	ready int // servers it may still make READY
+	// dropStops makes it record nothing for a stop: an agent that let the
+	// server go without recording its end.
+	dropStops atomic.Bool
 }
 
 // agent starts a fake agent for host that makes at most ready servers READY.
@@ -357,6 +361,9 @@ func (a *agent) handle(cmd *agentv1.Command) error {
 			return a.w.gameServerEvent(name, a.producer, events.MarkReady{})
 		}
 	case *agentv1.Command_Stop:
+		if a.dropStops.Load() {
+			return nil
+		}
 		name := c.Stop.GetGameServer()
 		var code int32
 		err := a.w.gameServerEvent(name, a.producer, events.RecordExit{Exited: &eventsv1.ProcessExited{ExitCode: &code, Attempt: 1}})

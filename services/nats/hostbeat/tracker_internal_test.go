@@ -348,3 +348,33 @@ func TestTrackerWhoseWatcherStallsEnds(t *testing.T) {
 		t.Fatalf("the tracker's error once done: %v", err)
 	}
 }
+
+// Beats asks for the bucket's last revision again after a request that got
+// no answer, within the caller's deadline, instead of waiting the deadline
+// out on the first (a controller pass would then judge no host).
+func TestBeatsAsksAgainAfterNoAnswer(t *testing.T) {
+	_, js := natstest.Connect(t, natstest.Start(t))
+	kv, err := setUp(t.Context(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Put(t.Context(), kv, "h1", Beat{Time: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	tr := track(t, js)
+	if err := tr.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	u := &natstest.UnansweredOnce{Stream: tr.stream}
+	tr.stream = u // only Beats reads it, and nothing calls Beats yet
+	// An attempt is 2 s (natsjs.WaitAvailable); one more fits in 5 s.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	beats, err := tr.Beats(ctx)
+	if err != nil {
+		t.Fatalf("after an unanswered request: %v", err)
+	}
+	if _, ok := beats["h1"]; !ok || u.InfoCalls() != 2 {
+		t.Fatalf("beats %v in %d requests, want h1's in 2", beats, u.InfoCalls())
+	}
+}
