@@ -467,6 +467,8 @@ func controllerCommand(g *global) *cobra.Command {
 	f.DurationVar(&opts.UnreachableAfter, "host-unreachable-after", controller.DefaultUnreachableAfter, "host heartbeat silence before UNREACHABLE")
 	f.DurationVar(&opts.LostAfter, "host-lost-after", controller.DefaultLostAfter, "host heartbeat silence before LOST (servers replaced)")
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", controller.DefaultShutdownGrace, "deadline given to a stopped game server")
+	f.DurationVar(&opts.ShutdownSettle, "shutdown-settle", controller.DefaultShutdownSettle,
+		"a SHUTTING_DOWN game server its host no longer lists this long past its deadline, with nothing queued, is terminated")
 	f.DurationVar(&opts.StaleViewsAfter, "stale-views-after", controller.DefaultStaleViewsAfter,
 		"views whose checkpoint stands still this long behind the stream are stale: host liveness only, /readyz 503")
 	f.DurationVar(&opts.StartBackoffBase, "start-backoff-base", controller.DefaultStartBackoffBase,
