@@ -556,6 +556,37 @@ func TestPlan(t *testing.T) {
 			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 3, reason: events.NoHostWithRoom, message: "3 game servers wait: all 3 ONLINE, uncordoned hosts are full"}},
 		},
 		{
+			name: "a SHUTTING_DOWN server left by its agent, changed since the beat or on a host with an older agent (no inventory) is left alone",
+			snapshot: func() snapshot {
+				changed := unfinished("gs-1", "a", 10, t0.Add(-time.Hour))
+				changed.State.UpdateTime = timestamppb.New(t0.Add(time.Second))
+				s := snap(arena(2), []projections.HostRow{hostRow("a", online, 1, 1, 5), hostRow("b", online, 1, 1, 6)},
+					changed, unfinished("gs-2", "b", 11, t0.Add(-time.Hour)))
+				s.beats["a"] = hostbeat.Beat{Time: t0, Inventory: listing(0)}
+				s.beats["b"] = hostbeat.Beat{Time: t0}
+				return s
+			},
+			want:       []string{"placement fleets/arena@1 FleetPlacementBlocked"},
+			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 2, reason: events.NoHostWithRoom, message: "2 game servers wait: all 2 ONLINE, uncordoned hosts are full"}},
+		},
+		{
+			name: "a SHUTTING_DOWN server missing from the inventory of a host that comes back is ended once, with the host's verdict; one on an UNREACHABLE host is not judged",
+			snapshot: func() snapshot {
+				s := snap(arena(2), []projections.HostRow{hostRow("a", unreachable, 1, 1, 5), hostRow("b", unreachable, 1, 1, 6)},
+					unfinished("gs-1", "a", 10, t0.Add(-time.Hour)), unfinished("gs-2", "b", 11, t0.Add(-time.Hour)))
+				s.beats["a"] = hostbeat.Beat{Time: t0, Inventory: listing(0)}
+				s.heard["b"] = t0.Add(-20 * time.Second) // still silent
+				s.beats["b"] = hostbeat.Beat{Time: t0.Add(-20 * time.Second), Inventory: listing(0)}
+				return s
+			},
+			want: []string{
+				"host hosts/a@5 HostOnline",
+				"  terminate " + gsPrefix + "gs-1@10 GameServerTerminated",
+				"placement fleets/arena@1 FleetPlacementBlocked",
+			},
+			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 2, reason: events.NoHostWithRoom, message: "2 game servers wait: all 1 ONLINE, uncordoned hosts are full"}},
+		},
+		{
 			name: "servers whose last event precedes their host's registration are orphans",
 			snapshot: func() snapshot {
 				h := hostRow("a", online, 10, 3, 100)

@@ -167,6 +167,7 @@ func BenchmarkMatchmakerAllocate(b *testing.B) {
 		// What the fleet and the stack use idle (the servers' heartbeats,
 		// the agents' beats, the controller's passes), to tell the cycles'
 		// own CPU from it below.
+		<-time.After(idleWindow) // the projector, agents and PostgreSQL settle after the fleet's start
 		idleFrom := takeCPU(b)
 		<-time.After(idleWindow)
 		idle := takeCPU(b).since(idleFrom)
@@ -295,13 +296,15 @@ type cpuSample struct {
 	process  time.Duration // this process: the stack but PostgreSQL and the game servers
 	machine  procstat.Machine
 	children map[int]procstat.Process // the game servers and PostgreSQL, CPU read exactly
+	scan     time.Duration            // the CPU this process spent reading children
 }
 
 // takeCPU reads the CPU so far. The descendants' CPU is read exactly
 // (procstat.ExactCPU): a game server runs a millisecond at a time, under
 // /proc/<pid>/stat's clock tick.
 func takeCPU(b *testing.B) cpuSample {
-	s := cpuSample{at: time.Now(), process: processCPU(b), machine: machineCPU(b), children: map[int]procstat.Process{}}
+	began := processCPU(b)
+	s := cpuSample{children: map[int]procstat.Process{}}
 	procs := procstat.Processes()
 	for _, pid := range procstat.Descendants(procs, os.Getpid()) {
 		p := procs[pid]
@@ -312,6 +315,10 @@ func takeCPU(b *testing.B) cpuSample {
 		p.CPU = cpu
 		s.children[pid] = p
 	}
+	// This process and the machine are read after the scan, which each
+	// interval then holds once (its end's): since takes it out.
+	s.at, s.process, s.machine = time.Now(), processCPU(b), machineCPU(b)
+	s.scan = s.process - began
 	return s
 }
 
@@ -321,11 +328,13 @@ type cpuUse struct {
 	stack, game, postgres, machine time.Duration
 }
 
-// since is the CPU used from earlier to s. A process that started since
-// counts from zero; one that ended is not counted (the benchmark's game
-// servers and PostgreSQL's pooled backends live through the rounds).
+// since is the CPU used from earlier to s, less s's own reading of it. A
+// process that started since counts from zero; one that ended is not
+// counted (the benchmark's game servers and PostgreSQL's pooled backends
+// live through the rounds).
 func (s cpuSample) since(earlier cpuSample) cpuUse {
-	u := cpuUse{wall: s.at.Sub(earlier.at), stack: s.process - earlier.process, machine: s.machine.BusySince(earlier.machine)}
+	u := cpuUse{wall: s.at.Sub(earlier.at), stack: max(0, s.process-earlier.process-s.scan),
+		machine: max(0, s.machine.BusySince(earlier.machine)-s.scan)}
 	for pid, p := range s.children {
 		used := p.CPU
 		if was, ok := earlier.children[pid]; ok && was.Comm == p.Comm {

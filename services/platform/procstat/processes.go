@@ -89,17 +89,22 @@ func ExactCPU(pid int) (time.Duration, error) {
 		return 0, err
 	}
 	var total time.Duration
+	read := 0
 	for _, t := range tasks {
 		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
 		if err != nil {
 			continue // the thread ended meanwhile
 		}
+		read++
 		first, _, _ := strings.Cut(string(b), " ")
 		ns, err := strconv.ParseInt(first, 10, 64)
 		if err != nil {
 			return 0, fmt.Errorf("procstat: %s/schedstat: %q", t.Name(), b)
 		}
 		total += time.Duration(ns)
+	}
+	if read == 0 {
+		return 0, fmt.Errorf("procstat: no thread of process %d could be read (ended, or no schedstat on this kernel)", pid)
 	}
 	return total, nil
 }
