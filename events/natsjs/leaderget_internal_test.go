@@ -3,6 +3,7 @@ package natsjs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -91,9 +92,46 @@ func TestLeaderGetWaitsOutAnElection(t *testing.T) {
 // refusal (events.ErrUnavailable), even when the caller set no deadline.
 func TestLeaderGetGivesUpWithoutALeader(t *testing.T) {
 	nodes, _, nc := replicated(t)
+	var kept string // the node nc is connected to, left running
 	for _, n := range nodes {
-		if n.ClientURL() != nc.ConnectedUrl() {
-			n.Shutdown()
+		if n.ClientURL() == nc.ConnectedUrl() {
+			kept = n.Name()
+		}
+	}
+	// The stream's leader may have moved to the kept node since replicated
+	// asked (a CI run under load saw it), and a leader cut off from its
+	// peers goes on answering (for more than 30 s, tried): the kept node
+	// must be a follower. Its leader is stopped first, then the other node,
+	// before the two left could elect another.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leader string
+	wait.Until(t, 20*time.Second, "a leader of T other than the node kept", func() error {
+		s, err := js.Stream(t.Context(), "T")
+		if err != nil {
+			return err
+		}
+		if c := s.CachedInfo().Cluster; c != nil {
+			leader = c.Leader
+		}
+		switch leader {
+		case "":
+			return errors.New("no leader yet")
+		case kept:
+			if _, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN.T", nil, 2*time.Second); err != nil {
+				return fmt.Errorf("the kept node leads, and its step-down: %w", err)
+			}
+			return errors.New("the kept node led; it was asked to step down")
+		}
+		return nil
+	})
+	for _, name := range []string{leader, ""} {
+		for _, n := range nodes {
+			if n.Name() != kept && (name == "" || n.Name() == name) {
+				n.Shutdown()
+			}
 		}
 	}
 	runBounded(t, 30*time.Second, func() {
