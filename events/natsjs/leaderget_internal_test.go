@@ -127,11 +127,14 @@ func TestLeaderGetGivesUpWithoutALeader(t *testing.T) {
 		}
 		return nil
 	})
-	for _, name := range []string{leader, ""} {
-		for _, n := range nodes {
-			if n.Name() != kept && (name == "" || n.Name() == name) {
-				n.Shutdown()
-			}
+	for _, n := range nodes {
+		if n.Name() == leader {
+			n.Shutdown()
+		}
+	}
+	for _, n := range nodes {
+		if n.Name() != kept && n.Name() != leader {
+			n.Shutdown()
 		}
 	}
 	runBounded(t, 30*time.Second, func() {

@@ -371,7 +371,7 @@ func PublishWaiting(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, 
 		return ack, err
 	}
 	var ack *jetstream.PubAck
-	err := WaitAvailable(ctx, wait, func(ctx context.Context) error {
+	err := waitAvailable(ctx, wait, func(ctx context.Context) error {
 		var err error
 		ack, err = js.PublishMsg(ctx, msg)
 		return err
@@ -382,7 +382,7 @@ func PublishWaiting(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, 
 	return ack, nil
 }
 
-// WaitAvailable runs try, and again while it fails for want of an answer
+// waitAvailable runs try, and again while it fails for want of an answer
 // (retryable: no stream leader during a NATS election, no answer, no
 // connection), for up to wait (one attempt if negative), backing off from
 // 50 to 500 ms. Each attempt is bounded by attemptTimeout: a request in
@@ -391,7 +391,7 @@ func PublishWaiting(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, 
 // never answered, and waiting out the caller's whole deadline on it would
 // leave no time to send it again once the stream has a leader. The error
 // it gives up with wraps events.ErrUnavailable.
-func WaitAvailable(ctx context.Context, wait time.Duration, try func(ctx context.Context) error) error {
+func waitAvailable(ctx context.Context, wait time.Duration, try func(ctx context.Context) error) error {
 	attempt := func() error {
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 		defer cancel()
@@ -423,7 +423,7 @@ func WaitAvailable(ctx context.Context, wait time.Duration, try func(ctx context
 	}
 }
 
-// attemptTimeout bounds each attempt of WaitAvailable.
+// attemptTimeout bounds each attempt of waitAvailable.
 const attemptTimeout = 2 * time.Second
 
 // jsClusterNotAvailable is JetStream's error code 10008, "JetStream system
@@ -559,7 +559,7 @@ func leaderGetWaiting(ctx context.Context, nc *nats.Conn, stream string, r MsgRe
 	}
 	var m LeaderMessage
 	var found bool
-	err = WaitAvailable(ctx, wait, func(ctx context.Context) error {
+	err = waitAvailable(ctx, wait, func(ctx context.Context) error {
 		var err error
 		m, found, err = leaderGetOnce(ctx, nc, stream, req)
 		return err
@@ -722,23 +722,30 @@ func (s *Store) LastEvent(ctx context.Context, subject string) (events.Envelope,
 }
 
 // StreamLastSequence returns the sequence of the last event in the stream,
-// 0 if it is empty. It asks again while the stream's leader does not
-// answer, as an append does (WaitAvailable: attempts of attemptTimeout,
-// for up to the store's wait): a request sent as the leader changes (a
-// NATS node restarting) goes unanswered, and a single one waited out the
-// caller's whole deadline, 5 s of a controller pass in which nothing was
-// replaced.
+// 0 if it is empty, asked as StreamInfo asks.
 func (s *Store) StreamLastSequence(ctx context.Context) (uint64, error) {
-	var info *jetstream.StreamInfo
-	err := WaitAvailable(ctx, s.wait, func(ctx context.Context) error {
-		var err error
-		info, err = s.stream.Info(ctx)
-		return err
-	})
+	info, err := StreamInfo(ctx, s.stream, s.wait)
 	if err != nil {
 		return 0, fmt.Errorf("natsjs: stream info: %w", err)
 	}
 	return info.State.LastSeq, nil
+}
+
+// StreamInfo asks for a stream's state, and again while its leader does
+// not answer, as an append does (attempts of attemptTimeout, for up to
+// wait, within ctx): a request sent as the leader changes (a NATS node
+// restarting) goes unanswered, and a single one waited out the caller's
+// whole deadline, 5 s of a controller pass in which nothing was replaced.
+// Its error wraps events.ErrUnavailable when it gives up for want of an
+// answer.
+func StreamInfo(ctx context.Context, st jetstream.Stream, wait time.Duration) (*jetstream.StreamInfo, error) {
+	var info *jetstream.StreamInfo
+	err := waitAvailable(ctx, wait, func(ctx context.Context) error {
+		var err error
+		info, err = st.Info(ctx)
+		return err
+	})
+	return info, err
 }
 
 // historyBatch bounds the messages asked for in one pull request.

@@ -271,10 +271,7 @@ const unfinishedDetail = "shutdown past its deadline and no longer in its host's
 // guarded by its sequence, so a server whose end reached the stream since
 // the views were read is left alone.
 func (p planner) planUnfinishedShutdowns(s snapshot, status map[string]eventsv1.HostStatus, out *Plan) {
-	hosts := make(map[string]*eventsv1.HostState, len(s.hosts))
-	for _, h := range s.hosts {
-		hosts[h.State.GetName()] = h.State
-	}
+	var hosts map[string]*eventsv1.HostState // by name, made for the first server past its settle
 	for _, r := range s.servers {
 		gs := r.State
 		if gs.GetLifecycle() != eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN || gs.GetShutdownDeadline() == nil {
@@ -283,6 +280,12 @@ func (p planner) planUnfinishedShutdowns(s snapshot, status map[string]eventsv1.
 		deadline := gs.GetShutdownDeadline().AsTime()
 		if s.now.Before(deadline.Add(p.shutdownSettle)) {
 			continue // most shutdowns: in their grace, and no beat decoded for them
+		}
+		if hosts == nil {
+			hosts = make(map[string]*eventsv1.HostState, len(s.hosts))
+			for _, h := range s.hosts {
+				hosts[h.State.GetName()] = h.State
+			}
 		}
 		host := gs.GetHost()
 		h := hosts[host]

@@ -408,15 +408,11 @@ func pinGameServers(b *testing.B, cpus []int) {
 		if procs[pid].Comm == "postgres" {
 			continue
 		}
-		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		tids, err := procstat.Threads(pid)
 		if err != nil {
 			b.Fatalf("game server %d: %v", pid, err)
 		}
-		for _, t := range tasks {
-			tid, err := strconv.Atoi(t.Name())
-			if err != nil {
-				continue
-			}
+		for _, tid := range tids {
 			if err := unix.SchedSetaffinity(tid, &set); err != nil {
 				b.Fatalf("pin thread %d of game server %d to CPUs %v: %v", tid, pid, cpus, err)
 			}

@@ -330,16 +330,11 @@ func (t *Tracker) Beats(ctx context.Context) (map[string]Beat, error) {
 
 // lastRevision asks the bucket's leader for its last revision (0 when it
 // holds no value) and TTL. It asks again after an attempt that got no
-// answer or found no leader (natsjs.WaitAvailable), within ctx: a request
+// answer or found no leader (natsjs.StreamInfo), within ctx: a request
 // sent as a NATS node restarted may never be answered, and a controller
 // pass that waited out its whole deadline on it would judge no host.
 func (t *Tracker) lastRevision(ctx context.Context) (uint64, time.Duration, error) {
-	var info *jetstream.StreamInfo
-	err := natsjs.WaitAvailable(ctx, natsjs.DefaultUnavailableWait, func(ctx context.Context) error {
-		var err error
-		info, err = t.stream.Info(ctx)
-		return err
-	})
+	info, err := natsjs.StreamInfo(ctx, t.stream, natsjs.DefaultUnavailableWait)
 	if err != nil {
 		return 0, 0, fmt.Errorf("hostbeat: bucket state: %w", err)
 	}

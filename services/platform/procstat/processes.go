@@ -77,21 +77,35 @@ func Descendants(procs map[int]Process, root int) []int {
 	return out
 }
 
+// Threads lists a process's live threads by id (/proc/<pid>/task).
+func Threads(pid int) ([]int, error) {
+	tasks, err := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "task"))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, 0, len(tasks))
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			out = append(out, tid)
+		}
+	}
+	return out, nil
+}
+
 // ExactCPU is the CPU a process's live threads have run so far, to the
 // nanosecond (the first field of each /proc/<pid>/task/<tid>/schedstat),
 // where Processes counts in clock ticks: a game server that runs a
 // millisecond at a time reads as zero ticks there. Threads that have
 // ended are not counted.
 func ExactCPU(pid int) (time.Duration, error) {
-	dir := filepath.Join("/proc", strconv.Itoa(pid), "task")
-	tasks, err := os.ReadDir(dir)
+	tids, err := Threads(pid)
 	if err != nil {
 		return 0, err
 	}
 	var total time.Duration
 	read := 0
-	for _, t := range tasks {
-		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
+	for _, tid := range tids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/schedstat", pid, tid))
 		if err != nil {
 			continue // the thread ended meanwhile
 		}
@@ -99,7 +113,7 @@ func ExactCPU(pid int) (time.Duration, error) {
 		first, _, _ := strings.Cut(string(b), " ")
 		ns, err := strconv.ParseInt(first, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("procstat: %s/schedstat: %q", t.Name(), b)
+			return 0, fmt.Errorf("procstat: thread %d of %d: schedstat %q", tid, pid, b)
 		}
 		total += time.Duration(ns)
 	}

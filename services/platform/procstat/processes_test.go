@@ -62,6 +62,9 @@ func TestDescendantsFindsAChildAndItsCPU(t *testing.T) {
 		if c := procs[child]; c.Comm != "sh" || c.CPU <= 0 {
 			return fmt.Errorf("child read as %+v", c)
 		}
+		if tids, err := Threads(child); err != nil || !slices.Contains(tids, child) {
+			return fmt.Errorf("the child's threads %v (%v) miss its main thread %d", tids, err, child)
+		}
 		exact, err := ExactCPU(child)
 		if err != nil {
 			return err
