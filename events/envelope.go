@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
@@ -20,6 +21,10 @@ const SchemaVersion int32 = 1
 // ErrUndecodable marks stored bytes that are not a valid envelope or whose
 // payload type is unknown to this build: a poison event.
 var ErrUndecodable = errors.New("events: undecodable event")
+
+// UndecodableType is the Type of the envelope that stands for an
+// undecodable stored message in a history (UndecodableAt).
+const UndecodableType = "Undecodable"
 
 // Envelope is one event with its metadata, as stored in the event stream.
 type Envelope struct {
@@ -63,6 +68,31 @@ type Envelope struct {
 	// signature of a known key, else the signer's principal ("controller",
 	// "hosts/h1"). It is not stored in the envelope: the store derives it.
 	Writer string
+	// Undecodable is set, wrapping ErrUndecodable, on the envelope that
+	// stands for a stored message that is not an event of its subject
+	// (UndecodableAt). It is not stored either.
+	Undecodable error
+}
+
+// UndecodableAt returns the envelope that stands for an undecodable message
+// stored at seq on the subject of aggregate (err wraps ErrUndecodable): its
+// Type is UndecodableType, its Data an empty message, and Undecodable says
+// why. A history keeps it in its place, so a writer guards its append on
+// the message's sequence, as on any other, while every fold leaves it out
+// (Skipped): one bad message on a subject stops none of its readers.
+func UndecodableAt(aggregate string, seq uint64, err error) Envelope {
+	if !errors.Is(err, ErrUndecodable) {
+		err = fmt.Errorf("%w: %w", ErrUndecodable, err)
+	}
+	return Envelope{Type: UndecodableType, Aggregate: aggregate, Sequence: seq, Data: &emptypb.Empty{}, Undecodable: err}
+}
+
+// Skipped reports whether err is a fold's refusal of an event that a
+// reader leaves out and goes on past, as the projector dead-letters it: an
+// event its writer may not write (ErrUnauthorizedWriter), or one that is
+// not an event of its subject (ErrUndecodable).
+func Skipped(err error) bool {
+	return errors.Is(err, ErrUnauthorizedWriter) || errors.Is(err, ErrUndecodable)
 }
 
 // New wraps a payload for an aggregate with a fresh random id.
@@ -151,6 +181,25 @@ func Unmarshal(b []byte) (Envelope, error) {
 	}
 	if got := TypeOf(data); env.Type != got {
 		return Envelope{}, fmt.Errorf("%w: event %q says type %q but carries %q", ErrUndecodable, env.ID, env.Type, got)
+	}
+	return env, nil
+}
+
+// Decode decodes a message stored on subject: Unmarshal, and the subject
+// must be the subject of the envelope's aggregate (an event of another
+// aggregate, or anything on a subject that names none, is undecodable
+// there). Errors wrap ErrUndecodable.
+func Decode(subject string, b []byte) (Envelope, error) {
+	env, err := Unmarshal(b)
+	if err != nil {
+		return Envelope{}, err
+	}
+	name, err := NameFromSubject(subject)
+	if err != nil {
+		return Envelope{}, fmt.Errorf("%w: event %s: %w", ErrUndecodable, env.ID, err)
+	}
+	if name != env.Aggregate {
+		return Envelope{}, fmt.Errorf("%w: event %s on subject %s names aggregate %s", ErrUndecodable, env.ID, subject, env.Aggregate)
 	}
 	return env, nil
 }

@@ -374,6 +374,9 @@ func typeName[M proto.Message]() string {
 // ApplyFleet folds one event into a fleet's state and returns the new state;
 // the input is not modified. An event the state does not allow is an error.
 func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, error) {
+	if err := checkStored(e, ""); err != nil {
+		return nil, err
+	}
 	row, ok := fleetTransitions[e.Type]
 	if !ok {
 		return nil, fmt.Errorf("events: %s is not a fleet event", e.Type)
@@ -381,9 +384,6 @@ func ApplyFleet(state *eventsv1.FleetState, e Envelope) (*eventsv1.FleetState, e
 	from := fleetStatus(state)
 	if !row.allows(state) {
 		return nil, &TransitionError{Aggregate: e.Aggregate, From: from, Event: e.Type}
-	}
-	if err := checkWriter(e, ""); err != nil {
-		return nil, err
 	}
 	next := proto.CloneOf(state)
 	if next == nil {

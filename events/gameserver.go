@@ -95,6 +95,9 @@ func trimEnumPrefix(s, prefix string) string {
 // new state; the input is not modified. Events the transition table does not
 // allow in the current state are errors.
 func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.GameServerState, error) {
+	if err := checkStored(e, state.GetHost()); err != nil {
+		return nil, err
+	}
 	from := state.GetLifecycle()
 	row, ok := gameServerTransitions[e.Type]
 	if !ok {
@@ -102,9 +105,6 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 	}
 	if !slices.Contains(row.from, from) {
 		return nil, &TransitionError{Aggregate: e.Aggregate, From: LifecycleName(from), Event: e.Type}
-	}
-	if err := checkWriter(e, state.GetHost()); err != nil {
-		return nil, err
 	}
 	// Only a reservation can end: from ALLOCATED this would free a server
 	// holding a match, from STARTING make one READY that never called Ready.

@@ -99,6 +99,9 @@ var hostTransitions = map[string]hostTransition{
 // game server whose last event is older is known to belong to an earlier
 // agent of the host, which the new one does not supervise.
 func ApplyHost(state *eventsv1.HostState, e Envelope) (*eventsv1.HostState, error) {
+	if err := checkStored(e, e.Aggregate); err != nil {
+		return nil, err
+	}
 	row, ok := hostTransitions[e.Type]
 	if !ok {
 		return nil, fmt.Errorf("events: %s is not a host event", e.Type)
@@ -106,9 +109,6 @@ func ApplyHost(state *eventsv1.HostState, e Envelope) (*eventsv1.HostState, erro
 	from := state.GetStatus()
 	if !slices.Contains(row.from, from) {
 		return nil, &TransitionError{Aggregate: e.Aggregate, From: trimEnumPrefix(from.String(), "HOST_STATUS_"), Event: e.Type}
-	}
-	if err := checkWriter(e, e.Aggregate); err != nil {
-		return nil, err
 	}
 	next := proto.CloneOf(state)
 	if next == nil {

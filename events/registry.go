@@ -1,7 +1,6 @@
 package events
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -113,13 +112,13 @@ func KindOf(subject string) string {
 }
 
 // Fold folds events, in order, into the aggregate's state from none. An
-// event its writer may not write (ErrUnauthorizedWriter) is left out, as
-// the projector leaves it out of the views.
+// event its writer may not write, or an undecodable message (Skipped), is
+// left out, as the projector leaves it out of the views.
 func (a Aggregate) Fold(evs []Envelope) (proto.Message, error) {
 	var state proto.Message
 	for _, e := range evs {
 		next, err := a.Apply(state, e)
-		if errors.Is(err, ErrUnauthorizedWriter) {
+		if Skipped(err) {
 			continue
 		}
 		state = next

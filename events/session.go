@@ -179,6 +179,15 @@ var playerTransitions = map[string]struct {
 // the new state; the input is not modified. Events the state does not allow
 // are errors.
 func ApplyGameSession(state *eventsv1.GameSessionState, e Envelope) (*eventsv1.GameSessionState, error) {
+	host := state.GetHost()
+	if c, ok := e.Data.(*eventsv1.GameSessionCreated); ok && state.GetHost() == "" {
+		// An agent may create the session its allocator left out, for its
+		// own host only.
+		host = c.GetHost()
+	}
+	if err := checkStored(e, host); err != nil {
+		return nil, err
+	}
 	if !slices.Contains(gameSessionEvents, e.Type) {
 		return nil, fmt.Errorf("events: %s is not a game session event", e.Type)
 	}
@@ -188,15 +197,6 @@ func ApplyGameSession(state *eventsv1.GameSessionState, e Envelope) (*eventsv1.G
 	}
 	if state.GetStatus() == gsessEnded {
 		return nil, &TransitionError{Aggregate: e.Aggregate, From: "ENDED", Event: e.Type}
-	}
-	host := state.GetHost()
-	if c, ok := e.Data.(*eventsv1.GameSessionCreated); ok {
-		// An agent may create the session its allocator left out, for its
-		// own host only.
-		host = c.GetHost()
-	}
-	if err := checkWriter(e, host); err != nil {
-		return nil, err
 	}
 	next := proto.CloneOf(state)
 	if next == nil {

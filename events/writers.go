@@ -33,6 +33,17 @@ func HostWriter(writer string) (host string, ok bool) {
 // The others are the control plane's verdicts and an operator's.
 var agentHostEvents = []string{"HostRegistered", "HostDrainRequested"}
 
+// checkStored refuses, before anything else is asked of it, what stands
+// for an undecodable message (Envelope.Undecodable) and an event whose
+// writer may not write it (checkWriter): both are Skipped, whatever the
+// state, so a fold goes on past them rather than fail on a transition.
+func checkStored(e Envelope, host string) error {
+	if e.Undecodable != nil {
+		return e.Undecodable
+	}
+	return checkWriter(e, host)
+}
+
 // checkWriter says whether e's writer may write to an aggregate whose host
 // agent is host ("" when the aggregate has none, such as a fleet, or does
 // not know it yet). Unverified events (Writer "") pass: the store that read

@@ -20,6 +20,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -73,6 +74,9 @@ type Options struct {
 	// TracerProvider traces appends (a span "events.append" each, in the
 	// caller's trace); default no-op.
 	TracerProvider trace.TracerProvider
+	// MeterProvider counts the undecodable messages reads skip
+	// (tether_events_undecodable_skipped); default no-op.
+	MeterProvider metric.MeterProvider
 }
 
 // DefaultUnavailableWait is the default of Options.UnavailableWait: longer
@@ -119,6 +123,7 @@ type Store struct {
 	verifier *Verifier
 	log      *slog.Logger
 	tracer   trace.Tracer
+	skips    *skips
 	// pull asks a history consumer for up to n of its messages, at once
 	// or waiting up to historyRetryWait (pullHistory; a test's stand-in
 	// for a server that answers a no-wait pull with nothing).
@@ -190,8 +195,12 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
+	sk, err := newSkips(opts.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: metrics: %w", err)
+	}
 	return &Store{js: js, stream: stream, pull: pullHistory, wait: opts.UnavailableWait, signer: opts.Signer, verifier: opts.Verifier, log: opts.Logger,
-		tracer: tp.Tracer("github.com/tetherhq/tether/events/natsjs")}, nil
+		tracer: tp.Tracer("github.com/tetherhq/tether/events/natsjs"), skips: sk}, nil
 }
 
 // streamConfig is the events stream's configuration under opts.
@@ -653,11 +662,7 @@ func (s *Store) currentHistory(ctx context.Context, subject string, from uint64,
 		if !ok {
 			return nil, fmt.Errorf("natsjs: read %s after %d from the stream's leader: its last event %d is gone", subject, done, last.Sequence)
 		}
-		env, err := s.open(m.Data, subject, m.Header, m.Sequence)
-		if err != nil {
-			return nil, err
-		}
-		hist = append(hist, env)
+		hist = append(hist, s.read(ctx, m.Data, subject, m.Header, m.Sequence))
 		done = m.Sequence
 	}
 	return hist, nil
@@ -708,7 +713,8 @@ func (s *Store) Event(ctx context.Context, seq uint64) (events.Envelope, error) 
 }
 
 // LastEvent returns the last event on a subject (one direct get), or
-// ok=false when it has none.
+// ok=false when it has none. An undecodable last message comes back as the
+// envelope that stands for it (events.UndecodableAt).
 func (s *Store) LastEvent(ctx context.Context, subject string) (events.Envelope, bool, error) {
 	msg, err := s.stream.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -717,8 +723,7 @@ func (s *Store) LastEvent(ctx context.Context, subject string) (events.Envelope,
 	if err != nil {
 		return events.Envelope{}, false, fmt.Errorf("natsjs: last event of %s: %w", subject, err)
 	}
-	e, err := s.decode(msg)
-	return e, err == nil, err
+	return s.read(ctx, msg.Data, msg.Subject, msg.Header, msg.Sequence), true, nil
 }
 
 // StreamLastSequence returns the sequence of the last event in the stream,
@@ -758,8 +763,9 @@ const historyInactive = 30 * time.Second
 // History returns the events on subject (wildcards allowed) with sequence
 // >= from (0 and 1 both mean all), in stream order, each with its Sequence
 // set. It reads what is stored when it starts: events appended meanwhile
-// may or may not be included. An undecodable event is an error wrapping
-// events.ErrUndecodable that names its sequence.
+// may or may not be included. An undecodable message is in its place as
+// the envelope that stands for it (events.UndecodableAt, skipped by every
+// fold), logged and counted once.
 //
 // It never waits for events. On a subject without wildcards it first
 // reads the subject's last event (one direct get, found by the server's
@@ -787,11 +793,7 @@ func (s *Store) History(ctx context.Context, subject string, from uint64) ([]eve
 		case last.Sequence < from:
 			return []events.Envelope{}, nil
 		case last.Header.Get(jetstream.ExpectedLastSubjSeqHeader) == strconv.FormatUint(from-1, 10):
-			env, err := s.decode(last)
-			if err != nil {
-				return nil, err
-			}
-			return []events.Envelope{env}, nil
+			return []events.Envelope{s.read(ctx, last.Data, last.Subject, last.Header, last.Sequence)}, nil
 		}
 	}
 	first, err := s.stream.GetMsg(ctx, from, jetstream.WithGetMsgSubject(subject))
@@ -808,11 +810,7 @@ func (s *Store) History(ctx context.Context, subject string, from uint64) ([]eve
 		return nil, err
 	}
 	if lastSeq == first.Sequence {
-		env, err := s.decode(first)
-		if err != nil {
-			return nil, err
-		}
-		return []events.Envelope{env}, nil
+		return []events.Envelope{s.read(ctx, first.Data, first.Subject, first.Header, first.Sequence)}, nil
 	}
 	cons, err := s.stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
 		Description:       "tether history read",
@@ -859,11 +857,7 @@ func (s *Store) History(ctx context.Context, subject string, from uint64) ([]eve
 				// AckNone means no redelivery: a gap is a lost message.
 				return nil, fmt.Errorf("natsjs: read %s: delivery %d arrived as %d; messages were lost, read again", subject, delivered, meta.Sequence.Consumer)
 			}
-			env, err := s.open(m.Data(), m.Subject(), m.Headers(), meta.Sequence.Stream)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, env)
+			out = append(out, s.read(ctx, m.Data(), m.Subject(), m.Headers(), meta.Sequence.Stream))
 			remaining--
 			if remaining == 0 {
 				break
@@ -929,7 +923,7 @@ func (s *Store) decode(m *jetstream.RawStreamMsg) (events.Envelope, error) {
 // open decodes a stored event and, with a Verifier, says who wrote it;
 // errors name its sequence.
 func (s *Store) open(data []byte, subject string, h nats.Header, seq uint64) (events.Envelope, error) {
-	env, err := events.Unmarshal(data)
+	env, err := events.Decode(subject, data)
 	if err != nil {
 		return events.Envelope{}, fmt.Errorf("natsjs: sequence %d on %s: %w", seq, subject, err)
 	}

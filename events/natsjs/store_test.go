@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	metricsdk "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
@@ -487,16 +489,30 @@ func TestHistoryLarge(t *testing.T) {
 	}
 }
 
+// TestHistoryUndecodable: an undecodable message on a subject (junk, or
+// an event of another aggregate) stops no read of the subject. History,
+// CurrentHistory and LastEvent give it in its place as the envelope that
+// stands for it, whose sequence guards the next append, and the store's
+// metric counts it once. Before, every read of the subject failed, and an
+// agent's writes to a game server so poisoned retried for ever.
 func TestHistoryUndecodable(t *testing.T) {
 	e := newEnv(t)
+	reader := metricsdk.NewManualReader()
+	store, err := natsjs.New(e.ctx, e.js, natsjs.Options{MeterProvider: metricsdk.NewMeterProvider(metricsdk.WithReader(reader))})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name  string
-		prior int // good events before the poison
-		after int // good events after it
+		prior int    // good events before the poison
+		after int    // good events after it
+		junk  []byte // nil: another aggregate's event
 	}{
-		{"only event", 0, 0},
-		{"after good ones", 2, 0},
-		{"among good ones", 1, 2},
+		{"only event", 0, 0, []byte("not an envelope")},
+		{"after good ones", 2, 0, []byte("not an envelope")},
+		{"among good ones", 1, 2, []byte("not an envelope")},
+		{"another aggregate's event last", 1, 0, nil},
+		{"another aggregate's event among good ones", 1, 1, nil},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -505,22 +521,91 @@ func TestHistoryUndecodable(t *testing.T) {
 			for range tc.prior {
 				e.append(t, subject, events.AnySequence, fleetCreated(id, 1))
 			}
-			ack, err := e.js.Publish(e.ctx, subject, []byte("not an envelope"))
+			junk := tc.junk
+			if junk == nil {
+				other := fleetCreated("someone-else", 1)
+				if junk, err = other.Marshal(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ack, err := e.js.Publish(e.ctx, subject, junk)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for range tc.after {
 				e.append(t, subject, events.AnySequence, fleetCreated(id, 1))
 			}
-			_, err = e.store.History(e.ctx, subject, 0)
-			if !errors.Is(err, events.ErrUndecodable) {
-				t.Fatalf("err %v, want events.ErrUndecodable", err)
+			for _, read := range []struct {
+				name string
+				f    func(ctx context.Context, subject string, from uint64) ([]events.Envelope, error)
+			}{{"History", store.History}, {"CurrentHistory", store.CurrentHistory}} {
+				got, err := read.f(e.ctx, subject, 0)
+				if err != nil {
+					t.Fatalf("%s: %v", read.name, err)
+				}
+				if len(got) != tc.prior+1+tc.after {
+					t.Fatalf("%s: %d events, want %d", read.name, len(got), tc.prior+1+tc.after)
+				}
+				u := got[tc.prior]
+				if u.Sequence != ack.Sequence || u.Type != events.UndecodableType || !errors.Is(u.Undecodable, events.ErrUndecodable) || u.Aggregate != events.FleetName(id) {
+					t.Fatalf("%s: at the poison's place: %+v, want what stands for sequence %d", read.name, u, ack.Sequence)
+				}
+				if _, err := events.ApplyFleet(nil, u); !events.Skipped(err) {
+					t.Fatalf("%s: the fold of what stands for it: %v, want it skipped", read.name, err)
+				}
+				for j, g := range got {
+					if j != tc.prior && g.Undecodable != nil {
+						t.Fatalf("%s: event %d undecodable: %v", read.name, j, g.Undecodable)
+					}
+				}
 			}
-			if want := fmt.Sprintf("sequence %d", ack.Sequence); !strings.Contains(err.Error(), want) {
-				t.Fatalf("err %q does not name %q", err, want)
+			last, ok, err := store.LastEvent(e.ctx, subject)
+			if err != nil || !ok {
+				t.Fatalf("LastEvent: %v, %v", ok, err)
+			}
+			if tc.after == 0 && last.Sequence != ack.Sequence {
+				t.Fatalf("LastEvent is %d, want the poison's %d", last.Sequence, ack.Sequence)
+			}
+			// Its sequence guards the next append like any other.
+			seq, err := store.Append(e.ctx, subject, last.Sequence, fleetCreated(id, 2))
+			if err != nil {
+				t.Fatalf("append guarded by the last sequence read: %v", err)
+			}
+			if seq <= last.Sequence {
+				t.Fatalf("appended at %d", seq)
 			}
 		})
 	}
+	if got := counterSum(t, reader, "tether_events_undecodable_skipped"); got != int64(len(tests)) {
+		t.Fatalf("tether_events_undecodable_skipped = %d, want %d (each once)", got, len(tests))
+	}
+}
+
+// counterSum reads an int64 counter's sum from reader.
+func counterSum(t *testing.T, reader *metricsdk.ManualReader, name string) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if !ok {
+				t.Fatalf("%s is %T", name, m.Data)
+			}
+			var n int64
+			for _, dp := range sum.DataPoints {
+				n += dp.Value
+			}
+			return n
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
 
 func TestHistoryCanceled(t *testing.T) {

@@ -33,8 +33,8 @@ const watchInactive = 30 * time.Second
 // last sequence, or Watch may wait for events above it.
 //
 // An event that cannot be decoded is yielded as an error wrapping
-// events.ErrUndecodable (the envelope then carries only its Sequence and
-// Aggregate): the caller may go on iterating past it. Any other error ends
+// events.ErrUndecodable, with the envelope that stands for it
+// (events.UndecodableAt): the caller may go on iterating past it. Any other error ends
 // the iteration. An ended ctx ends it without an error.
 func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []string) iter.Seq2[events.Envelope, error] {
 	return func(yield func(events.Envelope, error) bool) {
@@ -96,8 +96,8 @@ func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []strin
 			}
 			env, err := s.open(m.Data(), m.Subject(), m.Headers(), seq)
 			if err != nil {
-				env = events.Envelope{Sequence: seq}
-				env.Aggregate, _ = events.NameFromSubject(m.Subject())
+				name, _ := events.NameFromSubject(m.Subject())
+				env = events.UndecodableAt(name, seq, err)
 			}
 			if !yield(env, err) {
 				return

@@ -247,6 +247,9 @@ func refold[S proto.Message](ctx context.Context, r *refolder, t aggregateTable[
 				state, last = next, m.seq
 			}
 		}
+		if events.Skipped(err) && state.ProtoReflect().IsValid() {
+			last = m.seq // it keeps its place, as the projector keeps it (foldSet.apply)
+		}
 		if err != nil {
 			switch {
 			case m.seq == r.retry:

@@ -131,3 +131,56 @@ func TestDeadLetterRetryAfterFix(t *testing.T) {
 		t.Errorf("labels after a later event: %v", l)
 	}
 }
+
+// TestDeadLetterKeepsItsPlaceInTheRow: an undecodable message, and an
+// event its writer may not write, each dead-lettered, move their game
+// server's row to their sequence: the controller and the API guard their
+// appends on a row's last_sequence, and a row left behind the subject's
+// last message made every such append to the server conflict for good.
+// The state is the one before them, and a check agrees with the views.
+func TestDeadLetterKeepsItsPlaceInTheRow(t *testing.T) {
+	e := newEnv(t)
+	e.scenario(2)
+	const junked, other = "fleets/arena/gameServers/gs-0", "fleets/arena/gameServers/gs-1"
+	if _, err := e.js.Publish(e.ctx, events.MustSubject(junked), []byte("not an envelope")); err != nil {
+		t.Fatal(err)
+	}
+	junkSeq := e.lastSeq()
+	// An event of another aggregate on gs-1's subject.
+	foreign, err := events.New(junked, e.at.Add(time.Second), &eventsv1.LabelsChanged{Set: map[string]string{"x": "y"}}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.Publish(e.ctx, events.MustSubject(other), foreign); err != nil {
+		t.Fatal(err)
+	}
+	foreignSeq := e.lastSeq()
+
+	pool := e.pool()
+	live := e.projector(pool, "live", time.Minute, 7)
+	e.runLive(live)
+	wait.For(t, 20*time.Second, "the live views", func() bool { return live.Checkpoint() >= foreignSeq })
+	v := postgres.NewViews(pool)
+	for name, seq := range map[string]uint64{junked: junkSeq, other: foreignSeq} {
+		row, err := v.GameServer(e.ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.Sequence != seq {
+			t.Errorf("%s: last_sequence %d, want the dead letter's %d", name, row.Sequence, seq)
+		}
+		if l := row.State.GetLabels(); l["x"] != "" {
+			t.Errorf("%s: labels %v: the foreign event was applied", name, l)
+		}
+	}
+	if n, err := v.DeadLetterCount(e.ctx); err != nil || n != 2 {
+		t.Fatalf("dead letters: %d, %v, want 2", n, err)
+	}
+	rep, err := postgres.Check(e.ctx, postgres.ReplayOptions{Pool: pool, JetStream: e.js})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Differences) != 0 {
+		t.Errorf("check: %+v", rep.Differences)
+	}
+}

@@ -76,10 +76,18 @@ func (f *foldSet[S]) load(ctx context.Context, tx pgx.Tx) error {
 	return rows.Err()
 }
 
-// apply folds one event; on error the aggregate keeps its state.
+// apply folds one event; on error the aggregate keeps its state. An event
+// every fold leaves out (events.Skipped: a writer that may not write it,
+// or an undecodable message, events.UndecodableAt) still moves an existing
+// aggregate's last_sequence to it: the API and the controller guard their
+// appends on that sequence, and a row left behind a dead letter would make
+// every write to the aggregate conflict for good.
 func (f *foldSet[S]) apply(e events.Envelope) error {
 	r := f.rows[e.Aggregate]
 	next, err := f.t.apply(r.state, e)
+	if events.Skipped(err) && r.state.ProtoReflect().IsValid() {
+		r.seq, r.changed = max(r.seq, e.Sequence), true
+	}
 	if err != nil {
 		return err
 	}

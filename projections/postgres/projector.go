@@ -580,6 +580,8 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 	var raw [][]byte
 	var kinds []string
 	var dead []deadLetter
+	var undecodable []events.Envelope // what stands for the undecodable messages, with their kinds
+	var undecodableKinds []string
 	last := uint64(cp)
 	for _, m := range msgs {
 		meta, err := m.Metadata()
@@ -614,6 +616,13 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 		env, err := decode(m.Subject(), data)
 		if err != nil {
 			dead = append(dead, deadLetter{seq: seq, subject: m.Subject(), typ: m.Headers().Get(natsjs.HeaderType), err: err, data: m.Data()})
+			if name, nerr := events.NameFromSubject(m.Subject()); nerr == nil && errors.Is(err, events.ErrUndecodable) {
+				// It keeps its place in its aggregate's row (foldSet.apply).
+				kind := events.KindOf(m.Subject())
+				folds[kind].want(name)
+				undecodable = append(undecodable, events.UndecodableAt(name, seq, err))
+				undecodableKinds = append(undecodableKinds, kind)
+			}
 			continue
 		}
 		env.Sequence = seq
@@ -639,6 +648,9 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 		if err := folds[kinds[i]].apply(e); err != nil {
 			dead = append(dead, deadLetter{seq: e.Sequence, subject: events.MustSubject(e.Aggregate), typ: e.Type, err: err, data: raw[i]})
 		}
+	}
+	for i, e := range undecodable {
+		_ = folds[undecodableKinds[i]].apply(e) // dead-lettered above; this only keeps its place
 	}
 	if held == nil {
 		if err := eachFolder(folds, func(f folder) error { return f.write(ctx, tx) }); err != nil {
@@ -743,16 +755,9 @@ WHERE partition = $1 AND sequence < $2`, p.opts.Partition, int64(seq)); err != n
 // decode unmarshals a message (already upcast, if there is an Upcaster)
 // and checks that its subject names the envelope's aggregate.
 func decode(subject string, data []byte) (events.Envelope, error) {
-	env, err := events.Unmarshal(data)
+	env, err := events.Decode(subject, data)
 	if err != nil {
 		return events.Envelope{}, err
-	}
-	name, err := events.NameFromSubject(subject)
-	if err != nil {
-		return events.Envelope{}, err
-	}
-	if name != env.Aggregate {
-		return events.Envelope{}, fmt.Errorf("%w: event %s on subject %s names aggregate %s", events.ErrUndecodable, env.ID, subject, env.Aggregate)
 	}
 	if _, ok := views[events.KindOf(subject)]; !ok {
 		return events.Envelope{}, fmt.Errorf("projector: no view for subject %s", subject)

@@ -871,9 +871,14 @@ func (a *Agent) onStream(ctx context.Context, subject string, env events.Envelop
 		for _, h := range hist {
 			st.ids[h.ID] = true
 			st.seq = h.Sequence
-			if st.state, err = events.ApplyGameServer(st.state, h); err != nil {
+			next, err := events.ApplyGameServer(st.state, h)
+			if events.Skipped(err) {
+				continue // left out of every fold, as the projector dead-letters it; its sequence counts
+			}
+			if err != nil {
 				return env, events.AnySequence, true, nil // a history the projector judges: not ours to drop events over
 			}
+			st.state = next
 			st.exit, _ = h.Data.(*eventsv1.ProcessExited)
 		}
 		states[subject] = st

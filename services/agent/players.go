@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -63,17 +64,24 @@ func (ss *sessions) forget(gameSession string) {
 // stream's leader has it: a refusal (no such session, no such seat, a
 // window already expired) is not checked by the append's guard, and must
 // not be decided on what a replica behind the leader shows.
-func (s *session) refreshLocked(ctx context.Context, store eventStore) error {
+func (s *session) refreshLocked(ctx context.Context, store eventStore, log *slog.Logger) error {
 	hist, err := store.CurrentHistory(ctx, events.MustSubject(s.name), s.seq+1)
 	if err != nil {
 		return err
 	}
 	for _, e := range hist {
 		next, err := events.ApplyGameSession(s.state, e)
-		if err != nil {
+		switch {
+		case events.Skipped(err):
+			// Left out, as the projector dead-letters it; its sequence
+			// is the guard of the next append all the same.
+			log.Warn("game session event skipped", "game_session", s.name, "sequence", e.Sequence, "type", e.Type, "err", err)
+		case err != nil:
 			return fmt.Errorf("fold %s at %d: %w", s.name, e.Sequence, err)
+		default:
+			s.state = next
 		}
-		s.state, s.seq = next, e.Sequence
+		s.seq = e.Sequence
 	}
 	return nil
 }
@@ -95,7 +103,7 @@ func (a *Agent) decideSession(ctx context.Context, name string, cmd events.GameS
 	op := write.Op{
 		Name: name,
 		Read: func(ctx context.Context) (uint64, error) {
-			if err := s.refreshLocked(ctx, a.opts.Store); err != nil {
+			if err := s.refreshLocked(ctx, a.opts.Store, a.log); err != nil {
 				return 0, status.Errorf(codes.Unavailable, "read game session %s: %v", name, err)
 			}
 			return s.seq, nil

@@ -398,9 +398,10 @@ func (a *allocationService) catchUp(ctx context.Context, name string, state *eve
 	for _, e := range evs {
 		next, err := events.ApplyGameServer(state, e)
 		switch {
-		case errors.Is(err, events.ErrUnauthorizedWriter):
-			// Not the server's: the projector dead-letters it too.
-			a.s.log.Error("event refused: its writer may not write it", "game_server", name, "sequence", e.Sequence, "type", e.Type, "err", err)
+		case events.Skipped(err):
+			// Not the server's, or not an event: the projector
+			// dead-letters it too, and its sequence guards the append.
+			a.s.log.Error("event skipped: its writer may not write it, or it is not an event", "game_server", name, "sequence", e.Sequence, "type", e.Type, "err", err)
 		case err != nil:
 			return nil, 0, fmt.Errorf("fold %s: %w", name, err)
 		default:

@@ -148,8 +148,8 @@ func (h *historyService) history(ctx context.Context, r resource, from uint64) (
 	}
 	out := history{ends: ends}
 	for _, e := range mergeHistories(stream, archived) {
-		if !r.concerns(e.Envelope) {
-			continue
+		if e.Undecodable != nil || !r.concerns(e.Envelope) {
+			continue // an undecodable message is no event of the resource (the store logged and counted it)
 		}
 		out.evs = append(out.evs, e.Envelope)
 		if e.segment != "" {

@@ -374,8 +374,16 @@ func (g *gameSessionService) current(ctx context.Context, gsess, subject string)
 	}
 	state, seq := row.State, row.Sequence
 	for _, e := range tail {
-		if state, err = events.ApplyGameSession(state, e); err != nil {
+		next, err := events.ApplyGameSession(state, e)
+		switch {
+		case events.Skipped(err):
+			// Left out, as the projector dead-letters it; its sequence
+			// guards the next append all the same.
+			s.log.Warn("game session event skipped", "game_session", gsess, "sequence", e.Sequence, "type", e.Type, "err", err)
+		case err != nil:
 			return nil, 0, fmt.Errorf("fold %s at %d: %w", gsess, e.Sequence, err)
+		default:
+			state = next
 		}
 		seq = e.Sequence
 	}
