@@ -207,6 +207,16 @@ type Options struct {
 	// on real time: the control plane judges heartbeats by the NATS
 	// server's clock.
 	Clock clockwork.Clock
+	// RunClock is the clock the agent tells by that it has not run (its
+	// process stopped with SIGSTOP, a suspended VM or container, a stalled
+	// runtime): a watch ticks on it every HealthEvalInterval, and a tick
+	// later than that and a second more is a pause, whose span on Clock
+	// counts toward no health period, SDK disconnect grace or ready
+	// timeout. Default the real clock (its monotonic reading), whatever
+	// Clock is: a test that moves a fake Clock by hand is time passing
+	// while the agent runs, unless it gives the same clock here, when a
+	// move is a pause.
+	RunClock clockwork.Clock
 }
 
 // The defaults of Options, and of the `tether agent` flags.
@@ -289,6 +299,9 @@ func (o *Options) setDefaults() {
 	if o.Clock == nil {
 		o.Clock = clockwork.NewRealClock()
 	}
+	if o.RunClock == nil {
+		o.RunClock = clockwork.NewRealClock()
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -339,6 +352,10 @@ type Agent struct {
 	background backgroundWork
 
 	outboxFull metric.Int64Counter
+	// watch tells when the agent has not run (watchRuns); paused counts
+	// the pauses it found.
+	watch  runWatch
+	paused metric.Int64Counter
 
 	sessions sessions // game sessions of its servers, for player calls
 
@@ -383,6 +400,7 @@ func New(opts Options) (*Agent, error) {
 		servers:     map[string]*gameServer{},
 		tokens:      map[string]*gameServer{},
 		resumed:     make(chan struct{}, 1),
+		watch:       runWatch{late: opts.HealthEvalInterval + minPause},
 	}
 	if a.outbox, err = openOutbox(opts.OutboxDir, opts.OutboxMax); err != nil {
 		return nil, err
@@ -393,6 +411,10 @@ func New(opts Options) (*Agent, error) {
 	meter := opts.MeterProvider.Meter("github.com/tetherhq/tether/services/agent")
 	if a.outboxFull, err = meter.Int64Counter("tether_agent_outbox_full",
 		metric.WithDescription("Events refused because the outbox was full while NATS was unreachable.")); err != nil {
+		return nil, err
+	}
+	if a.paused, err = meter.Int64Counter("tether_agent_pauses",
+		metric.WithDescription("Times the agent found it had not run for over a second (stopped, suspended, starved): health periods, SDK grace and ready timeouts do not count such a pause.")); err != nil {
 		return nil, err
 	}
 	published, err := meter.Int64Counter("tether_agent_events_published",
@@ -463,6 +485,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return a.sdk.run(gctx) })
 	g.Go(func() error { return a.heartbeat(gctx, st.beats) })
 	g.Go(func() error { return a.consumeCommands(gctx, st.commands) })
+	g.Go(func() error { return a.watchRuns(gctx) })
 	g.Go(func() error { return a.evaluateHealth(gctx) })
 	g.Go(func() error { return a.syncServers(gctx) })
 	g.Go(func() error { return a.publishOutbox(gctx) })
@@ -723,7 +746,8 @@ func (a *Agent) beat(buf []*gameServer) (hostbeat.Beat, []*gameServer) {
 	return hostbeat.Beat{Time: a.opts.Clock.Now(), Inventory: inv}, list
 }
 
-// evaluateHealth applies every server's health contract each interval.
+// evaluateHealth applies every server's health contract each interval,
+// leaving out the agent's own pauses (runWatch).
 func (a *Agent) evaluateHealth(ctx context.Context) error {
 	t := a.opts.Clock.NewTicker(a.opts.HealthEvalInterval)
 	defer t.Stop()
@@ -736,10 +760,33 @@ func (a *Agent) evaluateHealth(ctx context.Context) error {
 		}
 		list = a.snapshotInto(list)
 		now := a.opts.Clock.Now()
+		// Asked after now is read: a pause the watch has not noted yet
+		// (this tick came first after the agent resumed) is in it.
+		pauses := a.watch.pausesAt(a.opts.RunClock.Now(), now)
 		for _, gs := range list {
-			gs.evaluate(ctx, now)
+			gs.evaluate(ctx, now, pauses)
 		}
 		clear(list) // hold no finished server until the next tick
+	}
+}
+
+// watchRuns notes every HealthEvalInterval that the agent runs, and warns
+// of each pause it finds: a tick later than the interval and minPause.
+func (a *Agent) watchRuns(ctx context.Context) error {
+	t := a.opts.RunClock.NewTicker(a.opts.HealthEvalInterval)
+	defer t.Stop()
+	a.watch.ran(a.opts.RunClock.Now(), a.opts.Clock.Now())
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.Chan():
+		}
+		if p, late := a.watch.ran(a.opts.RunClock.Now(), a.opts.Clock.Now()); late {
+			a.log.Warn("agent did not run for a while; the pause counts toward no game server's health",
+				"paused", p.to.Sub(p.from).Round(time.Millisecond), "since", p.from)
+			a.paused.Add(ctx, 1)
+		}
 	}
 }
 

@@ -182,3 +182,80 @@ func TestReadyTimeoutRunsOnTheAgentsClock(t *testing.T) {
 		return !h.has(ready, "GameServerUnhealthy") && !h.has(unchecked, "GameServerUnhealthy")
 	})
 }
+
+// A pause of the agent (stopped with SIGSTOP, its VM suspended: its clock
+// moved and it did not run) counts toward no health period, SDK disconnect
+// grace or ready timeout. The agent's watch runs on the fake clock too, so
+// a move of the clock is a pause unless the watch is seen to run at each
+// step (runFor). After a 30 s pause, a silent server whose periods would
+// all have run out, one disconnected a whole grace earlier and one past
+// its ready timeout are left alone; each is judged only once it has had
+// the time again, counted from the resume: a period, the grace, the
+// timeout.
+func TestAPauseOfTheAgentCountsTowardNoHealthPeriod(t *testing.T) {
+	clk := clockwork.NewFakeClockAt(time.Now())
+	h := newHarnessOpts(t, func(o *agent.Options) { o.Clock, o.RunClock = clk, clk })
+	silent, gone, stuck := "fleets/arena/gameServers/gs-silent", "fleets/arena/gameServers/gs-gone", "fleets/arena/gameServers/gs-stuck"
+	tmpl := &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}}
+	h.scheduleSpec(silent, &eventsv1.FleetSpec{Template: tmpl, Health: &eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3}})
+	const grace = 30
+	h.scheduleSpec(gone, &eventsv1.FleetSpec{Template: tmpl, Health: &eventsv1.HealthPolicy{Disabled: true}, SdkDisconnectGraceSeconds: grace})
+	h.scheduleSpec(stuck, &eventsv1.FleetSpec{Template: tmpl,
+		Health: &eventsv1.HealthPolicy{InitialDelaySeconds: 600, PeriodSeconds: 5, FailureThreshold: 3, ReadyTimeoutSeconds: 20}})
+	for _, name := range []string{silent, gone, stuck} {
+		h.waitEvent(name, "ProcessStarted")
+	}
+	stream := connectSDK(t, h, gone)
+	if _, err := stream.CloseAndRecv(); err != nil {
+		t.Fatal(err)
+	}
+	h.waitEvent(gone, "SdkDisconnected")
+	wait.For(t, 10*time.Second, "the agent's watch to run", func() bool { return h.agent.WatchedAt().Equal(clk.Now()) })
+
+	clk.Advance(30 * time.Second)
+	resumed := clk.Now()
+	wait.For(t, 10*time.Second, "the pause to be logged", func() bool {
+		return strings.Contains(h.logs.String(), "agent did not run for a while")
+	})
+	judged := func() bool {
+		return h.has(silent, "HealthDegraded") || h.has(gone, "GameServerUnhealthy") || h.has(stuck, "GameServerUnhealthy")
+	}
+	wait.Holds(t, notYet, "no verdict for the pause", func() bool { return !judged() })
+
+	// A period from the resume for the silent server: it had run none
+	// before the pause (its initial delay ended in it).
+	runFor(t, h, clk, resumed.Add(5*time.Second-time.Millisecond))
+	wait.Holds(t, notYet, "no verdict within a period of the resume", func() bool { return !judged() })
+	runFor(t, h, clk, resumed.Add(5*time.Second))
+	if d := h.waitEvent(silent, "HealthDegraded").Data.(*eventsv1.HealthDegraded); d.GetMissedPeriods() != 1 {
+		t.Fatalf("degraded with %d missed periods, want 1", d.GetMissedPeriods())
+	}
+	// The ready timeout (20 s, none of it run before the pause) and the
+	// grace (30 s, likewise) from the resume.
+	runFor(t, h, clk, resumed.Add(20*time.Second-time.Millisecond))
+	wait.Holds(t, notYet, "no ready timeout before 20 s have run", func() bool { return !h.has(stuck, "GameServerUnhealthy") })
+	runFor(t, h, clk, resumed.Add(20*time.Second))
+	if u := h.waitEvent(stuck, "GameServerUnhealthy").Data.(*eventsv1.GameServerUnhealthy); u.GetReason() != eventsv1.Reason_REASON_READY_TIMEOUT {
+		t.Fatalf("unhealthy with %s, want READY_TIMEOUT", u.GetReason())
+	}
+	runFor(t, h, clk, resumed.Add(grace*time.Second-time.Millisecond))
+	wait.Holds(t, notYet, "no grace expiry before the grace has run", func() bool { return !h.has(gone, "GameServerUnhealthy") })
+	runFor(t, h, clk, resumed.Add(grace*time.Second))
+	if u := h.waitEvent(gone, "GameServerUnhealthy").Data.(*eventsv1.GameServerUnhealthy); u.GetReason() != eventsv1.Reason_REASON_SDK_DISCONNECT_GRACE_EXPIRED {
+		t.Fatalf("unhealthy with %s, want SDK_DISCONNECT_GRACE_EXPIRED", u.GetReason())
+	}
+}
+
+// runFor moves clk, which the agent's run watch ticks on, to until in
+// steps the watch is seen to take: time the agent ran, not a pause. After
+// each step the watch has run less than a step ago (a step that reaches
+// none of its ticks needs no run), so its runs are never more than two
+// steps apart, under a pause (its interval and a second).
+func runFor(t *testing.T, h *harness, clk *clockwork.FakeClock, until time.Time) {
+	t.Helper()
+	const step = 500 * time.Millisecond
+	for clk.Now().Before(until) {
+		clk.Advance(min(step, until.Sub(clk.Now())))
+		wait.For(t, 10*time.Second, "the agent's watch to run", func() bool { return clk.Now().Sub(h.agent.WatchedAt()) < step })
+	}
+}

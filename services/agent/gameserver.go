@@ -691,8 +691,9 @@ func (gs *gameServer) recordDetached(cmd events.GameServerCommand) {
 }
 
 // evaluate applies the health contract now, recording missed heartbeats
-// (and UNHEALTHY at the threshold) and an expired disconnect grace.
-func (gs *gameServer) evaluate(ctx context.Context, now time.Time) {
+// (and UNHEALTHY at the threshold) and an expired disconnect grace; the
+// agent's pauses count toward none of its periods (healthCheck).
+func (gs *gameServer) evaluate(ctx context.Context, now time.Time, pauses []pause) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	switch gs.state.GetLifecycle() {
@@ -705,7 +706,7 @@ func (gs *gameServer) evaluate(ctx context.Context, now time.Time) {
 		return
 	}
 	gs.foldPendingLocked(ctx)
-	v := gs.check.due(now)
+	v := gs.check.due(now, pauses)
 	if v.missed > 0 {
 		gs.log.Warn("game server missed heartbeats", "missed", v.missed, "last_heartbeat", gs.check.lastBeat, "evaluated_at", now)
 		if err := gs.recordLocked(ctx, events.RecordMissedHeartbeats{Missed: v.missed, LastHeartbeat: gs.check.lastBeat}); err != nil {
@@ -723,7 +724,7 @@ func (gs *gameServer) evaluate(ctx context.Context, now time.Time) {
 			gs.log.Error("record grace expiry", "err", err)
 		}
 	}
-	if gs.state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_STARTING && gs.readyCalls.Load() == 0 && gs.check.readyOverdue(now) {
+	if gs.state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_STARTING && gs.readyCalls.Load() == 0 && gs.check.readyOverdue(now, pauses) {
 		timeout := gs.check.readyBy.Sub(gs.check.started)
 		gs.log.Warn("game server did not say Ready in time", "ready_timeout", timeout, "started", gs.check.started)
 		ev := &eventsv1.Evidence{StartAttempts: gs.state.GetStartAttempts(), ConnectionHistory: gs.state.GetConnectionHistory(), Detail: fmt.Sprintf(

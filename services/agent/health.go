@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/tetherhq/tether/events"
@@ -15,6 +17,10 @@ import (
 // delay) and the last heartbeat; each whole period without a heartbeat is
 // one missed period. A disconnect opens a grace window; the window only
 // matters if it ends with no heartbeat since the disconnect.
+//
+// Periods, the grace window and the ready timeout count only the time the
+// agent ran: its own pauses (pause) are left out, and after one nothing new
+// is judged until the server has had settle to be heard from again.
 type healthCheck struct {
 	disabled  bool
 	period    time.Duration
@@ -49,9 +55,11 @@ func newHealthCheck(policy *eventsv1.HealthPolicy, grace time.Duration, started 
 
 // readyOverdue reports, once, that a process still starting has not said
 // Ready by its deadline (the policy's ready timeout from the process's
-// start). The caller asks only while the server is STARTING.
-func (h *healthCheck) readyOverdue(now time.Time) bool {
-	if h.readyBy.IsZero() || h.readyReported || now.Before(h.readyBy) {
+// start, the agent's pauses not counted). The caller asks only while the
+// server is STARTING.
+func (h *healthCheck) readyOverdue(now time.Time, pauses []pause) bool {
+	if h.readyBy.IsZero() || h.readyReported || ranFor(pauses, h.started, now) < h.readyBy.Sub(h.started) ||
+		h.settling(pauses, h.started, now) {
 		return false
 	}
 	h.readyReported = true
@@ -78,8 +86,11 @@ func (h *healthCheck) disconnected(now time.Time) {
 // connected closes the grace window.
 func (h *healthCheck) connected() { h.disconnectedAt = time.Time{} }
 
-// missed returns the whole periods missed at now.
-func (h *healthCheck) missed(now time.Time) int32 {
+// missed returns the whole periods missed at now, counting only the time
+// the agent ran. Within a period of the end of a pause since the count
+// began, it returns no more than had run out before that pause: the
+// server has a full period to be heard from again.
+func (h *healthCheck) missed(now time.Time, pauses []pause) int32 {
 	if h.disabled || h.period <= 0 {
 		return 0
 	}
@@ -90,7 +101,38 @@ func (h *healthCheck) missed(now time.Time) int32 {
 	if !now.After(from) {
 		return 0
 	}
-	return int32(now.Sub(from) / h.period)
+	n := int32(ranFor(pauses, from, now) / h.period)
+	if resumed := resumedAfter(pauses, from); !resumed.IsZero() && now.Before(resumed.Add(h.period)) {
+		n = min(n, int32(ranFor(pauses, from, resumed)/h.period))
+	}
+	return n
+}
+
+// settle is how long a server has, after the agent resumed from a pause,
+// before anything new is judged of it: a health period, or the default
+// period when the policy has none.
+func (h *healthCheck) settle() time.Duration {
+	if h.period > 0 {
+		return h.period
+	}
+	return events.DefaultPeriodSeconds * time.Second
+}
+
+// settling reports whether now is within settle of the end of a pause
+// that ended after since.
+func (h *healthCheck) settling(pauses []pause, since, now time.Time) bool {
+	resumed := resumedAfter(pauses, since)
+	return !resumed.IsZero() && now.Before(resumed.Add(h.settle()))
+}
+
+// graceOver reports whether the disconnect window, not reported yet, has
+// ended with no heartbeat since the disconnect: grace of the agent's
+// running since the disconnect, and settle since its last pause.
+func (h *healthCheck) graceOver(now time.Time, pauses []pause) bool {
+	if h.disconnectedAt.IsZero() || h.graceReported || h.lastBeat.After(h.disconnectedAt) || now.Before(h.disconnectedAt) {
+		return false
+	}
+	return ranFor(pauses, h.disconnectedAt, now) >= h.grace && !h.settling(pauses, h.disconnectedAt, now)
 }
 
 // verdict is what the contract says at a moment.
@@ -102,15 +144,119 @@ type verdict struct {
 	graceExpired bool
 }
 
-// due evaluates the contract at now and marks what it returns as reported.
-func (h *healthCheck) due(now time.Time) verdict {
+// due evaluates the contract at now, the agent's pauses being pauses, and
+// marks what it returns as reported.
+func (h *healthCheck) due(now time.Time, pauses []pause) verdict {
 	var v verdict
-	if m := h.missed(now); m > h.reported {
+	if m := h.missed(now, pauses); m > h.reported {
 		v.missed, h.reported = m, m
 	}
-	if !h.disconnectedAt.IsZero() && !h.graceReported && !now.Before(h.disconnectedAt.Add(h.grace)) &&
-		!h.lastBeat.After(h.disconnectedAt) {
+	if h.graceOver(now, pauses) {
 		v.graceExpired, h.graceReported = true, true
 	}
 	return v
+}
+
+// pause is a span of the agent's clock in which the agent did not run: its
+// process was stopped (SIGSTOP, a suspended VM or container) or not
+// scheduled. A game server's heartbeats sent meanwhile wait in the socket
+// and are noted only after it, so the span is the agent's silence, not the
+// server's.
+type pause struct{ from, to time.Time }
+
+// pausedIn returns how much of from..to the agent spent in pauses.
+func pausedIn(pauses []pause, from, to time.Time) time.Duration {
+	var d time.Duration
+	for _, p := range pauses {
+		start, end := p.from, p.to
+		if start.Before(from) {
+			start = from
+		}
+		if end.After(to) {
+			end = to
+		}
+		if end.After(start) {
+			d += end.Sub(start)
+		}
+	}
+	return d
+}
+
+// ranFor returns how long the agent ran from from to to: the span less
+// its pauses.
+func ranFor(pauses []pause, from, to time.Time) time.Duration {
+	if !to.After(from) {
+		return 0
+	}
+	return to.Sub(from) - pausedIn(pauses, from, to)
+}
+
+// resumedAfter returns when the agent resumed from its last pause if that
+// ended after t, else zero. Pauses are in the order they happened.
+func resumedAfter(pauses []pause, t time.Time) time.Time {
+	if n := len(pauses); n > 0 && pauses[n-1].to.After(t) {
+		return pauses[n-1].to
+	}
+	return time.Time{}
+}
+
+// minPause is the shortest time without running that the agent takes for a
+// pause of its own, beyond its watch's interval: a shorter one cannot cost
+// a server a whole period of the shortest (1 s) it would not have missed
+// anyway, and the runtime's own hiccups are left alone.
+const minPause = time.Second
+
+// maxPauses is how many of its latest pauses the agent remembers; an older
+// one counts as time it ran again, which can only judge sooner.
+const maxPauses = 16
+
+// runWatch tells when the agent has not run. Its loop (Agent.watchRuns)
+// waits on nothing but its ticker, unlike the health evaluation, which can
+// wait seconds for a server's lock behind an append, so a run that comes
+// late is the agent's own pause. Runs are timed on Options.RunClock (the
+// monotonic clock) and the pause is kept on Options.Clock, where health is
+// judged.
+type runWatch struct {
+	late time.Duration // a run later than this after the last is a pause
+
+	mu     sync.Mutex
+	last   time.Time // RunClock at the last run; zero before the first
+	lastAt time.Time // Clock at the last run
+	pauses []pause   // the latest, oldest first; replaced, never changed in place
+}
+
+// ran notes a run at run (RunClock) and at (Clock), and returns the pause
+// that this run ends if it came late.
+func (w *runWatch) ran(run, at time.Time) (pause, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p, late := w.lateLocked(run, at)
+	if late {
+		keep := w.pauses[max(0, len(w.pauses)-(maxPauses-1)):]
+		w.pauses = append(slices.Clone(keep), p)
+	}
+	w.last, w.lastAt = run, at
+	return p, late
+}
+
+// pausesAt returns the agent's pauses as of run (RunClock) and at (Clock):
+// those the watch noted, and the one under way if the watch is late now
+// (the agent has just resumed and its watch has not run yet). The caller
+// must not change the slice.
+func (w *runWatch) pausesAt(run, at time.Time) []pause {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p, late := w.lateLocked(run, at); late {
+		return append(slices.Clone(w.pauses), p)
+	}
+	return w.pauses
+}
+
+// lateLocked returns the pause from the last run to one at run and at, if
+// run is late.
+func (w *runWatch) lateLocked(run, at time.Time) (pause, bool) {
+	if w.last.IsZero() || run.Sub(w.last) <= w.late {
+		return pause{}, false
+	}
+	return pause{from: w.lastAt, to: at}, true
 }
