@@ -90,13 +90,13 @@ func TestAgentSandboxRunsGameServersAsTheirUser(t *testing.T) {
 	args := []string{"--bounding-set", bounding, "--inh-caps", "-all", "--ambient-caps", "-all", "--no-new-privs", "--", tether}
 	for i := 0; i < len(unitArgs); i++ {
 		switch w := unitArgs[i]; w {
-		case "--log-dir", "--admin-addr", "--run-as": // the test's own values
+		case "--log-dir", "--admin-addr", "--run-as", "--allowed-commands": // the test's own values
 			i++
 		default:
 			args = append(args, w)
 		}
 	}
-	args = append(args, "--log-dir", logDir, "--admin-addr", "127.0.0.1:0", "--run-as", nobody.Username,
+	args = append(args, "--log-dir", logDir, "--admin-addr", "127.0.0.1:0", "--run-as", nobody.Username, "--allowed-commands", dir,
 		"--host-id", "h1", "--address", "127.0.0.1", "--nats-url", s.NATS.ClientURL(),
 		"--sdk-addr", "127.0.0.1:0", "--sdk-http-addr", "127.0.0.1:0",
 		"--port-min", strconv.Itoa(ports), "--port-max", strconv.Itoa(ports+9))

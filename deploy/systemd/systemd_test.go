@@ -227,14 +227,19 @@ func flagValue(words []string, name string) string {
 
 // TestAgentRunsGameServersAsTheirOwnUser checks what keeps game servers
 // from the agent: they run as a user of their own (--run-as, not root),
-// and the agent has the capabilities to start them so and no others (none
-// ambient, which its game servers would inherit).
+// only from the directories the unit names (--allowed-commands, without
+// which the agent does not start), and the agent has the capabilities to
+// start them so and no others (none ambient, which its game servers would
+// inherit).
 func TestAgentRunsGameServersAsTheirOwnUser(t *testing.T) {
 	const file = "tether-agent.service"
 	u := parseUnit(t, file)
 	runAs := flagValue(execStart(t, u, file), "--run-as")
 	if runAs == "" || runAs == "root" || runAs == "0" || runAs == "tether" {
 		t.Errorf("%s: --run-as %q, want a user of the game servers' own", file, runAs)
+	}
+	if dirs := flagValue(execStart(t, u, file), "--allowed-commands"); dirs == "" {
+		t.Errorf("%s: no --allowed-commands: the agent refuses to start without it", file)
 	}
 	if caps, _ := u.get("Service", "CapabilityBoundingSet"); !slices.Equal(strings.Fields(caps), agentCapabilities) {
 		t.Errorf("%s: CapabilityBoundingSet=%q, want %s", file, caps, strings.Join(agentCapabilities, " "))

@@ -171,11 +171,17 @@ type Options struct {
 	// only (`tether dev`).
 	AllowRootGameServers bool
 	// AllowedCommands are the directories game server executables must be
-	// in, after symbolic links are resolved; a template whose command is
-	// elsewhere ends its server with PROCESS_START_FAILED. Each must exist.
-	// Empty allows any command, and the agent warns at start-up that it
-	// does.
+	// in (or below), or single programs allowed alone, after symbolic links
+	// are resolved; a template whose command is elsewhere ends its server
+	// with PROCESS_START_FAILED. Each must exist. Empty, New refuses the
+	// options (ErrAnyCommand) unless AllowAnyCommand is set.
 	AllowedCommands []string
+	// AllowAnyCommand lets game servers run any command when
+	// AllowedCommands is empty: every fleet template's program runs, as
+	// the game servers' user, and the agent warns at start-up that it
+	// does. For simulated processes (the fleet simulator) and development
+	// only; AllowedCommands, when given, restricts them all the same.
+	AllowAnyCommand bool
 	// LocalSDKOnly serves the SDK only in this process (Agent.LocalSDK),
 	// binding no listeners: for the fleet simulator, which runs thousands
 	// of agents in one process. SDKAddr and SDKHTTPAddr are then ignored.
@@ -320,7 +326,7 @@ func (o *Options) validate() error {
 	case o.PortMin > o.PortMax:
 		return fmt.Errorf("agent: port range %d-%d is empty", o.PortMin, o.PortMax)
 	}
-	return nil
+	return checkAllowedCommands(*o)
 }
 
 // Agent is one host's agent.

@@ -74,7 +74,13 @@ func newHarnessOpts(t *testing.T, opts func(*agent.Options)) *harness {
 	return h
 }
 
-// startAgent runs an agent for host h1 on the harness's NATS.
+// systemCommands is the directory of the system programs the tests run as
+// game servers (/bin/sleep, /bin/sh): the tests' agents allow commands
+// from it.
+const systemCommands = "/bin"
+
+// startAgent runs an agent for host h1 on the harness's NATS, allowing
+// commands from systemCommands and programsDir (the example game server).
 func (h *harness) startAgent(opts func(*agent.Options)) {
 	t := h.t
 	t.Helper()
@@ -84,6 +90,7 @@ func (h *harness) startAgent(opts func(*agent.Options)) {
 		HostID: "h1", JetStream: h.js, Store: h.store, Commands: h.bus, LogDir: t.TempDir(), SDKAddr: "127.0.0.1:0", SDKHTTPAddr: "127.0.0.1:0",
 		PortMin: ports, PortMax: ports + 9,
 		KillProcessesOnExit: true, Logger: slog.New(slog.NewTextHandler(logs, nil)), SyncInterval: 100 * time.Millisecond,
+		AllowedCommands: []string{systemCommands, programsDir},
 	}
 	opts(&o)
 	a, err := agent.New(o)
@@ -447,7 +454,7 @@ func TestAgentStoppedWhileStartingStopsCleanly(t *testing.T) {
 	}
 	a, err := agent.New(agent.Options{
 		HostID: "h1", JetStream: js, Store: store, Commands: bus, LogDir: t.TempDir(), SDKAddr: "127.0.0.1:0", SDKHTTPAddr: "127.0.0.1:0",
-		PortMin: 22000, PortMax: 22009, Logger: slog.New(slog.NewTextHandler(&syncBuffer{}, nil)),
+		PortMin: 22000, PortMax: 22009, Logger: slog.New(slog.NewTextHandler(&syncBuffer{}, nil)), AllowedCommands: []string{systemCommands},
 	})
 	if err != nil {
 		t.Fatal(err)

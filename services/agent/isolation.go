@@ -12,13 +12,18 @@ import (
 // A game server is whatever its fleet's template says to run, so the agent
 // keeps it from everything else on the host: it runs as a user of its own
 // (Options.RunAs) rather than as root, it is started only from directories
-// the host allows (Options.AllowedCommands), it gets an environment built
-// for it (none of the agent's variables), and its process token comes over
-// a pipe, not in its environment (ProcessSpec.Env).
+// the host allows (Options.AllowedCommands; from anywhere only when told
+// so, Options.AllowAnyCommand), it gets an environment built for it (none
+// of the agent's variables), and its process token comes over a pipe, not
+// in its environment (ProcessSpec.Env).
 
 // ErrRootGameServers is CheckRunAs's answer to options that would run every
 // game server as root.
 var ErrRootGameServers = errors.New("agent: game servers would run as root")
+
+// ErrAnyCommand is New's answer to options that would let game servers run
+// any command: AllowedCommands is empty and AllowAnyCommand is not set.
+var ErrAnyCommand = errors.New("agent: game servers would run any command")
 
 // runAs is the user game servers run as, resolved from Options.RunAs.
 type runAs struct {
@@ -111,7 +116,7 @@ func (a *Agent) warnIsolation() {
 		a.log.Info("game servers run as their user", "user", a.runAs.name)
 	}
 	if len(a.allowed) == 0 {
-		a.log.Warn("every command is allowed: a fleet template can run any program on this host; restrict them with tether agent --allowed-commands")
+		a.log.Warn("every command is allowed (--allow-any-command): a fleet template can run any program on this host; restrict them with tether agent --allowed-commands")
 	} else {
 		a.log.Info("game server commands allowed only from these directories", "dirs", []string(a.allowed))
 	}

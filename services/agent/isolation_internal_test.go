@@ -89,6 +89,28 @@ func TestCheckRunAs(t *testing.T) {
 	}
 }
 
+func TestCheckAllowedCommands(t *testing.T) {
+	tests := []struct {
+		name string
+		opts Options
+		ok   bool
+	}{
+		{name: "no directories"},
+		{name: "only empty names", opts: Options{AllowedCommands: []string{"", ""}}},
+		{name: "a directory", opts: Options{AllowedCommands: []string{"", "/opt/games"}}, ok: true},
+		{name: "any command, said so", opts: Options{AllowAnyCommand: true}, ok: true},
+		{name: "directories, and any command", opts: Options{AllowedCommands: []string{"/opt/games"}, AllowAnyCommand: true}, ok: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := checkAllowedCommands(tt.opts)
+			if (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrAnyCommand)) {
+				t.Fatalf("checkAllowedCommands = %v, want ok %v", err, tt.ok)
+			}
+		})
+	}
+}
+
 func TestNewAllowedCommands(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file")
@@ -109,7 +131,7 @@ func TestNewAllowedCommands(t *testing.T) {
 		{name: "a directory", dirs: []string{dir}, want: []string{dir}},
 		{name: "a link to one, resolved", dirs: []string{link, ""}, want: []string{dir}},
 		{name: "missing", dirs: []string{filepath.Join(dir, "missing")}, wantErr: "no such file"},
-		{name: "a file", dirs: []string{file}, wantErr: "not a directory"},
+		{name: "a program, alone", dirs: []string{file}, want: []string{file}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -133,5 +155,38 @@ func TestNewAllowedCommands(t *testing.T) {
 				t.Fatalf("dirs %v, want %v", got, real)
 			}
 		})
+	}
+}
+
+// TestAllowedCommandsResolveAProgramAlone: a program named in
+// AllowedCommands is allowed by itself, not its neighbours.
+func TestAllowedCommandsResolveAProgramAlone(t *testing.T) {
+	dir := t.TempDir()
+	games := filepath.Join(dir, "games")
+	if err := os.Mkdir(games, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	alone, neighbour, server := filepath.Join(dir, "alone"), filepath.Join(dir, "neighbour"), filepath.Join(games, "server")
+	for _, p := range []string{alone, neighbour, server} {
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(t.TempDir(), "link-to-alone")
+	if err := os.Symlink(alone, link); err != nil {
+		t.Fatal(err)
+	}
+	allowed, err := newAllowedCommands([]string{games, alone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		command string
+		ok      bool
+	}{{server, true}, {alone, true}, {link, true}, {neighbour, false}, {alone + "/..", false}, {games + "/../neighbour", false}} {
+		got, err := allowed.resolve(tt.command)
+		if (err == nil) != tt.ok {
+			t.Errorf("resolve(%s) = %q, %v; want allowed: %v", tt.command, got, err, tt.ok)
+		}
 	}
 }

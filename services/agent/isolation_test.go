@@ -2,6 +2,9 @@ package agent_test
 
 import (
 	"bufio"
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -17,14 +20,39 @@ import (
 
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/agent"
+	kit "github.com/tetherhq/tether/services/testkit/stack"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
-// publicDir makes a directory any user may list and run programs from (a
-// test's TempDir is its owner's alone), removed when the test ends.
+// programsDir holds the directories of the programs the tests build
+// (publicDir); TestMain makes it, open to every user. The harness's agents
+// allow commands from it.
+var programsDir string
+
+// TestMain makes programsDir for the tests and removes it after them.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tether-agent-test-")
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agent tests: a directory for their programs:", err)
+		os.Exit(1)
+	}
+	programsDir = dir
+	code := m.Run()
+	if err := os.RemoveAll(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "agent tests: remove their programs:", err)
+	}
+	os.Exit(code)
+}
+
+// publicDir makes a directory in programsDir any user may list and run
+// programs from (a test's TempDir is its owner's alone), removed when the
+// test ends.
 func publicDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "tether-agent-test-")
+	dir, err := os.MkdirTemp(programsDir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,6 +259,35 @@ func TestRunAsStartsGameServersAsThatUser(t *testing.T) {
 	})
 }
 
+// TestNewRefusesToRunAnyCommandUnlessTold: an agent given no directory to
+// run game server commands from does not start (an operator's fleet could
+// run /bin/sh -c anything on the host), and its error names both ways
+// out; told explicitly, it starts.
+func TestNewRefusesToRunAnyCommandUnlessTold(t *testing.T) {
+	k := kit.New(t, kit.WithCommands())
+	options := func(allowed []string, anyCommand bool) agent.Options {
+		return agent.Options{
+			HostID: "h1", JetStream: k.JS, Store: k.Store, Commands: k.Commands, LogDir: t.TempDir(),
+			SDKAddr: "127.0.0.1:0", SDKHTTPAddr: "127.0.0.1:0", AllowedCommands: allowed, AllowAnyCommand: anyCommand,
+		}
+	}
+	for name, allowed := range map[string][]string{"no directories": nil, "an empty name": {""}} {
+		_, err := agent.New(options(allowed, false))
+		if !errors.Is(err, agent.ErrAnyCommand) || !strings.Contains(err.Error(), "--allowed-commands") || !strings.Contains(err.Error(), "--allow-any-command") {
+			t.Errorf("%s: New = %v, want ErrAnyCommand naming --allowed-commands and --allow-any-command", name, err)
+		}
+	}
+	a, err := agent.New(options(nil, true))
+	if err != nil {
+		t.Fatalf("New with AllowAnyCommand: %v", err)
+	}
+	stopped, stop := context.WithCancel(k.Ctx)
+	stop()
+	if err := a.Run(stopped); err != nil { // releases its listeners
+		t.Fatal(err)
+	}
+}
+
 func TestCommandOutsideAllowedCommandsIsRefused(t *testing.T) {
 	root := t.TempDir()
 	allowed := filepath.Join(root, "games")
@@ -373,12 +430,12 @@ func TestDenyInspection(t *testing.T) {
 	}
 }
 
-// TestStartUpWarnsOfWhatIsNotIsolated: an agent that allows any command
+// TestStartUpWarnsOfWhatIsNotIsolated: an agent told to allow any command
 // says so at start-up, and one given directories does not; one that runs
 // game servers as root says so.
 func TestStartUpWarnsOfWhatIsNotIsolated(t *testing.T) {
 	const anyCommand = "every command is allowed"
-	open := newHarness(t)
+	open := newHarnessOpts(t, func(o *agent.Options) { o.AllowedCommands, o.AllowAnyCommand = nil, true })
 	closed := newHarnessOpts(t, func(o *agent.Options) { o.AllowedCommands = []string{t.TempDir()} })
 	for _, h := range []*harness{open, closed} {
 		wait.For(t, 10*time.Second, "the agent to start", func() bool { return strings.Contains(h.logs.String(), "agent started") })

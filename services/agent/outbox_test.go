@@ -64,7 +64,7 @@ func TestEventsSurviveNATSBeingAway(t *testing.T) {
 	ports := freeport.Block(t, 10)
 	a, err := agent.New(agent.Options{
 		HostID: "h1", JetStream: js, Store: store, Commands: bus, LogDir: t.TempDir(), SDKAddr: "127.0.0.1:0", SDKHTTPAddr: "127.0.0.1:0",
-		PortMin: ports, PortMax: ports + 9, KillProcessesOnExit: true,
+		PortMin: ports, PortMax: ports + 9, KillProcessesOnExit: true, AllowedCommands: []string{systemCommands},
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {

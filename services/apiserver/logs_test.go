@@ -43,6 +43,7 @@ func newLogStack(t *testing.T) *logStack {
 		HostID: "h1", JetStream: k.JS, Store: k.Store, Commands: k.Commands, LogDir: t.TempDir(),
 		SDKAddr: "127.0.0.1:0", SDKHTTPAddr: "127.0.0.1:0", PortMin: ports, PortMax: ports + 3,
 		KillProcessesOnExit: true, Logger: k.Logger,
+		AllowedCommands: []string{"/bin"}, // its game servers are /bin/sh scripts
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@ func TestDevArchivesEndedAggregates(t *testing.T) {
 	dataDir, archiveDir, dbURL := t.TempDir(), filepath.Join(t.TempDir(), "archive"), pgtest.NewDatabase(t)
 	p := startTether(t, []string{"DATABASE_URL=" + dbURL}, "--log-level", "warn", "dev", "--data-dir", dataDir,
 		"--hosts", "1", "--rest-port", "-1", "--grpc-port", "-1", "--nats-port", "-1", "--sdk-port", "-1", "--game-port-base", "-1",
-		"--archive-dir", archiveDir, "--retention", "1s", "--archive-interval", "100ms")
+		"--archive-dir", archiveDir, "--retention", "1s", "--archive-interval", "100ms", "--allowed-commands", filepath.Dir(gameServerBin))
 	s := &stack{t: t, addrs: dev.Addresses{REST: restAddress(t, p)}, key: devKey(t, dataDir, "admin")}
 	if code := s.rest("POST", "/v1/fleets?fleetId=short", fleetSpec(1, nil), nil); code != http.StatusOK {
 		t.Fatalf("create a fleet: %d", code)

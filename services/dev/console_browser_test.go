@@ -77,7 +77,8 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	dataDir := t.TempDir()
 	p := startTether(t, []string{"DATABASE_URL=" + pgtest.NewDatabase(t)}, "--log-level", "warn", "dev", "--data-dir", dataDir,
-		"--hosts", "2", "--rest-port", "-1", "--grpc-port", "-1", "--nats-port", "-1", "--sdk-port", "-1", "--game-port-base", "-1")
+		"--hosts", "2", "--rest-port", "-1", "--grpc-port", "-1", "--nats-port", "-1", "--sdk-port", "-1", "--game-port-base", "-1",
+		"--allowed-commands", filepath.Dir(gameServerBin))
 	s := &stack{t: t, addrs: dev.Addresses{REST: restAddress(t, p)}, key: devKey(t, dataDir, "admin")}
 	consoleURL := bannerURL(t, p, "Console  ")
 	if want := s.addrs.REST + "/ui/"; consoleURL != want {

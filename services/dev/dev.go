@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -103,6 +104,17 @@ type Options struct {
 	GamePortBase int
 	// LogDir holds the game servers' log files; default DataDir/logs.
 	LogDir string
+	// AllowedCommands are the directories the hosts' game server commands
+	// must be in, or the programs they may run
+	// (agent.Options.AllowedCommands); default DefaultAllowedCommands, the
+	// example game server (without one, DataDir/games, empty at first).
+	// Anything else a template names (/bin/sh, an operator's script) ends
+	// its server with PROCESS_START_FAILED.
+	AllowedCommands []string
+	// AllowAnyCommand lets the hosts' game servers run any command
+	// (agent.Options.AllowAnyCommand) when AllowedCommands names no
+	// directory, instead of the default ones.
+	AllowAnyCommand bool
 	// Logger; default discards.
 	Logger *slog.Logger
 	// TracerProvider is passed to every component.
@@ -191,6 +203,11 @@ type Addresses struct {
 	// NATSCreds is the admin's NATS credentials file when the embedded
 	// NATS server authenticates (Options.Auth); empty otherwise.
 	NATSCreds string
+	// AllowedCommands are the directories the hosts' game servers may run
+	// commands from, or the programs they may run
+	// (Options.AllowedCommands); empty: any command
+	// (Options.AllowAnyCommand).
+	AllowedCommands []string
 }
 
 func (o *Options) setDefaults() error {
@@ -237,6 +254,27 @@ func (o *Options) setDefaults() error {
 	return nil
 }
 
+// setAllowedCommands gives AllowedCommands their default, once DataDir
+// exists: DefaultAllowedCommands, or without an example game server to
+// allow, the stack's own empty directory of games (DataDir/games), so
+// that the stack runs and refuses every command until one is built there.
+func (o *Options) setAllowedCommands() error {
+	if len(o.AllowedCommands) > 0 || o.AllowAnyCommand {
+		return nil
+	}
+	if o.AllowedCommands = DefaultAllowedCommands(); len(o.AllowedCommands) > 0 {
+		return nil
+	}
+	games := filepath.Join(o.DataDir, "games")
+	if err := os.MkdirAll(games, 0o755); err != nil {
+		return fmt.Errorf("dev: a directory for game servers: %w", err)
+	}
+	o.Logger.Warn("no example game server to run (make build puts it in bin/): game servers may run only what is put in the stack's directory of games, or give --allowed-commands",
+		"example", filepath.Join("bin", ExampleGameServer), "dir", games)
+	o.AllowedCommands = []string{games}
+	return nil
+}
+
 // Run starts the stack and serves until ctx ends; then everything it
 // started is stopped.
 func Run(ctx context.Context, opts Options) error {
@@ -251,6 +289,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
 		return fmt.Errorf("dev: create %s: %w", opts.DataDir, err)
+	}
+	if err := opts.setAllowedCommands(); err != nil {
+		return err
 	}
 
 	natsURL := opts.NATSURL
@@ -450,7 +491,8 @@ func Run(ctx context.Context, opts Options) error {
 	gamePorts := newGamePorts(log, opts.Host, opts.GamePortBase)
 	defer gamePorts.release()
 	var agents []*agent.Agent
-	addrs := Addresses{REST: "http://" + api.HTTPAddr(), GRPC: api.GRPCAddr(), NATS: natsURL, Database: dbURL, DataDir: opts.DataDir, AdminKey: adminKey}
+	addrs := Addresses{REST: "http://" + api.HTTPAddr(), GRPC: api.GRPCAddr(), NATS: natsURL, Database: dbURL, DataDir: opts.DataDir, AdminKey: adminKey,
+		AllowedCommands: opts.AllowedCommands}
 	if opts.Auth {
 		addrs.KeysDir = KeysDir(opts.DataDir)
 	}
@@ -488,8 +530,11 @@ func Run(ctx context.Context, opts Options) error {
 			LogDir: filepath.Join(opts.LogDir, id), JetStream: hostNATS.js, Store: agentStore, Commands: agentBus,
 			KillProcessesOnExit: true, Logger: log.With("component", "agent"), Tokens: tokens, TracerProvider: opts.TracerProvider,
 			// Game servers run as whoever runs `tether dev`, root included
-			// (CI, containers): a development stack, on loopback.
+			// (CI, containers): a development stack, on loopback. So
+			// they run only what the stack allows (an operator's key is
+			// not root on the machine).
 			AllowRootGameServers: true,
+			AllowedCommands:      opts.AllowedCommands, AllowAnyCommand: opts.AllowAnyCommand,
 		}
 		agentOpts.MeterProvider = agentMeters(opts.MeterProvider, id) // services/dev/metrics.go
 		if opts.AgentOptions != nil {
@@ -540,6 +585,46 @@ func Run(ctx context.Context, opts Options) error {
 		opts.Started(&Stack{Addresses: addrs, Store: store, JetStream: js, Pool: pool, Agents: agents})
 	}
 	return g.Wait()
+}
+
+// ExampleGameServer is the file name of the example game server that
+// `make build` puts in bin/, beside tether.
+const ExampleGameServer = "tether-gameserver"
+
+// DefaultAllowedCommands are the programs a dev stack's game servers may
+// run when Options.AllowedCommands names none: the example game server,
+// the only program the demo fleet and the example fleets run, at
+// bin/tether-gameserver in the working directory (deploy/examples name it
+// so, from where `tether dev` runs) and beside the running binary (the
+// demo's). Each is absolute with its links resolved, named once, and there:
+// a missing one is left out. The directory, bin/, is not allowed whole:
+// it holds tether and tetherctl, with which a template could start an
+// agent of its own that runs anything, or act with the admin's key.
+func DefaultAllowedCommands() []string {
+	var candidates []string
+	if wd, err := os.Getwd(); err == nil {
+		candidates = append(candidates, filepath.Join(wd, "bin", ExampleGameServer))
+	}
+	if exe, err := os.Executable(); err == nil {
+		candidates = append(candidates, filepath.Join(filepath.Dir(exe), ExampleGameServer))
+	}
+	var programs []string
+	for _, c := range candidates {
+		if real, ok := regularFile(c); ok && !slices.Contains(programs, real) {
+			programs = append(programs, real)
+		}
+	}
+	return programs
+}
+
+// regularFile is path with its links resolved, if it is a regular file.
+func regularFile(path string) (string, bool) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", false
+	}
+	info, err := os.Stat(real)
+	return real, err == nil && info.Mode().IsRegular()
 }
 
 // dropEarlierLease removes the leases an earlier run left in the embedded

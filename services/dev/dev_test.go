@@ -102,7 +102,7 @@ func startStack(t testing.TB, hosts int, configure ...func(*dev.Options)) *stack
 		opts := dev.Options{
 			DataDir: t.TempDir(), GRPCPort: -1, RESTPort: -1, NATSPort: -1, SDKPort: -1,
 			GamePortBase: freeport.Block(t, 100*hosts), Hosts: hosts, HostCapacity: 4,
-			DatabaseURL: pgtest.NewDatabase(t), Logger: log,
+			DatabaseURL: pgtest.NewDatabase(t), Logger: log, AllowedCommands: []string{filepath.Dir(gameServerBin)},
 			Ready: func(a dev.Addresses) { ready <- a },
 		}
 		for _, c := range configure {

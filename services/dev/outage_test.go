@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -42,8 +43,9 @@ func TestNATSOutage(t *testing.T) {
 		done <- dev.Run(ctx, dev.Options{
 			DataDir: t.TempDir(), GRPCPort: -1, RESTPort: -1, SDKPort: -1, NATSURL: ns.ClientURL(),
 			GamePortBase: freeport.Block(t, 100), Hosts: 1, HostCapacity: 4, DatabaseURL: pgtest.NewDatabase(t),
-			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-			Ready:  func(a dev.Addresses) { ready <- a },
+			AllowedCommands: []string{filepath.Dir(gameServerBin)},
+			Logger:          slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+			Ready:           func(a dev.Addresses) { ready <- a },
 		})
 	}()
 	var addrs dev.Addresses

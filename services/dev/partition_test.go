@@ -92,6 +92,7 @@ func startPartitionStack(t *testing.T, hosts ...string) *partitionStack {
 			// resumption is what triggers the re-read of the servers.
 			HeartbeatInterval: 100 * time.Millisecond,
 			SkipHeartbeat:     paused.Load, KillProcessesOnExit: true, Logger: log.With("component", "agent"),
+			AllowedCommands: []string{filepath.Dir(gameServerBin)},
 		})
 		if err != nil {
 			t.Fatal(err)

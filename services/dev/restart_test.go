@@ -174,6 +174,7 @@ func agentKilledAndRestarted(t *testing.T, slow bool) {
 	base := freeport.Block(t, 20)
 	// As root (CI), the test's game servers run as root too: an opt-out.
 	agentArgs := []string{"--nats-url", s.addrs.NATS, "agent", "--host-id", "ext1", "--log-dir", logDir, "--allow-root-game-servers",
+		"--allowed-commands", filepath.Dir(gameServerBin),
 		"--sdk-addr", "127.0.0.1:0", "--sdk-http-addr", "127.0.0.1:0",
 		"--port-min", strconv.Itoa(base), "--port-max", strconv.Itoa(base + 19)}
 	first := startTether(t, nil, agentArgs...)
@@ -263,7 +264,7 @@ func TestDevKilledAndRestarted(t *testing.T) {
 	dataDir := t.TempDir()
 	env := []string{"DATABASE_URL=" + pgtest.NewDatabase(t)}
 	args := []string{"--log-level", "warn", "dev", "--data-dir", dataDir, "--hosts", "1",
-		"--rest-port", "-1", "--grpc-port", "-1", "--nats-port", "-1", "--sdk-port", "-1"}
+		"--rest-port", "-1", "--grpc-port", "-1", "--nats-port", "-1", "--sdk-port", "-1", "--allowed-commands", filepath.Dir(gameServerBin)}
 	first := startTether(t, env, args...)
 	s := &stack{t: t, addrs: dev.Addresses{REST: restAddress(t, first)}, key: devKey(t, dataDir, "admin")}
 	if code := s.rest("POST", "/v1/fleets?fleetId=arena", fleetSpec(3, nil), nil); code != http.StatusOK {

@@ -181,9 +181,11 @@ Tether is running.
   SDK      %s   (one per host)
   Data     %s
   API keys %s/{admin,operator,matchmaker,viewer,auditor}.key   (made at each start; tetherctl on this machine reads admin.key)
+  %s
 %s
 Press Ctrl-C to stop.
-`, a.REST, a.GRPC, connect.Redact(a.NATS), natsCredsNote(a.NATSCreds), connect.Redact(a.Database), databaseNote(a.DataDir, g.dbURL == ""), strings.Join(a.SDK, " "), a.DataDir, a.KeysDir, tour(a, opts.DemoGameServer != ""))
+`, a.REST, a.GRPC, connect.Redact(a.NATS), natsCredsNote(a.NATSCreds), connect.Redact(a.Database), databaseNote(a.DataDir, g.dbURL == ""),
+					strings.Join(a.SDK, " "), a.DataDir, a.KeysDir, commandsNote(a.AllowedCommands), tour(a, opts.DemoGameServer != ""))
 			}
 			return dev.Run(cmd.Context(), opts)
 		},
@@ -201,6 +203,10 @@ Press Ctrl-C to stop.
 	f.IntVar(&opts.Hosts, "hosts", dev.DefaultHosts, "simulated hosts, each a host agent on loopback")
 	f.IntVar(&opts.HostCapacity, "host-capacity", agent.DefaultCapacity, "game server slots per host")
 	f.BoolVar(&demo, "demo", false, "create a demo fleet of the example game server (tether-gameserver next to this binary)")
+	f.StringSliceVar(&opts.AllowedCommands, "allowed-commands", nil,
+		"directories game server commands must be in (or programs allowed alone), comma-separated (default: the example game server, bin/tether-gameserver in the working directory and beside this binary; without it, the data dir's games/)")
+	f.BoolVar(&opts.AllowAnyCommand, "allow-any-command", false,
+		"let game servers run any command instead: any fleet template's program runs on this machine, as the user running tether dev")
 	f.StringVar(&opts.PlayerTokenKeys, "player-token-keys", "",
 		"player-session token keys, \"id:base64secret[,id:base64secret…]\" (default: a fresh key per run)")
 	archiveFlags(f, &opts.ArchiveDir, &opts.Retention, &opts.ArchiveInterval)
@@ -214,6 +220,15 @@ func databaseNote(dataDir string, own bool) string {
 		return ""
 	}
 	return "   (with its password: " + dev.DatabaseURLFile(dataDir) + ")"
+}
+
+// commandsNote says where the dev stack's game servers may run commands
+// from (none: anywhere).
+func commandsNote(dirs []string) string {
+	if len(dirs) == 0 {
+		return "game servers may run commands in: any directory (--allow-any-command)"
+	}
+	return "game servers may run commands in: " + strings.Join(dirs, ", ") + "   (--allowed-commands changes them)"
 }
 
 // natsCredsNote says which credentials connect to the dev NATS server.
@@ -559,7 +574,10 @@ func agentCommand(g *global) *cobra.Command {
 	f.IntVar(&opts.OutboxMax, "outbox-max", agent.DefaultOutboxMax, "events kept on disk while NATS is unreachable")
 	f.StringVar(&opts.RunAs, "run-as", "", "user (name or uid) game servers run as, with its primary group; required when the agent runs as root")
 	f.BoolVar(&opts.AllowRootGameServers, "allow-root-game-servers", false, "let an agent running as root run game servers as root (development only)")
-	f.StringSliceVar(&opts.AllowedCommands, "allowed-commands", nil, "directories game server commands must be in, comma-separated (default: any command, with a warning)")
+	f.StringSliceVar(&opts.AllowedCommands, "allowed-commands", nil,
+		"directories game server commands must be in (or programs allowed alone), comma-separated; required unless --allow-any-command")
+	f.BoolVar(&opts.AllowAnyCommand, "allow-any-command", false,
+		"without --allowed-commands, let game servers run any command: any fleet template's program runs on this host (development only; the agent warns of it)")
 	f.BoolVar(&opts.DrainOnStop, "drain-on-stop", false,
 		"on SIGTERM, drain this host first: its READY game servers move elsewhere, matches finish, then the agent stops (a second signal stops it at once); the host stays cordoned until uncordoned")
 	f.DurationVar(&opts.DrainTimeout, "drain-timeout", agent.DefaultDrainTimeout, "the longest a drain on stop waits before the agent stops anyway")

@@ -143,6 +143,7 @@ func TestRogueAgentCannotTouchAnotherHost(t *testing.T) {
 		HostID: "b", JetStream: b.js, Store: b.store, Commands: bBus, LogDir: t.TempDir(),
 		SDKAddr: "127.0.0.1:0", SDKHTTPAddr: "127.0.0.1:0", PortMin: ports, PortMax: ports + 3,
 		KillProcessesOnExit: true, Logger: logs, SyncInterval: 100 * time.Millisecond,
+		AllowedCommands: []string{"/bin"}, // its game server runs /bin/sleep
 	})
 	if err != nil {
 		t.Fatal(err)

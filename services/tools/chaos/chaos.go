@@ -126,7 +126,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		done <- dev.Run(sctx, dev.Options{
 			DataDir: dir, Fresh: true, GRPCPort: -1, RESTPort: -1, NATSPort: -1, SDKPort: -1, GamePortBase: 30000,
 			Hosts: o.Hosts, HostCapacity: o.Servers/o.Hosts + 20, DatabaseURL: o.DatabaseURL, Logger: o.Logger,
-			Ready: func(a dev.Addresses) { ready <- a },
+			AllowedCommands: []string{o.GameServer}, // the only program its fleets run
+			Ready:           func(a dev.Addresses) { ready <- a },
 		})
 	}()
 	var addrs dev.Addresses

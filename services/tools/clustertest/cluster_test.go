@@ -251,7 +251,7 @@ func startCluster(t *testing.T) *cluster {
 		h := c.net.Host(fmt.Sprintf("host%d", i+1))
 		c.agents = append(c.agents, c.proc(h, tether, append([]string{"agent", "--host-id", h.Name, "--address", h.IP,
 			"--log-dir", filepath.Join(c.dir, h.Name+"-logs"), "--capacity", "10", "--labels", "zone=" + h.Name,
-			"--allow-root-game-servers"}, common(h)...)...)) // the test runs as root; it tests failover, not isolation
+			"--allow-root-game-servers", "--allowed-commands", c.bin}, common(h)...)...)) // the test runs as root; it tests failover, not isolation
 	}
 	for _, group := range [][]*proc{c.projectors, c.controllers, c.apis, c.agents} {
 		for _, p := range group {

@@ -495,6 +495,7 @@ func (w *world) agentOptions(i int, o *agent.Options) error {
 	o.JetStream, o.Commands = c.js, c.bus
 	h := w.hosts[i]
 	o.Processes = h
+	o.AllowedCommands, o.AllowAnyCommand = nil, true // a simulated process runs no command
 	o.LocalSDKOnly = true
 	o.KillProcessesOnExit = false // a stopping simulation records no exits
 	o.Address = hostAddress(i)
