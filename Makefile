@@ -3,7 +3,6 @@
 GO           ?= go
 TOOLS        := $(CURDIR)/.tools
 BUF_VERSION  := 1.75.0
-GOLANGCI_LINT_VERSION := v2.15.0
 BUF          := $(TOOLS)/node_modules/.bin/buf
 PLAYWRIGHT_CORE_VERSION := 1.65.1
 PLAYWRIGHT_CORE := $(TOOLS)/node_modules/playwright-core/package.json
@@ -14,8 +13,9 @@ BIN          := $(CURDIR)/bin
 GENERATED    := proto services/apiserver/openapi
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
 # gotestsum runs go test and repeats each failed test's output at the end,
-# where a CI log's last lines show it
-GOTESTSUM    := $(GO) run gotest.tools/gotestsum@v1.13.0
+# where a CI log's last lines show it; it and golangci-lint are tools of
+# go.mod (go get -tool), pinned and checked by go.sum like any module
+GOTESTSUM    := $(GO) tool gotestsum
 
 .PHONY: all build run test test-short cluster-test fuzz lint breaking baseline generate check-generate tools bench chaos image clean
 
@@ -70,12 +70,12 @@ fuzz:
 
 ## lint: buf lint, the OpenAPI document (redocly, every recommended rule an
 ## error), go vet, golangci-lint (.golangci.yml: staticcheck, errcheck,
-## unused and more; built from the module proxy) and gofmt
+## unused and more; the version go.mod's tool line pins) and gofmt
 lint: $(BUF) $(REDOCLY)
 	$(BUF) lint
 	$(REDOCLY) lint --config $(OPENAPI)/redocly.yaml $(OPENAPI)/tether.openapi.json
 	$(GO) vet ./...
-	$(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run ./...
+	$(GO) tool golangci-lint run ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 ## breaking: buf breaking against the protos of the last release

@@ -3,7 +3,10 @@
 // pair to one bridge, so processes started in it reach each other (and the
 // test process, on the bridge's address) over a real network whose links a
 // test can cut and heal. It needs root and iproute2's `ip`; Available says
-// why not when they are missing.
+// why not when they are missing, and SkipUnlessAvailable skips a test then
+// (or fails it, where RequireEnv asks). A test reaches into a host without
+// a process of its own there: Host.Listen and Host.DialContext open their
+// sockets in its namespace.
 //
 // Everything a Network creates is named after a random prefix and removed
 // when the test ends.
@@ -16,12 +19,21 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
+
+// RequireEnv, set to 1 (CI, .ci/run), makes SkipUnlessAvailable fail a
+// test instead of skipping it.
+const RequireEnv = "TETHER_REQUIRE_NETNS"
 
 // Available reports why this machine cannot build a network, or nil.
 func Available() error {
@@ -32,6 +44,20 @@ func Available() error {
 		return fmt.Errorf("iproute2's ip is not installed: %w", err)
 	}
 	return nil
+}
+
+// SkipUnlessAvailable skips the test, saying why, on a machine that cannot
+// build a network (Available), or fails it there if RequireEnv is 1.
+func SkipUnlessAvailable(t testing.TB) {
+	t.Helper()
+	err := Available()
+	switch {
+	case err == nil:
+	case os.Getenv(RequireEnv) == "1":
+		t.Fatalf("netns: %v, and %s=1: run the test as root with iproute2 installed", err, RequireEnv)
+	default:
+		t.Skipf("netns: %v (%s=1 makes this a failure)", err, RequireEnv)
+	}
 }
 
 // Network is a bridge and the hosts joined to it.
@@ -102,6 +128,55 @@ func (n *Network) Host(name string) *Host {
 // Command returns a command that runs in the host's namespace.
 func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.Namespace, name}, args...)...)
+}
+
+// Listen listens in the host's namespace, e.g. on h.IP+":0": other hosts
+// reach it there, with no process of the test's in the namespace.
+func (h *Host) Listen(network, address string) (net.Listener, error) {
+	var l net.Listener
+	err := h.inNamespace(func() (err error) {
+		l, err = net.Listen(network, address)
+		return err
+	})
+	return l, err
+}
+
+// DialContext connects from the host's namespace, as a process in it would.
+func (h *Host) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	var c net.Conn
+	err := h.inNamespace(func() (err error) {
+		c, err = (&net.Dialer{}).DialContext(ctx, network, address)
+		return err
+	})
+	return c, err
+}
+
+// inNamespace runs fn, and waits for it, on an OS thread that has entered
+// the host's network namespace: a socket fn opens belongs to that
+// namespace for good, whichever thread uses it afterwards. The thread
+// serves nothing else: its goroutine ends still locked to it, so the
+// runtime ends the thread rather than reuse it.
+func (h *Host) inNamespace(fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked, on purpose
+		done <- h.enter(fn)
+	}()
+	return <-done
+}
+
+// enter moves the calling thread into the host's network namespace (the
+// file `ip netns add` made) and runs fn there.
+func (h *Host) enter(fn func() error) error {
+	f, err := os.Open(filepath.Join("/run/netns", h.Namespace))
+	if err != nil {
+		return fmt.Errorf("netns: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("netns: enter %s: %w", h.Namespace, err)
+	}
+	return fn()
 }
 
 // Cut takes the host's link down: it can reach nobody, nobody reaches it.
