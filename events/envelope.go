@@ -68,6 +68,11 @@ type Envelope struct {
 	// signature of a known key, else the signer's principal ("controller",
 	// "hosts/h1"). It is not stored in the envelope: the store derives it.
 	Writer string
+	// Subject is the stream subject the event was read from, set by the
+	// store's reads and the projector (Decode); empty on an event not read
+	// from the stream. It is not stored: a game server's fold refuses an
+	// event read from another subject than the server's (ErrForeignSubject).
+	Subject string
 	// Undecodable is set, wrapping ErrUndecodable, on the envelope that
 	// stands for a stored message that is not an event of its subject
 	// (UndecodableAt). It is not stored either.
@@ -75,16 +80,18 @@ type Envelope struct {
 }
 
 // UndecodableAt returns the envelope that stands for an undecodable message
-// stored at seq on the subject of aggregate (err wraps ErrUndecodable): its
-// Type is UndecodableType, its Data an empty message, and Undecodable says
-// why. A history keeps it in its place, so a writer guards its append on
-// the message's sequence, as on any other, while every fold leaves it out
-// (Skipped): one bad message on a subject stops none of its readers.
-func UndecodableAt(aggregate string, seq uint64, err error) Envelope {
+// stored at seq on subject (err wraps ErrUndecodable): its Type is
+// UndecodableType, its Aggregate the one the subject names ("" for none),
+// its Data an empty message, and Undecodable says why. A history keeps it
+// in its place, so a writer guards its append on the message's sequence,
+// as on any other, while every fold leaves it out (Skipped): one bad
+// message on a subject stops none of its readers.
+func UndecodableAt(subject string, seq uint64, err error) Envelope {
 	if !errors.Is(err, ErrUndecodable) {
 		err = fmt.Errorf("%w: %w", ErrUndecodable, err)
 	}
-	return Envelope{Type: UndecodableType, Aggregate: aggregate, Sequence: seq, Data: &emptypb.Empty{}, Undecodable: err}
+	name, _ := NameFromSubject(subject) // "" when the subject names no aggregate
+	return Envelope{Type: UndecodableType, Aggregate: name, Subject: subject, Sequence: seq, Data: &emptypb.Empty{}, Undecodable: err}
 }
 
 // Skipped reports whether err is a fold's refusal of an event that a
@@ -201,5 +208,6 @@ func Decode(subject string, b []byte) (Envelope, error) {
 	if name != env.Aggregate {
 		return Envelope{}, fmt.Errorf("%w: event %s on subject %s names aggregate %s", ErrUndecodable, env.ID, subject, env.Aggregate)
 	}
+	env.Subject = subject
 	return env, nil
 }

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -95,6 +96,11 @@ func trimEnumPrefix(s, prefix string) string {
 // new state; the input is not modified. Events the transition table does not
 // allow in the current state are errors.
 func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.GameServerState, error) {
+	// The subject first: an event that is not the server's, whoever wrote
+	// it and whatever it holds, is no place in its history (not Skipped).
+	if err := checkServerSubject(state, e); err != nil {
+		return nil, err
+	}
 	if err := checkStored(e, state.GetHost()); err != nil {
 		return nil, err
 	}
@@ -126,6 +132,7 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 		next.Labels = cloneMap(d.GetLabels())
 		next.PlayerSessionPolicy = proto.CloneOf(d.GetPlayerSessions())
 		next.Revision = d.GetRevision()
+		next.HostSubject = d.GetHostSubject()
 		next.CreateTime = at
 	case *eventsv1.ProcessStarted:
 		next.Pid = d.GetPid()
@@ -241,6 +248,10 @@ type ScheduleGameServer struct {
 	// Revision is the fleet's revision the spec is (0 for a standalone
 	// server).
 	Revision int64
+	// HostSubject puts the server's events on its host subject
+	// (GameServerSubject): the host's agent writes them
+	// (HostState.host_subjects).
+	HostSubject bool
 }
 
 // RecordProcessStart records that the agent launched the process.
@@ -413,6 +424,7 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 			Labels:                    cloneMap(s.GetLabels()),
 			PlayerSessions:            proto.CloneOf(s.GetPlayerSessions()),
 			Revision:                  c.Revision,
+			HostSubject:               c.HostSubject,
 		}}, nil
 	case RecordProcessStart:
 		return []proto.Message{proto.CloneOf(c.Started)}, nil
@@ -567,6 +579,46 @@ func checkProperties(props map[string]string) error {
 		case len(v) > MaxPropertyValueBytes:
 			return Invalid("properties", "the value of %q has %d bytes, more than %d", k, len(v), MaxPropertyValueBytes)
 		}
+	}
+	return nil
+}
+
+// ErrForeignSubject marks an event read from another subject than its game
+// server's own: another host's subject for a server on a host subject
+// (SubjectOf), which that host's credentials may publish on. The fold
+// refuses it without its taking a place in the server's history (the
+// projector dead-letters it and leaves the server's row as it was): it is
+// not the server's, and the server's writers never read it.
+var ErrForeignSubject = errors.New("events: event on another subject than its game server's")
+
+// checkServerSubject refuses an event read from a subject (e.Subject) that
+// is not the game server's: for its first event, the subject its
+// GameServerScheduled names; after, SubjectOf its state. Events not read
+// from the stream (a writer's own, folded as it appends them) pass.
+func checkServerSubject(state *eventsv1.GameServerState, e Envelope) error {
+	if e.Subject == "" {
+		return nil
+	}
+	var want string
+	var err error
+	switch d := e.Data.(type) {
+	case *eventsv1.GameServerScheduled:
+		if d.GetHostSubject() {
+			want, err = GameServerSubject(e.Aggregate, d.GetHost())
+		} else {
+			want, err = Subject(e.Aggregate)
+		}
+	default:
+		if state.GetName() == "" {
+			return nil // no server yet: the transition table refuses it
+		}
+		want, err = SubjectOf(state)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s %s on %s: %w", ErrForeignSubject, e.Type, e.ID, e.Subject, err)
+	}
+	if e.Subject != want {
+		return fmt.Errorf("%w: %s %s on %s, not %s", ErrForeignSubject, e.Type, e.ID, e.Subject, want)
 	}
 	return nil
 }

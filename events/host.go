@@ -124,6 +124,7 @@ func ApplyHost(state *eventsv1.HostState, e Envelope) (*eventsv1.HostState, erro
 		next.AgentVersion, next.SdkAddress = d.GetAgentVersion(), d.GetSdkAddress()
 		next.AgentIncarnation, next.RegisteredSequence = d.GetAgentIncarnation(), e.Sequence
 		next.GamePorts = d.GetGamePorts()
+		next.HostSubjects = d.GetHostSubjects()
 		next.LastHeartbeatTime = at
 	case *eventsv1.HostOnline:
 		next.LastHeartbeatTime = d.GetLastHeartbeatTime()

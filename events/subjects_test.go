@@ -120,12 +120,52 @@ func TestNameFromSubjectRejects(t *testing.T) {
 }
 
 func TestFleetGameServersSubject(t *testing.T) {
-	if got, want := events.FleetGameServersSubject("arena"), "tether.ev.gs.arena.*"; got != want {
+	if got, want := events.FleetGameServersSubject("arena"), "tether.ev.gs.arena.>"; got != want {
 		t.Errorf("FleetGameServersSubject = %q, want %q", got, want)
 	}
-	// Every game server subject of the fleet has the wildcard's shape.
-	s := events.MustSubject(events.GameServerName("arena", "gs-1"))
-	if got := events.FleetGameServersSubject("arena"); s[:len(got)-1] != got[:len(got)-1] {
-		t.Errorf("%q does not start like %q", s, got)
+	// Both kinds of game server subject of the fleet have the wildcard's
+	// shape.
+	hosted, err := events.GameServerSubject(events.GameServerName("arena", "gs-1"), "hosts/h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := events.FleetGameServersSubject("arena")
+	for _, s := range []string{events.MustSubject(events.GameServerName("arena", "gs-1")), hosted} {
+		if s[:len(got)-1] != got[:len(got)-1] {
+			t.Errorf("%q does not start like %q", s, got)
+		}
+	}
+}
+
+// TestGameServerSubject: a server on a host subject has its host as the
+// subject's last token, which a host's NATS permissions name
+// (HostGameServersSubject), and its name comes back from the subject.
+func TestGameServerSubject(t *testing.T) {
+	name := events.GameServerName("arena", "gs-1")
+	got, err := events.GameServerSubject(name, "hosts/h1")
+	if err != nil || got != "tether.ev.gs.arena.gs-1.h1" {
+		t.Fatalf("GameServerSubject = %q, %v", got, err)
+	}
+	if back, err := events.NameFromSubject(got); err != nil || back != name {
+		t.Fatalf("NameFromSubject(%q) = %q, %v", got, back, err)
+	}
+	if h, ok := events.SubjectHost(got); !ok || h != "hosts/h1" {
+		t.Fatalf("SubjectHost(%q) = %q, %v", got, h, ok)
+	}
+	if h, ok := events.SubjectHost(events.MustSubject(name)); ok {
+		t.Fatalf("SubjectHost of a subject without a host = %q", h)
+	}
+	if w := events.HostGameServersSubject("h1"); w != "tether.ev.gs.*.*.h1" {
+		t.Fatalf("HostGameServersSubject = %q", w)
+	}
+	for _, bad := range [][2]string{{name, "h1"}, {name, "hosts/H1"}, {"fleets/arena", "hosts/h1"}, {name, "hosts/h.1"}} {
+		if s, err := events.GameServerSubject(bad[0], bad[1]); !errors.Is(err, events.ErrInvalidName) {
+			t.Errorf("GameServerSubject(%q, %q) = %q, %v; want ErrInvalidName", bad[0], bad[1], s, err)
+		}
+	}
+	for _, bad := range []string{"tether.ev.gs.arena.gs-1.H1", "tether.ev.gs.arena.gs-1.h1.x", "tether.ev.gs.arena.gs-1.*"} {
+		if n, err := events.NameFromSubject(bad); err == nil {
+			t.Errorf("NameFromSubject(%q) = %q, want an error", bad, n)
+		}
 	}
 }

@@ -67,10 +67,9 @@ func (s *Store) read(ctx context.Context, data []byte, subject string, h nats.He
 	if err == nil {
 		return env
 	}
-	name, _ := events.NameFromSubject(subject) // "" when the subject names no aggregate
 	if s.skips.first(seq) {
 		s.log.Error("undecodable message on an event subject skipped: its readers go on past it", "subject", subject, "sequence", seq, "err", err)
 		s.skips.counter.Add(ctx, 1)
 	}
-	return events.UndecodableAt(name, seq, err)
+	return events.UndecodableAt(subject, seq, err)
 }

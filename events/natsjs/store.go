@@ -285,9 +285,7 @@ func (s *Store) appendAll(ctx context.Context, subject string, expected uint64, 
 
 	guard := expected
 	for i, msg := range msgs {
-		if guard != events.AnySequence {
-			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(guard, 10))
-		}
+		setGuard(msg, guard)
 		seq, err := s.publish(ctx, msg, guard, evs[i])
 		if err != nil {
 			if i > 0 {
@@ -316,9 +314,7 @@ func (s *Store) TryAppend(ctx context.Context, subject string, expected uint64, 
 	if err != nil {
 		return 0, false, err
 	}
-	if expected != events.AnySequence {
-		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
-	}
+	setGuard(msg, expected)
 	ctx, span := s.startAppend(ctx, subject, e.Type, 1)
 	ack, err := s.publishMsg(ctx, msg)
 	endSpan(span, err)
@@ -329,6 +325,28 @@ func (s *Store) TryAppend(ctx context.Context, subject string, expected uint64, 
 		return 0, false, fmt.Errorf("%w: %s is no longer at sequence %d: %w", events.ErrConflict, subject, expected, err)
 	}
 	return 0, false, fmt.Errorf("natsjs: append %s %s to %s: %w", e.Type, e.ID, subject, err)
+}
+
+// setGuard makes msg's append conditional on its subject's last sequence
+// being guard, unless guard is events.AnySequence. The first event of a
+// game server on a host subject (guard 0) is conditional on every host
+// subject of its name being empty (Nats-Expected-Last-Subject-Sequence-Subject):
+// a name has one server, whichever host it was placed on, as it had when
+// its subject did not name the host.
+func setGuard(msg *nats.Msg, guard uint64) {
+	if guard == events.AnySequence {
+		return
+	}
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(guard, 10))
+	if guard != 0 {
+		return
+	}
+	if _, hosted := events.SubjectHost(msg.Subject); !hosted {
+		return
+	}
+	if name, err := events.NameFromSubject(msg.Subject); err == nil {
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, events.GameServerHostSubjects(name))
+	}
 }
 
 // publish appends one event guarded by guard and returns its sequence.

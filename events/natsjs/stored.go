@@ -3,6 +3,7 @@ package natsjs
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -81,12 +82,13 @@ func (s *Store) FirstEvent(ctx context.Context, subject string) (events.Envelope
 }
 
 // LeaderLastSequence returns the sequence of the last message on subject
-// (no wildcards) as the stream's leader holds it, 0 if it has none. Unlike
-// LastSequence, a replica that is behind cannot answer it: for a caller
-// that acts on the subject's end (the archiver, before it purges).
+// (a wildcard: of the messages it matches) as the stream's leader holds
+// it, 0 if it has none. Unlike LastSequence, a replica that is behind
+// cannot answer it: for a caller that acts on the subject's end (the
+// archiver, before it purges; the API, before it writes).
 func (s *Store) LeaderLastSequence(ctx context.Context, subject string) (uint64, error) {
-	if err := checkSubject(subject); err != nil {
-		return 0, err
+	if rest, ok := strings.CutPrefix(subject, events.SubjectPrefix+"."); !ok || rest == "" || strings.ContainsAny(subject, " \t\r\n") {
+		return 0, fmt.Errorf("natsjs: %q is not an event subject under %s", subject, events.SubjectPrefix)
 	}
 	m, found, err := s.leaderGet(ctx, MsgRequest{LastFor: subject})
 	if err != nil {

@@ -96,8 +96,7 @@ func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []strin
 			}
 			env, err := s.open(m.Data(), m.Subject(), m.Headers(), seq)
 			if err != nil {
-				name, _ := events.NameFromSubject(m.Subject())
-				env = events.UndecodableAt(name, seq, err)
+				env = events.UndecodableAt(m.Subject(), seq, err)
 			}
 			if !yield(env, err) {
 				return

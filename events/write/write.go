@@ -35,6 +35,9 @@ type Policy struct {
 type Op struct {
 	// Name is the aggregate's resource name.
 	Name string
+	// Subject is the aggregate's stream subject; default events.Subject of
+	// Name. A game server's is its own (events.SubjectOf its state).
+	Subject string
 	// Read reads the aggregate (or brings the caller's copy up to date) and
 	// returns the sequence of its last event: the guard of the append. It
 	// runs before each decision.
@@ -59,9 +62,12 @@ type Result struct {
 // again, up to p.Attempts times. The error after the last conflict wraps
 // events.ErrConflict; the others are Read's, Decide's or the store's.
 func Do(ctx context.Context, store Store, op Op, p Policy) (Result, error) {
-	subject, err := events.Subject(op.Name)
-	if err != nil {
-		return Result{}, err
+	subject := op.Subject
+	if subject == "" {
+		var err error
+		if subject, err = events.Subject(op.Name); err != nil {
+			return Result{}, err
+		}
 	}
 	attempts := max(p.Attempts, 1)
 	for range attempts {

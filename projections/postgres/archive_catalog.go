@@ -68,19 +68,21 @@ func scanStretch(r pgx.CollectableRow) (ArchivedStretch, error) {
 	return s, err
 }
 
-// ArchivedHistory returns the stretches of a subject's history that stored
-// segments hold and that end at or after sequence from, oldest first.
-func (v *Views) ArchivedHistory(ctx context.Context, subject string, from uint64) ([]ArchivedStretch, error) {
+// ArchivedHistory returns the stretches of an aggregate's history (its
+// resource name) that stored segments hold and that end at or after
+// sequence from, oldest first. Each names its subject: a game server whose
+// name came back may have had another host, and with it another subject.
+func (v *Views) ArchivedHistory(ctx context.Context, aggregate string, from uint64) ([]ArchivedStretch, error) {
 	rows, err := v.pool.Query(ctx, `SELECT `+stretchColumns+`
 FROM archived_aggregates a JOIN archive_segments sg ON sg.name = a.segment
-WHERE a.subject = $1 AND a.last_sequence >= $2 AND `+storedSegment+`
-ORDER BY a.last_sequence`, subject, int64(from))
+WHERE a.aggregate = $1 AND a.last_sequence >= $2 AND `+storedSegment+`
+ORDER BY a.last_sequence`, aggregate, int64(from))
 	if err != nil {
-		return nil, fmt.Errorf("archive catalog: the history of %s: %w", subject, err)
+		return nil, fmt.Errorf("archive catalog: the history of %s: %w", aggregate, err)
 	}
 	out, err := pgx.CollectRows(rows, scanStretch)
 	if err != nil {
-		return nil, fmt.Errorf("archive catalog: the history of %s: %w", subject, err)
+		return nil, fmt.Errorf("archive catalog: the history of %s: %w", aggregate, err)
 	}
 	return out, nil
 }

@@ -97,18 +97,18 @@ func TestArchivedStretchesInARange(t *testing.T) {
 		}
 	}
 
-	h, err := v.ArchivedHistory(ctx, "tether.ev.fleet.f00", 0)
+	h, err := v.ArchivedHistory(ctx, "fleets/f00", 0)
 	if err != nil || len(h) != 2 || h[0].LastSequence != 5 || h[1].LastSequence != 405 || h[1].Segment != "seg-0" ||
 		!h[0].FirstTime.Equal(*at(1)) || !h[0].LastTime.Equal(*at(5)) {
 		t.Fatalf("history of f00: %+v, %v", h, err)
 	}
-	if h, err := v.ArchivedHistory(ctx, "tether.ev.fleet.f00", 6); err != nil || len(h) != 1 || h[0].FirstSequence != 400 {
+	if h, err := v.ArchivedHistory(ctx, "fleets/f00", 6); err != nil || len(h) != 1 || h[0].FirstSequence != 400 {
 		t.Fatalf("history of f00 from 6: %+v, %v", h, err)
 	}
-	if h, err := v.ArchivedHistory(ctx, "tether.ev.fleet.x-intent", 0); err != nil || len(h) != 0 {
+	if h, err := v.ArchivedHistory(ctx, "fleets/x-intent", 0); err != nil || len(h) != 0 {
 		t.Fatalf("history of an aggregate whose segment is INTENT: %+v, %v", h, err)
 	}
-	if h, err := v.ArchivedHistory(ctx, "tether.ev.fleet.x-untimed", 0); err != nil || len(h) != 1 || !h[0].FirstTime.IsZero() {
+	if h, err := v.ArchivedHistory(ctx, "fleets/x-untimed", 0); err != nil || len(h) != 1 || !h[0].FirstTime.IsZero() {
 		t.Fatalf("history of an untimed stretch: %+v, %v", h, err)
 	}
 

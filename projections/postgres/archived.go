@@ -99,7 +99,7 @@ type Ended struct {
 var endedQueries = []struct{ kind, table, where, order, subject string }{
 	{events.KindGameServer, "game_servers", `x.state = 'TERMINATED' AND x.update_time < $1
   AND NOT EXISTS (SELECT 1 FROM game_sessions s WHERE s.game_server = x.name AND s.state <> 'ENDED')`,
-		"x.update_time, x.name", `'tether.ev.gs.' || split_part(x.name, '/', 2) || '.' || split_part(x.name, '/', 4)`},
+		"x.update_time, x.name", `coalesce(nullif(x.subject, ''), 'tether.ev.gs.' || split_part(x.name, '/', 2) || '.' || split_part(x.name, '/', 4))`},
 	{events.KindGameSession, "game_sessions", `x.state = 'ENDED' AND x.update_time < $1
   AND NOT EXISTS (SELECT 1 FROM game_servers g WHERE g.name = x.game_server AND g.game_session = x.name AND g.state = 'ALLOCATED')`,
 		"x.create_time, x.name", `'tether.ev.gsess.' || split_part(x.name, '/', 2)`},
@@ -155,7 +155,7 @@ func (v *Views) EndedBefore(ctx context.Context, before time.Time, limit int) ([
 		}
 	}
 	for _, e := range out {
-		if s, err := events.Subject(e.Name); err != nil || s != e.Subject || events.KindOf(s) != e.Kind {
+		if n, err := events.NameFromSubject(e.Subject); err != nil || n != e.Name || events.KindOf(e.Subject) != e.Kind {
 			return nil, fmt.Errorf("views: ended aggregate %s: subject %q does not match its name (%v)", e.Name, e.Subject, err)
 		}
 	}

@@ -281,7 +281,7 @@ var hostTable = aggregateTable[*eventsv1.HostState]{
 var gameServerTable = aggregateTable[*eventsv1.GameServerState]{
 	table: "game_servers",
 	columns: []string{"name", "fleet", "host", "state", "connection", "health", "missed_periods", "reason", "pid",
-		"address", "game_session", "labels", "revision", "create_time", "update_time", "snapshot", "last_sequence"},
+		"address", "game_session", "labels", "revision", "subject", "create_time", "update_time", "snapshot", "last_sequence"},
 	apply: events.ApplyGameServer,
 	row: func(s *eventsv1.GameServerState, seq uint64) ([]any, error) {
 		snap, err := snapshotOf(s)
@@ -296,10 +296,14 @@ var gameServerTable = aggregateTable[*eventsv1.GameServerState]{
 		if err != nil {
 			return nil, err
 		}
+		subject, err := events.SubjectOf(s)
+		if err != nil {
+			return nil, err
+		}
 		return []any{s.GetName(), events.FleetName(fleet), s.GetHost(), events.LifecycleName(s.GetLifecycle()),
 			enumName(s.GetConnection().String(), "CONNECTION_STATE_"), enumName(s.GetHealth().String(), "HEALTH_STATE_"),
 			s.GetMissedPeriods(), events.ReasonName(s.GetReason()), s.GetPid(), s.GetAddress(), s.GetGameSession(),
-			labels, s.GetRevision(), s.GetCreateTime().AsTime(), s.GetUpdateTime().AsTime(), snap, int64(seq)}, nil
+			labels, s.GetRevision(), subject, s.GetCreateTime().AsTime(), s.GetUpdateTime().AsTime(), snap, int64(seq)}, nil
 	},
 }
 

@@ -616,11 +616,11 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 		env, err := decode(m.Subject(), data)
 		if err != nil {
 			dead = append(dead, deadLetter{seq: seq, subject: m.Subject(), typ: m.Headers().Get(natsjs.HeaderType), err: err, data: m.Data()})
-			if name, nerr := events.NameFromSubject(m.Subject()); nerr == nil && errors.Is(err, events.ErrUndecodable) {
+			kind := events.KindOf(m.Subject())
+			if name, nerr := events.NameFromSubject(m.Subject()); nerr == nil && errors.Is(err, events.ErrUndecodable) && folds[kind] != nil {
 				// It keeps its place in its aggregate's row (foldSet.apply).
-				kind := events.KindOf(m.Subject())
 				folds[kind].want(name)
-				undecodable = append(undecodable, events.UndecodableAt(name, seq, err))
+				undecodable = append(undecodable, events.UndecodableAt(m.Subject(), seq, err))
 				undecodableKinds = append(undecodableKinds, kind)
 			}
 			continue
@@ -646,7 +646,7 @@ func (p *Projector) ApplyBatch(ctx context.Context, msgs []jetstream.Msg) (err e
 	}
 	for i, e := range envs {
 		if err := folds[kinds[i]].apply(e); err != nil {
-			dead = append(dead, deadLetter{seq: e.Sequence, subject: events.MustSubject(e.Aggregate), typ: e.Type, err: err, data: raw[i]})
+			dead = append(dead, deadLetter{seq: e.Sequence, subject: e.Subject, typ: e.Type, err: err, data: raw[i]})
 		}
 	}
 	for i, e := range undecodable {

@@ -656,7 +656,7 @@ func (a *Agent) register(ctx context.Context) error {
 	envs := a.stamp().Envelopes(a.host, []proto.Message{&eventsv1.HostRegistered{
 		Capacity: int32(a.opts.Capacity), Labels: a.opts.Labels, Address: a.opts.Address,
 		AgentVersion: a.opts.Version, SdkAddress: a.SDKAddr(), AgentIncarnation: a.incarnation,
-		GamePorts: int32(a.opts.PortMax - a.opts.PortMin + 1),
+		GamePorts: int32(a.opts.PortMax - a.opts.PortMin + 1), HostSubjects: true,
 	}})
 	if _, err := a.opts.Store.Append(ctx, events.MustSubject(a.host), events.AnySequence, envs...); err != nil {
 		return fmt.Errorf("agent: register host: %w", err)

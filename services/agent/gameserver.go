@@ -120,10 +120,38 @@ func (a *Agent) handle(ctx context.Context, cmd *agentv1.Command) error {
 	return fmt.Errorf("agent: command %s has no action", cmd.GetId())
 }
 
+// startSubject is the subject a start command says the server's events are
+// on: its host subject (events.GameServerSubject) on this agent's host, or,
+// from a controller before host subjects, the server's subject without
+// one. Any other is refused.
+func (a *Agent) startSubject(spec *agentv1.StartGameServer) (string, error) {
+	name := spec.GetGameServer()
+	subject := spec.GetSubject()
+	if subject == "" {
+		return events.Subject(name)
+	}
+	own, err := events.GameServerSubject(name, a.host)
+	if err != nil {
+		return "", err
+	}
+	legacy, err := events.Subject(name)
+	if err != nil {
+		return "", err
+	}
+	if subject != own && subject != legacy {
+		return "", fmt.Errorf("agent: start %s: subject %q is neither %q nor %q", name, subject, own, legacy)
+	}
+	return subject, nil
+}
+
 // start launches a scheduled game server; a duplicate start is a no-op.
 func (a *Agent) start(ctx context.Context, spec *agentv1.StartGameServer) error {
 	name := spec.GetGameServer()
 	fleet, id, err := events.ParseGameServerName(name)
+	if err != nil {
+		return err
+	}
+	subject, err := a.startSubject(spec)
 	if err != nil {
 		return err
 	}
@@ -133,7 +161,7 @@ func (a *Agent) start(ctx context.Context, spec *agentv1.StartGameServer) error 
 		return nil
 	}
 	gs := &gameServer{
-		a: a, name: name, subject: events.MustSubject(name), token: newToken(),
+		a: a, name: name, subject: subject, token: newToken(),
 		log: a.log.With("game_server", name), spec: spec,
 		logPath: filepath.Join(a.logs.root, fleet, id),
 		changed: make(chan struct{}), done: make(chan struct{}),
@@ -554,7 +582,8 @@ func (gs *gameServer) recordLocked(ctx context.Context, cmd events.GameServerCom
 	out := &outboxFallback{gs: gs}
 	reread := false
 	res, err := write.Do(ctx, out, write.Op{
-		Name: gs.name,
+		Name:    gs.name,
+		Subject: gs.subject,
 		Read: func(ctx context.Context) (uint64, error) {
 			if reread { // after a conflict: fold the newer events
 				if err := gs.refreshLocked(ctx); err != nil {

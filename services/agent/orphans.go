@@ -54,6 +54,17 @@ type processRecord struct {
 	Identity   string    `json:"identity"`
 	Agent      string    `json:"agent"` // incarnation of the agent that started it
 	StartTime  time.Time `json:"startTime"`
+	// Subject is the subject of the server's events; empty in the records
+	// of agents before host subjects (events.Subject of GameServer).
+	Subject string `json:"subject,omitempty"`
+}
+
+// subject is the subject of the recorded server's events.
+func (r processRecord) subject() (string, error) {
+	if r.Subject != "" {
+		return r.Subject, nil
+	}
+	return events.Subject(r.GameServer)
 }
 
 // processRecords keeps one file per game server in a directory.
@@ -132,7 +143,7 @@ func (gs *gameServer) recordProcess(pid int) {
 	if !ok {
 		return
 	}
-	rec := processRecord{GameServer: gs.name, Pid: pid, Identity: stopper.Identity(pid), Agent: gs.a.incarnation, StartTime: gs.a.opts.Clock.Now()}
+	rec := processRecord{GameServer: gs.name, Pid: pid, Identity: stopper.Identity(pid), Agent: gs.a.incarnation, StartTime: gs.a.opts.Clock.Now(), Subject: gs.subject}
 	if err := gs.a.records.save(rec); err != nil {
 		gs.log.Error("keep the process record", "pid", pid, "err", err)
 	}
@@ -213,14 +224,19 @@ func (a *Agent) terminateOrphan(ctx context.Context, rec processRecord, running 
 		detail = fmt.Sprintf("the agent of %s restarted and cannot supervise the process (pid %d) started by agent %s; it was still running and is stopped (SIGTERM, SIGKILL after %s)",
 			a.host, rec.Pid, rec.Agent, orphanGrace)
 	}
+	subject, err := rec.subject()
+	if err != nil {
+		return err
+	}
 	var state *eventsv1.GameServerState
 	res, err := write.Do(ctx, a.opts.Store, write.Op{
-		Name: rec.GameServer,
+		Name:    rec.GameServer,
+		Subject: subject,
 		Read: func(ctx context.Context) (uint64, error) {
 			// As the stream's leader has it: a replica behind it may not
 			// hold the server yet, and a server it does not show would be
 			// judged "never ours" and left running in the views.
-			hist, err := a.opts.Store.CurrentHistory(ctx, events.MustSubject(rec.GameServer), 0)
+			hist, err := a.opts.Store.CurrentHistory(ctx, subject, 0)
 			if err != nil {
 				return 0, fmt.Errorf("read %s: %w", rec.GameServer, err)
 			}

@@ -378,7 +378,10 @@ type cachedPolicy struct {
 // from the leader, rather than try the same sequence again until the
 // call's attempts run out.
 func (a *allocationService) catchUp(ctx context.Context, name string, state *eventsv1.GameServerState, seq uint64) (*eventsv1.GameServerState, uint64, error) {
-	subject := events.MustSubject(name)
+	subject, err := events.SubjectOf(state)
+	if err != nil {
+		return nil, 0, err
+	}
 	last, ok, err := a.s.opts.Store.LastEvent(ctx, subject)
 	if err != nil {
 		return nil, 0, err
@@ -442,7 +445,10 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 		envs[0].ID, envs[0].RequestID, envs[0].CorrelationID = hex.EncodeToString(sum[:16]), id, id
 		envs[0].RequestFingerprint = requestFingerprint(ctx)
 	}
-	subject := events.MustSubject(name)
+	subject, err := events.SubjectOf(state)
+	if err != nil {
+		return nil, err
+	}
 	got, dup, err := s.opts.Store.TryAppend(ctx, subject, seq, envs[0])
 	if errors.Is(err, events.ErrConflict) && req.GetRequestId() != "" {
 		// Stored already by a concurrent retry of this request (same

@@ -43,7 +43,7 @@ const (
 // archiveCatalog is what the API reads of the archive catalog
 // (projections/postgres.Views).
 type archiveCatalog interface {
-	ArchivedHistory(ctx context.Context, subject string, from uint64) ([]postgres.ArchivedStretch, error)
+	ArchivedHistory(ctx context.Context, aggregate string, from uint64) ([]postgres.ArchivedStretch, error)
 	ArchivedStretches(ctx context.Context, r postgres.ArchiveRange) ([]postgres.ArchivedStretch, error)
 	ArchiveSegments(ctx context.Context, name string) ([]postgres.ArchiveSegment, error)
 	SegmentStretches(ctx context.Context, segment string) ([]postgres.ArchivedStretch, error)
@@ -188,16 +188,18 @@ func (a *archiveReader) decodeRecord(rec archive.Record) (events.Envelope, error
 	return a.decode(natsjs.StoredMessage{Sequence: rec.Sequence, Subject: rec.Subject, Time: rec.Time, Header: rec.Header, Data: rec.Data})
 }
 
-// history returns the archived events of a subject from sequence from on,
-// oldest first, and the last sequence of each archived stretch they come
-// from (each the end of one life of the aggregate: a name may come back);
-// none when nothing of it is archived. name is the resource asked for, for
-// errors.
-func (a *archiveReader) history(ctx context.Context, name, subject string, from uint64) ([]sourced, []uint64, error) {
+// history returns the archived events of an aggregate from sequence from
+// on, oldest first, and the last sequence of each archived stretch they
+// come from (each the end of one life of the aggregate: a name may come
+// back, on another subject when a game server's names its host); none
+// when nothing of it is archived. name is the resource asked for, for
+// errors. An undecodable record is left out, as the stream's reads leave
+// it out.
+func (a *archiveReader) history(ctx context.Context, name, aggregate string, from uint64) ([]sourced, []uint64, error) {
 	if a.catalog == nil {
 		return nil, nil, nil
 	}
-	stretches, err := a.catalog.ArchivedHistory(ctx, subject, from)
+	stretches, err := a.catalog.ArchivedHistory(ctx, aggregate, from)
 	if err != nil || len(stretches) == 0 {
 		return nil, nil, err
 	}
@@ -207,7 +209,7 @@ func (a *archiveReader) history(ctx context.Context, name, subject string, from 
 	var out []sourced
 	var ends []uint64
 	for _, st := range stretches {
-		recs, err := a.records(ctx, st.Segment, subject)
+		recs, err := a.records(ctx, st.Segment, st.Subject)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -216,6 +218,9 @@ func (a *archiveReader) history(ctx context.Context, name, subject string, from 
 				continue
 			}
 			env, err := a.decodeRecord(rec)
+			if errors.Is(err, events.ErrUndecodable) {
+				continue // the stream's reads skipped it too (natsjs: logged and counted there)
+			}
 			if err != nil {
 				return nil, nil, fmt.Errorf("archive segment %s: %w", st.Segment, err)
 			}
@@ -258,11 +263,7 @@ func (s *Server) archivedNotFound(ctx context.Context, name, aggregate string, e
 	if !errors.Is(err, projections.ErrNotFound) || s.archive.catalog == nil {
 		return err
 	}
-	subject, serr := events.Subject(aggregate)
-	if serr != nil {
-		return err
-	}
-	stretches, cerr := s.archive.catalog.ArchivedHistory(ctx, subject, 0)
+	stretches, cerr := s.archive.catalog.ArchivedHistory(ctx, aggregate, 0)
 	if cerr != nil || len(stretches) == 0 {
 		return err
 	}

@@ -173,15 +173,26 @@ func (g *gameServerService) CreateGameServer(ctx context.Context, req *tetherv1.
 		return nil, err
 	}
 	name := events.GameServerName(events.StandaloneFleet, req.GetGameServerId())
-	host, err := g.placeStandalone(ctx, req.GetHost(), spec.GetTemplate().GetHostSelector())
+	host, hostSubjects, err := g.placeStandalone(ctx, req.GetHost(), spec.GetTemplate().GetHostSelector())
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.write(ctx, name, req.GetRequestId(), "", func(ctx context.Context, last uint64) ([]proto.Message, error) {
-		if last > 0 {
+	subject, err := events.Subject(name)
+	if hostSubjects {
+		subject, err = events.GameServerSubject(name, host)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.writeOn(ctx, name, subject, req.GetRequestId(), "", func(ctx context.Context, last uint64) ([]proto.Message, error) {
+		taken, err := g.nameTaken(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if last > 0 || taken {
 			return nil, &apiError{code: codes.AlreadyExists, reason: ReasonAlreadyExists, msg: fmt.Sprintf("%s already exists", name)}
 		}
-		return events.DecideGameServer(name, nil, events.ScheduleGameServer{Host: host, Spec: spec})
+		return events.DecideGameServer(name, nil, events.ScheduleGameServer{Host: host, Spec: spec, HostSubject: hostSubjects})
 	})
 	if err != nil {
 		return nil, err
@@ -191,6 +202,7 @@ func (g *gameServerService) CreateGameServer(ctx context.Context, req *tetherv1.
 		cmd := &agentv1.Command{Action: &agentv1.Command_Start{Start: &agentv1.StartGameServer{
 			GameServer: name, Template: spec.GetTemplate(), Health: spec.GetHealth(),
 			SdkDisconnectGraceSeconds: spec.GetSdkDisconnectGraceSeconds(), Labels: spec.GetLabels(),
+			Subject: subject,
 		}}}
 		if err := s.opts.Commands.Send(ctx, hostID, s.producer, cmd); err != nil {
 			return nil, fmt.Errorf("start %s on %s: %w", name, host, err)
@@ -200,38 +212,59 @@ func (g *gameServerService) CreateGameServer(ctx context.Context, req *tetherv1.
 	return g.GetGameServer(ctx, &tetherv1.GetGameServerRequest{Name: name, MinSequence: int64(res.Sequence)})
 }
 
+// nameTaken reports whether a game server of this name has events on any
+// subject: a host subject of any host, or the subject of servers before
+// host subjects. A name has one server.
+func (g *gameServerService) nameTaken(ctx context.Context, name string) (bool, error) {
+	legacy, err := events.Subject(name)
+	if err != nil {
+		return false, err
+	}
+	for _, subject := range []string{legacy, events.GameServerHostSubjects(name)} {
+		last, err := g.s.opts.Store.LeaderLastSequence(ctx, subject)
+		if err != nil {
+			return false, fmt.Errorf("read %s: %w", name, err)
+		}
+		if last > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // placeStandalone picks the host of a standalone server: the one asked for,
 // if it is ONLINE, not cordoned and matches the template's host selector;
-// else the ONLINE, uncordoned, matching host with the most free slots.
-func (g *gameServerService) placeStandalone(ctx context.Context, want string, selector map[string]string) (string, error) {
+// else the ONLINE, uncordoned, matching host with the most free slots. It
+// says whether the host's agent writes host subjects.
+func (g *gameServerService) placeStandalone(ctx context.Context, want string, selector map[string]string) (string, bool, error) {
 	if want != "" {
 		if _, err := events.ParseHostName(want); err != nil {
-			return "", invalidField("host", err.Error())
+			return "", false, invalidField("host", err.Error())
 		}
 		h, err := g.s.opts.Views.Host(ctx, want)
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		switch {
 		case h.State.GetStatus() != eventsv1.HostStatus_HOST_STATUS_ONLINE:
-			return "", &apiError{code: codes.FailedPrecondition, reason: "HOST_NOT_ONLINE", msg: fmt.Sprintf("%s is not ONLINE", want)}
+			return "", false, &apiError{code: codes.FailedPrecondition, reason: "HOST_NOT_ONLINE", msg: fmt.Sprintf("%s is not ONLINE", want)}
 		case h.State.GetCordoned():
-			return "", &apiError{code: codes.FailedPrecondition, reason: "HOST_CORDONED", msg: fmt.Sprintf("%s is cordoned: it takes no new game servers", want)}
+			return "", false, &apiError{code: codes.FailedPrecondition, reason: "HOST_CORDONED", msg: fmt.Sprintf("%s is cordoned: it takes no new game servers", want)}
 		case !events.MatchesLabels(h.State.GetLabels(), selector):
-			return "", &apiError{code: codes.FailedPrecondition, reason: events.NoMatchingHost, msg: fmt.Sprintf("%s does not have the labels of the template's host selector", want)}
+			return "", false, &apiError{code: codes.FailedPrecondition, reason: events.NoMatchingHost, msg: fmt.Sprintf("%s does not have the labels of the template's host selector", want)}
 		}
-		return want, nil
+		return want, h.State.GetHostSubjects(), nil
 	}
-	best, room := "", int32(0)
+	best, room, bestSubjects := "", int32(0), false
 	after := ""
 	for {
 		hosts, err := g.s.opts.Views.Hosts(ctx, after, 500)
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		for _, h := range hosts {
 			if free := h.State.GetCapacity() - h.Used; events.Schedulable(h.State) && events.MatchesLabels(h.State.GetLabels(), selector) && free > room {
-				best, room = h.State.GetName(), free
+				best, room, bestSubjects = h.State.GetName(), free, h.State.GetHostSubjects()
 			}
 		}
 		if len(hosts) < 500 {
@@ -240,12 +273,12 @@ func (g *gameServerService) placeStandalone(ctx context.Context, want string, se
 		after = hosts[len(hosts)-1].State.GetName()
 	}
 	if best == "" && len(selector) > 0 {
-		return "", &apiError{code: codes.ResourceExhausted, reason: events.NoMatchingHost, msg: "no ONLINE, uncordoned host with the labels of the template's host selector has a free slot"}
+		return "", false, &apiError{code: codes.ResourceExhausted, reason: events.NoMatchingHost, msg: "no ONLINE, uncordoned host with the labels of the template's host selector has a free slot"}
 	}
 	if best == "" {
-		return "", &apiError{code: codes.ResourceExhausted, reason: events.NoHostWithRoom, msg: "no ONLINE, uncordoned host has a free slot"}
+		return "", false, &apiError{code: codes.ResourceExhausted, reason: events.NoHostWithRoom, msg: "no ONLINE, uncordoned host has a free slot"}
 	}
-	return best, nil
+	return best, bestSubjects, nil
 }
 
 // ShutdownGameServer asks a game server to stop by a deadline and tells

@@ -42,7 +42,21 @@ type resource struct {
 	kind   string
 }
 
-// resolve maps a resource name to its history.
+// resolve maps a resource name to its history; a game server's is on its
+// own subject, as the views show it (Server.subjectOf).
+func (h *historyService) resolve(ctx context.Context, name string) (resource, error) {
+	r, err := resolve(name)
+	if err != nil || r.kind != events.KindGameServer {
+		return r, err
+	}
+	if r.subject, err = h.s.subjectOf(ctx, name); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// resolve maps a resource name to its history, on events.Subject of its
+// name.
 func resolve(name string) (resource, error) {
 	r := resource{name: name}
 	switch {
@@ -142,7 +156,11 @@ func (h *historyService) history(ctx context.Context, r resource, from uint64) (
 	if err != nil {
 		return history{}, err
 	}
-	archived, ends, err := h.s.archive.history(ctx, r.name, r.subject, from)
+	aggregate, err := events.NameFromSubject(r.subject) // a player session's is its game session
+	if err != nil {
+		return history{}, err
+	}
+	archived, ends, err := h.s.archive.history(ctx, r.name, aggregate, from)
 	if err != nil {
 		return history{}, err
 	}
@@ -204,7 +222,7 @@ func (r resource) fold(evs []events.Envelope) (folded, error) {
 // ListEvents returns a resource's events, oldest first, filtered by time
 // and type, a page at a time.
 func (h *historyService) ListEvents(ctx context.Context, req *tetherv1.ListEventsRequest) (*tetherv1.ListEventsResponse, error) {
-	r, err := resolve(req.GetName())
+	r, err := h.resolve(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +275,7 @@ func (h *historyService) ListEvents(ctx context.Context, req *tetherv1.ListEvent
 // GetStateAt folds a resource's history up to a time or a sequence: the
 // life it was in then, when its name came back after it was archived.
 func (h *historyService) GetStateAt(ctx context.Context, req *tetherv1.GetStateAtRequest) (*tetherv1.StateAt, error) {
-	r, err := resolve(req.GetName())
+	r, err := h.resolve(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -301,7 +319,7 @@ func (h *historyService) GetStateAt(ctx context.Context, req *tetherv1.GetStateA
 // its last transition and the events that led there, in its current life
 // (its whole history, unless its name came back after it was archived).
 func (h *historyService) Explain(ctx context.Context, req *tetherv1.ExplainRequest) (*tetherv1.Explanation, error) {
-	r, err := resolve(req.GetName())
+	r, err := h.resolve(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}

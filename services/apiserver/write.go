@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/write"
+	"github.com/tetherhq/tether/projections"
 )
 
 // maxWriteAttempts bounds the re-read-and-decide loop on conflicts.
@@ -44,10 +45,33 @@ type writeResult struct {
 // idempotent: a retry finds its earlier events and changes nothing, and the
 // event ids derive from it so even racing retries are stored once.
 func (s *Server) write(ctx context.Context, name, requestID, etag string, decide decideFunc) (writeResult, error) {
-	subject, err := events.Subject(name)
+	subject, err := s.subjectOf(ctx, name)
 	if err != nil {
 		return writeResult{}, err
 	}
+	return s.writeOn(ctx, name, subject, requestID, etag, decide)
+}
+
+// subjectOf is the subject of an existing aggregate's events: a game
+// server's own (events.SubjectOf), as the views show it (a server keeps
+// its subject for life, so any of its rows says it); else, and for a game
+// server the views do not show, events.Subject of its name.
+func (s *Server) subjectOf(ctx context.Context, name string) (string, error) {
+	if _, _, err := events.ParseGameServerName(name); err != nil {
+		return events.Subject(name)
+	}
+	row, err := s.opts.Views.GameServer(ctx, name)
+	if errors.Is(err, projections.ErrNotFound) {
+		return events.Subject(name)
+	}
+	if err != nil {
+		return "", err
+	}
+	return events.SubjectOf(row.State)
+}
+
+// writeOn is write on the aggregate's subject as given.
+func (s *Server) writeOn(ctx context.Context, name, subject, requestID, etag string, decide decideFunc) (writeResult, error) {
 	var last uint64
 	read := func(ctx context.Context) (uint64, error) {
 		var err error
@@ -80,10 +104,11 @@ func (s *Server) write(ctx context.Context, name, requestID, etag string, decide
 		attempts = 1 // the client pinned a version: a conflict is theirs to resolve
 	}
 	res, err := write.Do(ctx, s.opts.Store, write.Op{
-		Name:   name,
-		Read:   read,
-		Decide: func(ctx context.Context) ([]proto.Message, error) { return decide(ctx, last) },
-		Stamp:  func(ctx context.Context) events.Stamp { return s.stamp(ctx, requestID) },
+		Name:    name,
+		Subject: subject,
+		Read:    read,
+		Decide:  func(ctx context.Context) ([]proto.Message, error) { return decide(ctx, last) },
+		Stamp:   func(ctx context.Context) events.Stamp { return s.stamp(ctx, requestID) },
 	}, write.Policy{Attempts: attempts})
 	var r replayed
 	if errors.As(err, &r) {

@@ -117,10 +117,11 @@ const executeParallel = 16
 func (c *Controller) carryOut(ctx context.Context, d decision) (wrote bool, err error) {
 	if len(d.events) > 0 {
 		res, err := write.Do(ctx, c.opts.Store, write.Op{
-			Name:   d.name,
-			Read:   func(context.Context) (uint64, error) { return d.guard, nil },
-			Decide: func(context.Context) ([]proto.Message, error) { return d.events, nil },
-			Stamp:  func(context.Context) events.Stamp { return c.stamp() },
+			Name:    d.name,
+			Subject: d.subject,
+			Read:    func(context.Context) (uint64, error) { return d.guard, nil },
+			Decide:  func(context.Context) ([]proto.Message, error) { return d.events, nil },
+			Stamp:   func(context.Context) events.Stamp { return c.stamp() },
 		}, write.Policy{Attempts: 1}) // decided on the views: a conflict is decided again next pass
 		if errors.Is(err, events.ErrConflict) {
 			c.log.Debug("aggregate changed under the decision; next pass", "action", d.action, "aggregate", d.name)

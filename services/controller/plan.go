@@ -178,6 +178,9 @@ type decision struct {
 	action action
 	// name is the aggregate decided on.
 	name string
+	// subject is its stream subject when it is a game server (events.SubjectOf);
+	// empty: events.Subject of name.
+	subject string
 	// guard is the aggregate's sequence the decision was made on; 0 for a
 	// new aggregate.
 	guard uint64
@@ -327,6 +330,9 @@ type hostSlot struct {
 	labels   map[string]string
 	capacity int32
 	used     int32
+	// hostSubjects: its agent writes host subjects (HostRegistered), so
+	// the servers placed on it get theirs.
+	hostSubjects bool
 }
 
 // roomOn lists the hosts that take new servers: ONLINE ones (not
@@ -342,7 +348,8 @@ func roomOn(hosts []projections.HostRow, status map[string]eventsv1.HostStatus, 
 			out.refused = append(out.refused, err)
 			continue
 		}
-		slots = append(slots, &hostSlot{id: id, name: h.State.GetName(), labels: h.State.GetLabels(), capacity: h.State.GetCapacity(), used: h.Used})
+		slots = append(slots, &hostSlot{id: id, name: h.State.GetName(), labels: h.State.GetLabels(), capacity: h.State.GetCapacity(), used: h.Used,
+			hostSubjects: h.State.GetHostSubjects()})
 	}
 	return slots
 }
@@ -811,21 +818,31 @@ func (p planner) schedule(f *eventsv1.FleetState, h *hostSlot, out *Plan) {
 		return
 	}
 	name := events.GameServerName(fleetID, p.newID())
-	msgs, err := events.DecideGameServer(name, nil, events.ScheduleGameServer{Host: h.name, Spec: f.GetSpec(), Revision: f.GetRevision()})
+	msgs, err := events.DecideGameServer(name, nil, events.ScheduleGameServer{Host: h.name, Spec: f.GetSpec(), Revision: f.GetRevision(), HostSubject: h.hostSubjects})
 	if err != nil {
 		out.refused = append(out.refused, fmt.Errorf("schedule a game server of %s: %w", f.GetName(), err))
 		return
 	}
-	out.decisions = append(out.decisions, decision{action: actSchedule, name: name, events: msgs,
-		host: h.id, command: startCommand(name, f.GetSpec()),
+	subject, err := events.Subject(name)
+	if h.hostSubjects {
+		subject, err = events.GameServerSubject(name, h.name)
+	}
+	if err != nil {
+		out.refused = append(out.refused, fmt.Errorf("schedule a game server of %s: %w", f.GetName(), err))
+		return
+	}
+	out.decisions = append(out.decisions, decision{action: actSchedule, name: name, subject: subject, events: msgs,
+		host: h.id, command: startCommand(name, subject, f.GetSpec()),
 		say: "game server scheduled", attrs: []any{"game_server", name, "host", h.name}})
 }
 
-// startCommand tells an agent to start a game server.
-func startCommand(name string, spec *eventsv1.FleetSpec) *agentv1.Command {
+// startCommand tells an agent to start a game server whose events are on
+// subject.
+func startCommand(name, subject string, spec *eventsv1.FleetSpec) *agentv1.Command {
 	return &agentv1.Command{Action: &agentv1.Command_Start{Start: &agentv1.StartGameServer{
 		GameServer: name, Template: proto.CloneOf(spec.GetTemplate()), Health: proto.CloneOf(spec.GetHealth()),
 		SdkDisconnectGraceSeconds: spec.GetSdkDisconnectGraceSeconds(), Labels: maps.Clone(spec.GetLabels()),
+		Subject: subject,
 	}}}
 }
 
@@ -847,10 +864,15 @@ func (p planner) resendStart(s snapshot, gs *eventsv1.GameServerState, out *Plan
 		out.refused = append(out.refused, fmt.Errorf("re-send the start of %s: %w", gs.GetName(), err))
 		return
 	}
+	subject, err := events.SubjectOf(gs)
+	if err != nil {
+		out.refused = append(out.refused, fmt.Errorf("re-send the start of %s: %w", gs.GetName(), err))
+		return
+	}
 	spec := &eventsv1.FleetSpec{Template: gs.GetTemplate(), Health: gs.GetHealthPolicy(),
 		SdkDisconnectGraceSeconds: gs.GetSdkDisconnectGraceSeconds(), Labels: gs.GetLabels()}
-	out.decisions = append(out.decisions, decision{action: actResend, name: gs.GetName(),
-		host: hostID, command: startCommand(gs.GetName(), spec),
+	out.decisions = append(out.decisions, decision{action: actResend, name: gs.GetName(), subject: subject,
+		host: hostID, command: startCommand(gs.GetName(), subject, spec),
 		say: "start command re-sent", attrs: []any{"game_server", gs.GetName(), "host", gs.GetHost(),
 			"scheduled_at", gs.GetCreateTime().AsTime(), "start_timeout", p.startTimeout}})
 }
@@ -878,7 +900,12 @@ func (p planner) shutdown(now time.Time, r projections.Row[*eventsv1.GameServerS
 		out.refused = append(out.refused, fmt.Errorf("shut down %s: %w", name, err))
 		return
 	}
-	out.decisions = append(out.decisions, decision{action: actShutdown, name: name, guard: r.Sequence, events: msgs,
+	subject, err := events.SubjectOf(r.State)
+	if err != nil {
+		out.refused = append(out.refused, fmt.Errorf("shut down %s: %w", name, err))
+		return
+	}
+	out.decisions = append(out.decisions, decision{action: actShutdown, name: name, subject: subject, guard: r.Sequence, events: msgs,
 		host: hostID, command: &agentv1.Command{Action: &agentv1.Command_Stop{Stop: &agentv1.StopGameServer{
 			GameServer: name, Reason: reason, Deadline: timestamppb.New(deadline),
 		}}},
@@ -895,6 +922,11 @@ func (p planner) terminate(r projections.Row[*eventsv1.GameServerState], reason 
 		out.refused = append(out.refused, fmt.Errorf("terminate %s (%s): %w", name, events.ReasonName(reason), err))
 		return nil
 	}
-	return &decision{action: actTerminate, name: name, guard: r.Sequence, events: msgs,
+	subject, err := events.SubjectOf(r.State)
+	if err != nil {
+		out.refused = append(out.refused, fmt.Errorf("terminate %s (%s): %w", name, events.ReasonName(reason), err))
+		return nil
+	}
+	return &decision{action: actTerminate, name: name, subject: subject, guard: r.Sequence, events: msgs,
 		say: say, attrs: []any{"game_server", name, "host", r.State.GetHost(), "pid", r.State.GetPid(), "reason", events.ReasonName(reason)}}
 }

@@ -83,25 +83,30 @@ func (p planner) decideSession(r projections.Row[*eventsv1.GameSessionState], cm
 		out.refused = append(out.refused, fmt.Errorf("game session %s, %T: %w", name, cmd, err))
 		return
 	}
-	p.deadline(name, r.Sequence, msgs, out)
+	p.deadline(name, "", r.Sequence, msgs, out)
 }
 
 // decideServer decides a command on a game server.
 func (p planner) decideServer(r projections.Row[*eventsv1.GameServerState], cmd events.GameServerCommand, out *Plan) {
 	name := r.State.GetName()
 	msgs, err := events.DecideGameServer(name, r.State, cmd)
+	if err == nil && len(msgs) > 0 {
+		var subject string
+		if subject, err = events.SubjectOf(r.State); err == nil {
+			p.deadline(name, subject, r.Sequence, msgs, out)
+		}
+	}
 	if err != nil {
 		out.refused = append(out.refused, fmt.Errorf("game server %s, %T: %w", name, cmd, err))
-		return
 	}
-	p.deadline(name, r.Sequence, msgs, out)
 }
 
-// deadline adds a session duty's events, if any, guarded by guard.
-func (p planner) deadline(name string, guard uint64, msgs []proto.Message, out *Plan) {
+// deadline adds a session duty's events, if any, on aggregate name
+// (subject: its subject when it is a game server), guarded by guard.
+func (p planner) deadline(name, subject string, guard uint64, msgs []proto.Message, out *Plan) {
 	if len(msgs) == 0 {
 		return
 	}
-	out.decisions = append(out.decisions, decision{action: actSession, name: name, guard: guard, events: msgs,
+	out.decisions = append(out.decisions, decision{action: actSession, name: name, subject: subject, guard: guard, events: msgs,
 		say: "controller decision appended", attrs: []any{"aggregate", name}})
 }

@@ -175,7 +175,7 @@ func typeSet(msgs ...proto.Message) map[string]bool {
 }
 
 // fleetOfSubject is the fleet id of a game server's subject
-// (tether.ev.gs.<fleet>.<id>), or "".
+// (tether.ev.gs.<fleet>.<id>, or on a host subject tether.ev.gs.<fleet>.<id>.<host>), or "".
 func fleetOfSubject(subject string) string {
 	rest, ok := strings.CutPrefix(subject, events.SubjectPrefix+"."+events.KindGameServer+".")
 	if !ok {

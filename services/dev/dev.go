@@ -391,7 +391,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	apiStore, err := natsjs.New(ctx, apiID.js, ids.storeOptions(apiID, natsjs.Options{Logger: log, TracerProvider: opts.TracerProvider}))
+	apiStore, err := natsjs.New(ctx, apiID.js, ids.storeOptions(apiID, natsjs.Options{Logger: log, TracerProvider: opts.TracerProvider, MeterProvider: opts.MeterProvider}))
 	if err != nil {
 		return err
 	}
@@ -460,7 +460,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	ctlStore, err := natsjs.New(ctx, ctlID.js, ids.storeOptions(ctlID, natsjs.Options{Logger: log}))
+	ctlStore, err := natsjs.New(ctx, ctlID.js, ids.storeOptions(ctlID, natsjs.Options{Logger: log, MeterProvider: opts.MeterProvider}))
 	if err != nil {
 		return err
 	}

@@ -271,14 +271,29 @@ func echo(t testing.TB, g gameServer) {
 
 func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
 
-// history returns the event types of a game server, in order.
+// history returns the events of a game server, in order.
 func (s *stack) history(name string) []events.Envelope {
 	s.t.Helper()
-	h, err := s.store.History(s.ctx, events.MustSubject(name), 0)
+	h, err := s.store.History(s.ctx, serverSubject(s.t, s.ctx, s.store, name), 0)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	return h
+}
+
+// serverSubject is the subject of a game server's events: the host
+// subject its first event is on, as the real agents of these stacks write
+// them; the subject without a host when it has none there.
+func serverSubject(t testing.TB, ctx context.Context, store *natsjs.Store, name string) string {
+	t.Helper()
+	h, err := store.History(ctx, events.GameServerHostSubjects(name), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h) == 0 {
+		return events.MustSubject(name)
+	}
+	return h[0].Subject
 }
 
 func types(h []events.Envelope) string {

@@ -149,7 +149,7 @@ func (s *partitionStack) onHost(host string) map[string]*eventsv1.GameServerStat
 
 func (s *partitionStack) history(name string) []events.Envelope {
 	s.t.Helper()
-	h, err := s.store.History(s.ctx, events.MustSubject(name), 0)
+	h, err := s.store.History(s.ctx, serverSubject(s.t, s.ctx, s.store, name), 0)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -437,7 +437,7 @@ func TestPlayerJoinsWhenTheAllocatorStoppedHalfway(t *testing.T) {
 	h := s.history(g.Name)
 	alloc := events.New(g.Name, time.Now(), &eventsv1.GameServerAllocated{GameSession: gsess,
 		Players: []*eventsv1.PlayerReservation{{PlayerSession: "ps-first", PlayerId: "first", Slot: 0}}})
-	if _, err := s.store.Append(s.ctx, events.MustSubject(g.Name), h[len(h)-1].Sequence, alloc); err != nil {
+	if _, err := s.store.Append(s.ctx, h[len(h)-1].Subject, h[len(h)-1].Sequence, alloc); err != nil {
 		t.Fatal(err)
 	}
 	bus, err := commands.New(s.ctx, s.js)

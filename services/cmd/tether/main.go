@@ -262,7 +262,7 @@ func apiserverCommand(g *global) *cobra.Command {
 		Short: "Serve the control-plane API (gRPC and REST)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runService(cmd.Context(), g, service{name: "tether-apiserver", database: true, principal: natsauth.APIServer}, func(ctx context.Context, d deps) (runner, error) {
-				store, err := natsjs.New(ctx, d.js, d.auth.storeOptions(natsjs.Options{Logger: d.log, TracerProvider: d.tel.TracerProvider}))
+				store, err := natsjs.New(ctx, d.js, d.auth.storeOptions(natsjs.Options{Logger: d.log, TracerProvider: d.tel.TracerProvider, MeterProvider: d.tel.MeterProvider}))
 				if err != nil {
 					return nil, err
 				}
@@ -445,7 +445,7 @@ func controllerCommand(g *global) *cobra.Command {
 		Short: "Keep fleets at their replica count (one active instance; others stand by)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runService(cmd.Context(), g, service{name: "tether-controller", database: true, principal: natsauth.Controller}, func(ctx context.Context, d deps) (runner, error) {
-				store, err := natsjs.New(ctx, d.js, d.auth.storeOptions(natsjs.Options{Logger: d.log}))
+				store, err := natsjs.New(ctx, d.js, d.auth.storeOptions(natsjs.Options{Logger: d.log, MeterProvider: d.tel.MeterProvider}))
 				if err != nil {
 					return nil, err
 				}
@@ -519,7 +519,7 @@ func agentCommand(g *global) *cobra.Command {
 			svc := service{name: "tether-agent", conn: "tether-agent-" + opts.HostID, selfObserved: true, principal: natsauth.HostPrincipal(opts.HostID)}
 			return runService(cmd.Context(), g, svc, func(ctx context.Context, d deps) (runner, error) {
 				// No waiting for an unavailable stream: the outbox keeps the events.
-				store, err := natsjs.New(ctx, d.js, d.auth.storeOptions(natsjs.Options{UnavailableWait: -1, Logger: d.log}))
+				store, err := natsjs.New(ctx, d.js, d.auth.storeOptions(natsjs.Options{UnavailableWait: -1, Logger: d.log, MeterProvider: d.tel.MeterProvider}))
 				if err != nil {
 					return nil, err
 				}

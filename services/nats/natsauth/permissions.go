@@ -157,17 +157,20 @@ func PermissionsOf(principal string) (Permissions, error) {
 	return p, nil
 }
 
-// agentPermissions are a host agent's: its own host's events and any game
-// server's and game session's (the folds judge those by signature), its
-// own heartbeat key, its own commands' durable consumer, and reads of the
-// events stream.
+// agentPermissions are a host agent's: its own host's events, the events
+// of the game servers placed on it (their host subjects name it:
+// events.HostGameServersSubject), any game session's (the folds judge those
+// by signature), its own heartbeat key, its own commands' durable
+// consumer, and reads of the events stream. A game server placed before
+// host subjects (tether.ev.gs.<fleet>.<id>) is the control plane's to
+// write: an agent of this version places none there.
 func agentPermissions(id string) (allow, deny []string) {
 	durable := "agent-" + id
 	cmd := commands.StreamName
 	ev := events.StreamName
 	allow = []string{
 		events.MustSubject(events.HostName(id)),
-		events.SubjectPrefix + "." + events.KindGameServer + ".>",
+		events.HostGameServersSubject(id),
 		events.SubjectPrefix + "." + events.KindGameSession + ".*",
 		"$KV." + hostbeat.Bucket + "." + id,
 		jsAPI + "INFO",

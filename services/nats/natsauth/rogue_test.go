@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -161,16 +162,23 @@ func TestRogueAgentCannotTouchAnotherHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	const gs = "fleets/arena/gameServers/gs-b1"
-	spec := &eventsv1.FleetSpec{Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}}}
+	// No health contract: /bin/sleep never beats, and the rogue's refused
+	// tries take seconds.
+	spec := &eventsv1.FleetSpec{Template: &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}},
+		Health: &eventsv1.HealthPolicy{Disabled: true}}
 	events.NormalizeFleetSpec(spec)
-	msgs, err := events.DecideGameServer(gs, nil, events.ScheduleGameServer{Host: "hosts/b", Spec: spec})
+	msgs, err := events.DecideGameServer(gs, nil, events.ScheduleGameServer{Host: "hosts/b", Spec: spec, HostSubject: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ctl.store.Append(ctx, events.MustSubject(gs), 0, events.New(gs, time.Now(), msgs[0])); err != nil {
+	gsSubject, err := events.GameServerSubject(gs, "hosts/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctl.store.Append(ctx, gsSubject, 0, events.New(gs, time.Now(), msgs[0])); err != nil {
 		t.Fatalf("the controller schedules: %v", err)
 	}
-	start := &agentv1.Command{Action: &agentv1.Command_Start{Start: &agentv1.StartGameServer{GameServer: gs, Template: spec.Template, Health: spec.Health}}}
+	start := &agentv1.Command{Action: &agentv1.Command_Start{Start: &agentv1.StartGameServer{GameServer: gs, Template: spec.Template, Health: spec.Health, Subject: gsSubject}}}
 	if err := ctlBus.Send(ctx, "b", "controller", start); err != nil {
 		t.Fatalf("the controller sends the start: %v", err)
 	}
@@ -242,10 +250,28 @@ func TestRogueAgentCannotTouchAnotherHost(t *testing.T) {
 		t.Error("the rogue wrote b's host events")
 	}
 	done()
-	// 4. b's game server: the subject allows it, the signature does not.
+	// 4. b's game server. Its subject names b: NATS refuses the rogue
+	// there, and junk too. On a's own subject of the same name, and on the
+	// subject of servers before host subjects, the views refuse it: not the
+	// server's subject.
 	exited := events.New(gs, time.Now(), &eventsv1.GameServerTerminated{Reason: eventsv1.Reason_REASON_PROCESS_EXITED})
-	if _, err := rogue.store.Append(ctx, events.MustSubject(gs), events.AnySequence, exited); err != nil {
-		t.Fatalf("the rogue's signed event was not stored, so the test shows nothing: %v", err)
+	c, done = short()
+	if _, err := rogue.js.Publish(c, gsSubject, []byte("not an envelope")); err == nil {
+		t.Error("the rogue published on b's game server's subject")
+	}
+	done()
+	c, done = short()
+	if _, err := rogue.js.Publish(c, events.MustSubject(gs), []byte("not an envelope")); err == nil {
+		t.Error("the rogue published on the subject of servers before host subjects")
+	}
+	done()
+	ownSubject, err := events.GameServerSubject(gs, "hosts/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstRogue, err := rogue.store.Append(ctx, ownSubject, events.AnySequence, exited)
+	if err != nil {
+		t.Fatalf("the rogue's signed event on its own subject was not stored, so the test shows nothing: %v", err)
 	}
 	unsigned := events.New(gs, time.Now(), &eventsv1.ShutdownRequested{Reason: eventsv1.Reason_REASON_SHUTDOWN_REQUESTED_BY_API})
 	unsigned.Producer, unsigned.Actor = "controller", "controller"
@@ -253,9 +279,16 @@ func TestRogueAgentCannotTouchAnotherHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rogue.js.PublishMsg(ctx, &nats.Msg{Subject: events.MustSubject(gs), Data: raw, Header: nats.Header{jetstream.MsgIDHeader: {unsigned.ID}}}); err != nil {
+	rogueSeqs := []uint64{firstRogue}
+	ack, err := rogue.js.PublishMsg(ctx, &nats.Msg{Subject: ownSubject, Data: raw, Header: nats.Header{jetstream.MsgIDHeader: {unsigned.ID}}})
+	if err != nil {
 		t.Fatalf("the rogue's unsigned event was not stored: %v", err)
 	}
+	rogueSeqs = append(rogueSeqs, ack.Sequence)
+	if ack, err = rogue.js.Publish(ctx, ownSubject, []byte("not an envelope")); err != nil {
+		t.Fatalf("the rogue's junk on its own subject was not stored: %v", err)
+	}
+	rogueSeqs = append(rogueSeqs, ack.Sequence)
 	// 5. The streams themselves.
 	c, done = short()
 	if err := rogue.js.DeleteStream(c, events.StreamName); err == nil {
@@ -308,6 +341,9 @@ func TestRogueAgentCannotTouchAnotherHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if slices.Contains(rogueSeqs, after.Sequence) {
+		t.Errorf("b's game server's row is at sequence %d, one of the rogue's %v", after.Sequence, rogueSeqs)
+	}
 	if after.State.GetLifecycle() != before.GetLifecycle() || after.State.GetPid() != before.GetPid() || after.State.GetReason() != before.GetReason() {
 		t.Errorf("b's game server changed: %s pid %d %s, was %s pid %d", after.State.GetLifecycle(), after.State.GetPid(), after.State.GetReason(),
 			before.GetLifecycle(), before.GetPid())
@@ -337,7 +373,8 @@ func TestRogueAgentCannotTouchAnotherHost(t *testing.T) {
 	if got := streamMsgs(t, ctx, admin.js, commands.StreamName); got != cmdsBefore {
 		t.Errorf("the commands stream holds %d messages, %d before the rogue", got, cmdsBefore)
 	}
-	// The two events NATS let through are dead letters, refused for their writer.
+	// The three messages NATS let through are dead letters: not the
+	// server's subject, not an event.
 	rows, err := pool.Query(ctx, `SELECT error FROM dead_letters ORDER BY sequence`)
 	if err != nil {
 		t.Fatal(err)
@@ -353,9 +390,13 @@ func TestRogueAgentCannotTouchAnotherHost(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if len(refused) != 2 || !strings.Contains(refused[0], "host agent hosts/a may not write GameServerTerminated") ||
-		!strings.Contains(refused[1], "no valid signature") {
+	if len(refused) != 3 || !strings.Contains(refused[0], "another subject than its game server's") ||
+		!strings.Contains(refused[1], "another subject than its game server's") || !strings.Contains(refused[2], "undecodable") {
 		t.Errorf("dead letters: %q", refused)
+	}
+	if v := rogue.violations(); !strings.Contains(v, "Permissions Violation for Publish to \""+gsSubject+"\"") ||
+		!strings.Contains(v, "Permissions Violation for Publish to \""+events.MustSubject(gs)+"\"") {
+		t.Errorf("the rogue's publishes on b's game server's subjects were not refused: %s", v)
 	}
 	if v := rogue.violations(); !strings.Contains(v, "Permissions Violation for Subscription to \""+natsauth.InboxPrefix("hosts/b")) {
 		t.Errorf("the rogue's subscription to b's replies was not refused: %s", v)

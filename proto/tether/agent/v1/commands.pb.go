@@ -221,7 +221,11 @@ type StartGameServer struct {
 	// SDK disconnect grace in seconds.
 	SdkDisconnectGraceSeconds int32 `protobuf:"varint,4,opt,name=sdk_disconnect_grace_seconds,json=sdkDisconnectGraceSeconds,proto3" json:"sdk_disconnect_grace_seconds,omitempty"`
 	// Labels.
-	Labels        map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The event subject of the server's events (events.SubjectOf its state);
+	// empty from controllers before host subjects, which placed every server
+	// on tether.ev.gs.<fleet>.<server>.
+	Subject       string `protobuf:"bytes,6,opt,name=subject,proto3" json:"subject,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -289,6 +293,13 @@ func (x *StartGameServer) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *StartGameServer) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
 }
 
 // StopGameServer terminates a game server: shutdown notice, SIGTERM, and
@@ -372,14 +383,15 @@ const file_tether_agent_v1_commands_proto_rawDesc = "" +
 	"\x06action\"4\n" +
 	"\x11RefreshGameServer\x12\x1f\n" +
 	"\vgame_server\x18\x01 \x01(\tR\n" +
-	"gameServer\"\xee\x02\n" +
+	"gameServer\"\x88\x03\n" +
 	"\x0fStartGameServer\x12\x1f\n" +
 	"\vgame_server\x18\x01 \x01(\tR\n" +
 	"gameServer\x12@\n" +
 	"\btemplate\x18\x02 \x01(\v2$.tether.events.v1.GameServerTemplateR\btemplate\x126\n" +
 	"\x06health\x18\x03 \x01(\v2\x1e.tether.events.v1.HealthPolicyR\x06health\x12?\n" +
 	"\x1csdk_disconnect_grace_seconds\x18\x04 \x01(\x05R\x19sdkDisconnectGraceSeconds\x12D\n" +
-	"\x06labels\x18\x05 \x03(\v2,.tether.agent.v1.StartGameServer.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x05 \x03(\v2,.tether.agent.v1.StartGameServer.LabelsEntryR\x06labels\x12\x18\n" +
+	"\asubject\x18\x06 \x01(\tR\asubject\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9b\x01\n" +

@@ -536,7 +536,14 @@ type GameServerScheduled struct {
 	PlayerSessions *PlayerSessionPolicy `protobuf:"bytes,6,opt,name=player_sessions,json=playerSessions,proto3" json:"player_sessions,omitempty"`
 	// The fleet's revision whose template and health it runs; 0 before
 	// revisions were recorded.
-	Revision      int64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
+	// True when the server's events are on its host's subject,
+	// tether.ev.gs.<fleet>.<server>.<host>, which only that host's agent (and
+	// the control plane) may publish on; false for a server placed before
+	// host subjects, or on a host whose agent does not write them
+	// (HostRegistered.host_subjects), whose events are on
+	// tether.ev.gs.<fleet>.<server>.
+	HostSubject   bool `protobuf:"varint,8,opt,name=host_subject,json=hostSubject,proto3" json:"host_subject,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -618,6 +625,13 @@ func (x *GameServerScheduled) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *GameServerScheduled) GetHostSubject() bool {
+	if x != nil {
+		return x.HostSubject
+	}
+	return false
 }
 
 // ProcessStarted: the agent launched the process.
@@ -1591,7 +1605,7 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\x06detail\x18\n" +
 	" \x01(\tR\x06detailB\f\n" +
 	"\n" +
-	"_exit_code\"\xd6\x03\n" +
+	"_exit_code\"\xf9\x03\n" +
 	"\x13GameServerScheduled\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12@\n" +
 	"\btemplate\x18\x02 \x01(\v2$.tether.events.v1.GameServerTemplateR\btemplate\x126\n" +
@@ -1599,7 +1613,8 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\x1csdk_disconnect_grace_seconds\x18\x04 \x01(\x05R\x19sdkDisconnectGraceSeconds\x12I\n" +
 	"\x06labels\x18\x05 \x03(\v21.tether.events.v1.GameServerScheduled.LabelsEntryR\x06labels\x12N\n" +
 	"\x0fplayer_sessions\x18\x06 \x01(\v2%.tether.events.v1.PlayerSessionPolicyR\x0eplayerSessions\x12\x1a\n" +
-	"\brevision\x18\a \x01(\x03R\brevision\x1a9\n" +
+	"\brevision\x18\a \x01(\x03R\brevision\x12!\n" +
+	"\fhost_subject\x18\b \x01(\bR\vhostSubject\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9f\x01\n" +

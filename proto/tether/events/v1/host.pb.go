@@ -43,7 +43,12 @@ type HostRegistered struct {
 	// Game ports the agent hands out: the size of its port range. A template
 	// asking for more can never start on this host. 0: not reported (agents
 	// before this field).
-	GamePorts     int32 `protobuf:"varint,7,opt,name=game_ports,json=gamePorts,proto3" json:"game_ports,omitempty"`
+	GamePorts int32 `protobuf:"varint,7,opt,name=game_ports,json=gamePorts,proto3" json:"game_ports,omitempty"`
+	// The agent writes the events of the game servers placed on it from now
+	// on on host subjects (GameServerScheduled.host_subject): a host's NATS
+	// credentials then publish on its own servers' subjects only. False for
+	// agents before host subjects.
+	HostSubjects  bool `protobuf:"varint,8,opt,name=host_subjects,json=hostSubjects,proto3" json:"host_subjects,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -125,6 +130,13 @@ func (x *HostRegistered) GetGamePorts() int32 {
 		return x.GamePorts
 	}
 	return 0
+}
+
+func (x *HostRegistered) GetHostSubjects() bool {
+	if x != nil {
+		return x.HostSubjects
+	}
+	return false
 }
 
 // HostOnline: the host's heartbeat is seen again after it was unreachable.
@@ -497,7 +509,7 @@ var File_tether_events_v1_host_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_host_proto_rawDesc = "" +
 	"\n" +
-	"\x1btether/events/v1/host.proto\x12\x10tether.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd9\x02\n" +
+	"\x1btether/events/v1/host.proto\x12\x10tether.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfe\x02\n" +
 	"\x0eHostRegistered\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x05R\bcapacity\x12D\n" +
 	"\x06labels\x18\x02 \x03(\v2,.tether.events.v1.HostRegistered.LabelsEntryR\x06labels\x12\x18\n" +
@@ -507,7 +519,8 @@ const file_tether_events_v1_host_proto_rawDesc = "" +
 	"sdkAddress\x12+\n" +
 	"\x11agent_incarnation\x18\x06 \x01(\tR\x10agentIncarnation\x12\x1d\n" +
 	"\n" +
-	"game_ports\x18\a \x01(\x05R\tgamePorts\x1a9\n" +
+	"game_ports\x18\a \x01(\x05R\tgamePorts\x12#\n" +
+	"\rhost_subjects\x18\b \x01(\bR\fhostSubjects\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"X\n" +

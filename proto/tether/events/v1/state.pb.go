@@ -524,8 +524,11 @@ type HostState struct {
 	// is uncordoned.
 	Drained bool `protobuf:"varint,16,opt,name=drained,proto3" json:"drained,omitempty"`
 	// Who cordoned or drained it, and when.
-	CordonedBy    string                 `protobuf:"bytes,17,opt,name=cordoned_by,json=cordonedBy,proto3" json:"cordoned_by,omitempty"`
-	CordonTime    *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=cordon_time,json=cordonTime,proto3" json:"cordon_time,omitempty"`
+	CordonedBy string                 `protobuf:"bytes,17,opt,name=cordoned_by,json=cordonedBy,proto3" json:"cordoned_by,omitempty"`
+	CordonTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=cordon_time,json=cordonTime,proto3" json:"cordon_time,omitempty"`
+	// Its agent writes game server events on host subjects
+	// (HostRegistered.host_subjects).
+	HostSubjects  bool `protobuf:"varint,19,opt,name=host_subjects,json=hostSubjects,proto3" json:"host_subjects,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -686,6 +689,13 @@ func (x *HostState) GetCordonTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *HostState) GetHostSubjects() bool {
+	if x != nil {
+		return x.HostSubjects
+	}
+	return false
+}
+
 // GameServerState is a game server folded from its events: three separate
 // dimensions (lifecycle, connection, health) plus what is known of its process.
 type GameServerState struct {
@@ -750,7 +760,9 @@ type GameServerState struct {
 	// Player-session policy, copied from the fleet when scheduled.
 	PlayerSessionPolicy *PlayerSessionPolicy `protobuf:"bytes,29,opt,name=player_session_policy,json=playerSessionPolicy,proto3" json:"player_session_policy,omitempty"`
 	// The fleet revision it runs (GameServerScheduled.revision).
-	Revision      int64 `protobuf:"varint,30,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,30,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Its events are on its host's subject (GameServerScheduled.host_subject).
+	HostSubject   bool `protobuf:"varint,31,opt,name=host_subject,json=hostSubject,proto3" json:"host_subject,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -995,6 +1007,13 @@ func (x *GameServerState) GetRevision() int64 {
 	return 0
 }
 
+func (x *GameServerState) GetHostSubject() bool {
+	if x != nil {
+		return x.HostSubject
+	}
+	return false
+}
+
 var File_tether_events_v1_state_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_state_proto_rawDesc = "" +
@@ -1029,7 +1048,7 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\btemplate\x18\x02 \x01(\v2$.tether.events.v1.GameServerTemplateR\btemplate\x126\n" +
 	"\x06health\x18\x03 \x01(\v2\x1e.tether.events.v1.HealthPolicyR\x06health\x12;\n" +
 	"\vcreate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\xc0\x06\n" +
+	"createTime\"\xe5\x06\n" +
 	"\tHostState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1c.tether.events.v1.HostStatusR\x06status\x12\x1a\n" +
@@ -1055,10 +1074,11 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\vcordoned_by\x18\x11 \x01(\tR\n" +
 	"cordonedBy\x12;\n" +
 	"\vcordon_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"cordonTime\x1a9\n" +
+	"cordonTime\x12#\n" +
+	"\rhost_subjects\x18\x13 \x01(\bR\fhostSubjects\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\r\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb7\r\n" +
 	"\x0fGameServerState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x129\n" +
@@ -1097,7 +1117,8 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"allocation\x18\x1c \x01(\v2%.tether.events.v1.GameServerAllocatedR\n" +
 	"allocation\x12Y\n" +
 	"\x15player_session_policy\x18\x1d \x01(\v2%.tether.events.v1.PlayerSessionPolicyR\x13playerSessionPolicy\x12\x1a\n" +
-	"\brevision\x18\x1e \x01(\x03R\brevision\x1a9\n" +
+	"\brevision\x18\x1e \x01(\x03R\brevision\x12!\n" +
+	"\fhost_subject\x18\x1f \x01(\bR\vhostSubject\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xc5\x01\n" +
