@@ -3,8 +3,11 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
+	"github.com/tetherhq/tether/events"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
 
@@ -36,6 +39,9 @@ func checkTemplate(prefix string, t *tetherv1.GameServerTemplate) error {
 		return nil
 	}
 	path := prefix + ".template"
+	if err := checkAgentVariables(path, t); err != nil {
+		return err
+	}
 	if n := len(t.GetPorts()); n > maxPorts {
 		return invalidField(path+".ports", fmt.Sprintf("%d ports: no host has more than %d", n, maxPorts))
 	}
@@ -67,6 +73,29 @@ func checkTemplate(prefix string, t *tetherv1.GameServerTemplate) error {
 	}
 	if total > maxArgBytes {
 		return invalidField(path+".env", fmt.Sprintf("arguments and environment (with the agent's variables and one per port) take %d bytes; exec takes at most %d (ARG_MAX)", total, maxArgBytes))
+	}
+	return nil
+}
+
+// checkAgentVariables refuses a template that sets a variable the agent
+// sets for its game servers (events.AgentVariable), or whose arguments name
+// the SDK token: a template's TETHER_GAMESERVER_TOKEN replaced the token
+// the agent hands over on descriptor 3, and the token expanded into an
+// argument showed in ps to every user of the host. path is the template's
+// field path.
+func checkAgentVariables(path string, t *tetherv1.GameServerTemplate) error {
+	for _, k := range slices.Sorted(maps.Keys(t.GetEnv())) {
+		if events.AgentVariable(k) {
+			return invalidField(fmt.Sprintf("%s.env[%s]", path, k),
+				"is the agent's: it sets TETHER_GAMESERVER and the TETHER_GAMESERVER_*, TETHER_SDK_* and TETHER_PORT_* variables of every game server")
+		}
+	}
+	for i, a := range t.GetArgs() {
+		if events.NamesToken(a) {
+			return invalidField(fmt.Sprintf("%s.args[%d]", path, i), fmt.Sprintf(
+				"names %s, which the agent never puts in arguments (ps shows them to every user of the host): the game server reads its token from descriptor 3 (%s_FD)",
+				events.TokenVariable, events.TokenVariable))
+		}
 	}
 	return nil
 }

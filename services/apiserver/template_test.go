@@ -55,6 +55,14 @@ func TestCheckTemplate(t *testing.T) {
 		{"1000 ports", &tetherv1.GameServerTemplate{Command: "/g", Ports: ports(1000)}, ""},
 		{"65535 ports, one variable each over ARG_MAX", &tetherv1.GameServerTemplate{Command: "/g", Ports: ports(maxPorts)}, "spec.template.ports"},
 		{"65536 ports", &tetherv1.GameServerTemplate{Command: "/g", Ports: ports(maxPorts + 1)}, "spec.template.ports"},
+		{"the token variable", &tetherv1.GameServerTemplate{Command: "/g", Env: map[string]string{"TETHER_GAMESERVER_TOKEN": "x"}}, "spec.template.env[TETHER_GAMESERVER_TOKEN]"},
+		{"a port variable", &tetherv1.GameServerTemplate{Command: "/g", Env: map[string]string{"A": "1", "TETHER_PORT_GAME": "1"}}, "spec.template.env[TETHER_PORT_GAME]"},
+		{"an SDK variable", &tetherv1.GameServerTemplate{Command: "/g", Env: map[string]string{"TETHER_SDK_HTTP": "x"}}, "spec.template.env[TETHER_SDK_HTTP]"},
+		{"the server's name", &tetherv1.GameServerTemplate{Command: "/g", Env: map[string]string{"TETHER_GAMESERVER": "x"}}, "spec.template.env[TETHER_GAMESERVER]"},
+		{"another TETHER_ variable", &tetherv1.GameServerTemplate{Command: "/g", Env: map[string]string{"TETHER_EXAMPLE_LISTEN_HOST": "127.0.0.1"}}, ""},
+		{"the token in an argument", &tetherv1.GameServerTemplate{Command: "/g", Args: []string{"-v", "--token=${TETHER_GAMESERVER_TOKEN}"}}, "spec.template.args[1]"},
+		{"the token in an argument, no braces", &tetherv1.GameServerTemplate{Command: "/g", Args: []string{"$TETHER_GAMESERVER_TOKEN"}}, "spec.template.args[0]"},
+		{"the token's descriptor in an argument", &tetherv1.GameServerTemplate{Command: "/g", Args: []string{"$TETHER_GAMESERVER_TOKEN_FD", "${TETHER_GAMESERVER_TOKEN_FD}"}}, ""},
 		{"no template", nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -357,6 +357,64 @@ func TestTemplateThatCanNeverRunIsRefused(t *testing.T) {
 	}
 }
 
+// A template may not set the agent's variables, nor name the SDK token in
+// its arguments (issue 39, item 4): its TETHER_GAMESERVER_TOKEN replaced the
+// token the agent hands over, and ${TETHER_GAMESERVER_TOKEN} in an argument
+// put the token in ps. Each write of a template refuses it, naming the
+// field, and stores nothing; the example game server's own settings
+// (TETHER_EXAMPLE_*) still pass.
+func TestTemplateCannotSetTheAgentsVariables(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	s.createFleet("arena", fleetWithoutReplicas())
+	env := func(k string) func(f map[string]any) {
+		return func(f map[string]any) { template(f)["env"] = map[string]string{"MODE": "ranked", k: "x"} }
+	}
+	args := func(a ...string) func(f map[string]any) {
+		return func(f map[string]any) { template(f)["args"] = a }
+	}
+	tests := []struct {
+		name, method, path string
+		body               any
+		field              string
+	}{
+		{"the token", "POST", "/v1/fleets?fleetId=v1", withField(env("TETHER_GAMESERVER_TOKEN")), "fleet.template.env[TETHER_GAMESERVER_TOKEN]"},
+		{"the token's descriptor", "POST", "/v1/fleets?fleetId=v2", withField(env("TETHER_GAMESERVER_TOKEN_FD")), "fleet.template.env[TETHER_GAMESERVER_TOKEN_FD]"},
+		{"the server's name", "POST", "/v1/fleets?fleetId=v3", withField(env("TETHER_GAMESERVER")), "fleet.template.env[TETHER_GAMESERVER]"},
+		{"the SDK's address", "POST", "/v1/fleets?fleetId=v4", withField(env("TETHER_SDK_ADDR")), "fleet.template.env[TETHER_SDK_ADDR]"},
+		{"a port", "POST", "/v1/fleets?fleetId=v5", withField(env("TETHER_PORT_GAME")), "fleet.template.env[TETHER_PORT_GAME]"},
+		{"an argument with the token", "POST", "/v1/fleets?fleetId=v6", withField(args("--port", "${TETHER_PORT_GAME}", "--token=${TETHER_GAMESERVER_TOKEN}")), "fleet.template.args[2]"},
+		{"an argument with the token, no braces", "POST", "/v1/fleets?fleetId=v7", withField(args("$TETHER_GAMESERVER_TOKEN")), "fleet.template.args[0]"},
+		{"an update", "PATCH", "/v1/fleets/arena?updateMask=template", map[string]any{"template": map[string]any{"command": "/bin/game", "env": map[string]string{"TETHER_GAMESERVER_TOKEN": "x"}}},
+			"fleet.template.env[TETHER_GAMESERVER_TOKEN]"},
+		{"an update of the arguments", "PATCH", "/v1/fleets/arena?updateMask=template", withField(args("${TETHER_GAMESERVER_TOKEN}")), "fleet.template.args[0]"},
+		{"a standalone server", "POST", "/v1/fleets/standalone/gameServers?gameServerId=s1", withField(env("TETHER_GAMESERVER_TOKEN")), "spec.template.env[TETHER_GAMESERVER_TOKEN]"},
+		{"a standalone server's arguments", "POST", "/v1/fleets/standalone/gameServers?gameServerId=s2", withField(args("${TETHER_GAMESERVER_TOKEN}")), "spec.template.args[0]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := s.do(tt.method, tt.path, tt.body)
+			if r.status != http.StatusBadRequest || r.reason() != "INVALID_ARGUMENT" || r.fieldViolation() != tt.field {
+				t.Fatalf("got %d %q field %q, want 400 INVALID_ARGUMENT field %q: %v", r.status, r.reason(), r.fieldViolation(), tt.field, r.body)
+			}
+		})
+	}
+	for _, id := range []string{"v1", "v6"} {
+		if g := s.do("GET", "/v1/fleets/"+id, nil); g.status != http.StatusNotFound {
+			t.Fatalf("a refused create stored fleets/%s: %d %v", id, g.status, g.body)
+		}
+	}
+	if r := s.do("GET", "/v1/fleets/arena", nil); r.status != http.StatusOK || strings.Contains(fmt.Sprint(r.body), "TETHER_GAMESERVER_TOKEN") {
+		t.Fatalf("a refused update changed the fleet: %d %v", r.status, r.body)
+	}
+	ok := withField(func(f map[string]any) {
+		template(f)["env"] = map[string]string{"TETHER_EXAMPLE_LISTEN_HOST": "127.0.0.1"}
+		template(f)["args"] = []string{"--port=${TETHER_PORT_GAME}", "--token-fd=${TETHER_GAMESERVER_TOKEN_FD}"}
+	})
+	if r := s.do("POST", "/v1/fleets?fleetId=v8", ok); r.status != http.StatusOK {
+		t.Fatalf("the example's own variable and the agent's other variables in arguments: %d %v", r.status, r.body)
+	}
+}
+
 // A template asking for more game ports than any registered host's agent
 // hands out can never start anywhere: it is refused when the fleet (or a
 // standalone server) is created or its template updated. Before any host
