@@ -340,18 +340,13 @@ func (gs *gameServer) launch(attempt int) (Process, error) {
 		"TETHER_GAMESERVER": gs.name, EnvToken: gs.token,
 		"TETHER_SDK_ADDR": gs.a.SDKAddr(), "TETHER_SDK_HTTP": "http://" + gs.a.SDKHTTPAddr(),
 	}
-	for k, v := range t.GetEnv() {
-		env[k] = v
-	}
+	gs.templateEnv(env, t.GetEnv())
 	var ports []*eventsv1.Port
 	for i, p := range t.GetPorts() {
 		env["TETHER_PORT_"+envName(p.GetName())] = strconv.Itoa(gs.ports[i])
 		ports = append(ports, &eventsv1.Port{Name: p.GetName(), Port: int32(gs.ports[i]), Protocol: p.GetProtocol()})
 	}
-	args := make([]string, len(t.GetArgs()))
-	for i, arg := range t.GetArgs() {
-		args[i] = os.Expand(arg, func(k string) string { return env[k] })
-	}
+	args := gs.expandArgs(t.GetArgs(), env)
 	// The lock is held from exec until ProcessStarted is recorded: a process
 	// can call the SDK at once, and a call recorded first (SdkConnected)
 	// would be undone by ProcessStarted, which starts the process's

@@ -7,6 +7,8 @@ import (
 	"os/user"
 	"strconv"
 	"syscall"
+
+	"github.com/tetherhq/tether/events"
 )
 
 // A game server is whatever its fleet's template says to run, so the agent
@@ -16,6 +18,40 @@ import (
 // so, Options.AllowAnyCommand), it gets an environment built for it (none
 // of the agent's variables), and its process token comes over a pipe, not
 // in its environment (ProcessSpec.Env).
+
+// templateEnv adds a template's variables to env, the environment the agent
+// built for a process, but none of the agent's own (events.AgentVariable):
+// a template's TETHER_GAMESERVER_TOKEN would replace the token the agent
+// hands over on its descriptor. The API refuses such templates; one stored
+// before is started without them, with a warning.
+func (gs *gameServer) templateEnv(env, template map[string]string) {
+	for k, v := range template {
+		if events.AgentVariable(k) {
+			gs.log.Warn("template variable ignored: the agent sets it", "variable", k)
+			continue
+		}
+		env[k] = v
+	}
+}
+
+// expandArgs expands the ${VAR}s of a template's arguments from the
+// process's environment, but never the SDK token: ps shows every process's
+// arguments to every user of the host. A reference to the token expands to
+// nothing, with a warning (the API refuses such templates; the process
+// reads its token from its descriptor).
+func (gs *gameServer) expandArgs(args []string, env map[string]string) []string {
+	out := make([]string, len(args))
+	for i, arg := range args {
+		out[i] = os.Expand(arg, func(k string) string {
+			if k == EnvToken {
+				gs.log.Warn("template argument names the SDK token, which is never put in arguments; expanded to nothing", "arg", i)
+				return ""
+			}
+			return env[k]
+		})
+	}
+	return out
+}
 
 // ErrRootGameServers is CheckRunAs's answer to options that would run every
 // game server as root.

@@ -209,6 +209,64 @@ func TestTokenComesOnADescriptorAndActsOnItsServerOnly(t *testing.T) {
 	}
 }
 
+// TestTemplateCannotLeakOrReplaceTheToken starts a template stored before
+// the API refused it (issue 39, item 4): its arguments name the token and
+// its environment sets the agent's variables. The token is in neither the
+// process's command line (ps) nor its environment, fd 3 holds the agent's
+// token (not the template's), the agent's variables keep their values, and
+// the agent says what it left out.
+func TestTemplateCannotLeakOrReplaceTheToken(t *testing.T) {
+	h := newHarness(t)
+	name := "fleets/arena/gameServers/gs-leaky"
+	h.schedule(name, &eventsv1.GameServerTemplate{
+		Command: "/bin/sh", Args: []string{"-c", "sleep 600", "game", "--token=${TETHER_GAMESERVER_TOKEN}", "$TETHER_GAMESERVER_TOKEN", "--port=${TETHER_PORT_GAME}"},
+		Ports: []*eventsv1.PortSpec{{Name: "game"}},
+		Env: map[string]string{
+			agent.EnvToken: "forged", "TETHER_SDK_ADDR": "10.0.0.1:1", "TETHER_PORT_GAME": "1", "TETHER_GAMESERVER": "fleets/x/gameServers/y",
+			"MODE": "ranked",
+		},
+	})
+	started := h.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted)
+	pid := strconv.Itoa(int(started.GetPid()))
+	token := h.agent.ProcessToken(int(started.GetPid()))
+	port := strconv.Itoa(int(started.GetPorts()[0].GetPort()))
+
+	raw, err := os.ReadFile("/proc/" + pid + "/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00")
+	want := []string{"/bin/sh", "-c", "sleep 600", "game", "--token=", "", "--port=" + port}
+	if !slices.Equal(args, want) {
+		t.Fatalf("command line %q, want %q (the token never expanded, the port still)", args, want)
+	}
+	env := processEnv(t, started.GetPid())
+	if _, ok := env[agent.EnvToken]; ok || strings.Contains(rawEnviron(t, started.GetPid()), token) {
+		t.Fatalf("the token is in the environment: %v", env)
+	}
+	if env["TETHER_SDK_ADDR"] != h.agent.SDKAddr() || env["TETHER_PORT_GAME"] != port || env["TETHER_GAMESERVER"] != name || env["MODE"] != "ranked" {
+		t.Fatalf("the template replaced the agent's variables, or lost its own: %v", env)
+	}
+	f, err := os.Open("/proc/" + pid + "/fd/3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(f).ReadString('\n')
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSuffix(line, "\n"); got != token {
+		t.Fatalf("fd 3 held %q, not the agent's token", got)
+	}
+	for _, logged := range []string{"template variable ignored: the agent sets it", "variable=" + agent.EnvToken,
+		"template argument names the SDK token"} {
+		if !strings.Contains(h.logs.String(), logged) {
+			t.Errorf("the agent's log does not say %q:\n%s", logged, h.logs.String())
+		}
+	}
+}
+
 // TestRunAsStartsGameServersAsThatUser runs the example game server as
 // nobody: its uid and gid are nobody's, with no supplementary groups, its
 // HOME is nobody's, it still writes its log and its SDK goes READY.

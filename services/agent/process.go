@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tetherhq/tether/events"
 )
 
 // Processes starts game server processes. The agent's default, OSProcesses,
@@ -25,7 +27,8 @@ type Processes interface {
 type ProcessSpec struct {
 	// GameServer is the server's resource name.
 	GameServer string
-	// Command and Args come from the fleet's template, with ${VAR}s expanded.
+	// Command and Args come from the fleet's template, with ${VAR}s expanded
+	// (never the token: ps shows arguments to every user of the host).
 	Command string
 	Args    []string
 	// Path, if set, is the executable to run, Command resolved by the agent
@@ -65,7 +68,7 @@ type ProcessSpec struct {
 // descriptor TokenFD, named by EnvTokenFD, instead (the Go SDK reads
 // either: sdk.EnvToken, sdk.EnvTokenFD).
 const (
-	EnvToken   = "TETHER_GAMESERVER_TOKEN"
+	EnvToken   = events.TokenVariable
 	EnvTokenFD = "TETHER_GAMESERVER_TOKEN_FD"
 	// TokenFD is the descriptor the token is read from: the first after
 	// stdin, stdout and stderr.
