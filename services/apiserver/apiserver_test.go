@@ -119,13 +119,24 @@ func (s *stack) doAt(base, method, path string, body any) response {
 // doWithKey calls one replica's REST API with an API key ("": none).
 func (s *stack) doWithKey(base, key, method, path string, body any) response {
 	s.t.Helper()
-	var r io.Reader
+	var raw []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			s.t.Fatal(err)
 		}
-		r = bytes.NewReader(b)
+		raw = b
+	}
+	return s.doRaw(base, key, method, path, raw)
+}
+
+// doRaw calls one replica's REST API with a body as it is (nil: none) and
+// an API key ("": none).
+func (s *stack) doRaw(base, key, method, path string, body []byte) response {
+	s.t.Helper()
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
 	}
 	req, err := http.NewRequest(method, base+path, r)
 	if err != nil {

@@ -219,12 +219,36 @@ func (a *authenticator) check(ctx context.Context, method string) (context.Conte
 		}
 		return ctx, refusal(codes.Unauthenticated, ReasonUnauthenticated, err.Error())
 	}
-	if !permits(p.Role, method) {
-		a.log.Warn("call refused: not permitted", "method", method, "principal", p.Name, "role", p.Role)
-		return ctx, refusal(codes.PermissionDenied, ReasonPermissionDenied,
-			"the "+string(p.Role)+" role ("+p.Name+") may not call "+method)
+	if err := a.permit(p, method); err != nil {
+		return ctx, err
 	}
 	return events.WithActor(ctx, p.Actor()), nil
+}
+
+// permit refuses, and logs, a call to method that p's role may not make.
+func (a *authenticator) permit(p apikeys.Principal, method string) error {
+	if permits(p.Role, method) {
+		return nil
+	}
+	a.log.Warn("call refused: not permitted", "method", method, "principal", p.Name, "role", p.Role)
+	return refusal(codes.PermissionDenied, ReasonPermissionDenied,
+		"the "+string(p.Role)+" role ("+p.Name+") may not call "+method)
+}
+
+// restPermits authorises a REST request to method that the gateway refused
+// before calling it (a body or query it could not decode), so that a role
+// that may not call method is told so (403), whatever its body says, rather
+// than what was wrong with the body. It returns the refusal, or nil; an API
+// without authentication permits everything.
+func (a *authenticator) restPermits(r *http.Request, method string) error {
+	if a == nil {
+		return nil
+	}
+	p, err := a.principal(r.Context(), bearerOf(r.Header.Get("Authorization")), restCertNames(r))
+	if err != nil {
+		return refusal(codes.Unauthenticated, ReasonUnauthenticated, err.Error())
+	}
+	return a.permit(p, method)
 }
 
 // requestedBy is who asked for what a call does, for an event's evidence:

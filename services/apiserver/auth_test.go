@@ -196,6 +196,62 @@ func TestGRPCCallsAreAuthenticatedAndAuthorised(t *testing.T) {
 	}
 }
 
+// A role that may not call a method is refused it (403) whatever its body,
+// before the body is looked at (issue 39, item 5): the matchmaker, viewer
+// and auditor got 400 on CreateGameServer for an unknown field. A role
+// that may call it is told what is wrong with its body, in the terms of the
+// request it sent: a standalone server's unknown field is not "Fleet has no
+// such field".
+func TestPermissionIsCheckedBeforeTheBody(t *testing.T) {
+	keys, key, _ := roleKeys(t)
+	s := newStack(t, stackOptions{keys: keys, key: key[apikeys.Admin]})
+	s.createFleet("arena", fleetWithoutReplicas())
+	const standalone = "/v1/fleets/standalone/gameServers?gameServerId=s1"
+	bodies := []struct{ name, method, path, body string }{
+		{"an unknown field", "POST", standalone, `{"template":{"command":"/bin/game"},"replica":3}`},
+		{"an unknown nested field", "POST", standalone, `{"template":{"comand":"/bin/game"}}`},
+		{"an unknown enum name", "POST", standalone, `{"template":{"command":"/bin/game","ports":[{"name":"game","protocol":"SCTP"}]}}`},
+		{"a value of the wrong type", "POST", standalone, `{"template":{"command":"/bin/game","args":"x"}}`},
+		{"no JSON", "POST", standalone, `{"template":`},
+		{"a fleet with an unknown field", "POST", "/v1/fleets?fleetId=f1", `{"replica":3}`},
+		{"a history query of the wrong type", "GET", "/v1/fleets/arena/events?pageSize=ten", ""},
+	}
+	for _, role := range []apikeys.Role{apikeys.Matchmaker, apikeys.Viewer, apikeys.Auditor} {
+		for _, b := range bodies {
+			if b.method == "GET" && role == apikeys.Auditor {
+				continue // the auditor reads history
+			}
+			t.Run(string(role)+" "+b.name, func(t *testing.T) {
+				var body []byte
+				if b.body != "" {
+					body = []byte(b.body)
+				}
+				r := s.doRaw(s.base, key[role], b.method, b.path, body)
+				if r.status != http.StatusForbidden || r.reason() != apiserver.ReasonPermissionDenied {
+					t.Fatalf("got %d %s, want 403 %s: %v", r.status, r.reason(), apiserver.ReasonPermissionDenied, r.body)
+				}
+			})
+		}
+	}
+	for _, tc := range []struct{ name, path, body, field, says string }{
+		{"a standalone server's field", standalone, `{"template":{"command":"/bin/game"},"replica":3}`, "spec.replica",
+			`unknown field "replica": CreateGameServerRequest.spec has no such field`},
+		{"a standalone server's template field", standalone, `{"template":{"comand":"/bin/game"}}`, "spec.template.comand",
+			`unknown field "comand": CreateGameServerRequest.spec.template has no such field`},
+		{"a fleet's field", "/v1/fleets?fleetId=f1", `{"replica":3}`, "fleet.replica",
+			`unknown field "replica": CreateFleetRequest.fleet has no such field`},
+		{"an allocation's field", "/v1/fleets/arena/gameServers:allocate", `{"player":[]}`, "player",
+			`unknown field "player": AllocateGameServerRequest has no such field`},
+	} {
+		t.Run("admin "+tc.name, func(t *testing.T) {
+			r := s.doRaw(s.base, key[apikeys.Admin], "POST", tc.path, []byte(tc.body))
+			if r.status != http.StatusBadRequest || r.fieldViolation() != tc.field || !strings.Contains(r.str("message"), tc.says) {
+				t.Fatalf("got %d field %q %q, want 400 field %q saying %q", r.status, r.fieldViolation(), r.str("message"), tc.field, tc.says)
+			}
+		})
+	}
+}
+
 // A key is rotated without a restart: a key added to the file works within
 // seconds, and the one removed is refused.
 func TestKeyRotationWithoutARestart(t *testing.T) {

@@ -219,8 +219,15 @@ func (c *capped) Write(p []byte) (int, error) {
 func (s *Server) gatewayError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	st := status.Convert(err)
 	if st.Code() == codes.InvalidArgument && len(st.Details()) == 0 {
+		// The gateway's own refusal, before the call reached the gRPC
+		// handlers and their permission check: a role that may not call
+		// the method is told that first, whatever its body.
 		method, _ := runtime.RPCMethod(ctx)
-		st = toStatus(s.log, method, locateRefusal(ctx, method, r, st.Message()))
+		if denied := s.auth.restPermits(r, method); denied != nil {
+			st = status.Convert(denied)
+		} else {
+			st = toStatus(s.log, method, locateRefusal(ctx, method, r, st.Message()))
+		}
 	}
 	if !hasErrorInfo(st) {
 		st = withErrorInfo(st, st.Code().String())
@@ -301,7 +308,7 @@ func locateRefusal(ctx context.Context, method string, r *http.Request, msg stri
 	if err := dec.Decode(&doc); err != nil {
 		return invalidField(orRequest(prefix), fmt.Sprintf("the body is not valid JSON: %v", err))
 	}
-	if v := jsonViolation(target, doc, prefix); v != nil {
+	if v := (jsonWalk{request: in.Name()}).violation(target, doc, prefix); v != nil {
 		return v
 	}
 	return plain
@@ -337,10 +344,25 @@ func fieldByName(md protoreflect.MessageDescriptor, name string) protoreflect.Fi
 	return md.Fields().ByTextName(name)
 }
 
-// jsonViolation walks a decoded JSON value against a message and returns
+// jsonWalk walks a decoded JSON body against the request it is decoded
+// into, named request.
+type jsonWalk struct{ request protoreflect.Name }
+
+// in names the object at path for a message: the request's field by its
+// path ("CreateGameServerRequest.spec.template"), or the request itself.
+// The field's message type would mislead: a standalone game server's spec
+// is a Fleet.
+func (w jsonWalk) in(path string) string {
+	if path == "" {
+		return string(w.request)
+	}
+	return string(w.request) + "." + path
+}
+
+// violation walks a decoded JSON value against a message and returns
 // the first field protojson refuses for a reason it can tell: an unknown
 // field or an unknown enum value.
-func jsonViolation(md protoreflect.MessageDescriptor, doc any, path string) error {
+func (w jsonWalk) violation(md protoreflect.MessageDescriptor, doc any, path string) error {
 	if strings.HasPrefix(string(md.FullName()), "google.protobuf.") {
 		return nil // well-known types have JSON forms of their own
 	}
@@ -349,22 +371,22 @@ func jsonViolation(md protoreflect.MessageDescriptor, doc any, path string) erro
 		if doc == nil {
 			return nil
 		}
-		return invalidField(orRequest(path), fmt.Sprintf("must be a JSON object (a %s)", md.Name()))
+		return invalidField(orRequest(path), fmt.Sprintf("must be a JSON object (%s is a %s)", w.in(path), md.Name()))
 	}
 	for key, v := range obj {
 		fd := fieldByName(md, key)
 		if fd == nil {
-			return invalidField(joinPath(path, key), fmt.Sprintf("unknown field %q: %s has no such field", key, md.Name()))
+			return invalidField(joinPath(path, key), fmt.Sprintf("unknown field %q: %s has no such field", key, w.in(path)))
 		}
-		if err := jsonField(fd, v, joinPath(path, string(fd.Name()))); err != nil {
+		if err := w.field(fd, v, joinPath(path, string(fd.Name()))); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// jsonField checks the JSON value of one field.
-func jsonField(fd protoreflect.FieldDescriptor, v any, path string) error {
+// field checks the JSON value of one field.
+func (w jsonWalk) field(fd protoreflect.FieldDescriptor, v any, path string) error {
 	switch {
 	case v == nil:
 		return nil
@@ -374,7 +396,7 @@ func jsonField(fd protoreflect.FieldDescriptor, v any, path string) error {
 			return invalidField(path, "must be a JSON array")
 		}
 		for i, e := range list {
-			if err := jsonValue(fd, e, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+			if err := w.value(fd, e, fmt.Sprintf("%s[%d]", path, i)); err != nil {
 				return err
 			}
 		}
@@ -384,18 +406,18 @@ func jsonField(fd protoreflect.FieldDescriptor, v any, path string) error {
 			return invalidField(path, "must be a JSON object")
 		}
 		for k, e := range obj {
-			if err := jsonValue(fd.MapValue(), e, fmt.Sprintf("%s[%s]", path, k)); err != nil {
+			if err := w.value(fd.MapValue(), e, fmt.Sprintf("%s[%s]", path, k)); err != nil {
 				return err
 			}
 		}
 	default:
-		return jsonValue(fd, v, path)
+		return w.value(fd, v, path)
 	}
 	return nil
 }
 
-// jsonValue checks one enum or message value.
-func jsonValue(fd protoreflect.FieldDescriptor, v any, path string) error {
+// value checks one enum, message or scalar value.
+func (w jsonWalk) value(fd protoreflect.FieldDescriptor, v any, path string) error {
 	switch fd.Kind() {
 	case protoreflect.EnumKind:
 		ed := fd.Enum()
@@ -406,7 +428,7 @@ func jsonValue(fd protoreflect.FieldDescriptor, v any, path string) error {
 			return invalidField(path, fmt.Sprintf("%q is not a value of %s; use one of %s", name, ed.Name(), enumValueNames(ed)))
 		}
 	case protoreflect.MessageKind, protoreflect.GroupKind:
-		return jsonViolation(fd.Message(), v, path)
+		return w.violation(fd.Message(), v, path)
 	default:
 		if want := jsonScalarProblem(fd.Kind(), v); want != "" {
 			return invalidField(path, fmt.Sprintf("must be %s", want))

@@ -292,6 +292,10 @@ type Server struct {
 	beats      *liveBeats     // hosts' and servers' last heartbeats, for reads
 	archive    *archiveReader // archived histories (archive.go)
 
+	// auth checks the callers (nil: every caller may do everything); the
+	// gateway's error handler asks it before refusing a body (gateway.go).
+	auth *authenticator
+
 	policyMu sync.Mutex
 	policies map[string]cachedPolicy // fleet → player-session policy
 
@@ -390,6 +394,7 @@ func (s *Server) Run(ctx context.Context) error {
 	} else {
 		s.log.Warn("API authentication is off: every caller may do everything (give the API keys, --api-keys)")
 	}
+	s.auth = auth
 	var creds []grpc.ServerOption
 	var grpcTLS, restTLS *tls.Config
 	if s.opts.TLS != nil {
