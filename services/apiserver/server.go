@@ -373,8 +373,9 @@ func (s *Server) Run(ctx context.Context) error {
 	// Who may call, then how much: a caller's limits count its principal.
 	lim := newLimiter(s.opts.Limits, s.opts.Now)
 	lim.gateway = gatewayLis.Addr().String()
+	undecoded := &undecodedRequests{} // codec.go: refused after the permission
 	unary := []grpc.UnaryServerInterceptor{lim.unary(), unaryErrors(s.log), unaryRequests()}
-	stream := []grpc.StreamServerInterceptor{lim.stream(), streamErrors(s.log), streamRequests()}
+	stream := []grpc.StreamServerInterceptor{lim.stream(), streamErrors(s.log), streamRequests(undecoded)}
 	go s.opts.Tokens.Watch(ctx, apikeys.DefaultReloadEvery) // a keys file rotates without a restart
 	if s.opts.JetStream != nil {
 		go s.beats.run(ctx, s.opts.JetStream, s.log)
@@ -395,6 +396,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Warn("API authentication is off: every caller may do everything (give the API keys, --api-keys)")
 	}
 	s.auth = auth
+	unary = append([]grpc.UnaryServerInterceptor{undecoded.unaryUndecoded()}, unary...)
 	var creds []grpc.ServerOption
 	var grpcTLS, restTLS *tls.Config
 	if s.opts.TLS != nil {
@@ -410,6 +412,7 @@ func (s *Server) Run(ctx context.Context) error {
 		creds = append(creds, grpc.Creds(newGatewayCreds(grpcTLS, lim.gateway)))
 	}
 	gs := grpc.NewServer(append(creds,
+		grpc.ForceServerCodecV2(newRequestCodec(undecoded)),
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(s.opts.TracerProvider),
 			otelgrpc.WithMeterProvider(s.opts.MeterProvider),

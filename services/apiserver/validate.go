@@ -281,6 +281,9 @@ func checkFingerprint(ctx context.Context, requestID, stored string) error {
 // context; it runs inside unaryErrors, so its errors become statuses there.
 func unaryRequests() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := undecodedRequest(ctx); err != nil {
+			return nil, err
+		}
 		if err := checkQueryHeader(ctx); err != nil {
 			return nil, err
 		}
@@ -299,22 +302,30 @@ func unaryRequests() grpc.UnaryServerInterceptor {
 	}
 }
 
-// streamRequests checks the messages a streaming call receives.
-func streamRequests() grpc.StreamServerInterceptor {
+// streamRequests checks the messages a streaming call receives, among
+// them those the server's codec could not unmarshal (codec.go).
+func streamRequests(undecoded *undecodedRequests) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if err := checkQueryHeader(ss.Context()); err != nil {
 			return err
 		}
-		return handler(srv, checkedStream{ss})
+		return handler(srv, checkedStream{ss, undecoded})
 	}
 }
 
-// checkedStream refuses received messages that checkRequest refuses.
-type checkedStream struct{ grpc.ServerStream }
+// checkedStream refuses received messages that do not decode, and those
+// that checkRequest refuses.
+type checkedStream struct {
+	grpc.ServerStream
+	undecoded *undecodedRequests
+}
 
 // RecvMsg receives a message and checks it.
 func (s checkedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if err := s.undecoded.take(m); err != nil {
 		return err
 	}
 	return checkRequest(m)
