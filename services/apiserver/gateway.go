@@ -44,10 +44,10 @@ const maxKeptBody = 8 << 20
 // newGateway returns the REST gateway's mux, strict about its input.
 func (s *Server) newGateway() *runtime.ServeMux {
 	return runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: &runtime.JSONPb{
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: strictJSON{&runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		}}),
+		}}}),
 		runtime.WithMetadata(unknownQueryMetadata),
 		runtime.WithMetadata(clientCertMetadata),
 		runtime.WithErrorHandler(s.gatewayError),
@@ -302,11 +302,9 @@ func locateRefusal(ctx context.Context, method string, r *http.Request, msg stri
 		}
 		target, prefix = fd.Message(), body
 	}
-	var doc any
-	dec := json.NewDecoder(bytes.NewReader(kept.Bytes()))
-	dec.UseNumber()
-	if err := dec.Decode(&doc); err != nil {
-		return invalidField(orRequest(prefix), fmt.Sprintf("the body is not valid JSON: %v", err))
+	doc, err := decodeBody(kept.Bytes())
+	if err != nil {
+		return invalidField(orRequest(prefix), err.Error())
 	}
 	if v := (jsonWalk{request: in.Name()}).violation(target, doc, prefix); v != nil {
 		return v
@@ -483,7 +481,7 @@ func intProblem(v any, bits int, signed bool) string {
 		if !signed {
 			kind = "a non-negative integer"
 		}
-		return fmt.Sprintf("%s that fits in %d bits, got %s", kind, bits, text)
+		return fmt.Sprintf("%s in decimal digits (no exponent, no fraction) that fits in %d bits, got %s", kind, bits, text)
 	}
 	return ""
 }

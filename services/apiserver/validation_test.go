@@ -2,6 +2,7 @@ package apiserver_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -71,6 +72,16 @@ func TestRESTRefusesInputItCannotMap(t *testing.T) {
 			"fleet.replicas", "f9"},
 		{"args not a list", "POST", "/v1/fleets?fleetId=f10", withField(func(f map[string]any) { template(f)["args"] = "--port" }),
 			"fleet.template.args", "f10"},
+		{"replicas with an exponent", "POST", "/v1/fleets?fleetId=f12", withField(func(f map[string]any) { f["replicas"] = "1e3" }),
+			"fleet.replicas", "f12"},
+		{"replicas as a number with an exponent", "POST", "/v1/fleets?fleetId=f13", withField(func(f map[string]any) { f["replicas"] = json.Number("1e1") }),
+			"fleet.replicas", "f13"},
+		{"replicas with a fraction", "POST", "/v1/fleets?fleetId=f14", withField(func(f map[string]any) { f["replicas"] = json.Number("2.0") }),
+			"fleet.replicas", "f14"},
+		{"a nested integer with an exponent", "POST", "/v1/fleets?fleetId=f15", withField(func(f map[string]any) {
+			f["health"] = map[string]any{"periodSeconds": "5e0"}
+		}), "fleet.health.period_seconds", "f15"},
+		{"a patch's integer with an exponent", "PATCH", "/v1/fleets/arena?updateMask=replicas", map[string]any{"replicas": "2E0"}, "fleet.replicas", ""},
 		{"unknown query parameter", "POST", "/v1/fleets?fleetID=f7", arenaFleet(1), "fleetID", ""},
 		{"query parameter the body carries", "POST", "/v1/fleets?fleetId=f11&fleet.replicas=5", arenaFleet(1), "fleet.replicas", "f11"},
 		{"query parameter with a body of everything", "POST", "/v1/fleets/arena/gameServers:allocate?requestId=r1", map[string]any{}, "requestId", ""},
@@ -103,7 +114,37 @@ func TestRESTRefusesInputItCannotMap(t *testing.T) {
 			}
 		})
 	}
-	// The server offered is still READY: the refused allocation took nothing.
+	// Anything after the body's JSON value: protojson's decoder read the
+	// first value and ignored the rest.
+	body, err := json.Marshal(arenaFleet(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path string
+		body       []byte
+		after      string
+		field      string
+	}{
+		{"garbage after a fleet", "/v1/fleets?fleetId=t1", body, "x", "fleet"},
+		{"a second object", "/v1/fleets?fleetId=t2", body, ` {"replicas":5}`, "fleet"},
+		{"a number after an allocation", "/v1/fleets/arena/gameServers:allocate", []byte(`{"requestId":"trailing"}`), "\n5", "body"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := s.doRaw(s.base, "", "POST", tc.path, append(slices.Clone(tc.body), tc.after...))
+			if r.status != http.StatusBadRequest || r.reason() != "INVALID_ARGUMENT" || r.fieldViolation() != tc.field {
+				t.Fatalf("got %d %q field %q, want 400 INVALID_ARGUMENT field %q: %v", r.status, r.reason(), r.fieldViolation(), tc.field, r.body)
+			}
+		})
+	}
+	if g := s.do("GET", "/v1/fleets/t1", nil); g.status != http.StatusNotFound {
+		t.Fatalf("a body with garbage after it stored fleets/t1: %d %v", g.status, g.body)
+	}
+	// White space after the body is no more than white space.
+	if r := s.doRaw(s.base, "", "POST", "/v1/fleets?fleetId=t3", append(slices.Clone(body), " \r\n\t"...)); r.status != http.StatusOK {
+		t.Fatalf("white space after the body: %d %v", r.status, r.body)
+	}
+	// The server offered is still READY: the refused allocations took nothing.
 	if n := len(s.allocations("arena")); n != 0 {
 		t.Fatalf("refused allocations allocated %d servers", n)
 	}
