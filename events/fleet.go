@@ -27,6 +27,20 @@ const (
 	MaxReplicas = 100_000
 )
 
+// Bounds of a fleet's periods and timeouts: a day each. A longer one is a
+// mistake no game needs (1e9 seconds, 31 years, was taken), and the
+// deadlines computed from them stay far from overflowing.
+const (
+	// MaxPeriodSeconds bounds the health check's period.
+	MaxPeriodSeconds = 24 * 60 * 60
+	// MaxSDKDisconnectGraceSeconds bounds how long a server's SDK may be
+	// disconnected before it is judged unhealthy.
+	MaxSDKDisconnectGraceSeconds = 24 * 60 * 60
+	// MaxReservationTimeoutSeconds bounds how long a player's reserved seat
+	// waits for the player.
+	MaxReservationTimeoutSeconds = 24 * 60 * 60
+)
+
 // DefaultReadyTimeoutSeconds is the ready timeout a health policy's 0
 // stands for (or the policy's initial delay and threshold × period, if
 // longer). It is applied where the timeout is enforced (the agent), not
@@ -514,7 +528,12 @@ func orDefault(v, def int32) int32 {
 
 // ValidateFleetSpec checks a normalized spec. Field paths in errors are the
 // API's ("fleet.replicas").
-func ValidateFleetSpec(s *eventsv1.FleetSpec) error {
+func ValidateFleetSpec(s *eventsv1.FleetSpec) error { return validateFleetSpec(s, nil) }
+
+// validateFleetSpec checks a normalized spec that replaces prev (nil for a
+// new one): a period or timeout over its bound is refused where it
+// changes, so that a fleet stored before the bounds can still be scaled.
+func validateFleetSpec(s, prev *eventsv1.FleetSpec) error {
 	if s.GetReplicas() < 0 || s.GetReplicas() > MaxReplicas {
 		return Invalid("fleet.replicas", "must be between 0 and %d, got %d", MaxReplicas, s.GetReplicas())
 	}
@@ -555,6 +574,9 @@ func ValidateFleetSpec(s *eventsv1.FleetSpec) error {
 			return Invalid(f.name, "must not be negative, got %d", f.v)
 		}
 	}
+	if err := checkBounds(s, prev); err != nil {
+		return err
+	}
 	for k, v := range s.GetLabels() {
 		if err := checkLabel(k, v); err != nil {
 			return Invalid("fleet.labels", "%v", err)
@@ -572,6 +594,26 @@ func ValidateFleetSpec(s *eventsv1.FleetSpec) error {
 	for k, v := range t.GetHostSelector() {
 		if err := checkLabel(k, v); err != nil {
 			return Invalid("fleet.template.host_selector", "%v", err)
+		}
+	}
+	return nil
+}
+
+// checkBounds refuses a period or timeout of s over its bound, unless prev
+// (non-nil) has the same value.
+func checkBounds(s, prev *eventsv1.FleetSpec) error {
+	for _, f := range []struct {
+		name string
+		max  int32
+		get  func(*eventsv1.FleetSpec) int32
+	}{
+		{"fleet.health.period_seconds", MaxPeriodSeconds, func(s *eventsv1.FleetSpec) int32 { return s.GetHealth().GetPeriodSeconds() }},
+		{"fleet.sdk_disconnect_grace_seconds", MaxSDKDisconnectGraceSeconds, (*eventsv1.FleetSpec).GetSdkDisconnectGraceSeconds},
+		{"fleet.player_sessions.reservation_timeout_seconds", MaxReservationTimeoutSeconds,
+			func(s *eventsv1.FleetSpec) int32 { return s.GetPlayerSessions().GetReservationTimeoutSeconds() }},
+	} {
+		if v := f.get(s); v > f.max && (prev == nil || f.get(prev) != v) {
+			return Invalid(f.name, "must be at most %d (a day), got %d", f.max, v)
 		}
 	}
 	return nil
@@ -688,7 +730,7 @@ func mergeFleetSpec(cur, patch *eventsv1.FleetSpec, paths []string) (*eventsv1.F
 		}
 	}
 	NormalizeFleetSpec(next)
-	if err := ValidateFleetSpec(next); err != nil {
+	if err := validateFleetSpec(next, cur); err != nil {
 		return nil, nil, err
 	}
 	var changed []string

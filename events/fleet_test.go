@@ -700,3 +700,61 @@ func TestReadyTimeoutOfAHugeContract(t *testing.T) {
 		t.Error("a huge contract's 0 is the same as 300 s")
 	}
 }
+
+// A fleet's health period, SDK disconnect grace and reservation timeout are
+// at most a day (issue 39, item 5: 1e9 seconds was taken): refused at
+// creation and where an update changes them, and taken at the bound; a
+// fleet stored before the bounds, with a longer one, can still be scaled.
+func TestFleetPeriodsAndTimeoutsAreBounded(t *testing.T) {
+	withPeriod := func(v int32) func(*eventsv1.FleetSpec) {
+		return func(s *eventsv1.FleetSpec) { s.Health = &eventsv1.HealthPolicy{PeriodSeconds: v} }
+	}
+	withGrace := func(v int32) func(*eventsv1.FleetSpec) {
+		return func(s *eventsv1.FleetSpec) { s.SdkDisconnectGraceSeconds = v }
+	}
+	withReservation := func(v int32) func(*eventsv1.FleetSpec) {
+		return func(s *eventsv1.FleetSpec) {
+			s.PlayerSessions = &eventsv1.PlayerSessionPolicy{ReservationTimeoutSeconds: v}
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		set   func(*eventsv1.FleetSpec)
+		paths []string // the update's mask
+		field string   // "" when taken
+	}{
+		{"a period of 1e9 s", withPeriod(1e9), []string{"health"}, "fleet.health.period_seconds"},
+		{"a period of a day and a second", withPeriod(events.MaxPeriodSeconds + 1), []string{"health.period_seconds"}, "fleet.health.period_seconds"},
+		{"a period of a day", withPeriod(events.MaxPeriodSeconds), []string{"health"}, ""},
+		{"a grace of 1e9 s", withGrace(1e9), []string{"sdk_disconnect_grace_seconds"}, "fleet.sdk_disconnect_grace_seconds"},
+		{"a grace of a day", withGrace(events.MaxSDKDisconnectGraceSeconds), []string{"sdk_disconnect_grace_seconds"}, ""},
+		{"a reservation timeout of 1e9 s", withReservation(1e9), []string{"player_sessions"}, "fleet.player_sessions.reservation_timeout_seconds"},
+		{"a reservation timeout of a day", withReservation(events.MaxReservationTimeoutSeconds), []string{"player_sessions.reservation_timeout_seconds"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := minimalSpec()
+			tc.set(spec)
+			_, created := events.DecideFleet(fleetName, nil, events.CreateFleet{Spec: spec})
+			_, updated := events.DecideFleet(fleetName, createdFleet(t, minimalSpec()), events.UpdateFleet{Spec: spec, Paths: tc.paths})
+			for what, err := range map[string]error{"create": created, "update": updated} {
+				if tc.field == "" {
+					if err != nil {
+						t.Fatalf("%s refused: %v", what, err)
+					}
+					continue
+				}
+				if ve := asValidationError(t, err); ve.Field != tc.field {
+					t.Fatalf("%s: field %q, want %q (%v)", what, ve.Field, tc.field, err)
+				}
+			}
+		})
+	}
+	// Stored before the bounds: its other fields still change.
+	stored := createdFleet(t, minimalSpec())
+	stored.Spec.Health.PeriodSeconds, stored.Spec.SdkDisconnectGraceSeconds = 1e9, 1e9
+	stored.Spec.PlayerSessions.ReservationTimeoutSeconds = 1e9
+	out, err := events.DecideFleet(fleetName, stored, events.UpdateFleet{Spec: &eventsv1.FleetSpec{Replicas: 5}, Paths: []string{"replicas"}})
+	if err != nil || len(out) == 0 {
+		t.Fatalf("scaling a fleet stored with periods over the bounds: %v, %v", types(out), err)
+	}
+}

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -145,6 +146,21 @@ func parseGameServerFilter(filter string) (projections.GameServerQuery, error) {
 	return q, nil
 }
 
+// underSpec names a fleet spec's field error by the standalone server's
+// request field: events name the fields of a fleet ("fleet.health…"), and a
+// standalone server's spec is "spec".
+func underSpec(err error) error {
+	var ve *events.ValidationError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	field, ok := strings.CutPrefix(ve.Field, "fleet.")
+	if !ok {
+		return err
+	}
+	return &events.ValidationError{Field: "spec." + field, Reason: ve.Reason}
+}
+
 // defaultShutdownGrace is the deadline of an API shutdown that names none.
 const defaultShutdownGrace = 30 * time.Second
 
@@ -170,7 +186,7 @@ func (g *gameServerService) CreateGameServer(ctx context.Context, req *tetherv1.
 	spec := specFromAPI(req.GetSpec())
 	events.NormalizeFleetSpec(spec)
 	if err := events.ValidateFleetSpec(spec); err != nil {
-		return nil, err
+		return nil, underSpec(err)
 	}
 	name := events.GameServerName(events.StandaloneFleet, req.GetGameServerId())
 	host, hostSubjects, err := g.placeStandalone(ctx, req.GetHost(), spec.GetTemplate().GetHostSelector())

@@ -528,6 +528,55 @@ func TestTemplateCannotSetTheAgentsVariables(t *testing.T) {
 	}
 }
 
+// The health period, the SDK disconnect grace and the reservation timeout
+// are at most a day (issue 39, item 5: 1e9 seconds was stored), on every
+// write of a spec, named by the request's field.
+func TestPeriodsAndTimeoutsOverADayAreRefused(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	s.createFleet("arena", fleetWithoutReplicas())
+	const huge, day = 1_000_000_000, 86_400
+	period := func(v int) func(f map[string]any) {
+		return func(f map[string]any) { f["health"] = map[string]any{"periodSeconds": v} }
+	}
+	grace := func(v int) func(f map[string]any) {
+		return func(f map[string]any) { f["sdkDisconnectGraceSeconds"] = v }
+	}
+	reservation := func(v int) func(f map[string]any) {
+		return func(f map[string]any) { f["playerSessions"] = map[string]any{"reservationTimeoutSeconds": v} }
+	}
+	tests := []struct {
+		name, method, path string
+		body               any
+		field              string // "" when taken
+	}{
+		{"a period", "POST", "/v1/fleets?fleetId=p1", withField(period(huge)), "fleet.health.period_seconds"},
+		{"a grace", "POST", "/v1/fleets?fleetId=p2", withField(grace(huge)), "fleet.sdk_disconnect_grace_seconds"},
+		{"a reservation timeout", "POST", "/v1/fleets?fleetId=p3", withField(reservation(huge)), "fleet.player_sessions.reservation_timeout_seconds"},
+		{"an update of the period", "PATCH", "/v1/fleets/arena?updateMask=health.periodSeconds", map[string]any{"health": map[string]any{"periodSeconds": huge}},
+			"fleet.health.period_seconds"},
+		{"a standalone server's grace", "POST", "/v1/fleets/standalone/gameServers?gameServerId=s1", withField(grace(huge)), "spec.sdk_disconnect_grace_seconds"},
+		{"a day of each", "POST", "/v1/fleets?fleetId=p4", withField(func(f map[string]any) {
+			period(day)(f)
+			grace(day)(f)
+			f["playerSessions"] = map[string]any{"maxPlayers": 4, "reservationTimeoutSeconds": day}
+		}), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := s.do(tt.method, tt.path, tt.body)
+			if tt.field == "" {
+				if r.status != http.StatusOK {
+					t.Fatalf("refused: %d %v", r.status, r.body)
+				}
+				return
+			}
+			if r.status != http.StatusBadRequest || r.reason() != "INVALID_ARGUMENT" || r.fieldViolation() != tt.field {
+				t.Fatalf("got %d %q field %q, want 400 INVALID_ARGUMENT field %q: %v", r.status, r.reason(), r.fieldViolation(), tt.field, r.body)
+			}
+		})
+	}
+}
+
 // A template asking for more game ports than any registered host's agent
 // hands out can never start anywhere: it is refused when the fleet (or a
 // standalone server) is created or its template updated. Before any host
