@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -226,6 +228,9 @@ func (h *historyService) ListEvents(ctx context.Context, req *tetherv1.ListEvent
 	if err != nil {
 		return nil, err
 	}
+	if err := checkEventTypes(req.GetTypes()); err != nil {
+		return nil, err
+	}
 	size := int(req.GetPageSize())
 	switch {
 	case size < 0 || size > 1000:
@@ -272,6 +277,18 @@ func (h *historyService) ListEvents(ctx context.Context, req *tetherv1.ListEvent
 	return resp, nil
 }
 
+// checkEventTypes refuses a types filter that names no event type, as a
+// watch's does: it matched nothing, and the list came back empty.
+func checkEventTypes(types []string) error {
+	pkg := (&eventsv1.Envelope{}).ProtoReflect().Descriptor().ParentFile().Package()
+	for _, t := range types {
+		if _, err := protoregistry.GlobalTypes.FindMessageByName(pkg.Append(protoreflect.Name(t))); err != nil || t == "" {
+			return invalidField("types", fmt.Sprintf("%q is not an event type", t))
+		}
+	}
+	return nil
+}
+
 // GetStateAt folds a resource's history up to a time or a sequence: the
 // life it was in then, when its name came back after it was archived.
 func (h *historyService) GetStateAt(ctx context.Context, req *tetherv1.GetStateAtRequest) (*tetherv1.StateAt, error) {
@@ -279,8 +296,11 @@ func (h *historyService) GetStateAt(ctx context.Context, req *tetherv1.GetStateA
 	if err != nil {
 		return nil, err
 	}
-	if req.GetTime() == nil && req.GetSequence() <= 0 {
+	switch {
+	case req.GetTime() == nil && req.GetSequence() <= 0:
 		return nil, invalidField("time", "give a time or a sequence")
+	case req.GetTime() != nil && req.GetSequence() != 0:
+		return nil, invalidField("sequence", "give a time or a sequence, not both")
 	}
 	hist, err := h.history(ctx, r, 0)
 	if err != nil {

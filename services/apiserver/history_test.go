@@ -125,6 +125,37 @@ func TestStateAtBetweenTwoEvents(t *testing.T) {
 	}
 }
 
+// What a history read cannot answer as asked is refused, naming the field
+// (issue 39, item 5): a state at both a time and a sequence (the sequence
+// won, silently), and a type filter naming no event type (an empty list,
+// where events:watch refused it).
+func TestHistoryRefusesQueriesItCannotAnswer(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	name := events.GameServerName("arena", "gs-1")
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	seqs := s.appendAt(name, times(t0, 2, 10*time.Second), &eventsv1.GameServerScheduled{Host: "hosts/h1"}, &eventsv1.ProcessStarted{Pid: 7, Attempt: 1})
+	at := url.QueryEscape(t0.Add(5 * time.Second).Format(time.RFC3339))
+	for _, tc := range []struct{ name, path, field string }{
+		{"a state at a time and a sequence", fmt.Sprintf("/v1/%s:stateAt?time=%s&sequence=%d", name, at, seqs[1]), "sequence"},
+		{"events of an unknown type", "/v1/" + name + "/events?types=GameServerReady&types=GameServerReadied", "types"},
+		{"events of an empty type", "/v1/" + name + "/events?types=", "types"},
+		{"a watch of an unknown type", "/v1/events:watch?types=GameServerReadied", "types"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := s.do(http.MethodGet, tc.path, nil)
+			if streamed, ok := r.body["error"].(map[string]any); ok { // a watch's error, as a stream's
+				r.body = streamed
+			}
+			if r.status != http.StatusBadRequest || r.reason() != "INVALID_ARGUMENT" || r.fieldViolation() != tc.field {
+				t.Fatalf("got %d %q field %q, want 400 INVALID_ARGUMENT field %q: %v", r.status, r.reason(), r.fieldViolation(), tc.field, r.body)
+			}
+		})
+	}
+	if r := s.do(http.MethodGet, "/v1/"+name+"/events?types=ProcessStarted", nil); r.status != http.StatusOK || len(r.body["events"].([]any)) != 1 {
+		t.Fatalf("events of a known type: %d %v", r.status, r.body)
+	}
+}
+
 func TestListEventsFiltersAndPages(t *testing.T) {
 	s := newStack(t, stackOptions{})
 	name := events.GameServerName("arena", "gs-hung")
