@@ -110,6 +110,23 @@ func (a *allocationService) allocateOnce(ctx context.Context, req *tetherv1.Allo
 	}
 }
 
+// checkPlayerIDs refuses an allocation's player without an id, and a
+// player id given twice: it took two seats.
+func checkPlayerIDs(players []*tetherv1.PlayerRequest) error {
+	first := make(map[string]int, len(players))
+	for i, p := range players {
+		field := fmt.Sprintf("players[%d].player_id", i)
+		if p.GetPlayerId() == "" {
+			return invalidField(field, "must be set")
+		}
+		if j, seen := first[p.GetPlayerId()]; seen {
+			return invalidField(field, fmt.Sprintf("%q is players[%d]'s too: a player takes one seat", p.GetPlayerId(), j))
+		}
+		first[p.GetPlayerId()] = i
+	}
+	return nil
+}
+
 // allocate is AllocateGameServer, uncounted.
 func (a *allocationService) allocate(ctx context.Context, req *tetherv1.AllocateGameServerRequest) (*tetherv1.AllocateGameServerResponse, error) {
 	s := a.s
@@ -127,10 +144,8 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 	if len(req.GetPlayers()) > maxAllocPlayers {
 		return nil, invalidField("players", fmt.Sprintf("at most %d players per allocation", maxAllocPlayers))
 	}
-	for i, p := range req.GetPlayers() {
-		if p.GetPlayerId() == "" {
-			return nil, invalidField(fmt.Sprintf("players[%d].player_id", i), "must be set")
-		}
+	if err := checkPlayerIDs(req.GetPlayers()); err != nil {
+		return nil, err
 	}
 	if n := req.GetGameSession().GetMaxPlayers(); n < 0 || n > 0 && int(n) < len(req.GetPlayers()) {
 		return nil, invalidField("game_session.max_players", fmt.Sprintf("%d seats cannot hold %d players", n, len(req.GetPlayers())))

@@ -232,6 +232,44 @@ func TestAllocateSelectorsAndErrors(t *testing.T) {
 	}
 }
 
+// The same player twice in one allocation is refused, naming the field
+// (issue 39, item 5): it took two seats of the session. Nothing is
+// allocated; the players once each are.
+func TestAllocationRefusesAPlayerTwice(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	s.createFleet("arena", fleetWithoutReplicas()) // 4 seats
+	s.seedReady("arena", 1, 1, nil)
+	players := func(ids ...string) map[string]any {
+		var out []any
+		for _, id := range ids {
+			out = append(out, map[string]any{"playerId": id})
+		}
+		return map[string]any{"players": out}
+	}
+	for _, tc := range []struct {
+		name  string
+		ids   []string
+		field string
+	}{
+		{"twice in a row", []string{"p1", "p1"}, "players[1].player_id"},
+		{"twice apart", []string{"p1", "p2", "p3", "p2"}, "players[3].player_id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := s.do(http.MethodPost, "/v1/fleets/arena/gameServers:allocate", players(tc.ids...))
+			if r.status != http.StatusBadRequest || r.reason() != "INVALID_ARGUMENT" || r.fieldViolation() != tc.field {
+				t.Fatalf("got %d %q field %q, want 400 INVALID_ARGUMENT field %q: %v", r.status, r.reason(), r.fieldViolation(), tc.field, r.body)
+			}
+		})
+	}
+	if n := len(s.allocations("arena")); n != 0 {
+		t.Fatalf("refused allocations allocated %d servers", n)
+	}
+	r := s.do(http.MethodPost, "/v1/fleets/arena/gameServers:allocate", players("p1", "p2"))
+	if sessions, _ := r.body["playerSessions"].([]any); r.status != http.StatusOK || len(sessions) != 2 {
+		t.Fatalf("two players: %d %v", r.status, r.body)
+	}
+}
+
 // Player sessions through the API: seats, max players, tokens, reconnect.
 func TestPlayerSessionsAPI(t *testing.T) {
 	s := newStack(t, stackOptions{})
