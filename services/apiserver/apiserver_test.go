@@ -49,8 +49,9 @@ type stackOptions struct {
 	lateProjector bool // leave the projector stopped until startProjector
 	replicas      int  // API replicas over the same NATS and PostgreSQL; default 1
 	keys          *apikeys.Keys
-	key           string // the API key the helpers call with, when keys are set
-	maxBody       int64  // the REST body limit; default the API's
+	key           string        // the API key the helpers call with, when keys are set
+	maxBody       int64         // the REST body limit; default the API's
+	readTimeout   time.Duration // the REST read timeout; default the API's
 	limits        apiserver.Limits
 	authRecheck   time.Duration
 	protect       bool // /metrics and /openapi.json need a key
@@ -72,6 +73,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 			a.JetStream = k.JS
 		}
 		a.ReadWait, a.TracerProvider, a.Keys, a.MaxBodyBytes = o.readWait, o.tracer, o.keys, o.maxBody
+		a.ReadRequestTimeout = o.readTimeout
 		a.Limits, a.AuthRecheck = o.limits, o.authRecheck
 		a.MetricsNeedKey, a.OpenAPINeedsKey, a.OIDC = o.protect, o.protect, o.oidc
 		if o.protect {

@@ -4,17 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"math"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
@@ -72,9 +76,10 @@ const (
 //     or not: a page cannot shut a match down, even with an empty body;
 //   - with keys, a call without a valid key is refused (401) before its
 //     body is read;
-//   - a body over max bytes is refused (413), and one that is not JSON
-//     (415).
-func guardBody(max int64, auth *authenticator, next http.Handler) http.Handler {
+//   - a body over max bytes is refused (413), one that is not JSON
+//     (415), and one that did not arrive within timeout, the server's read
+//     timeout (408).
+func guardBody(max int64, timeout time.Duration, auth *authenticator, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && crossSite(r) {
 			refuseHTTP(w, http.StatusForbidden, codes.PermissionDenied, ReasonCrossOrigin,
@@ -100,7 +105,7 @@ func guardBody(max int64, auth *authenticator, next http.Handler) http.Handler {
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 		if err != nil {
-			refuseHTTP(w, http.StatusBadRequest, codes.InvalidArgument, ReasonInvalidArgument, "reading the request body: "+err.Error())
+			refuseBodyRead(w, timeout, err)
 			return
 		}
 		if int64(len(body)) > max {
@@ -117,6 +122,27 @@ func guardBody(max int64, auth *authenticator, next http.Handler) http.Handler {
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// ReasonRequestTimeout is the reason of a REST request whose body did not
+// arrive within the server's read timeout.
+const ReasonRequestTimeout = "REQUEST_TIMEOUT"
+
+// refuseBodyRead answers a request whose body could not be read: 408 when
+// it did not arrive within timeout, else 400 with the cause. Neither names
+// the connection's addresses, which a read error of the socket carries
+// ("read tcp 127.0.0.1:7080->…: i/o timeout").
+func refuseBodyRead(w http.ResponseWriter, timeout time.Duration, err error) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		refuseHTTP(w, http.StatusRequestTimeout, codes.DeadlineExceeded, ReasonRequestTimeout,
+			fmt.Sprintf("the request did not arrive whole within %s; send its body at once", timeout))
+		return
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		err = op.Err // the cause, without the addresses
+	}
+	refuseHTTP(w, http.StatusBadRequest, codes.InvalidArgument, ReasonInvalidArgument, "reading the request body: "+err.Error())
 }
 
 // crossSite reports whether a browser sent r from a page of another site:

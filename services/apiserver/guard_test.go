@@ -1,12 +1,16 @@
 package apiserver_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tetherhq/tether/services/apiserver"
 )
@@ -99,6 +103,69 @@ func TestRESTRefusesBadRequestsBeforeAnyWork(t *testing.T) {
 	}
 	if r := s.do(http.MethodGet, "/v1/fleets/a1", nil); r.status != http.StatusNotFound {
 		t.Errorf("the text/plain POST created a fleet: %d %v", r.status, r.body)
+	}
+}
+
+// A body that does not arrive in time is 408, and a body cut short 400,
+// neither naming the connection's addresses (issue 39, item 5: a slow
+// body got "400 reading the request body: read tcp
+// 127.0.0.1:17080->…: i/o timeout").
+func TestSlowOrCutBodiesSayNoAddresses(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	s := newStack(t, stackOptions{readTimeout: timeout})
+	addr := strings.TrimPrefix(s.base, "http://")
+	for _, tc := range []struct {
+		name   string
+		cut    bool // the client ends its side after the part it sent
+		status int
+		reason string
+	}{
+		{"slow", false, http.StatusRequestTimeout, apiserver.ReasonRequestTimeout},
+		{"cut short", true, http.StatusBadRequest, "INVALID_ARGUMENT"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := fmt.Fprintf(conn, "POST /v1/fleets?fleetId=slow HTTP/1.1\r\nHost: api\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"replicas\""); err != nil {
+				t.Fatal(err)
+			}
+			if tc.cut {
+				if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := conn.SetReadDeadline(time.Now().Add(10 * timeout)); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body struct {
+				Message string `json:"message"`
+				Details []struct {
+					Reason string `json:"reason"`
+				} `json:"details"`
+			}
+			if err := json.Unmarshal(b, &body); err != nil || len(body.Details) == 0 {
+				t.Fatalf("%d, not the API's error shape: %s", resp.StatusCode, b)
+			}
+			if resp.StatusCode != tc.status || body.Details[0].Reason != tc.reason {
+				t.Fatalf("%d %s, want %d %s: %s", resp.StatusCode, body.Details[0].Reason, tc.status, tc.reason, b)
+			}
+			local, remote := conn.LocalAddr().String(), conn.RemoteAddr().String()
+			if strings.Contains(body.Message, "tcp") || strings.Contains(body.Message, local) || strings.Contains(body.Message, remote) {
+				t.Fatalf("the answer names the connection: %q", body.Message)
+			}
+		})
 	}
 }
 

@@ -183,6 +183,9 @@ type Options struct {
 	// MaxBodyBytes bounds a REST request's body (413 above it); default
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// ReadRequestTimeout bounds reading a whole REST request, its body
+	// included (408 past it); default DefaultReadRequestTimeout.
+	ReadRequestTimeout time.Duration
 	// MetricsHandler, when set, is served at /metrics on the HTTP address.
 	MetricsHandler http.Handler
 	// Logger; default discards.
@@ -198,9 +201,6 @@ type Options struct {
 // maxMaxBodyBytes caps Options.MaxBodyBytes: a body is held in memory.
 const maxMaxBodyBytes = 64 << 20
 
-// readTimeout bounds reading a whole REST request, body included.
-const readTimeout = 30 * time.Second
-
 // The defaults of Options, and of the `tether apiserver` flags.
 const (
 	DefaultGRPCAddr  = "127.0.0.1:7070"
@@ -208,6 +208,8 @@ const (
 	DefaultTokenTTL  = time.Hour
 	DefaultReadWait  = 5 * time.Second
 	DefaultKeepalive = 30 * time.Second
+	// DefaultReadRequestTimeout is the default of Options.ReadRequestTimeout.
+	DefaultReadRequestTimeout = 30 * time.Second
 )
 
 func (o *Options) setDefaults() {
@@ -232,6 +234,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Keepalive <= 0 {
 		o.Keepalive = DefaultKeepalive
+	}
+	if o.ReadRequestTimeout <= 0 {
+		o.ReadRequestTimeout = DefaultReadRequestTimeout
 	}
 	if w, ok := o.Store.(eventWatcher); ok && o.Watch == nil {
 		o.Watch = w
@@ -464,7 +469,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", guardBody(s.opts.MaxBodyBytes, auth, keepBody(gw)))
+	mux.Handle("/v1/", guardBody(s.opts.MaxBodyBytes, s.opts.ReadRequestTimeout, auth, keepBody(gw)))
 	mux.Handle("GET /openapi.json", auth.keyed(s.opts.OpenAPINeedsKey, openapi.Handler()))
 	// The web console needs no key to load; its calls to /v1/ carry one.
 	mux.Handle("GET /ui/", console.Handler())
@@ -477,7 +482,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// client sending slowly cannot hold a connection for ever; answers
 	// have no write timeout, since events:watch streams for as long as its
 	// client reads.
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: readTimeout, IdleTimeout: 120 * time.Second}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: min(10*time.Second, s.opts.ReadRequestTimeout), ReadTimeout: s.opts.ReadRequestTimeout, IdleTimeout: 120 * time.Second}
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.opts.Freshness.Run(ctx) })
