@@ -408,6 +408,11 @@ func New(opts Options) (*Agent, error) {
 		resumed:     make(chan struct{}, 1),
 		watch:       runWatch{late: opts.HealthEvalInterval + minPause},
 	}
+	if _, real := opts.Processes.(OSProcesses); real {
+		if err := a.keepInheritedFDs(); err != nil {
+			return nil, err
+		}
+	}
 	if a.outbox, err = openOutbox(opts.OutboxDir, opts.OutboxMax); err != nil {
 		return nil, err
 	}

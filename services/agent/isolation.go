@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tetherhq/tether/events"
 )
 
@@ -131,6 +133,51 @@ func checkRunAs(opts Options, euid int) error {
 func DenyInspection() error {
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
 		return fmt.Errorf("agent: prctl(PR_SET_DUMPABLE, 0): %w", errno)
+	}
+	return nil
+}
+
+// inheritedFDs marks close-on-exec every descriptor above stderr that is
+// not: those the agent's process inherited open from its parent (a shell's,
+// a supervisor's, a test runner's), which exec would otherwise hand on to
+// every game server (fds 10 and 251 were seen in one). Go opens its own
+// descriptors close-on-exec, and a game server's own (its token, its
+// output) are handed over by exec.Cmd, which dups them into the child; so
+// a game server gets descriptors 0-2, the token's and its keep-open pipes
+// (ProcessSpec.KeepOpen), and no others. New calls it for real processes.
+// It returns the descriptors it marked.
+func inheritedFDs() ([]int, error) {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil, fmt.Errorf("agent: list the process's descriptors: %w", err)
+	}
+	var marked []int
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil || flags&unix.FD_CLOEXEC != 0 {
+			continue // closed since it was listed (the listing's own), or marked already
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags|unix.FD_CLOEXEC); err != nil {
+			return marked, fmt.Errorf("agent: mark descriptor %d close-on-exec: %w", fd, err)
+		}
+		marked = append(marked, fd)
+	}
+	return marked, nil
+}
+
+// keepInheritedFDs keeps the descriptors the agent inherited from its game
+// servers (inheritedFDs), and says which it found.
+func (a *Agent) keepInheritedFDs() error {
+	marked, err := inheritedFDs()
+	if err != nil {
+		return err
+	}
+	if len(marked) > 0 {
+		a.log.Info("descriptors inherited from the agent's parent are closed in game servers", "fds", marked)
 	}
 	return nil
 }

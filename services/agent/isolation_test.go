@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/agent"
 	kit "github.com/tetherhq/tether/services/testkit/stack"
@@ -264,6 +266,53 @@ func TestTemplateCannotLeakOrReplaceTheToken(t *testing.T) {
 		if !strings.Contains(h.logs.String(), logged) {
 			t.Errorf("the agent's log does not say %q:\n%s", logged, h.logs.String())
 		}
+	}
+}
+
+// TestGameServerInheritsNoStrayDescriptors opens a descriptor without
+// close-on-exec, as an agent's parent may leave it one (fds 10 and 251
+// were seen in game servers: issue 39, item 5), before the agent starts:
+// its game server holds stdin, stdout and stderr, the token's pipe and the
+// agent's keep-open pipes, and not that descriptor.
+func TestGameServerInheritsNoStrayDescriptors(t *testing.T) {
+	stray, err := os.Create(filepath.Join(t.TempDir(), "inherited-from-the-parent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stray.Close()
+	fd, err := unix.FcntlInt(stray.Fd(), unix.F_DUPFD, 200) // not close-on-exec, as a parent's would be
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	h := newHarness(t)
+	name := "fleets/arena/gameServers/gs-fds"
+	h.schedule(name, &eventsv1.GameServerTemplate{Command: "/bin/sleep", Args: []string{"600"}})
+	pid := strconv.Itoa(int(h.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted).GetPid()))
+
+	entries, err := os.ReadDir("/proc/" + pid + "/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fds []int
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if target, _ := os.Readlink("/proc/" + pid + "/fd/" + e.Name()); target == stray.Name() {
+			t.Errorf("the game server holds the agent's inherited descriptor %d as its fd %d", fd, n)
+		}
+		fds = append(fds, n)
+	}
+	slices.Sort(fds)
+	// stdin, stdout, stderr, the token, and the read ends of its output
+	// pipes (ProcessSpec.KeepOpen).
+	if want := []int{0, 1, 2, 3, 4, 5}; !slices.Equal(fds, want) {
+		t.Fatalf("the game server's descriptors are %v, want %v", fds, want)
+	}
+	if !strings.Contains(h.logs.String(), "descriptors inherited from the agent's parent are closed in game servers") {
+		t.Errorf("the agent did not say which descriptors it found inherited:\n%s", h.logs.String())
 	}
 }
 
