@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
@@ -40,6 +42,9 @@ type apiError struct {
 	field  string // request field for a BadRequest violation, if any
 	msg    string
 	meta   map[string]string // the ErrorInfo's metadata, if any
+	// retry, when set, is how soon a retry may succeed: a RetryInfo (and
+	// over REST a Retry-After header).
+	retry time.Duration
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -62,6 +67,9 @@ func toStatus(log *slog.Logger, method string, err error) *status.Status {
 		details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
 			{Field: ae.field, Description: ae.msg},
 		}})
+	}
+	if ae.retry > 0 {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(ae.retry)})
 	}
 	withDetails, err := st.WithDetails(details...)
 	if err != nil {

@@ -296,6 +296,7 @@ type Server struct {
 	candidates *candidatePool // READY servers to allocate
 	beats      *liveBeats     // hosts' and servers' last heartbeats, for reads
 	archive    *archiveReader // archived histories (archive.go)
+	views      viewsCatchUp   // whether the views reached the stream's position at start (catchup.go)
 
 	// auth checks the callers (nil: every caller may do everything); the
 	// gateway's error handler asks it before refusing a body (gateway.go).
@@ -379,8 +380,8 @@ func (s *Server) Run(ctx context.Context) error {
 	lim := newLimiter(s.opts.Limits, s.opts.Now)
 	lim.gateway = gatewayLis.Addr().String()
 	undecoded := &undecodedRequests{} // codec.go: refused after the permission
-	unary := []grpc.UnaryServerInterceptor{lim.unary(), unaryErrors(s.log), unaryRequests()}
-	stream := []grpc.StreamServerInterceptor{lim.stream(), streamErrors(s.log), streamRequests(undecoded)}
+	unary := []grpc.UnaryServerInterceptor{lim.unary(), unaryErrors(s.log), s.unaryCatchUp(), unaryRequests()}
+	stream := []grpc.StreamServerInterceptor{lim.stream(), streamErrors(s.log), s.streamCatchUp(), streamRequests(undecoded)}
 	go s.opts.Tokens.Watch(ctx, apikeys.DefaultReloadEvery) // a keys file rotates without a restart
 	if s.opts.JetStream != nil {
 		go s.beats.run(ctx, s.opts.JetStream, s.log)
@@ -486,6 +487,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.opts.Freshness.Run(ctx) })
+	g.Go(func() error { s.catchUp(ctx); return nil })
 	if restTLS != nil {
 		hs.TLSConfig = restTLS
 	}

@@ -308,4 +308,10 @@ func (s *Stack) startAPIs() {
 		}
 		return nil
 	})
+	// The stream is empty yet: each replica's views have caught up with it
+	// as soon as it has read its position, and a read of a missing row is
+	// NOT_FOUND from then on, not UNAVAILABLE.
+	for i, api := range s.APIs {
+		wait.For(t, 10*time.Second, fmt.Sprintf("API replica %d's views to catch up", i+1), api.ViewsCaughtUp)
+	}
 }
