@@ -47,7 +47,7 @@ func (m strictJSON) decode(r io.Reader, v any) error {
 			return err
 		}
 	}
-	return m.JSONPb.Unmarshal(data, v)
+	return m.Unmarshal(data, v)
 }
 
 // errTrailingData is the refusal of a body with more after its JSON value.
