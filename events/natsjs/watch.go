@@ -13,8 +13,22 @@ import (
 )
 
 // watchPull bounds the messages a watch's consumer pulls ahead of its
-// reader: the memory a watch holds in this package.
+// reader; watchPullBytes bounds their bytes: the memory a watch holds in
+// this package.
 const watchPull = 256
+
+// watchPullSlack is what a message takes of a pull's bytes besides its
+// headers and data (which the server's max_payload bounds): its subject and
+// its ack subject, as nats-server counts them.
+const watchPullSlack = 8 << 10
+
+// watchPullBytes bounds the bytes a watch's consumer pulls ahead of its
+// reader: one pull at a time (a pull's messages are all read before the
+// next is asked for), of at most the largest message the server takes, so
+// that every message fits a pull (nats-server delivers none larger than the
+// pull's bytes, and the watch would stall there). Without it a watch of
+// large events held watchPull of them, up to 256 MiB.
+func (s *Store) watchPullBytes() int { return int(s.js.Conn().MaxPayload()) + watchPullSlack }
 
 // watchInactive is how long the server keeps a watch's consumer after its
 // reader went away without deleting it (a crash, a lost connection).
@@ -67,7 +81,11 @@ func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []strin
 			}
 			return
 		}
-		msgs, err := cons.Messages(jetstream.PullMaxMessages(watchPull),
+		// The count bound with a byte limit, and the next pull only once
+		// the last one's messages are all read: otherwise each pull of a
+		// few large messages, short of half the count, asks for the next
+		// at once, and they pile up.
+		msgs, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(watchPull, s.watchPullBytes()), jetstream.PullThresholdMessages(1),
 			// As FailoverPull (below): a lost node is noticed within two heartbeats.
 			jetstream.PullHeartbeat(2*time.Second), jetstream.PullExpiry(8*time.Second))
 		if err != nil {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,7 +14,9 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/testkit/natstest"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // watched is one item a watch yielded.
@@ -299,4 +303,62 @@ func TestEventWhenAReplicaIsBehind(t *testing.T) {
 			t.Fatalf("event %d: %s at %d, %v", seq, got.Aggregate, got.Sequence, err)
 		}
 	}
+}
+
+// liveHeap returns the bytes of the heap's live objects: after two
+// collections, the second freeing what sync.Pools kept through the first.
+func liveHeap() int64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// A watch whose reader stops reading holds one pull of events, bounded in
+// bytes by the largest message NATS takes (1 MiB), not 256 events of any
+// size: twenty watches of 16 KB events that each read one and stop grew
+// the heap by 84 MiB (4 MiB each), and by 29 MiB with the byte bound
+// (with the server's cache of the stream's blocks, 16 MB here).
+func TestAWatchThatIsNotReadHoldsOnePull(t *testing.T) {
+	const (
+		watches = 20
+		onePull = 3 << 19 // 1 MiB and what its messages take besides
+		besides = 16 << 20
+	)
+	e := newEnv(t)
+	labels := map[string]string{"padding": strings.Repeat("x", 16000)}
+	for i := range 1000 {
+		name := events.GameServerName("arena", fmt.Sprintf("gs-%d", i))
+		e.append(t, events.MustSubject(name), events.AnySequence,
+			events.New(name, time.Now(), &eventsv1.GameServerScheduled{Host: "hosts/h1", Labels: labels}))
+	}
+	base := liveHeap()
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	for range watches {
+		first := make(chan struct{})
+		go func() {
+			for range e.store.Watch(ctx, 0, 0, nil) {
+				close(first)
+				<-ctx.Done() // reads no more
+				return
+			}
+		}()
+		select {
+		case <-first:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no event from the watch in 10s")
+		}
+	}
+	bound := int64(watches*onePull + besides)
+	var grown int64
+	wait.Holds(t, 2*time.Second, "the heap's bound, while the watches hold their pulls", func() bool {
+		if grown = max(grown, liveHeap()-base); grown > bound {
+			t.Logf("%d watches not read grew the heap by %.1f MiB, over %.1f MiB", watches, float64(grown)/(1<<20), float64(bound)/(1<<20))
+			return false
+		}
+		return true
+	})
+	t.Logf("%d watches not read grew the heap by %.1f MiB at most (bound %.1f MiB)", watches, float64(grown)/(1<<20), float64(bound)/(1<<20))
 }

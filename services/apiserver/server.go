@@ -129,10 +129,15 @@ type Options struct {
 	// while events wait for it, before it ends the watch with
 	// RESOURCE_EXHAUSTED; default DefaultWatchStall.
 	WatchStall time.Duration
-	// WatchBufferBytes bounds the bytes of the events a watch holds for
-	// its client (besides WatchBuffer's count); default
+	// WatchBufferBytes bounds the bytes of the encoded events a watch
+	// holds for its client (besides WatchBuffer's count); default
 	// DefaultWatchBufferBytes.
 	WatchBufferBytes int
+	// WatchTotalBytes bounds the bytes of the encoded events every watch
+	// of the server holds together: a watch that would take more ends the
+	// watch that holds the most (WATCH_FELL_BEHIND); default
+	// DefaultWatchTotalBytes.
+	WatchTotalBytes int
 	// Limits bound each caller's rate, calls in progress and open
 	// streams; zero fields take the defaults (DefaultRate, …).
 	Limits Limits
@@ -201,6 +206,15 @@ type Options struct {
 // maxMaxBodyBytes caps Options.MaxBodyBytes: a body is held in memory.
 const maxMaxBodyBytes = 64 << 20
 
+// The flow-control windows of the gateway's connection to the gRPC server:
+// a stream's bounds what the gateway holds of an answer its REST client
+// does not read; the connection's, returned as data arrives whether read
+// or not, only paces the streams together.
+const (
+	gatewayStreamWindow = 64 << 10
+	gatewayConnWindow   = 16 << 20
+)
+
 // The defaults of Options, and of the `tether apiserver` flags.
 const (
 	DefaultGRPCAddr  = "127.0.0.1:7070"
@@ -250,6 +264,9 @@ func (o *Options) setDefaults() {
 	if o.WatchBufferBytes <= 0 {
 		o.WatchBufferBytes = DefaultWatchBufferBytes
 	}
+	if o.WatchTotalBytes <= 0 {
+		o.WatchTotalBytes = DefaultWatchTotalBytes
+	}
 	if o.AuthRecheck <= 0 {
 		o.AuthRecheck = apikeys.DefaultReloadEvery
 	}
@@ -297,6 +314,7 @@ type Server struct {
 	beats      *liveBeats     // hosts' and servers' last heartbeats, for reads
 	archive    *archiveReader // archived histories (archive.go)
 	views      viewsCatchUp   // whether the views reached the stream's position at start (catchup.go)
+	watches    *watchBudget   // the bytes the watches hold (watchbudget.go)
 
 	// auth checks the callers (nil: every caller may do everything); the
 	// gateway's error handler asks it before refusing a body (gateway.go).
@@ -321,6 +339,7 @@ func New(opts Options) (*Server, error) {
 		tracer:     opts.TracerProvider.Tracer("github.com/tetherhq/tether/services/apiserver"),
 		candidates: newCandidatePool(opts.Views, opts.Now, opts.Logger), policies: map[string]cachedPolicy{}}
 	s.archive = newArchiveReader(opts)
+	s.watches = newWatchBudget(opts.WatchBufferBytes, opts.WatchTotalBytes)
 	s.noticeCtx, s.stopNotices = context.WithCancel(context.Background())
 	var err error
 	if s.grpcLis = opts.GRPCListener; s.grpcLis == nil {
@@ -418,7 +437,7 @@ func (s *Server) Run(ctx context.Context) error {
 		creds = append(creds, grpc.Creds(newGatewayCreds(grpcTLS, lim.gateway)))
 	}
 	gs := grpc.NewServer(append(creds,
-		grpc.ForceServerCodecV2(newRequestCodec(undecoded)),
+		grpc.ForceServerCodecV2(pooledCodec{newRequestCodec(undecoded)}), // pooledCodec: watchbudget.go
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(s.opts.TracerProvider),
 			otelgrpc.WithMeterProvider(s.opts.MeterProvider),
@@ -446,6 +465,10 @@ func (s *Server) Run(ctx context.Context) error {
 
 	conn, err := grpc.NewClient(gatewayLis.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// A fixed window per stream: what the gateway holds of an answer
+		// its REST client does not read (a watch) is bounded by it. The
+		// default grows it to 16 MiB a stream (BDP estimation).
+		grpc.WithInitialWindowSize(gatewayStreamWindow), grpc.WithInitialConnWindowSize(gatewayConnWindow),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
 			otelgrpc.WithTracerProvider(s.opts.TracerProvider),
 			otelgrpc.WithMeterProvider(s.opts.MeterProvider),

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -34,12 +35,14 @@ const ReasonWatchFellBehind = "WATCH_FELL_BEHIND"
 // it received no event yet, e.g. after starting with 0 ("from now").
 const WatchAfterSequenceHeader = "tether-after-sequence"
 
-// Defaults of Options.WatchBuffer, WatchBufferBytes and WatchStall. A
-// watch's events are bounded in count and in bytes: a thousand events of
-// large templates would otherwise hold a megabyte each.
+// Defaults of Options.WatchBuffer, WatchBufferBytes, WatchTotalBytes and
+// WatchStall. A watch's events are bounded in count and in bytes: a
+// thousand events of large templates would otherwise hold a megabyte each;
+// and every watch's bytes together: sixteen watches at their bound.
 const (
 	DefaultWatchBuffer      = 1024
 	DefaultWatchBufferBytes = 4 << 20
+	DefaultWatchTotalBytes  = 64 << 20
 	DefaultWatchStall       = 10 * time.Second
 )
 
@@ -247,11 +250,15 @@ func watchRange(ctx context.Context, w eventWatcher, req *tetherv1.WatchEventsRe
 // after_sequence set to the last sequence they received.
 //
 // Memory: the server pulls events no faster than the client reads them and
-// holds at most Options.WatchBuffer of them (plus the store's pull batch).
-// A client that reads nothing for Options.WatchStall while events wait for
-// it gets RESOURCE_EXHAUSTED (reason WATCH_FELL_BEHIND) saying the
-// after_sequence to resume with. Events the server cannot decode are logged
-// and skipped.
+// holds at most Options.WatchBuffer of them, encoded, within
+// Options.WatchBufferBytes, and every watch's within WatchTotalBytes
+// together (watchBudget); besides, one pull of the store's (at most NATS's
+// max_payload) and the transport's windows (64 KiB; the REST gateway's
+// too). A client that reads nothing for Options.WatchStall while events
+// wait for it, or whose watch holds the most when the watches would take
+// more than WatchTotalBytes, gets RESOURCE_EXHAUSTED (reason
+// WATCH_FELL_BEHIND) saying the after_sequence to resume with. Events the
+// server cannot decode are logged and skipped.
 func (h *historyService) WatchEvents(req *tetherv1.WatchEventsRequest, stream grpc.ServerStreamingServer[tetherv1.Event]) error {
 	w := h.s.opts.Watch
 	if w == nil {
@@ -261,8 +268,8 @@ func (h *historyService) WatchEvents(req *tetherv1.WatchEventsRequest, stream gr
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(stream.Context())
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
 	after, until, bounded, err := watchRange(ctx, w, req)
 	if err != nil {
 		return err
@@ -275,7 +282,9 @@ func (h *historyService) WatchEvents(req *tetherv1.WatchEventsRequest, stream gr
 	if err != nil || evs == nil {
 		return err
 	}
-	return h.pump(ctx, evs, f, after, stream.Send)
+	hold := h.s.watches.open(cancel)
+	defer hold.close()
+	return h.pump(ctx, hold, evs, f, after, stream.Send)
 }
 
 // watched returns what a watch sends before filtering: the stream's
@@ -337,85 +346,29 @@ func (h *historyService) watched(ctx context.Context, w eventWatcher, req *tethe
 }
 
 // pump sends the matching events of evs through send from a goroutine,
-// holding at most WatchBuffer of them, and returns when evs ends and every
+// holding at most WatchBuffer of them, within the watch's share of the
+// server's watch budget (watchBudget), and returns when evs ends and every
 // event was sent, or at the first error.
-func (h *historyService) pump(ctx context.Context, evs iter.Seq2[sourced, error], f watchFilter, after uint64,
+func (h *historyService) pump(ctx context.Context, hold *watchHold, evs iter.Seq2[sourced, error], f watchFilter, after uint64,
 	send func(*tetherv1.Event) error) error {
-	opts := h.s.opts
-	out := make(chan *tetherv1.Event, opts.WatchBuffer)
-	stop := make(chan struct{})
-	var sent atomic.Uint64 // last sequence handed to the transport
-	sent.Store(after)
-	var held atomic.Int64                       // bytes of the events in out
-	freed := make(chan struct{}, 1)             // the sender took an event out
-	sizes := make(chan int, opts.WatchBuffer+1) // each queued event's bytes, in out's order (and the one waiting to enter)
-	senderDone := make(chan error, 1)
-	go func() {
-		senderDone <- func() error {
-			for {
-				select {
-				case <-stop:
-					return nil
-				case ev, ok := <-out:
-					if !ok {
-						return nil
-					}
-					held.Add(-int64(<-sizes))
-					select {
-					case freed <- struct{}{}:
-					default:
-					}
-					if err := send(ev); err != nil {
-						return fmt.Errorf("watch: send event %d: %w", ev.GetSequence(), err)
-					}
-					sent.Store(uint64(ev.GetSequence()))
-				}
-			}
-		}()
-	}()
+	p := &watchPump{ctx: ctx, opts: &h.s.opts, log: h.s.log, hold: hold, send: send,
+		out: make(chan queuedEvent, h.s.opts.WatchBuffer), stop: make(chan struct{}), senderDone: make(chan error, 1)}
+	p.sent.Store(after)
+	go func() { p.senderDone <- p.sendAll() }()
 	// On an early return the sender may be blocked in send to a client
 	// that reads nothing; ending the RPC unblocks it.
-	defer close(stop)
-
-	fellBehind := func() error {
-		n := sent.Load()
-		h.s.log.Warn("watch client fell behind", "after_sequence", n, "buffer", opts.WatchBuffer, "buffer_bytes", held.Load(), "stall", opts.WatchStall)
-		return &apiError{code: codes.ResourceExhausted, reason: ReasonWatchFellBehind, msg: fmt.Sprintf(
-			"fell behind; resume with after_sequence=%d (the client read no event for %s while %d events or %d bytes waited)",
-			n, opts.WatchStall, len(out), held.Load())}
-	}
-	// room waits until size more bytes fit the buffer (an event larger
-	// than the whole bound goes alone), or the client stalls.
-	room := func(size int) error {
-		if held.Load() == 0 || held.Load()+int64(size) <= int64(opts.WatchBufferBytes) {
-			return nil
-		}
-		timer := time.NewTimer(opts.WatchStall)
-		defer timer.Stop()
-		for held.Load() > 0 && held.Load()+int64(size) > int64(opts.WatchBufferBytes) {
-			select {
-			case <-freed:
-			case err := <-senderDone:
-				return cmp.Or(err, errors.New("watch: the sender stopped"))
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-timer.C:
-				return fellBehind()
-			}
-		}
-		return nil
-	}
+	defer close(p.stop)
 	for e, err := range evs {
 		if errors.Is(err, events.ErrUndecodable) {
 			h.s.log.Warn("watch skips an undecodable event", "sequence", e.Sequence, "aggregate", e.Aggregate, "err", err)
 			continue
 		}
 		if err != nil {
-			return err
+			return cmp.Or(p.stopped(), err)
 		}
 		keep, err := f.match(ctx, e.Envelope)
 		if err != nil {
-			n := sent.Load()
+			n := p.sent.Load()
 			h.s.log.Warn("watch ended: a session's fleet could not be read", "sequence", e.Sequence, "after_sequence", n, "err", err)
 			return &apiError{code: codes.Unavailable, reason: ReasonUnavailable, msg: fmt.Sprintf(
 				"the fleet of %s could not be read (%v); resume with after_sequence=%d", e.Aggregate, err, n)}
@@ -423,60 +376,186 @@ func (h *historyService) pump(ctx context.Context, evs iter.Seq2[sourced, error]
 		if !keep {
 			continue
 		}
-		ev, err := eventToAPI(e.Envelope)
-		if err != nil {
-			h.s.log.Error("watch skips an event it cannot convert", "sequence", e.Sequence, "err", err)
+		q, ok := h.encode(e)
+		if !ok {
 			continue
 		}
-		ev.ArchiveSegment = e.segment
-		size := proto.Size(ev)
-		if err := room(size); err != nil {
+		if err := p.enqueue(q); err != nil {
 			return err
-		}
-		// Counted before it is queued: the sender takes the size out as
-		// it takes the event.
-		held.Add(int64(size))
-		sizes <- size
-		select {
-		case out <- ev:
-			continue
-		default:
-		}
-		timer := time.NewTimer(opts.WatchStall)
-		select {
-		case out <- ev:
-			timer.Stop()
-		case err := <-senderDone:
-			timer.Stop()
-			return err
-		case <-ctx.Done():
-			timer.Stop()
-			return ctx.Err()
-		case <-timer.C:
-			return fellBehind()
 		}
 	}
-	if err := ctx.Err(); err != nil {
+	if err := p.stopped(); err != nil {
 		return err
 	}
-	// A bounded watch ended: wait until everything is sent, as long as the
-	// client keeps reading.
-	close(out)
-	last := sent.Load()
-	tick := time.NewTicker(opts.WatchStall)
+	return p.drain()
+}
+
+// encode converts a watched event to the API's and encodes it: what the
+// watch holds for its client is the encoding, whose bytes it counts.
+func (h *historyService) encode(e sourced) (queuedEvent, bool) {
+	ev, err := eventToAPI(e.Envelope)
+	if err == nil {
+		ev.ArchiveSegment = e.segment
+		var raw []byte
+		if raw, err = proto.Marshal(ev); err == nil {
+			return queuedEvent{seq: uint64(ev.GetSequence()), raw: raw}, true
+		}
+	}
+	h.s.log.Error("watch skips an event it cannot convert", "sequence", e.Sequence, "err", err)
+	return queuedEvent{}, false
+}
+
+// queuedEvent is an encoded event a watch holds for its client.
+type queuedEvent struct {
+	seq uint64
+	raw []byte // the tetherv1.Event, encoded
+}
+
+// encoded returns the event to send: an empty Event whose unknown fields
+// are the encoding, which marshals as it is (the client decodes the whole
+// Event).
+func (q queuedEvent) encoded() *tetherv1.Event {
+	ev := &tetherv1.Event{}
+	ev.ProtoReflect().SetUnknown(q.raw)
+	return ev
+}
+
+// watchPump is one watch's queue of events between the store and its
+// client's transport.
+type watchPump struct {
+	ctx  context.Context // ended, with errWatchEvicted, when the budget takes the watch's bytes back
+	opts *Options
+	log  *slog.Logger
+	hold *watchHold
+	send func(*tetherv1.Event) error
+
+	out        chan queuedEvent // WatchBuffer events, at most
+	stop       chan struct{}    // the watch ended: the sender stops
+	senderDone chan error
+	sent       atomic.Uint64 // last sequence handed to the transport
+}
+
+// sendAll sends the queued events until out is closed and empty, stop is
+// closed, or a send fails; each event's bytes are released once the
+// transport has taken it.
+func (p *watchPump) sendAll() error {
+	for {
+		select {
+		case <-p.stop:
+			return nil
+		case q, ok := <-p.out:
+			if !ok {
+				return nil
+			}
+			err := p.send(q.encoded())
+			p.hold.release(int64(len(q.raw)))
+			if err != nil {
+				return fmt.Errorf("watch: send event %d: %w", q.seq, err)
+			}
+			p.sent.Store(q.seq)
+		}
+	}
+}
+
+// enqueue reserves q's bytes and queues it, waiting while the client's
+// transport still holds what the bounds allow, or until it stalls.
+func (p *watchPump) enqueue(q queuedEvent) error {
+	if err := p.room(int64(len(q.raw))); err != nil {
+		return err
+	}
+	select {
+	case p.out <- q:
+		return nil
+	default:
+	}
+	timer := time.NewTimer(p.opts.WatchStall)
+	defer timer.Stop()
+	select {
+	case p.out <- q:
+		return nil
+	case err := <-p.senderDone:
+		return cmp.Or(err, errors.New("watch: the sender stopped"))
+	case <-p.ctx.Done():
+		return p.stopped()
+	case <-timer.C:
+		return p.fellBehind()
+	}
+}
+
+// room waits until the watch's share of the budget has size bytes for
+// another event, or the client stalls (WatchStall without a read), or the
+// budget ends the watch.
+func (p *watchPump) room(size int64) error {
+	var stall <-chan time.Time
+	for {
+		r := p.hold.reserve(size)
+		if r.ok {
+			return nil
+		}
+		if r.evicted != nil {
+			p.log.Warn("watch ended: the watches hold their total budget", "held_bytes", r.evicted.heldBytes(),
+				"watch_total_bytes", p.opts.WatchTotalBytes, "for_itself", r.evicted == p.hold)
+			r.evicted.end(errWatchEvicted)
+		}
+		if stall == nil {
+			timer := time.NewTimer(p.opts.WatchStall)
+			defer timer.Stop()
+			stall = timer.C
+		}
+		select {
+		case <-p.hold.own:
+		case <-r.freed:
+		case err := <-p.senderDone:
+			return cmp.Or(err, errors.New("watch: the sender stopped"))
+		case <-p.ctx.Done():
+			return p.stopped()
+		case <-stall:
+			return p.fellBehind()
+		}
+	}
+}
+
+// drain waits, once a bounded watch has queued its last event, until
+// everything is sent, as long as the client keeps reading.
+func (p *watchPump) drain() error {
+	close(p.out)
+	last := p.sent.Load()
+	tick := time.NewTicker(p.opts.WatchStall)
 	defer tick.Stop()
 	for {
 		select {
-		case err := <-senderDone:
+		case err := <-p.senderDone:
 			return err
-		case <-ctx.Done():
-			return ctx.Err()
+		case <-p.ctx.Done():
+			return p.stopped()
 		case <-tick.C:
-			if n := sent.Load(); n != last {
+			if n := p.sent.Load(); n != last {
 				last = n
 				continue
 			}
-			return fellBehind()
+			return p.fellBehind()
 		}
 	}
+}
+
+// stopped is the error of a watch whose context ended: WATCH_FELL_BEHIND
+// when the budget ended it, else the context's; nil while it goes on.
+func (p *watchPump) stopped() error {
+	if errors.Is(context.Cause(p.ctx), errWatchEvicted) {
+		n := p.sent.Load()
+		return &apiError{code: codes.ResourceExhausted, reason: ReasonWatchFellBehind, msg: fmt.Sprintf(
+			"fell behind; resume with after_sequence=%d (this API server's watches held their whole budget, %d bytes of events, and this one the most)",
+			n, p.opts.WatchTotalBytes)}
+	}
+	return p.ctx.Err()
+}
+
+// fellBehind is the error of a watch whose client read nothing for
+// WatchStall while events waited.
+func (p *watchPump) fellBehind() error {
+	n, held := p.sent.Load(), p.hold.heldBytes()
+	p.log.Warn("watch client fell behind", "after_sequence", n, "buffer", p.opts.WatchBuffer, "buffer_bytes", held, "stall", p.opts.WatchStall)
+	return &apiError{code: codes.ResourceExhausted, reason: ReasonWatchFellBehind, msg: fmt.Sprintf(
+		"fell behind; resume with after_sequence=%d (the client read no event for %s while %d events or %d bytes waited)",
+		n, p.opts.WatchStall, len(p.out), held)}
 }

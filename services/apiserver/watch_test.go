@@ -352,10 +352,21 @@ type slowWatch struct {
 	logs   *logRecorder
 	hc     tetherv1.HistoryServiceClient
 	stream grpc.ServerStreamingClient[tetherv1.Event]
-	last   uint64
+	// streams are every watch opened (startSlowWatches), stream the
+	// first, each ended by its cancel.
+	streams []grpc.ServerStreamingClient[tetherv1.Event]
+	cancels []context.CancelFunc
+	last    uint64
 }
 
 func startSlowWatch(t *testing.T, configure func(*apiserver.Options)) *slowWatch {
+	t.Helper()
+	return startSlowWatches(t, 1, "watch client fell behind", configure)
+}
+
+// startSlowWatches is startSlowWatch with n watches whose clients read
+// nothing, waiting for the log message ended.
+func startSlowWatches(t *testing.T, n int, ended string, configure func(*apiserver.Options)) *slowWatch {
 	t.Helper()
 	s := newStack(t, stackOptions{})
 	logs := &logRecorder{}
@@ -376,22 +387,26 @@ func startSlowWatch(t *testing.T, configure func(*apiserver.Options)) *slowWatch
 	}
 	s.run(api.Run)
 	hc := historyClient(t, api.GRPCAddr(), grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	stream, err := hc.WatchEvents(ctx, &tetherv1.WatchEventsRequest{})
-	if err != nil {
-		t.Fatal(err)
+	w := &slowWatch{s: s, logs: logs, hc: hc}
+	for range n {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		stream, err := hc.WatchEvents(ctx, &tetherv1.WatchEventsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Header(); err != nil {
+			t.Fatal(err)
+		}
+		w.streams, w.cancels = append(w.streams, stream), append(w.cancels, cancel)
 	}
-	if _, err := stream.Header(); err != nil {
-		t.Fatal(err)
-	}
-	w := &slowWatch{s: s, logs: logs, hc: hc, stream: stream}
+	w.stream = w.streams[0]
 	labels := map[string]string{"padding": strings.Repeat("x", 1000)}
 	for i := range 1000 {
 		w.last = s.appendAs(events.GameServerName("arena", fmt.Sprintf("gs-%d", i)), "hosts/h1",
 			&eventsv1.GameServerScheduled{Host: "hosts/h1", Labels: labels})
 	}
-	wait.For(t, 30*time.Second, "the watch to give up on its client", func() bool { return logs.has("watch client fell behind") })
+	wait.For(t, 30*time.Second, "the watch to give up on its client", func() bool { return logs.has(ended) })
 	return w
 }
 
@@ -410,8 +425,47 @@ func TestWatchBufferIsBoundedInBytes(t *testing.T) {
 // once the server's small buffer is full; the resumption misses nothing.
 func TestWatchSlowClientFallsBehind(t *testing.T) {
 	w := startSlowWatch(t, func(o *apiserver.Options) { o.WatchBuffer = 4 })
-	s, hc, stream, last := w.s, w.hc, w.stream, w.last
-	got, err := recvSequences(stream)
+	got, err := recvSequences(w.stream)
+	w.fellBehindAndResumes(t, got, err)
+}
+
+// The bytes of every watch together are bounded too: of two watches whose
+// clients read nothing, the one that would take them over WatchTotalBytes
+// ends the one that holds the most, long before a client's stall would,
+// with RESOURCE_EXHAUSTED and where to resume; the resumption misses
+// nothing. The other, alone within the total, goes on.
+func TestWatchesAreBoundedInTotal(t *testing.T) {
+	w := startSlowWatches(t, 2, "watch ended: the watches hold their total budget", func(o *apiserver.Options) {
+		o.WatchBufferBytes, o.WatchTotalBytes, o.WatchStall = 1<<20, 64<<10, time.Hour
+	})
+	type ended struct {
+		i   int
+		err error
+	}
+	done := make(chan ended, len(w.streams))
+	got := make([][]uint64, len(w.streams))
+	for i, stream := range w.streams {
+		go func() {
+			var err error
+			got[i], err = recvSequences(stream)
+			done <- ended{i, err}
+		}()
+	}
+	first := <-done // the ended watch's; the other reads on until cancelled
+	w.cancels[1-first.i]()
+	if other := <-done; status.Code(other.err) != codes.Canceled {
+		t.Fatalf("the other watch ended with %v, want it to go on until cancelled", other.err)
+	}
+	w.fellBehindAndResumes(t, got[first.i], first.err)
+}
+
+// fellBehindAndResumes checks that a slow watch that received the events
+// got ended with err: RESOURCE_EXHAUSTED, reason WATCH_FELL_BEHIND, after
+// some of its events and saying where to resume; and that a watch resumed
+// there gets every event after them.
+func (w *slowWatch) fellBehindAndResumes(t *testing.T, got []uint64, err error) {
+	t.Helper()
+	s, hc, last := w.s, w.hc, w.last
 	st := status.Convert(err)
 	var reason string
 	for _, d := range st.Details() {

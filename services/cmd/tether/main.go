@@ -336,7 +336,10 @@ func apiserverCommand(g *global) *cobra.Command {
 	f.IntVar(&opts.Limits.Burst, "burst-per-caller", apiserver.DefaultBurst, "calls one caller may make at once above its rate")
 	f.IntVar(&opts.Limits.MaxConcurrent, "max-concurrent-per-caller", apiserver.DefaultMaxConcurrent, "calls one caller may have in progress; -1: no limit")
 	f.IntVar(&opts.Limits.MaxWatches, "max-watches-per-caller", apiserver.DefaultMaxWatches, "streams (event watches) one caller may hold open; -1: no limit")
-	f.IntVar(&opts.WatchBufferBytes, "watch-buffer-bytes", apiserver.DefaultWatchBufferBytes, "bytes of events a watch holds for a slow client before it ends the watch")
+	f.IntVar(&opts.WatchBufferBytes, "watch-buffer-bytes", apiserver.DefaultWatchBufferBytes,
+		"bytes of encoded events a watch holds for a client that does not read; it ends the watch (WATCH_FELL_BEHIND) once the client has read nothing for 10 s")
+	f.IntVar(&opts.WatchTotalBytes, "watch-total-bytes", apiserver.DefaultWatchTotalBytes,
+		"bytes of encoded events every watch together holds for its clients; a watch that would take more ends the one that holds the most (WATCH_FELL_BEHIND)")
 	f.BoolVar(&opts.Insecure, "insecure", false,
 		"serve plain text (no TLS) on an address other machines can reach: a trusted network, or behind a proxy that ends TLS")
 	f.StringVar(&tlsCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM; re-read when it changes)")
