@@ -74,8 +74,13 @@ func TestSplit(t *testing.T) {
 func TestSpreadsAndRetriesOnAnotherReplica(t *testing.T) {
 	up, down := &replica{name: "up"}, &replica{name: "down", down: true}
 	fleets, ctx := dial(t, serve(t, down), serve(t, up))
-	const calls = 20
-	for range calls {
+	// Until its connection to a replica is up the balancer sends every
+	// call to the other: under load, 20 calls all went to the live one
+	// before the refusing one was connected. So calls go on, each one
+	// answered, until the refusing one has had some (at most 1,000).
+	calls := 0
+	for calls < 20 || down.calls.Load() == 0 && calls < 1000 {
+		calls++
 		f, err := fleets.GetFleet(ctx, &tetherv1.GetFleetRequest{Name: "fleets/arena"})
 		if err != nil {
 			t.Fatalf("a call failed although a replica was up: %v", err)
@@ -84,7 +89,7 @@ func TestSpreadsAndRetriesOnAnotherReplica(t *testing.T) {
 			t.Fatalf("answered by %q", f.GetName())
 		}
 	}
-	if up.calls.Load() != calls || down.calls.Load() == 0 {
+	if up.calls.Load() != int64(calls) || down.calls.Load() == 0 {
 		t.Fatalf("calls: %d on the live replica, %d on the refusing one; want %d and some", up.calls.Load(), down.calls.Load(), calls)
 	}
 }
