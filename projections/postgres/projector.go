@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -319,6 +320,11 @@ func (p *Projector) RunFenced(ctx context.Context, epoch uint64) error {
 		case errors.Is(err, ErrGap):
 			p.log.Warn("projector consumer skipped events; reading again from the checkpoint", "err", err)
 			continue
+		case errors.Is(err, errConsumerGone):
+			// Not ready until the next consume has its consumer.
+			p.failing.Store(&err)
+			p.log.Warn("projector consumer is gone; making it anew from the checkpoint", "err", err)
+			continue
 		}
 		// NATS between leaders (an election after a node was lost): the
 		// consumer cannot be read or created for a few seconds.
@@ -345,19 +351,30 @@ func (p *Projector) consume(ctx context.Context) error {
 	}
 	cp := p.checkpoint.Load()
 	msgs := make(chan jetstream.Msg, 2*p.opts.BatchSize)
+	lost := make(chan error, 1)    // what the pulls said of a consumer that may be gone
+	stopped := make(chan struct{}) // this consume returned: deliver nothing more
+	defer close(stopped)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		select {
 		case msgs <- m:
 		case <-ctx.Done():
+		case <-stopped:
 		}
 	}, append(natsjs.FailoverPull(time.Second), jetstream.PullMaxMessages(2*p.opts.BatchSize),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			p.log.Warn("projector consume error", "err", err)
+			if consumerMaybeGone(err) {
+				select {
+				case lost <- err:
+				default:
+				}
+			}
 		}))...)
 	if err != nil {
 		return fmt.Errorf("projector: consume: %w", err)
 	}
 	defer cc.Stop()
+	p.failing.Store(nil) // consuming again, whatever failed before
 	p.log.Info("projector started", "checkpoint", cp, "durable", p.opts.Durable)
 	batch := make([]jetstream.Msg, 0, p.opts.BatchSize)
 	timer := time.NewTimer(time.Hour)
@@ -366,6 +383,11 @@ func (p *Projector) consume(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-lost:
+			if err := checkConsumer(ctx, cons, err); err != nil {
+				return err
+			}
+			continue
 		case m := <-msgs:
 			batch = append(batch[:0], m)
 		}
@@ -386,6 +408,33 @@ func (p *Projector) consume(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// errConsumerGone is the error of a consume whose durable consumer was
+// deleted under it (by credentials that may: an admin's): the next consume
+// makes it anew from the checkpoint. Its pulls would otherwise wait for
+// deliveries that never come.
+var errConsumerGone = errors.New("projector: the durable consumer is gone")
+
+// consumerMaybeGone reports whether an error of the pulls may mean that
+// the consumer is gone: one deleted under a pull in flight says so; after
+// that, no heartbeat comes, and no one answers the next pull.
+func consumerMaybeGone(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// checkConsumer returns errConsumerGone when the pulls' error err says the
+// consumer was deleted or it is no longer found; nil while it is there, or
+// cannot be asked (NATS between leaders: the pulls go on, FailoverPull).
+func checkConsumer(ctx context.Context, cons jetstream.Consumer, err error) error {
+	if errors.Is(err, jetstream.ErrConsumerDeleted) {
+		return fmt.Errorf("%w: %w", errConsumerGone, err)
+	}
+	if _, err := cons.Info(ctx); errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("%w: %w", errConsumerGone, err)
+	}
+	return nil
 }
 
 // applyWithRetry applies a batch, retrying transient failures (PostgreSQL

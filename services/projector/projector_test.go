@@ -162,3 +162,31 @@ func TestAnOlderEpochIsFencedOut(t *testing.T) {
 		t.Fatalf("checkpoint %d fence %d after the fenced batch, want %d and %d", seq, fence, last, epoch)
 	}
 }
+
+// A projector whose consumer is deleted under it (by credentials that may
+// delete it: an admin's, or before issue 39 the API's) makes it anew from
+// its checkpoint and goes on applying the events stored after, within
+// seconds, ready again. Before, it waited for deliveries that never came,
+// for over a minute, and said it was ready.
+func TestAProjectorWhoseConsumerIsDeletedMakesItAnew(t *testing.T) {
+	s := kit.New(t, kit.WithPostgres(), kit.WithLeaseTTL(time.Minute))
+	a := start(t, s, "proj-a")
+	wait.For(t, 10*time.Second, "a to be active", a.IsActive)
+	last := appendFleets(t, s, "one", 5)
+	wait.For(t, 10*time.Second, "a to catch up", func() bool { seq, _ := checkpoint(t, s); return seq == last })
+	stream, err := s.JS.Stream(s.Ctx, events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		if err := stream.DeleteConsumer(s.Ctx, "tether-projector"); err != nil {
+			t.Fatalf("round %d: delete the projector's consumer: %v", round, err)
+		}
+		last = appendFleets(t, s, fmt.Sprintf("after-delete-%d", round), 5)
+		wait.For(t, 15*time.Second, "the projector to apply the events stored after its consumer was deleted", func() bool {
+			seq, _ := checkpoint(t, s)
+			return seq == last
+		})
+		wait.Until(t, 5*time.Second, "the projector to be ready", a.Ready)
+	}
+}

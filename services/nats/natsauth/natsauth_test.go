@@ -3,8 +3,13 @@ package natsauth_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +22,7 @@ import (
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/dev/natsembed"
+	"github.com/tetherhq/tether/services/nats/hostbeat"
 	"github.com/tetherhq/tether/services/nats/hostlogs"
 	"github.com/tetherhq/tether/services/nats/natsauth"
 	"github.com/tetherhq/tether/services/platform/migrate"
@@ -262,5 +268,122 @@ func TestInitBringsPermissionsUpToDate(t *testing.T) {
 	}
 	if apiAfter, err := os.ReadFile(api); err != nil || !bytes.Equal(apiAfter, apiBefore) {
 		t.Errorf("current credentials were rewritten: %v", err)
+	}
+}
+
+// projectorConsumer is the projector's durable consumer of the events
+// stream (projections/postgres).
+const projectorConsumer = "tether-projector"
+
+// Only the projector touches its consumer of the events stream. The API's,
+// the controller's and a host's credentials are refused every request that
+// names it: deleting it, creating or updating it (with a filter or
+// without, new style or legacy durable), creating a legacy ephemeral
+// consumer of the events stream (whose body names it), pulling its
+// deliveries and acknowledging them. The consumer stays as the projector
+// made it, and the API still reads histories and watches, whose consumers
+// name themselves, and watches its buckets. Before, the API's and the
+// controller's deleted it, and the views stopped.
+func TestOnlyTheProjectorTouchesItsConsumer(t *testing.T) {
+	dir, srv := startAuthServer(t, "h1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, admin := connectAs(t, dir, srv, natsauth.Admin)
+	if err := migrate.NATS(ctx, admin, migrate.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Publish(ctx, events.MustSubject(events.FleetName("f")), []byte("an event to pull")); err != nil {
+		t.Fatal(err)
+	}
+	_, proj := connectAs(t, dir, srv, natsauth.Projector)
+	stream, err := proj.Stream(ctx, events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := jetstream.ConsumerConfig{Durable: projectorConsumer, AckPolicy: jetstream.AckAllPolicy, MaxAckPending: 100}
+	if _, err := stream.CreateOrUpdateConsumer(ctx, made); err != nil {
+		t.Fatalf("the projector makes its consumer: %v", err)
+	}
+	api := "$JS.API.CONSUMER."
+	for _, name := range []string{natsauth.APIServer, natsauth.Controller, natsauth.HostPrincipal("h1")} {
+		p := join(t, ctx, dir, srv, name, nil)
+		s, err := p.js.Stream(ctx, events.StreamName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A refused request is not answered: the refusal is the
+		// connection's asynchronous error, looked for below.
+		refused := func(what string, try func(context.Context) error) {
+			t.Helper()
+			c, done := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer done()
+			if err := try(c); err == nil {
+				t.Errorf("%s could %s", name, what)
+			}
+		}
+		refused("delete the projector's consumer", func(c context.Context) error { return s.DeleteConsumer(c, projectorConsumer) })
+		changed := made
+		changed.MaxAckPending = 1
+		refused("update the projector's consumer", func(c context.Context) error { _, err := s.CreateOrUpdateConsumer(c, changed); return err })
+		changed.FilterSubject = events.SubjectPrefix + ".none"
+		refused("update the projector's consumer with a filter", func(c context.Context) error { _, err := s.CreateOrUpdateConsumer(c, changed); return err })
+		legacy, err := json.Marshal(map[string]any{"stream_name": events.StreamName, "config": map[string]any{"name": projectorConsumer, "ack_policy": "all", "max_ack_pending": 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		durable, err := json.Marshal(map[string]any{"stream_name": events.StreamName, "config": map[string]any{"durable_name": projectorConsumer, "ack_policy": "all", "max_ack_pending": 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		forbidden := map[string][]byte{
+			api + "CREATE." + events.StreamName:                                   legacy,
+			api + "DURABLE.CREATE." + events.StreamName + "." + projectorConsumer: durable,
+			api + "MSG.NEXT." + events.StreamName + "." + projectorConsumer:       []byte(`{"batch":1,"no_wait":true}`),
+			api + "PAUSE." + events.StreamName + "." + projectorConsumer:          []byte(`{"pause_until":"2100-01-01T00:00:00Z"}`),
+		}
+		for subject, body := range forbidden {
+			refused("ask "+subject, func(c context.Context) error { _, err := p.nc.RequestWithContext(c, subject, body); return err })
+		}
+		ack := "$JS.ACK." + events.StreamName + "." + projectorConsumer + ".1.1.1.0.0"
+		if err := p.nc.Publish(ack, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, subject := range append(slices.Collect(maps.Keys(forbidden)), ack,
+			api+"DELETE."+events.StreamName+"."+projectorConsumer, api+"CREATE."+events.StreamName+"."+projectorConsumer) {
+			wait.For(t, 5*time.Second, name+"'s publish to "+subject+" to be refused", func() bool {
+				return strings.Contains(p.violations(), "Permissions Violation for Publish to \""+subject+"\"")
+			})
+		}
+	}
+	info, err := stream.Consumer(ctx, projectorConsumer)
+	if err != nil {
+		t.Fatalf("the projector's consumer: %v", err)
+	}
+	if c := info.CachedInfo().Config; c.MaxAckPending != made.MaxAckPending || c.FilterSubject != "" || info.CachedInfo().Delivered.Stream != 0 {
+		t.Fatalf("the projector's consumer changed: max ack pending %d, filter %q, delivered %d", c.MaxAckPending, c.FilterSubject, info.CachedInfo().Delivered.Stream)
+	}
+	// What the API does with consumers of its own still works.
+	apiServer := join(t, ctx, dir, srv, natsauth.APIServer, nil)
+	if evs, err := apiServer.store.History(ctx, events.SubjectPrefix+".>", 1); err != nil || len(evs) != 1 {
+		t.Fatalf("the API reads the events' history: %d events, %v", len(evs), err)
+	}
+	for _, err := range apiServer.store.Watch(ctx, 0, 1, nil) {
+		if err != nil && !errors.Is(err, events.ErrUndecodable) {
+			t.Fatalf("the API watches the events: %v", err)
+		}
+	}
+	kv, err := apiServer.js.KeyValue(ctx, hostbeat.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		t.Fatalf("the API watches the heartbeats: %v", err)
+	}
+	defer w.Stop()
+	select {
+	case <-w.Updates():
+	case <-ctx.Done():
+		t.Fatal("the API's watch of the heartbeats says nothing")
 	}
 }

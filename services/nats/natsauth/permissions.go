@@ -13,7 +13,9 @@
 // stream's configuration; only the admin principal (`tether
 // migrate`) may create, update or delete streams. Besides admin, only the
 // controller may purge, and only the events stream: the archiver it runs
-// while it leads purges the subjects it has archived (services/archiver).
+// while it leads purges the subjects it has archived (services/archiver);
+// and only the projector may touch its durable consumer of the events
+// stream (projectorConsumer).
 // What the subjects
 // cannot say (a host agent writes game-server events, and a game server's
 // subject does not name its host), the signature says: the folds refuse a
@@ -140,11 +142,13 @@ func PermissionsOf(principal string) (Permissions, error) {
 	case APIServer:
 		// Its key in the set of live API replicas (services/nats/replicas).
 		p.Publish = append([]string{eventSubjects, commands.Subject("*"), hostlogs.Subject("*"), "$KV." + replicas.Bucket + ".*"}, jsRead...)
+		p.PublishDeny = projectorConsumer()
 	case Controller:
 		// The archiver runs in the controller while it leads, and purges the
 		// subjects it archived (services/archiver).
 		p.Publish = append([]string{eventSubjects, commands.Subject("*"), "$KV." + lease.Bucket + ".*", "$KV." + hostbeat.Bucket + ".*",
 			jsAPI + "STREAM.PURGE." + events.StreamName}, jsRead...)
+		p.PublishDeny = projectorConsumer()
 	case Projector:
 		p.Publish = append([]string{"$KV." + lease.Bucket + ".*"}, jsRead...)
 	default:
@@ -194,9 +198,27 @@ func agentPermissions(id string) (allow, deny []string) {
 		"$JS.ACK." + cmd + "." + durable + ".>",
 	}
 	// The projector's durable consumer is not a history read's.
-	deny = []string{
+	return allow, projectorConsumer()
+}
+
+// projectorConsumer is what only the projector (and admin) may do: every
+// JetStream API request that names the projector's durable consumer of the
+// events stream, creating or updating it (CONSUMER.CREATE.<stream>.<consumer>
+// with or without a filter, CONSUMER.DURABLE.CREATE), deleting, pausing,
+// reading or moving it (CONSUMER.DELETE, PAUSE, INFO, MSG.NEXT,
+// LEADER.STEPDOWN…), acknowledging its deliveries ($JS.ACK); and the legacy
+// creation of an ephemeral consumer of the events stream
+// (CONSUMER.CREATE.<stream>), whose body names the consumer (the projector's
+// too), which no component uses: they name theirs in the subject. Deleted,
+// the projector's consumer stopped the views; pulled or acknowledged by
+// another, its events went elsewhere.
+func projectorConsumer() []string {
+	ev := events.StreamName
+	return []string{
 		jsAPI + "CONSUMER.*." + ev + "." + projectorCn,
 		jsAPI + "CONSUMER.*." + ev + "." + projectorCn + ".>",
+		jsAPI + "CONSUMER.*.*." + ev + "." + projectorCn,
+		jsAPI + "CONSUMER.CREATE." + ev,
+		"$JS.ACK." + ev + "." + projectorCn + ".>",
 	}
-	return allow, deny
 }
