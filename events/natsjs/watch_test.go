@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/testkit/heapstat"
 	"github.com/tetherhq/tether/services/testkit/natstest"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
@@ -305,16 +305,6 @@ func TestEventWhenAReplicaIsBehind(t *testing.T) {
 	}
 }
 
-// liveHeap returns the bytes of the heap's live objects: after two
-// collections, the second freeing what sync.Pools kept through the first.
-func liveHeap() int64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
-}
-
 // A watch whose reader stops reading holds one pull of events, bounded in
 // bytes by the largest message NATS takes (1 MiB), not 256 events of any
 // size: twenty watches of 16 KB events that each read one and stop grew
@@ -333,7 +323,7 @@ func TestAWatchThatIsNotReadHoldsOnePull(t *testing.T) {
 		e.append(t, events.MustSubject(name), events.AnySequence,
 			events.New(name, time.Now(), &eventsv1.GameServerScheduled{Host: "hosts/h1", Labels: labels}))
 	}
-	base := liveHeap()
+	base := heapstat.Live()
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	for range watches {
@@ -354,7 +344,7 @@ func TestAWatchThatIsNotReadHoldsOnePull(t *testing.T) {
 	bound := int64(watches*onePull + besides)
 	var grown int64
 	wait.Holds(t, 2*time.Second, "the heap's bound, while the watches hold their pulls", func() bool {
-		if grown = max(grown, liveHeap()-base); grown > bound {
+		if grown = max(grown, heapstat.Live()-base); grown > bound {
 			t.Logf("%d watches not read grew the heap by %.1f MiB, over %.1f MiB", watches, float64(grown)/(1<<20), float64(bound)/(1<<20))
 			return false
 		}

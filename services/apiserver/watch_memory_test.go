@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,18 +18,9 @@ import (
 	"github.com/tetherhq/tether/projections/postgres"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/apiserver"
+	"github.com/tetherhq/tether/services/testkit/heapstat"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
-
-// liveHeap returns the bytes of the heap's live objects: after two
-// collections, the second freeing what sync.Pools kept through the first.
-func liveHeap() int64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
-}
 
 // Twenty REST watches whose clients never read hold what the watches'
 // budget allows, WatchTotalBytes (8 MiB here) of queued events, and each
@@ -88,7 +78,7 @@ func watchesThatNeverReadHoldTheirBudget(t *testing.T, eventBytes, stored int) {
 	from := s.appendAs(events.FleetName("arena"), "controllers/c1", &eventsv1.FleetCreated{})
 	s.appendAs(events.FleetName("arena"), "controllers/c1", &eventsv1.FleetUpdated{})
 	watch := url.Values{"afterSequence": {strconv.FormatUint(from, 10)}}
-	base := liveHeap()
+	base := heapstat.Live()
 	client := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(client.CloseIdleConnections)
 	for range watchers {
@@ -105,7 +95,7 @@ func watchesThatNeverReadHoldTheirBudget(t *testing.T, eventBytes, stored int) {
 	bound := int64(total + watchers*inFlight + besides)
 	var peak int64
 	within := func() bool {
-		if peak = max(peak, liveHeap()-base); peak > bound {
+		if peak = max(peak, heapstat.Live()-base); peak > bound {
 			t.Logf("the heap grew by %.1f MiB with %d watches that never read, over %.1f MiB", float64(peak)/(1<<20), watchers, float64(bound)/(1<<20))
 			return false
 		}
