@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -68,11 +69,21 @@ func (s *stack) allocations(fleet string) map[string]int {
 	return out
 }
 
+// createFleet creates a fleet and waits until the views hold it, so that a
+// test's later reads without minSequence see it: a write answers once it is
+// stored, and on a busy machine the projector folded it a second later
+// (GET answered 404 in a make test-short with both cores busy).
 func (s *stack) createFleet(id string, body map[string]any) {
 	s.t.Helper()
-	if r := s.do(http.MethodPost, "/v1/fleets?fleetId="+id, body); r.status != http.StatusOK {
+	r := s.do(http.MethodPost, "/v1/fleets?fleetId="+id, body)
+	if r.status != http.StatusOK {
 		s.t.Fatalf("create fleet: %d %v", r.status, r.body)
 	}
+	seq, err := strconv.ParseUint(r.str("sequence"), 10, 64)
+	if err != nil {
+		s.t.Fatalf("create fleet: sequence %q: %v", r.str("sequence"), err)
+	}
+	s.waitApplied(seq)
 }
 
 func fleetWithoutReplicas() map[string]any {

@@ -328,13 +328,14 @@ func TestRequestIDReusedWithAnotherContent(t *testing.T) {
 	}
 
 	// Updates: the same id with another replica count.
-	if r := s.do("PATCH", "/v1/fleets/arena?updateMask=replicas&requestId=up-1", map[string]any{"replicas": 3}); r.status != http.StatusOK {
-		t.Fatalf("update: %d %v", r.status, r.body)
+	up := s.do("PATCH", "/v1/fleets/arena?updateMask=replicas&requestId=up-1", map[string]any{"replicas": 3})
+	if up.status != http.StatusOK {
+		t.Fatalf("update: %d %v", up.status, up.body)
 	}
 	if r := s.do("PATCH", "/v1/fleets/arena?updateMask=replicas&requestId=up-1", map[string]any{"replicas": 4}); r.reason() != "REQUEST_ID_REUSED" {
 		t.Fatalf("update reusing its request id: %d %v", r.status, r.body)
 	}
-	if r := s.do("GET", "/v1/fleets/arena", nil); r.num("replicas") != 3 {
+	if r := s.do("GET", "/v1/fleets/arena?minSequence="+up.str("sequence"), nil); r.num("replicas") != 3 {
 		t.Fatalf("replicas = %v after a refused update, want 3", r.body["replicas"])
 	}
 
