@@ -1,12 +1,12 @@
-// Package controller is Tether's controller (DESIGN.md §2): one active
-// instance at a time, chosen by a lease in NATS KV, that keeps every fleet at
-// its replica count. It schedules new game servers on hosts with room,
+// Package controller is Tether's controller (docs/architecture.md,
+// "Components"): one active instance at a time, chosen by a lease in NATS
+// KV, that keeps every fleet at its replica count. It schedules new game servers on hosts with room,
 // replaces terminated and unhealthy ones, scales down READY servers first
 // (never ALLOCATED ones), and tells agents to start and stop processes.
 // Every decision is an event appended with the aggregate's sequence as guard.
 //
-// Each pass observes (observe.go), plans (plan.go: a pure function of what
-// it observed, tested as tables) and executes (execute.go).
+// Each pass observes (observe.go), plans (package plan: a pure function of
+// what it observed, tested as tables) and executes (execute.go).
 package controller
 
 import (
@@ -28,6 +28,7 @@ import (
 	"github.com/tetherhq/tether/projections"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/controller/plan"
 	"github.com/tetherhq/tether/services/nats/hostbeat"
 	"github.com/tetherhq/tether/services/nats/lease"
 )
@@ -86,7 +87,7 @@ type Options struct {
 	// ShutdownSettle is how long past a shutdown's deadline a server's end
 	// may take to reach the stream: a SHUTTING_DOWN server its agent no
 	// longer lists this long after the deadline, with nothing queued, is
-	// terminated by the controller (planUnfinishedShutdowns); default 30s.
+	// terminated by the controller (plan/shutdowns.go); default 30s.
 	ShutdownSettle time.Duration
 	// UnreachableAfter marks a host UNREACHABLE after this long without a
 	// heartbeat; default 10s.
@@ -105,7 +106,7 @@ type Options struct {
 	StaleViewsAfter time.Duration
 	// StartBackoffBase is how long a fleet whose game servers end before
 	// READY waits before it starts another, after one such failure; it
-	// doubles with each failure after (startbackoff.go); default 1s.
+	// doubles with each failure after (plan/startbackoff.go); default 1s.
 	StartBackoffBase time.Duration
 	// StartBackoffCap bounds that wait; default 5m.
 	StartBackoffCap time.Duration
@@ -409,8 +410,8 @@ func waitNextPass(ctx context.Context, tick <-chan time.Time, wakes <-chan struc
 	}
 }
 
-// Reconcile runs one pass over every fleet: observe, plan, execute
-// (plan.go). Exported for tests that drive passes by hand; Run calls it
+// Reconcile runs one pass over every fleet: observe, plan (package plan),
+// execute. Exported for tests that drive passes by hand; Run calls it
 // every Interval while leader.
 func (c *Controller) Reconcile(ctx context.Context) error {
 	began := time.Now() // a duration: the monotonic clock, not Options.Clock
@@ -427,22 +428,22 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p := c.planner().plan(s)
+	p := c.planner().Plan(s)
 	steps.mark("planned")
 	wrote, err := c.execute(ctx, p)
 	steps.mark("executed")
 	// Forget re-sends of servers that are no longer SCHEDULED (the live
 	// servers are ordered by name: a few look-ups, not a pass over them).
 	for name := range c.startResent {
-		i, found := searchByName(s.servers, name)
-		if !found || s.servers[i].State.GetLifecycle() != eventsv1.Lifecycle_LIFECYCLE_SCHEDULED {
+		i, found := searchByName(s.Servers, name)
+		if !found || s.Servers[i].State.GetLifecycle() != eventsv1.Lifecycle_LIFECYCLE_SCHEDULED {
 			delete(c.startResent, name)
 		}
 	}
 	if err != nil {
 		return err
 	}
-	if wrote && !s.stale {
+	if wrote && !s.Stale {
 		defer steps.mark("the views include the writes")
 		return c.awaitViews(ctx)
 	}
@@ -468,16 +469,16 @@ func (p *passSteps) mark(name string) {
 func (p *passSteps) String() string { return strings.Join(p.steps, ", ") }
 
 // planner returns the planner with this controller's settings.
-func (c *Controller) planner() planner {
-	return planner{
-		producer:         c.producer,
-		shutdownGrace:    c.opts.ShutdownGrace,
-		shutdownSettle:   c.opts.ShutdownSettle,
-		startTimeout:     c.opts.StartTimeout,
-		unreachableAfter: c.opts.UnreachableAfter,
-		lostAfter:        c.opts.LostAfter,
-		backoff:          events.StartBackoff{Base: c.opts.StartBackoffBase, Cap: c.opts.StartBackoffCap},
-		newID:            func() string { return events.NewID("gs") },
+func (c *Controller) planner() plan.Planner {
+	return plan.Planner{
+		Producer:         c.producer,
+		ShutdownGrace:    c.opts.ShutdownGrace,
+		ShutdownSettle:   c.opts.ShutdownSettle,
+		StartTimeout:     c.opts.StartTimeout,
+		UnreachableAfter: c.opts.UnreachableAfter,
+		LostAfter:        c.opts.LostAfter,
+		Backoff:          events.StartBackoff{Base: c.opts.StartBackoffBase, Cap: c.opts.StartBackoffCap},
+		NewID:            func() string { return events.NewID("gs") },
 	}
 }
 

@@ -12,13 +12,14 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/write"
+	"github.com/tetherhq/tether/services/controller/plan"
 )
 
 // noRoomLogEvery is how often "no host with room" is repeated for a fleet
 // that stays short.
 const noRoomLogEvery = time.Minute
 
-// execute carries out a plan in order (plan.go): it appends each decision
+// execute carries out a plan in order (plan.Plan): it appends each decision
 // guarded by the sequence it was decided on and then sends its command; a
 // decision's follow-ups only if it was appended. A conflict (the aggregate
 // changed since the views were read) skips the decision: the next pass
@@ -28,15 +29,15 @@ const noRoomLogEvery = time.Minute
 // StartTimeout, and a stopped server's agent reads its servers again.
 //
 // It reports whether anything was appended.
-func (c *Controller) execute(ctx context.Context, p Plan) (wrote bool, err error) {
-	for _, e := range p.refused {
+func (c *Controller) execute(ctx context.Context, p plan.Plan) (wrote bool, err error) {
+	for _, e := range p.Refused {
 		c.log.Error("decision refused", "err", e)
 	}
 	now := c.opts.Clock.Now()
-	for _, n := range p.noRoom {
-		if last, ok := c.noRoomLogged[n.fleet]; !ok || now.Sub(last) > noRoomLogEvery {
-			c.log.Warn("no host with room for the fleet", "fleet", n.fleet, "missing", n.missing)
-			c.noRoomLogged[n.fleet] = now
+	for _, n := range p.NoRoom {
+		if last, ok := c.noRoomLogged[n.Fleet]; !ok || now.Sub(last) > noRoomLogEvery {
+			c.log.Warn("no host with room for the fleet", "fleet", n.Fleet, "missing", n.Missing)
+			c.noRoomLogged[n.Fleet] = now
 		}
 	}
 	// Up to executeParallel decisions at once, each an append guarded by
@@ -59,7 +60,7 @@ func (c *Controller) execute(ctx context.Context, p Plan) (wrote bool, err error
 	}
 	slots := make(chan struct{}, executeParallel)
 	last := map[string]chan struct{}{} // aggregate → done of the last decision touching it
-	for _, d := range p.decisions {
+	for _, d := range p.Decisions {
 		names := touched(d, nil)
 		var after []chan struct{}
 		for _, n := range names {
@@ -98,9 +99,9 @@ func (c *Controller) execute(ctx context.Context, p Plan) (wrote bool, err error
 }
 
 // touched appends the aggregates a decision and its follow-ups append to.
-func touched(d decision, into []string) []string {
-	into = append(into, d.name)
-	for _, t := range d.then {
+func touched(d plan.Decision, into []string) []string {
+	into = append(into, d.Name)
+	for _, t := range d.Then {
 		into = touched(t, into)
 	}
 	return into
@@ -114,17 +115,17 @@ const executeParallel = 16
 
 // carryOut appends one decision and sends its command, then its
 // follow-ups. It reports whether anything was appended.
-func (c *Controller) carryOut(ctx context.Context, d decision) (wrote bool, err error) {
-	if len(d.events) > 0 {
+func (c *Controller) carryOut(ctx context.Context, d plan.Decision) (wrote bool, err error) {
+	if len(d.Events) > 0 {
 		res, err := write.Do(ctx, c.opts.Store, write.Op{
-			Name:    d.name,
-			Subject: d.subject,
-			Read:    func(context.Context) (uint64, error) { return d.guard, nil },
-			Decide:  func(context.Context) ([]proto.Message, error) { return d.events, nil },
+			Name:    d.Name,
+			Subject: d.Subject,
+			Read:    func(context.Context) (uint64, error) { return d.Guard, nil },
+			Decide:  func(context.Context) ([]proto.Message, error) { return d.Events, nil },
 			Stamp:   func(context.Context) events.Stamp { return c.stamp() },
 		}, write.Policy{Attempts: 1}) // decided on the views: a conflict is decided again next pass
 		if errors.Is(err, events.ErrConflict) {
-			c.log.Debug("aggregate changed under the decision; next pass", "action", d.action, "aggregate", d.name)
+			c.log.Debug("aggregate changed under the decision; next pass", "action", d.Action, "aggregate", d.Name)
 			c.execMu.Lock()
 			c.keepNews(d)
 			c.execMu.Unlock()
@@ -134,7 +135,7 @@ func (c *Controller) carryOut(ctx context.Context, d decision) (wrote bool, err 
 			c.execMu.Lock()
 			c.keepNews(d)
 			c.execMu.Unlock()
-			return false, fmt.Errorf("%s %s: %w", d.action, d.name, err)
+			return false, fmt.Errorf("%s %s: %w", d.Action, d.Name, err)
 		}
 		c.execMu.Lock()
 		c.written = max(c.written, res.Sequence)
@@ -143,17 +144,17 @@ func (c *Controller) carryOut(ctx context.Context, d decision) (wrote bool, err 
 		c.count(ctx, d)
 		c.report(d)
 	}
-	if d.command != nil {
-		if err := c.opts.Commands.Send(ctx, d.host, c.producer, d.command); err != nil {
-			c.log.Error("send command", "action", d.action, "game_server", d.name, "host", d.host, "err", err)
-		} else if d.action == actResend {
+	if d.Command != nil {
+		if err := c.opts.Commands.Send(ctx, d.Host, c.producer, d.Command); err != nil {
+			c.log.Error("send command", "action", d.Action, "game_server", d.Name, "host", d.Host, "err", err)
+		} else if d.Action == plan.ActResend {
 			c.execMu.Lock()
-			c.startResent[d.name] = c.opts.Clock.Now()
+			c.startResent[d.Name] = c.opts.Clock.Now()
 			c.execMu.Unlock()
 			c.report(d)
 		}
 	}
-	for _, t := range d.then {
+	for _, t := range d.Then {
 		ok, err := c.carryOut(ctx, t)
 		wrote = wrote || ok
 		if err != nil {
@@ -165,33 +166,33 @@ func (c *Controller) carryOut(ctx context.Context, d decision) (wrote bool, err 
 
 // keepNews keeps the start news of a starts decision that was not
 // appended for the next pass. The caller holds execMu.
-func (c *Controller) keepNews(d decision) {
-	if d.action == actStarts && d.news != nil && c.starts.pending != nil {
-		c.starts.pending[d.name] = d.news.merge(c.starts.pending[d.name])
+func (c *Controller) keepNews(d plan.Decision) {
+	if d.Action == plan.ActStarts && d.News != nil && c.starts.pending != nil {
+		c.starts.pending[d.Name] = d.News.Merge(c.starts.pending[d.Name])
 	}
 }
 
 // count adds an appended decision to the metrics.
-func (c *Controller) count(ctx context.Context, d decision) {
-	switch d.action {
-	case actSchedule:
+func (c *Controller) count(ctx context.Context, d plan.Decision) {
+	switch d.Action {
+	case plan.ActSchedule:
 		c.scheduled.Add(ctx, 1)
-	case actShutdown, actTerminate:
+	case plan.ActShutdown, plan.ActTerminate:
 		c.shutdowns.Add(ctx, 1)
 	}
 }
 
 // report logs a decision carried out.
-func (c *Controller) report(d decision) {
+func (c *Controller) report(d plan.Decision) {
 	level := slog.LevelInfo
-	switch d.action {
-	case actHost, actTerminate, actResend:
+	switch d.Action {
+	case plan.ActHost, plan.ActTerminate, plan.ActResend:
 		level = slog.LevelWarn
 	}
-	types := make([]string, len(d.events))
-	for i, m := range d.events {
+	types := make([]string, len(d.Events))
+	for i, m := range d.Events {
 		types[i] = events.TypeOf(m)
 	}
-	attrs := append([]any{"action", string(d.action), "events", types}, d.attrs...)
-	c.log.Log(context.Background(), level, d.say, attrs...)
+	attrs := append([]any{"action", string(d.Action), "events", types}, d.Attrs...)
+	c.log.Log(context.Background(), level, d.Say, attrs...)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/controller/plan"
 )
 
 // orderStore records appends in order and guards each subject by its last
@@ -68,13 +69,13 @@ func TestExecuteKeepsThePlansOrderOnAnAggregate(t *testing.T) {
 	hostSubject := events.MustSubject("hosts/h1")
 	store := &orderStore{slowSubject: hostSubject, hold: 2 * time.Second, seqs: map[string]uint64{}, arrived: make(chan struct{})}
 	c := &Controller{opts: Options{Store: store, Clock: clockwork.NewFakeClock()}, log: slog.New(slog.DiscardHandler), producer: "controllers/test"}
-	ended := func(name string) decision {
-		return decision{action: actSession, name: name, events: []proto.Message{&eventsv1.GameSessionEnded{}}}
+	ended := func(name string) plan.Decision {
+		return plan.Decision{Action: plan.ActSession, Name: name, Events: []proto.Message{&eventsv1.GameSessionEnded{}}}
 	}
 	hostLost := ended("hosts/h1")
-	hostLost.then = []decision{ended(server)}
-	plan := Plan{decisions: []decision{hostLost, ended(other), ended(server)}}
-	if _, err := c.execute(t.Context(), plan); err != nil {
+	hostLost.Then = []plan.Decision{ended(server)}
+	p := plan.Plan{Decisions: []plan.Decision{hostLost, ended(other), ended(server)}}
+	if _, err := c.execute(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
 	// The other server's decision has no order to keep with these.

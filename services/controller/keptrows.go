@@ -24,10 +24,11 @@ type named interface {
 }
 
 // keptRows keeps a view's rows between passes and reads only the rows the
-// projector changed since the last read (DESIGN.md §5). At 100,000 servers
-// a full read and decode of the live servers each pass took 2.5 s; at
-// 10,000 hosts the hosts' read with their servers counted, 18 ms of
-// PostgreSQL a pass (docs/scaling.md).
+// projector changed since the last read: each row carries the sequence of
+// its aggregate's last event (docs/architecture.md, "Views (PostgreSQL)").
+// At 100,000 servers a full read and decode of the live servers each pass
+// took 2.5 s; at 10,000 hosts the hosts' read with their servers counted,
+// 18 ms of PostgreSQL a pass (docs/scaling.md).
 type keptRows[S named] struct {
 	// all reads every row; changed, the rows whose last event is after a
 	// sequence, in sequence order; gone tells a row to drop (a TERMINATED

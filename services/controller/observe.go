@@ -9,35 +9,45 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/controller/plan"
 	"github.com/tetherhq/tether/services/nats/hostbeat"
 )
 
-// observe reads what a pass decides from (plan.go): the views (once they
+// sessionBatch bounds the game sessions one pass handles per duty; the
+// rest wait for the next pass.
+const sessionBatch = 500
+
+// uncreatedAfter is how long an allocation may wait for its game session
+// before the controller creates it (the allocator stopped between its two
+// appends).
+const uncreatedAfter = 5 * time.Second
+
+// observe reads what a pass decides from (plan.Snapshot): the views (once they
 // include this leader's writes), the host heartbeats, and what the
 // controller remembers between passes. On stale views it reads only what
 // host liveness needs.
 // Each step is marked in steps.
-func (c *Controller) observe(ctx context.Context, steps *passSteps) (snapshot, error) {
-	s := snapshot{now: c.opts.Clock.Now(), startResent: maps.Clone(c.startResent)}
+func (c *Controller) observe(ctx context.Context, steps *passSteps) (plan.Snapshot, error) {
+	s := plan.Snapshot{Now: c.opts.Clock.Now(), StartResent: maps.Clone(c.startResent)}
 	stale, err := c.checkViews(ctx)
 	steps.mark("views checked")
 	if err != nil {
 		return s, err
 	}
-	s.stale = stale
+	s.Stale = stale
 	if !stale {
 		err := c.awaitViews(ctx)
 		steps.mark("views caught up")
 		if err != nil {
 			return s, err
 		}
-		s.fleets, err = c.allFleets(ctx)
+		s.Fleets, err = c.allFleets(ctx)
 		steps.mark("fleets read")
 		if err != nil {
 			return s, err
 		}
 	}
-	s.servers, err = c.live.read(ctx)
+	s.Servers, err = c.live.read(ctx)
 	steps.mark("servers read")
 	if err != nil {
 		return s, err
@@ -47,25 +57,26 @@ func (c *Controller) observe(ctx context.Context, steps *passSteps) (snapshot, e
 	if err != nil {
 		return s, err
 	}
-	s.hosts = withUse(hosts, s.servers)
-	s.beats, err = c.readBeats(ctx)
+	s.Hosts = withUse(hosts, s.Servers)
+	beats, err := c.readBeats(ctx)
 	steps.mark("heartbeats read")
 	if err != nil {
 		return s, err
 	}
-	s.heard = c.hear(s.hosts, s.beats, s.now)
-	s.beatsSince = c.beats.LeaderSince()
-	c.noteBeatsLeader(s.beatsSince, s.now)
+	s.Beats = plannedBeats(beats)
+	s.Heard = c.hear(s.Hosts, beats, s.Now)
+	s.BeatsSince = c.beats.LeaderSince()
+	c.noteBeatsLeader(s.BeatsSince, s.Now)
 	if stale {
 		return s, nil
 	}
-	s.byFleet, s.misnamed = groupByFleet(s.servers)
-	s.deletedFleets = c.readDeletedFleets(ctx, s.fleets, s.byFleet)
+	s.ByFleet, s.Misnamed = plan.GroupByFleet(s.Servers)
+	s.DeletedFleets = c.readDeletedFleets(ctx, s.Fleets, s.ByFleet)
 	steps.mark("deleted fleets read")
-	s.webhooks = c.hooks.poll(ctx, s.fleets, s.servers, s.now)
+	s.Webhooks = c.hooks.poll(ctx, s.Fleets, s.Servers, s.Now)
 	steps.mark("webhooks polled")
 	var autoscaled []string
-	for _, f := range s.fleets {
+	for _, f := range s.Fleets {
 		if f.State.GetSpec().GetAutoscaling() != nil {
 			if id, err := events.ParseFleetName(f.State.GetName()); err == nil {
 				autoscaled = append(autoscaled, id)
@@ -83,7 +94,7 @@ func (c *Controller) observe(ctx context.Context, steps *passSteps) (snapshot, e
 		return s, err
 	}
 	// Last: the start news are the controller's to keep until executed.
-	s.startNews, err = c.readStarts(ctx, s.fleets)
+	s.StartNews, err = c.readStarts(ctx, s.Fleets)
 	steps.mark("start failures read")
 	if err != nil {
 		return s, err
@@ -155,9 +166,9 @@ func (c *Controller) readDeletedFleets(ctx context.Context, fleets []projections
 // each duty at most sessionBatch a pass, with the game server or fleet
 // each needs. One whose server or fleet cannot be read is logged and
 // waits for the next pass.
-func (c *Controller) readSessions(ctx context.Context, s *snapshot) error {
+func (c *Controller) readSessions(ctx context.Context, s *plan.Snapshot) error {
 	var err error
-	if s.dueSessions, err = c.opts.Views.DueGameSessions(ctx, s.now, sessionBatch); err != nil {
+	if s.DueSessions, err = c.opts.Views.DueGameSessions(ctx, s.Now, sessionBatch); err != nil {
 		return err
 	}
 	orphans, err := c.opts.Views.OrphanedGameSessions(ctx, sessionBatch)
@@ -170,9 +181,9 @@ func (c *Controller) readSessions(ctx context.Context, s *snapshot) error {
 			c.log.Error("read the server of a game session", "game_session", r.State.GetName(), "err", err)
 			continue
 		}
-		s.orphanSessions = append(s.orphanSessions, orphanSession{session: r, server: gs.State})
+		s.OrphanSessions = append(s.OrphanSessions, plan.OrphanSession{Session: r, Server: gs.State})
 	}
-	uncreated, err := c.opts.Views.UncreatedGameSessions(ctx, s.now.Add(-uncreatedAfter), sessionBatch)
+	uncreated, err := c.opts.Views.UncreatedGameSessions(ctx, s.Now.Add(-uncreatedAfter), sessionBatch)
 	if err != nil {
 		return err
 	}
@@ -187,7 +198,7 @@ func (c *Controller) readSessions(ctx context.Context, s *snapshot) error {
 			c.log.Error("read the fleet of an allocation without a game session", "game_server", r.State.GetName(), "err", err)
 			continue
 		}
-		s.uncreatedSessions = append(s.uncreatedSessions, uncreatedSession{server: r.State, policy: f.State.GetSpec().GetPlayerSessions()})
+		s.UncreatedSessions = append(s.UncreatedSessions, plan.UncreatedSession{Server: r.State, Policy: f.State.GetSpec().GetPlayerSessions()})
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/nats/hostbeat"
+	"github.com/tetherhq/tether/services/controller/plan"
 )
 
 // BenchmarkSteadyPass measures the CPU of one pass's work on what it read
@@ -33,51 +33,53 @@ func BenchmarkSteadyPass(b *testing.B) {
 
 func benchmarkPass(b *testing.B, lostAndRegistered bool) {
 	const fleets, hosts, perHost = 10, 10_000, 10
-	s := snapshot{now: t0, heard: map[string]time.Time{}, beats: map[string]hostbeat.Beat{}}
+	s := plan.Snapshot{Now: t0, Heard: map[string]time.Time{}, Beats: map[string]plan.Beat{}}
 	var hostRows []projections.Row[*eventsv1.HostState]
 	for h := range hosts {
 		id := fmt.Sprintf("h%d", h)
 		hostRows = append(hostRows, projections.Row[*eventsv1.HostState]{State: &eventsv1.HostState{
 			Name: events.HostName(id), Status: eventsv1.HostStatus_HOST_STATUS_ONLINE, Capacity: perHost, RegisteredSequence: 1,
 		}, Sequence: 1})
-		s.heard[id] = t0
+		s.Heard[id] = t0
 	}
 	if lostAndRegistered {
 		hostRows = append(hostRows, projections.Row[*eventsv1.HostState]{State: &eventsv1.HostState{
 			Name: events.HostName("lost"), Status: eventsv1.HostStatus_HOST_STATUS_LOST, Capacity: perHost, RegisteredSequence: 1,
 		}, Sequence: 2})
-		s.heard["lost"] = t0.Add(-time.Hour)
+		s.Heard["lost"] = t0.Add(-time.Hour)
 		hostRows = append(hostRows, projections.Row[*eventsv1.HostState]{State: &eventsv1.HostState{ // a new host: no servers yet
 			Name: events.HostName("fresh"), Status: eventsv1.HostStatus_HOST_STATUS_ONLINE, Capacity: perHost, RegisteredSequence: 1 << 40,
 		}, Sequence: 1 << 40})
-		s.heard["fresh"] = t0
+		s.Heard["fresh"] = t0
 	}
 	for f := range fleets {
 		st := fleetState(time.Time{})
 		st.Name = events.FleetName(fmt.Sprintf("f%d", f))
 		st.Spec.Replicas = hosts * perHost / fleets
-		s.fleets = append(s.fleets, projections.FleetRow{Row: projections.Row[*eventsv1.FleetState]{State: st, Sequence: 1}})
+		s.Fleets = append(s.Fleets, projections.FleetRow{Row: projections.Row[*eventsv1.FleetState]{State: st, Sequence: 1}})
 	}
 	for i := range hosts * perHost {
 		fleet := fmt.Sprintf("f%d", i%fleets)
-		s.servers = append(s.servers, projections.Row[*eventsv1.GameServerState]{State: &eventsv1.GameServerState{
+		s.Servers = append(s.Servers, projections.Row[*eventsv1.GameServerState]{State: &eventsv1.GameServerState{
 			Name: events.GameServerName(fleet, fmt.Sprintf("gs-%07d", i)), Host: events.HostName(fmt.Sprintf("h%d", i/perHost)),
 			Lifecycle: eventsv1.Lifecycle_LIFECYCLE_READY, EverReady: true,
 			Template: proto.CloneOf(template), HealthPolicy: proto.CloneOf(health), CreateTime: timestamppb.New(t0),
 		}, Sequence: uint64(10 + i)})
 	}
-	slices.SortFunc(s.servers, byName) // as the pass reads them
+	slices.SortFunc(s.Servers, byName) // as the pass reads them
 	c := &Controller{}
-	p := testPlanner()
+	p := plan.Planner{Producer: "controllers/test", ShutdownGrace: DefaultShutdownGrace, ShutdownSettle: DefaultShutdownSettle,
+		StartTimeout: DefaultStartTimeout, UnreachableAfter: DefaultUnreachableAfter, LostAfter: DefaultLostAfter,
+		Backoff: events.StartBackoff{Base: DefaultStartBackoffBase, Cap: DefaultStartBackoffCap}, NewID: func() string { return events.NewID("gs") }}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
 		pass := s
-		pass.hosts = withUse(hostRows, pass.servers)
-		pass.byFleet, pass.misnamed = groupByFleet(pass.servers)
-		pass.deletedFleets = c.readDeletedFleets(b.Context(), pass.fleets, pass.byFleet)
-		if out := p.plan(pass); len(out.decisions) != 0 || len(out.refused) != 0 {
-			b.Fatalf("a steady pass decided %d and refused %d: %v", len(out.decisions), len(out.refused), lines(out))
+		pass.Hosts = withUse(hostRows, pass.Servers)
+		pass.ByFleet, pass.Misnamed = plan.GroupByFleet(pass.Servers)
+		pass.DeletedFleets = c.readDeletedFleets(b.Context(), pass.Fleets, pass.ByFleet)
+		if out := p.Plan(pass); len(out.Decisions) != 0 || len(out.Refused) != 0 {
+			b.Fatalf("a steady pass decided %d and refused %d: %v", len(out.Decisions), len(out.Refused), out.Decisions)
 		}
 	}
 }

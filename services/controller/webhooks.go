@@ -13,80 +13,16 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	"github.com/tetherhq/tether/services/controller/plan"
 )
 
-// Autoscaling (docs/autoscaling.md) is a planning step: for a fleet with a
-// FleetAutoscaling, planAutoscale turns the policy in force and the fleet's
-// servers into a replica count, recorded as FleetAutoscaled with its
-// inputs before planFleet brings the fleet there in the same pass. A
-// webhook policy's answer comes from webhooks, which calls the studio's
-// service off the pass (a slow webhook never holds a pass up) and keeps the
-// last answer for the planner.
-
-// webhookAnswer is a webhook policy's last answer.
-type webhookAnswer struct {
-	// url is the webhook asked.
-	url string
-	// at is when the answer came.
-	at time.Time
-	// replicas is the count it answered, if err is nil.
-	replicas int
-	err      error
-}
-
-// planAutoscale decides a fleet's replicas from its autoscaling policy and
-// returns the decided events with the fleet as they leave it (f itself
-// when nothing changes).
-func (p planner) planAutoscale(s snapshot, f *eventsv1.FleetState, rows []projections.Row[*eventsv1.GameServerState], out *Plan) ([]proto.Message, *eventsv1.FleetState) {
-	a := f.GetSpec().GetAutoscaling()
-	if a == nil {
-		return nil, f
-	}
-	name := f.GetName()
-	policy := events.PolicyAt(a, s.now)
-	use := useOf(rows)
-	d := &eventsv1.FleetAutoscaled{Policy: policy.String(), Allocated: int32(use.allocated), Reserved: int32(use.reserved),
-		Ready: int32(use.ready), Starting: int32(use.starting), MinReplicas: policy.Min, MaxReplicas: policy.Max}
-	var cmd events.FleetCommand
-	switch {
-	case policy.Webhook != nil:
-		ans, ok := s.webhooks[name]
-		if !ok || ans.url != policy.Webhook.GetUrl() {
-			return nil, f // no answer yet: the fleet keeps its size
-		}
-		if ans.err != nil {
-			cmd = events.RecordAutoscaleFailure{Policy: policy.String(), Error: ans.err.Error()}
-			break
-		}
-		to := policy.Clamp(ans.replicas)
-		d.WebhookReplicas, d.ToReplicas = int32(ans.replicas), int32(to)
-		d.Reason = fmt.Sprintf("the webhook answered %d replicas at %s", ans.replicas, ans.at.Format(time.RFC3339))
-		if to != ans.replicas {
-			d.Reason += fmt.Sprintf(", bounded to %d..%d", policy.Min, policy.Max)
-		}
-		cmd = events.RecordAutoscale{Decision: d}
-	default:
-		buffer, err := events.BufferFor(policy.Buffer.GetBufferSize(), use.allocated+use.reserved)
-		if err != nil {
-			out.refused = append(out.refused, fmt.Errorf("autoscale %s: %w", name, err))
-			return nil, f
-		}
-		want := use.allocated + use.reserved + buffer
-		to := policy.Clamp(want)
-		d.Buffer, d.ToReplicas = int32(buffer), int32(to)
-		d.Reason = fmt.Sprintf("%d allocated + %d reserved + buffer %d (%s) = %d", use.allocated, use.reserved, buffer, policy.Buffer.GetBufferSize(), want)
-		if to != want {
-			d.Reason += fmt.Sprintf(", bounded to %d..%d", policy.Min, policy.Max)
-		}
-		cmd = events.RecordAutoscale{Decision: d}
-	}
-	return p.decideFleetSteps(s, f, cmd, out)
-}
+// A webhook autoscaling policy (docs/autoscaling.md) asks the studio's
+// service for a fleet's replicas. The planner decides from the last answer
+// (plan.WebhookAnswer, in the snapshot); the calls are made here, off the
+// pass, so that a slow webhook never holds a pass up.
 
 // webhookBody is what a webhook policy is sent: the fleet's status.
 type webhookBody struct {
@@ -120,25 +56,25 @@ type webhooks struct {
 	now      func() time.Time
 
 	mu       sync.Mutex
-	answers  map[string]webhookAnswer // fleet → last answer
+	answers  map[string]plan.WebhookAnswer // fleet → last answer
 	inFlight map[string]bool
 	wg       sync.WaitGroup
 }
 
 func newWebhooks(interval time.Duration, now func() time.Time) *webhooks {
 	return &webhooks{client: &http.Client{}, interval: interval, now: now,
-		answers: map[string]webhookAnswer{}, inFlight: map[string]bool{}}
+		answers: map[string]plan.WebhookAnswer{}, inFlight: map[string]bool{}}
 }
 
 // poll starts the calls due for fleets whose policy in force is a
 // webhook, with the use the pass saw (servers, grouped by fleet only when
 // a call is due), and returns the last answer of every such fleet. ctx
 // bounds the calls (the leadership's).
-func (w *webhooks) poll(ctx context.Context, fleets []projections.FleetRow, servers []projections.Row[*eventsv1.GameServerState], now time.Time) map[string]webhookAnswer {
+func (w *webhooks) poll(ctx context.Context, fleets []projections.FleetRow, servers []projections.Row[*eventsv1.GameServerState], now time.Time) map[string]plan.WebhookAnswer {
 	var byFleet map[string][]projections.Row[*eventsv1.GameServerState]
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := map[string]webhookAnswer{}
+	out := map[string]plan.WebhookAnswer{}
 	wanted := map[string]bool{}
 	for _, f := range fleets {
 		a := f.State.GetSpec().GetAutoscaling()
@@ -155,15 +91,15 @@ func (w *webhooks) poll(ctx context.Context, fleets []projections.FleetRow, serv
 		if answered {
 			out[name] = last
 		}
-		if w.inFlight[name] || (answered && last.url == policy.Webhook.GetUrl() && w.now().Sub(last.at) < w.interval) {
+		if w.inFlight[name] || (answered && last.URL == policy.Webhook.GetUrl() && w.now().Sub(last.At) < w.interval) {
 			continue
 		}
 		if byFleet == nil {
 			byFleet = serversByFleet(servers)
 		}
-		use := useOf(byFleet[name])
-		body := webhookBody{Fleet: name, Replicas: f.State.GetSpec().GetReplicas(), ReadyReplicas: use.ready,
-			AllocatedReplicas: use.allocated, ReservedReplicas: use.reserved, StartingReplicas: use.starting,
+		use := plan.UseOf(byFleet[name])
+		body := webhookBody{Fleet: name, Replicas: f.State.GetSpec().GetReplicas(), ReadyReplicas: use.Ready,
+			AllocatedReplicas: use.Allocated, ReservedReplicas: use.Reserved, StartingReplicas: use.Starting,
 			MinReplicas: policy.Min, MaxReplicas: policy.Max, Schedule: policy.Schedule}
 		w.inFlight[name] = true
 		w.wg.Add(1)
@@ -187,7 +123,7 @@ func (w *webhooks) call(ctx context.Context, fleet string, hook *eventsv1.Webhoo
 	if ctx.Err() != nil {
 		return // the leadership ended: not an answer
 	}
-	w.answers[fleet] = webhookAnswer{url: hook.GetUrl(), at: w.now(), replicas: replicas, err: err}
+	w.answers[fleet] = plan.WebhookAnswer{URL: hook.GetUrl(), At: w.now(), Replicas: replicas, Err: err}
 }
 
 // ask POSTs body to the webhook and reads its replica count.
@@ -253,5 +189,5 @@ func (w *webhooks) reset() {
 	w.wg.Wait()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.answers, w.inFlight = map[string]webhookAnswer{}, map[string]bool{}
+	w.answers, w.inFlight = map[string]plan.WebhookAnswer{}, map[string]bool{}
 }

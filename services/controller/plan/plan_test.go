@@ -1,4 +1,4 @@
-package controller
+package plan
 
 import (
 	"fmt"
@@ -13,7 +13,6 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"github.com/tetherhq/tether/services/nats/hostbeat"
 )
 
 // The planner's rules, as tables: a snapshot in, decisions out, with no
@@ -29,15 +28,27 @@ const (
 	shutting    = eventsv1.Lifecycle_LIFECYCLE_SHUTTING_DOWN
 )
 
+// The controller's default timings (its Options' Default… constants),
+// which the tables are written for.
+const (
+	defaultShutdownGrace    = 30 * time.Second
+	defaultShutdownSettle   = 30 * time.Second
+	defaultUnreachableAfter = 10 * time.Second
+	defaultLostAfter        = time.Minute
+	defaultStartTimeout     = 10 * time.Second
+	defaultStartBackoffBase = time.Second
+	defaultStartBackoffCap  = 5 * time.Minute
+)
+
 // testPlanner has the controller's default timings and names new game
 // servers new-1, new-2, ….
-func testPlanner() planner {
+func testPlanner() Planner {
 	n := 0
-	return planner{
-		producer: "controllers/test", shutdownGrace: DefaultShutdownGrace, shutdownSettle: DefaultShutdownSettle, startTimeout: DefaultStartTimeout,
-		unreachableAfter: DefaultUnreachableAfter, lostAfter: DefaultLostAfter,
-		backoff: events.StartBackoff{Base: DefaultStartBackoffBase, Cap: DefaultStartBackoffCap},
-		newID:   func() string { n++; return fmt.Sprintf("new-%d", n) },
+	return Planner{
+		Producer: "controllers/test", ShutdownGrace: defaultShutdownGrace, ShutdownSettle: defaultShutdownSettle, StartTimeout: defaultStartTimeout,
+		UnreachableAfter: defaultUnreachableAfter, LostAfter: defaultLostAfter,
+		Backoff: events.StartBackoff{Base: defaultStartBackoffBase, Cap: defaultStartBackoffCap},
+		NewID:   func() string { n++; return fmt.Sprintf("new-%d", n) },
 	}
 }
 
@@ -75,12 +86,13 @@ func unfinished(id, host string, seq uint64, deadline time.Time) projections.Row
 
 // listing is an inventory of game servers (full names), with queued
 // events.
-func listing(queued int, names ...string) *hostbeat.Inventory {
-	inv := &hostbeat.Inventory{Servers: []hostbeat.Server{}, Queued: queued}
-	for _, n := range names {
-		inv.Servers = append(inv.Servers, hostbeat.Server{Name: n})
-	}
-	return inv
+func listing(queued int, names ...string) *Inventory {
+	return &Inventory{Servers: append([]string{}, names...), Queued: queued}
+}
+
+// beatAt is a beat its agent wrote at t, with inventory inv (nil: none).
+func beatAt(t time.Time, inv *Inventory) Beat {
+	return Beat{Report: func() Report { return Report{Written: t, Inventory: inv} }}
 }
 
 // fleetRow is fleet arena with replicas and scheduling.
@@ -92,12 +104,12 @@ func fleetRow(replicas int32, scheduling eventsv1.Scheduling) projections.FleetR
 
 // snap is a snapshot at t0 of fleets, hosts (each heard of at t0 unless
 // heard says otherwise) and servers.
-func snap(fleets []projections.FleetRow, hosts []projections.HostRow, servers ...projections.Row[*eventsv1.GameServerState]) snapshot {
-	s := snapshot{now: t0, fleets: fleets, hosts: hosts, servers: servers, heard: map[string]time.Time{}, beats: map[string]hostbeat.Beat{}}
-	s.byFleet, s.misnamed = groupByFleet(servers)
+func snap(fleets []projections.FleetRow, hosts []projections.HostRow, servers ...projections.Row[*eventsv1.GameServerState]) Snapshot {
+	s := Snapshot{Now: t0, Fleets: fleets, Hosts: hosts, Servers: servers, Heard: map[string]time.Time{}, Beats: map[string]Beat{}}
+	s.ByFleet, s.Misnamed = GroupByFleet(servers)
 	for _, h := range hosts {
 		id, _ := events.ParseHostName(h.State.GetName())
-		s.heard[id] = t0
+		s.Heard[id] = t0
 	}
 	return s
 }
@@ -105,65 +117,65 @@ func snap(fleets []projections.FleetRow, hosts []projections.HostRow, servers ..
 // lines lists a plan's decisions, follow-ups indented.
 func lines(p Plan) []string {
 	var out []string
-	var add func(ds []decision, indent string)
-	add = func(ds []decision, indent string) {
+	var add func(ds []Decision, indent string)
+	add = func(ds []Decision, indent string) {
 		for _, d := range ds {
 			out = append(out, indent+d.String())
-			add(d.then, indent+"  ")
+			add(d.Then, indent+"  ")
 		}
 	}
-	add(p.decisions, "")
+	add(p.Decisions, "")
 	return out
 }
 
 // cloneSnapshot deep-copies the states a snapshot holds, to check that
 // planning leaves them as they were.
-func cloneSnapshot(s snapshot) snapshot {
+func cloneSnapshot(s Snapshot) Snapshot {
 	c := s
-	c.fleets = slices.Clone(s.fleets)
-	for i := range c.fleets {
-		c.fleets[i].State = proto.CloneOf(s.fleets[i].State)
+	c.Fleets = slices.Clone(s.Fleets)
+	for i := range c.Fleets {
+		c.Fleets[i].State = proto.CloneOf(s.Fleets[i].State)
 	}
-	c.hosts = slices.Clone(s.hosts)
-	for i := range c.hosts {
-		c.hosts[i].State = proto.CloneOf(s.hosts[i].State)
+	c.Hosts = slices.Clone(s.Hosts)
+	for i := range c.Hosts {
+		c.Hosts[i].State = proto.CloneOf(s.Hosts[i].State)
 	}
-	c.servers = slices.Clone(s.servers)
-	for i := range c.servers {
-		c.servers[i].State = proto.CloneOf(s.servers[i].State)
+	c.Servers = slices.Clone(s.Servers)
+	for i := range c.Servers {
+		c.Servers[i].State = proto.CloneOf(s.Servers[i].State)
 	}
-	c.byFleet, c.misnamed = groupByFleet(c.servers)
+	c.ByFleet, c.Misnamed = GroupByFleet(c.Servers)
 	return c
 }
 
 // sameStates reports whether two snapshots hold equal states.
-func sameStates(a, b snapshot) bool {
-	if len(a.fleets) != len(b.fleets) || len(a.hosts) != len(b.hosts) || len(a.servers) != len(b.servers) {
+func sameStates(a, b Snapshot) bool {
+	if len(a.Fleets) != len(b.Fleets) || len(a.Hosts) != len(b.Hosts) || len(a.Servers) != len(b.Servers) {
 		return false
 	}
-	for _, s := range []snapshot{a, b} { // the groups still those of the servers
-		groups, _ := groupByFleet(s.servers)
-		if len(groups) != len(s.byFleet) {
+	for _, s := range []Snapshot{a, b} { // the groups still those of the servers
+		groups, _ := GroupByFleet(s.Servers)
+		if len(groups) != len(s.ByFleet) {
 			return false
 		}
 		for fleet, rows := range groups {
-			if !slices.Equal(rows, s.byFleet[fleet]) {
+			if !slices.Equal(rows, s.ByFleet[fleet]) {
 				return false
 			}
 		}
 	}
-	for i := range a.fleets {
-		if !proto.Equal(a.fleets[i].State, b.fleets[i].State) {
+	for i := range a.Fleets {
+		if !proto.Equal(a.Fleets[i].State, b.Fleets[i].State) {
 			return false
 		}
 	}
-	for i := range a.hosts {
-		if !proto.Equal(a.hosts[i].State, b.hosts[i].State) {
+	for i := range a.Hosts {
+		if !proto.Equal(a.Hosts[i].State, b.Hosts[i].State) {
 			return false
 		}
 	}
-	for i := range a.servers {
-		if !proto.Equal(a.servers[i].State, b.servers[i].State) {
+	for i := range a.Servers {
+		if !proto.Equal(a.Servers[i].State, b.Servers[i].State) {
 			return false
 		}
 	}
@@ -176,13 +188,13 @@ func TestPlan(t *testing.T) {
 	distributed := eventsv1.Scheduling_SCHEDULING_DISTRIBUTED
 	tests := []struct {
 		name       string
-		snapshot   func() snapshot
+		snapshot   func() Snapshot
 		want       []string
-		wantNoRoom []noRoom
+		wantNoRoom []NoRoom
 	}{
 		{
 			name: "scales up packed: the fullest host with room first",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap(arena(3), []projections.HostRow{hostRow("a", online, 2, 1, 5), hostRow("b", online, 10, 0, 6)},
 					on("gs-1", ready, "a", 7))
 			},
@@ -193,7 +205,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "scales up distributed: the emptiest host first",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap([]projections.FleetRow{fleetRow(2, distributed)},
 					[]projections.HostRow{hostRow("a", online, 10, 3, 5), hostRow("b", online, 10, 1, 6)})
 			},
@@ -204,7 +216,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "packed keeps a small fleet on one host",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap(arena(2), []projections.HostRow{hostRow("a", online, 2, 0, 5), hostRow("b", online, 2, 0, 6)})
 			},
 			want: []string{
@@ -214,7 +226,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "distributed puts a small fleet on every host, ties by name",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap([]projections.FleetRow{fleetRow(2, distributed)},
 					[]projections.HostRow{hostRow("a", online, 2, 0, 5), hostRow("b", online, 2, 0, 6)})
 			},
@@ -225,19 +237,19 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "no room: schedules what fits and reports what is missing",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap(arena(3), []projections.HostRow{hostRow("a", online, 1, 0, 5)})
 			},
 			want: []string{
 				"schedule " + gsPrefix + "new-1 GameServerScheduled → a",
 				"placement fleets/arena@1 FleetPlacementBlocked",
 			},
-			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 2, reason: events.NoHostWithRoom,
-				message: "2 game servers wait: all 1 ONLINE, uncordoned hosts are full"}},
+			wantNoRoom: []NoRoom{{Fleet: "fleets/arena", Missing: 2, Reason: events.NoHostWithRoom,
+				Message: "2 game servers wait: all 1 ONLINE, uncordoned hosts are full"}},
 		},
 		{
 			name: "scales down READY servers newest first, never ALLOCATED or RESERVED",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap(arena(1), []projections.HostRow{hostRow("a", online, 10, 5, 5)},
 					on("gs-1", allocated, "a", 10), on("gs-2", reserved, "a", 11), on("gs-3", ready, "a", 12),
 					on("gs-4", ready, "a", 13), on("gs-5", starting, "a", 14))
@@ -254,7 +266,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "a host selector places only on matching hosts, PACKED among them",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				f := arena(2)
 				f[0].State = proto.CloneOf(f[0].State)
 				f[0].State.Spec.Template.HostSelector = map[string]string{"zone": "b"}
@@ -268,7 +280,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "no matching host with room: NO_MATCHING_HOST",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				f := arena(3)
 				f[0].State = proto.CloneOf(f[0].State)
 				f[0].State.Spec.Template.HostSelector = map[string]string{"zone": "b"}
@@ -279,12 +291,12 @@ func TestPlan(t *testing.T) {
 				"schedule " + gsPrefix + "new-1 GameServerScheduled → b",
 				"placement fleets/arena@1 FleetPlacementBlocked",
 			},
-			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 2, reason: events.NoMatchingHost,
-				message: "2 game servers wait: no ONLINE, uncordoned host with labels zone=b has room (1 match, all full)"}},
+			wantNoRoom: []NoRoom{{Fleet: "fleets/arena", Missing: 2, Reason: events.NoMatchingHost,
+				Message: "2 game servers wait: no ONLINE, uncordoned host with labels zone=b has room (1 match, all full)"}},
 		},
 		{
 			name: "a blocked fleet that has its servers again is unblocked",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				f := arena(1)
 				f[0].State = proto.CloneOf(f[0].State)
 				f[0].State.PlacementBlocked = &eventsv1.FleetPlacementBlocked{Waiting: 1, Reason: events.NoMatchingHost}
@@ -297,7 +309,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "a cordoned host takes no new server",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap(arena(2), []projections.HostRow{cordoned(hostRow("a", online, 10, 1, 5), false), hostRow("b", online, 10, 0, 6)},
 					on("gs-1", ready, "a", 10))
 			},
@@ -305,7 +317,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "draining: replacements first, the READY servers stay until they serve",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap(arena(3), []projections.HostRow{cordoned(hostRow("a", draining, 10, 3, 5), true), hostRow("b", online, 10, 0, 6)},
 					on("gs-1", ready, "a", 10), on("gs-2", ready, "a", 11), on("gs-3", allocated, "a", 12))
 			},
@@ -318,7 +330,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "draining: a server leaves once its replacement serves",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap(arena(3), []projections.HostRow{cordoned(hostRow("a", draining, 10, 3, 5), true), hostRow("b", online, 10, 2, 6)},
 					on("gs-1", ready, "a", 10), on("gs-2", ready, "a", 11), on("gs-3", allocated, "a", 12),
 					on("gs-4", ready, "b", 13), on("gs-5", starting, "b", 14))
@@ -327,28 +339,28 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "draining with no room elsewhere: the servers stay and the fleet says why",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap(arena(2), []projections.HostRow{cordoned(hostRow("a", draining, 10, 2, 5), true)},
 					on("gs-1", ready, "a", 10), on("gs-2", ready, "a", 11))
 			},
 			want: []string{"placement fleets/arena@1 FleetPlacementBlocked"},
-			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 2, reason: events.NoHostWithRoom,
-				message: "2 game servers wait: no host is ONLINE and uncordoned"}},
+			wantNoRoom: []NoRoom{{Fleet: "fleets/arena", Missing: 2, Reason: events.NoHostWithRoom,
+				Message: "2 game servers wait: no host is ONLINE and uncordoned"}},
 		},
 		{
 			name: "a silent DRAINED host becomes UNREACHABLE",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				h := cordoned(hostRow("a", eventsv1.HostStatus_HOST_STATUS_DRAINED, 10, 0, 5), true)
 				h.State.Drained = true
 				s := snap(arena(0), []projections.HostRow{h})
-				s.heard["a"] = t0.Add(-DefaultUnreachableAfter - time.Second)
+				s.Heard["a"] = t0.Add(-defaultUnreachableAfter - time.Second)
 				return s
 			},
 			want: []string{"host hosts/a@5 HostUnreachable"},
 		},
 		{
 			name: "draining: the servers not ready yet go at once, the READY one stays until replaced",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap(arena(2), []projections.HostRow{cordoned(hostRow("a", draining, 10, 2, 5), true), hostRow("b", online, 10, 1, 6)},
 					on("gs-1", starting, "a", 10), on("gs-2", ready, "a", 11), on("gs-3", ready, "b", 12))
 			},
@@ -359,7 +371,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "a draining host with no game server left is drained",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap(arena(1), []projections.HostRow{cordoned(hostRow("a", draining, 10, 0, 5), true), hostRow("b", online, 10, 1, 6)},
 					on("gs-1", ready, "b", 10))
 			},
@@ -367,7 +379,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "an unhealthy server is shut down and replaced",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap(arena(2), []projections.HostRow{hostRow("a", online, 10, 2, 5)},
 					on("gs-1", ready, "a", 10), on("gs-2", unhealthy, "a", 11))
 			},
@@ -378,95 +390,95 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "a SCHEDULED server past its start timeout gets its start command again",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(3), []projections.HostRow{hostRow("a", online, 10, 3, 5)},
 					on("gs-1", scheduled, "a", 11), on("gs-2", scheduled, "a", 3), on("gs-3", scheduled, "a", 20))
 				// gs-1 was scheduled 11 s ago; gs-2 3 s ago; gs-3 20 s ago,
 				// but its start was re-sent 2 s ago.
-				s.startResent = map[string]time.Time{gsPrefix + "gs-3": t0.Add(-2 * time.Second)}
+				s.StartResent = map[string]time.Time{gsPrefix + "gs-3": t0.Add(-2 * time.Second)}
 				return s
 			},
 			want: []string{"resend " + gsPrefix + "gs-1 → a"},
 		},
 		{
 			name: "a silent host becomes UNREACHABLE and takes no new servers; its servers stay",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(2), []projections.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10))
-				s.heard["a"] = t0.Add(-DefaultUnreachableAfter - time.Second)
+				s.Heard["a"] = t0.Add(-defaultUnreachableAfter - time.Second)
 				return s
 			},
 			want: []string{"host hosts/a@5 HostUnreachable", "placement fleets/arena@1 FleetPlacementBlocked"},
-			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 1, reason: events.NoHostWithRoom,
-				message: "1 game servers wait: no host is ONLINE and uncordoned"}},
+			wantNoRoom: []NoRoom{{Fleet: "fleets/arena", Missing: 1, Reason: events.NoHostWithRoom,
+				Message: "1 game servers wait: no host is ONLINE and uncordoned"}},
 		},
 		{
 			name: "a host silent since before the heartbeat bucket's election stays ONLINE until UnreachableAfter past it",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(1), []projections.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10))
-				s.heard["a"] = t0.Add(-DefaultUnreachableAfter - time.Second)
-				s.beatsSince = t0.Add(-DefaultUnreachableAfter + time.Second)
+				s.Heard["a"] = t0.Add(-defaultUnreachableAfter - time.Second)
+				s.BeatsSince = t0.Add(-defaultUnreachableAfter + time.Second)
 				return s
 			},
 			want: nil,
 		},
 		{
 			name: "a host silent for UnreachableAfter past the heartbeat bucket's election is UNREACHABLE",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(1), []projections.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10))
-				s.heard["a"] = t0.Add(-DefaultLostAfter)
-				s.beatsSince = t0.Add(-DefaultUnreachableAfter - time.Second)
+				s.Heard["a"] = t0.Add(-defaultLostAfter)
+				s.BeatsSince = t0.Add(-defaultUnreachableAfter - time.Second)
 				return s
 			},
 			want: []string{"host hosts/a@5 HostUnreachable"},
 		},
 		{
 			name: "an UNREACHABLE host is neither LOST nor back ONLINE within LostAfter of the heartbeat bucket's election",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(1), []projections.HostRow{hostRow("a", unreachable, 10, 1, 5), hostRow("b", online, 10, 0, 6)},
 					on("gs-1", ready, "a", 10))
-				s.heard["a"] = t0.Add(-DefaultLostAfter - time.Second)
-				s.beatsSince = t0.Add(-time.Second)
+				s.Heard["a"] = t0.Add(-defaultLostAfter - time.Second)
+				s.BeatsSince = t0.Add(-time.Second)
 				return s
 			},
 			want: nil,
 		},
 		{
 			name: "an election gives back at most electionCredit of a longer silence",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(1), []projections.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10))
-				s.heard["a"] = t0.Add(-DefaultUnreachableAfter - electionCredit - time.Second)
-				s.beatsSince = t0.Add(-time.Second)
+				s.Heard["a"] = t0.Add(-defaultUnreachableAfter - electionCredit - time.Second)
+				s.BeatsSince = t0.Add(-time.Second)
 				return s
 			},
 			want: []string{"host hosts/a@5 HostUnreachable"},
 		},
 		{
 			name: "a host that beat since the heartbeat bucket's election is judged on its beat",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(1), []projections.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10))
-				s.heard["a"] = t0.Add(-DefaultUnreachableAfter - time.Second)
-				s.beatsSince = t0.Add(-DefaultUnreachableAfter - 2*time.Second)
+				s.Heard["a"] = t0.Add(-defaultUnreachableAfter - time.Second)
+				s.BeatsSince = t0.Add(-defaultUnreachableAfter - 2*time.Second)
 				return s
 			},
 			want: []string{"host hosts/a@5 HostUnreachable"},
 		},
 		{
 			name: "an UNREACHABLE host that beats again after an election is back ONLINE",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(1), []projections.HostRow{hostRow("a", unreachable, 10, 1, 5)}, on("gs-1", ready, "a", 10))
-				s.heard["a"] = t0
-				s.beatsSince = t0.Add(-time.Second)
+				s.Heard["a"] = t0
+				s.BeatsSince = t0.Add(-time.Second)
 				return s
 			},
 			want: []string{"host hosts/a@5 HostOnline"},
 		},
 		{
 			name: "an UNREACHABLE host is LOST LostAfter past the heartbeat bucket's election",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(1), []projections.HostRow{hostRow("a", unreachable, 10, 1, 5), hostRow("b", online, 10, 0, 6)},
 					on("gs-1", ready, "a", 10))
-				s.heard["a"] = t0.Add(-DefaultLostAfter - 5*time.Second)
-				s.beatsSince = t0.Add(-DefaultLostAfter - time.Second)
+				s.Heard["a"] = t0.Add(-defaultLostAfter - 5*time.Second)
+				s.BeatsSince = t0.Add(-defaultLostAfter - time.Second)
 				return s
 			},
 			want: []string{
@@ -477,10 +489,10 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "an UNREACHABLE host silent for LostAfter is LOST: its servers end and are replaced elsewhere",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(1), []projections.HostRow{hostRow("a", unreachable, 10, 1, 5), hostRow("b", online, 10, 0, 6)},
 					on("gs-1", ready, "a", 10))
-				s.heard["a"] = t0.Add(-DefaultLostAfter - time.Second)
+				s.Heard["a"] = t0.Add(-defaultLostAfter - time.Second)
 				return s
 			},
 			want: []string{
@@ -491,29 +503,29 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "a server still live on a host already LOST (its termination lost a race with a shutdown) is terminated",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(1), []projections.HostRow{hostRow("a", eventsv1.HostStatus_HOST_STATUS_LOST, 10, 1, 5), hostRow("b", online, 10, 1, 6)},
 					on("gs-1", shutting, "a", 10), on("gs-2", ready, "b", 11))
-				s.heard["a"] = t0.Add(-DefaultLostAfter - time.Minute)
+				s.Heard["a"] = t0.Add(-defaultLostAfter - time.Minute)
 				return s
 			},
 			want: []string{"terminate " + gsPrefix + "gs-1@10 GameServerTerminated"},
 		},
 		{
 			name: "a host that beats again with events still queued stays UNREACHABLE",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(1), []projections.HostRow{hostRow("a", unreachable, 10, 1, 5)}, on("gs-1", ready, "a", 10))
-				s.beats["a"] = hostbeat.Beat{Time: t0, Inventory: &hostbeat.Inventory{Queued: 2}}
+				s.Beats["a"] = beatAt(t0, &Inventory{Queued: 2})
 				return s
 			},
 			want: nil,
 		},
 		{
 			name: "a host back without a server in its inventory: the server is terminated",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(3), []projections.HostRow{hostRow("a", unreachable, 10, 3, 5)},
 					on("gs-1", ready, "a", 10), on("gs-2", ready, "a", 11), on("gs-3", scheduled, "a", 12))
-				s.beats["a"] = hostbeat.Beat{Time: t0.Add(-time.Second), Inventory: &hostbeat.Inventory{Servers: []hostbeat.Server{{Name: gsPrefix + "gs-1"}}}}
+				s.Beats["a"] = beatAt(t0.Add(-time.Second), listing(0, gsPrefix+"gs-1"))
 				return s
 			},
 			// gs-3 is SCHEDULED: its start may still be on its way (and,
@@ -526,10 +538,10 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "a SHUTTING_DOWN server its agent no longer lists, ShutdownSettle past its deadline, is terminated with its shutdown's reason",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(2), []projections.HostRow{hostRow("a", online, 2, 2, 5)},
-					unfinished("gs-1", "a", 10, t0.Add(-DefaultShutdownSettle-time.Second)), on("gs-2", ready, "a", 11))
-				s.beats["a"] = hostbeat.Beat{Time: t0, Inventory: listing(0, gsPrefix+"gs-2")}
+					unfinished("gs-1", "a", 10, t0.Add(-defaultShutdownSettle-time.Second)), on("gs-2", ready, "a", 11))
+				s.Beats["a"] = beatAt(t0, listing(0, gsPrefix+"gs-2"))
 				return s
 			},
 			// Its slot frees only when the views show it TERMINATED: the
@@ -538,45 +550,45 @@ func TestPlan(t *testing.T) {
 				"terminate " + gsPrefix + "gs-1@10 GameServerTerminated",
 				"placement fleets/arena@1 FleetPlacementBlocked",
 			},
-			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 1, reason: events.NoHostWithRoom, message: "1 game servers wait: all 1 ONLINE, uncordoned hosts are full"}},
+			wantNoRoom: []NoRoom{{Fleet: "fleets/arena", Missing: 1, Reason: events.NoHostWithRoom, Message: "1 game servers wait: all 1 ONLINE, uncordoned hosts are full"}},
 		},
 		{
 			name: "a SHUTTING_DOWN server still in its host's inventory, or not yet ShutdownSettle past its deadline, or with its agent's events queued, is left to its agent",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(3), []projections.HostRow{hostRow("a", online, 3, 3, 5), hostRow("b", online, 3, 3, 6), hostRow("c", online, 3, 3, 7)},
 					unfinished("gs-1", "a", 10, t0.Add(-time.Hour)),
-					unfinished("gs-2", "b", 11, t0.Add(-DefaultShutdownSettle+time.Second)),
+					unfinished("gs-2", "b", 11, t0.Add(-defaultShutdownSettle+time.Second)),
 					unfinished("gs-3", "c", 12, t0.Add(-time.Hour)))
-				s.beats["a"] = hostbeat.Beat{Time: t0, Inventory: listing(0, gsPrefix+"gs-1")}
-				s.beats["b"] = hostbeat.Beat{Time: t0, Inventory: listing(0)}
-				s.beats["c"] = hostbeat.Beat{Time: t0, Inventory: listing(1)}
+				s.Beats["a"] = beatAt(t0, listing(0, gsPrefix+"gs-1"))
+				s.Beats["b"] = beatAt(t0, listing(0))
+				s.Beats["c"] = beatAt(t0, listing(1))
 				return s
 			},
 			want:       []string{"placement fleets/arena@1 FleetPlacementBlocked"},
-			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 3, reason: events.NoHostWithRoom, message: "3 game servers wait: all 3 ONLINE, uncordoned hosts are full"}},
+			wantNoRoom: []NoRoom{{Fleet: "fleets/arena", Missing: 3, Reason: events.NoHostWithRoom, Message: "3 game servers wait: all 3 ONLINE, uncordoned hosts are full"}},
 		},
 		{
 			name: "a SHUTTING_DOWN server left by its agent, changed since the beat or on a host with an older agent (no inventory) is left alone",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				changed := unfinished("gs-1", "a", 10, t0.Add(-time.Hour))
 				changed.State.UpdateTime = timestamppb.New(t0.Add(time.Second))
 				s := snap(arena(2), []projections.HostRow{hostRow("a", online, 1, 1, 5), hostRow("b", online, 1, 1, 6)},
 					changed, unfinished("gs-2", "b", 11, t0.Add(-time.Hour)))
-				s.beats["a"] = hostbeat.Beat{Time: t0, Inventory: listing(0)}
-				s.beats["b"] = hostbeat.Beat{Time: t0}
+				s.Beats["a"] = beatAt(t0, listing(0))
+				s.Beats["b"] = beatAt(t0, nil)
 				return s
 			},
 			want:       []string{"placement fleets/arena@1 FleetPlacementBlocked"},
-			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 2, reason: events.NoHostWithRoom, message: "2 game servers wait: all 2 ONLINE, uncordoned hosts are full"}},
+			wantNoRoom: []NoRoom{{Fleet: "fleets/arena", Missing: 2, Reason: events.NoHostWithRoom, Message: "2 game servers wait: all 2 ONLINE, uncordoned hosts are full"}},
 		},
 		{
 			name: "a SHUTTING_DOWN server missing from the inventory of a host that comes back is ended once, with the host's verdict; one on an UNREACHABLE host is not judged",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(2), []projections.HostRow{hostRow("a", unreachable, 1, 1, 5), hostRow("b", unreachable, 1, 1, 6)},
 					unfinished("gs-1", "a", 10, t0.Add(-time.Hour)), unfinished("gs-2", "b", 11, t0.Add(-time.Hour)))
-				s.beats["a"] = hostbeat.Beat{Time: t0, Inventory: listing(0)}
-				s.heard["b"] = t0.Add(-20 * time.Second) // still silent
-				s.beats["b"] = hostbeat.Beat{Time: t0.Add(-20 * time.Second), Inventory: listing(0)}
+				s.Beats["a"] = beatAt(t0, listing(0))
+				s.Heard["b"] = t0.Add(-20 * time.Second) // still silent
+				s.Beats["b"] = beatAt(t0.Add(-20*time.Second), listing(0))
 				return s
 			},
 			want: []string{
@@ -584,11 +596,11 @@ func TestPlan(t *testing.T) {
 				"  terminate " + gsPrefix + "gs-1@10 GameServerTerminated",
 				"placement fleets/arena@1 FleetPlacementBlocked",
 			},
-			wantNoRoom: []noRoom{{fleet: "fleets/arena", missing: 2, reason: events.NoHostWithRoom, message: "2 game servers wait: all 1 ONLINE, uncordoned hosts are full"}},
+			wantNoRoom: []NoRoom{{Fleet: "fleets/arena", Missing: 2, Reason: events.NoHostWithRoom, Message: "2 game servers wait: all 1 ONLINE, uncordoned hosts are full"}},
 		},
 		{
 			name: "servers whose last event precedes their host's registration are orphans",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				h := hostRow("a", online, 10, 3, 100)
 				h.State.RegisteredSequence = 100
 				return snap(arena(3), []projections.HostRow{h},
@@ -603,7 +615,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "a failing fleet within its backoff starts nothing",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				f := projections.FleetRow{Row: projections.Row[*eventsv1.FleetState]{State: fleetState(t0.Add(-5 * time.Second)), Sequence: 60}}
 				return snap([]projections.FleetRow{f}, []projections.HostRow{hostRow("a", online, 10, 0, 5)})
 			},
@@ -611,9 +623,9 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "new start failures are recorded and hold this pass's starts back",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(3), []projections.HostRow{hostRow("a", online, 10, 0, 5)})
-				s.startNews = map[string]*startNews{"fleets/arena": {failures: []events.StartFailure{{
+				s.StartNews = map[string]*StartNews{"fleets/arena": {failures: []events.StartFailure{{
 					GameServer: gsPrefix + "gs-0", Reason: eventsv1.Reason_REASON_PROCESS_CRASHED_BEFORE_READY, Error: "exited with code 1 before Ready", Sequence: 40,
 				}}}}
 				return s
@@ -622,7 +634,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "the servers of a deleted fleet are shut down; a fleet not read yet is left alone",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				old := func(fleet, id string, l eventsv1.Lifecycle, seq uint64) projections.Row[*eventsv1.GameServerState] {
 					r := on(id, l, "a", seq)
 					r.State.Name = "fleets/" + fleet + "/gameServers/" + id
@@ -630,18 +642,18 @@ func TestPlan(t *testing.T) {
 				}
 				s := snap(nil, []projections.HostRow{hostRow("a", online, 10, 3, 5)},
 					old("old", "gs-1", ready, 10), old("old", "gs-2", shutting, 11), old("new", "gs-3", ready, 12))
-				s.deletedFleets = map[string]bool{"fleets/old": true, "fleets/new": false}
+				s.DeletedFleets = map[string]bool{"fleets/old": true, "fleets/new": false}
 				return s
 			},
 			want: []string{"shutdown fleets/old/gameServers/gs-1@10 ShutdownRequested → a"},
 		},
 		{
 			name: "on stale views only host liveness is judged",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				s := snap(arena(3), []projections.HostRow{hostRow("a", online, 10, 0, 5), hostRow("b", online, 10, 0, 6)},
 					on("gs-1", unhealthy, "b", 10))
-				s.heard["a"] = t0.Add(-DefaultUnreachableAfter - time.Second)
-				s.stale = true
+				s.Heard["a"] = t0.Add(-defaultUnreachableAfter - time.Second)
+				s.Stale = true
 				return s
 			},
 			want: []string{"host hosts/a@5 HostUnreachable"},
@@ -651,15 +663,15 @@ func TestPlan(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := tt.snapshot()
 			before := cloneSnapshot(s)
-			p := testPlanner().plan(s)
-			if len(p.refused) > 0 {
-				t.Fatalf("refused: %v", p.refused)
+			p := testPlanner().Plan(s)
+			if len(p.Refused) > 0 {
+				t.Fatalf("refused: %v", p.Refused)
 			}
 			if got := lines(p); !slices.Equal(got, tt.want) {
 				t.Errorf("decisions:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
 			}
-			if !slices.Equal(p.noRoom, tt.wantNoRoom) {
-				t.Errorf("no room %v, want %v", p.noRoom, tt.wantNoRoom)
+			if !slices.Equal(p.NoRoom, tt.wantNoRoom) {
+				t.Errorf("no room %v, want %v", p.NoRoom, tt.wantNoRoom)
 			}
 			if !sameStates(s, before) {
 				t.Error("planning changed the snapshot's states")
@@ -673,27 +685,27 @@ func TestPlan(t *testing.T) {
 func TestPlanDecisionsCarryTheirReasons(t *testing.T) {
 	h := hostRow("a", unreachable, 10, 2, 5)
 	s := snap(arena(0), []projections.HostRow{h}, on("gs-1", ready, "a", 10))
-	s.heard["a"] = t0.Add(-DefaultLostAfter - time.Second)
-	p := testPlanner().plan(s)
-	if len(p.decisions) != 1 || len(p.decisions[0].then) != 1 {
+	s.Heard["a"] = t0.Add(-defaultLostAfter - time.Second)
+	p := testPlanner().Plan(s)
+	if len(p.Decisions) != 1 || len(p.Decisions[0].Then) != 1 {
 		t.Fatalf("decisions: %v", lines(p))
 	}
-	term := p.decisions[0].then[0].events[0].(*eventsv1.GameServerTerminated)
+	term := p.Decisions[0].Then[0].Events[0].(*eventsv1.GameServerTerminated)
 	if term.GetReason() != eventsv1.Reason_REASON_HOST_LOST || !strings.Contains(term.GetEvidence().GetDetail(), "host hosts/a lost") ||
 		term.GetEvidence().GetRequestedBy() != "controllers/test" {
 		t.Errorf("termination %v", term)
 	}
 
 	s = snap(arena(0), []projections.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10))
-	p = testPlanner().plan(s)
-	if len(p.decisions) != 1 {
+	p = testPlanner().Plan(s)
+	if len(p.Decisions) != 1 {
 		t.Fatalf("decisions: %v", lines(p))
 	}
-	d := p.decisions[0]
-	req := d.events[0].(*eventsv1.ShutdownRequested)
-	stop := d.command.GetStop()
+	d := p.Decisions[0]
+	req := d.Events[0].(*eventsv1.ShutdownRequested)
+	stop := d.Command.GetStop()
 	if req.GetReason() != eventsv1.Reason_REASON_FLEET_SCALED_DOWN || stop.GetReason() != req.GetReason() ||
-		!stop.GetDeadline().AsTime().Equal(t0.Add(DefaultShutdownGrace)) || req.GetEvidence().GetDetail() != "fleet scaled from 1 to 0" {
+		!stop.GetDeadline().AsTime().Equal(t0.Add(defaultShutdownGrace)) || req.GetEvidence().GetDetail() != "fleet scaled from 1 to 0" {
 		t.Errorf("shutdown %v, stop %v", req, stop)
 	}
 }
@@ -714,32 +726,32 @@ func TestPlanSessions(t *testing.T) {
 	s := snap(arena(2), []projections.HostRow{hostRow("a", online, 10, 2, 5)}, res, notYet)
 
 	active := eventsv1.GameSessionStatus_GAME_SESSION_STATUS_ACTIVE
-	s.dueSessions = []projections.Row[*eventsv1.GameSessionState]{{Sequence: 20, State: &eventsv1.GameSessionState{
+	s.DueSessions = []projections.Row[*eventsv1.GameSessionState]{{Sequence: 20, State: &eventsv1.GameSessionState{
 		Name: "gameSessions/m1", Status: active, Players: []*eventsv1.PlayerSessionState{{
 			Name: "gameSessions/m1/playerSessions/p1", Status: eventsv1.PlayerSessionStatus_PLAYER_SESSION_STATUS_RESERVED,
 			ReservationDeadline: timestamppb.New(t0.Add(-time.Second)),
 		}},
 	}}}
 	gone := server("gs-9", terminated, eventsv1.Reason_REASON_PROCESS_EXITED, true, 0)
-	s.orphanSessions = []orphanSession{{
-		session: projections.Row[*eventsv1.GameSessionState]{Sequence: 21, State: &eventsv1.GameSessionState{Name: "gameSessions/m2", Status: active, GameServer: gone.GetName()}},
-		server:  gone,
+	s.OrphanSessions = []OrphanSession{{
+		Session: projections.Row[*eventsv1.GameSessionState]{Sequence: 21, State: &eventsv1.GameSessionState{Name: "gameSessions/m2", Status: active, GameServer: gone.GetName()}},
+		Server:  gone,
 	}}
 	alloc := server("gs-8", allocated, eventsv1.Reason_REASON_UNSPECIFIED, true, 0)
 	alloc.Allocation = &eventsv1.GameServerAllocated{GameSession: "gameSessions/m3"}
-	s.uncreatedSessions = []uncreatedSession{{server: alloc}}
+	s.UncreatedSessions = []UncreatedSession{{Server: alloc}}
 
-	p := testPlanner().plan(s)
+	p := testPlanner().Plan(s)
 	want := []string{
 		"session " + gsPrefix + "gs-1@10 GameServerReady",
 		"session gameSessions/m1@20 PlayerSessionTimedOut",
 		"session gameSessions/m2@21 GameSessionEnded",
 		"session gameSessions/m3 GameSessionCreated",
 	}
-	if got := lines(p); !slices.Equal(got, want) || len(p.refused) > 0 {
-		t.Fatalf("decisions:\n  %s\nwant:\n  %s\nrefused: %v", strings.Join(got, "\n  "), strings.Join(want, "\n  "), p.refused)
+	if got := lines(p); !slices.Equal(got, want) || len(p.Refused) > 0 {
+		t.Fatalf("decisions:\n  %s\nwant:\n  %s\nrefused: %v", strings.Join(got, "\n  "), strings.Join(want, "\n  "), p.Refused)
 	}
-	ended := p.decisions[2].events[0].(*eventsv1.GameSessionEnded)
+	ended := p.Decisions[2].Events[0].(*eventsv1.GameSessionEnded)
 	if ended.GetReason() != eventsv1.GameSessionEndReason_GAME_SESSION_END_REASON_SERVER_ENDED || ended.GetServerReason() != eventsv1.Reason_REASON_PROCESS_EXITED {
 		t.Errorf("game session ended %v", ended)
 	}
@@ -749,7 +761,7 @@ func TestPlanSessions(t *testing.T) {
 // same snapshot is the same plan: planning has no hidden state.
 func TestPlanIsAFunctionOfTheSnapshot(t *testing.T) {
 	s := snap(arena(3), []projections.HostRow{hostRow("a", online, 2, 0, 5), hostRow("b", online, 10, 0, 6)})
-	a, b := lines(testPlanner().plan(s)), lines(testPlanner().plan(s))
+	a, b := lines(testPlanner().Plan(s)), lines(testPlanner().Plan(s))
 	if len(a) != 3 || !slices.Equal(a, b) {
 		t.Fatalf("two plans of one snapshot:\n%v\n%v", a, b)
 	}

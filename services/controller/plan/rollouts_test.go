@@ -1,4 +1,4 @@
-package controller
+package plan
 
 import (
 	"slices"
@@ -48,7 +48,7 @@ func TestPlanRollout(t *testing.T) {
 	progressing := eventsv1.RolloutState_ROLLOUT_STATE_PROGRESSING
 	tests := []struct {
 		name     string
-		snapshot func() snapshot
+		snapshot func() Snapshot
 		want     []string
 	}{
 		{
@@ -56,7 +56,7 @@ func TestPlanRollout(t *testing.T) {
 			// a match, down): 3 new, and 1 READY outdated goes at once since
 			// 10 serve and 9 must. The 4 ALLOCATED stay.
 			name: "rolling update: within the surge and unavailability bounds, matches untouched",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap(rolling(10, rollingUpdate, progressing), []projections.HostRow{hostRow("a", online, 20, 10, 5)}, tenServers()...)
 			},
 			want: []string{
@@ -69,7 +69,7 @@ func TestPlanRollout(t *testing.T) {
 		},
 		{
 			name: "recreate: every outdated server without a match at once",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				recreate := &eventsv1.FleetStrategy{Type: eventsv1.FleetStrategy_RECREATE, FailureThreshold: 3}
 				return snap(rolling(10, recreate, progressing), []projections.HostRow{hostRow("a", online, 20, 10, 5)}, tenServers()...)
 			},
@@ -91,13 +91,13 @@ func TestPlanRollout(t *testing.T) {
 		},
 		{
 			name: "paused: the outdated servers stay",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap(rolling(10, rollingUpdate, eventsv1.RolloutState_ROLLOUT_STATE_PAUSED), []projections.HostRow{hostRow("a", online, 20, 10, 5)}, tenServers()...)
 			},
 		},
 		{
 			name: "every server on the revision: completed",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap(rolling(2, rollingUpdate, progressing), []projections.HostRow{hostRow("a", online, 20, 2, 5)},
 					rev(on("gs-1", ready, "a", 10), 2), rev(on("gs-2", allocated, "a", 11), 2))
 			},
@@ -105,7 +105,7 @@ func TestPlanRollout(t *testing.T) {
 		},
 		{
 			name: "new servers failing past the threshold: halted, the outdated ones stay",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				f := rolling(2, rollingUpdate, progressing)
 				f[0].State.StartFailing = &eventsv1.FleetStartFailing{ConsecutiveFailures: 3, Reason: eventsv1.Reason_REASON_PROCESS_CRASHED_BEFORE_READY,
 					BackoffUntil: timestamppb.New(t0.Add(time.Minute))}
@@ -117,7 +117,7 @@ func TestPlanRollout(t *testing.T) {
 		},
 		{
 			name: "resumed after a halt: the failures before it do not halt it again",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				f := rolling(2, rollingUpdate, progressing)
 				f[0].State.StartFailing = &eventsv1.FleetStartFailing{ConsecutiveFailures: 3, Reason: eventsv1.Reason_REASON_PROCESS_CRASHED_BEFORE_READY,
 					BackoffUntil: timestamppb.New(t0.Add(time.Minute))}
@@ -133,7 +133,7 @@ func TestPlanRollout(t *testing.T) {
 			// one outdated READY may go; the surplus new server is one not
 			// ready yet, never n-1, which serves.
 			name: "scaled down mid-rollout: the unavailability budget holds",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				return snap(rolling(4, rollingUpdate, progressing), []projections.HostRow{hostRow("a", online, 20, 8, 5)},
 					rev(on("n-1", ready, "a", 10), 2), rev(on("n-2", starting, "a", 11), 2), rev(on("n-3", starting, "a", 12), 2),
 					rev(on("n-4", starting, "a", 13), 2), rev(on("n-5", starting, "a", 14), 2),
@@ -147,7 +147,7 @@ func TestPlanRollout(t *testing.T) {
 		},
 		{
 			name: "recreate: not completed before servers of the revision serve",
-			snapshot: func() snapshot {
+			snapshot: func() Snapshot {
 				recreate := &eventsv1.FleetStrategy{Type: eventsv1.FleetStrategy_RECREATE, FailureThreshold: 3}
 				return snap(rolling(2, recreate, progressing), []projections.HostRow{hostRow("a", online, 20, 2, 5)},
 					rev(on("gs-1", starting, "a", 10), 2), rev(on("gs-2", starting, "a", 11), 2))
@@ -157,9 +157,9 @@ func TestPlanRollout(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := testPlanner().plan(tt.snapshot())
-			if len(p.refused) > 0 {
-				t.Fatalf("refused: %v", p.refused)
+			p := testPlanner().Plan(tt.snapshot())
+			if len(p.Refused) > 0 {
+				t.Fatalf("refused: %v", p.Refused)
 			}
 			if got := lines(p); !slices.Equal(got, tt.want) {
 				t.Fatalf("decisions:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))

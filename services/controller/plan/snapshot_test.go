@@ -1,4 +1,4 @@
-package controller
+package plan
 
 import (
 	"fmt"
@@ -24,7 +24,7 @@ func TestGroupByFleet(t *testing.T) {
 		row("fleets/b/gameServers/gs-5", 5),
 		row("fleets/a/gameServers/gs-6", 6), // out of order
 	}
-	byFleet, misnamed := groupByFleet(servers)
+	byFleet, misnamed := GroupByFleet(servers)
 	seqs := func(rows []projections.Row[*eventsv1.GameServerState]) string {
 		var out []uint64
 		for _, r := range rows {
@@ -43,7 +43,7 @@ func TestGroupByFleet(t *testing.T) {
 	}
 
 	sorted := servers[:3] // a, a, b: in name order, each group a run
-	byFleet, _ = groupByFleet(sorted)
+	byFleet, _ = GroupByFleet(sorted)
 	_ = append(byFleet["fleets/a"], row("fleets/a/gameServers/gs-9", 9))
 	if sorted[2].Sequence != 3 {
 		t.Fatalf("appending to fleet a's group wrote over fleet b's server: %d", sorted[2].Sequence)
