@@ -5,12 +5,12 @@ import (
 	"maps"
 	"slices"
 
-	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
+	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"google.golang.org/protobuf/proto"
 )
 
 // planFleet brings one fleet toward its replica count: unhealthy servers

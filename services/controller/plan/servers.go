@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"time"
 
-	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
+	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // shutdown decides a server's shutdown with ShutdownGrace to stop, and the

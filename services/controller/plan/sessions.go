@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"google.golang.org/protobuf/proto"
 )
 
 // planSessions carries out the controller's game-session duties, each as

@@ -6,10 +6,11 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"google.golang.org/protobuf/proto"
 )
 
 // A fleet whose game servers cannot start (a command that does not exist,

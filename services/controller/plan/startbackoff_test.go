@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 var (
