@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -15,9 +16,16 @@ import (
 // FleetAutoscaling, planAutoscale turns the policy in force and the
 // fleet's servers into a replica count, recorded as FleetAutoscaled with
 // its inputs before planFleet brings the fleet there in the same pass.
+// Each policy is a function of its own, chosen by an explicit switch: a
+// policy the planner does not know is refused, never taken for another.
 // A webhook policy's answer is in the snapshot: the controller calls the
 // studio's service off the pass (a slow webhook never holds a pass up)
 // and keeps the last answer for the planner.
+
+// ErrUnknownPolicy is why the planner refuses to autoscale a fleet whose
+// policy in force is neither a buffer nor a webhook: the fleet keeps its
+// size, and the executor logs the refusal.
+var ErrUnknownPolicy = errors.New("the autoscaling policy in force is none the planner knows (buffer or webhook)")
 
 // WebhookAnswer is a webhook policy's last answer.
 type WebhookAnswer struct {
@@ -53,8 +61,12 @@ func (p Planner) planAutoscale(s Snapshot, f *eventsv1.FleetState, rows []projec
 	case policy.Webhook != nil:
 		ans, ok := s.Webhooks[name]
 		cmd = webhookReplicas(policy, ans, ok, d)
-	default:
+	case policy.Buffer != nil:
 		cmd, err = bufferReplicas(policy, use, d)
+	case policy.Schedule != "":
+		err = fmt.Errorf("schedule %s: %w", policy.Schedule, ErrUnknownPolicy)
+	default:
+		err = ErrUnknownPolicy
 	}
 	if err != nil {
 		out.Refused = append(out.Refused, fmt.Errorf("autoscale %s: %w", name, err))

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/projections"
-	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/tetherhq/tether/projections"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
 // autoscaled is fleet arena with replicas and an autoscaling policy.
@@ -159,6 +160,32 @@ func TestPlanAutoscale(t *testing.T) {
 			e := p.Decisions[0].Events[0].(*eventsv1.FleetAutoscaled)
 			if e.GetToReplicas() != tt.wantTo || e.GetReason() != tt.wantWhy {
 				t.Fatalf("FleetAutoscaled to %d, %q; want %d, %q", e.GetToReplicas(), e.GetReason(), tt.wantTo, tt.wantWhy)
+			}
+		})
+	}
+}
+
+// A policy in force that is neither a buffer nor a webhook (the API
+// refuses one; a stored fleet could still hold it) is refused by name,
+// and the fleet keeps its size: it is not taken for a buffer.
+func TestPlanAutoscaleRefusesAnUnknownPolicy(t *testing.T) {
+	schedule := &eventsv1.AutoscalingSchedule{Name: "launch", StartTime: timestamppb.New(t0.Add(-time.Hour)), EndTime: timestamppb.New(t0.Add(time.Hour))}
+	for _, tc := range []struct {
+		name   string
+		policy *eventsv1.FleetAutoscaling
+		want   string // in the refusal
+	}{
+		{"the fleet's own policy", &eventsv1.FleetAutoscaling{MaxReplicas: 6}, "autoscale fleets/arena: "},
+		{"a schedule's policy", &eventsv1.FleetAutoscaling{MaxReplicas: 6, Buffer: &eventsv1.BufferPolicy{BufferSize: "3"},
+			Schedules: []*eventsv1.AutoscalingSchedule{schedule}}, "autoscale fleets/arena: schedule launch: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPlanner().Plan(snap(autoscaled(1, tc.policy), []projections.HostRow{hostRow("a", online, 10, 1, 5)}, on("gs-1", ready, "a", 10)))
+			if got := lines(p); len(got) != 0 {
+				t.Fatalf("decisions %v, want none: the fleet keeps its size", got)
+			}
+			if len(p.Refused) != 1 || !errors.Is(p.Refused[0], ErrUnknownPolicy) || !strings.Contains(p.Refused[0].Error(), tc.want) {
+				t.Fatalf("refused %v, want the fleet's unknown policy", p.Refused)
 			}
 		})
 	}
