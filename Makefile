@@ -83,9 +83,10 @@ lint: $(BUF) $(REDOCLY)
 breaking: $(BUF)
 	$(BUF) breaking --against proto/releases/baseline.binpb
 
-## baseline: record the current protos as the last release's
+## baseline: record the current protos as the last release's (without
+## source info: buf breaking needs no comments)
 baseline: $(BUF)
-	$(BUF) build -o proto/releases/baseline.binpb
+	$(BUF) build --exclude-source-info -o proto/releases/baseline.binpb
 
 ## generate: regenerate protobuf, gRPC, gateway and OpenAPI code (the
 ## generator's Swagger 2.0, converted to the OpenAPI 3 document the API serves)
@@ -98,7 +99,7 @@ check-generate: generate
 	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run make generate and commit"; exit 1; }
 	@untracked=$$(git status --porcelain -- $(GENERATED)); if [ -n "$$untracked" ]; then echo "$$untracked"; echo "generated files not committed"; exit 1; fi
 
-## bench: every DESIGN.md §8 target, median of 3 runs, met or not (one table; JSON in bench.json)
+## bench: every target of docs/benchmarks.md ("Targets"), median of 3 runs, met or not (one table; JSON in bench.json)
 bench: build
 	$(GO) run ./services/tools/benchtable --json bench.json
 

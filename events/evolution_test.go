@@ -27,7 +27,7 @@ func stored(t *testing.T, typ, aggregate string, payload []byte) []byte {
 	return b
 }
 
-// Payloads gain fields compatibly (DESIGN.md §3, docs/schema-evolution.md):
+// Payloads gain fields compatibly (docs/schema-evolution.md):
 // an event written before a field existed still replays, and one written by
 // a later version with a field this one does not know replays too.
 func TestEventsReplayAcrossSchemaVersions(t *testing.T) {

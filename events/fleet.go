@@ -15,7 +15,9 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
-// Defaults applied to a fleet spec's zero values (DESIGN.md §1, §3).
+// Defaults applied to a fleet spec's zero values: the health contract
+// (docs/architecture.md, "The failures it is built against"), the SDK
+// disconnect grace and the player-session windows.
 const (
 	DefaultInitialDelaySeconds       = 5
 	DefaultPeriodSeconds             = 5
@@ -356,7 +358,8 @@ func (t fleetTransition) target(from string) string {
 	return t.to
 }
 
-// fleetTransitions is the fleet's transition table (DESIGN.md §3), keyed
+// fleetTransitions is the fleet's transition table (docs/architecture.md,
+// "Aggregates and the event catalogue"), keyed
 // by event type. A deleted fleet takes nothing more; a recovery needs a
 // run of failures to end.
 var fleetTransitions = map[string]fleetTransition{

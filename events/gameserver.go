@@ -40,9 +40,11 @@ type transition struct {
 // live is every lifecycle state in which a process may exist.
 var live = []eventsv1.Lifecycle{scheduled, starting, ready, reserved, allocated, shuttingDown, unhealthy}
 
-// gameServerTransitions is the explicit transition table of DESIGN.md §3. An
-// event arriving in a state its row does not list is an error. Connection,
-// health, label and process-exit events never move the lifecycle.
+// gameServerTransitions is the explicit transition table of the game
+// server's lifecycle (docs/architecture.md, "Aggregates and the event
+// catalogue"). An event arriving in a state its row does not list is an
+// error. Connection, health, label and process-exit events never move the
+// lifecycle.
 var gameServerTransitions = map[string]transition{
 	"GameServerScheduled":  {from: []eventsv1.Lifecycle{absent}, to: scheduled},
 	"ProcessStarted":       {from: []eventsv1.Lifecycle{scheduled, starting}, to: starting},

@@ -33,8 +33,9 @@ const (
 	DISCONNECTED = eventsv1.ConnectionState_CONNECTION_STATE_DISCONNECTED
 )
 
-// gameServerMatrix is the expected transition table, written from DESIGN.md
-// §3 and independent of the package's own table. Each row is an event type,
+// gameServerMatrix is the expected transition table, written from the
+// lifecycle of docs/architecture.md ("Aggregates and the event catalogue")
+// and independent of the package's own table. Each row is an event type,
 // each column the lifecycle state it arrives in (ABS: no server yet). A cell
 // is "-" when the event is refused, "=" when it is accepted and the lifecycle
 // stays, and otherwise the state it moves the server to.
@@ -57,7 +58,8 @@ LabelsChanged        -   =   =   =   =   =   =   -   =
 ProcessSignalled     -   -   =   =   =   =   =   -   =
 `
 
-// gameServerEvents is the game server row of DESIGN.md §3's event catalog.
+// gameServerEvents are the game server events of docs/architecture.md's
+// event catalogue.
 var gameServerEvents = []string{
 	"GameServerScheduled", "ProcessStarted", "SdkConnected", "SdkDisconnected", "GameServerReady",
 	"GameServerReserved", "HealthDegraded", "HealthRecovered", "GameServerUnhealthy",

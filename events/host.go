@@ -75,7 +75,8 @@ type hostTransition struct {
 // hostRegistered are the statuses of a registered host.
 var hostRegistered = []eventsv1.HostStatus{hostOnline, hostDraining, hostDrained, hostUnreachable, hostLost}
 
-// hostTransitions is the host's transition table (DESIGN.md §4), keyed by
+// hostTransitions is the host's transition table (docs/architecture.md,
+// "Aggregates and the event catalogue"; docs/host-liveness.md), keyed by
 // event type. An agent registers from any status (a restart, or a host
 // that came back after it was deregistered); the controller's verdicts
 // follow heartbeats; an operator cordons, drains and uncordons a

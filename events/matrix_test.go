@@ -10,9 +10,9 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
-// The fleet's and the host's transition tables, written from DESIGN.md §3
-// and §4 independently of the package's own tables (as gameServerMatrix
-// is for the game server). Each row is an event, each column the status it
+// The fleet's and the host's transition tables, written from
+// docs/architecture.md ("Aggregates and the event catalogue") independently
+// of the package's own tables (as gameServerMatrix is for the game server). Each row is an event, each column the status it
 // arrives in; a cell is "-" when the event is refused, "=" when it is taken
 // and the status stays, otherwise the status it leads to.
 

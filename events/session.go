@@ -160,8 +160,9 @@ var gameSessionEvents = []string{
 }
 
 // playerTransitions is the explicit transition table of player sessions
-// (DESIGN.md §3): the states each event may arrive in, and the state it
-// leads to (unspecified: the status does not change).
+// (docs/architecture.md, "Aggregates and the event catalogue";
+// docs/player-sessions.md): the states each event may arrive in, and the
+// state it leads to (unspecified: the status does not change).
 var playerTransitions = map[string]struct {
 	from []eventsv1.PlayerSessionStatus
 	to   eventsv1.PlayerSessionStatus

@@ -162,8 +162,8 @@ func newSession(t *testing.T, policy *eventsv1.GameSessionPolicy, seats ...*even
 // --- the transition tables -------------------------------------------------
 
 // playerMatrix is the expected player session transition table, written
-// from DESIGN.md §3 and independent of the package's own table. Each row is
-// a player event, each column the player session status it arrives in. A
+// from docs/architecture.md and docs/player-sessions.md, independent of
+// the package's own table. Each row is a player event, each column the player session status it arrives in. A
 // cell is "-" when the event is refused, otherwise the status it leads to.
 // RESERVED → COMPLETED is a cancelled reservation or a game session that
 // ended before the player came.
@@ -337,9 +337,9 @@ func TestApplyGameSessionTransitionTable(t *testing.T) {
 			rows = append(rows, c.event)
 		}
 	}
-	// The game session rows of DESIGN.md §3's catalog, less GameSessionActivated
-	// (not implemented: a game session is ACTIVE once created), and its
-	// player session rows.
+	// The game session events of docs/architecture.md's catalogue (there is
+	// no GameSessionActivated: a game session is ACTIVE once created), and
+	// its player session rows.
 	catalog := []string{"GameSessionCreated", "GameSessionEnded", "PlayerSessionReserved", "PlayerAccepted",
 		"PlayerDisconnected", "PlayerReconnected", "PlayerSessionCompleted", "PlayerSessionTimedOut",
 		"PlayerTokenReissued", "PlayerTakenOver"}

@@ -1,4 +1,5 @@
--- Views folded from the TETHER_EVENTS stream by the projector (DESIGN.md §5).
+-- Views folded from the TETHER_EVENTS stream by the projector
+-- (docs/architecture.md, "Views (PostgreSQL)").
 -- Every view row stores the aggregate's folded state as a protobuf snapshot
 -- (tether.events.v1.*State) next to the columns that SQL queries use, and the
 -- stream sequence of the last event applied to it: an upsert only lands when

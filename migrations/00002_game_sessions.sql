@@ -1,4 +1,4 @@
--- Game sessions with their player sessions (DESIGN.md §3), folded from the
+-- Game sessions with their player sessions (docs/player-sessions.md), folded from the
 -- game session aggregate (subject tether.ev.gsess.<id>). Player sessions
 -- live in the snapshot: they are read per game session, never across them.
 

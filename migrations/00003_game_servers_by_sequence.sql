@@ -1,5 +1,5 @@
 -- The controller keeps the live game servers in memory and reads only the
--- rows changed since its last pass (DESIGN.md §5, docs/scaling.md): at
+-- rows changed since its last pass (docs/scaling.md): at
 -- 100,000 servers, reading and decoding every live row each second took
 -- the controller 2.5 s a pass.
 

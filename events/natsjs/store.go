@@ -1,4 +1,5 @@
-// Package natsjs is Tether's event store on NATS JetStream (DESIGN.md §4):
+// Package natsjs is Tether's event store on NATS JetStream
+// (docs/architecture.md, "Streams and buckets"):
 // one stream (events.StreamName) capturing every subject under
 // events.SubjectPrefix, one subject per aggregate instance, appends guarded
 // by the subject's last sequence, and de-duplication by event id.

@@ -1,4 +1,4 @@
-// Package sdk is the Go SDK for game servers run by Tether (DESIGN.md §7).
+// Package sdk is the Go SDK for game servers run by Tether.
 //
 // A game server process connects to its host agent's local SDK (the agent
 // puts the address in its environment and hands it the process token on a
@@ -17,7 +17,8 @@
 // The process is identified by its token, which every call carries as
 // "authorization: Bearer <token>", never by its connection: Reconnect, or a
 // connection that breaks and is dialled again, changes nothing about which
-// server the agent thinks it is (DESIGN.md §1, failure 1).
+// server the agent thinks it is (docs/architecture.md, "The failures it is
+// built against", 1).
 package sdk
 
 import (
@@ -47,7 +48,8 @@ const (
 	// well below the 5 s default health period of a fleet.
 	DefaultHeartbeatInterval = time.Second
 	// DefaultKeepalive is the default Options.Keepalive: well below the
-	// idle timeouts of load balancers and NAT tables (DESIGN.md §1, failure 2).
+	// idle timeouts of load balancers and NAT tables (docs/architecture.md,
+	// "The failures it is built against", 2).
 	DefaultKeepalive = 10 * time.Second
 )
 

@@ -1,4 +1,5 @@
-// Package agent is Tether's host agent (DESIGN.md §2, §7): one per machine.
+// Package agent is Tether's host agent (docs/architecture.md, "Components"):
+// one per machine.
 // It registers its host and keeps it alive with a heartbeat outside the
 // event stream, consumes its host's commands, launches and supervises game
 // server processes from their fleet's template, serves them the local SDK

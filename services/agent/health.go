@@ -9,9 +9,10 @@ import (
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
-// healthCheck applies a fleet's health contract (DESIGN.md §1 failure 4) and
-// SDK disconnect grace to one process. It is pure: every method takes the
-// time, so tests drive it with a fake clock.
+// healthCheck applies a fleet's health contract and SDK disconnect grace
+// (docs/architecture.md, "The failures it is built against", 1 and 4) to
+// one process. It is pure: every method takes the time, so tests drive it
+// with a fake clock.
 //
 // Heartbeat periods are counted from the later of (process start + initial
 // delay) and the last heartbeat; each whole period without a heartbeat is

@@ -85,7 +85,8 @@ func TestHealthCheck(t *testing.T) {
 	}
 }
 
-// DESIGN.md §1 failure 1 on the injected clock: a process that drops and
+// The first failure of docs/architecture.md ("The failures it is built
+// against") on the injected clock: a process that drops and
 // re-opens its SDK connection every 2 s for 60 s, heartbeating all along,
 // never gets a verdict.
 func TestFlappingConnectionWithHeartbeatsNeverFails(t *testing.T) {

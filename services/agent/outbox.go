@@ -24,9 +24,10 @@ type outboxEntry struct {
 }
 
 // outbox keeps events on disk while NATS is unreachable, so they are
-// published later, in order, with their ids (DESIGN.md §2). The log file
-// holds length-prefixed entries; the cursor file counts the entries already
-// published. Both are reset when the outbox empties.
+// published later, in order, with their ids (docs/architecture.md, "The
+// write path"). The log file holds length-prefixed entries; the cursor file
+// counts the entries already published. Both are reset when the outbox
+// empties.
 type outbox struct {
 	dir string
 	max int

@@ -90,7 +90,7 @@ func (s *sdkServer) run(ctx context.Context) error {
 		grpc.ChainUnaryInterceptor(s.authUnary),
 		grpc.ChainStreamInterceptor(s.authStream),
 		// Keepalive pings find a peer that vanished without closing (a
-		// half-open connection) within Time+Timeout (DESIGN.md §1 failure 2).
+		// half-open connection) within Time+Timeout (docs/host-liveness.md).
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: kaTime, Timeout: kaTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 	)

@@ -1,7 +1,7 @@
 // Package apiserver serves Tether's control-plane API over gRPC and, through
-// grpc-gateway, as REST/JSON (DESIGN.md §6). It is stateless: it reads the
-// PostgreSQL views and writes by appending events with a concurrency guard.
-// Several replicas can run at once.
+// grpc-gateway, as REST/JSON (docs/architecture.md, "The REST contract").
+// It is stateless: it reads the PostgreSQL views and writes by appending
+// events with a concurrency guard. Several replicas can run at once.
 package apiserver
 
 import (

@@ -341,7 +341,7 @@ func TestFleetRunsRealProcessesAndHealsAndScales(t *testing.T) {
 	}
 	// The exit is observed by the agent waiting on the process, not by a
 	// missed heartbeat (which would take seconds). Its latency is a
-	// benchmark figure (DESIGN.md §8), not asserted here.
+	// benchmark figure (docs/benchmarks.md), not asserted here.
 	if exited.Time.Before(killedAt) {
 		t.Fatalf("exit recorded at %s, before the kill at %s", exited.Time, killedAt)
 	}
@@ -475,8 +475,9 @@ func checkHungDetected(t *testing.T, s *stack, fleet string, env map[string]stri
 	if ev.GetMissedPeriods() != 2 || ev.GetPeriodSeconds() != 1 || ev.GetLastHeartbeatTime() == nil {
 		t.Fatalf("evidence %v", ev)
 	}
-	// DESIGN.md §8: detected within initialDelay + period × threshold + 1 s
-	// (1 + 1×2 + 1 = 4 s) of the last heartbeat, and not before period × threshold.
+	// docs/benchmarks.md's target: detected within initialDelay + period ×
+	// threshold + 1 s (1 + 1×2 + 1 = 4 s) of the last heartbeat, and not
+	// before period × threshold.
 	if lag := unhealthyAt.Sub(ev.GetLastHeartbeatTime().AsTime()); lag > 4*time.Second || lag < 2*time.Second {
 		for _, e := range h {
 			t.Logf("%s %s %v", e.Time.Format("15:04:05.000"), e.Type, e.Data)
@@ -510,7 +511,8 @@ func checkHungDetected(t *testing.T, s *stack, fleet string, env map[string]stri
 }
 
 // A server whose SDK connection drops and comes back every 300 ms, while it
-// keeps heartbeating, is never terminated (DESIGN.md §1 failure 1).
+// keeps heartbeating, is never terminated (docs/architecture.md, "The
+// failures it is built against", 1).
 func TestReconnectingServerIsNeverKilled(t *testing.T) {
 	s := startStack(t, 1)
 	spec := fleetWithHealth(2, map[string]string{"TETHER_EXAMPLE_RECONNECT_EVERY": "300ms"})

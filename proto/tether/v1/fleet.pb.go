@@ -4,10 +4,11 @@
 // 	protoc        (unknown)
 // source: tether/v1/fleet.proto
 
-// Package tether.v1 is Tether's control-plane API: fleets, game servers and
-// (later) sessions, hosts and history. Every method is served over gRPC and as
-// REST/JSON through grpc-gateway; the JSON shapes are the public contract of
-// DESIGN.md Appendix A, which is why enum values carry no type prefix.
+// Package tether.v1 is Tether's control-plane API: fleets, game servers,
+// game and player sessions, hosts, history, projections and the archive. Every
+// method is served over gRPC and as REST/JSON through grpc-gateway; the JSON
+// shapes are the public contract (docs/architecture.md, "The REST contract"),
+// which is why enum values carry no type prefix.
 
 package tetherv1
 

@@ -32,8 +32,8 @@ type fleetFile struct {
 	fields []string
 }
 
-// readFleetFile reads a fleet in the REST shape of DESIGN.md Appendix A,
-// as YAML or JSON, from path or, for "-", from stdin.
+// readFleetFile reads a fleet in the REST shape (docs/architecture.md, "The
+// REST contract"), as YAML or JSON, from path or, for "-", from stdin.
 func readFleetFile(path string, stdin io.Reader) (fleetFile, error) {
 	var (
 		raw  []byte

@@ -137,10 +137,11 @@ func (a *app) fleetsCreateCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create -f FILE [--name ID]",
 		Short: "Create a fleet from a YAML or JSON file",
-		Long: `Create a fleet from a file in the REST shape (DESIGN.md Appendix A), YAML or
-JSON; "-f -" reads stdin. The fleet id comes from --name or from the file's
-name field ("arena" or "fleets/arena"). Unknown fields are refused;
-output-only fields (status, etag, sequence, times) are ignored.
+		Long: `Create a fleet from a file in the shape POST /v1/fleets takes (examples
+in deploy/examples), YAML or JSON; "-f -" reads stdin. The fleet id comes
+from --name or from the file's name field ("arena" or "fleets/arena").
+Unknown fields are refused; output-only fields (status, etag, sequence,
+times) are ignored.
 
 Example file:
 

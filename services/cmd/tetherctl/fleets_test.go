@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-const arenaYAML = `# A fleet in the REST shape of DESIGN.md Appendix A.
+const arenaYAML = `# A fleet in the REST shape (docs/architecture.md, "The REST contract").
 name: arena
 replicas: 3
 template:

@@ -1,5 +1,5 @@
 // Command tetherctl is the operators' command-line client of Tether's
-// control-plane API (DESIGN.md §6): it creates, scales and deletes fleets,
+// control-plane API (docs/architecture.md, "The REST contract"): it creates, scales and deletes fleets,
 // lists and watches game servers, lists hosts, allocates game servers and
 // shows and manages game and player sessions, talking gRPC to an API server
 // and printing tables, JSON or YAML.

@@ -1,5 +1,5 @@
 // Package natsembed runs a JetStream-enabled nats-server inside the process,
-// for `tether dev` and for tests (DESIGN.md §10).
+// for `tether dev` and for tests.
 //
 // The server listens on a real TCP port, so clients connect to it exactly as
 // they connect to a standalone server: Start, then nats.Connect(s.ClientURL()).
@@ -125,7 +125,9 @@ func Start(opts Options) (*Server, error) {
 		sopts.Host, sopts.Port = opts.Host, port
 		sopts.JetStream, sopts.StoreDir = true, s.storeDir
 		sopts.NoSigs = true
-		// Application-level keepalive towards clients (DESIGN.md §1 failure 2).
+		// Application-level keepalive towards clients, well below load
+		// balancers' idle timeouts (docs/architecture.md, "The failures it
+		// is built against", 2).
 		sopts.PingInterval, sopts.MaxPingsOut = 20*time.Second, 3
 		if c := opts.Cluster; c != nil {
 			sopts.ServerName = c.ServerName

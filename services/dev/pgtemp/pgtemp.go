@@ -6,7 +6,7 @@
 // The server lives in a fresh temporary directory, listens on 127.0.0.1 and
 // trusts every local connection, so it is only for data that may be lost.
 // PostgreSQL refuses to run as root: when this process is root, initdb and
-// postgres run as the `postgres` OS user instead (DESIGN.md §10). The server
+// postgres run as the `postgres` OS user instead. The server
 // is tied to its parent: it gets SIGQUIT if the parent dies (Linux), and
 // Stop ends it and removes its directories.
 package pgtemp

@@ -1,7 +1,8 @@
 // Package commands carries controller → agent commands (start and stop a
 // game server) on the TETHER_COMMANDS stream, one subject per host:
-// tether.cmd.host.<host> (DESIGN.md §4). Each host's agent consumes its
-// subject with a durable consumer, so commands wait while an agent is away.
+// tether.cmd.host.<host> (docs/architecture.md, "Streams and buckets").
+// Each host's agent consumes its subject with a durable consumer, so
+// commands wait while an agent is away.
 // The consumer's state is kept in memory (consumerConfig says why), and an
 // agent makes its consumer anew when a NATS restart loses it.
 //

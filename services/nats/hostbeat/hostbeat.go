@@ -1,7 +1,7 @@
-// Package hostbeat keeps host liveness out of the event stream (DESIGN.md
-// §4): each agent refreshes its host's key in a JetStream key-value bucket
-// every few seconds, and the controller reads when each key was last
-// written. Only the transitions it concludes (unreachable, lost, online
+// Package hostbeat keeps host liveness out of the event stream
+// (docs/host-liveness.md): each agent refreshes its host's key in a
+// JetStream key-value bucket every few seconds, and the controller reads
+// when each key was last written. Only the transitions it concludes (unreachable, lost, online
 // again) become events. The controller reads the bucket each pass through
 // a Tracker, which follows it with one watcher, instead of Read, which
 // costs a round trip per host.

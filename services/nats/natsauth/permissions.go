@@ -1,6 +1,6 @@
 // Package natsauth gives every Tether component and every host agent a
-// NATS identity of its own, with only the subjects it uses (DESIGN.md §7,
-// docs/security.md): decentralized NATS auth, one operator, one account
+// NATS identity of its own, with only the subjects it uses
+// (docs/security.md): decentralized NATS auth, one operator, one account
 // for Tether (JetStream enabled) and one user per principal, whose
 // credentials file (.creds: a user JWT and its nkey seed) a component
 // connects with. The same nkey signs the events the component appends

@@ -23,7 +23,8 @@ type NATSOptions struct {
 	// Name identifies the client to the server, e.g. "tether-apiserver".
 	Name string
 	// PingInterval is the application-level keepalive: a PING this often,
-	// well below load-balancer idle timeouts (default 20s; DESIGN.md §1).
+	// well below load-balancer idle timeouts (default 20s; docs/architecture.md,
+	// "The failures it is built against", 2).
 	PingInterval time.Duration
 	// MaxPingsOutstanding unanswered PINGs mark the connection dead (default 3).
 	MaxPingsOutstanding int

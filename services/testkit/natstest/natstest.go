@@ -1,5 +1,5 @@
-// Package natstest starts embedded JetStream servers for tests
-// (DESIGN.md §9: real NATS in integration tests).
+// Package natstest starts embedded JetStream servers for tests:
+// integration tests run against real NATS, not a fake.
 package natstest
 
 import (

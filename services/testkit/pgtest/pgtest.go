@@ -1,7 +1,7 @@
 // Package pgtest gives each integration test a PostgreSQL database of its
 // own: one throwaway server per test package, started by Main, and a
 // database per test, cloned in ~0.1 s from a template that has Tether's
-// migrations applied (DESIGN.md §10).
+// migrations applied.
 //
 // Use it from a package's tests:
 //

@@ -1,8 +1,9 @@
 // Command benchtable runs Tether's benchmark suite and prints one table: each
-// DESIGN.md §8 target, the median of repeated runs, and whether it is met.
+// target of docs/benchmarks.md ("Targets"), the median of repeated runs,
+// and whether it is met.
 // It writes the runs and medians as JSON too, for comparing commits.
 //
-//	go run ./services/benchtable [--json bench.json] [--runs 3] [--quick] [--skip chaos,sim] [--cpuprofile DIR]
+//	go run ./services/tools/benchtable [--json bench.json] [--runs 3] [--quick] [--skip chaos,sim] [--cpuprofile DIR]
 //
 // It runs `go test -bench` in this module (so it needs the source tree),
 // `bin/tether chaos` and, once, the scale run `bin/tether sim` (make build
@@ -143,7 +144,7 @@ var targets = []target{
 	{"scale, control plane on a core of its own: its CPU (cores, with PostgreSQL)", "sim-split", "control-plane-cores", 0, false, "", true},
 }
 
-// scaleArgs are the scale run's: every DESIGN.md §8 scale figure comes from
+// scaleArgs are the scale run's: every scale figure of the targets comes from
 // it (docs/scaling.md explains each setting).
 var scaleArgs = []string{"--hosts", "10000", "--servers-per-host", "10", "--fleets", "10", "--duration", "60s",
 	"--health-period", "5s", "--host-heartbeat", "5s", "--unreachable-after", "15s", "--allocation-rate", "50"}

@@ -1,7 +1,7 @@
 // Package chaos runs the whole system with real game server processes and
-// injects faults, to measure what DESIGN.md §8 promises about health: hung
-// and crashed servers are detected (and how fast), and servers whose SDK
-// connection keeps dropping are never terminated.
+// injects faults, to measure what docs/benchmarks.md's targets promise about
+// health: hung and crashed servers are detected (and how fast), and servers
+// whose SDK connection keeps dropping are never terminated.
 //
 // Faults: SIGSTOP (a hang: the process lives, heartbeats stop) and SIGKILL
 // (a crash) on random READY servers of a steady fleet; a second fleet's

@@ -265,7 +265,8 @@ func (x *GameServerTemplate) GetHostSelector() map[string]string {
 	return nil
 }
 
-// The health-checking contract of DESIGN.md §1 failure 4.
+// The health-checking contract (docs/architecture.md, "The failures it is
+// built against").
 type HealthPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Health checking off: the server is never made unhealthy by missed heartbeats.

@@ -130,7 +130,8 @@ func (Reason) EnumDescriptor() ([]byte, []int) {
 	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{0}
 }
 
-// Lifecycle state of a game server (DESIGN.md §3).
+// Lifecycle state of a game server (docs/architecture.md, "Aggregates and
+// the event catalogue").
 type Lifecycle int32
 
 const (

@@ -186,7 +186,7 @@ func (GameSessionStatus) EnumDescriptor() ([]byte, []int) {
 	return file_tether_events_v1_session_proto_rawDescGZIP(), []int{2}
 }
 
-// Player session state (DESIGN.md §3).
+// Player session state (docs/player-sessions.md).
 type PlayerSessionStatus int32
 
 const (

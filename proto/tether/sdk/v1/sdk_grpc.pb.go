@@ -7,7 +7,7 @@
 // Package tether.sdk.v1 is the local SDK a host agent serves to its game
 // server processes on loopback, over gRPC and as REST/JSON. Every call
 // carries "authorization: Bearer $TETHER_GAMESERVER_TOKEN": the token, not
-// the connection, identifies the process (DESIGN.md §7).
+// the connection, identifies the process.
 
 package sdkv1
 
