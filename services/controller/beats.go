@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/tetherhq/tether/services/controller/plan"
@@ -80,12 +79,12 @@ func (c *Controller) stopBeats() {
 }
 
 // plannedBeats are the hosts' beats as the planner reads them. A beat's
-// value is decoded, once, only if a rule asks for what its agent wrote
+// value is decoded only if a rule asks for what its agent wrote, once
 // (hostbeat.Beat decodes on first use): most passes read no inventory.
 func plannedBeats(beats map[string]hostbeat.Beat) map[string]plan.Beat {
 	out := make(map[string]plan.Beat, len(beats))
 	for id, b := range beats {
-		out[id] = plan.Beat{Stored: b.Stored, Report: sync.OnceValue(func() plan.Report { return reportOf(b) })}
+		out[id] = plan.Beat{Stored: b.Stored, Report: func() plan.Report { return reportOf(b) }}
 	}
 	return out
 }

@@ -16,8 +16,9 @@ import (
 )
 
 // The planner's rules, as tables: a snapshot in, decisions out, with no
-// NATS, PostgreSQL or clock. The end-to-end tests (world_test.go and the
-// files that use it) keep the executor and the reads honest.
+// NATS, PostgreSQL or clock. The controller's end-to-end tests
+// (services/controller/world_test.go and the files that use it) keep the
+// executor and the reads honest.
 
 const (
 	online      = eventsv1.HostStatus_HOST_STATUS_ONLINE

@@ -14,7 +14,7 @@ const unfinishedDetail = "shutdown past its deadline and no longer in its host's
 
 // planUnfinishedShutdowns ends the SHUTTING_DOWN servers whose agent no
 // longer supervises them although nothing recorded their end: the
-// server's shutdown deadline passed Options.ShutdownSettle (the time the
+// server's shutdown deadline passed Planner.ShutdownSettle (the time the
 // agent takes to kill the process at the deadline, see it exit and append
 // its end, through its outbox) before its host's last beat was stored,
 // that beat's inventory does not list it, and its agent has nothing
