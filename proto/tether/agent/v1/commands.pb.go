@@ -5,7 +5,7 @@
 // source: tether/agent/v1/commands.proto
 
 // Package tether.agent.v1 holds the commands the controller sends to host
-// agents on the TETHER_COMMANDS work-queue stream, subject
+// agents on the TETHER_COMMANDS stream, subject
 // tether.cmd.host.<host>. Commands are requests, not facts: the facts that
 // follow are events.
 
