@@ -245,7 +245,7 @@ type Controller struct {
 	hosts        keptRows[*eventsv1.HostState]       // the known hosts, kept between passes
 	views        viewsWatch                          // whether the views still move (staleness.go)
 	starts       startWatch                          // game servers that end before READY (startbackoff.go)
-	hooks        *webhooks                           // autoscaling webhooks' last answers (autoscale.go)
+	hooks        *webhooks                           // autoscaling webhooks' last answers (webhooks.go)
 	wake         *passWake                           // events that wake the pass loop (wake.go)
 	// execMu guards what a pass's decisions, carried out concurrently,
 	// change: written, startResent and the start news kept.

@@ -20,7 +20,7 @@ import (
 
 // Placement end to end: decisions appended by the controller, start
 // commands sent to each server's host and only there (the placement rules
-// themselves are plan tests, plan_test.go).
+// themselves are the planner's tests, plan/plan_test.go).
 func TestPlacement(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
