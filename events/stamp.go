@@ -4,7 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -32,6 +33,33 @@ type Stamp struct {
 	RequestFingerprint string
 	// TraceParent and TraceState are the writer's W3C trace context.
 	TraceParent, TraceState string
+	// EventID, when set, is the first event's id instead of one derived
+	// from the aggregate and the request id, and the others' ids derive
+	// from it and their index. It is for a write whose id may not depend
+	// on its aggregate: an allocation's retry may pick another server, and
+	// must still write the first call's id, which the stream then keeps
+	// once.
+	EventID string
+	// CorrelationID, when set, is the events' correlation id instead of
+	// the request id or the first event's id: events that follow from
+	// another keep its correlation (After).
+	CorrelationID string
+	// CausationID is the id of the event these were written because of, if
+	// any.
+	CausationID string
+}
+
+// After is the stamp of events producer writes because of cause: they act
+// for cause's actor, at its time, for its request, in its trace and its
+// correlation, and name it as their cause. An allocation's game session is
+// created so.
+func After(cause Envelope, producer string) Stamp {
+	return Stamp{
+		Producer: producer, Actor: cause.Actor, Time: cause.Time,
+		RequestID: cause.RequestID, RequestFingerprint: cause.RequestFingerprint,
+		TraceParent: cause.TraceParent, TraceState: cause.TraceState,
+		CorrelationID: cause.CorrelationID, CausationID: cause.ID,
+	}
 }
 
 // Envelopes wraps payloads decided on one aggregate. The events of one
@@ -47,11 +75,23 @@ func (s Stamp) Envelopes(aggregate string, msgs []proto.Message) []Envelope {
 		e := New(aggregate, s.Time, m)
 		e.Producer, e.Actor = s.Producer, actor
 		e.TraceParent, e.TraceState = s.TraceParent, s.TraceState
+		e.CausationID = s.CausationID
 		switch {
+		case s.EventID != "" && i == 0:
+			e.ID = s.EventID
+		case s.EventID != "":
+			e.ID = DerivedID(s.EventID, strconv.Itoa(i))
 		case s.RequestID != "":
-			sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d", aggregate, s.RequestID, i))
-			e.ID = hex.EncodeToString(sum[:16])
-			e.RequestID, e.RequestFingerprint, e.CorrelationID = s.RequestID, s.RequestFingerprint, s.RequestID
+			e.ID = DerivedID(aggregate, s.RequestID, strconv.Itoa(i))
+		}
+		if s.RequestID != "" {
+			e.RequestID, e.RequestFingerprint = s.RequestID, s.RequestFingerprint
+		}
+		switch {
+		case s.CorrelationID != "":
+			e.CorrelationID = s.CorrelationID
+		case s.RequestID != "":
+			e.CorrelationID = s.RequestID
 		case i == 0:
 			e.CorrelationID = e.ID
 		default:
@@ -60,6 +100,15 @@ func (s Stamp) Envelopes(aggregate string, msgs []proto.Message) []Envelope {
 		out[i] = e
 	}
 	return out
+}
+
+// DerivedID is an event id that derives from parts alone: the first 16
+// bytes of the SHA-256 of the parts joined by NUL bytes, in hex. A writer
+// that must write the same id whatever it decides gives one as
+// Stamp.EventID.
+func DerivedID(parts ...string) string {
+	sum := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	return hex.EncodeToString(sum[:16])
 }
 
 // actorKey keys the actor in a context.

@@ -6,7 +6,8 @@
 // What "read" means is the writer's: the API waits for the views, an agent
 // folds the stream into the state it keeps, the controller's executor
 // carries a decision made in its plan (one attempt: a conflict waits for
-// the next pass).
+// the next pass). The allocator alone writes otherwise, for the reasons
+// its doc gives (services/apiserver, allocationService).
 package write
 
 import (

@@ -2,8 +2,6 @@ package apiserver
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -43,11 +41,28 @@ const (
 	policyMaxStale = 10 * time.Second
 	// policyReadWait bounds one read of a policy.
 	policyReadWait = 10 * time.Second
-	// maxAllocPlayers bounds the players of one allocation.
-	maxAllocPlayers = 1000
 )
 
 // allocationService implements tetherv1.AllocationServiceServer.
+//
+// The allocator is the one writer not on the shared write path
+// (events/write.Do), for three reasons, each measured:
+//   - Do writes one aggregate named before the write; an allocation
+//     chooses its server as it goes, and a lost race may send it to
+//     another candidate.
+//   - Do reads the aggregate again before each decision, which for the
+//     API means waiting for the views; at allocation rates the views are
+//     behind by design, and the allocator folds what it lost to from the
+//     stream instead (catchUp: mostly one direct get).
+//   - The API's writes find a retried request id in the views; an
+//     allocation's retry may take another server, so its event id derives
+//     from the request alone (AllocationEventID) and the stream's duplicate
+//     window keeps one. A views lookup per call was 27-44 % of an
+//     allocation's time (docs/benchmarks.md).
+//
+// What it shares with the other writers: the decision
+// (events.DecideGameServer), the stamp (events.Stamp, with EventID; the
+// game session's with events.After) and the guarded append.
 type allocationService struct {
 	tetherv1.UnimplementedAllocationServiceServer
 	s        *Server
@@ -110,56 +125,14 @@ func (a *allocationService) allocateOnce(ctx context.Context, req *tetherv1.Allo
 	}
 }
 
-// checkPlayerIDs refuses an allocation's player without an id, and a
-// player id given twice: it took two seats.
-func checkPlayerIDs(players []*tetherv1.PlayerRequest) error {
-	first := make(map[string]int, len(players))
-	for i, p := range players {
-		field := fmt.Sprintf("players[%d].player_id", i)
-		if p.GetPlayerId() == "" {
-			return invalidField(field, "must be set")
-		}
-		if j, seen := first[p.GetPlayerId()]; seen {
-			return invalidField(field, fmt.Sprintf("%q is players[%d]'s too: a player takes one seat", p.GetPlayerId(), j))
-		}
-		first[p.GetPlayerId()] = i
-	}
-	return nil
-}
-
 // allocate is AllocateGameServer, uncounted.
 func (a *allocationService) allocate(ctx context.Context, req *tetherv1.AllocateGameServerRequest) (*tetherv1.AllocateGameServerResponse, error) {
 	s := a.s
-	fleet := ""
-	if req.GetParent() != "fleets/-" {
-		if _, err := events.ParseFleetName(req.GetParent()); err != nil {
-			return nil, invalidField("parent", err.Error())
-		}
-		fleet = req.GetParent()
-	}
-	distributed, err := parseScheduling(req.GetScheduling())
+	want, err := parseAllocation(req)
 	if err != nil {
 		return nil, err
 	}
-	if len(req.GetPlayers()) > maxAllocPlayers {
-		return nil, invalidField("players", fmt.Sprintf("at most %d players per allocation", maxAllocPlayers))
-	}
-	if err := checkPlayerIDs(req.GetPlayers()); err != nil {
-		return nil, err
-	}
-	if n := req.GetGameSession().GetMaxPlayers(); n < 0 || n > 0 && int(n) < len(req.GetPlayers()) {
-		return nil, invalidField("game_session.max_players", fmt.Sprintf("%d seats cannot hold %d players", n, len(req.GetPlayers())))
-	}
-	selectors := req.GetSelectors()
-	if req.GetSelector() != nil && len(selectors) > 0 {
-		return nil, invalidField("selectors", "give selector or selectors, not both")
-	}
-	if req.GetSelector() != nil {
-		selectors = []*tetherv1.LabelSelector{req.GetSelector()}
-	}
-	if len(selectors) == 0 {
-		selectors = []*tetherv1.LabelSelector{{}}
-	}
+	fleet := want.fleet
 	// A request id is not looked up in the views first: the allocation
 	// event's id derives from it alone, so the stream's duplicate window
 	// answers a retry with the first call's event whichever server the
@@ -173,8 +146,8 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 		}
 	}
 	attempts := 0
-	for _, sel := range selectors {
-		q := projections.AllocationQuery{Fleet: fleet, MatchLabels: sel.GetMatchLabels(), Distributed: distributed}
+	for _, sel := range want.selectors {
+		q := projections.AllocationQuery{Fleet: fleet, MatchLabels: sel.GetMatchLabels(), Distributed: want.distributed}
 		for attempts < allocAttempts {
 			c, ok, err := a.take(ctx, q)
 			if err != nil {
@@ -255,17 +228,6 @@ func (a *allocationService) exhausted(ctx context.Context, req *tetherv1.Allocat
 		return a.replay(ctx, gs, seq)
 	}
 	return nil, none
-}
-
-// parseScheduling reads the request's scheduling; true means DISTRIBUTED.
-func parseScheduling(s string) (bool, error) {
-	switch s {
-	case "", "PACKED":
-		return false, nil
-	case "DISTRIBUTED":
-		return true, nil
-	}
-	return false, invalidField("scheduling", fmt.Sprintf("%q: must be PACKED or DISTRIBUTED", s))
 }
 
 // policy returns the player-session policy of a fleet (a resource name),
@@ -451,32 +413,22 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 	if err != nil {
 		return nil, err
 	}
-	envs := s.envelopes(ctx, name, "", msgs)
-	now := envs[0].Time
+	if len(msgs) != 1 {
+		return nil, fmt.Errorf("allocation: %s decided %d events, not one", name, len(msgs))
+	}
+	stamp := s.stamp(ctx, req.GetRequestId())
 	if id := req.GetRequestId(); id != "" {
 		// The id does not depend on the server chosen: a concurrent retry
 		// that picked another server is de-duplicated by the stream.
-		sum := sha256.Sum256([]byte("allocate\x00" + id))
-		envs[0].ID, envs[0].RequestID, envs[0].CorrelationID = hex.EncodeToString(sum[:16]), id, id
-		envs[0].RequestFingerprint = requestFingerprint(ctx)
+		stamp.EventID = AllocationEventID(id)
 	}
+	env := stamp.Envelopes(name, msgs)[0]
 	subject, err := events.SubjectOf(state)
 	if err != nil {
 		return nil, err
 	}
-	got, dup, err := s.opts.Store.TryAppend(ctx, subject, seq, envs[0])
-	if errors.Is(err, events.ErrConflict) && req.GetRequestId() != "" {
-		// Stored already by a concurrent retry of this request (same
-		// event id), unless someone else's event is last.
-		last, ok, lerr := s.opts.Store.LastEvent(ctx, subject)
-		if lerr != nil {
-			return nil, lerr
-		}
-		if !ok || last.ID != envs[0].ID {
-			return nil, err
-		}
-		got, dup = last.Sequence, true
-	} else if err != nil {
+	got, dup, err := a.append(ctx, subject, seq, env)
+	if err != nil {
 		return nil, err
 	}
 	if dup {
@@ -497,15 +449,15 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 		if alloc, ok = stored.Data.(*eventsv1.GameServerAllocated); !ok {
 			return nil, fmt.Errorf("allocation: event %d is %s, not the allocation of request %s", got, stored.Type, req.GetRequestId())
 		}
-		envs[0], now = stored, stored.Time
+		env = stored
 	}
-	envs[0].Sequence = got
-	after, err := events.ApplyGameServer(state, envs[0])
+	env.Sequence = got
+	after, err := events.ApplyGameServer(state, env)
 	if err != nil {
 		return nil, err
 	}
-	created := events.SessionCreated(name, state.GetHost(), alloc, policy, now, req.GetRequestId())
-	sessionSeq, err := a.createSession(ctx, envs[0], created)
+	created := events.SessionCreated(name, state.GetHost(), alloc, policy, env.Time, req.GetRequestId())
+	sessionSeq, err := a.createSession(ctx, env, created)
 	if err != nil {
 		// The allocation stands; the controller creates the session from it.
 		s.log.Warn("allocation: game session not created yet; the controller will", "game_server", name, "game_session", alloc.GetGameSession(), "err", err)
@@ -515,16 +467,38 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 	return a.response(after, got, created, max(got, sessionSeq)), nil
 }
 
+// append appends an allocation guarded by seq, with the store's TryAppend,
+// which on a failed guard answers at once without looking for the event:
+// duplicate is true when the event (by its id) was stored already, by a
+// concurrent retry of the request, which a failed guard can hide: the
+// retry's own append moved the server past seq. Then the server's last
+// event is ours, and the allocation stands. Any other writer's event last
+// is a conflict (events.ErrConflict), which the caller folds.
+func (a *allocationService) append(ctx context.Context, subject string, seq uint64, env events.Envelope) (got uint64, duplicate bool, err error) {
+	store := a.s.opts.Store
+	got, duplicate, err = store.TryAppend(ctx, subject, seq, env)
+	if !errors.Is(err, events.ErrConflict) || env.RequestID == "" {
+		return got, duplicate, err
+	}
+	last, ok, lerr := store.LastEvent(ctx, subject)
+	if lerr != nil {
+		return 0, false, lerr
+	}
+	if !ok || last.ID != env.ID {
+		return 0, false, err
+	}
+	return last.Sequence, true, nil
+}
+
 // createSession appends GameSessionCreated as the first event of the game
-// session's subject. Its id derives from the allocation event's, so a
-// replica retrying and the controller repairing write it once.
+// session's subject, stamped as following from the allocation
+// (events.After). Its id derives from the allocation event's, so a replica
+// retrying and the controller repairing write it once.
 func (a *allocationService) createSession(ctx context.Context, allocated events.Envelope, created *eventsv1.GameSessionCreated) (uint64, error) {
 	name := allocated.Data.(*eventsv1.GameServerAllocated).GetGameSession()
-	env := events.New(name, allocated.Time, created)
-	env.ID = SessionCreatedID(allocated.ID)
-	env.Producer, env.Actor, env.RequestID, env.RequestFingerprint = a.s.producer, allocated.Actor, allocated.RequestID, allocated.RequestFingerprint
-	env.CorrelationID, env.CausationID = allocated.CorrelationID, allocated.ID
-	env.TraceParent, env.TraceState = allocated.TraceParent, allocated.TraceState
+	stamp := events.After(allocated, a.s.producer)
+	stamp.EventID = SessionCreatedID(allocated.ID)
+	env := stamp.Envelopes(name, []proto.Message{created})[0]
 	seq, err := a.s.opts.Store.Append(ctx, events.MustSubject(name), 0, env)
 	if errors.Is(err, events.ErrConflict) {
 		return a.s.opts.Store.LastSequence(ctx, events.MustSubject(name))
@@ -532,11 +506,16 @@ func (a *allocationService) createSession(ctx context.Context, allocated events.
 	return seq, err
 }
 
+// AllocationEventID is the event id of the GameServerAllocated of request
+// id requestID, whichever server it takes.
+func AllocationEventID(requestID string) string {
+	return events.DerivedID("allocate", requestID)
+}
+
 // SessionCreatedID is the event id of the GameSessionCreated that follows
 // the GameServerAllocated with id allocationID.
 func SessionCreatedID(allocationID string) string {
-	sum := sha256.Sum256([]byte("session-created\x00" + allocationID))
-	return hex.EncodeToString(sum[:16])
+	return events.DerivedID("session-created", allocationID)
 }
 
 // noticeWait bounds the sending of an allocation notice: the commands

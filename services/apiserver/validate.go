@@ -28,7 +28,9 @@ const ReasonRequestIDReused = "REQUEST_ID_REUSED"
 // know, no enum number its enum does not declare, no NUL byte in a string,
 // nothing over the size limits below. It also fingerprints
 // requests that carry a request id, so that a retry can be told from a
-// different request reusing the id.
+// different request reusing the id. An allocation's own checks are here
+// too (parseAllocation, which its handler runs), so that all of an
+// allocation's validation is in one place.
 
 // Size limits of a request.
 const (
@@ -512,6 +514,80 @@ func checkAllocationSizes(r *tetherv1.AllocateGameServerRequest) error {
 	if n := proto.Size(session); n > MaxGameSessionBytes {
 		return invalidField(largestField(session.ProtoReflect(), ""), fmt.Sprintf(
 			"the game session's players and properties take %d bytes encoded; at most %d", n, MaxGameSessionBytes))
+	}
+	return nil
+}
+
+// maxAllocPlayers bounds the players of one allocation.
+const maxAllocPlayers = 1000
+
+// allocationRequest is what a checked allocation request looks for.
+type allocationRequest struct {
+	// fleet is the fleet's resource name; "" for any fleet (fleets/-).
+	fleet string
+	// distributed is true for DISTRIBUTED scheduling, false for PACKED.
+	distributed bool
+	// selectors are tried in order; there is at least one (an empty one
+	// matches every server).
+	selectors []*tetherv1.LabelSelector
+}
+
+// parseAllocation checks what an allocation request asks for, beyond the
+// sizes every request's interceptor checks (checkAllocationSizes): its
+// parent, its scheduling, its players (each with an id, none twice, at
+// most maxAllocPlayers), seats for them, and one of selector and
+// selectors.
+func parseAllocation(req *tetherv1.AllocateGameServerRequest) (allocationRequest, error) {
+	var out allocationRequest
+	if req.GetParent() != "fleets/-" {
+		if _, err := events.ParseFleetName(req.GetParent()); err != nil {
+			return out, invalidField("parent", err.Error())
+		}
+		out.fleet = req.GetParent()
+	}
+	switch req.GetScheduling() {
+	case "", "PACKED":
+	case "DISTRIBUTED":
+		out.distributed = true
+	default:
+		return out, invalidField("scheduling", fmt.Sprintf("%q: must be PACKED or DISTRIBUTED", req.GetScheduling()))
+	}
+	players := req.GetPlayers()
+	if len(players) > maxAllocPlayers {
+		return out, invalidField("players", fmt.Sprintf("at most %d players per allocation", maxAllocPlayers))
+	}
+	if err := checkPlayerIDs(players); err != nil {
+		return out, err
+	}
+	if n := req.GetGameSession().GetMaxPlayers(); n < 0 || n > 0 && int(n) < len(players) {
+		return out, invalidField("game_session.max_players", fmt.Sprintf("%d seats cannot hold %d players", n, len(players)))
+	}
+	switch {
+	case req.GetSelector() != nil && len(req.GetSelectors()) > 0:
+		return out, invalidField("selectors", "give selector or selectors, not both")
+	case req.GetSelector() != nil:
+		out.selectors = []*tetherv1.LabelSelector{req.GetSelector()}
+	case len(req.GetSelectors()) > 0:
+		out.selectors = req.GetSelectors()
+	default:
+		out.selectors = []*tetherv1.LabelSelector{{}}
+	}
+	return out, nil
+}
+
+// checkPlayerIDs refuses an allocation's player without an id, and a
+// player id given twice: it took two seats.
+func checkPlayerIDs(players []*tetherv1.PlayerRequest) error {
+	first := make(map[string]int, len(players))
+	for i, p := range players {
+		field := fmt.Sprintf("players[%d].player_id", i)
+		if p.GetPlayerId() == "" {
+			return invalidField(field, "must be set")
+		}
+		if j, seen := first[p.GetPlayerId()]; seen {
+			return invalidField(field, fmt.Sprintf("%q is players[%d]'s too: a player takes one seat", p.GetPlayerId(), j))
+		}
+		first[p.GetPlayerId()] = i
 	}
 	return nil
 }

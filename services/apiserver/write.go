@@ -126,12 +126,6 @@ type replayed struct{ seq uint64 }
 
 func (r replayed) Error() string { return fmt.Sprintf("request already written at sequence %d", r.seq) }
 
-// envelopes wraps decided payloads with this replica's metadata and the
-// request's trace context. With a request id, event ids are derived from it.
-func (s *Server) envelopes(ctx context.Context, name, requestID string, msgs []proto.Message) []events.Envelope {
-	return s.stamp(ctx, requestID).Envelopes(name, msgs)
-}
-
 // stamp is what this replica records on the events it writes for a
 // request: itself as producer, the caller as actor (events.ActorFrom; the
 // replica itself until callers are authenticated), the request id and its
