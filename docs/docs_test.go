@@ -238,3 +238,82 @@ func trackedFiles(t *testing.T, root string) []string {
 	}
 	return files
 }
+
+// checklists are the files of docs/contributing, one per kind of change.
+var checklists = []string{
+	"add-an-aggregate.md", "add-an-rpc.md", "add-a-planner-step.md", "add-an-sdk-call.md", "add-a-metric.md",
+}
+
+// repoPath is a path into the repository as the checklists write it.
+var repoPath = regexp.MustCompile(`\b(?:docs|services|events|projections|proto|migrations|deploy|sdk)/[A-Za-z0-9_./-]*[A-Za-z0-9_]`)
+
+// testName is a test function's name in a code span.
+var testName = regexp.MustCompile("^Test[A-Z][A-Za-z0-9_]*$")
+
+// TestChecklistsNameWhatExists keeps docs/contributing true to the tree:
+// each checklist is there and listed in its README, every file or
+// directory a checklist names exists, and every test it names is a test
+// function of the repository.
+func TestChecklistsNameWhatExists(t *testing.T) {
+	root := repoRoot(t)
+	index, err := os.ReadFile(filepath.Join(root, "docs", "contributing", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tests map[string]bool
+	for _, name := range checklists {
+		if !bytes.Contains(index, []byte("("+name+")")) {
+			t.Errorf("docs/contributing/README.md does not link %s", name)
+		}
+		raw, err := os.ReadFile(filepath.Join(root, "docs", "contributing", name))
+		if err != nil {
+			t.Errorf("checklist %s: %v", name, err)
+			continue
+		}
+		for i, line := range strings.Split(string(raw), "\n") {
+			for _, p := range repoPath.FindAllString(line, -1) {
+				p = strings.TrimSuffix(p, ".")
+				if strings.HasSuffix(p, "/<kind>.go") {
+					continue
+				}
+				if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(p))); err != nil {
+					t.Errorf("docs/contributing/%s:%d names %s, which the tree does not have", name, i+1, p)
+				}
+			}
+		}
+		for span := range backquoted(string(raw)) {
+			if !testName.MatchString(span) {
+				continue
+			}
+			if tests == nil {
+				tests = testFunctions(t, root)
+			}
+			if !tests[span] {
+				t.Errorf("docs/contributing/%s names the test %s, which no _test.go file declares", name, span)
+			}
+		}
+	}
+}
+
+// testFunctions returns the names of the repository's test functions.
+func testFunctions(t *testing.T, root string) map[string]bool {
+	t.Helper()
+	decl := regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]*)\(`)
+	out := map[string]bool{}
+	for _, f := range trackedFiles(t, root) {
+		if !strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed in the work tree
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range decl.FindAllSubmatch(raw, -1) {
+			out[string(m[1])] = true
+		}
+	}
+	return out
+}

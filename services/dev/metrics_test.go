@@ -1,10 +1,13 @@
 package dev_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -226,11 +229,37 @@ func TestMetricsServedAndUsedByTheDashboards(t *testing.T) {
 	// Every instrument the running code registered gets a sample, and
 	// then every metric the dashboards and rules use must be in the scrape.
 	registered.Touch(context.Background())
-	problems, err := promcheck.Check(grafanaDir, promcheck.Names(s.scrape()))
+	served := promcheck.Names(s.scrape())
+	problems, err := promcheck.Check(grafanaDir, served)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range problems {
 		t.Error(p)
 	}
+
+	// And every Tether metric served is in docs/observability.md's table,
+	// under its family's name (a histogram's without _bucket, _sum and
+	// _count), whether a dashboard uses it or not.
+	doc, err := os.ReadFile(observabilityDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(served)) {
+		if !strings.HasPrefix(name, "tether_") {
+			continue
+		}
+		family := name
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(name, suffix); ok && !bytes.Contains(doc, []byte("`"+name+"`")) {
+				family = base
+			}
+		}
+		if !bytes.Contains(doc, []byte("`"+family+"`")) {
+			t.Errorf("%s is served but docs/observability.md does not name `%s`", name, family)
+		}
+	}
 }
+
+// observabilityDoc documents every metric (docs/observability.md).
+const observabilityDoc = "../../docs/observability.md"
