@@ -1,6 +1,7 @@
 package natsjs_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/services/testkit/natstest"
 )
 
 // TestSetupKeepsTheOperatorsStreamSettings: `tether migrate` run over an
@@ -50,5 +52,44 @@ func TestSetupKeepsTheOperatorsStreamSettings(t *testing.T) {
 	}
 	if c.Compression != jetstream.S2Compression || c.MaxBytes != 1<<30 || !c.DenyDelete || c.DenyPurge || !c.AllowDirect {
 		t.Fatalf("the update changed more than the duplicate window: %+v", c)
+	}
+}
+
+// updateCounter is a JetStream that counts the stream updates sent through it.
+type updateCounter struct {
+	jetstream.JetStream
+	updates int
+}
+
+func (u *updateCounter) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	u.updates++
+	return u.JetStream.UpdateStream(ctx, cfg)
+}
+
+// TestSetupAgainWritesNothing: the events stream Setup created reads back,
+// with the server's defaults filled in, as already wanted, so the next
+// process's Setup does not write its configuration again (which races
+// consumer creation inside nats-server; jsclient.EnsureStream).
+func TestSetupAgainWritesNothing(t *testing.T) {
+	for name, opts := range map[string]natsjs.Options{
+		"events":           {Replicas: 1, DuplicateWindow: natsjs.DefaultDuplicateWindow},
+		"events in memory": {Replicas: 1, DuplicateWindow: time.Minute, Storage: jetstream.MemoryStorage},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ns := natstest.Start(t)
+			_, js := natstest.Connect(t, ns)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			counted := &updateCounter{JetStream: js}
+			if err := natsjs.Setup(ctx, counted, opts); err != nil {
+				t.Fatal(err)
+			}
+			if err := natsjs.Setup(ctx, counted, opts); err != nil {
+				t.Fatalf("again: %v", err)
+			}
+			if counted.updates != 0 {
+				t.Errorf("Setup over the stream it created updated it %d times, want none", counted.updates)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
@@ -49,7 +50,7 @@ func TestABoundedReadAsksTheLeaderBeforeItEndsOnAReplicasCount(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			asks := 0
-			counting := func(ctx context.Context, r MsgRequest) (LeaderMessage, bool, error) {
+			counting := func(ctx context.Context, r jsclient.MsgRequest) (jsclient.LeaderMessage, bool, error) {
 				asks++
 				return s.leaderGet(ctx, r)
 			}

@@ -6,12 +6,14 @@
 //
 // It uses the nats.go jetstream package. Reads of single messages use direct
 // gets (the stream allows them); histories use short-lived ephemeral
-// consumers.
+// consumers. The JetStream calls it shares with the other NATS adapters
+// (publishes and reads of a stream's leader that wait out an election,
+// stream setup) are in jsclient, below it; this package is the event store
+// only.
 package natsjs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +31,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 )
 
 // Headers written on every event message, besides jetstream.MsgIDHeader
@@ -59,7 +62,7 @@ type Options struct {
 	Storage jetstream.StorageType
 	// UnavailableWait is how long an append retries while the stream cannot
 	// take it (no leader: a NATS election after a node is lost takes 4-9 s;
-	// or no connection), within its context; default DefaultUnavailableWait.
+	// or no connection), within its context; default jsclient.DefaultUnavailableWait.
 	// Negative: no retry, for a writer with a fallback of its own (the
 	// agent's outbox). An append that gave up wraps events.ErrUnavailable.
 	UnavailableWait time.Duration
@@ -80,12 +83,6 @@ type Options struct {
 	MeterProvider metric.MeterProvider
 }
 
-// DefaultUnavailableWait is the default of Options.UnavailableWait: longer
-// than the longest NATS election (nats-server's raft election timeout is
-// 4-9 s), so a caller with time to wait sees a slow append, not a failed
-// one.
-const DefaultUnavailableWait = 12 * time.Second
-
 func (o *Options) setDefaults() {
 	if o.Replicas == 0 {
 		o.Replicas = 1
@@ -94,7 +91,7 @@ func (o *Options) setDefaults() {
 		o.DuplicateWindow = DefaultDuplicateWindow
 	}
 	if o.UnavailableWait == 0 {
-		o.UnavailableWait = DefaultUnavailableWait
+		o.UnavailableWait = jsclient.DefaultUnavailableWait
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -132,7 +129,7 @@ type Store struct {
 }
 
 // Setup creates the events stream, or updates its configuration where it
-// differs (EnsureStream): `tether migrate` runs it. The stream denies
+// differs (jsclient.EnsureStream): `tether migrate` runs it. The stream denies
 // deletes and has no limits: no event leaves it but through a purge, and
 // only the archiver purges (PurgeSubject), once the subject's events are
 // durably in an archive segment recorded in the archive catalog.
@@ -147,7 +144,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	s, err := EnsureStream(ctx, js, streamConfig(opts))
+	s, err := jsclient.EnsureStream(ctx, js, streamConfig(opts))
 	if err != nil {
 		return fmt.Errorf("natsjs: set up stream %s: %w", events.StreamName, err)
 	}
@@ -179,7 +176,7 @@ func (s *Store) PurgesAllowed(ctx context.Context) error {
 }
 
 // New returns a store over the events stream. It does not create the
-// stream: a missing one is an error wrapping ErrNotSetUp (Setup creates it).
+// stream: a missing one is an error wrapping jsclient.ErrNotSetUp (Setup creates it).
 func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, error) {
 	opts.setDefaults()
 	if err := opts.Validate(); err != nil {
@@ -187,7 +184,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	}
 	stream, err := js.Stream(ctx, events.StreamName)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, NotSetUp("stream " + events.StreamName)
+		return nil, jsclient.NotSetUp("stream " + events.StreamName)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: stream %s: %w", events.StreamName, err)
@@ -374,122 +371,13 @@ func (s *Store) publish(ctx context.Context, msg *nats.Msg, guard uint64, e even
 }
 
 // publishMsg publishes msg, retrying for up to the store's wait while the
-// stream cannot take it (PublishWaiting).
+// stream cannot take it (jsclient.PublishWaiting).
 func (s *Store) publishMsg(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {
-	ack, err := PublishWaiting(ctx, s.js, msg, s.wait)
+	ack, err := jsclient.PublishWaiting(ctx, s.js, msg, s.wait)
 	if err == nil && ack.Duplicate {
 		s.log.Debug("append was a duplicate", "subject", msg.Subject, "sequence", ack.Sequence)
 	}
 	return ack, err
-}
-
-// PublishWaiting publishes msg to a stream, retrying for up to wait (none
-// if negative) while nothing can take it: no stream leader during a NATS
-// election, no answer, no connection. Then it gives up with an error that
-// wraps events.ErrUnavailable. A retry is safe for a message with an id
-// (jetstream.MsgIDHeader): JetStream answers an id it already stored with
-// the first store's acknowledgement, marked duplicate, before it looks at
-// an expected sequence.
-func PublishWaiting(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, wait time.Duration) (*jetstream.PubAck, error) {
-	if wait < 0 {
-		ack, err := js.PublishMsg(ctx, msg)
-		if err != nil && retryable(err) {
-			return nil, fmt.Errorf("%w: %w", events.ErrUnavailable, err)
-		}
-		return ack, err
-	}
-	var ack *jetstream.PubAck
-	err := waitAvailable(ctx, wait, func(ctx context.Context) error {
-		var err error
-		ack, err = js.PublishMsg(ctx, msg)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return ack, nil
-}
-
-// waitAvailable runs try, and again while it fails for want of an answer
-// (retryable: no stream leader during a NATS election, no answer, no
-// connection), for up to wait (one attempt if negative), backing off from
-// 50 to 500 ms. Each attempt is bounded by attemptTimeout: a request in
-// flight to a server that died, or that a server drops (a JetStream API
-// request reaching a replica that is not the leader is not answered), is
-// never answered, and waiting out the caller's whole deadline on it would
-// leave no time to send it again once the stream has a leader. The error
-// it gives up with wraps events.ErrUnavailable.
-func waitAvailable(ctx context.Context, wait time.Duration, try func(ctx context.Context) error) error {
-	attempt := func() error {
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		defer cancel()
-		err := try(actx)
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = fmt.Errorf("no answer within %s: %w", attemptTimeout, nats.ErrTimeout)
-		}
-		return err
-	}
-	err := attempt()
-	if err == nil || !retryable(err) {
-		return err
-	}
-	giveUp := time.Now().Add(wait)
-	backoff := 50 * time.Millisecond
-	for n := 2; ; n++ {
-		if time.Now().Add(backoff).After(giveUp) {
-			return fmt.Errorf("%w: gave up after %d attempts in %s: %w", events.ErrUnavailable, n-1, max(wait, 0), err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %w (then %w)", events.ErrUnavailable, err, ctx.Err())
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 500*time.Millisecond)
-		if err = attempt(); err == nil || !retryable(err) {
-			return err
-		}
-	}
-}
-
-// attemptTimeout bounds each attempt of waitAvailable.
-const attemptTimeout = 2 * time.Second
-
-// jsClusterNotAvailable is JetStream's error code 10008, "JetStream system
-// temporarily unavailable" (no meta leader, e.g. during an election).
-const jsClusterNotAvailable = 10008
-
-// jsDuplicateInProcess is JetStream's error code 10158, "duplicate message
-// id is in process": a message with the same id, sent by an earlier attempt,
-// is proposed to the stream's replicas but not yet stored. Sent again
-// later, the message is answered as that one's duplicate, or stored if the
-// proposal was lost with its leader.
-const jsDuplicateInProcess = 10158
-
-// retryable reports whether a publish may be sent again as it is, and
-// should be: nothing could take it (unavailable), or an earlier attempt of
-// the same message is still being stored.
-func retryable(err error) bool {
-	var apiErr *jetstream.APIError
-	return unavailable(err) || errors.As(err, &apiErr) && apiErr.ErrorCode == jsDuplicateInProcess
-}
-
-// Unavailable reports whether err is JetStream not being able to answer
-// for now (no stream leader, no answer, no connection) rather than a
-// refusal: a caller may try again, here or through another server.
-func Unavailable(err error) bool {
-	return errors.Is(err, events.ErrUnavailable) || unavailable(err)
-}
-
-// unavailable reports whether a publish failed because nothing could take
-// it for now (no stream leader, no answer, no connection), as opposed to a
-// refusal: the same message may be sent again.
-func unavailable(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.ErrorCode == jsClusterNotAvailable
-	}
-	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
 }
 
 // message encodes an event as the message that stores it, signed when
@@ -532,7 +420,7 @@ func isConflict(err error) bool {
 // storedAfter reports whether the first message on subject after sequence
 // after is the event id, and its sequence if so.
 func (s *Store) storedAfter(ctx context.Context, subject string, after uint64, id string) (uint64, bool, error) {
-	m, found, err := s.leaderGet(ctx, MsgRequest{Seq: after + 1, NextFor: subject})
+	m, found, err := s.leaderGet(ctx, jsclient.MsgRequest{Seq: after + 1, NextFor: subject})
 	if err != nil {
 		return 0, false, fmt.Errorf("natsjs: look for event %s on %s after a conflict: %w", id, subject, err)
 	}
@@ -542,104 +430,11 @@ func (s *Store) storedAfter(ctx context.Context, subject string, after uint64, i
 	return m.Sequence, true, nil
 }
 
-// jsNoMessageFound is JetStream's error code 10037, "no message found".
-const jsNoMessageFound = 10037
-
-// MsgRequest asks a stream's leader for one message: the first of subject
-// NextFor at or after Seq (NextFor may be a wildcard), or the last of
-// subject LastFor.
-type MsgRequest struct {
-	Seq     uint64 `json:"seq,omitempty"`
-	NextFor string `json:"next_by_subj,omitempty"`
-	LastFor string `json:"last_by_subj,omitempty"`
-}
-
-// LeaderMessage is a message as a stream's leader returned it.
-type LeaderMessage struct {
-	Sequence uint64
-	Subject  string
-	Time     time.Time // when the stream stored it
-	Header   nats.Header
-	Data     []byte
-}
-
-// LeaderGet reads one message of stream from the stream's leader
-// (found=false when there is none). Stream.GetMsg uses a direct get when
-// the stream allows them, and any replica answers a direct get: one that
-// is catching up answers once it is 90 % there, and one cut off from the
-// others answers from its past. A caller that decides on absence (no
-// message after this one, so nothing is left to wait for) reads with
-// LeaderGet.
-//
-// Only the leader answers, so while the stream has none (an election,
-// 4-9 s) LeaderGet asks again, as an append waits (PublishWaiting), for
-// up to DefaultUnavailableWait within ctx; each request is bounded, since
-// one the server drops is never answered, even without a deadline in ctx.
-func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, r MsgRequest) (LeaderMessage, bool, error) {
-	return leaderGetWaiting(ctx, nc, stream, r, DefaultUnavailableWait)
-}
-
-// leaderGetWaiting is LeaderGet, waiting up to wait for a leader.
-func leaderGetWaiting(ctx context.Context, nc *nats.Conn, stream string, r MsgRequest, wait time.Duration) (LeaderMessage, bool, error) {
-	req, err := json.Marshal(r)
-	if err != nil {
-		return LeaderMessage{}, false, err
-	}
-	var m LeaderMessage
-	var found bool
-	err = waitAvailable(ctx, wait, func(ctx context.Context) error {
-		var err error
-		m, found, err = leaderGetOnce(ctx, nc, stream, req)
-		return err
-	})
-	return m, found, err
-}
-
-// leaderGetOnce sends one request of LeaderGet.
-func leaderGetOnce(ctx context.Context, nc *nats.Conn, stream string, req []byte) (LeaderMessage, bool, error) {
-	reply, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
-	if err != nil {
-		return LeaderMessage{}, false, err
-	}
-	var resp struct {
-		Error *struct {
-			Code        int    `json:"code"`
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-		Message *struct {
-			Subject  string    `json:"subject"`
-			Sequence uint64    `json:"seq"`
-			Header   []byte    `json:"hdrs"`
-			Data     []byte    `json:"data"`
-			Time     time.Time `json:"time"`
-		} `json:"message"`
-	}
-	if err := json.Unmarshal(reply.Data, &resp); err != nil {
-		return LeaderMessage{}, false, fmt.Errorf("decode the stream's answer: %w", err)
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrCode == jsNoMessageFound:
-		return LeaderMessage{}, false, nil
-	case resp.Error != nil:
-		return LeaderMessage{}, false, &jetstream.APIError{Code: resp.Error.Code, ErrorCode: jetstream.ErrorCode(resp.Error.ErrCode), Description: resp.Error.Description}
-	case resp.Message == nil:
-		return LeaderMessage{}, false, errors.New("the stream answered without a message")
-	}
-	m := LeaderMessage{Sequence: resp.Message.Sequence, Subject: resp.Message.Subject, Time: resp.Message.Time, Data: resp.Message.Data}
-	if len(resp.Message.Header) > 0 {
-		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
-			return LeaderMessage{}, false, fmt.Errorf("decode headers of message %d: %w", m.Sequence, err)
-		}
-	}
-	return m, true, nil
-}
-
-// leaderGet reads one event from the events stream's leader (LeaderGet):
+// leaderGet reads one event from the events stream's leader (jsclient.LeaderGet):
 // after a conflict, a write of ours that was stored a moment ago must not
 // be missed, and CurrentHistory must not stop short.
-func (s *Store) leaderGet(ctx context.Context, r MsgRequest) (LeaderMessage, bool, error) {
-	return leaderGetWaiting(ctx, s.js.Conn(), events.StreamName, r, s.wait)
+func (s *Store) leaderGet(ctx context.Context, r jsclient.MsgRequest) (jsclient.LeaderMessage, bool, error) {
+	return jsclient.LeaderGetWaiting(ctx, s.js.Conn(), events.StreamName, r, s.wait)
 }
 
 // CurrentHistory is History checked against the stream's leader: it
@@ -665,7 +460,7 @@ func (s *Store) currentHistory(ctx context.Context, subject string, from uint64,
 	if err != nil {
 		return nil, err
 	}
-	last, found, err := s.leaderGet(ctx, MsgRequest{LastFor: subject})
+	last, found, err := s.leaderGet(ctx, jsclient.MsgRequest{LastFor: subject})
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: last event of %s from the stream's leader: %w", subject, err)
 	}
@@ -674,7 +469,7 @@ func (s *Store) currentHistory(ctx context.Context, subject string, from uint64,
 		done = hist[len(hist)-1].Sequence
 	}
 	for found && done < last.Sequence {
-		m, ok, err := s.leaderGet(ctx, MsgRequest{Seq: done + 1, NextFor: subject})
+		m, ok, err := s.leaderGet(ctx, jsclient.MsgRequest{Seq: done + 1, NextFor: subject})
 		if err != nil {
 			return nil, fmt.Errorf("natsjs: read %s after %d from the stream's leader: %w", subject, done, err)
 		}
@@ -717,7 +512,7 @@ func (s *Store) LastSequence(ctx context.Context, subject string) (uint64, error
 func (s *Store) Event(ctx context.Context, seq uint64) (events.Envelope, error) {
 	msg, err := s.stream.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		m, found, lerr := s.leaderGet(ctx, MsgRequest{Seq: seq})
+		m, found, lerr := s.leaderGet(ctx, jsclient.MsgRequest{Seq: seq})
 		switch {
 		case lerr != nil:
 			err = fmt.Errorf("%w (and from the stream's leader: %w)", err, lerr)
@@ -746,30 +541,13 @@ func (s *Store) LastEvent(ctx context.Context, subject string) (events.Envelope,
 }
 
 // StreamLastSequence returns the sequence of the last event in the stream,
-// 0 if it is empty, asked as StreamInfo asks.
+// 0 if it is empty, asked as jsclient.StreamInfo asks.
 func (s *Store) StreamLastSequence(ctx context.Context) (uint64, error) {
-	info, err := StreamInfo(ctx, s.stream, s.wait)
+	info, err := jsclient.StreamInfo(ctx, s.stream, s.wait)
 	if err != nil {
 		return 0, fmt.Errorf("natsjs: stream info: %w", err)
 	}
 	return info.State.LastSeq, nil
-}
-
-// StreamInfo asks for a stream's state, and again while its leader does
-// not answer, as an append does (attempts of attemptTimeout, for up to
-// wait, within ctx): a request sent as the leader changes (a NATS node
-// restarting) goes unanswered, and a single one waited out the caller's
-// whole deadline, 5 s of a controller pass in which nothing was replaced.
-// Its error wraps events.ErrUnavailable when it gives up for want of an
-// answer.
-func StreamInfo(ctx context.Context, st jetstream.Stream, wait time.Duration) (*jetstream.StreamInfo, error) {
-	var info *jetstream.StreamInfo
-	err := waitAvailable(ctx, wait, func(ctx context.Context) error {
-		var err error
-		info, err = st.Info(ctx)
-		return err
-	})
-	return info, err
 }
 
 // historyBatch bounds the messages asked for in one pull request.
@@ -924,7 +702,7 @@ func (s *Store) lastSequenceAfter(ctx context.Context, subject string, first uin
 	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, fmt.Errorf("natsjs: read last event of %s: %w", subject, err)
 	}
-	m, found, err := s.leaderGet(ctx, MsgRequest{LastFor: subject})
+	m, found, err := s.leaderGet(ctx, jsclient.MsgRequest{LastFor: subject})
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("natsjs: read last event of %s from the stream's leader (a replica is behind): %w", subject, err)

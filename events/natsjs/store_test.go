@@ -19,6 +19,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/testkit/natstest"
 )
@@ -695,7 +696,7 @@ func TestNewWithoutSetup(t *testing.T) {
 	ns := natstest.Start(t)
 	_, js := natstest.Connect(t, ns)
 	_, err := natsjs.New(t.Context(), js, natsjs.Options{})
-	if !errors.Is(err, natsjs.ErrNotSetUp) || !strings.Contains(err.Error(), "tether migrate") {
+	if !errors.Is(err, jsclient.ErrNotSetUp) || !strings.Contains(err.Error(), "tether migrate") {
 		t.Fatalf("New on a server without the stream: %v, want ErrNotSetUp naming tether migrate", err)
 	}
 	if _, err := js.Stream(t.Context(), events.StreamName); !errors.Is(err, jetstream.ErrStreamNotFound) {

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 )
 
 // StoredMessage is one event message as the stream stored it, undecoded:
@@ -39,7 +40,7 @@ func (s *Store) Stored(ctx context.Context, subject string, from, to uint64) ([]
 	}
 	var out []StoredMessage
 	for next := max(from, 1); next <= to; {
-		m, found, err := s.leaderGet(ctx, MsgRequest{Seq: next, NextFor: subject})
+		m, found, err := s.leaderGet(ctx, jsclient.MsgRequest{Seq: next, NextFor: subject})
 		if err != nil {
 			return nil, fmt.Errorf("natsjs: read %s from %d: %w", subject, next, err)
 		}
@@ -70,7 +71,7 @@ func (s *Store) FirstEvent(ctx context.Context, subject string) (events.Envelope
 	if err := checkSubject(subject); err != nil {
 		return events.Envelope{}, false, err
 	}
-	m, found, err := s.leaderGet(ctx, MsgRequest{Seq: 1, NextFor: subject})
+	m, found, err := s.leaderGet(ctx, jsclient.MsgRequest{Seq: 1, NextFor: subject})
 	if err != nil {
 		return events.Envelope{}, false, fmt.Errorf("natsjs: first event of %s from the stream's leader: %w", subject, err)
 	}
@@ -90,7 +91,7 @@ func (s *Store) LeaderLastSequence(ctx context.Context, subject string) (uint64,
 	if rest, ok := strings.CutPrefix(subject, events.SubjectPrefix+"."); !ok || rest == "" || strings.ContainsAny(subject, " \t\r\n") {
 		return 0, fmt.Errorf("natsjs: %q is not an event subject under %s", subject, events.SubjectPrefix)
 	}
-	m, found, err := s.leaderGet(ctx, MsgRequest{LastFor: subject})
+	m, found, err := s.leaderGet(ctx, jsclient.MsgRequest{LastFor: subject})
 	if err != nil {
 		return 0, fmt.Errorf("natsjs: last event of %s from the stream's leader: %w", subject, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 )
 
 // watchPull bounds the messages a watch's consumer pulls ahead of its
@@ -86,7 +87,7 @@ func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []strin
 		// few large messages, short of half the count, asks for the next
 		// at once, and they pile up.
 		msgs, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(watchPull, s.watchPullBytes()), jetstream.PullThresholdMessages(1),
-			// As FailoverPull (below): a lost node is noticed within two heartbeats.
+			// As jsclient.FailoverPull: a lost node is noticed within two heartbeats.
 			jetstream.PullHeartbeat(2*time.Second), jetstream.PullExpiry(8*time.Second))
 		if err != nil {
 			if ctx.Err() == nil {
@@ -140,13 +141,13 @@ func (s *Store) Watch(ctx context.Context, after, until uint64, subjects []strin
 // pending events counted after it by the consumer, has seen every one up
 // to until (readThrough).
 func ReadThrough(ctx context.Context, nc *nats.Conn, stream string, seen, pending, until uint64, subjects []string) (bool, error) {
-	return readThrough(ctx, seen, pending, until, subjects, func(ctx context.Context, r MsgRequest) (LeaderMessage, bool, error) {
-		return LeaderGet(ctx, nc, stream, r)
+	return readThrough(ctx, seen, pending, until, subjects, func(ctx context.Context, r jsclient.MsgRequest) (jsclient.LeaderMessage, bool, error) {
+		return jsclient.LeaderGet(ctx, nc, stream, r)
 	})
 }
 
-// leaderGetter reads one message from a stream's leader (LeaderGet).
-type leaderGetter func(context.Context, MsgRequest) (LeaderMessage, bool, error)
+// leaderGetter reads one message from a stream's leader (jsclient.LeaderGet).
+type leaderGetter func(context.Context, jsclient.MsgRequest) (jsclient.LeaderMessage, bool, error)
 
 // readThrough reports whether a bounded read that has seen the events on
 // subjects up to sequence seen, through a consumer that counts pending
@@ -174,7 +175,7 @@ func readThrough(ctx context.Context, seen, pending, until uint64, subjects []st
 // bounded by until would end short of it.
 func anyBetween(ctx context.Context, after, until uint64, subjects []string, get leaderGetter) (bool, error) {
 	for _, subj := range subjects {
-		m, found, err := get(ctx, MsgRequest{Seq: after + 1, NextFor: subj})
+		m, found, err := get(ctx, jsclient.MsgRequest{Seq: after + 1, NextFor: subj})
 		if err != nil {
 			return false, fmt.Errorf("natsjs: look for events on %s after %d: %w", subj, after, err)
 		}
@@ -205,7 +206,7 @@ func (s *Store) SequenceAt(ctx context.Context, t time.Time) (uint64, error) {
 	}
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		m, found, err := s.leaderGet(ctx, MsgRequest{Seq: mid, NextFor: events.SubjectPrefix + ".>"})
+		m, found, err := s.leaderGet(ctx, jsclient.MsgRequest{Seq: mid, NextFor: events.SubjectPrefix + ".>"})
 		switch {
 		case err != nil:
 			return 0, fmt.Errorf("natsjs: read event %d for its time: %w", mid, err)
@@ -218,14 +219,4 @@ func (s *Store) SequenceAt(ctx context.Context, t time.Time) (uint64, error) {
 		}
 	}
 	return lo, nil
-}
-
-// FailoverPull are the pull options of a long-running consumer that must
-// notice soon when the NATS node serving its pulls is lost: the server
-// sends an idle heartbeat every heartbeat, and two missed ones make the
-// client pull again (from the new consumer leader) instead of waiting out
-// jetstream's default of 30 s pulls and 15 s heartbeats. Each consumer
-// costs the server one heartbeat message per heartbeat while idle.
-func FailoverPull(heartbeat time.Duration) []jetstream.PullConsumeOpt {
-	return []jetstream.PullConsumeOpt{jetstream.PullHeartbeat(heartbeat), jetstream.PullExpiry(4 * heartbeat)}
 }

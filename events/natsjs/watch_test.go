@@ -13,6 +13,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/testkit/heapstat"
 	"github.com/tetherhq/tether/services/testkit/natstest"
@@ -213,7 +214,7 @@ func TestSequenceAtWhenAReplicaIsBehind(t *testing.T) {
 	e.append(t, fleetSubject("a"), events.AnySequence, fleetCreated("a", 1))
 	natstest.BehindReplica(t, e.js, events.StreamName, fleetSubject("a"))
 	b1 := e.append(t, fleetSubject("b"), events.AnySequence, fleetCreated("b", 1))
-	m, found, err := natsjs.LeaderGet(e.ctx, e.js.Conn(), events.StreamName, natsjs.MsgRequest{Seq: b1})
+	m, found, err := jsclient.LeaderGet(e.ctx, e.js.Conn(), events.StreamName, jsclient.MsgRequest{Seq: b1})
 	if err != nil || !found {
 		t.Fatalf("fleet b's event: found %v, %v", found, err)
 	}

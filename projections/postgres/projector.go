@@ -27,6 +27,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	"github.com/tetherhq/tether/projections"
 )
 
@@ -360,7 +361,7 @@ func (p *Projector) consume(ctx context.Context) error {
 		case <-ctx.Done():
 		case <-stopped:
 		}
-	}, append(natsjs.FailoverPull(time.Second), jetstream.PullMaxMessages(2*p.opts.BatchSize),
+	}, append(jsclient.FailoverPull(time.Second), jetstream.PullMaxMessages(2*p.opts.BatchSize),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			p.log.Warn("projector consume error", "err", err)
 			if consumerMaybeGone(err) {
@@ -777,9 +778,9 @@ func (p *Projector) purgedBetween(ctx context.Context, last, next uint64) (bool,
 
 // firstAfter returns the sequence of the stream's first message after
 // sequence after, found=false when it holds none, as the stream's leader
-// answers (natsjs.LeaderGet): both callers decide on absence.
+// answers (jsclient.LeaderGet): both callers decide on absence.
 func firstAfter(ctx context.Context, js jetstream.JetStream, name string, after uint64) (uint64, bool, error) {
-	m, found, err := natsjs.LeaderGet(ctx, js.Conn(), name, natsjs.MsgRequest{Seq: after + 1, NextFor: ">"})
+	m, found, err := jsclient.LeaderGet(ctx, js.Conn(), name, jsclient.MsgRequest{Seq: after + 1, NextFor: ">"})
 	if err != nil {
 		return 0, false, fmt.Errorf("first message of stream %s after %d: %w", name, after, err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	"github.com/tetherhq/tether/projections"
 )
 
@@ -618,7 +619,7 @@ func openFeed(ctx context.Context, js jetstream.JetStream, stream string, size i
 		case f.msgs <- m:
 		case <-f.done:
 		}
-	}, append(natsjs.FailoverPull(time.Second), jetstream.PullMaxMessages(2*size))...)
+	}, append(jsclient.FailoverPull(time.Second), jetstream.PullMaxMessages(2*size))...)
 	if err != nil {
 		return nil, fmt.Errorf("projections: consume: %w", err)
 	}

@@ -34,7 +34,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/nats/hostbeat"
 	"github.com/tetherhq/tether/services/platform/playertoken"
@@ -128,7 +128,7 @@ type Options struct {
 	// would cost the NATS server 20,000 requests/s (docs/scaling.md).
 	SyncInterval time.Duration
 	// ObserveJetStream, if set, is told the outcome of every heartbeat put
-	// and when the put began (natsjs.Reconnector.Observe: a connection to a
+	// and when the put began (jsclient.Reconnector.Observe: a connection to a
 	// NATS server cut off from the cluster moves to another); when it
 	// reports that the connection moved, the agent puts the beat again at
 	// once, through the new server.
@@ -591,7 +591,7 @@ func (a *Agent) untilDone(ctx context.Context, what string, step func() error) e
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil || errors.Is(err, natsjs.ErrNotSetUp) { // waiting will not create it
+		if ctx.Err() != nil || errors.Is(err, jsclient.ErrNotSetUp) { // waiting will not create it
 			return fmt.Errorf("agent: %s: %w", what, err)
 		}
 		wait := backoff/2 + rand.N(backoff)

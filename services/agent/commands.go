@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	"github.com/tetherhq/tether/services/nats/commands"
 )
@@ -66,7 +66,7 @@ func (a *Agent) consumeCommands(ctx context.Context, cons jetstream.Consumer) er
 	// server says it was deleted, or no server answers for it (a NATS
 	// server that restarted has no memory-stored consumer).
 	gone := make(chan struct{}, 1)
-	opts := append(natsjs.FailoverPull(commandHeartbeat), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	opts := append(jsclient.FailoverPull(commandHeartbeat), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !consumerMayBeGone(err) {
 			a.log.Debug("command pull", "err", err)
 			return

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	"github.com/tetherhq/tether/projections"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
@@ -520,7 +520,7 @@ func SessionCreatedID(allocationID string) string {
 
 // noticeWait bounds the sending of an allocation notice: the commands
 // stream's election (4-9 s) included.
-const noticeWait = natsjs.DefaultUnavailableWait + time.Second
+const noticeWait = jsclient.DefaultUnavailableWait + time.Second
 
 // notify tells the server's agent to re-read it, so that the game learns of
 // its allocation through WatchGameServer at once. The notice is sent in the

@@ -359,7 +359,7 @@ func TestPlayerSessionsAPI(t *testing.T) {
 // The allocation is answered once it is stored: the notice to the server's
 // agent is sent in the background, so a commands stream that cannot take
 // it (here deleted: publishes get no answer, and are retried for
-// natsjs.DefaultUnavailableWait, 12 s) does not hold the matchmaker's
+// jsclient.DefaultUnavailableWait, 12 s) does not hold the matchmaker's
 // answer. The cluster test found it in a NATS partition's rejoin, where
 // the commands stream was between leaders.
 func TestAllocateDoesNotWaitForTheAgentsNotice(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	"github.com/tetherhq/tether/projections"
 )
 
@@ -133,11 +133,11 @@ func classify(log *slog.Logger, method string, err error) (*apiError, *status.St
 // storeUnavailable reports whether err says the event store or the views
 // could not be reached for now, rather than that they refused the call:
 // an append that gave up waiting for NATS, a read JetStream could not
-// answer (no stream leader, no answer: natsjs.Unavailable), or a
+// answer (no stream leader, no answer: jsclient.Unavailable), or a
 // PostgreSQL connection that failed or was ended by a server shutting down
 // or restarting.
 func storeUnavailable(err error) bool {
-	if natsjs.Unavailable(err) {
+	if jsclient.Unavailable(err) {
 		return true
 	}
 	var pgErr *pgconn.PgError

@@ -29,6 +29,7 @@ import (
 
 	"github.com/tetherhq/tether/events/archive"
 	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/apiserver"
@@ -697,7 +698,7 @@ type deps struct {
 	pool *pgxpool.Pool
 	// reconnect moves the NATS connection to another server when
 	// JetStream stops answering through it (a minority partition).
-	reconnect *natsjs.Reconnector
+	reconnect *jsclient.Reconnector
 	// auth signs the events the service writes and verifies those it reads.
 	auth *natsAuth
 }
@@ -764,7 +765,7 @@ func runService(ctx context.Context, g *global, svc service, build func(context.
 	if svc.selfObserved {
 		move = agentJetStreamFailingMove
 	}
-	rc := natsjs.NewReconnector(nc, move, log)
+	rc := jsclient.NewReconnector(nc, move, log)
 	r, err := build(ctx, deps{log: log, tel: tel, js: js, pool: pool, reconnect: rc, auth: auth})
 	if err != nil {
 		return err

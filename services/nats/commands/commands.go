@@ -31,7 +31,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 )
 
@@ -77,7 +77,7 @@ func streamConfig() jetstream.StreamConfig {
 }
 
 // Setup creates the commands stream with the given replicas, or updates it
-// where it differs (natsjs.EnsureStream): `tether migrate` runs it. A
+// where it differs (jsclient.EnsureStream): `tether migrate` runs it. A
 // stream made by an earlier version (a work queue, with the server's
 // default consumer limit) cannot change its retention or consumer limit in
 // place: it is replaced (its pending commands are lost; the controller
@@ -95,9 +95,9 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	} else if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("commands: look up stream: %w", err)
 	}
-	stream, err := natsjs.EnsureStream(ctx, js, cfg)
+	stream, err := jsclient.EnsureStream(ctx, js, cfg)
 	if replaced {
-		_, err = retryStoreFailed(ctx, stream, err, func() (jetstream.Stream, error) { return natsjs.EnsureStream(ctx, js, cfg) })
+		_, err = retryStoreFailed(ctx, stream, err, func() (jetstream.Stream, error) { return jsclient.EnsureStream(ctx, js, cfg) })
 	}
 	if err != nil {
 		return fmt.Errorf("commands: set up stream: %w", err)
@@ -106,11 +106,11 @@ func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
 }
 
 // New returns a bus over the commands stream. It does not create the
-// stream: a missing one is an error wrapping natsjs.ErrNotSetUp.
+// stream: a missing one is an error wrapping jsclient.ErrNotSetUp.
 func New(ctx context.Context, js jetstream.JetStream) (*Bus, error) {
 	stream, err := js.Stream(ctx, StreamName)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, natsjs.NotSetUp("stream " + StreamName)
+		return nil, jsclient.NotSetUp("stream " + StreamName)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("commands: stream %s: %w", StreamName, err)
@@ -171,7 +171,7 @@ func (b *Bus) Send(ctx context.Context, host, sender string, cmd *agentv1.Comman
 	// The sender's trace goes with the command: the agent's handling is
 	// part of it (an allocation's trace reaches the game server).
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(msg.Header))
-	if _, err := natsjs.PublishWaiting(ctx, b.js, msg, natsjs.DefaultUnavailableWait); err != nil {
+	if _, err := jsclient.PublishWaiting(ctx, b.js, msg, jsclient.DefaultUnavailableWait); err != nil {
 		return fmt.Errorf("commands: send to %s: %w", host, err)
 	}
 	return nil

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/testkit/natstest"
@@ -316,7 +316,7 @@ func setUp(ctx context.Context, js jetstream.JetStream) (*commands.Bus, error) {
 // `tether migrate`.
 func TestNewWithoutSetup(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.Start(t))
-	if _, err := commands.New(t.Context(), js); !errors.Is(err, natsjs.ErrNotSetUp) {
+	if _, err := commands.New(t.Context(), js); !errors.Is(err, jsclient.ErrNotSetUp) {
 		t.Fatalf("New without the stream: %v, want ErrNotSetUp", err)
 	}
 }

@@ -23,7 +23,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 )
 
 // Bucket is the key-value bucket with one key per host id.
@@ -137,20 +137,20 @@ func (inv *Inventory) Has(name string) bool {
 // Setup creates the bucket with the given replicas, or updates it where it
 // differs: `tether migrate` runs it.
 func Setup(ctx context.Context, js jetstream.JetStream, replicas int) error {
-	return natsjs.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
+	return jsclient.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: Bucket, Description: "Host heartbeats: one key per host, refreshed by its agent",
 		TTL: keyTTL, History: 1, Replicas: replicas,
 	})
 }
 
 // Open opens the bucket. It does not create it: a missing bucket is an
-// error wrapping natsjs.ErrNotSetUp. (Creating or updating a bucket
+// error wrapping jsclient.ErrNotSetUp. (Creating or updating a bucket
 // rewrites the stream's configuration on the server, which ten thousand
 // agents starting at once made the NATS server's bottleneck.)
 func Open(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, natsjs.NotSetUp("key-value bucket " + Bucket)
+		return nil, jsclient.NotSetUp("key-value bucket " + Bucket)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("hostbeat: bucket: %w", err)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	"github.com/tetherhq/tether/services/nats/hostbeat"
 	"github.com/tetherhq/tether/services/testkit/natstest"
 )
@@ -84,7 +84,7 @@ func setUp(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, err
 // `tether migrate`.
 func TestOpenWithoutSetup(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.Start(t))
-	if _, err := hostbeat.Open(t.Context(), js); !errors.Is(err, natsjs.ErrNotSetUp) {
+	if _, err := hostbeat.Open(t.Context(), js); !errors.Is(err, jsclient.ErrNotSetUp) {
 		t.Fatalf("Open without the bucket: %v, want ErrNotSetUp", err)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 )
 
 // ErrStopped is the error of a tracker stopped by its owner: Stop was
@@ -288,7 +288,7 @@ func (t *Tracker) waitLocked() <-chan struct{} {
 // to be written twice within the watcher's lag to need another).
 //
 // It returns an error if the tracker has ended (Err), if the leader that
-// answered is cut off from its replicas (natsjs.Quorate: it would answer
+// answered is cut off from its replicas (jsclient.Quorate: it would answer
 // from its past), if the watcher stalls (ErrStalled, which ends the
 // tracker: nothing delivered for stallAfter while the bucket holds a
 // value past it), or if ctx ends before it has caught up (ErrBehind).
@@ -330,15 +330,15 @@ func (t *Tracker) Beats(ctx context.Context) (map[string]Beat, error) {
 
 // lastRevision asks the bucket's leader for its last revision (0 when it
 // holds no value) and TTL. It asks again after an attempt that got no
-// answer or found no leader (natsjs.StreamInfo), within ctx: a request
+// answer or found no leader (jsclient.StreamInfo), within ctx: a request
 // sent as a NATS node restarted may never be answered, and a controller
 // pass that waited out its whole deadline on it would judge no host.
 func (t *Tracker) lastRevision(ctx context.Context) (uint64, time.Duration, error) {
-	info, err := natsjs.StreamInfo(ctx, t.stream, natsjs.DefaultUnavailableWait)
+	info, err := jsclient.StreamInfo(ctx, t.stream, jsclient.DefaultUnavailableWait)
 	if err != nil {
 		return 0, 0, fmt.Errorf("hostbeat: bucket state: %w", err)
 	}
-	if err := natsjs.Quorate(info, natsjs.ReplicaSeenWithin); err != nil {
+	if err := jsclient.Quorate(info, jsclient.ReplicaSeenWithin); err != nil {
 		return 0, 0, fmt.Errorf("hostbeat: bucket state: %w", err)
 	}
 	if info.Cluster != nil && info.Cluster.LeaderSince != nil {
@@ -381,7 +381,7 @@ func (t *Tracker) reach(ctx context.Context, target uint64) error {
 			// The leader says what exists: a replica behind it (catching
 			// up, or cut off) would answer that nothing does, and the map
 			// would be its past.
-			m, found, err := natsjs.LeaderGet(ctx, t.nc, streamName, natsjs.MsgRequest{Seq: rev + 1, NextFor: allKeys})
+			m, found, err := jsclient.LeaderGet(ctx, t.nc, streamName, jsclient.MsgRequest{Seq: rev + 1, NextFor: allKeys})
 			switch {
 			case err != nil && ctx.Err() != nil:
 				// The deadline came during the read: reported above.

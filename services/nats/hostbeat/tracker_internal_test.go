@@ -367,7 +367,7 @@ func TestBeatsAsksAgainAfterNoAnswer(t *testing.T) {
 	}
 	u := &natstest.UnansweredOnce{Stream: tr.stream}
 	tr.stream = u // only Beats reads it, and nothing calls Beats yet
-	// An attempt is 2 s (natsjs.StreamInfo); one more fits in 5 s.
+	// An attempt is 2 s (jsclient.StreamInfo); one more fits in 5 s.
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	beats, err := tr.Beats(ctx)

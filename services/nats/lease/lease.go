@@ -32,7 +32,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 )
 
 // Bucket is the key-value bucket holding the leases, one key per role.
@@ -48,12 +48,12 @@ const Bucket = "TETHER_LEADER"
 const DefaultTTL = 4 * time.Second
 
 // Setup creates the bucket, or updates it where its TTL or replicas differ
-// (a bucket already as wanted is not written to: see natsjs.EnsureStream).
+// (a bucket already as wanted is not written to: see jsclient.EnsureStream).
 func Setup(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replicas int) error {
 	if ttl <= 0 {
 		ttl = DefaultTTL
 	}
-	return natsjs.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
+	return jsclient.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: Bucket, Description: "Leadership leases: one key per role, naming the active instance",
 		TTL: ttl, History: 1, Replicas: replicas,
 	})
@@ -63,7 +63,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, ttl time.Duration, repli
 // methods are safe to call from any goroutine.
 type Lease struct {
 	kv   jetstream.KeyValue
-	nc   *nats.Conn // reads the bucket's leader (natsjs.LeaderGet)
+	nc   *nats.Conn // reads the bucket's leader (jsclient.LeaderGet)
 	role string
 	id   string
 	ttl  time.Duration
@@ -87,7 +87,7 @@ func Open(ctx context.Context, js jetstream.JetStream, role, id string, log *slo
 	}
 	kv, err := js.KeyValue(ctx, Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, natsjs.NotSetUp("key-value bucket " + Bucket)
+		return nil, jsclient.NotSetUp("key-value bucket " + Bucket)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lease: bucket %s: %w", Bucket, err)
@@ -335,7 +335,7 @@ func (l *Lease) renew(ctx context.Context) error {
 			// Only the bucket's leader is asked: a replica behind it (a
 			// KV get is a direct get, which any replica answers) may not
 			// hold that write yet, and the tenure would end for nothing.
-			m, found, gerr := natsjs.LeaderGet(ctx, l.nc, "KV_"+Bucket, natsjs.MsgRequest{LastFor: "$KV." + Bucket + "." + l.role})
+			m, found, gerr := jsclient.LeaderGet(ctx, l.nc, "KV_"+Bucket, jsclient.MsgRequest{LastFor: "$KV." + Bucket + "." + l.role})
 			if gerr == nil && found && string(m.Data) == l.id && m.Sequence > l.revision {
 				l.revision, l.validUntil = m.Sequence, sent.Add(l.ttl)
 				return nil

@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/nats/lease"
 	"github.com/tetherhq/tether/services/testkit/natstest"
@@ -81,7 +81,7 @@ func setUp(t *testing.T, ttl time.Duration) (*natsembed.Server, jetstream.JetStr
 func TestOpenWithoutSetup(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.Start(t))
 	_, err := lease.Open(t.Context(), js, "role", "a", nil)
-	if !errors.Is(err, natsjs.ErrNotSetUp) {
+	if !errors.Is(err, jsclient.ErrNotSetUp) {
 		t.Fatalf("Open without the bucket: %v, want ErrNotSetUp", err)
 	}
 }

@@ -28,7 +28,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 )
 
 // Bucket is the key-value bucket of the live replicas: one key per replica.
@@ -44,7 +44,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, ttl time.Duration, repli
 	if ttl <= 0 {
 		ttl = DefaultTTL
 	}
-	return natsjs.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
+	return jsclient.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: Bucket, Description: "Live API replicas: one key per replica, written every TTL/3",
 		TTL: ttl, History: 1, Replicas: replicas,
 	})

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/status"
 
-	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 	"github.com/tetherhq/tether/sdk/go/apiclient"
 	"github.com/tetherhq/tether/services/nats/hostbeat"
@@ -79,12 +79,12 @@ func (l *load) record(start time.Time, name string, err error) {
 
 // callDeadline is the load's deadline on each allocation, as a
 // matchmaker's should be: longer than the API waits for the events stream
-// (natsjs.DefaultUnavailableWait), so a call made when the stream loses
+// (jsclient.DefaultUnavailableWait), so a call made when the stream loses
 // its leader rides out the election (4-9 s, and up to 10 s seen here
 // under load) and succeeds, or is answered UNAVAILABLE. A shorter one
 // (10 s until 2026-11-28) can run out while the API still waits: a
 // failed call of a slow election, not of an unavailable API.
-const callDeadline = natsjs.DefaultUnavailableWait + 3*time.Second
+const callDeadline = jsclient.DefaultUnavailableWait + 3*time.Second
 
 // run allocates with callers goroutines, each every interval, until ctx ends.
 func (l *load) run(ctx context.Context, c *cluster, callers int, interval time.Duration) {

@@ -1,4 +1,4 @@
-package natsjs
+package jsclient
 
 import (
 	"context"
@@ -157,7 +157,7 @@ func TestLeaderGetGivesUpWithoutALeader(t *testing.T) {
 		return nil
 	})
 	runBounded(t, 30*time.Second, func() {
-		_, _, err := leaderGetWaiting(context.Background(), nc, "T", MsgRequest{LastFor: "t.a"}, 3*time.Second)
+		_, _, err := LeaderGetWaiting(context.Background(), nc, "T", MsgRequest{LastFor: "t.a"}, 3*time.Second)
 		if !errors.Is(err, events.ErrUnavailable) {
 			t.Errorf("leader read without a leader: %v, want events.ErrUnavailable", err)
 		}

@@ -1,4 +1,4 @@
-package natsjs
+package jsclient
 
 import (
 	"context"
@@ -13,20 +13,15 @@ import (
 // TestEnsuredStreamReadsAsWanted: a stream EnsureStream created reads back,
 // with the server's defaults filled in, as already wanted, so the next
 // process's EnsureStream does not write its configuration again (which
-// races consumer creation inside nats-server).
+// races consumer creation inside nats-server). The events stream's
+// configuration is checked so in events/natsjs
+// (TestSetupAgainWritesNothing).
 func TestEnsuredStreamReadsAsWanted(t *testing.T) {
 	ns := natstest.Start(t)
 	_, js := natstest.Connect(t, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for name, want := range map[string]jetstream.StreamConfig{
-		"events": streamConfig(Options{Replicas: 1, DuplicateWindow: DefaultDuplicateWindow}),
-		"events in memory": func() jetstream.StreamConfig {
-			c := streamConfig(Options{Replicas: 1, DuplicateWindow: time.Minute, Storage: jetstream.MemoryStorage})
-			c.Name = "MEMORY"
-			c.Subjects = []string{"memory.>"}
-			return c
-		}(),
 		"limited, as the commands stream": {
 			Name: "LIMITED", Subjects: []string{"limited.*"}, Retention: jetstream.LimitsPolicy,
 			Duplicates: 10 * time.Minute, MaxAge: time.Hour, MaxConsumers: 100_000,

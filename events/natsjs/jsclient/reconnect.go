@@ -1,4 +1,4 @@
-package natsjs
+package jsclient
 
 import (
 	"context"
@@ -119,7 +119,7 @@ const ReplicaSeenWithin = 3 * time.Second
 // ErrCutOff is a stream leader that has not heard from a majority of its
 // peers (Quorate). Observed, it moves the connection at once: it is seen,
 // not inferred from calls that went unanswered.
-var ErrCutOff = errors.New("natsjs: the stream's leader is cut off from the others")
+var ErrCutOff = errors.New("jsclient: the stream's leader is cut off from the others")
 
 // Quorate reports, from a stream's info, whether the leader that answered
 // has heard from a majority of the stream's peers (itself included) within

@@ -1,4 +1,4 @@
-package natsjs
+package jsclient
 
 import (
 	"context"
@@ -53,7 +53,7 @@ func EnsureKeyValue(ctx context.Context, js jetstream.JetStream, want jetstream.
 // that allows what a stream denied ("can not cancel deny purge"). A
 // stream that denies what want allows keeps denying it (it reads as
 // wanted there, and an update keeps it), and EnsureStream does not fail:
-// only recreating the stream lifts it (see Setup for the events stream).
+// only recreating the stream lifts it (see natsjs.Setup for the events stream).
 //
 // A stream that is already as wanted is not written to. Rewriting a
 // stream's configuration on every process start cost the NATS server a

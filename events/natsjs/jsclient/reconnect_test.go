@@ -1,4 +1,4 @@
-package natsjs_test
+package jsclient_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	"github.com/tetherhq/tether/services/testkit/natstest"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
@@ -28,7 +28,7 @@ func TestReconnectorMovesAConnectionJetStreamFailsThrough(t *testing.T) {
 	}
 	t.Cleanup(nc.Close)
 	wait.For(t, 10*time.Second, "the client to learn the cluster's servers", func() bool { return len(nc.Servers()) == 3 })
-	r := natsjs.NewReconnector(nc, 200*time.Millisecond, nil)
+	r := jsclient.NewReconnector(nc, 200*time.Millisecond, nil)
 
 	wait.Holds(t, 500*time.Millisecond, "no reconnect on refusals", func() bool {
 		r.Observe(time.Now(), jetstream.ErrStreamNotFound)
@@ -51,9 +51,9 @@ func TestReconnectorMovesAConnectionJetStreamFailsThrough(t *testing.T) {
 
 	// A leader seen cut off from its peers moves the connection at once,
 	// on the first observation (After here is far longer than the test).
-	rc := natsjs.NewReconnector(nc, time.Hour, nil)
+	rc := jsclient.NewReconnector(nc, time.Hour, nil)
 	before := nc.Stats().Reconnects
-	rc.Observe(time.Now(), fmt.Errorf("probe: %w", natsjs.ErrCutOff))
+	rc.Observe(time.Now(), fmt.Errorf("probe: %w", jsclient.ErrCutOff))
 	wait.For(t, 10*time.Second, "the connection to move on a leader cut off", func() bool {
 		return nc.Stats().Reconnects == before+1 && nc.IsConnected()
 	})
@@ -62,19 +62,19 @@ func TestReconnectorMovesAConnectionJetStreamFailsThrough(t *testing.T) {
 	// that waited longer than After before it failed moves the connection
 	// on its own (the agents' heartbeat puts waited 5 s each, and moved
 	// 7.5 s after a server was cut off instead of 6).
-	rs := natsjs.NewReconnector(nc, time.Second, nil)
+	rs := jsclient.NewReconnector(nc, time.Second, nil)
 	before = nc.Stats().Reconnects
 	if rs.Observe(time.Now().Add(-500*time.Millisecond), jetstream.ErrNoStreamResponse) {
 		t.Fatal("moved after a call that failed for half of After")
 	}
 	// A call begun before the last answer failed on what came before it:
 	// its stretch starts at the answer.
-	ra := natsjs.NewReconnector(nc, time.Second, nil)
+	ra := jsclient.NewReconnector(nc, time.Second, nil)
 	ra.Observe(time.Now(), nil)
 	if ra.Observe(time.Now().Add(-1100*time.Millisecond), context.DeadlineExceeded) {
 		t.Fatal("moved on a call that began before the last answer")
 	}
-	if !natsjs.NewReconnector(nc, time.Second, nil).Observe(time.Now().Add(-1100*time.Millisecond), context.DeadlineExceeded) {
+	if !jsclient.NewReconnector(nc, time.Second, nil).Observe(time.Now().Add(-1100*time.Millisecond), context.DeadlineExceeded) {
 		t.Fatal("did not move after a call that failed for longer than After")
 	}
 	wait.For(t, 10*time.Second, "the connection to move after one long failed call", func() bool {
@@ -84,7 +84,7 @@ func TestReconnectorMovesAConnectionJetStreamFailsThrough(t *testing.T) {
 	// Alone: nowhere to go.
 	single := natstest.Start(t)
 	lone, _ := natstest.Connect(t, single)
-	rl := natsjs.NewReconnector(lone, 50*time.Millisecond, nil)
+	rl := jsclient.NewReconnector(lone, 50*time.Millisecond, nil)
 	wait.Holds(t, 300*time.Millisecond, "no reconnect of a connection to a single server", func() bool {
 		rl.Observe(time.Now(), jetstream.ErrNoStreamResponse)
 		return lone.Stats().Reconnects == 0
@@ -118,7 +118,7 @@ func TestQuorate(t *testing.T) {
 		if tc.peers != nil || tc.leader == "" {
 			info.Cluster = &jetstream.ClusterInfo{Leader: tc.leader, Replicas: tc.peers}
 		}
-		err := natsjs.Quorate(info, 4*time.Second)
+		err := jsclient.Quorate(info, 4*time.Second)
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: Quorate = %v, want ok %v", tc.name, err, tc.ok)
 		}
