@@ -18,10 +18,14 @@ const logRemovalsPerRun = 1000
 
 // retainedFile is a log file retention weighs.
 type retainedFile struct {
-	path  string
-	dir   string
-	size  int64
-	mtime time.Time
+	path string
+	dir  string
+	num  uint64
+	size int64
+	// age is the file's last write, or a server's older file's if that
+	// is later (a clock set back): a server's files go oldest first, by
+	// number, whatever their times say.
+	age time.Time
 }
 
 // retentionResult is what a retention run did.
@@ -59,12 +63,16 @@ func (s *logStore) runRetention(ctx context.Context) error {
 // retain runs retention once: it removes the log files last written
 // before now - Retention, and the oldest while all of them together take
 // more than MaxBytes, leaving alone the files servers write now; then the
-// directories it emptied. Oldest is by last write; files an equal time
-// old go by path (a server's older file first).
+// directories it emptied. Oldest is by last write across servers, and by
+// number within one: only a server's oldest files go, never one after a
+// newer one. Files an equal time old go by directory and number.
 func (s *logStore) retain() (retentionResult, error) {
 	var res retentionResult
-	open, openDirs := s.openFiles()
-	var files []retainedFile
+	type serverFiles struct {
+		dir   string
+		files []retainedFile
+	}
+	var servers []serverFiles
 	var total int64
 	fleets, err := os.ReadDir(s.root)
 	if err != nil {
@@ -75,11 +83,11 @@ func (s *logStore) retain() (retentionResult, error) {
 			continue
 		}
 		fleetDir := filepath.Join(s.root, fleet.Name())
-		servers, err := os.ReadDir(fleetDir)
+		entries, err := os.ReadDir(fleetDir)
 		if err != nil {
 			continue // removed meanwhile
 		}
-		for _, server := range servers {
+		for _, server := range entries {
 			if !server.IsDir() {
 				continue
 			}
@@ -88,26 +96,51 @@ func (s *logStore) retain() (retentionResult, error) {
 			if err != nil {
 				continue
 			}
+			sf := serverFiles{dir: dir}
 			for _, lf := range list {
 				info, err := os.Stat(lf.path)
 				if err != nil {
 					continue
 				}
 				total += info.Size()
-				if !open[lf.path] {
-					files = append(files, retainedFile{path: lf.path, dir: dir, size: info.Size(), mtime: info.ModTime()})
-				}
+				sf.files = append(sf.files, retainedFile{path: lf.path, dir: dir, num: lf.num, size: info.Size(), age: info.ModTime()})
 			}
+			servers = append(servers, sf)
+		}
+	}
+	// The files servers write now, looked at after the listing: a file
+	// listed is then either still written, and left alone, or closed for
+	// good (a server writes a file from its creation until it starts the
+	// next, never after); a file started since is not listed. Looked at
+	// before, a file closed meanwhile would be left alone and the newer
+	// ones, the one written now among them, removed in its place.
+	open, openDirs := s.openFiles()
+	var files []retainedFile
+	for _, sf := range servers {
+		var age time.Time
+		for _, f := range sf.files {
+			if open[f.path] {
+				break // it and any newer: a server's files go in order
+			}
+			if f.age.Before(age) {
+				f.age = age
+			}
+			age = f.age
+			files = append(files, f)
 		}
 	}
 	slices.SortFunc(files, func(a, b retainedFile) int {
-		return cmp.Or(a.mtime.Compare(b.mtime), cmp.Compare(a.path, b.path))
+		return cmp.Or(a.age.Compare(b.age), cmp.Compare(a.dir, b.dir), cmp.Compare(a.num, b.num))
 	})
 	cutoff := s.now().Add(-s.opts.Retention)
 	emptied := map[string]bool{}
+	stuck := map[string]bool{} // servers with a file that could not be removed
 	for _, f := range files {
-		if !f.mtime.Before(cutoff) && total <= s.opts.MaxBytes {
+		if !f.age.Before(cutoff) && total <= s.opts.MaxBytes {
 			break // newer ones follow
+		}
+		if stuck[f.dir] {
+			continue // its older file is there still: not this one before it
 		}
 		if res.removed == logRemovalsPerRun {
 			res.more = true
@@ -115,6 +148,7 @@ func (s *logStore) retain() (retentionResult, error) {
 		}
 		if err := os.Remove(f.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			s.log.Warn("remove a game server log file", "file", f.path, "err", err)
+			stuck[f.dir] = true
 			continue
 		}
 		total -= f.size

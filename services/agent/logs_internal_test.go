@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -469,5 +471,108 @@ func TestParseLogLine(t *testing.T) {
 		if n, ok := parseLogFileName(tc.name); n != tc.num || ok != tc.ok {
 			t.Errorf("%s: %d %v, want %d %v", tc.name, n, ok, tc.num, tc.ok)
 		}
+	}
+}
+
+// Retention running while a server writes removes only the server's
+// oldest whole files: never the file it writes now, never a newer file
+// before an older one (the files left are a run of numbers up to the
+// newest). A server that rotates files as fast as it can, and retention
+// at once after each run, with a limit that removes every file it may;
+// on two threads at least, so that the writer moves on in the middle of a
+// run (with retention looking at the files written now before listing
+// them, this failed within some hundred runs).
+func TestRetentionDuringRotationRemovesOnlyTheOldestFiles(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0)))) // back to what it was
+	clock := &testClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	s := newTestLogStore(t, LogOptions{Retention: time.Hour, MaxBytes: 1, FileMaxBytes: minLogFileMaxBytes}, clock)
+	l, err := s.server(testServer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			writeLine(l, stdoutName, false, fmt.Sprintf("out %d", i))
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	dir, _ := s.dirOf(testServer)
+	deadline := time.Now().Add(time.Second)
+	for run := 0; run < 2000 && time.Now().Before(deadline); run++ {
+		if _, err := s.retain(); err != nil {
+			t.Fatal(err)
+		}
+		l.mu.Lock()
+		var unlinked string
+		if l.f != nil {
+			if info, err := l.f.Stat(); err == nil && info.Sys().(*syscall.Stat_t).Nlink == 0 {
+				unlinked = l.f.Name()
+			}
+		}
+		files, err := listLogFiles(dir)
+		l.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if unlinked != "" {
+			t.Fatalf("run %d: retention removed %s, the file the server writes now: its lines are lost", run, filepath.Base(unlinked))
+		}
+		for i := 1; i < len(files); i++ {
+			if files[i].num != files[i-1].num+1 {
+				t.Fatalf("run %d: files %d and %d are left, %d is gone: retention removed a newer file before an older one",
+					run, files[i-1].num, files[i].num, files[i-1].num+1)
+			}
+		}
+	}
+}
+
+// A server's files go oldest first by number, whatever their times say: a
+// clock set back gives a newer file an older last write, and retention,
+// by the limit or by age, leaves it while an older file of the server is
+// kept.
+func TestRetentionRemovesAServersFilesInOrderWhateverTheirTimes(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	clock := &testClock{now: now}
+	s := newTestLogStore(t, LogOptions{Retention: 24 * time.Hour, MaxBytes: 2 << 10}, clock)
+	dir := filepath.Join(s.root, "arena", "gs-1")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// Files 1 to 4 of 1 KiB: 1 written 2 hours ago, 2 (the clock set
+	// back) 3 days ago, 3 an hour ago, 4 (set back again) 2 days ago.
+	ages := []time.Duration{2 * time.Hour, 72 * time.Hour, time.Hour, 48 * time.Hour}
+	var paths []string
+	for i, age := range ages {
+		path := filepath.Join(dir, logFileName(uint64(i+1)))
+		if err := os.WriteFile(path, []byte(strings.Repeat("a", 1<<10)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, now.Add(-age), now.Add(-age)); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, path)
+	}
+	res, err := s.retain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 KiB over a limit of 2: the two oldest by number go, though 2 and
+	// 4 are older than the retention and 1 and 3 are not.
+	for i, p := range paths {
+		_, err := os.Stat(p)
+		if want := i >= 2; (err == nil) != want {
+			t.Errorf("file %d exists %v, want %v", i+1, err == nil, want)
+		}
+	}
+	if res.removed != 2 || res.keptBytes != 2<<10 {
+		t.Errorf("retention: %+v, want 2 files removed and 2 KiB kept", res)
 	}
 }

@@ -91,7 +91,7 @@ func TestGameServerOutputLandsInRotatedLogFiles(t *testing.T) {
 		t.Fatalf("ProcessStarted names the log directory %q, want %q", started.GetLogPath(), dir)
 	}
 
-	wait.For(t, 20*time.Second, "the last lines readable, and retention down to the limit", func() bool {
+	wait.Until(t, 20*time.Second, "the last lines readable, and retention down to the limit", func() error {
 		var last []string
 		for _, stream := range []agentv1.LogLine_Stream{agentv1.LogLine_STDOUT, agentv1.LogLine_STDERR} {
 			lines, _, err := h.readLogs(name, &agentv1.LogsRequest{TailLines: 1, Stream: stream})
@@ -100,9 +100,11 @@ func TestGameServerOutputLandsInRotatedLogFiles(t *testing.T) {
 			}
 			last = append(last, lines...)
 		}
-		_, total := logFiles(t, dir)
-
-		return strings.Join(last, ",") == "out 299,err done" && total <= 8<<10
+		files, total := logFiles(t, dir)
+		if got := strings.Join(last, ","); got != "out 299,err done" || total > 8<<10 {
+			return fmt.Errorf("last lines %q, want \"out 299,err done\"; files %v, %d bytes, want at most %d", got, files, total, 8<<10)
+		}
+		return nil
 	})
 	files, _ := logFiles(t, dir)
 	if len(files) < 5 || files[0] == "0000000001.log" {
