@@ -101,6 +101,20 @@ func TestCommandNotFoundBacksOffAndRecoversWhenFixed(t *testing.T) {
 		t.Fatalf("after the fix: failing %v, recovered %v", st.GetStartFailing(), st.GetStartRecovered())
 	}
 	if n := s.scheduled("broken"); n != 6 {
-		t.Fatalf("%d servers scheduled in all, want 6 (3 broken, a probe, 2 more)", n)
+		// Seen once in CI under load (7): say what was scheduled, with
+		// which command, and what the fleet went through.
+		t.Errorf("%d servers scheduled in all, want 6 (3 broken, a probe, 2 more)", n)
+		h, err := s.store.History(s.ctx, events.FleetGameServersSubject("broken"), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range h {
+			if sc, ok := e.Data.(*eventsv1.GameServerScheduled); ok {
+				t.Logf("seq %d %s scheduled at %s by %s, command %q", e.Sequence, e.Aggregate, e.Time.Format(time.RFC3339Nano), e.Producer, sc.GetTemplate().GetCommand())
+			}
+		}
+		for _, e := range s.history(events.FleetName("broken")) {
+			t.Logf("fleet seq %d %s at %s", e.Sequence, e.Type, e.Time.Format(time.RFC3339Nano))
+		}
 	}
 }
