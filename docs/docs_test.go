@@ -242,6 +242,7 @@ func trackedFiles(t *testing.T, root string) []string {
 // checklists are the files of docs/contributing, one per kind of change.
 var checklists = []string{
 	"add-an-aggregate.md", "add-an-rpc.md", "add-a-planner-step.md", "add-an-sdk-call.md", "add-a-metric.md",
+	"add-a-dependency.md",
 }
 
 // repoPath is a path into the repository as the checklists write it.

@@ -14,7 +14,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	kit "github.com/tetherhq/tether/services/testkit/stack"
+	"github.com/tetherhq/tether/services/testkit/natsstack"
 )
 
 // reads is how many aggregates each test below reads with a replica
@@ -23,15 +23,15 @@ import (
 const reads = 10
 
 // behindStore is an event store whose stream has a replica behind it,
-// answering about half of its direct gets (kit.Stack.BehindReplica):
+// answering about half of its direct gets (natsstack.Base.BehindReplica):
 // that replica shows none of the aggregates a test creates.
 func behindStore(t *testing.T) *natsjs.Store { return behindStack(t).Store }
 
 // behindStack is the stack of behindStore.
-func behindStack(t *testing.T) *kit.Stack {
+func behindStack(t *testing.T) *natsstack.Base {
 	t.Helper()
-	k := kit.New(t)
-	k.BehindReplica()
+	k := natsstack.Start(t, natsstack.Options{})
+	k.BehindReplica(t)
 	return k
 }
 

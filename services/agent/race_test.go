@@ -15,7 +15,7 @@ import (
 	"github.com/tetherhq/tether/events"
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
-	kit "github.com/tetherhq/tether/services/testkit/stack"
+	"github.com/tetherhq/tether/services/testkit/natsstack"
 )
 
 // A player reconnecting exactly at the end of their window races the
@@ -26,7 +26,7 @@ import (
 // never both, and whoever lost was told so.
 func TestReconnectRacesWindowExpiry(t *testing.T) {
 	ctx := context.Background()
-	store := kit.New(t).Store
+	store := natsstack.Start(t, natsstack.Options{}).Store
 	deadline := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	const races = 100
 	const ps = "ps-racer"

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/services/nats/hostbeat"
+	"github.com/tetherhq/tether/services/testkit/natsstack"
 	"github.com/tetherhq/tether/services/testkit/natstest"
-	kit "github.com/tetherhq/tether/services/testkit/stack"
 )
 
 // A heartbeat tracker whose watcher stays behind the bucket fails the
@@ -72,7 +72,7 @@ func TestAStalledTrackerIsReplacedWithinThePass(t *testing.T) {
 func stalledTracker(t *testing.T) (c *Controller, first *hostbeat.Tracker, written time.Time) {
 	t.Helper()
 	ctx := t.Context()
-	js := kit.New(t).JS
+	js := natsstack.Start(t, natsstack.Options{}).JS
 	kv, err := js.KeyValue(ctx, hostbeat.Bucket)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/tetherhq/tether/services/dev/devkeys"
 	"github.com/tetherhq/tether/services/platform/playertoken"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
+	"github.com/tetherhq/tether/services/testkit/testoidc"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
@@ -147,4 +148,37 @@ func TestDevRunsOnlyCommandsFromItsDirectories(t *testing.T) {
 		var g gameServer
 		return operator.rest("GET", "/v1/fleets/standalone/gameServers/game", nil, &g) == http.StatusOK && g.State == "READY"
 	})
+}
+
+// `tether dev` accepts an identity provider's OpenID Connect tokens, with
+// the flags of `tether apiserver`, beside its own keys: both are built by
+// services/compose, and dev once left OIDC out. A viewer's token lists
+// fleets but may not create one; a token for another audience is 401.
+func TestDevAcceptsOIDCTokens(t *testing.T) {
+	idp := testoidc.New(t)
+	dataDir := t.TempDir()
+	p := startTether(t, []string{"DATABASE_URL=" + pgtest.NewDatabase(t)}, "--log-level", "warn", "dev", "--data-dir", dataDir,
+		"--hosts", "1", "--rest-port", "-1", "--grpc-port", "-1", "--nats-port", "-1", "--sdk-port", "-1", "--game-port-base", "-1",
+		"--allowed-commands", filepath.Dir(gameServerBin),
+		"--oidc-issuer", testoidc.Issuer, "--oidc-audience", "tether", "--oidc-jwks-file", idp.JWKSFile)
+	s := &stack{t: t, addrs: dev.Addresses{REST: restAddress(t, p)}}
+	with := func(token string) *stack {
+		c := *s
+		c.key = token
+		return &c
+	}
+	viewer := with(idp.Token("tether", time.Hour, map[string]any{"email": "vera@example.com", "tether_role": "viewer"}))
+	if code := viewer.rest("GET", "/v1/fleets", nil, nil); code != http.StatusOK {
+		t.Errorf("a viewer's OIDC token lists fleets: %d, want 200", code)
+	}
+	if code := viewer.rest("POST", "/v1/fleets?fleetId=arena", fleetSpec(1, nil), nil); code != http.StatusForbidden {
+		t.Errorf("a viewer's OIDC token creates a fleet: %d, want 403", code)
+	}
+	other := with(idp.Token("grafana", time.Hour, map[string]any{"tether_role": "admin"}))
+	if code := other.rest("GET", "/v1/fleets", nil, nil); code != http.StatusUnauthorized {
+		t.Errorf("a token for another audience lists fleets: %d, want 401", code)
+	}
+	if code := with(devKey(t, dataDir, "viewer")).rest("GET", "/v1/fleets", nil, nil); code != http.StatusOK {
+		t.Errorf("the stack's own viewer key beside OIDC: %d, want 200", code)
+	}
 }

@@ -34,18 +34,19 @@ import (
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/apiserver"
-	"github.com/tetherhq/tether/services/archiver"
+	"github.com/tetherhq/tether/services/compose"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev/devkeys"
 	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/dev/pgtemp"
-	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/nats/lease"
 	"github.com/tetherhq/tether/services/nats/natsauth"
 	"github.com/tetherhq/tether/services/platform/apikeys"
 	"github.com/tetherhq/tether/services/platform/connect"
 	"github.com/tetherhq/tether/services/platform/migrate"
+	"github.com/tetherhq/tether/services/platform/oidcauth"
 	"github.com/tetherhq/tether/services/platform/playertoken"
+	"github.com/tetherhq/tether/services/projector"
 )
 
 // Default ports of `tether dev`; each falls back to a free port if taken.
@@ -124,6 +125,10 @@ type Options struct {
 	MeterProvider metric.MeterProvider
 	// MetricsHandler is served at /metrics on the REST address.
 	MetricsHandler http.Handler
+	// OIDC, when its Issuer is set, has the API accept the identity
+	// provider's OpenID Connect tokens as well as API keys (oidcauth), as
+	// `tether apiserver --oidc-issuer` does.
+	OIDC oidcauth.Options
 	// Auth turns API authentication on: Run makes one API key per role in
 	// KeysDir(DataDir) (Addresses.AdminKey is the admin's), and every API
 	// call must carry one. `tether dev` turns it on.
@@ -141,6 +146,8 @@ type Options struct {
 	Started func(*Stack)
 	// AgentOptions, if set, adjusts host i's agent options (0-based) before
 	// the agent is built: the fleet simulator gives simulated processes.
+	// Its JetStream is set; a Store or Commands it sets are used instead
+	// of the ones compose would open.
 	AgentOptions func(i int, o *agent.Options) error
 	// AgentStartSpread spreads the agents' starts evenly over this long
 	// instead of starting them at once (thousands of simulated hosts); 0
@@ -383,15 +390,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	// The stack's own store, for Started's callers: the admin's.
-	store, err := natsjs.New(ctx, js, ids.storeOptions(identity{}, natsjs.Options{Logger: log}))
-	if err != nil {
-		return err
-	}
-	apiID, err := ids.as(natsauth.APIServer)
-	if err != nil {
-		return err
-	}
-	apiStore, err := natsjs.New(ctx, apiID.js, ids.storeOptions(apiID, natsjs.Options{Logger: log, TracerProvider: opts.TracerProvider, MeterProvider: opts.MeterProvider}))
+	store, err := natsjs.New(ctx, js, natsjs.Options{Logger: log, Verifier: ids.verify})
 	if err != nil {
 		return err
 	}
@@ -400,28 +399,18 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer pool.Close()
-
-	projID, err := ids.as(natsauth.Projector)
+	// What every component is built on; ids.env adds the connection and
+	// signer of the principal each runs as. Each component logs with its
+	// name; what compose builds for it (its store, the views' freshness,
+	// the archiver) logs with the stack's logger.
+	base := compose.Env{Logger: log, Pool: pool, Verifier: ids.verify,
+		TracerProvider: opts.TracerProvider, MeterProvider: opts.MeterProvider, MetricsHandler: opts.MetricsHandler}
+	projEnv, err := ids.env(natsauth.Projector, base)
 	if err != nil {
 		return err
 	}
-	projector, err := postgres.NewProjector(postgres.ProjectorOptions{
-		Pool: pool, JetStream: projID.js, Verifier: ids.verifier(), Logger: log.With("component", "projector"),
-		TracerProvider: opts.TracerProvider, MeterProvider: opts.MeterProvider,
-	})
-	if err != nil {
-		return err
-	}
-	grpcLis, err := listen(log, "gRPC", opts.Host, opts.GRPCPort)
-	if err != nil {
-		return err
-	}
-	restLis, err := listen(log, "REST", opts.Host, opts.RESTPort)
-	if err != nil {
-		_ = grpcLis.Close() // Releasing a port on the error path; nothing to report.
-		return err
-	}
-	apiBus, err := commands.New(ctx, apiID.js)
+	projector, err := compose.Projector(ctx, projEnv, compose.ProjectorOptions{Alone: true,
+		Service: projector.Options{Projector: postgres.ProjectorOptions{Logger: log.With("component", "projector")}}})
 	if err != nil {
 		return err
 	}
@@ -446,51 +435,24 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	api, err := apiserver.New(apiserver.Options{
-		GRPCListener: grpcLis, HTTPListener: restLis, ProjectionPool: pool, JetStream: apiID.js, Verifier: ids.verifier(),
-		Store: apiStore, Views: postgres.NewViews(pool), Freshness: postgres.NewFreshness(pool, log),
-		Tokens: tokens, Commands: apiBus, Watch: apiStore, Keys: keys, Archive: segments,
-		Logger: log.With("component", "apiserver"), TracerProvider: opts.TracerProvider,
-		MeterProvider: opts.MeterProvider, MetricsHandler: opts.MetricsHandler,
+	api, err := startAPI(ctx, log, ids, base, opts, apiserver.Options{Tokens: tokens, Keys: keys, Archive: segments,
+		Logger: log.With("component", "apiserver")})
+	if err != nil {
+		return err
+	}
+	ctlEnv, err := ids.env(natsauth.Controller, base)
+	if err != nil {
+		return err
+	}
+	ctl, err := compose.Controller(ctx, ctlEnv, compose.ControllerOptions{
+		Controller: controller.Options{Logger: log.With("component", "controller")},
+		Archive:    segments, Retention: opts.Retention, ArchiveInterval: opts.ArchiveInterval, Configure: opts.ControllerOptions,
 	})
-	if err != nil {
-		return err
-	}
-	ctlID, err := ids.as(natsauth.Controller)
-	if err != nil {
-		return err
-	}
-	ctlStore, err := natsjs.New(ctx, ctlID.js, ids.storeOptions(ctlID, natsjs.Options{Logger: log, MeterProvider: opts.MeterProvider}))
-	if err != nil {
-		return err
-	}
-	ctlBus, err := commands.New(ctx, ctlID.js)
-	if err != nil {
-		return err
-	}
-	ctlFresh := postgres.NewFreshness(pool, log)
-	ctlOpts := controller.Options{
-		JetStream: ctlID.js, Store: ctlStore, Views: postgres.NewViews(pool), Freshness: ctlFresh,
-		Commands: ctlBus, Logger: log.With("component", "controller"), MeterProvider: opts.MeterProvider,
-	}
-	if segments != nil {
-		arch, err := archiver.New(archiver.Options{Stream: ctlStore, Pool: pool, Segments: segments, Retention: opts.Retention,
-			Logger: log.With("component", "archiver"), MeterProvider: opts.MeterProvider})
-		if err != nil {
-			return err
-		}
-		ctlOpts.WhileLeading = func(ctx context.Context) error { return arch.Run(ctx, opts.ArchiveInterval) }
-	}
-	if opts.ControllerOptions != nil {
-		opts.ControllerOptions(&ctlOpts)
-	}
-	ctl, err := controller.New(ctlOpts)
 	if err != nil {
 		return err
 	}
 	gamePorts := newGamePorts(log, opts.Host, opts.GamePortBase)
 	defer gamePorts.release()
-	var agents []*agent.Agent
 	addrs := Addresses{REST: "http://" + api.HTTPAddr(), GRPC: api.GRPCAddr(), NATS: natsURL, Database: dbURL, DataDir: opts.DataDir, AdminKey: adminKey,
 		AllowedCommands: opts.AllowedCommands}
 	if opts.Auth {
@@ -503,51 +465,9 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.NoAgents {
 		hosts = 0
 	}
+	var agents []*agent.Agent
 	for i := range hosts {
-		id := hostID(i)
-		hostNATS, err := ids.as(natsauth.HostPrincipal(id))
-		if err != nil {
-			return err
-		}
-		// No waiting for an unavailable stream: the outbox keeps the events.
-		agentStore, err := natsjs.New(ctx, hostNATS.js, ids.storeOptions(hostNATS, natsjs.Options{UnavailableWait: -1, Logger: log}))
-		if err != nil {
-			return err
-		}
-		agentBus, err := commands.New(ctx, hostNATS.js)
-		if err != nil {
-			return err
-		}
-		sdkGRPC, sdkHTTP := "127.0.0.1:0", "127.0.0.1:0"
-		if opts.SDKPort > 0 {
-			sdkGRPC = net.JoinHostPort(opts.Host, strconv.Itoa(portOrFree(log, "SDK "+id, opts.Host, opts.SDKPort+2*i)))
-			sdkHTTP = net.JoinHostPort(opts.Host, strconv.Itoa(portOrFree(log, "SDK REST "+id, opts.Host, opts.SDKPort+2*i+1)))
-		}
-		agentOpts := agent.Options{
-			HostID: id, Capacity: opts.HostCapacity, Address: opts.Host,
-			Labels:  map[string]string{"zone": ZoneOf(i)},
-			SDKAddr: sdkGRPC, SDKHTTPAddr: sdkHTTP,
-			LogDir: filepath.Join(opts.LogDir, id), JetStream: hostNATS.js, Store: agentStore, Commands: agentBus,
-			KillProcessesOnExit: true, Logger: log.With("component", "agent"), Tokens: tokens, TracerProvider: opts.TracerProvider,
-			// Game servers run as whoever runs `tether dev`, root included
-			// (CI, containers): a development stack, on loopback. So
-			// they run only what the stack allows (an operator's key is
-			// not root on the machine).
-			AllowRootGameServers: true,
-			AllowedCommands:      opts.AllowedCommands, AllowAnyCommand: opts.AllowAnyCommand,
-		}
-		agentOpts.MeterProvider = agentMeters(opts.MeterProvider, id) // services/dev/metrics.go
-		if opts.AgentOptions != nil {
-			if err := opts.AgentOptions(i, &agentOpts); err != nil {
-				return fmt.Errorf("dev: host %s: %w", id, err)
-			}
-		}
-		if agentOpts.PortMin == 0 && agentOpts.PortMax == 0 {
-			if agentOpts.PortMin, agentOpts.PortMax, err = gamePorts.claim(id); err != nil {
-				return err
-			}
-		}
-		a, err := agent.New(agentOpts)
+		a, err := buildAgent(ctx, i, ids, base, opts, tokens, gamePorts)
 		if err != nil {
 			return err
 		}
@@ -558,7 +478,6 @@ func Run(ctx context.Context, opts Options) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return runAs(ctx, ComponentProjector, projector.Run) })
 	g.Go(func() error { return runAs(ctx, ComponentAPI, api.Run) })
-	g.Go(func() error { return runAs(ctx, ComponentController, ctlFresh.Run) })
 	g.Go(func() error { return runAs(ctx, ComponentController, ctl.Run) })
 	for i, a := range agents {
 		g.Go(func() error {
@@ -585,6 +504,75 @@ func Run(ctx context.Context, opts Options) error {
 		opts.Started(&Stack{Addresses: addrs, Store: store, JetStream: js, Pool: pool, Agents: agents})
 	}
 	return g.Wait()
+}
+
+// startAPI builds the API server (compose.API) on the stack's gRPC and
+// REST addresses, as the API server's principal, with the stack's OIDC
+// provider if it has one.
+func startAPI(ctx context.Context, log *slog.Logger, ids *natsIdentities, base compose.Env, opts Options, server apiserver.Options) (*apiserver.Server, error) {
+	env, err := ids.env(natsauth.APIServer, base)
+	if err != nil {
+		return nil, err
+	}
+	if server.GRPCListener, err = listen(log, "gRPC", opts.Host, opts.GRPCPort); err != nil {
+		return nil, err
+	}
+	if server.HTTPListener, err = listen(log, "REST", opts.Host, opts.RESTPort); err != nil {
+		_ = server.GRPCListener.Close() // Releasing a port on the error path; nothing to report.
+		return nil, err
+	}
+	api, err := compose.API(ctx, env, compose.APIOptions{Server: server, OIDC: opts.OIDC})
+	if err != nil {
+		_ = server.GRPCListener.Close() // as above
+		_ = server.HTTPListener.Close()
+		return nil, err
+	}
+	return api, nil
+}
+
+// buildAgent builds host i's agent (compose.Agent), as the host's
+// principal, on loopback ports of its own, adjusted by
+// Options.AgentOptions.
+func buildAgent(ctx context.Context, i int, ids *natsIdentities, base compose.Env, opts Options, tokens *playertoken.Ring, ports *gamePorts) (*agent.Agent, error) {
+	log := opts.Logger
+	id := hostID(i)
+	env, err := ids.env(natsauth.HostPrincipal(id), base)
+	if err != nil {
+		return nil, err
+	}
+	env.Pool = nil                                          // an agent reads no views
+	env.MeterProvider = agentMeters(opts.MeterProvider, id) // services/dev/metrics.go
+	sdkGRPC, sdkHTTP := "127.0.0.1:0", "127.0.0.1:0"
+	if opts.SDKPort > 0 {
+		sdkGRPC = net.JoinHostPort(opts.Host, strconv.Itoa(portOrFree(log, "SDK "+id, opts.Host, opts.SDKPort+2*i)))
+		sdkHTTP = net.JoinHostPort(opts.Host, strconv.Itoa(portOrFree(log, "SDK REST "+id, opts.Host, opts.SDKPort+2*i+1)))
+	}
+	o := agent.Options{
+		HostID: id, Capacity: opts.HostCapacity, Address: opts.Host,
+		Labels:  map[string]string{"zone": ZoneOf(i)},
+		SDKAddr: sdkGRPC, SDKHTTPAddr: sdkHTTP,
+		LogDir: filepath.Join(opts.LogDir, id), JetStream: env.JetStream,
+		KillProcessesOnExit: true, Logger: log.With("component", "agent"), Tokens: tokens,
+		// Game servers run as whoever runs `tether dev`, root included
+		// (CI, containers): a development stack, on loopback. So
+		// they run only what the stack allows (an operator's key is
+		// not root on the machine).
+		AllowRootGameServers: true,
+		AllowedCommands:      opts.AllowedCommands, AllowAnyCommand: opts.AllowAnyCommand,
+	}
+	// Before compose fills in the rest: a caller that gives the agent a
+	// store or a connection of its own (the simulator) opens no other.
+	if opts.AgentOptions != nil {
+		if err := opts.AgentOptions(i, &o); err != nil {
+			return nil, fmt.Errorf("dev: host %s: %w", id, err)
+		}
+	}
+	if o.PortMin == 0 && o.PortMax == 0 {
+		if o.PortMin, o.PortMax, err = ports.claim(id); err != nil {
+			return nil, err
+		}
+	}
+	return compose.Agent(ctx, env, compose.AgentOptions{Agent: o})
 }
 
 // ExampleGameServer is the file name of the example game server that

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tetherhq/tether/events/natsjs"
+	"github.com/tetherhq/tether/services/compose"
 	"github.com/tetherhq/tether/services/nats/natsauth"
 	"github.com/tetherhq/tether/services/platform/connect"
 )
@@ -30,39 +31,26 @@ type natsIdentities struct {
 	conns   []*nats.Conn
 }
 
-// identity is one principal's connection and what signs its events.
-type identity struct {
-	js     jetstream.JetStream
-	signer natsjs.Signer
-}
-
-// as returns principal's connection (a new one with its credentials, or
-// the shared one).
-func (n *natsIdentities) as(principal string) (identity, error) {
+// env is base with principal's connection (a new one with its
+// credentials, and its key signing the component's events) when the
+// stack authenticates, or the shared connection.
+func (n *natsIdentities) env(principal string, base compose.Env) (compose.Env, error) {
 	if n.dir == "" {
-		return identity{js: n.sharedJ}, nil
+		base.JetStream = n.sharedJ
+		return base, nil
 	}
 	creds, err := natsauth.LoadCredentials(natsauth.CredsPath(n.dir, principal), n.log)
 	if err != nil {
-		return identity{}, err
+		return compose.Env{}, err
 	}
 	nc, js, err := connect.NATS(n.url, connect.NATSOptions{Name: "tether-dev-" + principal, Logger: n.log, Auth: creds.NATSOptions()})
 	if err != nil {
-		return identity{}, fmt.Errorf("dev: connect as %s: %w", principal, err)
+		return compose.Env{}, fmt.Errorf("dev: connect as %s: %w", principal, err)
 	}
 	n.conns = append(n.conns, nc)
-	return identity{js: js, signer: creds}, nil
+	base.JetStream, base.Signer = js, creds
+	return base, nil
 }
-
-// storeOptions signs as id and verifies writers.
-func (n *natsIdentities) storeOptions(id identity, o natsjs.Options) natsjs.Options {
-	o.Signer = id.signer
-	o.Verifier = n.verifier()
-	return o
-}
-
-// verifier verifies event writers when the stack authenticates.
-func (n *natsIdentities) verifier() *natsjs.Verifier { return n.verify }
 
 // close closes the connections as made.
 func (n *natsIdentities) close() {

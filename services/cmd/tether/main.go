@@ -8,7 +8,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,27 +19,18 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/sync/errgroup"
 
-	"github.com/tetherhq/tether/events/archive"
-	"github.com/tetherhq/tether/events/natsjs"
-	"github.com/tetherhq/tether/events/natsjs/jsclient"
 	"github.com/tetherhq/tether/projections/postgres"
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/apiserver"
 	"github.com/tetherhq/tether/services/archiver"
+	"github.com/tetherhq/tether/services/compose"
 	"github.com/tetherhq/tether/services/controller"
 	"github.com/tetherhq/tether/services/dev"
-	"github.com/tetherhq/tether/services/nats/commands"
 	"github.com/tetherhq/tether/services/nats/lease"
 	"github.com/tetherhq/tether/services/nats/natsauth"
-	"github.com/tetherhq/tether/services/platform/admin"
-	"github.com/tetherhq/tether/services/platform/apikeys"
 	"github.com/tetherhq/tether/services/platform/connect"
 	"github.com/tetherhq/tether/services/platform/filewatch"
 	"github.com/tetherhq/tether/services/platform/migrate"
@@ -48,8 +38,6 @@ import (
 	"github.com/tetherhq/tether/services/platform/playertoken"
 	"github.com/tetherhq/tether/services/platform/profiling"
 	"github.com/tetherhq/tether/services/platform/telemetry"
-	"github.com/tetherhq/tether/services/platform/tlsfiles"
-	"github.com/tetherhq/tether/services/projector"
 	"github.com/tetherhq/tether/services/tools/chaos"
 )
 
@@ -157,7 +145,7 @@ and the API server, and prints their addresses. Ctrl-C stops everything.`,
 			if err != nil {
 				return err
 			}
-			defer shutdown(log, tel)
+			defer compose.ShutdownTelemetry(log, tel)
 			opts.Logger, opts.DatabaseURL = log, g.dbURL
 			if demo {
 				exe, err := os.Executable()
@@ -204,6 +192,7 @@ Press Ctrl-C to stop.
 	f.IntVar(&opts.Hosts, "hosts", dev.DefaultHosts, "simulated hosts, each a host agent on loopback")
 	f.IntVar(&opts.HostCapacity, "host-capacity", agent.DefaultCapacity, "game server slots per host")
 	f.BoolVar(&demo, "demo", false, "create a demo fleet of the example game server (tether-gameserver next to this binary)")
+	oidcFlags(f, &opts.OIDC) // single sign-on, as tether apiserver offers it
 	f.StringSliceVar(&opts.AllowedCommands, "allowed-commands", nil,
 		"directories game server commands must be in (or programs allowed alone), comma-separated (default: the example game server, bin/tether-gameserver in the working directory and beside this binary; without it, the data dir's games/)")
 	f.BoolVar(&opts.AllowAnyCommand, "allow-any-command", false,
@@ -255,135 +244,93 @@ func tour(a dev.Addresses, demo bool) string {
 }
 
 func apiserverCommand(g *global) *cobra.Command {
-	var opts apiserver.Options
-	var tokenKeys, tokenKeysFile, keysFile, tlsCert, tlsKey, clientCA, archiveDir string
-	var oidcOpts oidcauth.Options
+	var opts compose.APIOptions
+	var tokenKeys, tokenKeysFile string
 	cmd := &cobra.Command{
 		Use:   "apiserver",
 		Short: "Serve the control-plane API (gRPC and REST)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runService(cmd.Context(), g, service{name: "tether-apiserver", database: true, principal: natsauth.APIServer}, func(ctx context.Context, d deps) (runner, error) {
-				store, err := natsjs.New(ctx, d.js, d.auth.storeOptions(natsjs.Options{Logger: d.log, TracerProvider: d.tel.TracerProvider, MeterProvider: d.tel.MeterProvider}))
-				if err != nil {
-					return nil, err
-				}
-				tokens, err := playerTokenKeys(tokenKeys, tokenKeysFile, d.log)
+			return runService(cmd.Context(), g, service{name: "tether-apiserver", database: true, principal: natsauth.APIServer}, func(ctx context.Context, p *compose.Process) (compose.Runner, error) {
+				log := p.Env().Logger
+				tokens, err := playerTokenKeys(tokenKeys, tokenKeysFile, log)
 				if err != nil {
 					return nil, err
 				}
 				if tokens == nil {
 					return nil, errors.New("player-token keys are required: give --player-token-keys-file (or TETHER_PLAYER_TOKEN_KEYS_FILE); the agents need the same keys")
 				}
-				bus, err := commands.New(ctx, d.js)
-				if err != nil {
-					return nil, err
-				}
-				if (tlsCert == "") != (tlsKey == "") {
+				if (opts.TLSCert == "") != (opts.TLSKey == "") {
 					return nil, errors.New("give both --tls-cert and --tls-key, or neither")
 				}
-				if tlsCert != "" {
-					certs, err := tlsfiles.New(tlsCert, tlsKey, d.log)
-					if err != nil {
-						return nil, err
-					}
-					opts.TLS = certs.Config()
-				}
-				if clientCA != "" {
-					if opts.ClientCAs, err = tlsfiles.LoadClientCAs(clientCA, d.log); err != nil {
-						return nil, err
-					}
-				}
-				if oidcOpts.Issuer != "" {
-					oidcOpts.Logger = d.log
-					if opts.OIDC, err = oidcauth.New(ctx, oidcOpts); err != nil {
-						return nil, err
-					}
-					d.log.Info("API callers may authenticate with OIDC tokens", "issuer", oidcOpts.Issuer, "audience", oidcOpts.Audience)
-				}
-				if keysFile != "" {
-					if opts.Keys, err = apikeys.Load(keysFile, d.log); err != nil {
-						return nil, err
-					}
-					d.log.Info("API callers authenticate with the keys of a file", "file", keysFile, "keys", opts.Keys.Len())
-				}
-				if archiveDir != "" {
-					if opts.Archive, err = archive.OpenStore(ctx, archiveDir); err != nil {
-						return nil, err
-					}
-				}
-				opts.Tokens, opts.Commands = tokens, bus
-				opts.ProjectionPool, opts.JetStream, opts.Verifier = d.pool, d.js, d.auth.verifier()
-				opts.Store, opts.Views, opts.Freshness = store, postgres.NewViews(d.pool), postgres.NewFreshness(d.pool, d.log)
-				opts.Watch = store
-				opts.Logger, opts.TracerProvider, opts.MeterProvider = d.log, d.tel.TracerProvider, d.tel.MeterProvider
-				opts.MetricsHandler = d.tel.MetricsHandler
-				return apiserver.New(opts)
+				opts.Server.Tokens = tokens
+				return compose.API(ctx, p.Env(), opts)
 			})
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.GRPCAddr, "grpc-addr", apiserver.DefaultGRPCAddr, "gRPC listen address")
-	f.StringVar(&opts.HTTPAddr, "http-addr", apiserver.DefaultHTTPAddr, "REST listen address")
-	f.DurationVar(&opts.ReadWait, "read-wait", apiserver.DefaultReadWait, "longest a read waits for min_sequence")
-	f.DurationVar(&opts.Keepalive, "keepalive", apiserver.DefaultKeepalive, "gRPC keepalive ping interval on idle connections")
+	o := &opts.Server
+	f.StringVar(&o.GRPCAddr, "grpc-addr", apiserver.DefaultGRPCAddr, "gRPC listen address")
+	f.StringVar(&o.HTTPAddr, "http-addr", apiserver.DefaultHTTPAddr, "REST listen address")
+	f.DurationVar(&o.ReadWait, "read-wait", apiserver.DefaultReadWait, "longest a read waits for min_sequence")
+	f.DurationVar(&o.Keepalive, "keepalive", apiserver.DefaultKeepalive, "gRPC keepalive ping interval on idle connections")
 	f.StringVar(&tokenKeys, "player-token-keys", "",
 		"player-session token keys, \"id:base64secret[,id:base64secret…]\"; the first signs (prefer --player-token-keys-file: a flag shows in ps)")
 	f.StringVar(&tokenKeysFile, "player-token-keys-file", "",
 		"file of player-session token keys, one id:base64secret per line, the first signs; re-read when it changes (rotation without a restart)")
-	f.DurationVar(&opts.TokenTTL, "player-token-ttl", apiserver.DefaultTokenTTL, "how long a player-session token is valid")
-	f.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", apiserver.DefaultMaxBodyBytes, "largest REST request body (413 above it)")
-	f.Float64Var(&opts.Limits.Rate, "rate-per-caller", apiserver.DefaultRate,
+	f.DurationVar(&o.TokenTTL, "player-token-ttl", apiserver.DefaultTokenTTL, "how long a player-session token is valid")
+	f.Int64Var(&o.MaxBodyBytes, "max-body-bytes", apiserver.DefaultMaxBodyBytes, "largest REST request body (413 above it)")
+	f.Float64Var(&o.Limits.Rate, "rate-per-caller", apiserver.DefaultRate,
 		"calls per second one caller (an API key's principal, else an address) may make on average; -1: no limit (429 / RESOURCE_EXHAUSTED above it)")
-	f.IntVar(&opts.Limits.Burst, "burst-per-caller", apiserver.DefaultBurst, "calls one caller may make at once above its rate")
-	f.IntVar(&opts.Limits.MaxConcurrent, "max-concurrent-per-caller", apiserver.DefaultMaxConcurrent, "calls one caller may have in progress; -1: no limit")
-	f.IntVar(&opts.Limits.MaxWatches, "max-watches-per-caller", apiserver.DefaultMaxWatches, "streams (event watches) one caller may hold open; -1: no limit")
-	f.IntVar(&opts.WatchBufferBytes, "watch-buffer-bytes", apiserver.DefaultWatchBufferBytes,
+	f.IntVar(&o.Limits.Burst, "burst-per-caller", apiserver.DefaultBurst, "calls one caller may make at once above its rate")
+	f.IntVar(&o.Limits.MaxConcurrent, "max-concurrent-per-caller", apiserver.DefaultMaxConcurrent, "calls one caller may have in progress; -1: no limit")
+	f.IntVar(&o.Limits.MaxWatches, "max-watches-per-caller", apiserver.DefaultMaxWatches, "streams (event watches) one caller may hold open; -1: no limit")
+	f.IntVar(&o.WatchBufferBytes, "watch-buffer-bytes", apiserver.DefaultWatchBufferBytes,
 		"bytes of encoded events a watch holds for a client that does not read; it ends the watch (WATCH_FELL_BEHIND) once the client has read nothing for 10 s")
-	f.IntVar(&opts.WatchTotalBytes, "watch-total-bytes", apiserver.DefaultWatchTotalBytes,
+	f.IntVar(&o.WatchTotalBytes, "watch-total-bytes", apiserver.DefaultWatchTotalBytes,
 		"bytes of encoded events every watch together holds for its clients; a watch that would take more ends the one that holds the most (WATCH_FELL_BEHIND)")
-	f.BoolVar(&opts.Insecure, "insecure", false,
+	f.BoolVar(&o.Insecure, "insecure", false,
 		"serve plain text (no TLS) on an address other machines can reach: a trusted network, or behind a proxy that ends TLS")
-	f.StringVar(&tlsCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM; re-read when it changes)")
-	f.StringVar(&tlsKey, "tls-key", "", "the TLS certificate's private key (PEM)")
-	f.StringVar(&oidcOpts.Issuer, "oidc-issuer", "", "accept OpenID Connect tokens (JWTs) of this issuer as bearer tokens (single sign-on)")
-	f.StringVar(&oidcOpts.Audience, "oidc-audience", "", "the audience (client id) OIDC tokens must be issued for")
-	f.StringVar(&oidcOpts.JWKSURL, "oidc-jwks-url", "", "where the OIDC provider publishes its signing keys (JWKS)")
-	f.StringVar(&oidcOpts.JWKSFile, "oidc-jwks-file", "", "the OIDC provider's signing keys as a JWKS file, re-read when it changes (instead of --oidc-jwks-url)")
-	f.StringVar(&oidcOpts.RoleClaim, "oidc-role-claim", "tether_role", "the token claim that holds the caller's Tether role (a name, or a list: the most powerful counts)")
-	f.StringVar(&oidcOpts.NameClaim, "oidc-name-claim", "email", "the token claim shown as the caller (sub when absent)")
-	f.BoolVar(&opts.MetricsNeedKey, "metrics-need-key", false, "the REST address's /metrics answers only callers with an API key (else it is open, like /healthz)")
-	f.BoolVar(&opts.OpenAPINeedsKey, "openapi-needs-key", false, "/openapi.json answers only callers with an API key")
-	f.StringVar(&clientCA, "client-ca", "",
+	f.StringVar(&opts.TLSCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM; re-read when it changes)")
+	f.StringVar(&opts.TLSKey, "tls-key", "", "the TLS certificate's private key (PEM)")
+	oidcFlags(f, &opts.OIDC)
+	f.BoolVar(&o.MetricsNeedKey, "metrics-need-key", false, "the REST address's /metrics answers only callers with an API key (else it is open, like /healthz)")
+	f.BoolVar(&o.OpenAPINeedsKey, "openapi-needs-key", false, "/openapi.json answers only callers with an API key")
+	f.StringVar(&opts.ClientCA, "client-ca", "",
 		"verify client certificates against these authorities (PEM; mutual TLS; re-read when it changes): a certificate named by a cert:NAME line of --api-keys authenticates as that principal")
-	f.StringVar(&keysFile, "api-keys", "",
+	f.StringVar(&opts.APIKeysFile, "api-keys", "",
 		"API keys file (made with: tether keys add); re-read when it changes. Without it every caller may do everything")
-	f.StringVar(&archiveDir, "archive-dir", "",
+	f.StringVar(&opts.ArchiveDir, "archive-dir", "",
 		"read the archived histories of ended game servers, game sessions and deleted fleets from the segments at this location "+
 			"(the controller's --archive-dir, shared: "+archiveLocations+"): history, explain, state at a time and exports serve them, and tetherctl archive verify checks them")
 	return cmd
 }
 
+// oidcFlags adds the flags of the API's OpenID Connect authentication
+// (tether apiserver and tether dev).
+func oidcFlags(f *pflag.FlagSet, o *oidcauth.Options) {
+	f.StringVar(&o.Issuer, "oidc-issuer", "", "accept OpenID Connect tokens (JWTs) of this issuer as bearer tokens (single sign-on)")
+	f.StringVar(&o.Audience, "oidc-audience", "", "the audience (client id) OIDC tokens must be issued for")
+	f.StringVar(&o.JWKSURL, "oidc-jwks-url", "", "where the OIDC provider publishes its signing keys (JWKS)")
+	f.StringVar(&o.JWKSFile, "oidc-jwks-file", "", "the OIDC provider's signing keys as a JWKS file, re-read when it changes (instead of --oidc-jwks-url)")
+	f.StringVar(&o.RoleClaim, "oidc-role-claim", "tether_role", "the token claim that holds the caller's Tether role (a name, or a list: the most powerful counts)")
+	f.StringVar(&o.NameClaim, "oidc-name-claim", "email", "the token claim shown as the caller (sub when absent)")
+}
+
 func projectorCommand(g *global) *cobra.Command {
-	var opts projector.Options
+	var opts compose.ProjectorOptions
 	cmd := &cobra.Command{
 		Use:   "projector",
 		Short: "Fold the event stream into the PostgreSQL views (one active instance; others stand by)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runService(cmd.Context(), g, service{name: "tether-projector", database: true, principal: natsauth.Projector}, func(ctx context.Context, d deps) (runner, error) {
-				if _, err := natsjs.New(ctx, d.js, natsjs.Options{Logger: d.log}); err != nil {
-					return nil, err
-				}
-				opts.Projector.Pool, opts.Projector.JetStream, opts.Logger = d.pool, d.js, d.log
-				opts.Projector.Verifier = d.auth.verifier()
-				opts.Projector.TracerProvider, opts.Projector.MeterProvider = d.tel.TracerProvider, d.tel.MeterProvider
-				return projector.New(opts)
+			return runService(cmd.Context(), g, service{name: "tether-projector", database: true, principal: natsauth.Projector}, func(ctx context.Context, p *compose.Process) (compose.Runner, error) {
+				return compose.Projector(ctx, p.Env(), opts)
 			})
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.ID, "id", "", "instance id (default: random)")
-	f.IntVar(&opts.Projector.BatchSize, "batch-size", postgres.DefaultBatchSize, "events per batch at most")
-	f.DurationVar(&opts.Projector.FlushInterval, "flush-interval", postgres.DefaultFlushInterval, "flush a batch this long after its first event")
+	f.StringVar(&opts.Service.ID, "id", "", "instance id (default: random)")
+	f.IntVar(&opts.Service.Projector.BatchSize, "batch-size", postgres.DefaultBatchSize, "events per batch at most")
+	f.DurationVar(&opts.Service.Projector.FlushInterval, "flush-interval", postgres.DefaultFlushInterval, "flush a batch this long after its first event")
 	return cmd
 }
 
@@ -411,11 +358,11 @@ telling you to run this.`,
 				return errors.New("--database-url (or DATABASE_URL) is required (or --skip-database to set up NATS only)")
 			}
 			ctx := cmd.Context()
-			auth, err := g.natsAuth(log, natsauth.Admin)
+			id, err := compose.LoadNATSIdentity(g.natsFiles(), natsauth.Admin, log)
 			if err != nil {
 				return err
 			}
-			nc, js, err := connect.NATS(g.natsURL, connect.NATSOptions{Name: "tether-migrate", Logger: log, Auth: auth.options()})
+			nc, js, err := connect.NATS(g.natsURL, connect.NATSOptions{Name: "tether-migrate", Logger: log, Auth: id.NATSOptions()})
 			if err != nil {
 				return err
 			}
@@ -441,59 +388,31 @@ telling you to run this.`,
 }
 
 func controllerCommand(g *global) *cobra.Command {
-	var opts controller.Options
-	var archiveDir string
-	var retention, archiveInterval time.Duration
+	var opts compose.ControllerOptions
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Keep fleets at their replica count (one active instance; others stand by)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runService(cmd.Context(), g, service{name: "tether-controller", database: true, principal: natsauth.Controller}, func(ctx context.Context, d deps) (runner, error) {
-				store, err := natsjs.New(ctx, d.js, d.auth.storeOptions(natsjs.Options{Logger: d.log, MeterProvider: d.tel.MeterProvider}))
-				if err != nil {
-					return nil, err
-				}
-				bus, err := commands.New(ctx, d.js)
-				if err != nil {
-					return nil, err
-				}
-				fresh := postgres.NewFreshness(d.pool, d.log)
-				opts.JetStream, opts.Store, opts.Views, opts.Freshness, opts.Commands = d.js, store, postgres.NewViews(d.pool), fresh, bus
-				opts.Logger, opts.MeterProvider = d.log, d.tel.MeterProvider
-				if archiveDir != "" {
-					segments, err := archive.OpenStore(ctx, archiveDir)
-					if err != nil {
-						return nil, err
-					}
-					arch, err := archiver.New(archiver.Options{Stream: store, Pool: d.pool, Segments: segments, Retention: retention,
-						Logger: d.log.With("component", "archiver"), MeterProvider: d.tel.MeterProvider})
-					if err != nil {
-						return nil, err
-					}
-					opts.WhileLeading = func(ctx context.Context) error { return arch.Run(ctx, archiveInterval) }
-				}
-				ctl, err := controller.New(opts)
-				if err != nil {
-					return nil, err
-				}
-				return runners{fresh, ctl}, nil
+			return runService(cmd.Context(), g, service{name: "tether-controller", database: true, principal: natsauth.Controller}, func(ctx context.Context, p *compose.Process) (compose.Runner, error) {
+				return compose.Controller(ctx, p.Env(), opts)
 			})
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.ID, "id", "", "instance id (default: random)")
-	f.DurationVar(&opts.Interval, "interval", controller.DefaultInterval, "reconcile period")
-	f.DurationVar(&opts.UnreachableAfter, "host-unreachable-after", controller.DefaultUnreachableAfter, "host heartbeat silence before UNREACHABLE")
-	f.DurationVar(&opts.LostAfter, "host-lost-after", controller.DefaultLostAfter, "host heartbeat silence before LOST (servers replaced)")
-	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", controller.DefaultShutdownGrace, "deadline given to a stopped game server")
-	f.DurationVar(&opts.ShutdownSettle, "shutdown-settle", controller.DefaultShutdownSettle,
+	o := &opts.Controller
+	f.StringVar(&o.ID, "id", "", "instance id (default: random)")
+	f.DurationVar(&o.Interval, "interval", controller.DefaultInterval, "reconcile period")
+	f.DurationVar(&o.UnreachableAfter, "host-unreachable-after", controller.DefaultUnreachableAfter, "host heartbeat silence before UNREACHABLE")
+	f.DurationVar(&o.LostAfter, "host-lost-after", controller.DefaultLostAfter, "host heartbeat silence before LOST (servers replaced)")
+	f.DurationVar(&o.ShutdownGrace, "shutdown-grace", controller.DefaultShutdownGrace, "deadline given to a stopped game server")
+	f.DurationVar(&o.ShutdownSettle, "shutdown-settle", controller.DefaultShutdownSettle,
 		"a SHUTTING_DOWN game server its host no longer lists this long past its deadline, with nothing queued, is terminated")
-	f.DurationVar(&opts.StaleViewsAfter, "stale-views-after", controller.DefaultStaleViewsAfter,
+	f.DurationVar(&o.StaleViewsAfter, "stale-views-after", controller.DefaultStaleViewsAfter,
 		"views whose checkpoint stands still this long behind the stream are stale: host liveness only, /readyz 503")
-	f.DurationVar(&opts.StartBackoffBase, "start-backoff-base", controller.DefaultStartBackoffBase,
+	f.DurationVar(&o.StartBackoffBase, "start-backoff-base", controller.DefaultStartBackoffBase,
 		"after a fleet's game server ends before READY, wait this long before starting another; doubles per failure in a row")
-	f.DurationVar(&opts.StartBackoffCap, "start-backoff-cap", controller.DefaultStartBackoffCap, "the longest wait between a failing fleet's starts")
-	archiveFlags(f, &archiveDir, &retention, &archiveInterval)
+	f.DurationVar(&o.StartBackoffCap, "start-backoff-cap", controller.DefaultStartBackoffCap, "the longest wait between a failing fleet's starts")
+	archiveFlags(f, &opts.ArchiveDir, &opts.Retention, &opts.ArchiveInterval)
 	return cmd
 }
 
@@ -521,40 +440,37 @@ func agentCommand(g *global) *cobra.Command {
 		Short: "Run the host agent: launch and supervise game servers, serve the local SDK",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			svc := service{name: "tether-agent", conn: "tether-agent-" + opts.HostID, selfObserved: true, principal: natsauth.HostPrincipal(opts.HostID)}
-			return runService(cmd.Context(), g, svc, func(ctx context.Context, d deps) (runner, error) {
-				// No waiting for an unavailable stream: the outbox keeps the events.
-				store, err := natsjs.New(ctx, d.js, d.auth.storeOptions(natsjs.Options{UnavailableWait: -1, Logger: d.log, MeterProvider: d.tel.MeterProvider}))
-				if err != nil {
-					return nil, err
-				}
-				bus, err := commands.New(ctx, d.js)
-				if err != nil {
-					return nil, err
-				}
-				if err := agent.CheckRunAs(opts); err != nil {
-					return nil, fmt.Errorf("%w: give --run-as USER (TETHER_RUN_AS), a user for game servers; or, for development only, --allow-root-game-servers", err)
-				}
-				// Its game servers may run as its own user: they must not
-				// read its environment (player-token keys) or memory
-				// through /proc.
-				if err := agent.DenyInspection(); err != nil {
-					return nil, err
-				}
-				opts.JetStream, opts.Store, opts.Commands, opts.Labels = d.js, store, bus, labels
+			return runService(cmd.Context(), g, svc, func(ctx context.Context, p *compose.Process) (compose.Runner, error) {
+				log := p.Env().Logger
+				opts.Labels = labels
 				if opts.DrainOnStop {
 					opts.StopDrain = secondSignal(ctx)
 				}
-				opts.Logger, opts.MeterProvider, opts.ObserveJetStream = d.log, d.tel.MeterProvider, d.reconnect.Observe
-				opts.TracerProvider = d.tel.TracerProvider
-				if opts.Tokens, err = playerTokenKeys(tokenKeys, tokenKeysFile, d.log); err != nil {
-					return nil, err
+				opts.ObserveJetStream = p.ObserveJetStream
+				// Checked once the stream is known to be set up (compose
+				// opens the store first): its error says to run tether migrate.
+				configure := func(o *agent.Options) error {
+					if err := agent.CheckRunAs(*o); err != nil {
+						return fmt.Errorf("%w: give --run-as USER (TETHER_RUN_AS), a user for game servers; or, for development only, --allow-root-game-servers", err)
+					}
+					// Its game servers may run as its own user: they must not
+					// read its environment (player-token keys) or memory
+					// through /proc.
+					if err := agent.DenyInspection(); err != nil {
+						return err
+					}
+					var err error
+					if o.Tokens, err = playerTokenKeys(tokenKeys, tokenKeysFile, log); err != nil {
+						return err
+					}
+					if o.Tokens == nil {
+						log.Warn("no player-token keys: AcceptPlayer is refused (set --player-token-keys-file or TETHER_PLAYER_TOKEN_KEYS_FILE)")
+					} else {
+						go o.Tokens.Watch(ctx, filewatch.DefaultInterval) // the API's keys, rotated without a restart
+					}
+					return nil
 				}
-				if opts.Tokens == nil {
-					d.log.Warn("no player-token keys: AcceptPlayer is refused (set --player-token-keys-file or TETHER_PLAYER_TOKEN_KEYS_FILE)")
-				} else {
-					go opts.Tokens.Watch(ctx, filewatch.DefaultInterval) // the API's keys, rotated without a restart
-				}
-				return agent.New(opts)
+				return compose.Agent(ctx, p.Env(), compose.AgentOptions{Agent: opts, Configure: configure})
 			})
 		},
 	}
@@ -650,59 +566,6 @@ func chaosCommand(g *global) *cobra.Command {
 	return cmd
 }
 
-// runners runs several components together.
-type runners []runner
-
-// Ready is the first reason one of the components is not ready, or nil.
-func (rs runners) Ready() error {
-	for _, r := range rs {
-		if rr, ok := r.(interface{ Ready() error }); ok {
-			if err := rr.Ready(); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// Status joins the components' statuses.
-func (rs runners) Status() string {
-	var out []string
-	for _, r := range rs {
-		if rr, ok := r.(interface{ Status() string }); ok {
-			out = append(out, rr.Status())
-		}
-	}
-	return strings.Join(out, "; ")
-}
-
-func (rs runners) Run(ctx context.Context) error {
-	g, ctx := errgroup.WithContext(ctx)
-	for _, r := range rs {
-		g.Go(func() error { return r.Run(ctx) })
-	}
-	return g.Wait()
-}
-
-// runner is a component with a Run method.
-type runner interface {
-	Run(ctx context.Context) error
-}
-
-// deps are the connections a service is built from (pool is nil for a
-// service without a database).
-type deps struct {
-	log  *slog.Logger
-	tel  *telemetry.Providers
-	js   jetstream.JetStream
-	pool *pgxpool.Pool
-	// reconnect moves the NATS connection to another server when
-	// JetStream stops answering through it (a minority partition).
-	reconnect *jsclient.Reconnector
-	// auth signs the events the service writes and verifies those it reads.
-	auth *natsAuth
-}
-
 // service names a service's process and says what it connects to.
 type service struct {
 	name     string // its telemetry service name, and its NATS connection's
@@ -711,26 +574,14 @@ type service struct {
 	// principal is whose NATS credentials it must be given, if any.
 	principal string
 	// selfObserved: the component reports its own regular JetStream calls
-	// to deps.reconnect (the agent's heartbeats), so no probe runs.
+	// (the agent's heartbeats), so no probe runs.
 	selfObserved bool
 }
 
-// Minority partitions: how often a control-plane process probes
-// JetStream, and how long it may fail before the connection moves to
-// another NATS server. A control-plane process moves after 3 s, so an API
-// replica attached to a cut-off server answers again within a matchmaker's
-// deadline; during an ordinary election (4-9 s) that moves a handful of
-// connections once. Agents, thousands of them, wait 6 s.
-const (
-	jetStreamProbeEvery       = time.Second
-	jetStreamFailingMove      = 3 * time.Second
-	agentJetStreamFailingMove = 6 * time.Second
-)
-
-// runService connects to NATS (and PostgreSQL, if the service needs it),
-// builds one component and runs it, with the admin endpoints if asked for,
-// until a signal arrives.
-func runService(ctx context.Context, g *global, svc service, build func(context.Context, deps) (runner, error)) error {
+// runService opens the service's process (compose.Open: NATS, and
+// PostgreSQL if the service needs it), builds one component and serves
+// it, with the admin endpoints if asked for, until a signal arrives.
+func runService(ctx context.Context, g *global, svc service, build func(context.Context, *compose.Process) (compose.Runner, error)) error {
 	log, err := g.logger()
 	if err != nil {
 		return err
@@ -738,79 +589,27 @@ func runService(ctx context.Context, g *global, svc service, build func(context.
 	if svc.database && g.dbURL == "" {
 		return errors.New("--database-url (or DATABASE_URL) is required")
 	}
-	tel, err := telemetry.New(telemetry.Options{ServiceName: svc.name})
-	if err != nil {
-		return err
-	}
-	defer shutdown(log, tel)
-	auth, err := g.natsAuth(log, svc.principal)
-	if err != nil {
-		return err
-	}
-	conn := cmp.Or(svc.conn, svc.name)
-	nc, js, err := connect.NATS(g.natsURL, connect.NATSOptions{Name: conn, Logger: log, Auth: auth.options()})
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	auth.watch(ctx, nc, log)
-	var pool *pgxpool.Pool
+	o := compose.ProcessOptions{Name: svc.name, ConnName: svc.conn, Logger: log, NATSURL: g.natsURL, NATS: g.natsFiles(),
+		Principal: svc.principal, SelfObserved: svc.selfObserved}
 	if svc.database {
-		if pool, err = connect.Postgres(ctx, g.dbURL, 20); err != nil {
-			return err
-		}
-		defer pool.Close()
+		o.DatabaseURL = g.dbURL
 	}
-	move := jetStreamFailingMove
-	if svc.selfObserved {
-		move = agentJetStreamFailingMove
-	}
-	rc := jsclient.NewReconnector(nc, move, log)
-	r, err := build(ctx, deps{log: log, tel: tel, js: js, pool: pool, reconnect: rc, auth: auth})
+	p, err := compose.Open(ctx, o)
 	if err != nil {
 		return err
 	}
-	eg, ctx := errgroup.WithContext(ctx)
-	eg.Go(func() error { return r.Run(ctx) })
-	if !svc.selfObserved {
-		eg.Go(func() error { rc.Watch(ctx, js, jetStreamProbeEvery); return nil })
+	defer p.Close()
+	r, err := build(ctx, p)
+	if err != nil {
+		return err
 	}
-	if g.adminAddr != "" {
-		opts := admin.Options{Metrics: tel.MetricsHandler, Logger: log, Ready: func() error { return ready(nc, pool, r) }}
-		if rs, ok := r.(interface{ Status() string }); ok {
-			opts.Status = rs.Status
-		}
-		eg.Go(func() error { return admin.Serve(ctx, g.adminAddr, opts) })
-	}
-	return eg.Wait()
+	return p.Serve(ctx, r, g.adminAddr)
 }
 
-// ready is a service's readiness: connected to NATS, PostgreSQL answering
-// (if it uses it), and whatever the component itself reports (its lease,
-// its views).
-func ready(nc *nats.Conn, pool *pgxpool.Pool, r runner) error {
-	if !nc.IsConnected() {
-		return fmt.Errorf("NATS %s", strings.ToLower(nc.Status().String()))
-	}
-	if pool != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if err := pool.Ping(ctx); err != nil {
-			return fmt.Errorf("PostgreSQL: %w", err)
-		}
-	}
-	if rr, ok := r.(interface{ Ready() error }); ok {
-		return rr.Ready()
-	}
-	return nil
-}
-
-func shutdown(log *slog.Logger, tel *telemetry.Providers) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := tel.Shutdown(ctx); err != nil {
-		log.Warn("telemetry shutdown", "err", err)
-	}
+// natsFiles are the NATS identity files --nats-creds, --nats-signers and
+// --nats-ca name.
+func (g *global) natsFiles() compose.NATSFiles {
+	return compose.NATSFiles{Creds: g.natsCreds, Signers: g.natsSigners, CA: g.natsCA}
 }
 
 // playerTokenKeys reads the player-token keys from a file (followed on

@@ -8,7 +8,6 @@
 package stack
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -21,19 +20,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tetherhq/tether/events"
-	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections/postgres"
-	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/apiserver"
-	"github.com/tetherhq/tether/services/dev/natsembed"
+	"github.com/tetherhq/tether/services/compose"
 	"github.com/tetherhq/tether/services/nats/commands"
-	"github.com/tetherhq/tether/services/platform/migrate"
 	"github.com/tetherhq/tether/services/platform/playertoken"
-	"github.com/tetherhq/tether/services/testkit/natstest"
+	"github.com/tetherhq/tether/services/projector"
+	"github.com/tetherhq/tether/services/testkit/natsstack"
 	"github.com/tetherhq/tether/services/testkit/pgtest"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
@@ -44,16 +38,12 @@ type Stack struct {
 	T testing.TB
 	// Ctx is cancelled when the test ends, before the stack is torn down.
 	Ctx context.Context
-	// NATS is the embedded server (the first node with WithNATSCluster);
-	// Conn and JS are a client of it (of every node with WithNATSCluster,
-	// reconnecting to another when one stops).
-	NATS *natsembed.Server
-	// NATSNodes are the cluster's nodes (WithNATSCluster); nil otherwise.
-	NATSNodes []*natsembed.Server
-	Conn      *nats.Conn
-	JS        jetstream.JetStream
-	// Store is the event store on JS.
-	Store *natsjs.Store
+	// Base is the embedded NATS (natsstack): NATS, the server (the first
+	// node with WithNATSCluster); NATSNodes, the cluster's nodes
+	// (WithNATSCluster, nil otherwise); Conn and JS, a client of it (of
+	// every node with WithNATSCluster, reconnecting to another when one
+	// stops); Store, the event store on JS.
+	*natsstack.Base
 	// Logger writes warnings and errors to stderr, tagged with the test.
 	Logger *slog.Logger
 
@@ -135,26 +125,10 @@ func New(t testing.TB, opts ...Option) *Stack {
 		o(&s.cfg)
 	}
 	s.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("test", t.Name())
-	if s.cfg.natsNodes > 1 {
-		s.NATSNodes = natstest.StartCluster(t, s.cfg.natsNodes)
-		s.NATS = s.NATSNodes[0]
-		s.Conn, s.JS = natstest.ConnectAll(t, s.NATSNodes)
-	} else {
-		s.NATS = natstest.Start(t)
-		s.Conn, s.JS = natstest.Connect(t, s.NATS)
-	}
+	s.Base = natsstack.Start(t, natsstack.Options{Nodes: s.cfg.natsNodes, LeaseTTL: s.cfg.leaseTTL})
 	ctx, cancel := context.WithCancel(context.Background())
 	s.Ctx = ctx
 	var err error
-	// What `tether migrate` does: every stream and bucket.
-	if err = migrate.NATS(ctx, s.JS, migrate.Options{Replicas: max(s.cfg.natsNodes, 1), LeaseTTL: cmp.Or(s.cfg.leaseTTL, time.Second)}); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	if s.Store, err = natsjs.New(ctx, s.JS, natsjs.Options{}); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
 	if s.cfg.postgres {
 		s.DBURL = pgtest.NewDatabase(t)
 		if s.Pool, err = pgxpool.New(ctx, s.DBURL+"&pool_max_conns=20"); err != nil {
@@ -219,7 +193,7 @@ func (s *Stack) StartProjector(configure ...func(*postgres.ProjectorOptions)) {
 	for _, f := range configure {
 		f(&o)
 	}
-	p, err := postgres.NewProjector(o)
+	p, err := compose.Projector(s.Ctx, compose.Env{Logger: s.Logger}, compose.ProjectorOptions{Service: projector.Options{Projector: o}, Alone: true})
 	if err != nil {
 		s.T.Fatal(err)
 	}
@@ -243,23 +217,11 @@ func (s *Stack) StopProjector() {
 
 // BehindFleet is the one fleet whose events the replica of BehindReplica
 // holds.
-const BehindFleet = "fleets/behind"
+const BehindFleet = natsstack.BehindFleet
 
-// BehindReplica gives the events stream a replica behind it that answers
-// about half of its direct gets (natstest.BehindReplica), as a replica
-// catching up, or cut off from the others, does. It holds the events of
-// BehindFleet alone (created here), so of every other aggregate it says
-// there is nothing: a read that must not be answered from the past
-// reads the stream's leader.
-func (s *Stack) BehindReplica() {
-	s.T.Helper()
-	created := events.New(BehindFleet, time.Now(), &eventsv1.FleetCreated{})
-	created.Producer = "apiservers/behind"
-	if _, err := s.Store.Append(s.Ctx, events.MustSubject(BehindFleet), 0, created); err != nil {
-		s.T.Fatalf("stack: the behind replica's fleet: %v", err)
-	}
-	natstest.BehindReplica(s.T, s.JS, events.StreamName, events.MustSubject(BehindFleet))
-}
+// BehindReplica gives the events stream a replica behind it
+// (natsstack.Base.BehindReplica): it holds the events of BehindFleet alone.
+func (s *Stack) BehindReplica() { s.Base.BehindReplica(s.T) }
 
 // ProjectorRunning reports whether a projector runs.
 func (s *Stack) ProjectorRunning() bool { return s.projector != nil }
@@ -283,7 +245,9 @@ func (s *Stack) startAPIs() {
 			f(s, &o)
 		}
 		tlsServed = o.TLS != nil
-		api, err := apiserver.New(o)
+		// The stack's API gets what the test gives it and no more (no
+		// JetStream connection: replicas do not split the candidates).
+		api, err := compose.API(s.Ctx, compose.Env{Logger: s.Logger}, compose.APIOptions{Server: o})
 		if err != nil {
 			t.Fatal(err)
 		}

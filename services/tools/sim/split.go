@@ -18,6 +18,7 @@ import (
 
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/services/agent"
+	"github.com/tetherhq/tether/services/compose"
 	"github.com/tetherhq/tether/services/dev"
 	"github.com/tetherhq/tether/services/platform/connect"
 	"github.com/tetherhq/tether/services/platform/playertoken"
@@ -259,7 +260,9 @@ func (w *world) joinControlPlane(ctx context.Context) (*dev.Stack, error) {
 		if err := w.agentOptions(i, &ao); err != nil {
 			return nil, err
 		}
-		a, err := agent.New(ao)
+		// agentOptions gave it its connection, store and commands:
+		// compose adds what is left (its telemetry).
+		a, err := compose.Agent(ctx, compose.Env{Logger: w.log}, compose.AgentOptions{Agent: ao})
 		if err != nil {
 			return nil, err
 		}
