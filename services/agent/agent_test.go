@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -363,6 +364,9 @@ func TestProcessIgnoringSIGTERMIsKilledAtTheDeadline(t *testing.T) {
 	// The shell and its child both ignore SIGTERM (an ignored signal survives exec).
 	h.schedule(name, &eventsv1.GameServerTemplate{Command: "/bin/sh", Args: []string{"-c", "trap '' TERM; sleep 600"}})
 	pid := h.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted).GetPid()
+	// The shell ignores SIGTERM once it has run its trap: on a busy
+	// machine the agent's signal could otherwise come first, and end it.
+	wait.Until(t, 10*time.Second, "the game server's shell to ignore SIGTERM", func() error { return ignores(pid, syscall.SIGTERM) })
 	last := h.history(name)
 	// Shorter than the health contract's first verdict (initial delay plus
 	// a period), which the moved clock would otherwise reach.
@@ -394,6 +398,30 @@ func TestProcessIgnoringSIGTERMIsKilledAtTheDeadline(t *testing.T) {
 	if got := stopSteps(h.history(name)); got != want {
 		t.Fatalf("termination steps:\n got %s\nwant %s", got, want)
 	}
+}
+
+// ignores is nil once process pid ignores sig (its SigIgn mask in
+// /proc/<pid>/status has the signal's bit), else what it ignores.
+func ignores(pid int32, sig syscall.Signal) error {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		mask, ok := strings.CutPrefix(line, "SigIgn:")
+		if !ok {
+			continue
+		}
+		bits, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64)
+		if err != nil {
+			return fmt.Errorf("SigIgn %q: %w", mask, err)
+		}
+		if bits&(1<<(uint(sig)-1)) == 0 {
+			return fmt.Errorf("it ignores the signals of mask %016x, not %v", bits, sig)
+		}
+		return nil
+	}
+	return errors.New("no SigIgn line in its status")
 }
 
 func fold(t *testing.T, hist []events.Envelope) *eventsv1.GameServerState {
