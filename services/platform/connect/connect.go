@@ -53,7 +53,13 @@ func NATS(url string, opts NATSOptions) (*nats.Conn, jetstream.JetStream, error)
 		nats.MaxPingsOutstanding(opts.MaxPingsOutstanding),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500 * time.Millisecond),
+		// Without an error the process closed the connection itself (a
+		// clean stop): no news, where a lost connection is.
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err == nil {
+				log.Debug("nats connection closed")
+				return
+			}
 			log.Warn("nats disconnected", "err", err)
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
