@@ -198,15 +198,17 @@ func (a *app) highlight() bool {
 // explainText writes an explanation for humans: the verdict with its reason
 // set off, the evidence, and the chain as a timeline relative to its end.
 func explainText(w io.Writer, x *tetherv1.Explanation, bold bool) {
-	reason := x.GetReason()
-	if reason == "" {
-		reason = "-"
-	}
-	if bold {
-		reason = "\x1b[1m" + reason + "\x1b[0m"
-	}
 	fmt.Fprintf(w, "%s is %s\n", x.GetName(), x.GetState())
-	fmt.Fprintf(w, "Reason:    >> %s <<\n", reason)
+	if reason := x.GetReason(); reason != "" {
+		if bold {
+			reason = "\x1b[1m" + reason + "\x1b[0m"
+		}
+		fmt.Fprintf(w, "Reason:    >> %s <<\n", reason)
+	} else {
+		// A fleet, or a server nothing has gone wrong with: no verdict to
+		// set off.
+		fmt.Fprintf(w, "Reason:    none\n")
+	}
 	for _, k := range slices.Sorted(maps.Keys(x.GetEvidence().GetFields())) {
 		v, _ := protojson.Marshal(x.GetEvidence().GetFields()[k])
 		fmt.Fprintf(w, "Evidence:  %s = %s\n", k, v)

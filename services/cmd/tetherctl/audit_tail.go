@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -32,8 +34,22 @@ const (
 	watchRetryMax = 5 * time.Second
 )
 
-// tailDataWidth bounds the payload shown on a tail line.
-const tailDataWidth = 100
+// The columns of a tail line, in runes: a line is written as its event
+// comes, so each cell is cut (with an ellipsis) or padded to its column's
+// width, and the columns stay aligned whatever an actor's or a name's
+// length. tailDataWidth bounds the payload, the last column.
+const (
+	tailTypeWidth  = 24
+	tailNameWidth  = 28
+	tailActorWidth = 32
+	tailDataWidth  = 100
+)
+
+// cell is s cut or padded to n runes.
+func cell(s string, n int) string {
+	s = clip(s, n)
+	return s + strings.Repeat(" ", max(n-utf8.RuneCountInString(s), 0))
+}
 
 // auditStreamCommands are the audit commands that stream events.
 func (a *app) auditStreamCommands() []*cobra.Command {
@@ -227,8 +243,9 @@ func (a *app) printTailEvent(ev *tetherv1.Event) error {
 	var err error
 	switch a.output {
 	case formatTable:
-		_, err = fmt.Fprintf(a.out, "%s %6d %-22s %-28s %-18s %s\n", ev.GetTime().AsTime().Local().Format("15:04:05.000"),
-			ev.GetSequence(), ev.GetType(), shortName(ev.GetAggregate()), actorOf(ev), tailData(ev))
+		_, err = fmt.Fprintf(a.out, "%s %6d %s %s %s %s\n", ev.GetTime().AsTime().Local().Format("15:04:05.000"),
+			ev.GetSequence(), cell(ev.GetType(), tailTypeWidth), cell(shortName(ev.GetAggregate()), tailNameWidth),
+			cell(actorOf(ev), tailActorWidth), tailData(ev))
 	case formatYAML:
 		var doc []byte
 		if doc, err = eventJSON(ev); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
@@ -166,5 +167,42 @@ func TestStreamEventsResumes(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "resuming after sequence 10") || !strings.Contains(errOut.String(), "resuming after sequence 12") {
 		t.Fatalf("stderr %q", errOut.String())
+	}
+}
+
+// Tail lines keep their columns whatever an actor's or a name's length:
+// the columns after them start at the same place on every line (they
+// drifted with a long actor, "dev-operator (operator, api-key)").
+func TestTailLinesStayAligned(t *testing.T) {
+	var out strings.Builder
+	a := &app{out: &out, output: formatTable, now: time.Now}
+	at := timestamppb.New(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	for _, ev := range []*tetherv1.Event{
+		{Sequence: 1, Type: "FleetCreated", Aggregate: "fleets/lobby", Actor: "dev-operator (operator, api-key)", Time: at},
+		{Sequence: 22, Type: "GameServerReady", Aggregate: "fleets/a-fleet-with-a-long-name/gameServers/gs-abcdefgh", Producer: "hosts/h1", Time: at},
+		{Sequence: 333, Type: "FleetAutoscaleRecovered", Aggregate: "fleets/x", Actor: "an-actor-whose-name-goes-on-and-on-for-ever (admin, oidc)", Time: at},
+	} {
+		if err := a.printTailEvent(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines:\n%s", len(lines), out.String())
+	}
+	// The payload column (here "-") starts at the same rune on each line.
+	var starts []int
+	for _, l := range lines {
+		r := []rune(l)
+		starts = append(starts, len(r)-1)
+		if r[len(r)-1] != '-' {
+			t.Fatalf("line %q does not end with the empty payload", l)
+		}
+	}
+	if starts[0] != starts[1] || starts[1] != starts[2] {
+		t.Errorf("the payload starts at runes %v:\n%s", starts, out.String())
+	}
+	if !strings.Contains(lines[2], "…") {
+		t.Errorf("the long actor is not cut with an ellipsis: %q", lines[2])
 	}
 }

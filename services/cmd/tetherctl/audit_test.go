@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
 
 func TestAuditHistoryExplainState(t *testing.T) {
@@ -58,5 +59,21 @@ func TestAuditHistoryExplainState(t *testing.T) {
 		if r := s.run(args...); r.code != 1 || !strings.HasPrefix(r.stderr, "error: ") {
 			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
 		}
+	}
+}
+
+// An explanation without a reason (a fleet's, say) says so in words, not
+// as an empty verdict set off: `Reason: >> - <<` before.
+func TestExplainWithoutAReasonSaysNone(t *testing.T) {
+	var b strings.Builder
+	explainText(&b, &tetherv1.Explanation{Name: "fleets/lobby", State: "ACTIVE", HistoryLength: 1}, true)
+	out := b.String()
+	if !strings.Contains(out, "Reason:    none\n") || strings.Contains(out, ">>") {
+		t.Errorf("explanation without a reason:\n%s", out)
+	}
+	b.Reset()
+	explainText(&b, &tetherv1.Explanation{Name: "fleets/arena/gameServers/gs-1", State: "TERMINATED", Reason: "PROCESS_EXITED"}, false)
+	if !strings.Contains(b.String(), "Reason:    >> PROCESS_EXITED <<\n") {
+		t.Errorf("explanation with a reason:\n%s", b.String())
 	}
 }
