@@ -103,3 +103,21 @@ WHERE s.state = 'DONE' AND a.aggregate = ANY($1)`, []string{server, "fleets/shor
 		t.Fatalf("archive status: %d %+v", code, st)
 	}
 }
+
+// `tether dev` keeps an archive in its data dir without being asked, so
+// that the tour's `tetherctl archive verify` reads it: under `make run` it
+// answered "this API server does not read the archive".
+func TestDevKeepsAnArchiveInItsDataDir(t *testing.T) {
+	dataDir := t.TempDir()
+	p := startTether(t, []string{"DATABASE_URL=" + pgtest.NewDatabase(t)}, "--log-level", "warn", "dev", "--data-dir", dataDir,
+		"--hosts", "1", "--rest-port", "-1", "--grpc-port", "-1", "--nats-port", "-1", "--sdk-port", "-1", "--game-port-base", "-1",
+		"--allowed-commands", filepath.Dir(gameServerBin))
+	s := &stack{t: t, addrs: dev.Addresses{REST: restAddress(t, p)}, key: devKey(t, dataDir, "admin")}
+	var verified map[string]any
+	if code := s.rest("POST", "/v1/archive:verify", map[string]any{}, &verified); code != http.StatusOK {
+		t.Fatalf("archive verify: %d %v, want 200", code, verified)
+	}
+	if info, err := os.Stat(dev.ArchiveDir(dataDir)); err != nil || !info.IsDir() {
+		t.Errorf("no archive directory in the data dir: %v", err)
+	}
+}

@@ -163,8 +163,13 @@ type Options struct {
 	// back (history, explain, state at a time, exports, `tetherctl
 	// archive`); off when empty.
 	ArchiveDir string
+	// ArchiveInDataDir, when ArchiveDir is empty, archives into
+	// DataDir/archive (ArchiveDir); `tether dev` does, so that its tour's
+	// archive commands have an archive to read.
+	ArchiveInDataDir bool
 	// Retention is how long ended aggregates stay in the stream and the
-	// views before they are archived; default archiver.DefaultRetention.
+	// views before they are archived; default archiver.DefaultRetention
+	// (`tether dev`'s is DefaultRetention).
 	Retention time.Duration
 	// ArchiveInterval is the time between archiving passes; default
 	// archiver.DefaultInterval.
@@ -254,6 +259,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.LogDir == "" {
 		o.LogDir = filepath.Join(o.DataDir, "logs")
+	}
+	if o.ArchiveDir == "" && o.ArchiveInDataDir {
+		o.ArchiveDir = ArchiveDir(o.DataDir)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -767,6 +775,16 @@ func ZoneOf(i int) string {
 	}
 	return "dev-" + letters
 }
+
+// ArchiveDir is where a dev stack with Options.ArchiveInDataDir keeps its
+// archive's segments.
+func ArchiveDir(dataDir string) string { return filepath.Join(dataDir, "archive") }
+
+// DefaultRetention is how long `tether dev` keeps what has ended in the
+// stream and the views before it archives it: an hour, so that a machine's
+// stack does not list every earlier run's servers, and the archive has
+// something in it by the end of an afternoon.
+const DefaultRetention = time.Hour
 
 // DatabaseURLFile is where a dev stack that started its own PostgreSQL
 // writes the database URL with its password (mode 0600): the banner shows

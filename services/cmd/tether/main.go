@@ -159,6 +159,14 @@ and the API server, and prints their addresses. Ctrl-C stops everything.`,
 			}
 			opts.TracerProvider, opts.MeterProvider, opts.MetricsHandler = tel.TracerProvider, tel.MeterProvider, tel.MetricsHandler
 			opts.Auth = true
+			// An archive in the data dir unless --archive-dir says where,
+			// or off (the tour's archive commands read it).
+			switch opts.ArchiveDir {
+			case "":
+				opts.ArchiveInDataDir = true
+			case "off":
+				opts.ArchiveDir = ""
+			}
 			opts.Ready = func(a dev.Addresses) {
 				fmt.Printf(`
 Tether is running.
@@ -199,9 +207,14 @@ Press Ctrl-C to stop.
 		"let game servers run any command instead: any fleet template's program runs on this machine, as the user running tether dev")
 	f.StringVar(&opts.PlayerTokenKeys, "player-token-keys", "",
 		"player-session token keys, \"id:base64secret[,id:base64secret…]\" (default: a fresh key per run)")
-	archiveFlags(f, &opts.ArchiveDir, &opts.Retention, &opts.ArchiveInterval)
+	archiveFlags(f, &opts.ArchiveDir, &opts.Retention, &opts.ArchiveInterval, devArchiveHelp, dev.DefaultRetention)
 	return cmd
 }
+
+// devArchiveHelp is tether dev's --archive-dir, which has a default.
+const devArchiveHelp = "archive the histories of ended game servers, game sessions and deleted fleets into segments at this location once --retention has passed, " +
+	"purge them from the events stream and the views, and read them back through the API (" + archiveLocations + "); " +
+	"default: the data dir's archive/; off: none"
 
 // databaseNote says where the URL with its password is, when the dev
 // stack started its own PostgreSQL.
@@ -412,9 +425,13 @@ func controllerCommand(g *global) *cobra.Command {
 	f.DurationVar(&o.StartBackoffBase, "start-backoff-base", controller.DefaultStartBackoffBase,
 		"after a fleet's game server ends before READY, wait this long before starting another; doubles per failure in a row")
 	f.DurationVar(&o.StartBackoffCap, "start-backoff-cap", controller.DefaultStartBackoffCap, "the longest wait between a failing fleet's starts")
-	archiveFlags(f, &opts.ArchiveDir, &opts.Retention, &opts.ArchiveInterval)
+	archiveFlags(f, &opts.ArchiveDir, &opts.Retention, &opts.ArchiveInterval, controllerArchiveHelp, archiver.DefaultRetention)
 	return cmd
 }
+
+// controllerArchiveHelp is tether controller's --archive-dir.
+const controllerArchiveHelp = "archive the histories of ended game servers, game sessions and deleted fleets into segments at this location once --retention has passed, " +
+	"and purge them from the events stream and the views (every controller instance must see the same location: " + archiveLocations + "); off when empty"
 
 // archiveLocations says what an archive location may be (archive.OpenStore).
 const archiveLocations = "a directory, file:///path, or s3://bucket/prefix?endpoint=host:port&region=…, " +
@@ -422,11 +439,9 @@ const archiveLocations = "a directory, file:///path, or s3://bucket/prefix?endpo
 
 // archiveFlags adds the flags of the archiver that the controller runs
 // while it leads (services/archiver).
-func archiveFlags(f *pflag.FlagSet, dir *string, retention, interval *time.Duration) {
-	f.StringVar(dir, "archive-dir", "",
-		"archive the histories of ended game servers, game sessions and deleted fleets into segments at this location once --retention has passed, "+
-			"and purge them from the events stream and the views (every controller instance must see the same location: "+archiveLocations+"); off when empty")
-	f.DurationVar(retention, "retention", archiver.DefaultRetention,
+func archiveFlags(f *pflag.FlagSet, dir *string, retention, interval *time.Duration, dirHelp string, defaultRetention time.Duration) {
+	f.StringVar(dir, "archive-dir", "", dirHelp)
+	f.DurationVar(retention, "retention", defaultRetention,
 		"how long an ended game server, game session or deleted fleet stays in the events stream and the views before it is archived (with --archive-dir)")
 	f.DurationVar(interval, "archive-interval", archiver.DefaultInterval, "time between archiving passes (with --archive-dir)")
 }
