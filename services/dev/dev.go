@@ -505,6 +505,16 @@ func Run(ctx context.Context, opts Options) error {
 			log.Error("demo fleet not created", "err", err)
 		}
 	}
+	// For tetherctl on this machine: the API's addresses, which may not
+	// be the default ports.
+	if err := devkeys.WriteAddresses(opts.DataDir, devkeys.Addresses{GRPC: addrs.GRPC, REST: addrs.REST}); err != nil {
+		return err
+	}
+	defer func() {
+		if err := devkeys.RemoveAddresses(opts.DataDir); err != nil {
+			log.Warn("addresses left in the data dir", "err", err)
+		}
+	}()
 	if opts.Ready != nil {
 		opts.Ready(addrs)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ import (
 	"github.com/tetherhq/tether/events/natsjs"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/dev"
+	"github.com/tetherhq/tether/services/dev/devkeys"
 	"github.com/tetherhq/tether/services/dev/natsembed"
 	"github.com/tetherhq/tether/services/nats/lease"
 	"github.com/tetherhq/tether/services/testkit/freeport"
@@ -650,4 +652,23 @@ func TestDemoFleetIsCreated(t *testing.T) {
 	wait.For(t, 20*time.Second, "the demo fleet's 3 READY servers", func() bool {
 		return len(byState(s.gameServers(dev.DemoFleet), "READY")) == 3
 	})
+}
+
+// A running stack writes its API's addresses to its data dir, for
+// tetherctl on this machine, and removes them when it stops.
+func TestStackWritesItsAddressesWhileItRuns(t *testing.T) {
+	var dataDir string
+	t.Cleanup(func() { // runs after the stack's own cleanup has stopped it
+		if _, err := os.Stat(devkeys.AddressesFile(dataDir)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the stopped stack's addresses are still there: %v", err)
+		}
+	})
+	s := startStack(t, 1, func(o *dev.Options) { dataDir = o.DataDir })
+	a, err := devkeys.ReadAddresses(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.GRPC != s.addrs.GRPC || a.REST != s.addrs.REST || a.PID != os.Getpid() {
+		t.Errorf("addresses %+v, want gRPC %s and REST %s of process %d", a, s.addrs.GRPC, s.addrs.REST, os.Getpid())
+	}
 }

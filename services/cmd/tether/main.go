@@ -249,8 +249,10 @@ func tour(a dev.Addresses, demo bool) string {
 	if demo {
 		b.WriteString("  bin/tetherctl gameservers list              # the demo fleet's 3 game servers\n")
 	}
-	fmt.Fprintf(&b, "  bin/tetherctl --addr %s fleets list\n", a.GRPC)
-	fmt.Fprintf(&b, "  curl -s -H \"Authorization: Bearer $(cat %s)\" %s/v1/fleets/-/gameServers\n", dev.AdminKeyFile(a.DataDir), a.REST)
+	b.WriteString("  bin/tetherctl fleets list                      # tetherctl finds this stack and its admin key\n")
+	fmt.Fprintf(&b, "For curl:\n  REST=%s KEY=\"Authorization: Bearer $(cat %s)\"\n", a.REST, dev.AdminKeyFile(a.DataDir))
+	b.WriteString("  curl -s -H \"$KEY\" $REST/v1/fleets/-/gameServers\n")
+	b.WriteString("And:\n")
 	b.WriteString("  bin/tetherctl fleets create -f deploy/examples/arena.yaml\n")
 	b.WriteString("  bin/tetherctl gameservers watch                # then kill -9 a game server's pid\n")
 	return b.String()

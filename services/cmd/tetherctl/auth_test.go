@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -129,5 +133,65 @@ func TestCAConnectsOverTLS(t *testing.T) {
 	}
 	if r := runCLI(context.Background(), addr, nil, "--tls", "--timeout", "3s", "fleets", "list"); r.code == 0 {
 		t.Error("--tls with the system's authorities, to a self-signed API: succeeded")
+	}
+}
+
+// Without --server, $TETHER_SERVER or a context, tetherctl talks to the
+// `tether dev` running on this machine wherever it listens, from the
+// addresses it wrote to its data dir (it moves off 7070 when that is
+// taken, and `tetherctl fleets list`, the tour's first command, failed
+// then); a file whose stack has ended is ignored.
+func TestDevServerIsFoundFromItsDataDir(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	t.Setenv(xdgConfigEnv, t.TempDir()) // no contexts
+	t.Setenv(configEnv, "")
+	t.Setenv(serverEnv, "")
+	t.Setenv(addrEnv, "")
+	t.Setenv(tokenEnv, "")
+	dataDir := filepath.Join(cache, "tether", "dev")
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	k := kit.New(t, kit.WithAPI(1))
+	if err := devkeys.WriteAddresses(dataDir, devkeys.Addresses{GRPC: k.APIs[0].GRPCAddr(), REST: "http://" + k.APIs[0].HTTPAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := execute(context.Background(), newRoot(&out), []string{"fleets", "list"}, &errOut); code != 0 {
+		t.Fatalf("tetherctl fleets list without a server: exit %d\n%s", code, errOut.String())
+	}
+	if got := devServer(); got != k.APIs[0].GRPCAddr() {
+		t.Errorf("devServer() = %q, want %q", got, k.APIs[0].GRPCAddr())
+	}
+
+	// The stack is gone (killed before it could remove its file): another
+	// process's pid that has ended.
+	ended := exec.Command("true")
+	if err := ended.Run(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(devkeys.Addresses{GRPC: k.APIs[0].GRPCAddr(), PID: ended.Process.Pid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(devkeys.AddressesFile(dataDir), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := devServer(); got != "" {
+		t.Errorf("devServer() = %q from an ended stack's file, want none", got)
+	}
+	// One elsewhere is never taken for this machine's.
+	if err := devkeys.WriteAddresses(dataDir, devkeys.Addresses{GRPC: "10.0.0.4:7070"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := devServer(); got != "" {
+		t.Errorf("devServer() = %q, a remote address, want none", got)
+	}
+	if err := devkeys.RemoveAddresses(dataDir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(devkeys.AddressesFile(dataDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stack's addresses are still there after it removed them: %v", err)
 	}
 }

@@ -28,8 +28,8 @@ type connection struct {
 // connection settles where and how to call the API. Each setting comes
 // from the first of: its flag, its environment variable, the selected
 // context (--context, else the config file's current-context), and for
-// the key, on loopback, `tether dev`'s admin key; the server defaults to
-// defaultServer.
+// the key, on loopback, `tether dev`'s admin key; the server is then a
+// running `tether dev`'s (devServer), else defaultServer.
 func (a *app) connection() (connection, error) {
 	ctx, cf, err := a.selectedContext()
 	if err != nil {
@@ -55,6 +55,10 @@ func (a *app) connection() (connection, error) {
 		cn.server = ctx.Server
 	default:
 		cn.server = defaultServer
+		// `tether dev` on this machine, wherever it listens.
+		if addr := devServer(); addr != "" {
+			cn.server = addr
+		}
 	}
 
 	switch {

@@ -34,6 +34,21 @@ func devAdminKey(addr string) string {
 	return strings.TrimSpace(string(b))
 }
 
+// devServer is the gRPC address of a `tether dev` stack running on this
+// machine with its default data dir, as it wrote it there (it may have
+// moved off 7070, taken), when that address is on loopback; otherwise "".
+func devServer() string {
+	dir, err := devkeys.DefaultDataDir()
+	if err != nil {
+		return ""
+	}
+	a, err := devkeys.ReadAddresses(dir)
+	if err != nil || !loopback(a.GRPC) {
+		return "" // none runs: the default address, and its error if nothing answers
+	}
+	return a.GRPC
+}
+
 // loopback reports whether a host:port endpoint is a loopback address
 // (an IP: a name such as localhost is resolved by others, and could
 // resolve elsewhere).

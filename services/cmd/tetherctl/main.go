@@ -14,7 +14,8 @@
 // --context names or the config file's current context (tetherctl config;
 // the file is $TETHER_CONFIG, else ~/.config/tether/config.yaml), else,
 // for the key and an API on loopback, `tether dev`'s admin key; the
-// server defaults to 127.0.0.1:7070. --addr and $TETHER_ADDR are older
+// server is then the `tether dev` running on this machine (the addresses
+// it writes to its data dir), else 127.0.0.1:7070. --addr and $TETHER_ADDR are older
 // names of --server and $TETHER_SERVER. API errors are printed as
 // "error: MESSAGE (REASON)" and make tetherctl exit with status 1.
 package main

@@ -101,7 +101,7 @@ Names may be given short or in full: "arena" or "fleets/arena",
 	// from one not given (a.connection).
 	f := root.PersistentFlags()
 	a.flags = f
-	f.StringVar(&a.server, "server", "", "API server gRPC address, or several replicas' comma-separated (calls are spread over them and retried on another when one is down) (default from $"+serverEnv+", else the context's, else "+defaultServer+"; --addr and $"+addrEnv+" are older names)")
+	f.StringVar(&a.server, "server", "", "API server gRPC address, or several replicas' comma-separated (calls are spread over them and retried on another when one is down) (default from $"+serverEnv+", else the context's, else that of the tether dev running on this machine, else "+defaultServer+"; --addr and $"+addrEnv+" are older names)")
 	f.StringVar(&a.addr, "addr", "", "older name of --server, kept for scripts")
 	_ = f.MarkHidden("addr") // --server is the name to use; --help shows that one
 	f.StringVar(&a.key, "token", "", "API key, for an API that authenticates callers (tether keys add) (default from $"+tokenEnv+", else the context's)")

@@ -1,6 +1,6 @@
-// Package devkeys says where `tether dev` keeps the API keys it makes, so
-// that tetherctl on the same machine finds the admin key without
-// depending on the dev stack itself.
+// Package devkeys says where `tether dev` keeps the API keys it makes and
+// the addresses it listens on, so that tetherctl on the same machine finds
+// the admin key and the API without depending on the dev stack itself.
 package devkeys
 
 import (
