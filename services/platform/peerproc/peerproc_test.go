@@ -44,7 +44,7 @@ func helper(addr string) int {
 		return 1
 	}
 	defer c.Close()
-	fmt.Println("connected")
+	fmt.Println("connected", c.LocalAddr())
 	_, _ = io.Copy(io.Discard, os.Stdin) // hold until the test closes stdin
 	return 0
 }
@@ -72,15 +72,32 @@ func connectFrom(t *testing.T, l net.Listener, spawning bool) (*exec.Cmd, net.Co
 	}
 	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
 	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "connected" {
+	from, ok := strings.CutPrefix(strings.TrimSpace(line), "connected ")
+	if err != nil || !ok {
 		t.Fatalf("helper: %q, %v", line, err)
 	}
-	conn, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
+	return cmd, acceptFrom(t, l, from)
+}
+
+// acceptFrom accepts l's connections until the one from the address from,
+// and closes the others: a test of another package, run at the same time,
+// may connect to any port (a probe of its own).
+func acceptFrom(t *testing.T, l net.Listener, from string) net.Conn {
+	t.Helper()
+	for range 100 {
+		conn, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if conn.RemoteAddr().String() == from {
+			t.Cleanup(func() { conn.Close() })
+			return conn
+		}
+		t.Logf("a connection from %s, not %s: closed", conn.RemoteAddr(), from)
+		conn.Close()
 	}
-	t.Cleanup(func() { conn.Close() })
-	return cmd, conn
+	t.Fatalf("no connection from %s in 100", from)
+	return nil
 }
 
 func listen(t *testing.T) net.Listener {
@@ -124,11 +141,7 @@ func TestFromTreeKnowsTheProcessAtTheOtherEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mine.Close()
-	accepted, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer accepted.Close()
+	accepted := acceptFrom(t, l, mine.LocalAddr().String())
 	if _, err := proc.FromTree(accepted, direct.Process.Pid); !errors.Is(err, peerproc.ErrForeign) {
 		t.Errorf("the test process's connection: %v, want ErrForeign", err)
 	}
@@ -197,11 +210,7 @@ func TestPeerSocketsAreFoundInTheTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	s, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := acceptFrom(t, l, c.LocalAddr().String())
 	// The client end is this process's own: its inode is found from the
 	// server's side, and this process holds it.
 	local := s.LocalAddr().(*net.TCPAddr).AddrPort()
@@ -227,11 +236,7 @@ func TestPeerSocketsAreFoundInTheTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c6.Close()
-	s6, err := l6.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s6.Close()
+	s6 := acceptFrom(t, l6, c6.LocalAddr().String())
 	if pid, err := peerproc.DefaultProc.FromTree(s6, os.Getpid()); err != nil || pid != os.Getpid() {
 		t.Errorf("over IPv6: %d, %v", pid, err)
 	}
