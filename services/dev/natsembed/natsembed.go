@@ -208,6 +208,13 @@ func (s *Server) ReloadAuth() error {
 	return nil
 }
 
+// PlacementPeers is how many of the cluster's servers a stream or bucket
+// could be placed on now (online, JetStream on, their stats received), as
+// the JetStream meta leader sees them; 0 when this server does not lead
+// the meta group. An R3 stream created before it reaches 3 is refused
+// with "no suitable peers for placement".
+func (s *Server) PlacementPeers() int { return len(s.srv.JetStreamClusterPeers()) }
+
 // StoreDir returns the JetStream store directory in use.
 func (s *Server) StoreDir() string { return s.storeDir }
 

@@ -73,6 +73,12 @@ func StartCluster(t testing.TB, n int) []*natsembed.Server {
 		_, err := js.AccountInfo(ctx)
 		return err == nil
 	})
+	// A leader is not enough: until it has every node's stats, an R3
+	// stream is refused "no suitable peers for placement" (seen with
+	// both cores busy).
+	wait.For(t, 30*time.Second, fmt.Sprintf("the meta leader to see the %d nodes as placement peers", n), func() bool {
+		return slices.ContainsFunc(nodes, func(s *natsembed.Server) bool { return s.PlacementPeers() >= n })
+	})
 	return nodes
 }
 
