@@ -1,10 +1,8 @@
 package connect_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,34 +10,16 @@ import (
 
 	"github.com/tetherhq/tether/services/platform/connect"
 	"github.com/tetherhq/tether/services/testkit/natstest"
+	"github.com/tetherhq/tether/services/testkit/syncbuf"
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
-
-// lockedBuffer is a log sink the client's callbacks write from their own
-// goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A connection the process closes itself logs no warning (a clean stop
 // of tether dev logged one per component, "nats disconnected err=<nil>");
 // one the server drops does.
 func TestNATSWarnsOnlyOfALostConnection(t *testing.T) {
 	srv := natstest.Start(t)
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
 	// The client calls its closed handler after its disconnect handler,

@@ -51,7 +51,7 @@ func helper(addr string) int {
 
 // connectFrom starts a process (spawning: through a child of its own)
 // that connects to l, and returns it with the connection accepted.
-func connectFrom(t *testing.T, l net.Listener, spawning bool) (*exec.Cmd, net.Conn) {
+func connectFrom(t testing.TB, l net.Listener, spawning bool) (*exec.Cmd, net.Conn) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "PEERPROC_CONNECT="+l.Addr().String())
@@ -82,7 +82,7 @@ func connectFrom(t *testing.T, l net.Listener, spawning bool) (*exec.Cmd, net.Co
 // acceptFrom accepts l's connections until the one from the address from,
 // and closes the others: a test of another package, run at the same time,
 // may connect to any port (a probe of its own).
-func acceptFrom(t *testing.T, l net.Listener, from string) net.Conn {
+func acceptFrom(t testing.TB, l net.Listener, from string) net.Conn {
 	t.Helper()
 	for range 100 {
 		conn, err := l.Accept()
@@ -257,24 +257,7 @@ func BenchmarkFromTree(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer l.Close()
-			cmd := exec.Command(os.Args[0])
-			cmd.Env = append(os.Environ(), "PEERPROC_CONNECT="+l.Addr().String())
-			if spawning {
-				cmd.Env = append(cmd.Env, "PEERPROC_SPAWN=1")
-			}
-			stdin, err := cmd.StdinPipe()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				b.Fatal(err)
-			}
-			defer func() { stdin.Close(); _ = cmd.Wait() }()
-			conn, err := l.Accept()
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer conn.Close()
+			cmd, conn := connectFrom(b, l, spawning)
 			b.ResetTimer()
 			for b.Loop() {
 				if _, err := peerproc.DefaultProc.FromTree(conn, cmd.Process.Pid); err != nil {
