@@ -115,7 +115,9 @@ func (h *hostService) writeHost(ctx context.Context, name, requestID string, com
 		if err != nil {
 			return nil, err
 		}
-		return hostToAPI(row), nil
+		host := hostToAPI(row)
+		h.s.beats.freshenHost(host)
+		return host, nil
 	}
 	row := decided
 	for _, e := range res.Events {
@@ -124,7 +126,10 @@ func (h *hostService) writeHost(ctx context.Context, name, requestID string, com
 		}
 	}
 	row.Sequence = res.Sequence
-	return hostToAPI(row), nil
+	// Its last heartbeat as a read shows it: the live beat, when later.
+	host := hostToAPI(row)
+	h.s.beats.freshenHost(host)
+	return host, nil
 }
 
 func hostToAPI(r projections.HostRow) *tetherv1.Host {
