@@ -108,10 +108,16 @@ func TestCommandNotFoundBacksOffAndRecoversWhenFixed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Every event of the fleet's servers: whether one ended (and was
+		// rightly replaced) or the controller started one more than it
+		// needed, and on which views (the kept rows' sequence, below).
 		for _, e := range h {
 			if sc, ok := e.Data.(*eventsv1.GameServerScheduled); ok {
-				t.Logf("seq %d %s scheduled at %s by %s, command %q", e.Sequence, e.Aggregate, e.Time.Format(time.RFC3339Nano), e.Producer, sc.GetTemplate().GetCommand())
+				t.Logf("seq %d %s scheduled at %s by %s, command %q, revision %d", e.Sequence, e.Aggregate, e.Time.Format(time.RFC3339Nano), e.Producer,
+					sc.GetTemplate().GetCommand(), sc.GetRevision())
+				continue
 			}
+			t.Logf("seq %d %s %s at %s by %s", e.Sequence, e.Aggregate, e.Type, e.Time.Format(time.RFC3339Nano), e.Producer)
 		}
 		for _, e := range s.history(events.FleetName("broken")) {
 			t.Logf("fleet seq %d %s at %s", e.Sequence, e.Type, e.Time.Format(time.RFC3339Nano))
