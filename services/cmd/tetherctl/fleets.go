@@ -255,10 +255,31 @@ func (a *app) fleetsScaleCommand() *cobra.Command {
 				if err != nil {
 					return c.apiError(name, err)
 				}
-				return a.printFleet(f)
+				if err := a.printFleet(f); err != nil {
+					return err
+				}
+				if a.output == formatTable {
+					_, err = fmt.Fprintln(a.out, scaleNote(f))
+				}
+				return err
 			})
 		},
 	}
+}
+
+// scaleNote says what a scale just asked for, beside the table, whose
+// counts are the servers as they are (the change takes a pass of the
+// controller): how many servers will start or stop.
+func scaleNote(f *tetherv1.Fleet) string {
+	name, want, live := shortName(f.GetName()), f.GetReplicas(), f.GetStatus().GetReplicas()
+	switch {
+	case live > want:
+		return fmt.Sprintf("%s: scaling from %d to %d servers: %d above it stop, READY and starting ones first; an ALLOCATED or RESERVED one stays until its match ends",
+			name, live, want, live-want)
+	case live < want:
+		return fmt.Sprintf("%s: scaling from %d to %d servers: %d will start", name, live, want, want-live)
+	}
+	return fmt.Sprintf("%s: %d servers, as asked", name, want)
 }
 
 func (a *app) fleetsDeleteCommand() *cobra.Command {

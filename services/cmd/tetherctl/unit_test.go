@@ -397,3 +397,24 @@ func TestPrintChangeFormats(t *testing.T) {
 		})
 	}
 }
+
+// A scale says what it set in motion beside the counts of now: `fleets
+// scale arena 1` printed READY 5 and nothing else, which read as the
+// scale not done.
+func TestScaleNoteSaysWhatWillChange(t *testing.T) {
+	fleet := func(want, live int32) *tetherv1.Fleet {
+		return &tetherv1.Fleet{Name: "fleets/arena", Replicas: want, Status: &tetherv1.FleetStatus{Replicas: live, ReadyReplicas: live}}
+	}
+	for _, c := range []struct {
+		f    *tetherv1.Fleet
+		want string
+	}{
+		{fleet(1, 5), "arena: scaling from 5 to 1 servers: 4 above it stop, READY and starting ones first"},
+		{fleet(5, 2), "arena: scaling from 2 to 5 servers: 3 will start"},
+		{fleet(3, 3), "arena: 3 servers, as asked"},
+	} {
+		if got := scaleNote(c.f); !strings.HasPrefix(got, c.want) {
+			t.Errorf("scaleNote(%d of %d) = %q, want it to start %q", c.f.GetStatus().GetReplicas(), c.f.GetReplicas(), got, c.want)
+		}
+	}
+}
