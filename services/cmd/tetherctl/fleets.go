@@ -120,7 +120,21 @@ func (a *app) rolloutText(w io.Writer, f *tetherv1.Fleet) {
 	}
 	fmt.Fprintf(w, "%s: rollout to revision %d (from %d) %s, started %s ago: %s; %s\n", shortName(f.GetName()), r.GetRevision(),
 		r.GetFromRevision(), r.GetState(), age(a.now(), r.GetStartTime()), r.GetReason(), r.GetStrategy())
-	fmt.Fprintf(w, "  updated %d (%d READY), outdated %d (%d holding a match)\n", r.GetUpdated(), r.GetUpdatedReady(), r.GetOutdated(), r.GetOutdatedBusy())
+	updated, ready, outdated, busy := r.GetUpdated(), r.GetUpdatedReady(), r.GetOutdated(), r.GetOutdatedBusy()
+	if revs := f.GetStatus().GetRevisions(); len(revs) > 0 {
+		// The counts of the table below, the servers as they are now, not
+		// those of the controller's last record of the rollout (a pass
+		// behind: "updated 0 (0 READY)" above a table with 1 READY).
+		updated, ready, outdated, busy = 0, 0, 0, 0
+		for _, c := range revs {
+			if c.GetRevision() == r.GetRevision() {
+				updated, ready = updated+c.GetReplicas(), ready+c.GetReadyReplicas()
+			} else {
+				outdated, busy = outdated+c.GetReplicas(), busy+c.GetAllocatedReplicas()
+			}
+		}
+	}
+	fmt.Fprintf(w, "  updated %d (%d READY), outdated %d (%d holding a match)\n", updated, ready, outdated, busy)
 	if r.GetMessage() != "" {
 		fmt.Fprintf(w, "  %s\n", r.GetMessage())
 	}

@@ -418,3 +418,22 @@ func TestScaleNoteSaysWhatWillChange(t *testing.T) {
 		}
 	}
 }
+
+// A rollout's counts agree with the table of servers per revision printed
+// under them: the first `rollout status` printed "updated 0 (0 READY)"
+// (the controller's last record) above revision 2 with 1 server READY.
+func TestRolloutCountsAgreeWithTheirTable(t *testing.T) {
+	f := &tetherv1.Fleet{Name: "fleets/arena", Revision: 2, Status: &tetherv1.FleetStatus{
+		Rollout: &tetherv1.RolloutStatus{State: "PROGRESSING", Revision: 2, FromRevision: 1},
+		Revisions: []*tetherv1.RevisionCount{
+			{Revision: 1, Replicas: 2, ReadyReplicas: 1, AllocatedReplicas: 1},
+			{Revision: 2, Replicas: 1, ReadyReplicas: 1},
+		},
+	}}
+	var b strings.Builder
+	a := &app{now: time.Now}
+	a.rolloutText(&b, f)
+	if !strings.Contains(b.String(), "updated 1 (1 READY), outdated 2 (1 holding a match)") {
+		t.Errorf("rollout status:\n%s", b.String())
+	}
+}
