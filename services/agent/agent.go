@@ -1,9 +1,11 @@
-// Package agent is Tether's host agent (docs/architecture.md, "Components"):
-// one per machine.
-// It registers its host and keeps it alive with a heartbeat outside the
-// event stream, consumes its host's commands, launches and supervises game
-// server processes from their fleet's template, serves them the local SDK
-// on loopback, and publishes what happens to them as events.
+// Package agent is Tether's host agent (docs/architecture.md, "Components"
+// and "The agent"): one per machine.
+// It registers its host and keeps it alive with its host beat outside the
+// event stream (its key in the hostbeat bucket), consumes its host's
+// commands, launches and supervises game server processes from their
+// fleet's template, serves them the local SDK on loopback (sdkOps is what
+// an SDK protocol can ask of it), and publishes what happens to them as
+// events.
 package agent
 
 import (
@@ -109,7 +111,7 @@ type Options struct {
 	Store eventStore
 	// Commands gives the host's command consumer (required).
 	Commands commandSource
-	// HeartbeatInterval is how often the host heartbeat is refreshed; default 2s.
+	// HeartbeatInterval is how often the host beat is put; default 2s.
 	HeartbeatInterval time.Duration
 	// MaxStartAttempts bounds starts of a process that exits before Ready; default 3.
 	MaxStartAttempts int
@@ -119,13 +121,13 @@ type Options struct {
 	HealthEvalInterval time.Duration
 	// SyncInterval is how often the agent re-reads its servers' histories to
 	// catch decisions it missed, as a backstop; default 60s. It also re-reads
-	// them at once whenever its host heartbeat resumes after a gap (failed,
+	// them at once whenever its host beat resumes after a gap (failed,
 	// paused or late puts), which is when the control plane may have judged
 	// the host lost and terminated its servers. Each re-read is one NATS
 	// request per server, so at 10,000 hosts of 10 servers a 5 s period
 	// would cost the NATS server 20,000 requests/s (docs/scaling.md).
 	SyncInterval time.Duration
-	// ObserveJetStream, if set, is told the outcome of every heartbeat put
+	// ObserveJetStream, if set, is told the outcome of every host beat put
 	// and when the put began (jsclient.Reconnector.Observe: a connection to a
 	// NATS server cut off from the cluster moves to another); when it
 	// reports that the connection moved, the agent puts the beat again at
@@ -146,7 +148,7 @@ type Options struct {
 	// unacknowledged, so a vanished peer is noticed within interval+timeout
 	// and recorded as a keepalive timeout; default 10s.
 	StreamKeepalive time.Duration
-	// SkipHeartbeat, if set, is asked before each host heartbeat and
+	// SkipHeartbeat, if set, is asked before each host beat and
 	// suppresses it while it returns true: a fault-injection hook for tests
 	// and drills (a host that the control plane loses sight of while its
 	// processes run on). Nil always beats.
@@ -205,12 +207,12 @@ type Options struct {
 	// Logger; default discards.
 	Logger *slog.Logger
 	// Clock is the time the agent's decisions read, and the time on its
-	// events and heartbeats: health periods, SDK disconnect grace,
+	// events and host beats: health periods, SDK disconnect grace,
 	// shutdown deadlines and restart backoff run on it (tests give a
 	// clockwork.FakeClock and move it by hand); default the real clock.
-	// Network retries and the cadence of host heartbeats and re-syncs run
-	// on real time: the control plane judges heartbeats by the NATS
-	// server's clock.
+	// Network retries and the cadence of host beats and re-syncs run on
+	// real time: the control plane judges host beats by the NATS server's
+	// clock.
 	Clock clockwork.Clock
 	// RunClock is the clock the agent tells by that it has not run (its
 	// process stopped with SIGSTOP, a suspended VM or container, a stalled
@@ -352,7 +354,7 @@ type Agent struct {
 	// stopping is set when the agent stops: SDK streams it ends then are
 	// not game servers disconnecting.
 	stopping atomic.Bool
-	// background runs the heartbeat folds that wait for a server's lock;
+	// background runs the health ping folds that wait for a server's lock;
 	// the agent waits for them before it closes its outbox.
 	background backgroundWork
 
@@ -364,7 +366,7 @@ type Agent struct {
 
 	sessions sessions // game sessions of its servers, for player calls
 
-	// resumed is signalled when the host heartbeat resumes after a gap, so
+	// resumed is signalled when the host beat resumes after a gap, so
 	// that servers are re-read from the stream at once (syncServers).
 	resumed chan struct{}
 
@@ -442,10 +444,10 @@ func New(opts Options) (*Agent, error) {
 		return nil, err
 	}
 	if opts.LocalSDKOnly {
-		a.sdk = &sdkServer{a: a}
+		a.sdk = &sdkServer{ops: agentSDK{a: a}, log: a.log, streamKeepalive: opts.StreamKeepalive}
 		return a, nil
 	}
-	sdk, err := newSDKServer(a, opts.SDKAddr, opts.SDKHTTPAddr)
+	sdk, err := newSDKServer(agentSDK{a: a}, a.log, opts.StreamKeepalive, opts.SDKAddr, opts.SDKHTTPAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -458,6 +460,10 @@ func (a *Agent) SDKAddr() string { return a.sdk.grpcAddr() }
 
 // SDKHTTPAddr returns the local SDK's REST address ("" with LocalSDKOnly).
 func (a *Agent) SDKHTTPAddr() string { return a.sdk.httpAddr() }
+
+// LocalSDK returns the in-process SDK. It works whether or not the agent
+// also binds SDK listeners.
+func (a *Agent) LocalSDK() *LocalSDK { return &LocalSDK{s: a.sdk} }
 
 // Run reclaims what an earlier agent of the host left (orphans.go),
 // registers the host and serves until ctx ends. An agent stopped while it
@@ -493,7 +499,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { a.stopOrphans(gctx, st.orphans); return nil })
 	g.Go(func() error { return a.sdk.run(gctx) })
-	g.Go(func() error { return a.heartbeat(gctx, st.beats) })
+	g.Go(func() error { return a.beatHost(gctx, st.beats) })
 	g.Go(func() error { return a.consumeCommands(gctx, st.commands) })
 	g.Go(func() error { return a.watchRuns(gctx) })
 	g.Go(func() error { return a.evaluateHealth(gctx) })
@@ -551,7 +557,7 @@ type started struct {
 }
 
 // startUp runs the start-up steps in order: reclaim, register, open the
-// heartbeat bucket and the command consumer.
+// host beat bucket and the command consumer.
 func (a *Agent) startUp(ctx context.Context) (started, error) {
 	var st started
 	if err := a.untilDone(ctx, "reclaim an earlier agent's servers", func() (err error) {
@@ -831,7 +837,7 @@ func (a *Agent) onStream(ctx context.Context, subject string, env events.Envelop
 
 // redecideTermination decides a termination that follows a process exit
 // again, on the server's state as the stream has it (events.RecordExit),
-// keeping the envelope (its id above all) and the last heartbeat the agent
+// keeping the envelope (its id above all) and the last health ping the agent
 // saw.
 func (a *Agent) redecideTermination(env events.Envelope, term *eventsv1.GameServerTerminated, st *streamState) events.Envelope {
 	cmd := events.RecordExit{Exited: st.exit}
@@ -893,7 +899,7 @@ func (a *Agent) rebuildResynced(ctx context.Context) {
 }
 
 // syncServers re-reads each server's history every SyncInterval, and when
-// the host heartbeat resumes after a gap. A server the control plane
+// the host beat resumes after a gap. A server the control plane
 // terminated (HOST_LOST while this host was out of sight) or told to stop
 // while the stop command was lost is stopped here, so no replaced server
 // keeps running beside its replacement.

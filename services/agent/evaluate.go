@@ -35,7 +35,7 @@ func (a *Agent) evaluateHealth(ctx context.Context) error {
 	}
 }
 
-// evaluate applies the health contract now, recording missed heartbeats
+// evaluate applies the health contract now, recording missed health periods
 // (and UNHEALTHY at the threshold) and an expired disconnect grace; the
 // agent's pauses count toward none of its periods (healthCheck).
 func (gs *gameServer) evaluate(ctx context.Context, now time.Time, pauses []pause) {
@@ -53,8 +53,8 @@ func (gs *gameServer) evaluate(ctx context.Context, now time.Time, pauses []paus
 	gs.foldPendingLocked(ctx)
 	v := gs.check.due(now, pauses)
 	if v.missed > 0 {
-		gs.log.Warn("game server missed heartbeats", "missed", v.missed, "last_heartbeat", gs.check.lastBeat, "evaluated_at", now)
-		if err := gs.recordLocked(ctx, events.RecordMissedHeartbeats{Missed: v.missed, LastHeartbeat: gs.check.lastBeat}); err != nil {
+		gs.log.Warn("game server missed heartbeats", "missed", v.missed, "last_heartbeat", gs.check.lastPing, "evaluated_at", now)
+		if err := gs.recordLocked(ctx, events.RecordMissedHeartbeats{Missed: v.missed, LastHeartbeat: gs.check.lastPing}); err != nil {
 			gs.log.Error("record missed heartbeats", "err", err)
 		}
 	}
@@ -62,8 +62,8 @@ func (gs *gameServer) evaluate(ctx context.Context, now time.Time, pauses []paus
 		gs.log.Warn("SDK disconnect grace expired with no heartbeat since", "disconnected_at", gs.check.disconnectedAt)
 		ev := &eventsv1.Evidence{ConnectionHistory: gs.state.GetConnectionHistory(), Detail: fmt.Sprintf(
 			"SDK disconnected at %s; no call carrying the process token for %s", gs.check.disconnectedAt.Format(time.RFC3339), gs.check.grace)}
-		if !gs.check.lastBeat.IsZero() {
-			ev.LastHeartbeatTime = timestamppb.New(gs.check.lastBeat)
+		if !gs.check.lastPing.IsZero() {
+			ev.LastHeartbeatTime = timestamppb.New(gs.check.lastPing)
 		}
 		if err := gs.recordLocked(ctx, events.MarkUnhealthy{Reason: eventsv1.Reason_REASON_SDK_DISCONNECT_GRACE_EXPIRED, Evidence: ev}); err != nil {
 			gs.log.Error("record grace expiry", "err", err)
@@ -74,8 +74,8 @@ func (gs *gameServer) evaluate(ctx context.Context, now time.Time, pauses []paus
 		gs.log.Warn("game server did not say Ready in time", "ready_timeout", timeout, "started", gs.check.started)
 		ev := &eventsv1.Evidence{StartAttempts: gs.state.GetStartAttempts(), ConnectionHistory: gs.state.GetConnectionHistory(), Detail: fmt.Sprintf(
 			"the process started at %s and had not called Ready %s later (the fleet's ready timeout)", gs.check.started.Format(time.RFC3339), timeout)}
-		if !gs.check.lastBeat.IsZero() {
-			ev.LastHeartbeatTime = timestamppb.New(gs.check.lastBeat)
+		if !gs.check.lastPing.IsZero() {
+			ev.LastHeartbeatTime = timestamppb.New(gs.check.lastPing)
 		}
 		if err := gs.recordLocked(ctx, events.MarkUnhealthy{Reason: eventsv1.Reason_REASON_READY_TIMEOUT, Evidence: ev}); err != nil {
 			gs.log.Error("record ready timeout; the next evaluation tries again", "err", err)

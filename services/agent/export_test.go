@@ -28,14 +28,14 @@ func (a *Agent) ReadyCallsUnderWay(name string) int {
 	return int(gs.readyCalls.Load())
 }
 
-// LastHeartbeat returns when a server's process last sent a heartbeat, as
-// the agent noted its arrival (zero: none).
-func (a *Agent) LastHeartbeat(name string) time.Time {
+// LastHealthPing returns when a server's process last sent a health ping,
+// as the agent noted its arrival (zero: none).
+func (a *Agent) LastHealthPing(name string) time.Time {
 	a.mu.Lock()
 	gs := a.servers[name]
 	a.mu.Unlock()
 	if gs == nil {
 		return time.Time{}
 	}
-	return gs.lastArrival()
+	return gs.lastPingAt()
 }

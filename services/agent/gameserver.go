@@ -35,16 +35,16 @@ type gameServer struct {
 	spec    *agentv1.StartGameServer
 	logPath string
 	// pid is the running process's id, 0 while none runs; read without mu
-	// (by the host heartbeat, which must not wait for a server's appends).
+	// (by the host beat, which must not wait for a server's appends).
 	pid atomic.Int64
-	// lastHeartbeat is when the process last sent an SDK heartbeat, in
-	// Unix nanoseconds (0: none yet); read without mu by the host
-	// heartbeat, which shows it to the API.
-	lastHeartbeat atomic.Int64
-	// pendingConn is the connection a heartbeat proved that is not folded
-	// yet (gameServer.heartbeat); nil: none.
+	// lastPing is when the process's last health ping (an SDK Health
+	// call) arrived, in Unix nanoseconds (0: none yet); read without mu by
+	// the host beat, which shows it to the API.
+	lastPing atomic.Int64
+	// pendingConn is the connection a health ping proved that is not
+	// folded yet (gameServer.healthPing); nil: none.
 	pendingConn atomic.Pointer[pendingConnect]
-	// folding is true while a background fold of heartbeats runs.
+	// folding is true while a background fold of health pings runs.
 	folding atomic.Bool
 	// readyCalls counts the process's Ready calls under way (readyCall):
 	// while one is, the ready timeout waits for it.

@@ -69,7 +69,7 @@ func TestHealthCheck(t *testing.T) {
 				now := at(s.at)
 				switch {
 				case s.beat:
-					if got := h.heartbeat(now); got != s.resumed {
+					if got := h.pinged(now); got != s.resumed {
 						t.Fatalf("t=%v heartbeat resumed=%v, want %v", s.at, got, s.resumed)
 					}
 				case s.disconnect:
@@ -101,7 +101,7 @@ func TestFlappingConnectionWithHeartbeatsNeverFails(t *testing.T) {
 			h.connected()
 		}
 		if ms%1000 == 0 {
-			h.heartbeat(now)
+			h.pinged(now)
 		}
 		if v := h.due(now, nil); v != (verdict{}) {
 			t.Fatalf("t=%dms: verdict %+v for a heartbeating process", ms, v)
@@ -289,7 +289,7 @@ func TestHealthCheckLeavesOutTheAgentsPauses(t *testing.T) {
 				}
 				switch {
 				case s.beat:
-					h.heartbeat(now)
+					h.pinged(now)
 				case s.disconnect:
 					h.disconnected(now)
 				}

@@ -12,10 +12,10 @@ import (
 // one process. It is pure: every method takes the time, so tests drive it
 // with a fake clock.
 //
-// Heartbeat periods are counted from the later of (process start + initial
-// delay) and the last heartbeat; each whole period without a heartbeat is
-// one missed period. A disconnect opens a grace window; the window only
-// matters if it ends with no heartbeat since the disconnect.
+// Health periods are counted from the later of (process start + initial
+// delay) and the last health ping; each whole period without a ping is one
+// missed period. A disconnect opens a grace window; the window only
+// matters if it ends with no health ping since the disconnect.
 //
 // Periods, the grace window and the ready timeout count only the time the
 // agent ran: its own pauses (pause) are left out, and after one nothing new
@@ -27,7 +27,7 @@ type healthCheck struct {
 	grace     time.Duration
 
 	countFrom      time.Time // start + initial delay
-	lastBeat       time.Time // zero: no heartbeat yet
+	lastPing       time.Time // zero: no health ping yet
 	reported       int32     // missed periods already reported
 	disconnectedAt time.Time // zero while connected
 	graceReported  bool
@@ -65,13 +65,13 @@ func (h *healthCheck) readyOverdue(now time.Time, pauses []pause) bool {
 	return true
 }
 
-// heartbeat notes a heartbeat; it reports whether it ends a degradation.
+// pinged notes a health ping; it reports whether it ends a degradation.
 // One older than the last noted (two calls that crossed) changes nothing.
-func (h *healthCheck) heartbeat(now time.Time) (resumed bool) {
-	if now.Before(h.lastBeat) {
+func (h *healthCheck) pinged(now time.Time) (resumed bool) {
+	if now.Before(h.lastPing) {
 		return false
 	}
-	h.lastBeat = now
+	h.lastPing = now
 	resumed = h.reported > 0
 	h.reported = 0
 	return resumed
@@ -94,8 +94,8 @@ func (h *healthCheck) missed(now time.Time, pauses []pause) int32 {
 		return 0
 	}
 	from := h.countFrom
-	if h.lastBeat.After(from) {
-		from = h.lastBeat
+	if h.lastPing.After(from) {
+		from = h.lastPing
 	}
 	if !now.After(from) {
 		return 0
@@ -125,10 +125,10 @@ func (h *healthCheck) settling(pauses []pause, since, now time.Time) bool {
 }
 
 // graceOver reports whether the disconnect window, not reported yet, has
-// ended with no heartbeat since the disconnect: grace of the agent's
+// ended with no health ping since the disconnect: grace of the agent's
 // running since the disconnect, and settle since its last pause.
 func (h *healthCheck) graceOver(now time.Time, pauses []pause) bool {
-	if h.disconnectedAt.IsZero() || h.graceReported || h.lastBeat.After(h.disconnectedAt) || now.Before(h.disconnectedAt) {
+	if h.disconnectedAt.IsZero() || h.graceReported || h.lastPing.After(h.disconnectedAt) || now.Before(h.disconnectedAt) {
 		return false
 	}
 	return ranFor(pauses, h.disconnectedAt, now) >= h.grace && !h.settling(pauses, h.disconnectedAt, now)
@@ -139,7 +139,7 @@ type verdict struct {
 	// missed is the number of missed periods to report (0: nothing new).
 	missed int32
 	// graceExpired is true once: the disconnect window ended with no
-	// heartbeat since the disconnect.
+	// health ping since the disconnect.
 	graceExpired bool
 }
 

@@ -278,7 +278,7 @@ func TestAStreamOpenedWhileTheServersAppendWaitsIsNotHeldUp(t *testing.T) {
 		}
 		at := clk.Now()
 		wait.For(t, 5*time.Second, "the stream's heartbeat noted while the append waits", func() bool {
-			return !h.agent.LastHeartbeat(name).Before(at)
+			return !h.agent.LastHealthPing(name).Before(at)
 		})
 	}
 	close(store.release)

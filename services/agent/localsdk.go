@@ -17,42 +17,38 @@ const localTransport = "local"
 // agent's own OS process (the fleet simulator's): the very handlers the
 // gRPC and REST SDK serve, called directly with the process token instead
 // of over a loopback connection. A call with the token proves the SDK
-// connected, as any SDK call does; Health is a heartbeat; Connect holds a
+// connected, as any SDK call does; Health is a health ping; Connect holds a
 // connection open the way a HealthStream or WatchGameServer stream does, so
 // its end is recorded as an SDK disconnect of the kind the caller gives.
 type LocalSDK struct{ s *sdkServer }
 
-// LocalSDK returns the in-process SDK. It works whether or not the agent
-// also binds SDK listeners.
-func (a *Agent) LocalSDK() *LocalSDK { return &LocalSDK{s: a.sdk} }
-
 // server finds the game server a process token belongs to.
-func (l *LocalSDK) server(token string) (*gameServer, error) {
-	gs := l.s.a.byToken(token)
-	if token == "" || gs == nil {
-		return nil, status.Error(codes.Unauthenticated, "missing or unknown game server token")
+func (l *LocalSDK) server(token string) (sdkCaller, error) {
+	c, ok := l.s.ops.ByToken(token)
+	if token == "" || !ok {
+		return sdkCaller{}, status.Error(codes.Unauthenticated, "missing or unknown game server token")
 	}
-	return gs, nil
+	return c, nil
 }
 
 // call authenticates a token, notes the call as any SDK call is noted, and
 // returns the context the handlers expect.
-func (l *LocalSDK) call(ctx context.Context, token string) (context.Context, *gameServer, error) {
-	gs, err := l.server(token)
+func (l *LocalSDK) call(ctx context.Context, token string) (context.Context, sdkCaller, error) {
+	c, err := l.server(token)
 	if err != nil {
-		return nil, nil, err
+		return nil, sdkCaller{}, err
 	}
-	gs.seen(ctx, localTransport)
-	return context.WithValue(ctx, tokenKey{}, gs), gs, nil
+	l.s.ops.NoteCall(ctx, c, localTransport)
+	return context.WithValue(ctx, callerKey{}, c), c, nil
 }
 
 // Ready marks the server READY.
 func (l *LocalSDK) Ready(ctx context.Context, token string) error {
-	gs, err := l.server(token)
+	c, err := l.server(token)
 	if err != nil {
 		return err
 	}
-	defer gs.readyCall()() // before the lock, as the gRPC path
+	defer l.s.ops.ReadyCall(c)() // before the lock, as the gRPC path
 	ctx, _, err = l.call(ctx, token)
 	if err != nil {
 		return err
@@ -61,15 +57,15 @@ func (l *LocalSDK) Ready(ctx context.Context, token string) error {
 	return err
 }
 
-// Health records one heartbeat, as the gRPC Health handler does. It is
+// Health notes one health ping, as the gRPC Health handler does. It is
 // the call a fleet makes most (every server, every few seconds), so it
 // allocates nothing.
 func (l *LocalSDK) Health(ctx context.Context, token string) error {
-	gs, err := l.server(token)
+	c, err := l.server(token)
 	if err != nil {
 		return err
 	}
-	gs.heartbeat(ctx, localTransport)
+	l.s.ops.HealthPing(ctx, c, localTransport)
 	return nil
 }
 
@@ -130,19 +126,20 @@ func (l *LocalSDK) Allocate(ctx context.Context, token string, req *sdkv1.Alloca
 
 // LocalConn is an SDK connection held open through LocalSDK.Connect.
 type LocalConn struct {
-	gs     *gameServer
+	ops    sdkOps
+	c      sdkCaller
 	closed bool
 }
 
 // Connect opens a held SDK connection for the process with token, as a
 // HealthStream does over gRPC.
 func (l *LocalSDK) Connect(ctx context.Context, token string) (*LocalConn, error) {
-	gs, err := l.server(token)
+	c, err := l.server(token)
 	if err != nil {
 		return nil, err
 	}
-	gs.streamOpened(ctx)
-	return &LocalConn{gs: gs}, nil
+	l.s.ops.StreamOpened(ctx, c)
+	return &LocalConn{ops: l.s.ops, c: c}, nil
 }
 
 // Close ends the connection the way kind says (a clean close, a reset, a
@@ -153,5 +150,5 @@ func (c *LocalConn) Close(kind eventsv1.DisconnectKind, detail string) {
 		return
 	}
 	c.closed = true
-	c.gs.streamClosed(kind, detail)
+	c.ops.StreamClosed(c.c, kind, detail)
 }

@@ -9,7 +9,7 @@ import (
 
 // pause is a span of the agent's clock in which the agent did not run: its
 // process was stopped (SIGSTOP, a suspended VM or container) or not
-// scheduled. A game server's heartbeats sent meanwhile wait in the socket
+// scheduled. A game server's health pings sent meanwhile wait in the socket
 // and are noted only after it, so the span is the agent's silence, not the
 // server's.
 type pause struct{ from, to time.Time }

@@ -213,3 +213,86 @@ func (gs *gameServer) playerSessionOf(id string) (gameSession, psID string, err 
 	}
 	return current, id, nil
 }
+
+// AcceptPlayer admits a player who presents their player session's token:
+// a reserved seat becomes theirs, a disconnected one within its window is
+// theirs again (same slot). Only a token of the seat's current generation
+// is accepted (a reconnect revokes the earlier ones); an ACTIVE seat is
+// refused to a second connection with the same token, and taken over by a
+// reissued one. The seat numbers the connection, for DisconnectPlayer and
+// RemovePlayer.
+func (o agentSDK) AcceptPlayer(ctx context.Context, c sdkCaller, playerSession, token string) (acceptedPlayer, error) {
+	gs := c.gs
+	gsess, psID, err := gs.playerSession(ctx, playerSession)
+	if err != nil {
+		return acceptedPlayer{}, err
+	}
+	if o.a.opts.Tokens == nil {
+		return acceptedPlayer{}, status.Error(codes.FailedPrecondition, "this agent has no player-token keys (tether agent --player-token-keys)")
+	}
+	gsessID, _ := events.ParseGameSessionName(gsess) // the server's own game session: valid
+	psName := events.PlayerSessionName(gsessID, psID)
+	claims, err := o.a.opts.Tokens.Check(token, psName, o.a.opts.Clock.Now())
+	if err != nil {
+		gs.log.Warn("player token refused", "player_session", psName, "err", err)
+		return acceptedPlayer{}, status.Errorf(codes.PermissionDenied, "token refused for %s: %v", psName, err)
+	}
+	cmd := events.AcceptPlayer{PlayerSession: psID, TokenGeneration: claims.Generation, Now: o.a.opts.Clock.Now()}
+	state, msgs, err := o.a.decideSession(ctx, gsess, cmd, gs.sessionFromAllocation(gsess))
+	if err != nil {
+		gs.log.Warn("player refused", "player_session", psName, "token_generation", claims.Generation, "err", err)
+		return acceptedPlayer{}, err
+	}
+	p := events.FindPlayer(state, psID)
+	var kind string // an accept that is not refused records one event
+	if len(msgs) > 0 {
+		kind = events.TypeOf(msgs[0])
+	}
+	gs.log.Info("player accepted", "player_session", psName, "player", p.GetPlayerId(), "slot", p.GetSlot(),
+		"reconnects", p.GetReconnectCount(), "connection", p.GetConnection(), "token_generation", claims.Generation, "event", kind)
+	return acceptedPlayer{seat: p, reconnected: kind == "PlayerReconnected" || kind == "PlayerTakenOver", takenOver: kind == "PlayerTakenOver"}, nil
+}
+
+// DisconnectPlayer reports a player's connection lost; the seat waits for
+// the reconnect window. A connection that no longer holds the seat (a newer
+// one took it over) changes nothing: it is stale.
+func (o agentSDK) DisconnectPlayer(ctx context.Context, c sdkCaller, playerSession string, connection int64) (*eventsv1.PlayerSessionState, bool, error) {
+	gs := c.gs
+	gsess, psID, err := gs.playerSession(ctx, playerSession)
+	if err != nil {
+		return nil, false, err
+	}
+	cmd := events.DisconnectPlayer{PlayerSession: psID, Connection: connection, Now: o.a.opts.Clock.Now()}
+	state, _, err := o.a.decideSession(ctx, gsess, cmd, gs.sessionFromAllocation(gsess))
+	if err != nil {
+		return nil, false, err
+	}
+	p := events.FindPlayer(state, psID)
+	if events.StaleConnection(p, connection) {
+		gs.log.Info("disconnect of a connection the seat was taken from; ignored", "player_session", p.GetName(),
+			"connection", connection, "current_connection", p.GetConnection())
+		return p, true, nil
+	}
+	gs.log.Info("player disconnected", "player_session", p.GetName(), "reconnect_deadline", p.GetReconnectDeadline().AsTime())
+	return p, false, nil
+}
+
+// RemovePlayer ends a player's session for good, unless the connection
+// named no longer holds the seat (then nothing changes: stale).
+func (o agentSDK) RemovePlayer(ctx context.Context, c sdkCaller, playerSession string, connection int64) (bool, error) {
+	gs := c.gs
+	gsess, psID, err := gs.playerSession(ctx, playerSession)
+	if err != nil {
+		return false, err
+	}
+	state, _, err := o.a.decideSession(ctx, gsess, events.RemovePlayer{PlayerSession: psID, Connection: connection}, gs.sessionFromAllocation(gsess))
+	if err != nil {
+		return false, err
+	}
+	if p := events.FindPlayer(state, psID); events.SeatHeld(p) && events.StaleConnection(p, connection) {
+		gs.log.Info("removal by a connection the seat was taken from; ignored", "player_session", p.GetName(),
+			"connection", connection, "current_connection", p.GetConnection())
+		return true, nil
+	}
+	return false, nil
+}

@@ -113,7 +113,7 @@ type sdkHarness struct {
 func newSDKHarness(tb testing.TB) *sdkHarness {
 	tb.Helper()
 	a := &Agent{log: slog.New(slog.DiscardHandler), tokens: map[string]*gameServer{fuzzToken: {name: "fleets/arena/gameServers/gs-1"}}}
-	s := &sdkServer{a: a}
+	s := &sdkServer{ops: agentSDK{a: a}, log: a.log}
 	rec := &recordingSDK{}
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer(grpc.MaxRecvMsgSize(maxSDKMessage))

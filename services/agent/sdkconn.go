@@ -28,18 +28,19 @@ func (gs *gameServer) connectedFromLocked(ctx context.Context, transport, remote
 	}
 }
 
-// seen handles any call carrying the token: it proves the SDK is
-// connected, whatever the connection. Only Health calls are heartbeats.
-func (gs *gameServer) seen(ctx context.Context, transport string) {
+// noteCall handles any call carrying the token: it proves the SDK is
+// connected, whatever the connection. Only Health calls are health pings
+// (healthPing).
+func (gs *gameServer) noteCall(ctx context.Context, transport string) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	gs.connectedLocked(ctx, transport)
 }
 
 // streamOpened counts an SDK stream opened and notes the connection it
-// proves without waiting for the server's lock: the stream's heartbeats,
+// proves without waiting for the server's lock: the stream's health pings,
 // read only once this returns, are not held behind the server's appends
-// (gameServer.heartbeat).
+// (gameServer.healthPing).
 func (gs *gameServer) streamOpened(ctx context.Context) {
 	gs.streams.Add(1)
 	gs.foldSoon(ctx, "grpc-stream", gs.a.opts.Clock.Now(), false)
@@ -65,7 +66,7 @@ func (gs *gameServer) streamClosed(kind eventsv1.DisconnectKind, detail string) 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), finalEventTimeout)
 	defer cancel()
-	// A heartbeat's connection still pending came before this end: folded
+	// A health ping's connection still pending came before this end: folded
 	// first, it cannot undo the disconnect afterwards.
 	gs.foldPendingLocked(ctx)
 	now := gs.a.opts.Clock.Now()

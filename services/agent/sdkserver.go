@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -24,17 +25,22 @@ import (
 	"github.com/tetherhq/tether/services/platform/httpinput"
 )
 
-// sdkServer serves the local SDK to game server processes: gRPC, and REST
-// through grpc-gateway. A call is authenticated by the process token it
-// carries, whatever connection it arrives on.
+// sdkServer serves Tether's local SDK (tether.sdk.v1) to game server
+// processes: gRPC, and REST through grpc-gateway. A call is authenticated
+// by the process token it carries, whatever connection it arrives on. It
+// reaches the agent only through ops (sdkOps), as every SDK protocol does.
 type sdkServer struct {
 	sdkv1.UnimplementedSDKServiceServer
-	a       *Agent
-	grpcLis *watchedListener
-	httpLis net.Listener
+	ops sdkOps
+	log *slog.Logger
+	// streamKeepalive is Options.StreamKeepalive (keepalive).
+	streamKeepalive time.Duration
+	grpcLis         *watchedListener
+	httpLis         net.Listener
 }
 
-func newSDKServer(a *Agent, grpcAddr, httpAddr string) (*sdkServer, error) {
+// newSDKServer binds the SDK's gRPC and REST listeners.
+func newSDKServer(ops sdkOps, log *slog.Logger, streamKeepalive time.Duration, grpcAddr, httpAddr string) (*sdkServer, error) {
 	gl, err := net.Listen("tcp", grpcAddr)
 	if err != nil {
 		return nil, fmt.Errorf("agent: listen SDK gRPC on %s: %w", grpcAddr, err)
@@ -44,9 +50,10 @@ func newSDKServer(a *Agent, grpcAddr, httpAddr string) (*sdkServer, error) {
 		_ = gl.Close() // Releasing a port on the error path.
 		return nil, fmt.Errorf("agent: listen SDK REST on %s: %w", httpAddr, err)
 	}
-	return &sdkServer{a: a, grpcLis: newWatchedListener(gl), httpLis: hl}, nil
+	return &sdkServer{ops: ops, log: log, streamKeepalive: streamKeepalive, grpcLis: newWatchedListener(gl), httpLis: hl}, nil
 }
 
+// grpcAddr is the address of the gRPC listener ("": none).
 func (s *sdkServer) grpcAddr() string {
 	if s.grpcLis == nil {
 		return "" // in-process only
@@ -54,6 +61,7 @@ func (s *sdkServer) grpcAddr() string {
 	return s.grpcLis.Addr().String()
 }
 
+// httpAddr is the address of the REST listener ("": none).
 func (s *sdkServer) httpAddr() string {
 	if s.httpLis == nil {
 		return ""
@@ -67,19 +75,21 @@ const minKeepaliveTime = time.Second
 // keepalive returns the SDK connections' keepalive ping interval and ack
 // timeout: StreamKeepalive each, the interval no shorter than grpc-go allows.
 func (s *sdkServer) keepalive() (time.Duration, time.Duration) {
-	ka := s.a.opts.StreamKeepalive
+	ka := s.streamKeepalive
 	return max(ka, minKeepaliveTime), ka
 }
 
-// tokenKey carries the authenticated game server in a call's context.
-type tokenKey struct{}
+// callerKey carries the authenticated game server (an sdkCaller) in a
+// call's context.
+type callerKey struct{}
 
+// run serves the SDK until ctx ends.
 func (s *sdkServer) run(ctx context.Context) error {
 	if s.grpcLis == nil {
 		return nil // in-process only (LocalSDK): nothing to serve
 	}
 	kaTime, kaTimeout := s.keepalive()
-	gs := grpc.NewServer(
+	srv := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxSDKMessage),
 		grpc.ChainUnaryInterceptor(s.authUnary),
 		grpc.ChainStreamInterceptor(s.authStream),
@@ -88,7 +98,7 @@ func (s *sdkServer) run(ctx context.Context) error {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: kaTime, Timeout: kaTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
 	)
-	sdkv1.RegisterSDKServiceServer(gs, s)
+	sdkv1.RegisterSDKServiceServer(srv, s)
 	conn, err := grpc.NewClient(s.grpcAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fmt.Errorf("agent: SDK gateway client: %w", err)
@@ -101,7 +111,7 @@ func (s *sdkServer) run(ctx context.Context) error {
 	hs := &http.Server{Handler: s.guardREST(gw), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := gs.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := srv.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("agent: SDK gRPC: %w", err)
 		}
 		return nil
@@ -114,11 +124,11 @@ func (s *sdkServer) run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		<-ctx.Done()
-		s.a.stopping.Store(true)
+		s.ops.Stopping()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		err := hs.Shutdown(sctx)
-		gs.Stop() // streams (Watch, HealthStream) never end on their own
+		srv.Stop() // streams (Watch, HealthStream) never end on their own
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("agent: SDK REST shutdown: %w", err)
 		}
@@ -127,7 +137,6 @@ func (s *sdkServer) run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// authenticate finds the game server whose token the call carries.
 // maxSDKMessage bounds an SDK request, REST body or gRPC message: the
 // SDK's calls carry a few labels or a player token, never more.
 const maxSDKMessage = 64 << 10
@@ -138,8 +147,8 @@ const maxSDKMessage = 64 << 10
 func (s *sdkServer) guardREST(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if token == "" || s.a.byToken(token) == nil {
-			s.a.log.Warn("SDK call rejected: missing or unknown token", "path", r.URL.Path, "remote", r.RemoteAddr, "token_present", token != "")
+		if _, known := s.ops.ByToken(token); token == "" || !known {
+			s.log.Warn("SDK call rejected: missing or unknown token", "path", r.URL.Path, "remote", r.RemoteAddr, "token_present", token != "")
 			sdkRefusal(w, http.StatusUnauthorized, `{"code":16,"message":"missing or unknown game server token: send Authorization: Bearer <the token read from the descriptor $TETHER_GAMESERVER_TOKEN_FD>"}`)
 			return
 		}
@@ -163,35 +172,38 @@ func sdkRefusal(w http.ResponseWriter, code int, body string) {
 	_, _ = io.WriteString(w, body) // the process may be gone; nothing more to do
 }
 
-func (s *sdkServer) authenticate(ctx context.Context, method string) (*gameServer, error) {
+// authenticate finds the game server whose token the call carries.
+func (s *sdkServer) authenticate(ctx context.Context, method string) (sdkCaller, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	var token string
 	if v := md.Get("authorization"); len(v) > 0 {
 		token, _ = strings.CutPrefix(v[0], "Bearer ")
 	}
-	if gs := s.a.byToken(token); token != "" && gs != nil {
-		return gs, nil
+	if c, ok := s.ops.ByToken(token); token != "" && ok {
+		return c, nil
 	}
 	remote := ""
 	if p, ok := peer.FromContext(ctx); ok {
 		remote = p.Addr.String()
 	}
-	s.a.log.Warn("SDK call rejected: missing or unknown token", "method", method, "remote", remote, "token_present", token != "")
-	return nil, status.Error(codes.Unauthenticated, "missing or unknown game server token: send authorization: Bearer <the token read from the descriptor $TETHER_GAMESERVER_TOKEN_FD>")
+	s.log.Warn("SDK call rejected: missing or unknown token", "method", method, "remote", remote, "token_present", token != "")
+	return sdkCaller{}, status.Error(codes.Unauthenticated, "missing or unknown game server token: send authorization: Bearer <the token read from the descriptor $TETHER_GAMESERVER_TOKEN_FD>")
 }
 
+// authUnary authenticates a unary call and notes it (sdkOps: a Ready
+// first, every call but a health ping).
 func (s *sdkServer) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	gs, err := s.authenticate(ctx, info.FullMethod)
+	c, err := s.authenticate(ctx, info.FullMethod)
 	if err != nil {
 		return nil, err
 	}
 	if info.FullMethod == sdkv1.SDKService_Ready_FullMethodName {
-		defer gs.readyCall()() // before the lock: a Ready that came in time is not timed out while it waits
+		defer s.ops.ReadyCall(c)() // before the lock: a Ready that came in time is not timed out while it waits
 	}
 	if info.FullMethod != sdkv1.SDKService_Health_FullMethodName {
-		gs.seen(ctx, transportOf(ctx)) // a heartbeat notes itself, without waiting (gameServer.heartbeat)
+		s.ops.NoteCall(ctx, c, transportOf(ctx)) // a health ping notes itself, without waiting (sdkOps.HealthPing)
 	}
-	return handler(context.WithValue(ctx, tokenKey{}, gs), req)
+	return handler(context.WithValue(ctx, callerKey{}, c), req)
 }
 
 // authedStream carries the authenticated server to stream handlers.
@@ -200,27 +212,31 @@ type authedStream struct {
 	ctx context.Context
 }
 
+// Context is the stream's context, with the authenticated server.
 func (s *authedStream) Context() context.Context { return s.ctx }
 
+// authStream authenticates a stream and counts it open while it runs: a
+// gRPC stream is a held SDK connection, and how it ended is the
+// disconnect's kind.
 func (s *sdkServer) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	gs, err := s.authenticate(ss.Context(), info.FullMethod)
+	c, err := s.authenticate(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err
 	}
-	ctx := context.WithValue(ss.Context(), tokenKey{}, gs)
+	ctx := context.WithValue(ss.Context(), callerKey{}, c)
 	if transportOf(ctx) == "rest" {
 		// A REST watch is a request, not a held SDK connection.
-		gs.seen(ctx, "rest")
+		s.ops.NoteCall(ctx, c, "rest")
 		return handler(srv, &authedStream{ServerStream: ss, ctx: ctx})
 	}
 	// The connection is looked up while the stream is open (it is then
 	// too); how it ended tells a keepalive timeout from a reset.
 	conn := s.grpcLis.lookup(remoteOf(ctx))
-	gs.streamOpened(ctx)
+	s.ops.StreamOpened(ctx, c)
 	err = handler(srv, &authedStream{ServerStream: ss, ctx: ctx})
 	kaTime, kaTimeout := s.keepalive()
 	kind, detail := disconnectKind(err, ss.Context().Err(), conn, kaTime, kaTimeout)
-	gs.streamClosed(kind, detail)
+	s.ops.StreamClosed(c, kind, detail)
 	return err
 }
 
@@ -233,4 +249,6 @@ func transportOf(ctx context.Context) string {
 	return "grpc"
 }
 
-func serverOf(ctx context.Context) *gameServer { return ctx.Value(tokenKey{}).(*gameServer) }
+// callerOf is the game server a call authenticated as (authUnary,
+// authStream, LocalSDK).
+func callerOf(ctx context.Context) sdkCaller { return ctx.Value(callerKey{}).(sdkCaller) }

@@ -69,12 +69,12 @@ func (gs *gameServer) supervise(ctx context.Context) {
 		gs.pid.Store(0)
 		exited.BeforeReady = !gs.state.GetEverReady()
 		restart := exited.BeforeReady && !gs.stopping && attempt < gs.a.opts.MaxStartAttempts && ctx.Err() == nil
-		var lastBeat time.Time // the real last heartbeat; events only record connects and misses
+		var lastPing time.Time // the real last health ping; events only record connects and misses
 		if gs.check != nil {
-			if at := gs.lastArrival(); !at.IsZero() {
-				gs.check.heartbeat(at) // a beat not folded yet (an older one changes nothing)
+			if at := gs.lastPingAt(); !at.IsZero() {
+				gs.check.pinged(at) // a ping not folded yet (an older one changes nothing)
 			}
-			lastBeat = gs.check.lastBeat
+			lastPing = gs.check.lastPing
 		}
 		gs.mu.Unlock()
 		exited.WillRestart = restart
@@ -84,10 +84,10 @@ func (gs *gameServer) supervise(ctx context.Context) {
 				gs.log.Info("process of a server already terminated elsewhere has ended")
 				return
 			}
-			gs.recordDetached(events.RecordExit{Exited: exited, LastHeartbeat: lastBeat})
+			gs.recordDetached(events.RecordExit{Exited: exited, LastHeartbeat: lastPing})
 			return
 		}
-		if err := gs.record(ctx, events.RecordExit{Exited: exited, LastHeartbeat: lastBeat}); err != nil {
+		if err := gs.record(ctx, events.RecordExit{Exited: exited, LastHeartbeat: lastPing}); err != nil {
 			gs.log.Error("record process exit", "err", err)
 		}
 		select {
@@ -142,17 +142,17 @@ func (gs *gameServer) launch(attempt int) (Process, error) {
 	// can call the SDK at once, and a call recorded first (SdkConnected)
 	// would be undone by ProcessStarted, which starts the process's
 	// connection afresh; the next call would then record a second connect.
-	// Its calls wait for the record instead (a heartbeat leaves its
-	// connection to a background fold, which waits: gameServer.heartbeat).
+	// Its calls wait for the record instead (a health ping leaves its
+	// connection to a background fold, which waits: gameServer.healthPing).
 	out, err := gs.a.logs.output(gs.name)
 	if err != nil {
 		return nil, fmt.Errorf("game server log: %w", err)
 	}
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
-	// What the last process's heartbeats left is not the new process's.
+	// What the last process's health pings left is not the new process's.
 	gs.pendingConn.Store(nil)
-	gs.lastHeartbeat.Store(0)
+	gs.lastPing.Store(0)
 	proc, err := gs.a.opts.Processes.Start(ProcessSpec{
 		GameServer: gs.name, Command: t.GetCommand(), Path: path, Args: args, Env: env, Credential: cred,
 		Stdout: out.stdoutW, Stderr: out.stderrW, KeepOpen: out.keep, DieWithAgent: gs.a.opts.KillProcessesOnExit,

@@ -7,7 +7,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc"
 
 	"github.com/tetherhq/tether/events"
 	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
@@ -25,18 +24,18 @@ func allocationTrace(ctx context.Context, e events.Envelope) trace.SpanContext {
 	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier))
 }
 
-// sendTraced sends the server's view on its WatchGameServer stream; when
-// an allocation is in it (allocation valid), in a span "agent.notify" of
-// the allocation's trace: the end of the path from the matchmaker's call
-// to the game server.
-func (gs *gameServer) sendTraced(stream grpc.ServerStreamingServer[sdkv1.GameServer], allocation trace.SpanContext) error {
+// sendTraced sends the server's view by send (a WatchGameServer stream's
+// Send); when an allocation is in it (allocation valid), in a span
+// "agent.notify" of the allocation's trace: the end of the path from the
+// matchmaker's call to the game server.
+func (gs *gameServer) sendTraced(send func(*sdkv1.GameServer) error, allocation trace.SpanContext) error {
 	if !allocation.IsValid() {
-		return stream.Send(gs.view())
+		return send(gs.view())
 	}
 	_, span := gs.a.tracer.Start(trace.ContextWithRemoteSpanContext(context.Background(), allocation), "agent.notify",
 		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attribute.String("tether.game_server", gs.name)))
 	defer span.End()
-	err := stream.Send(gs.view())
+	err := send(gs.view())
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

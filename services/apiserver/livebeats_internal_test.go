@@ -11,9 +11,9 @@ import (
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
-// The API's heartbeat tracker is replaced when its watcher stalls (its
+// The API's host beat tracker is replaced when its watcher stalls (its
 // consumer lost with a NATS node; here paused on the server), so hosts'
-// last heartbeats show current again within a check, not once the client
+// last beats show current again within a check, not once the client
 // library makes the consumer anew.
 func TestLiveBeatsReplaceAStalledTracker(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.Start(t))

@@ -18,13 +18,15 @@ import (
 	"github.com/tetherhq/tether/services/nats/hostbeat"
 )
 
-// liveBeats shows hosts' and game servers' heartbeat times as current. The
-// views hold what events recorded: a host's last heartbeat as of its last
-// status change or inventory, a server's as of its last connect or missed
+// liveBeats shows hosts' last beats and game servers' last health pings
+// (the API's last_heartbeat_time of each) as current. The views hold what
+// events recorded: a host's last beat as of its last status change or
+// inventory, a server's last health ping as of its last connect or missed
 // period; an ONLINE host read minutes later said "heartbeat 9m ago". The
-// agents' beats (the hostbeat bucket, every couple of seconds) carry both,
-// so the API follows the bucket and shows the later of the two. Without a
-// tracker (no NATS, or the bucket unreachable) the views' times stand.
+// agents' host beats (the hostbeat bucket, every couple of seconds) carry
+// both, so the API follows the bucket and shows the later of the two.
+// Without a tracker (no NATS, or the bucket unreachable) the views' times
+// stand.
 type liveBeats struct {
 	tracker atomic.Pointer[hostbeat.Tracker]
 	// checkEvery is how often the tracker is made to catch up with the
@@ -107,7 +109,7 @@ func (b *liveBeats) beat(host string) (hostbeat.Beat, bool) {
 	return t.Latest(host)
 }
 
-// freshenHost shows h's last heartbeat from its beat when that is later.
+// freshenHost shows h's last beat from the bucket when that is later.
 func (b *liveBeats) freshenHost(h *tetherv1.Host) {
 	id, err := events.ParseHostName(h.GetName())
 	if err != nil {
@@ -118,7 +120,7 @@ func (b *liveBeats) freshenHost(h *tetherv1.Host) {
 	}
 }
 
-// freshenGameServer shows g's last SDK heartbeat from its host's beat when
+// freshenGameServer shows g's last health ping from its host's beat when
 // that is later. A TERMINATED server keeps the views' time: its host no
 // longer reports it.
 func (b *liveBeats) freshenGameServer(g *tetherv1.GameServer) {

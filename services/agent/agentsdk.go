@@ -1,0 +1,170 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tetherhq/tether/events"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
+)
+
+// agentSDK is the agent's side of sdkOps: each operation carried out on
+// the game server the caller is. The player operations are in players.go.
+type agentSDK struct{ a *Agent }
+
+var _ sdkOps = agentSDK{}
+
+// ByToken finds the game server a process token belongs to.
+func (o agentSDK) ByToken(token string) (sdkCaller, bool) {
+	gs := o.a.byToken(token)
+	return sdkCaller{gs: gs}, gs != nil
+}
+
+// NoteCall notes a call: it proves the SDK connected (gameServer.noteCall).
+func (agentSDK) NoteCall(ctx context.Context, c sdkCaller, transport string) {
+	c.gs.noteCall(ctx, transport)
+}
+
+// ReadyCall notes a Ready call under way (gameServer.readyCall).
+func (agentSDK) ReadyCall(c sdkCaller) (done func()) { return c.gs.readyCall() }
+
+// StreamOpened counts a stream opened (gameServer.streamOpened).
+func (agentSDK) StreamOpened(ctx context.Context, c sdkCaller) { c.gs.streamOpened(ctx) }
+
+// StreamClosed counts a stream ended, and records a disconnect when it was
+// the last (gameServer.streamClosed).
+func (agentSDK) StreamClosed(c sdkCaller, kind eventsv1.DisconnectKind, detail string) {
+	c.gs.streamClosed(kind, detail)
+}
+
+// Stopping marks the agent stopping (Agent.stopping).
+func (o agentSDK) Stopping() { o.a.stopping.Store(true) }
+
+// Ready marks the server ready. Calling it again while READY is a no-op,
+// decided on the agent's copy of the server, which is what the game was
+// shown: an allocation the copy does not show yet is one the game has not
+// heard of (it hears through the copy, and a player's call folds it into
+// the copy first), so a Ready then cannot mean its match is over.
+func (agentSDK) Ready(ctx context.Context, c sdkCaller) error {
+	gs := c.gs
+	if gs.lifecycle() == eventsv1.Lifecycle_LIFECYCLE_READY {
+		return nil
+	}
+	if err := gs.record(ctx, events.MarkReady{}); err != nil {
+		return err
+	}
+	gs.log.Info("game server ready")
+	return nil
+}
+
+// HealthPing notes one health ping (gameServer.healthPing).
+func (agentSDK) HealthPing(ctx context.Context, c sdkCaller, transport string) {
+	c.gs.healthPing(ctx, transport)
+}
+
+// Shutdown: the game asks to stop.
+func (o agentSDK) Shutdown(ctx context.Context, c sdkCaller) error {
+	gs := c.gs
+	deadline := o.a.opts.Clock.Now().Add(shutdownGrace)
+	if err := gs.record(ctx, events.RequestShutdown{Reason: eventsv1.Reason_REASON_SHUTDOWN_REQUESTED_BY_GAME, Deadline: deadline,
+		Evidence: &eventsv1.Evidence{RequestedBy: gs.name}}); err != nil {
+		return err
+	}
+	gs.stop(eventsv1.Reason_REASON_SHUTDOWN_REQUESTED_BY_GAME, deadline)
+	return nil
+}
+
+// GameServer returns the server as the agent knows it.
+func (agentSDK) GameServer(c sdkCaller) *sdkv1.GameServer { return c.gs.view() }
+
+// WatchGameServer sends the server on every change until the client
+// leaves or the server is finished.
+func (agentSDK) WatchGameServer(ctx context.Context, c sdkCaller, send func(*sdkv1.GameServer) error) error {
+	gs := c.gs
+	for {
+		gs.mu.Lock()
+		changed, done, allocation := gs.changed, gs.done, gs.notifyTrace
+		gs.notifyTrace = trace.SpanContext{}
+		gs.mu.Unlock()
+		if err := gs.sendTraced(send, allocation); err != nil {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// SetLabel sets one label.
+func (agentSDK) SetLabel(ctx context.Context, c sdkCaller, key, value string) error {
+	return c.gs.record(ctx, events.SetLabels{Set: map[string]string{key: value}})
+}
+
+// Reserve holds the server back from allocation for a while.
+func (o agentSDK) Reserve(ctx context.Context, c sdkCaller, d time.Duration) error {
+	until := o.a.opts.Clock.Now().Add(d)
+	return c.gs.record(ctx, events.Reserve{Until: until})
+}
+
+// Allocate allocates the server to a game session of its own making.
+func (o agentSDK) Allocate(ctx context.Context, c sdkCaller, properties map[string]string) (string, error) {
+	gs := c.gs
+	gs.mu.Lock()
+	policy := proto.CloneOf(gs.state.GetPlayerSessionPolicy())
+	gs.mu.Unlock()
+	name := events.GameSessionName(events.NewID("gsess"))
+	alloc := &eventsv1.GameServerAllocated{GameSession: name, Properties: properties, MaxPlayers: policy.GetMaxPlayers(), SelfAllocated: true}
+	if err := gs.record(ctx, events.Allocate{Allocated: alloc}); err != nil {
+		return "", err
+	}
+	created := events.SessionCreated(gs.name, o.a.host, alloc, policy, o.a.opts.Clock.Now(), "")
+	if _, _, err := o.a.decideSession(ctx, name, events.CreateGameSession{Created: created}, nil); err != nil {
+		// The allocation stands; the controller creates the session from it.
+		gs.log.Warn("self-allocation: game session not created yet; the controller will", "game_session", name, "err", err)
+	}
+	gs.log.Info("game server allocated itself", "game_session", name)
+	return name, nil
+}
+
+// readyCall notes a Ready call from the process before it waits for the
+// lock, and returns what notes its end: a Ready that came before the ready
+// timeout ended is not timed out while it waits behind an append.
+func (gs *gameServer) readyCall() (done func()) {
+	gs.readyCalls.Add(1)
+	return func() { gs.readyCalls.Add(-1) }
+}
+
+// view is the server as the SDK shows it.
+func (gs *gameServer) view() *sdkv1.GameServer {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	v := &sdkv1.GameServer{
+		Name: gs.name, State: events.LifecycleName(gs.state.GetLifecycle()), Address: gs.state.GetAddress(),
+		Labels: gs.state.GetLabels(), Shutdown: gs.notice, GameSession: gs.state.GetGameSession(),
+		Allocation: allocationView(gs.state.GetAllocation()),
+	}
+	for _, p := range gs.state.GetPorts() {
+		v.Ports = append(v.Ports, &sdkv1.Port{Name: p.GetName(), Port: p.GetPort()})
+	}
+	return v
+}
+
+// allocationView is the allocation as the SDK shows it.
+func allocationView(a *eventsv1.GameServerAllocated) *sdkv1.GameSession {
+	if a == nil {
+		return nil
+	}
+	v := &sdkv1.GameSession{Name: a.GetGameSession(), Properties: a.GetProperties(), MaxPlayers: a.GetMaxPlayers()}
+	for _, p := range a.GetPlayers() {
+		v.Players = append(v.Players, &sdkv1.Player{PlayerSession: p.GetPlayerSession(), PlayerId: p.GetPlayerId(), Slot: p.GetSlot()})
+	}
+	return v
+}
