@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -64,6 +65,61 @@ func TestEventsReplayAcrossSchemaVersions(t *testing.T) {
 	}
 	if state.GetPlayerSessionPolicy() != nil || !state.GetEverReady() {
 		t.Fatalf("a field the old event lacks must read as unset: policy %v, ever ready %v", state.GetPlayerSessionPolicy(), state.GetEverReady())
+	}
+}
+
+// A server scheduled before counters and lists existed has none (a change
+// of one is COUNTER_NOT_FOUND, not an error of its history), and a
+// CounterChanged or ListChanged written by a later version with a field
+// this one does not know still folds.
+func TestCountersReplayAcrossSchemaVersions(t *testing.T) {
+	const gs = "fleets/arena/gameServers/gs-1"
+	// GameServerTemplate before counters (6) and lists (7): command only.
+	var template []byte
+	template = protowire.AppendTag(template, 1, protowire.BytesType)
+	template = protowire.AppendString(template, "/bin/game")
+	var old []byte
+	old = protowire.AppendTag(old, 1, protowire.BytesType)
+	old = protowire.AppendString(old, "hosts/h1")
+	old = protowire.AppendTag(old, 2, protowire.BytesType)
+	old = protowire.AppendBytes(old, template)
+	e, err := events.Unmarshal(stored(t, "GameServerScheduled", gs, old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, err := events.ApplyGameServer(nil, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(state.GetCounters()) != 0 || len(state.GetLists()) != 0 {
+		t.Fatalf("counters %v, lists %v, want none", state.GetCounters(), state.GetLists())
+	}
+	state.Lifecycle = eventsv1.Lifecycle_LIFECYCLE_READY
+	if _, err := events.DecideGameServer(gs, state, events.UpdateCounter{Name: "rooms", CountDiff: 1}); !errors.Is(err, events.ErrMissing) {
+		t.Fatalf("a counter of a server from before counters: %v, want COUNTER_NOT_FOUND", err)
+	}
+
+	state.Counters = map[string]*eventsv1.Counter{"rooms": {Capacity: 10}}
+	state.Lists = map[string]*eventsv1.List{"players": {Capacity: 10}}
+	future := func(m proto.Message) []byte {
+		b := mustMarshal(t, m)
+		b = protowire.AppendTag(b, 99, protowire.BytesType)
+		return protowire.AppendString(b, "something new")
+	}
+	for _, raw := range [][]byte{
+		stored(t, "CounterChanged", gs, future(&eventsv1.CounterChanged{Name: "rooms", Count: 2, Capacity: 10, CountDiff: 2})),
+		stored(t, "ListChanged", gs, future(&eventsv1.ListChanged{Name: "players", Capacity: 10, Values: []string{"p1"}, Added: []string{"p1"}})),
+	} {
+		e, err := events.Unmarshal(raw)
+		if err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		if state, err = events.ApplyGameServer(state, e); err != nil {
+			t.Fatalf("apply %s: %v", e.Type, err)
+		}
+	}
+	if state.GetCounters()["rooms"].GetCount() != 2 || len(state.GetLists()["players"].GetValues()) != 1 {
+		t.Fatalf("counters %v, lists %v", state.GetCounters(), state.GetLists())
 	}
 }
 

@@ -599,7 +599,7 @@ func validateFleetSpec(s, prev *eventsv1.FleetSpec) error {
 			return Invalid("fleet.template.host_selector", "%v", err)
 		}
 	}
-	return nil
+	return validateCounters("fleet.template", t)
 }
 
 // checkBounds refuses a period or timeout of s over its bound, unless prev

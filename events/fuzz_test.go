@@ -27,6 +27,8 @@ func seedEnvelopes(f *testing.F) {
 		events.New("fleets/arena/gameServers/gs-1", at, &eventsv1.GameServerScheduled{Host: "hosts/h1"}),
 		events.New("fleets/arena/gameServers/gs-1", at, &eventsv1.GameServerReady{}),
 		events.New("fleets/arena/gameServers/gs-1", at, &eventsv1.GameServerTerminated{Reason: eventsv1.Reason_REASON_PROCESS_EXITED}),
+		events.New("fleets/arena/gameServers/gs-1", at, &eventsv1.CounterChanged{Name: "rooms", Count: 2, Capacity: 10, CountDiff: 1}),
+		events.New("fleets/arena/gameServers/gs-1", at, &eventsv1.ListChanged{Name: "players", Capacity: 4, Values: []string{"p1"}, Added: []string{"p1"}}),
 		events.New("fleets/arena", at, &eventsv1.FleetCreated{Spec: &eventsv1.FleetSpec{Replicas: 2}}),
 		events.New("hosts/h1", at, &eventsv1.HostRegistered{Capacity: 4}),
 		events.New("gameSessions/m1", at, &eventsv1.GameSessionCreated{GameServer: "fleets/arena/gameServers/gs-1"}),
@@ -108,7 +110,9 @@ func FuzzApply(f *testing.F) {
 		if err != nil {
 			return
 		}
-		gs := &eventsv1.GameServerState{Name: "fleets/arena/gameServers/gs-1", Lifecycle: eventsv1.Lifecycle_LIFECYCLE_READY}
+		gs := &eventsv1.GameServerState{Name: "fleets/arena/gameServers/gs-1", Lifecycle: eventsv1.Lifecycle_LIFECYCLE_READY,
+			Counters: map[string]*eventsv1.Counter{"rooms": {Count: 1, Capacity: 10}},
+			Lists:    map[string]*eventsv1.List{"players": {Capacity: 4, Values: []string{"p0"}}}}
 		before := proto.CloneOf(gs)
 		_, _ = events.ApplyGameServer(nil, e)
 		_, _ = events.ApplyGameServer(gs, e)

@@ -43,8 +43,10 @@ var live = []eventsv1.Lifecycle{scheduled, starting, ready, reserved, allocated,
 // gameServerTransitions is the explicit transition table of the game
 // server's lifecycle (docs/architecture.md, "Aggregates and the event
 // catalogue"). An event arriving in a state its row does not list is an
-// error. Connection, health, label and process-exit events never move the
-// lifecycle.
+// error. Connection, health, label, counter, list and process-exit events
+// never move the lifecycle. Counters and lists change from a server's
+// placement until it stops serving: not once it is UNHEALTHY, SHUTTING_DOWN
+// or TERMINATED (counters.go).
 var gameServerTransitions = map[string]transition{
 	"GameServerScheduled":  {from: []eventsv1.Lifecycle{absent}, to: scheduled},
 	"ProcessStarted":       {from: []eventsv1.Lifecycle{scheduled, starting}, to: starting},
@@ -61,6 +63,8 @@ var gameServerTransitions = map[string]transition{
 	"HealthRecovered":      {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown}},
 	"LabelsChanged":        {from: live},
 	"ProcessSignalled":     {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown, unhealthy}},
+	"CounterChanged":       {from: counterStates},
+	"ListChanged":          {from: counterStates},
 }
 
 // NotReadyAfter reports whether a game server is not READY after an event
@@ -135,6 +139,8 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 		next.PlayerSessionPolicy = proto.CloneOf(d.GetPlayerSessions())
 		next.Revision = d.GetRevision()
 		next.HostSubject = d.GetHostSubject()
+		next.Counters = cloneCounters(d.GetTemplate().GetCounters())
+		next.Lists = cloneLists(d.GetTemplate().GetLists())
 		next.CreateTime = at
 	case *eventsv1.ProcessStarted:
 		next.Pid = d.GetPid()
@@ -200,6 +206,14 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 		}
 		for _, k := range d.GetRemoved() {
 			delete(next.Labels, k)
+		}
+	case *eventsv1.CounterChanged:
+		if err := applyCounterChanged(next, d); err != nil {
+			return nil, err
+		}
+	case *eventsv1.ListChanged:
+		if err := applyListChanged(next, d); err != nil {
+			return nil, err
 		}
 	default:
 		return nil, fmt.Errorf("events: %s has payload %T", e.Type, e.Data)
@@ -525,6 +539,10 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 			return nil, Invalid("labels", "a game server holds at most %d labels; these would make %d", MaxLabels, len(after))
 		}
 		return []proto.Message{&eventsv1.LabelsChanged{Set: cloneMap(c.Set), Removed: slices.Clone(c.Removed)}}, nil
+	case UpdateCounter:
+		return decideCounter(state, c)
+	case UpdateList:
+		return decideList(state, c)
 	}
 	return nil, fmt.Errorf("events: unknown game server command %T", cmd)
 }

@@ -56,6 +56,8 @@ ProcessExited        -   -   =   =   =   =   =   -   =
 GameServerTerminated -   TER TER TER TER TER TER -   TER
 LabelsChanged        -   =   =   =   =   =   =   -   =
 ProcessSignalled     -   -   =   =   =   =   =   -   =
+CounterChanged       -   =   =   =   =   =   -   -   -
+ListChanged          -   =   =   =   =   =   -   -   -
 `
 
 // gameServerEvents are the game server events of docs/architecture.md's
@@ -64,7 +66,7 @@ var gameServerEvents = []string{
 	"GameServerScheduled", "ProcessStarted", "SdkConnected", "SdkDisconnected", "GameServerReady",
 	"GameServerReserved", "HealthDegraded", "HealthRecovered", "GameServerUnhealthy",
 	"GameServerAllocated", "ShutdownRequested", "ProcessExited", "GameServerTerminated", "LabelsChanged",
-	"ProcessSignalled",
+	"ProcessSignalled", "CounterChanged", "ListChanged",
 }
 
 var lifecycleAbbrev = map[string]eventsv1.Lifecycle{
@@ -153,6 +155,10 @@ func samplePayload(t *testing.T, typ string) proto.Message {
 		return &eventsv1.LabelsChanged{Set: map[string]string{"k": "v"}}
 	case "ProcessSignalled":
 		return &eventsv1.ProcessSignalled{Signal: "terminated", Reason: eventsv1.Reason_REASON_FLEET_SCALED_DOWN, Deadline: tsAt(30)}
+	case "CounterChanged":
+		return &eventsv1.CounterChanged{Name: "rooms", Count: 2, Capacity: 10, CountDiff: 1}
+	case "ListChanged":
+		return &eventsv1.ListChanged{Name: "players", Capacity: 4, Values: []string{"p1", "p2"}, Added: []string{"p2"}}
 	}
 	t.Fatalf("no sample payload for %s", typ)
 	return nil
@@ -163,7 +169,10 @@ func TestApplyGameServerTransitionTable(t *testing.T) {
 		t.Run(c.event+"/from_"+events.LifecycleName(c.from), func(t *testing.T) {
 			var state *eventsv1.GameServerState
 			if c.from != ABSENT {
-				state = &eventsv1.GameServerState{Name: gsName, Lifecycle: c.from}
+				// With the counter and the list the samples change.
+				state = &eventsv1.GameServerState{Name: gsName, Lifecycle: c.from,
+					Counters: map[string]*eventsv1.Counter{"rooms": {Count: 1, Capacity: 10}},
+					Lists:    map[string]*eventsv1.List{"players": {Capacity: 4, Values: []string{"p1"}}}}
 			}
 			data := samplePayload(t, c.event)
 			if got := events.TypeOf(data); got != c.event {

@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -24,8 +25,12 @@ func gameServerCommand(t *rapid.T, at time.Time) events.GameServerCommand {
 		eventsv1.Reason_REASON_FLEET_SCALED_DOWN, eventsv1.Reason_REASON_HOST_LOST}).Draw(t, "reason")
 	cmds := []func() events.GameServerCommand{
 		func() events.GameServerCommand {
-			return events.ScheduleGameServer{Host: "hosts/h1", Spec: &eventsv1.FleetSpec{Template: &eventsv1.GameServerTemplate{Command: "/bin/game"}}}
+			return events.ScheduleGameServer{Host: "hosts/h1", Spec: &eventsv1.FleetSpec{Template: &eventsv1.GameServerTemplate{Command: "/bin/game",
+				Counters: map[string]*eventsv1.Counter{"rooms": {Count: 1, Capacity: 4}},
+				Lists:    map[string]*eventsv1.List{"players": {Capacity: 3, Values: []string{"v0"}}}}}}
 		},
+		func() events.GameServerCommand { return counterCommand(t) },
+		func() events.GameServerCommand { return listCommand(t) },
 		func() events.GameServerCommand {
 			return events.RecordProcessStart{Started: &eventsv1.ProcessStarted{Pid: int32(rapid.IntRange(1, 99999).Draw(t, "pid")), Attempt: 1}}
 		},
@@ -84,6 +89,112 @@ func TestGameServerCommandSequences(t *testing.T) {
 				continue
 			}
 			state = applyAll(t, i, cmd, name, at, state, msgs, events.ApplyGameServer)
+			checkCountersInRange(t, i, state)
+		}
+	})
+}
+
+// counterCommand draws a change of counter rooms (or of one that is not
+// there), often out of range.
+func counterCommand(t *rapid.T) events.UpdateCounter {
+	c := events.UpdateCounter{Name: rapid.SampledFrom([]string{"rooms", "rooms", "rooms", "seats"}).Draw(t, "counter"),
+		CountDiff: rapid.Int64Range(-6, 6).Draw(t, "diff")}
+	if rapid.Bool().Draw(t, "set count") {
+		c.Count = proto.Int64(rapid.Int64Range(-1, 8).Draw(t, "count"))
+	}
+	if rapid.Bool().Draw(t, "set capacity") {
+		c.Capacity = proto.Int64(rapid.Int64Range(-1, 8).Draw(t, "capacity"))
+	}
+	return c
+}
+
+// listCommand draws a change of list players (or of one that is not
+// there) over values v0…v5.
+func listCommand(t *rapid.T) events.UpdateList {
+	values := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) string {
+		return fmt.Sprintf("v%d", rapid.IntRange(0, 5).Draw(t, "v"))
+	}), 0, 4)
+	c := events.UpdateList{Name: rapid.SampledFrom([]string{"players", "players", "players", "friends"}).Draw(t, "list")}
+	if rapid.IntRange(0, 4).Draw(t, "set") == 0 {
+		c.SetValues, c.Values = true, values.Draw(t, "values")
+	} else {
+		c.Add, c.Remove = values.Draw(t, "add"), values.Draw(t, "remove")
+	}
+	if rapid.Bool().Draw(t, "set capacity") {
+		c.Capacity = proto.Int64(rapid.Int64Range(-1, 6).Draw(t, "capacity"))
+	}
+	return c
+}
+
+// checkCountersInRange fails unless every counter of state is within [0,
+// capacity] and every list holds distinct values, at most its capacity.
+func checkCountersInRange(t *rapid.T, i int, state *eventsv1.GameServerState) {
+	for name, c := range state.GetCounters() {
+		if c.GetCount() < 0 || c.GetCount() > c.GetCapacity() {
+			t.Fatalf("step %d: counter %s is %d of %d", i, name, c.GetCount(), c.GetCapacity())
+		}
+	}
+	for name, l := range state.GetLists() {
+		seen := map[string]bool{}
+		for _, v := range l.GetValues() {
+			if seen[v] {
+				t.Fatalf("step %d: list %s holds %q twice: %v", i, name, v, l.GetValues())
+			}
+			seen[v] = true
+		}
+		if int64(len(l.GetValues())) > l.GetCapacity() || l.GetCapacity() > events.MaxListCapacity {
+			t.Fatalf("step %d: list %s holds %d values, capacity %d", i, name, len(l.GetValues()), l.GetCapacity())
+		}
+	}
+}
+
+// Whatever the changes of a serving server's counter and list, the count
+// stays within [0, capacity] and the list holds distinct values, at most
+// its capacity; a change refused changes nothing, and one taken is exactly
+// what the command asked (a count moved by its diff, values added at the
+// end).
+func TestCounterAndListChangeSequences(t *testing.T) {
+	const name = "fleets/arena/gameServers/gs-1"
+	rapid.Check(t, func(t *rapid.T) {
+		spec := &eventsv1.FleetSpec{Template: &eventsv1.GameServerTemplate{Command: "/bin/game",
+			Counters: map[string]*eventsv1.Counter{"rooms": {Count: 1, Capacity: 4}},
+			Lists:    map[string]*eventsv1.List{"players": {Capacity: 3, Values: []string{"v0"}}}}}
+		msgs, err := events.DecideGameServer(name, nil, events.ScheduleGameServer{Host: "hosts/h1", Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		state := applyAll(t, 0, "schedule", name, propT0, (*eventsv1.GameServerState)(nil), msgs, events.ApplyGameServer)
+		steps := rapid.IntRange(1, 60).Draw(t, "steps")
+		for i := range steps {
+			at := propT0.Add(time.Duration(i+1) * time.Second)
+			var cmd events.GameServerCommand = counterCommand(t)
+			if rapid.Bool().Draw(t, "list") {
+				cmd = listCommand(t)
+			}
+			msgs, err := events.DecideGameServer(name, state, cmd)
+			if err != nil {
+				if len(msgs) > 0 {
+					t.Fatalf("step %d: events %v with the refusal %v", i, msgs, err)
+				}
+				continue
+			}
+			before := proto.CloneOf(state)
+			state = applyAll(t, i, cmd, name, at, state, msgs, events.ApplyGameServer)
+			checkCountersInRange(t, i, state)
+			if c, ok := cmd.(events.UpdateCounter); ok && c.Count == nil && len(msgs) == 1 {
+				if got, want := state.GetCounters()["rooms"].GetCount(), before.GetCounters()["rooms"].GetCount()+c.CountDiff; got != want {
+					t.Fatalf("step %d: count %d after a diff of %d, want %d", i, got, c.CountDiff, want)
+				}
+			}
+			if c, ok := cmd.(events.UpdateList); ok && !c.SetValues && len(msgs) == 1 {
+				vals := state.GetLists()["players"].GetValues()
+				if n := len(before.GetLists()["players"].GetValues()) - len(c.Remove) + len(c.Add); len(vals) != n {
+					t.Fatalf("step %d: %d values after %v, want %d", i, len(vals), c, n)
+				}
+				if len(c.Add) > 0 && !slices.Equal(vals[len(vals)-len(c.Add):], c.Add) {
+					t.Fatalf("step %d: values %v, want %v added at the end", i, vals, c.Add)
+				}
+			}
 		}
 	})
 }

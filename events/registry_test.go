@@ -59,7 +59,7 @@ func TestEveryKindIsRegistered(t *testing.T) {
 var helperMessages = []string{
 	"Envelope", "FleetState", "HostState", "GameServerState", "GameSessionState", "PlayerSessionState",
 	"FleetSpec", "GameServerTemplate", "PortSpec", "HealthPolicy", "PlayerSessionPolicy", "Evidence",
-	"ConnectionChange", "PlayerSeat", "Port", "PlayerReservation", "GameSessionPolicy",
+	"ConnectionChange", "PlayerSeat", "Port", "PlayerReservation", "GameSessionPolicy", "Counter", "List",
 	"FleetAutoscaling", "BufferPolicy", "WebhookPolicy", "AutoscalingSchedule", "FleetStrategy", "FleetRollout", "FleetRevision",
 }
 

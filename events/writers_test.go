@@ -23,7 +23,8 @@ func TestWritersAreCheckedByTheirHost(t *testing.T) {
 		return e
 	}
 	// A server scheduled on h1 by the controller, and its session.
-	scheduled := at(gs, "controller", &eventsv1.GameServerScheduled{Host: "hosts/h1", Template: &eventsv1.GameServerTemplate{Command: "/bin/true"}})
+	scheduled := at(gs, "controller", &eventsv1.GameServerScheduled{Host: "hosts/h1", Template: &eventsv1.GameServerTemplate{Command: "/bin/true",
+		Counters: map[string]*eventsv1.Counter{"rooms": {Count: 1, Capacity: 4}}, Lists: map[string]*eventsv1.List{"players": {Capacity: 4}}}})
 	server, err := events.ApplyGameServer(nil, scheduled)
 	if err != nil {
 		t.Fatal(err)
@@ -61,6 +62,22 @@ func TestWritersAreCheckedByTheirHost(t *testing.T) {
 			_, err := events.ApplyGameServer(server, at(gs, "", &eventsv1.ProcessStarted{Pid: 7}))
 			return err
 		}, true},
+		{"its host's agent changes the server's counter (the SDK)", func() error {
+			_, err := events.ApplyGameServer(server, at(gs, "hosts/h1", &eventsv1.CounterChanged{Name: "rooms", Count: 2, Capacity: 4, CountDiff: 1}))
+			return err
+		}, true},
+		{"the API changes the server's list (an operator or matchmaker)", func() error {
+			_, err := events.ApplyGameServer(server, at(gs, "apiserver", &eventsv1.ListChanged{Name: "players", Capacity: 4, Values: []string{"p1"}, Added: []string{"p1"}}))
+			return err
+		}, true},
+		{"another host's agent changes the server's counter", func() error {
+			_, err := events.ApplyGameServer(server, at(gs, "hosts/h2", &eventsv1.CounterChanged{Name: "rooms", Count: 0, Capacity: 4, CountDiff: -1}))
+			return err
+		}, false},
+		{"another host's agent changes the server's list", func() error {
+			_, err := events.ApplyGameServer(server, at(gs, "hosts/h2", &eventsv1.ListChanged{Name: "players", Capacity: 4}))
+			return err
+		}, false},
 		{"a host agent schedules a server", func() error {
 			e := scheduled
 			e.Writer = "hosts/h1"

@@ -35,6 +35,7 @@ const (
 	writeFleets        action = "fleets.write"
 	readGameServers    action = "gameservers.read"
 	writeGameServers   action = "gameservers.write"
+	writeCounters      action = "gameservers.counters"
 	readLogs           action = "gameservers.logs"
 	readHosts          action = "hosts.read"
 	writeHosts         action = "hosts.write"
@@ -70,6 +71,10 @@ var rpcActions = map[string]action{
 	// Logs hold whatever a game prints (player ids and addresses, its own
 	// secrets): for those who run the fleet, not for dashboards.
 	"/tether.v1.GameServerService/StreamGameServerLogs": readLogs,
+	// A game server's counters and lists are what a matchmaker changes
+	// besides allocating: it frees a room when a match ends.
+	"/tether.v1.GameServerService/UpdateGameServerCounter": writeCounters,
+	"/tether.v1.GameServerService/UpdateGameServerList":    writeCounters,
 
 	"/tether.v1.HostService/ListHosts":    readHosts,
 	"/tether.v1.HostService/GetHost":      readHosts,
@@ -109,8 +114,8 @@ var reads = []action{readFleets, readGameServers, readHosts, readSessions, readP
 // roleActions is the permission matrix: what each role may do (admin:
 // everything, listed or not). docs/security.md shows it.
 var roleActions = map[apikeys.Role][]action{
-	apikeys.Operator:   append([]action{writeFleets, writeGameServers, readLogs, writeHosts, operateProjections, readHistory, verifyArchive}, reads...),
-	apikeys.Matchmaker: {allocate, readSessions, writeSessions, readGameServers},
+	apikeys.Operator:   append([]action{writeFleets, writeGameServers, writeCounters, readLogs, writeHosts, operateProjections, readHistory, verifyArchive}, reads...),
+	apikeys.Matchmaker: {allocate, readSessions, writeSessions, readGameServers, writeCounters},
 	apikeys.Viewer:     reads,
 	apikeys.Auditor:    append([]action{readHistory, verifyArchive}, reads...),
 }

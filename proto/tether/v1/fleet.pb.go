@@ -186,7 +186,7 @@ func (x Fleet_Scheduling) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Fleet_Scheduling.Descriptor instead.
 func (Fleet_Scheduling) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{12, 0}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{14, 0}
 }
 
 // Request of PauseRollout.
@@ -712,7 +712,16 @@ type GameServerTemplate struct {
 	// Labels a host must have (all of them) to run these game servers, e.g.
 	// {"zone": "eu-a"}; empty: any host. With no matching host that has
 	// room, the fleet's PLACEMENT_BLOCKED condition says NO_MATCHING_HOST.
-	HostSelector  map[string]string `protobuf:"bytes,5,rep,name=host_selector,json=hostSelector,proto3" json:"host_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	HostSelector map[string]string `protobuf:"bytes,5,rep,name=host_selector,json=hostSelector,proto3" json:"host_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Counters each game server starts with, by name, as Agones' counters:
+	// {"rooms": {"count": "0", "capacity": "10"}}. At most 32; a name is 1-63
+	// letters, digits, '.', '_' or '-', starting with a letter or digit
+	// (docs/counters-and-lists.md).
+	Counters map[string]*Counter `protobuf:"bytes,6,rep,name=counters,proto3" json:"counters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Lists each game server starts with, by name, as Agones' lists:
+	// {"players": {"capacity": "100", "values": []}}. At most 32, named as
+	// counters are.
+	Lists         map[string]*List `protobuf:"bytes,7,rep,name=lists,proto3" json:"lists,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -782,6 +791,132 @@ func (x *GameServerTemplate) GetHostSelector() map[string]string {
 	return nil
 }
 
+func (x *GameServerTemplate) GetCounters() map[string]*Counter {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+func (x *GameServerTemplate) GetLists() map[string]*List {
+	if x != nil {
+		return x.Lists
+	}
+	return nil
+}
+
+// A counter of a game server: a count within [0, capacity].
+type Counter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The count: 0 to capacity.
+	Count int64 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	// The most the count may be: 0 or more.
+	Capacity      int64 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Counter) Reset() {
+	*x = Counter{}
+	mi := &file_tether_v1_fleet_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Counter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Counter) ProtoMessage() {}
+
+func (x *Counter) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_fleet_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Counter.ProtoReflect.Descriptor instead.
+func (*Counter) Descriptor() ([]byte, []int) {
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Counter) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *Counter) GetCapacity() int64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+// A list of a game server: distinct values, at most capacity of them, in
+// the order they were added.
+type List struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The most values it may hold: 0 to 1000, and at most 4000 over all the
+	// lists of a server.
+	Capacity int64 `protobuf:"varint,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// The values: distinct, each 1-128 bytes of printable UTF-8.
+	Values        []string `protobuf:"bytes,2,rep,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *List) Reset() {
+	*x = List{}
+	mi := &file_tether_v1_fleet_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *List) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*List) ProtoMessage() {}
+
+func (x *List) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_fleet_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use List.ProtoReflect.Descriptor instead.
+func (*List) Descriptor() ([]byte, []int) {
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *List) GetCapacity() int64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *List) GetValues() []string {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
 // The health-checking contract. Zero values take the defaults shown.
 type HealthPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -805,7 +940,7 @@ type HealthPolicy struct {
 
 func (x *HealthPolicy) Reset() {
 	*x = HealthPolicy{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[8]
+	mi := &file_tether_v1_fleet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +952,7 @@ func (x *HealthPolicy) String() string {
 func (*HealthPolicy) ProtoMessage() {}
 
 func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[8]
+	mi := &file_tether_v1_fleet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +965,7 @@ func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthPolicy.ProtoReflect.Descriptor instead.
 func (*HealthPolicy) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{8}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HealthPolicy) GetDisabled() bool {
@@ -883,7 +1018,7 @@ type PlayerSessionPolicy struct {
 
 func (x *PlayerSessionPolicy) Reset() {
 	*x = PlayerSessionPolicy{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[9]
+	mi := &file_tether_v1_fleet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +1030,7 @@ func (x *PlayerSessionPolicy) String() string {
 func (*PlayerSessionPolicy) ProtoMessage() {}
 
 func (x *PlayerSessionPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[9]
+	mi := &file_tether_v1_fleet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1043,7 @@ func (x *PlayerSessionPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlayerSessionPolicy.ProtoReflect.Descriptor instead.
 func (*PlayerSessionPolicy) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{9}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PlayerSessionPolicy) GetMaxPlayers() int32 {
@@ -964,7 +1099,7 @@ type FleetStatus struct {
 
 func (x *FleetStatus) Reset() {
 	*x = FleetStatus{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[10]
+	mi := &file_tether_v1_fleet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1111,7 @@ func (x *FleetStatus) String() string {
 func (*FleetStatus) ProtoMessage() {}
 
 func (x *FleetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[10]
+	mi := &file_tether_v1_fleet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1124,7 @@ func (x *FleetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetStatus.ProtoReflect.Descriptor instead.
 func (*FleetStatus) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{10}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FleetStatus) GetReadyReplicas() int32 {
@@ -1094,7 +1229,7 @@ type FleetCondition struct {
 
 func (x *FleetCondition) Reset() {
 	*x = FleetCondition{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[11]
+	mi := &file_tether_v1_fleet_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1241,7 @@ func (x *FleetCondition) String() string {
 func (*FleetCondition) ProtoMessage() {}
 
 func (x *FleetCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[11]
+	mi := &file_tether_v1_fleet_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1254,7 @@ func (x *FleetCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetCondition.ProtoReflect.Descriptor instead.
 func (*FleetCondition) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{11}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FleetCondition) GetType() string {
@@ -1226,7 +1361,7 @@ type Fleet struct {
 
 func (x *Fleet) Reset() {
 	*x = Fleet{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[12]
+	mi := &file_tether_v1_fleet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1373,7 @@ func (x *Fleet) String() string {
 func (*Fleet) ProtoMessage() {}
 
 func (x *Fleet) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[12]
+	mi := &file_tether_v1_fleet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1386,7 @@ func (x *Fleet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fleet.ProtoReflect.Descriptor instead.
 func (*Fleet) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{12}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Fleet) GetName() string {
@@ -1394,7 +1529,7 @@ type FleetAutoscaling struct {
 
 func (x *FleetAutoscaling) Reset() {
 	*x = FleetAutoscaling{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[13]
+	mi := &file_tether_v1_fleet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1541,7 @@ func (x *FleetAutoscaling) String() string {
 func (*FleetAutoscaling) ProtoMessage() {}
 
 func (x *FleetAutoscaling) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[13]
+	mi := &file_tether_v1_fleet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1554,7 @@ func (x *FleetAutoscaling) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetAutoscaling.ProtoReflect.Descriptor instead.
 func (*FleetAutoscaling) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{13}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FleetAutoscaling) GetMinReplicas() int32 {
@@ -1468,7 +1603,7 @@ type BufferPolicy struct {
 
 func (x *BufferPolicy) Reset() {
 	*x = BufferPolicy{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[14]
+	mi := &file_tether_v1_fleet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1615,7 @@ func (x *BufferPolicy) String() string {
 func (*BufferPolicy) ProtoMessage() {}
 
 func (x *BufferPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[14]
+	mi := &file_tether_v1_fleet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1628,7 @@ func (x *BufferPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BufferPolicy.ProtoReflect.Descriptor instead.
 func (*BufferPolicy) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{14}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BufferPolicy) GetBufferSize() string {
@@ -1520,7 +1655,7 @@ type WebhookPolicy struct {
 
 func (x *WebhookPolicy) Reset() {
 	*x = WebhookPolicy{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[15]
+	mi := &file_tether_v1_fleet_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1667,7 @@ func (x *WebhookPolicy) String() string {
 func (*WebhookPolicy) ProtoMessage() {}
 
 func (x *WebhookPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[15]
+	mi := &file_tether_v1_fleet_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1680,7 @@ func (x *WebhookPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookPolicy.ProtoReflect.Descriptor instead.
 func (*WebhookPolicy) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{15}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WebhookPolicy) GetUrl() string {
@@ -1585,7 +1720,7 @@ type AutoscalingSchedule struct {
 
 func (x *AutoscalingSchedule) Reset() {
 	*x = AutoscalingSchedule{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[16]
+	mi := &file_tether_v1_fleet_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1732,7 @@ func (x *AutoscalingSchedule) String() string {
 func (*AutoscalingSchedule) ProtoMessage() {}
 
 func (x *AutoscalingSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[16]
+	mi := &file_tether_v1_fleet_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1745,7 @@ func (x *AutoscalingSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoscalingSchedule.ProtoReflect.Descriptor instead.
 func (*AutoscalingSchedule) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{16}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AutoscalingSchedule) GetName() string {
@@ -1677,7 +1812,7 @@ type CreateFleetRequest struct {
 
 func (x *CreateFleetRequest) Reset() {
 	*x = CreateFleetRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[17]
+	mi := &file_tether_v1_fleet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +1824,7 @@ func (x *CreateFleetRequest) String() string {
 func (*CreateFleetRequest) ProtoMessage() {}
 
 func (x *CreateFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[17]
+	mi := &file_tether_v1_fleet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +1837,7 @@ func (x *CreateFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFleetRequest.ProtoReflect.Descriptor instead.
 func (*CreateFleetRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{17}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateFleetRequest) GetFleetId() string {
@@ -1739,7 +1874,7 @@ type GetFleetRequest struct {
 
 func (x *GetFleetRequest) Reset() {
 	*x = GetFleetRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[18]
+	mi := &file_tether_v1_fleet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1751,7 +1886,7 @@ func (x *GetFleetRequest) String() string {
 func (*GetFleetRequest) ProtoMessage() {}
 
 func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[18]
+	mi := &file_tether_v1_fleet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,7 +1899,7 @@ func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFleetRequest.ProtoReflect.Descriptor instead.
 func (*GetFleetRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{18}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetFleetRequest) GetName() string {
@@ -1796,7 +1931,7 @@ type ListFleetsRequest struct {
 
 func (x *ListFleetsRequest) Reset() {
 	*x = ListFleetsRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[19]
+	mi := &file_tether_v1_fleet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1943,7 @@ func (x *ListFleetsRequest) String() string {
 func (*ListFleetsRequest) ProtoMessage() {}
 
 func (x *ListFleetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[19]
+	mi := &file_tether_v1_fleet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +1956,7 @@ func (x *ListFleetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFleetsRequest.ProtoReflect.Descriptor instead.
 func (*ListFleetsRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{19}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListFleetsRequest) GetPageSize() int32 {
@@ -1858,7 +1993,7 @@ type ListFleetsResponse struct {
 
 func (x *ListFleetsResponse) Reset() {
 	*x = ListFleetsResponse{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[20]
+	mi := &file_tether_v1_fleet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +2005,7 @@ func (x *ListFleetsResponse) String() string {
 func (*ListFleetsResponse) ProtoMessage() {}
 
 func (x *ListFleetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[20]
+	mi := &file_tether_v1_fleet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1883,7 +2018,7 @@ func (x *ListFleetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFleetsResponse.ProtoReflect.Descriptor instead.
 func (*ListFleetsResponse) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{20}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListFleetsResponse) GetFleets() []*Fleet {
@@ -1915,7 +2050,7 @@ type UpdateFleetRequest struct {
 
 func (x *UpdateFleetRequest) Reset() {
 	*x = UpdateFleetRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[21]
+	mi := &file_tether_v1_fleet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2062,7 @@ func (x *UpdateFleetRequest) String() string {
 func (*UpdateFleetRequest) ProtoMessage() {}
 
 func (x *UpdateFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[21]
+	mi := &file_tether_v1_fleet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2075,7 @@ func (x *UpdateFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFleetRequest.ProtoReflect.Descriptor instead.
 func (*UpdateFleetRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{21}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UpdateFleetRequest) GetFleet() *Fleet {
@@ -1979,7 +2114,7 @@ type DeleteFleetRequest struct {
 
 func (x *DeleteFleetRequest) Reset() {
 	*x = DeleteFleetRequest{}
-	mi := &file_tether_v1_fleet_proto_msgTypes[22]
+	mi := &file_tether_v1_fleet_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2126,7 @@ func (x *DeleteFleetRequest) String() string {
 func (*DeleteFleetRequest) ProtoMessage() {}
 
 func (x *DeleteFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_fleet_proto_msgTypes[22]
+	mi := &file_tether_v1_fleet_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2139,7 @@ func (x *DeleteFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFleetRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFleetRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{22}
+	return file_tether_v1_fleet_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteFleetRequest) GetName() string {
@@ -2081,19 +2216,34 @@ const file_tether_v1_fleet_proto_rawDesc = "" +
 	"\bProtocol\x12\x18\n" +
 	"\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\a\n" +
 	"\x03UDP\x10\x01\x12\a\n" +
-	"\x03TCP\x10\x02\"\xf6\x02\n" +
+	"\x03TCP\x10\x02\"\x9b\x05\n" +
 	"\x12GameServerTemplate\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x12\n" +
 	"\x04args\x18\x02 \x03(\tR\x04args\x128\n" +
 	"\x03env\x18\x03 \x03(\v2&.tether.v1.GameServerTemplate.EnvEntryR\x03env\x12)\n" +
 	"\x05ports\x18\x04 \x03(\v2\x13.tether.v1.PortSpecR\x05ports\x12T\n" +
-	"\rhost_selector\x18\x05 \x03(\v2/.tether.v1.GameServerTemplate.HostSelectorEntryR\fhostSelector\x1a6\n" +
+	"\rhost_selector\x18\x05 \x03(\v2/.tether.v1.GameServerTemplate.HostSelectorEntryR\fhostSelector\x12G\n" +
+	"\bcounters\x18\x06 \x03(\v2+.tether.v1.GameServerTemplate.CountersEntryR\bcounters\x12>\n" +
+	"\x05lists\x18\a \x03(\v2(.tether.v1.GameServerTemplate.ListsEntryR\x05lists\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11HostSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe6\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aO\n" +
+	"\rCountersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
+	"\x05value\x18\x02 \x01(\v2\x12.tether.v1.CounterR\x05value:\x028\x01\x1aI\n" +
+	"\n" +
+	"ListsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12%\n" +
+	"\x05value\x18\x02 \x01(\v2\x0f.tether.v1.ListR\x05value:\x028\x01\";\n" +
+	"\aCounter\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x03R\x05count\x12\x1a\n" +
+	"\bcapacity\x18\x02 \x01(\x03R\bcapacity\":\n" +
+	"\x04List\x12\x1a\n" +
+	"\bcapacity\x18\x01 \x01(\x03R\bcapacity\x12\x16\n" +
+	"\x06values\x18\x02 \x03(\tR\x06values\"\xe6\x01\n" +
 	"\fHealthPolicy\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x122\n" +
 	"\x15initial_delay_seconds\x18\x02 \x01(\x05R\x13initialDelaySeconds\x12%\n" +
@@ -2237,7 +2387,7 @@ func file_tether_v1_fleet_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_v1_fleet_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tether_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_tether_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_tether_v1_fleet_proto_goTypes = []any{
 	(FleetStrategy_Type)(0),       // 0: tether.v1.FleetStrategy.Type
 	(PortSpec_Protocol)(0),        // 1: tether.v1.PortSpec.Protocol
@@ -2250,83 +2400,91 @@ var file_tether_v1_fleet_proto_goTypes = []any{
 	(*RevisionCount)(nil),         // 8: tether.v1.RevisionCount
 	(*PortSpec)(nil),              // 9: tether.v1.PortSpec
 	(*GameServerTemplate)(nil),    // 10: tether.v1.GameServerTemplate
-	(*HealthPolicy)(nil),          // 11: tether.v1.HealthPolicy
-	(*PlayerSessionPolicy)(nil),   // 12: tether.v1.PlayerSessionPolicy
-	(*FleetStatus)(nil),           // 13: tether.v1.FleetStatus
-	(*FleetCondition)(nil),        // 14: tether.v1.FleetCondition
-	(*Fleet)(nil),                 // 15: tether.v1.Fleet
-	(*FleetAutoscaling)(nil),      // 16: tether.v1.FleetAutoscaling
-	(*BufferPolicy)(nil),          // 17: tether.v1.BufferPolicy
-	(*WebhookPolicy)(nil),         // 18: tether.v1.WebhookPolicy
-	(*AutoscalingSchedule)(nil),   // 19: tether.v1.AutoscalingSchedule
-	(*CreateFleetRequest)(nil),    // 20: tether.v1.CreateFleetRequest
-	(*GetFleetRequest)(nil),       // 21: tether.v1.GetFleetRequest
-	(*ListFleetsRequest)(nil),     // 22: tether.v1.ListFleetsRequest
-	(*ListFleetsResponse)(nil),    // 23: tether.v1.ListFleetsResponse
-	(*UpdateFleetRequest)(nil),    // 24: tether.v1.UpdateFleetRequest
-	(*DeleteFleetRequest)(nil),    // 25: tether.v1.DeleteFleetRequest
-	nil,                           // 26: tether.v1.GameServerTemplate.EnvEntry
-	nil,                           // 27: tether.v1.GameServerTemplate.HostSelectorEntry
-	nil,                           // 28: tether.v1.Fleet.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil), // 30: google.protobuf.FieldMask
+	(*Counter)(nil),               // 11: tether.v1.Counter
+	(*List)(nil),                  // 12: tether.v1.List
+	(*HealthPolicy)(nil),          // 13: tether.v1.HealthPolicy
+	(*PlayerSessionPolicy)(nil),   // 14: tether.v1.PlayerSessionPolicy
+	(*FleetStatus)(nil),           // 15: tether.v1.FleetStatus
+	(*FleetCondition)(nil),        // 16: tether.v1.FleetCondition
+	(*Fleet)(nil),                 // 17: tether.v1.Fleet
+	(*FleetAutoscaling)(nil),      // 18: tether.v1.FleetAutoscaling
+	(*BufferPolicy)(nil),          // 19: tether.v1.BufferPolicy
+	(*WebhookPolicy)(nil),         // 20: tether.v1.WebhookPolicy
+	(*AutoscalingSchedule)(nil),   // 21: tether.v1.AutoscalingSchedule
+	(*CreateFleetRequest)(nil),    // 22: tether.v1.CreateFleetRequest
+	(*GetFleetRequest)(nil),       // 23: tether.v1.GetFleetRequest
+	(*ListFleetsRequest)(nil),     // 24: tether.v1.ListFleetsRequest
+	(*ListFleetsResponse)(nil),    // 25: tether.v1.ListFleetsResponse
+	(*UpdateFleetRequest)(nil),    // 26: tether.v1.UpdateFleetRequest
+	(*DeleteFleetRequest)(nil),    // 27: tether.v1.DeleteFleetRequest
+	nil,                           // 28: tether.v1.GameServerTemplate.EnvEntry
+	nil,                           // 29: tether.v1.GameServerTemplate.HostSelectorEntry
+	nil,                           // 30: tether.v1.GameServerTemplate.CountersEntry
+	nil,                           // 31: tether.v1.GameServerTemplate.ListsEntry
+	nil,                           // 32: tether.v1.Fleet.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil), // 34: google.protobuf.FieldMask
 }
 var file_tether_v1_fleet_proto_depIdxs = []int32{
 	0,  // 0: tether.v1.FleetStrategy.type:type_name -> tether.v1.FleetStrategy.Type
-	29, // 1: tether.v1.RolloutStatus.start_time:type_name -> google.protobuf.Timestamp
-	29, // 2: tether.v1.RolloutStatus.update_time:type_name -> google.protobuf.Timestamp
+	33, // 1: tether.v1.RolloutStatus.start_time:type_name -> google.protobuf.Timestamp
+	33, // 2: tether.v1.RolloutStatus.update_time:type_name -> google.protobuf.Timestamp
 	1,  // 3: tether.v1.PortSpec.protocol:type_name -> tether.v1.PortSpec.Protocol
-	26, // 4: tether.v1.GameServerTemplate.env:type_name -> tether.v1.GameServerTemplate.EnvEntry
+	28, // 4: tether.v1.GameServerTemplate.env:type_name -> tether.v1.GameServerTemplate.EnvEntry
 	9,  // 5: tether.v1.GameServerTemplate.ports:type_name -> tether.v1.PortSpec
-	27, // 6: tether.v1.GameServerTemplate.host_selector:type_name -> tether.v1.GameServerTemplate.HostSelectorEntry
-	14, // 7: tether.v1.FleetStatus.conditions:type_name -> tether.v1.FleetCondition
-	7,  // 8: tether.v1.FleetStatus.rollout:type_name -> tether.v1.RolloutStatus
-	8,  // 9: tether.v1.FleetStatus.revisions:type_name -> tether.v1.RevisionCount
-	29, // 10: tether.v1.FleetCondition.last_transition_time:type_name -> google.protobuf.Timestamp
-	29, // 11: tether.v1.FleetCondition.backoff_until:type_name -> google.protobuf.Timestamp
-	10, // 12: tether.v1.Fleet.template:type_name -> tether.v1.GameServerTemplate
-	11, // 13: tether.v1.Fleet.health:type_name -> tether.v1.HealthPolicy
-	12, // 14: tether.v1.Fleet.player_sessions:type_name -> tether.v1.PlayerSessionPolicy
-	2,  // 15: tether.v1.Fleet.scheduling:type_name -> tether.v1.Fleet.Scheduling
-	28, // 16: tether.v1.Fleet.labels:type_name -> tether.v1.Fleet.LabelsEntry
-	13, // 17: tether.v1.Fleet.status:type_name -> tether.v1.FleetStatus
-	29, // 18: tether.v1.Fleet.create_time:type_name -> google.protobuf.Timestamp
-	29, // 19: tether.v1.Fleet.update_time:type_name -> google.protobuf.Timestamp
-	29, // 20: tether.v1.Fleet.delete_time:type_name -> google.protobuf.Timestamp
-	16, // 21: tether.v1.Fleet.autoscaling:type_name -> tether.v1.FleetAutoscaling
-	6,  // 22: tether.v1.Fleet.strategy:type_name -> tether.v1.FleetStrategy
-	17, // 23: tether.v1.FleetAutoscaling.buffer:type_name -> tether.v1.BufferPolicy
-	18, // 24: tether.v1.FleetAutoscaling.webhook:type_name -> tether.v1.WebhookPolicy
-	19, // 25: tether.v1.FleetAutoscaling.schedules:type_name -> tether.v1.AutoscalingSchedule
-	29, // 26: tether.v1.AutoscalingSchedule.start_time:type_name -> google.protobuf.Timestamp
-	29, // 27: tether.v1.AutoscalingSchedule.end_time:type_name -> google.protobuf.Timestamp
-	17, // 28: tether.v1.AutoscalingSchedule.buffer:type_name -> tether.v1.BufferPolicy
-	18, // 29: tether.v1.AutoscalingSchedule.webhook:type_name -> tether.v1.WebhookPolicy
-	15, // 30: tether.v1.CreateFleetRequest.fleet:type_name -> tether.v1.Fleet
-	15, // 31: tether.v1.ListFleetsResponse.fleets:type_name -> tether.v1.Fleet
-	15, // 32: tether.v1.UpdateFleetRequest.fleet:type_name -> tether.v1.Fleet
-	30, // 33: tether.v1.UpdateFleetRequest.update_mask:type_name -> google.protobuf.FieldMask
-	20, // 34: tether.v1.FleetService.CreateFleet:input_type -> tether.v1.CreateFleetRequest
-	21, // 35: tether.v1.FleetService.GetFleet:input_type -> tether.v1.GetFleetRequest
-	22, // 36: tether.v1.FleetService.ListFleets:input_type -> tether.v1.ListFleetsRequest
-	24, // 37: tether.v1.FleetService.UpdateFleet:input_type -> tether.v1.UpdateFleetRequest
-	25, // 38: tether.v1.FleetService.DeleteFleet:input_type -> tether.v1.DeleteFleetRequest
-	3,  // 39: tether.v1.FleetService.PauseRollout:input_type -> tether.v1.PauseRolloutRequest
-	4,  // 40: tether.v1.FleetService.ResumeRollout:input_type -> tether.v1.ResumeRolloutRequest
-	5,  // 41: tether.v1.FleetService.UndoRollout:input_type -> tether.v1.UndoRolloutRequest
-	15, // 42: tether.v1.FleetService.CreateFleet:output_type -> tether.v1.Fleet
-	15, // 43: tether.v1.FleetService.GetFleet:output_type -> tether.v1.Fleet
-	23, // 44: tether.v1.FleetService.ListFleets:output_type -> tether.v1.ListFleetsResponse
-	15, // 45: tether.v1.FleetService.UpdateFleet:output_type -> tether.v1.Fleet
-	15, // 46: tether.v1.FleetService.DeleteFleet:output_type -> tether.v1.Fleet
-	15, // 47: tether.v1.FleetService.PauseRollout:output_type -> tether.v1.Fleet
-	15, // 48: tether.v1.FleetService.ResumeRollout:output_type -> tether.v1.Fleet
-	15, // 49: tether.v1.FleetService.UndoRollout:output_type -> tether.v1.Fleet
-	42, // [42:50] is the sub-list for method output_type
-	34, // [34:42] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	29, // 6: tether.v1.GameServerTemplate.host_selector:type_name -> tether.v1.GameServerTemplate.HostSelectorEntry
+	30, // 7: tether.v1.GameServerTemplate.counters:type_name -> tether.v1.GameServerTemplate.CountersEntry
+	31, // 8: tether.v1.GameServerTemplate.lists:type_name -> tether.v1.GameServerTemplate.ListsEntry
+	16, // 9: tether.v1.FleetStatus.conditions:type_name -> tether.v1.FleetCondition
+	7,  // 10: tether.v1.FleetStatus.rollout:type_name -> tether.v1.RolloutStatus
+	8,  // 11: tether.v1.FleetStatus.revisions:type_name -> tether.v1.RevisionCount
+	33, // 12: tether.v1.FleetCondition.last_transition_time:type_name -> google.protobuf.Timestamp
+	33, // 13: tether.v1.FleetCondition.backoff_until:type_name -> google.protobuf.Timestamp
+	10, // 14: tether.v1.Fleet.template:type_name -> tether.v1.GameServerTemplate
+	13, // 15: tether.v1.Fleet.health:type_name -> tether.v1.HealthPolicy
+	14, // 16: tether.v1.Fleet.player_sessions:type_name -> tether.v1.PlayerSessionPolicy
+	2,  // 17: tether.v1.Fleet.scheduling:type_name -> tether.v1.Fleet.Scheduling
+	32, // 18: tether.v1.Fleet.labels:type_name -> tether.v1.Fleet.LabelsEntry
+	15, // 19: tether.v1.Fleet.status:type_name -> tether.v1.FleetStatus
+	33, // 20: tether.v1.Fleet.create_time:type_name -> google.protobuf.Timestamp
+	33, // 21: tether.v1.Fleet.update_time:type_name -> google.protobuf.Timestamp
+	33, // 22: tether.v1.Fleet.delete_time:type_name -> google.protobuf.Timestamp
+	18, // 23: tether.v1.Fleet.autoscaling:type_name -> tether.v1.FleetAutoscaling
+	6,  // 24: tether.v1.Fleet.strategy:type_name -> tether.v1.FleetStrategy
+	19, // 25: tether.v1.FleetAutoscaling.buffer:type_name -> tether.v1.BufferPolicy
+	20, // 26: tether.v1.FleetAutoscaling.webhook:type_name -> tether.v1.WebhookPolicy
+	21, // 27: tether.v1.FleetAutoscaling.schedules:type_name -> tether.v1.AutoscalingSchedule
+	33, // 28: tether.v1.AutoscalingSchedule.start_time:type_name -> google.protobuf.Timestamp
+	33, // 29: tether.v1.AutoscalingSchedule.end_time:type_name -> google.protobuf.Timestamp
+	19, // 30: tether.v1.AutoscalingSchedule.buffer:type_name -> tether.v1.BufferPolicy
+	20, // 31: tether.v1.AutoscalingSchedule.webhook:type_name -> tether.v1.WebhookPolicy
+	17, // 32: tether.v1.CreateFleetRequest.fleet:type_name -> tether.v1.Fleet
+	17, // 33: tether.v1.ListFleetsResponse.fleets:type_name -> tether.v1.Fleet
+	17, // 34: tether.v1.UpdateFleetRequest.fleet:type_name -> tether.v1.Fleet
+	34, // 35: tether.v1.UpdateFleetRequest.update_mask:type_name -> google.protobuf.FieldMask
+	11, // 36: tether.v1.GameServerTemplate.CountersEntry.value:type_name -> tether.v1.Counter
+	12, // 37: tether.v1.GameServerTemplate.ListsEntry.value:type_name -> tether.v1.List
+	22, // 38: tether.v1.FleetService.CreateFleet:input_type -> tether.v1.CreateFleetRequest
+	23, // 39: tether.v1.FleetService.GetFleet:input_type -> tether.v1.GetFleetRequest
+	24, // 40: tether.v1.FleetService.ListFleets:input_type -> tether.v1.ListFleetsRequest
+	26, // 41: tether.v1.FleetService.UpdateFleet:input_type -> tether.v1.UpdateFleetRequest
+	27, // 42: tether.v1.FleetService.DeleteFleet:input_type -> tether.v1.DeleteFleetRequest
+	3,  // 43: tether.v1.FleetService.PauseRollout:input_type -> tether.v1.PauseRolloutRequest
+	4,  // 44: tether.v1.FleetService.ResumeRollout:input_type -> tether.v1.ResumeRolloutRequest
+	5,  // 45: tether.v1.FleetService.UndoRollout:input_type -> tether.v1.UndoRolloutRequest
+	17, // 46: tether.v1.FleetService.CreateFleet:output_type -> tether.v1.Fleet
+	17, // 47: tether.v1.FleetService.GetFleet:output_type -> tether.v1.Fleet
+	25, // 48: tether.v1.FleetService.ListFleets:output_type -> tether.v1.ListFleetsResponse
+	17, // 49: tether.v1.FleetService.UpdateFleet:output_type -> tether.v1.Fleet
+	17, // 50: tether.v1.FleetService.DeleteFleet:output_type -> tether.v1.Fleet
+	17, // 51: tether.v1.FleetService.PauseRollout:output_type -> tether.v1.Fleet
+	17, // 52: tether.v1.FleetService.ResumeRollout:output_type -> tether.v1.Fleet
+	17, // 53: tether.v1.FleetService.UndoRollout:output_type -> tether.v1.Fleet
+	46, // [46:54] is the sub-list for method output_type
+	38, // [38:46] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_tether_v1_fleet_proto_init() }
@@ -2340,7 +2498,7 @@ func file_tether_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_v1_fleet_proto_rawDesc), len(file_tether_v1_fleet_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   26,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -73,7 +73,7 @@ func (x LogEntry_Stream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LogEntry_Stream.Descriptor instead.
 func (LogEntry_Stream) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{2, 0}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{4, 0}
 }
 
 // Connection state.
@@ -130,7 +130,7 @@ func (x ConnectionStatus_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConnectionStatus_State.Descriptor instead.
 func (ConnectionStatus_State) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{7, 0}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{9, 0}
 }
 
 // Health state.
@@ -187,7 +187,7 @@ func (x HealthStatus_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HealthStatus_State.Descriptor instead.
 func (HealthStatus_State) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{8, 0}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{10, 0}
 }
 
 // Lifecycle state.
@@ -264,7 +264,190 @@ func (x GameServer_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GameServer_State.Descriptor instead.
 func (GameServer_State) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{10, 0}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{12, 0}
+}
+
+// Request of UpdateGameServerCounter.
+type UpdateGameServerCounterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "fleets/{fleet}/gameServers/{game_server}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The counter's name, one of the server's template.
+	Counter string `protobuf:"bytes,2,opt,name=counter,proto3" json:"counter,omitempty"`
+	// The count to set; unset: as it is.
+	Count *int64 `protobuf:"varint,3,opt,name=count,proto3,oneof" json:"count,omitempty"`
+	// Added to the count (after count, when both are set); negative to take
+	// away.
+	CountDiff int64 `protobuf:"varint,4,opt,name=count_diff,json=countDiff,proto3" json:"count_diff,omitempty"`
+	// The capacity to set; unset: as it is.
+	Capacity *int64 `protobuf:"varint,5,opt,name=capacity,proto3,oneof" json:"capacity,omitempty"`
+	// Makes the call idempotent.
+	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateGameServerCounterRequest) Reset() {
+	*x = UpdateGameServerCounterRequest{}
+	mi := &file_tether_v1_gameserver_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateGameServerCounterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateGameServerCounterRequest) ProtoMessage() {}
+
+func (x *UpdateGameServerCounterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_gameserver_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateGameServerCounterRequest.ProtoReflect.Descriptor instead.
+func (*UpdateGameServerCounterRequest) Descriptor() ([]byte, []int) {
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *UpdateGameServerCounterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateGameServerCounterRequest) GetCounter() string {
+	if x != nil {
+		return x.Counter
+	}
+	return ""
+}
+
+func (x *UpdateGameServerCounterRequest) GetCount() int64 {
+	if x != nil && x.Count != nil {
+		return *x.Count
+	}
+	return 0
+}
+
+func (x *UpdateGameServerCounterRequest) GetCountDiff() int64 {
+	if x != nil {
+		return x.CountDiff
+	}
+	return 0
+}
+
+func (x *UpdateGameServerCounterRequest) GetCapacity() int64 {
+	if x != nil && x.Capacity != nil {
+		return *x.Capacity
+	}
+	return 0
+}
+
+func (x *UpdateGameServerCounterRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// Request of UpdateGameServerList.
+type UpdateGameServerListRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "fleets/{fleet}/gameServers/{game_server}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The list's name, one of the server's template.
+	List string `protobuf:"bytes,2,opt,name=list,proto3" json:"list,omitempty"`
+	// The capacity to set; unset: as it is.
+	Capacity *int64 `protobuf:"varint,3,opt,name=capacity,proto3,oneof" json:"capacity,omitempty"`
+	// Values to add, at the end, in this order.
+	AddValues []string `protobuf:"bytes,4,rep,name=add_values,json=addValues,proto3" json:"add_values,omitempty"`
+	// Values to remove.
+	RemoveValues []string `protobuf:"bytes,5,rep,name=remove_values,json=removeValues,proto3" json:"remove_values,omitempty"`
+	// Makes the call idempotent.
+	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateGameServerListRequest) Reset() {
+	*x = UpdateGameServerListRequest{}
+	mi := &file_tether_v1_gameserver_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateGameServerListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateGameServerListRequest) ProtoMessage() {}
+
+func (x *UpdateGameServerListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_gameserver_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateGameServerListRequest.ProtoReflect.Descriptor instead.
+func (*UpdateGameServerListRequest) Descriptor() ([]byte, []int) {
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *UpdateGameServerListRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateGameServerListRequest) GetList() string {
+	if x != nil {
+		return x.List
+	}
+	return ""
+}
+
+func (x *UpdateGameServerListRequest) GetCapacity() int64 {
+	if x != nil && x.Capacity != nil {
+		return *x.Capacity
+	}
+	return 0
+}
+
+func (x *UpdateGameServerListRequest) GetAddValues() []string {
+	if x != nil {
+		return x.AddValues
+	}
+	return nil
+}
+
+func (x *UpdateGameServerListRequest) GetRemoveValues() []string {
+	if x != nil {
+		return x.RemoveValues
+	}
+	return nil
+}
+
+func (x *UpdateGameServerListRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // Request of StreamGameServerLogs.
@@ -288,7 +471,7 @@ type StreamGameServerLogsRequest struct {
 
 func (x *StreamGameServerLogsRequest) Reset() {
 	*x = StreamGameServerLogsRequest{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[0]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -300,7 +483,7 @@ func (x *StreamGameServerLogsRequest) String() string {
 func (*StreamGameServerLogsRequest) ProtoMessage() {}
 
 func (x *StreamGameServerLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[0]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -313,7 +496,7 @@ func (x *StreamGameServerLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamGameServerLogsRequest.ProtoReflect.Descriptor instead.
 func (*StreamGameServerLogsRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{0}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *StreamGameServerLogsRequest) GetName() string {
@@ -363,7 +546,7 @@ type StreamGameServerLogsResponse struct {
 
 func (x *StreamGameServerLogsResponse) Reset() {
 	*x = StreamGameServerLogsResponse{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[1]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +558,7 @@ func (x *StreamGameServerLogsResponse) String() string {
 func (*StreamGameServerLogsResponse) ProtoMessage() {}
 
 func (x *StreamGameServerLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[1]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +571,7 @@ func (x *StreamGameServerLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamGameServerLogsResponse.ProtoReflect.Descriptor instead.
 func (*StreamGameServerLogsResponse) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{1}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StreamGameServerLogsResponse) GetEntries() []*LogEntry {
@@ -417,7 +600,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[2]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +612,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[2]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +625,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{2}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LogEntry) GetTime() *timestamppb.Timestamp {
@@ -493,7 +676,7 @@ type CreateGameServerRequest struct {
 
 func (x *CreateGameServerRequest) Reset() {
 	*x = CreateGameServerRequest{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[3]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +688,7 @@ func (x *CreateGameServerRequest) String() string {
 func (*CreateGameServerRequest) ProtoMessage() {}
 
 func (x *CreateGameServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[3]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +701,7 @@ func (x *CreateGameServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGameServerRequest.ProtoReflect.Descriptor instead.
 func (*CreateGameServerRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{3}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateGameServerRequest) GetParent() string {
@@ -573,7 +756,7 @@ type ShutdownGameServerRequest struct {
 
 func (x *ShutdownGameServerRequest) Reset() {
 	*x = ShutdownGameServerRequest{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[4]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +768,7 @@ func (x *ShutdownGameServerRequest) String() string {
 func (*ShutdownGameServerRequest) ProtoMessage() {}
 
 func (x *ShutdownGameServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[4]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +781,7 @@ func (x *ShutdownGameServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownGameServerRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownGameServerRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{4}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ShutdownGameServerRequest) GetName() string {
@@ -642,7 +825,7 @@ type DeleteGameServerRequest struct {
 
 func (x *DeleteGameServerRequest) Reset() {
 	*x = DeleteGameServerRequest{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[5]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +837,7 @@ func (x *DeleteGameServerRequest) String() string {
 func (*DeleteGameServerRequest) ProtoMessage() {}
 
 func (x *DeleteGameServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[5]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +850,7 @@ func (x *DeleteGameServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGameServerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteGameServerRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{5}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteGameServerRequest) GetName() string {
@@ -699,7 +882,7 @@ type Port struct {
 
 func (x *Port) Reset() {
 	*x = Port{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[6]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -711,7 +894,7 @@ func (x *Port) String() string {
 func (*Port) ProtoMessage() {}
 
 func (x *Port) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[6]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -724,7 +907,7 @@ func (x *Port) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Port.ProtoReflect.Descriptor instead.
 func (*Port) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{6}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Port) GetName() string {
@@ -763,7 +946,7 @@ type ConnectionStatus struct {
 
 func (x *ConnectionStatus) Reset() {
 	*x = ConnectionStatus{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[7]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +958,7 @@ func (x *ConnectionStatus) String() string {
 func (*ConnectionStatus) ProtoMessage() {}
 
 func (x *ConnectionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[7]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +971,7 @@ func (x *ConnectionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionStatus.ProtoReflect.Descriptor instead.
 func (*ConnectionStatus) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{7}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ConnectionStatus) GetState() ConnectionStatus_State {
@@ -827,7 +1010,7 @@ type HealthStatus struct {
 
 func (x *HealthStatus) Reset() {
 	*x = HealthStatus{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[8]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +1022,7 @@ func (x *HealthStatus) String() string {
 func (*HealthStatus) ProtoMessage() {}
 
 func (x *HealthStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[8]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +1035,7 @@ func (x *HealthStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthStatus.ProtoReflect.Descriptor instead.
 func (*HealthStatus) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{8}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HealthStatus) GetState() HealthStatus_State {
@@ -903,7 +1086,7 @@ type Evidence struct {
 
 func (x *Evidence) Reset() {
 	*x = Evidence{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[9]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1098,7 @@ func (x *Evidence) String() string {
 func (*Evidence) ProtoMessage() {}
 
 func (x *Evidence) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[9]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1111,7 @@ func (x *Evidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
 func (*Evidence) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{9}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Evidence) GetLastHeartbeatTime() *timestamppb.Timestamp {
@@ -1031,14 +1214,18 @@ type GameServer struct {
 	Sequence int64 `protobuf:"varint,15,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// The fleet revision it runs (0 for standalone servers and servers
 	// made before revisions).
-	Revision      int64 `protobuf:"varint,16,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,16,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Its counters now, by name: {"rooms": {"count": "1", "capacity": "10"}}.
+	Counters map[string]*Counter `protobuf:"bytes,17,rep,name=counters,proto3" json:"counters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Its lists now, by name: {"players": {"capacity": "100", "values": ["p1"]}}.
+	Lists         map[string]*List `protobuf:"bytes,18,rep,name=lists,proto3" json:"lists,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GameServer) Reset() {
 	*x = GameServer{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[10]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1237,7 @@ func (x *GameServer) String() string {
 func (*GameServer) ProtoMessage() {}
 
 func (x *GameServer) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[10]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1250,7 @@ func (x *GameServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GameServer.ProtoReflect.Descriptor instead.
 func (*GameServer) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{10}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GameServer) GetName() string {
@@ -1178,6 +1365,20 @@ func (x *GameServer) GetRevision() int64 {
 	return 0
 }
 
+func (x *GameServer) GetCounters() map[string]*Counter {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+func (x *GameServer) GetLists() map[string]*List {
+	if x != nil {
+		return x.Lists
+	}
+	return nil
+}
+
 // Request of ListGameServers.
 type ListGameServersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1198,7 +1399,7 @@ type ListGameServersRequest struct {
 
 func (x *ListGameServersRequest) Reset() {
 	*x = ListGameServersRequest{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[11]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1411,7 @@ func (x *ListGameServersRequest) String() string {
 func (*ListGameServersRequest) ProtoMessage() {}
 
 func (x *ListGameServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[11]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1424,7 @@ func (x *ListGameServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGameServersRequest.ProtoReflect.Descriptor instead.
 func (*ListGameServersRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{11}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListGameServersRequest) GetParent() string {
@@ -1274,7 +1475,7 @@ type ListGameServersResponse struct {
 
 func (x *ListGameServersResponse) Reset() {
 	*x = ListGameServersResponse{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[12]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1487,7 @@ func (x *ListGameServersResponse) String() string {
 func (*ListGameServersResponse) ProtoMessage() {}
 
 func (x *ListGameServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[12]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1500,7 @@ func (x *ListGameServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGameServersResponse.ProtoReflect.Descriptor instead.
 func (*ListGameServersResponse) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{12}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListGameServersResponse) GetGameServers() []*GameServer {
@@ -1329,7 +1530,7 @@ type GetGameServerRequest struct {
 
 func (x *GetGameServerRequest) Reset() {
 	*x = GetGameServerRequest{}
-	mi := &file_tether_v1_gameserver_proto_msgTypes[13]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1542,7 @@ func (x *GetGameServerRequest) String() string {
 func (*GetGameServerRequest) ProtoMessage() {}
 
 func (x *GetGameServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_gameserver_proto_msgTypes[13]
+	mi := &file_tether_v1_gameserver_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1555,7 @@ func (x *GetGameServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGameServerRequest.ProtoReflect.Descriptor instead.
 func (*GetGameServerRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{13}
+	return file_tether_v1_gameserver_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetGameServerRequest) GetName() string {
@@ -1375,7 +1576,28 @@ var File_tether_v1_gameserver_proto protoreflect.FileDescriptor
 
 const file_tether_v1_gameserver_proto_rawDesc = "" +
 	"\n" +
-	"\x1atether/v1/gameserver.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15tether/v1/fleet.proto\"\xd7\x01\n" +
+	"\x1atether/v1/gameserver.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15tether/v1/fleet.proto\"\xdf\x01\n" +
+	"\x1eUpdateGameServerCounterRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\acounter\x18\x02 \x01(\tR\acounter\x12\x19\n" +
+	"\x05count\x18\x03 \x01(\x03H\x00R\x05count\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"count_diff\x18\x04 \x01(\x03R\tcountDiff\x12\x1f\n" +
+	"\bcapacity\x18\x05 \x01(\x03H\x01R\bcapacity\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestIdB\b\n" +
+	"\x06_countB\v\n" +
+	"\t_capacity\"\xd6\x01\n" +
+	"\x1bUpdateGameServerListRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04list\x18\x02 \x01(\tR\x04list\x12\x1f\n" +
+	"\bcapacity\x18\x03 \x01(\x03H\x00R\bcapacity\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"add_values\x18\x04 \x03(\tR\taddValues\x12#\n" +
+	"\rremove_values\x18\x05 \x03(\tR\fremoveValues\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestIdB\v\n" +
+	"\t_capacity\"\xd7\x01\n" +
 	"\x1bStreamGameServerLogsRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x06stream\x18\x02 \x01(\x0e2\x1a.tether.v1.LogEntry.StreamR\x06stream\x12\x1d\n" +
@@ -1448,7 +1670,7 @@ const file_tether_v1_gameserver_proto_rawDesc = "" +
 	"\x0estart_attempts\x18\b \x01(\x05R\rstartAttempts\x12\x16\n" +
 	"\x06detail\x18\t \x01(\tR\x06detailB\f\n" +
 	"\n" +
-	"_exit_code\"\xd4\x06\n" +
+	"_exit_code\"\xe9\b\n" +
 	"\n" +
 	"GameServer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -1471,10 +1693,19 @@ const file_tether_v1_gameserver_proto_rawDesc = "" +
 	"\vupdate_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x1a\n" +
 	"\bsequence\x18\x0f \x01(\x03R\bsequence\x12\x1a\n" +
-	"\brevision\x18\x10 \x01(\x03R\brevision\x1a9\n" +
+	"\brevision\x18\x10 \x01(\x03R\brevision\x12?\n" +
+	"\bcounters\x18\x11 \x03(\v2#.tether.v1.GameServer.CountersEntryR\bcounters\x126\n" +
+	"\x05lists\x18\x12 \x03(\v2 .tether.v1.GameServer.ListsEntryR\x05lists\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aO\n" +
+	"\rCountersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12(\n" +
+	"\x05value\x18\x02 \x01(\v2\x12.tether.v1.CounterR\x05value:\x028\x01\x1aI\n" +
+	"\n" +
+	"ListsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12%\n" +
+	"\x05value\x18\x02 \x01(\v2\x0f.tether.v1.ListR\x05value:\x028\x01\"\x95\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tSCHEDULED\x10\x01\x12\f\n" +
@@ -1498,14 +1729,16 @@ const file_tether_v1_gameserver_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"M\n" +
 	"\x14GetGameServerRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
-	"\fmin_sequence\x18\x02 \x01(\x03R\vminSequence2\xae\x06\n" +
+	"\fmin_sequence\x18\x02 \x01(\x03R\vminSequence2\xe0\b\n" +
 	"\x11GameServerService\x12\x83\x01\n" +
 	"\x0fListGameServers\x12!.tether.v1.ListGameServersRequest\x1a\".tether.v1.ListGameServersResponse\")\x82\xd3\xe4\x93\x02#\x12!/v1/{parent=fleets/*}/gameServers\x12r\n" +
 	"\rGetGameServer\x12\x1f.tether.v1.GetGameServerRequest\x1a\x15.tether.v1.GameServer\")\x82\xd3\xe4\x93\x02#\x12!/v1/{name=fleets/*/gameServers/*}\x12~\n" +
 	"\x10CreateGameServer\x12\".tether.v1.CreateGameServerRequest\x1a\x15.tether.v1.GameServer\"/\x82\xd3\xe4\x93\x02):\x04spec\"!/v1/{parent=fleets/*}/gameServers\x12\x88\x01\n" +
 	"\x12ShutdownGameServer\x12$.tether.v1.ShutdownGameServerRequest\x1a\x15.tether.v1.GameServer\"5\x82\xd3\xe4\x93\x02/:\x01*\"*/v1/{name=fleets/*/gameServers/*}:shutdown\x12x\n" +
 	"\x10DeleteGameServer\x12\".tether.v1.DeleteGameServerRequest\x1a\x15.tether.v1.GameServer\")\x82\xd3\xe4\x93\x02#*!/v1/{name=fleets/*/gameServers/*}\x12\x99\x01\n" +
-	"\x14StreamGameServerLogs\x12&.tether.v1.StreamGameServerLogsRequest\x1a'.tether.v1.StreamGameServerLogsResponse\".\x82\xd3\xe4\x93\x02(\x12&/v1/{name=fleets/*/gameServers/*}:logs0\x01B5Z3github.com/tetherhq/tether/proto/tether/v1;tetherv1b\x06proto3"
+	"\x14StreamGameServerLogs\x12&.tether.v1.StreamGameServerLogsRequest\x1a'.tether.v1.StreamGameServerLogsResponse\".\x82\xd3\xe4\x93\x02(\x12&/v1/{name=fleets/*/gameServers/*}:logs0\x01\x12\x9c\x01\n" +
+	"\x17UpdateGameServerCounter\x12).tether.v1.UpdateGameServerCounterRequest\x1a\x15.tether.v1.GameServer\"?\x82\xd3\xe4\x93\x029:\x01*24/v1/{name=fleets/*/gameServers/*}/counters/{counter}\x12\x90\x01\n" +
+	"\x14UpdateGameServerList\x12&.tether.v1.UpdateGameServerListRequest\x1a\x15.tether.v1.GameServer\"9\x82\xd3\xe4\x93\x023:\x01*2./v1/{name=fleets/*/gameServers/*}/lists/{list}B5Z3github.com/tetherhq/tether/proto/tether/v1;tetherv1b\x06proto3"
 
 var (
 	file_tether_v1_gameserver_proto_rawDescOnce sync.Once
@@ -1520,71 +1753,85 @@ func file_tether_v1_gameserver_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_v1_gameserver_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_tether_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_tether_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_tether_v1_gameserver_proto_goTypes = []any{
-	(LogEntry_Stream)(0),                 // 0: tether.v1.LogEntry.Stream
-	(ConnectionStatus_State)(0),          // 1: tether.v1.ConnectionStatus.State
-	(HealthStatus_State)(0),              // 2: tether.v1.HealthStatus.State
-	(GameServer_State)(0),                // 3: tether.v1.GameServer.State
-	(*StreamGameServerLogsRequest)(nil),  // 4: tether.v1.StreamGameServerLogsRequest
-	(*StreamGameServerLogsResponse)(nil), // 5: tether.v1.StreamGameServerLogsResponse
-	(*LogEntry)(nil),                     // 6: tether.v1.LogEntry
-	(*CreateGameServerRequest)(nil),      // 7: tether.v1.CreateGameServerRequest
-	(*ShutdownGameServerRequest)(nil),    // 8: tether.v1.ShutdownGameServerRequest
-	(*DeleteGameServerRequest)(nil),      // 9: tether.v1.DeleteGameServerRequest
-	(*Port)(nil),                         // 10: tether.v1.Port
-	(*ConnectionStatus)(nil),             // 11: tether.v1.ConnectionStatus
-	(*HealthStatus)(nil),                 // 12: tether.v1.HealthStatus
-	(*Evidence)(nil),                     // 13: tether.v1.Evidence
-	(*GameServer)(nil),                   // 14: tether.v1.GameServer
-	(*ListGameServersRequest)(nil),       // 15: tether.v1.ListGameServersRequest
-	(*ListGameServersResponse)(nil),      // 16: tether.v1.ListGameServersResponse
-	(*GetGameServerRequest)(nil),         // 17: tether.v1.GetGameServerRequest
-	nil,                                  // 18: tether.v1.GameServer.LabelsEntry
-	(*timestamppb.Timestamp)(nil),        // 19: google.protobuf.Timestamp
-	(*Fleet)(nil),                        // 20: tether.v1.Fleet
-	(PortSpec_Protocol)(0),               // 21: tether.v1.PortSpec.Protocol
+	(LogEntry_Stream)(0),                   // 0: tether.v1.LogEntry.Stream
+	(ConnectionStatus_State)(0),            // 1: tether.v1.ConnectionStatus.State
+	(HealthStatus_State)(0),                // 2: tether.v1.HealthStatus.State
+	(GameServer_State)(0),                  // 3: tether.v1.GameServer.State
+	(*UpdateGameServerCounterRequest)(nil), // 4: tether.v1.UpdateGameServerCounterRequest
+	(*UpdateGameServerListRequest)(nil),    // 5: tether.v1.UpdateGameServerListRequest
+	(*StreamGameServerLogsRequest)(nil),    // 6: tether.v1.StreamGameServerLogsRequest
+	(*StreamGameServerLogsResponse)(nil),   // 7: tether.v1.StreamGameServerLogsResponse
+	(*LogEntry)(nil),                       // 8: tether.v1.LogEntry
+	(*CreateGameServerRequest)(nil),        // 9: tether.v1.CreateGameServerRequest
+	(*ShutdownGameServerRequest)(nil),      // 10: tether.v1.ShutdownGameServerRequest
+	(*DeleteGameServerRequest)(nil),        // 11: tether.v1.DeleteGameServerRequest
+	(*Port)(nil),                           // 12: tether.v1.Port
+	(*ConnectionStatus)(nil),               // 13: tether.v1.ConnectionStatus
+	(*HealthStatus)(nil),                   // 14: tether.v1.HealthStatus
+	(*Evidence)(nil),                       // 15: tether.v1.Evidence
+	(*GameServer)(nil),                     // 16: tether.v1.GameServer
+	(*ListGameServersRequest)(nil),         // 17: tether.v1.ListGameServersRequest
+	(*ListGameServersResponse)(nil),        // 18: tether.v1.ListGameServersResponse
+	(*GetGameServerRequest)(nil),           // 19: tether.v1.GetGameServerRequest
+	nil,                                    // 20: tether.v1.GameServer.LabelsEntry
+	nil,                                    // 21: tether.v1.GameServer.CountersEntry
+	nil,                                    // 22: tether.v1.GameServer.ListsEntry
+	(*timestamppb.Timestamp)(nil),          // 23: google.protobuf.Timestamp
+	(*Fleet)(nil),                          // 24: tether.v1.Fleet
+	(PortSpec_Protocol)(0),                 // 25: tether.v1.PortSpec.Protocol
+	(*Counter)(nil),                        // 26: tether.v1.Counter
+	(*List)(nil),                           // 27: tether.v1.List
 }
 var file_tether_v1_gameserver_proto_depIdxs = []int32{
 	0,  // 0: tether.v1.StreamGameServerLogsRequest.stream:type_name -> tether.v1.LogEntry.Stream
-	19, // 1: tether.v1.StreamGameServerLogsRequest.since_time:type_name -> google.protobuf.Timestamp
-	6,  // 2: tether.v1.StreamGameServerLogsResponse.entries:type_name -> tether.v1.LogEntry
-	19, // 3: tether.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	23, // 1: tether.v1.StreamGameServerLogsRequest.since_time:type_name -> google.protobuf.Timestamp
+	8,  // 2: tether.v1.StreamGameServerLogsResponse.entries:type_name -> tether.v1.LogEntry
+	23, // 3: tether.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
 	0,  // 4: tether.v1.LogEntry.stream:type_name -> tether.v1.LogEntry.Stream
-	20, // 5: tether.v1.CreateGameServerRequest.spec:type_name -> tether.v1.Fleet
-	21, // 6: tether.v1.Port.protocol:type_name -> tether.v1.PortSpec.Protocol
+	24, // 5: tether.v1.CreateGameServerRequest.spec:type_name -> tether.v1.Fleet
+	25, // 6: tether.v1.Port.protocol:type_name -> tether.v1.PortSpec.Protocol
 	1,  // 7: tether.v1.ConnectionStatus.state:type_name -> tether.v1.ConnectionStatus.State
-	19, // 8: tether.v1.ConnectionStatus.since:type_name -> google.protobuf.Timestamp
-	19, // 9: tether.v1.ConnectionStatus.grace_deadline:type_name -> google.protobuf.Timestamp
+	23, // 8: tether.v1.ConnectionStatus.since:type_name -> google.protobuf.Timestamp
+	23, // 9: tether.v1.ConnectionStatus.grace_deadline:type_name -> google.protobuf.Timestamp
 	2,  // 10: tether.v1.HealthStatus.state:type_name -> tether.v1.HealthStatus.State
-	19, // 11: tether.v1.HealthStatus.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	19, // 12: tether.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	23, // 11: tether.v1.HealthStatus.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	23, // 12: tether.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	3,  // 13: tether.v1.GameServer.state:type_name -> tether.v1.GameServer.State
-	11, // 14: tether.v1.GameServer.connection:type_name -> tether.v1.ConnectionStatus
-	12, // 15: tether.v1.GameServer.health:type_name -> tether.v1.HealthStatus
-	10, // 16: tether.v1.GameServer.ports:type_name -> tether.v1.Port
-	13, // 17: tether.v1.GameServer.evidence:type_name -> tether.v1.Evidence
-	18, // 18: tether.v1.GameServer.labels:type_name -> tether.v1.GameServer.LabelsEntry
-	19, // 19: tether.v1.GameServer.create_time:type_name -> google.protobuf.Timestamp
-	19, // 20: tether.v1.GameServer.update_time:type_name -> google.protobuf.Timestamp
-	14, // 21: tether.v1.ListGameServersResponse.game_servers:type_name -> tether.v1.GameServer
-	15, // 22: tether.v1.GameServerService.ListGameServers:input_type -> tether.v1.ListGameServersRequest
-	17, // 23: tether.v1.GameServerService.GetGameServer:input_type -> tether.v1.GetGameServerRequest
-	7,  // 24: tether.v1.GameServerService.CreateGameServer:input_type -> tether.v1.CreateGameServerRequest
-	8,  // 25: tether.v1.GameServerService.ShutdownGameServer:input_type -> tether.v1.ShutdownGameServerRequest
-	9,  // 26: tether.v1.GameServerService.DeleteGameServer:input_type -> tether.v1.DeleteGameServerRequest
-	4,  // 27: tether.v1.GameServerService.StreamGameServerLogs:input_type -> tether.v1.StreamGameServerLogsRequest
-	16, // 28: tether.v1.GameServerService.ListGameServers:output_type -> tether.v1.ListGameServersResponse
-	14, // 29: tether.v1.GameServerService.GetGameServer:output_type -> tether.v1.GameServer
-	14, // 30: tether.v1.GameServerService.CreateGameServer:output_type -> tether.v1.GameServer
-	14, // 31: tether.v1.GameServerService.ShutdownGameServer:output_type -> tether.v1.GameServer
-	14, // 32: tether.v1.GameServerService.DeleteGameServer:output_type -> tether.v1.GameServer
-	5,  // 33: tether.v1.GameServerService.StreamGameServerLogs:output_type -> tether.v1.StreamGameServerLogsResponse
-	28, // [28:34] is the sub-list for method output_type
-	22, // [22:28] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	13, // 14: tether.v1.GameServer.connection:type_name -> tether.v1.ConnectionStatus
+	14, // 15: tether.v1.GameServer.health:type_name -> tether.v1.HealthStatus
+	12, // 16: tether.v1.GameServer.ports:type_name -> tether.v1.Port
+	15, // 17: tether.v1.GameServer.evidence:type_name -> tether.v1.Evidence
+	20, // 18: tether.v1.GameServer.labels:type_name -> tether.v1.GameServer.LabelsEntry
+	23, // 19: tether.v1.GameServer.create_time:type_name -> google.protobuf.Timestamp
+	23, // 20: tether.v1.GameServer.update_time:type_name -> google.protobuf.Timestamp
+	21, // 21: tether.v1.GameServer.counters:type_name -> tether.v1.GameServer.CountersEntry
+	22, // 22: tether.v1.GameServer.lists:type_name -> tether.v1.GameServer.ListsEntry
+	16, // 23: tether.v1.ListGameServersResponse.game_servers:type_name -> tether.v1.GameServer
+	26, // 24: tether.v1.GameServer.CountersEntry.value:type_name -> tether.v1.Counter
+	27, // 25: tether.v1.GameServer.ListsEntry.value:type_name -> tether.v1.List
+	17, // 26: tether.v1.GameServerService.ListGameServers:input_type -> tether.v1.ListGameServersRequest
+	19, // 27: tether.v1.GameServerService.GetGameServer:input_type -> tether.v1.GetGameServerRequest
+	9,  // 28: tether.v1.GameServerService.CreateGameServer:input_type -> tether.v1.CreateGameServerRequest
+	10, // 29: tether.v1.GameServerService.ShutdownGameServer:input_type -> tether.v1.ShutdownGameServerRequest
+	11, // 30: tether.v1.GameServerService.DeleteGameServer:input_type -> tether.v1.DeleteGameServerRequest
+	6,  // 31: tether.v1.GameServerService.StreamGameServerLogs:input_type -> tether.v1.StreamGameServerLogsRequest
+	4,  // 32: tether.v1.GameServerService.UpdateGameServerCounter:input_type -> tether.v1.UpdateGameServerCounterRequest
+	5,  // 33: tether.v1.GameServerService.UpdateGameServerList:input_type -> tether.v1.UpdateGameServerListRequest
+	18, // 34: tether.v1.GameServerService.ListGameServers:output_type -> tether.v1.ListGameServersResponse
+	16, // 35: tether.v1.GameServerService.GetGameServer:output_type -> tether.v1.GameServer
+	16, // 36: tether.v1.GameServerService.CreateGameServer:output_type -> tether.v1.GameServer
+	16, // 37: tether.v1.GameServerService.ShutdownGameServer:output_type -> tether.v1.GameServer
+	16, // 38: tether.v1.GameServerService.DeleteGameServer:output_type -> tether.v1.GameServer
+	7,  // 39: tether.v1.GameServerService.StreamGameServerLogs:output_type -> tether.v1.StreamGameServerLogsResponse
+	16, // 40: tether.v1.GameServerService.UpdateGameServerCounter:output_type -> tether.v1.GameServer
+	16, // 41: tether.v1.GameServerService.UpdateGameServerList:output_type -> tether.v1.GameServer
+	34, // [34:42] is the sub-list for method output_type
+	26, // [26:34] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_tether_v1_gameserver_proto_init() }
@@ -1593,14 +1840,16 @@ func file_tether_v1_gameserver_proto_init() {
 		return
 	}
 	file_tether_v1_fleet_proto_init()
-	file_tether_v1_gameserver_proto_msgTypes[9].OneofWrappers = []any{}
+	file_tether_v1_gameserver_proto_msgTypes[0].OneofWrappers = []any{}
+	file_tether_v1_gameserver_proto_msgTypes[1].OneofWrappers = []any{}
+	file_tether_v1_gameserver_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_v1_gameserver_proto_rawDesc), len(file_tether_v1_gameserver_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   15,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

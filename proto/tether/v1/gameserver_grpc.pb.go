@@ -19,12 +19,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	GameServerService_ListGameServers_FullMethodName      = "/tether.v1.GameServerService/ListGameServers"
-	GameServerService_GetGameServer_FullMethodName        = "/tether.v1.GameServerService/GetGameServer"
-	GameServerService_CreateGameServer_FullMethodName     = "/tether.v1.GameServerService/CreateGameServer"
-	GameServerService_ShutdownGameServer_FullMethodName   = "/tether.v1.GameServerService/ShutdownGameServer"
-	GameServerService_DeleteGameServer_FullMethodName     = "/tether.v1.GameServerService/DeleteGameServer"
-	GameServerService_StreamGameServerLogs_FullMethodName = "/tether.v1.GameServerService/StreamGameServerLogs"
+	GameServerService_ListGameServers_FullMethodName         = "/tether.v1.GameServerService/ListGameServers"
+	GameServerService_GetGameServer_FullMethodName           = "/tether.v1.GameServerService/GetGameServer"
+	GameServerService_CreateGameServer_FullMethodName        = "/tether.v1.GameServerService/CreateGameServer"
+	GameServerService_ShutdownGameServer_FullMethodName      = "/tether.v1.GameServerService/ShutdownGameServer"
+	GameServerService_DeleteGameServer_FullMethodName        = "/tether.v1.GameServerService/DeleteGameServer"
+	GameServerService_StreamGameServerLogs_FullMethodName    = "/tether.v1.GameServerService/StreamGameServerLogs"
+	GameServerService_UpdateGameServerCounter_FullMethodName = "/tether.v1.GameServerService/UpdateGameServerCounter"
+	GameServerService_UpdateGameServerList_FullMethodName    = "/tether.v1.GameServerService/UpdateGameServerList"
 )
 
 // GameServerServiceClient is the client API for GameServerService service.
@@ -58,6 +60,22 @@ type GameServerServiceClient interface {
 	// answer is UNAVAILABLE (reason AGENT_UNAVAILABLE); a host that keeps no
 	// log of the server, NOT_FOUND (reason NO_LOGS).
 	StreamGameServerLogs(ctx context.Context, in *StreamGameServerLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamGameServerLogsResponse], error)
+	// Changes a counter of a game server, as Agones' SDK UpdateCounter does:
+	// capacity (when set) first, then count (when set), then count_diff. The
+	// count must end within [0, capacity], else OUT_OF_RANGE and nothing
+	// changes (a capacity below the count is refused, not clamped); a counter
+	// its template does not name is NOT_FOUND. Allowed while the server is
+	// SCHEDULED, STARTING, READY, RESERVED or ALLOCATED; FAILED_PRECONDITION
+	// once it is UNHEALTHY, SHUTTING_DOWN or TERMINATED. A request id makes a
+	// count_diff safe to retry.
+	UpdateGameServerCounter(ctx context.Context, in *UpdateGameServerCounterRequest, opts ...grpc.CallOption) (*GameServer, error)
+	// Changes a list of a game server: capacity (when set) first, then
+	// remove_values, then add_values. A value added that the list holds is
+	// ALREADY_EXISTS, a value removed that it does not hold NOT_FOUND, and
+	// values past the capacity OUT_OF_RANGE (as Agones' SDK answers); nothing
+	// changes then. A list its template does not name is NOT_FOUND. Allowed
+	// in the states UpdateGameServerCounter is.
+	UpdateGameServerList(ctx context.Context, in *UpdateGameServerListRequest, opts ...grpc.CallOption) (*GameServer, error)
 }
 
 type gameServerServiceClient struct {
@@ -137,6 +155,26 @@ func (c *gameServerServiceClient) StreamGameServerLogs(ctx context.Context, in *
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type GameServerService_StreamGameServerLogsClient = grpc.ServerStreamingClient[StreamGameServerLogsResponse]
 
+func (c *gameServerServiceClient) UpdateGameServerCounter(ctx context.Context, in *UpdateGameServerCounterRequest, opts ...grpc.CallOption) (*GameServer, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GameServer)
+	err := c.cc.Invoke(ctx, GameServerService_UpdateGameServerCounter_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gameServerServiceClient) UpdateGameServerList(ctx context.Context, in *UpdateGameServerListRequest, opts ...grpc.CallOption) (*GameServer, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GameServer)
+	err := c.cc.Invoke(ctx, GameServerService_UpdateGameServerList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GameServerServiceServer is the server API for GameServerService service.
 // All implementations must embed UnimplementedGameServerServiceServer
 // for forward compatibility.
@@ -168,6 +206,22 @@ type GameServerServiceServer interface {
 	// answer is UNAVAILABLE (reason AGENT_UNAVAILABLE); a host that keeps no
 	// log of the server, NOT_FOUND (reason NO_LOGS).
 	StreamGameServerLogs(*StreamGameServerLogsRequest, grpc.ServerStreamingServer[StreamGameServerLogsResponse]) error
+	// Changes a counter of a game server, as Agones' SDK UpdateCounter does:
+	// capacity (when set) first, then count (when set), then count_diff. The
+	// count must end within [0, capacity], else OUT_OF_RANGE and nothing
+	// changes (a capacity below the count is refused, not clamped); a counter
+	// its template does not name is NOT_FOUND. Allowed while the server is
+	// SCHEDULED, STARTING, READY, RESERVED or ALLOCATED; FAILED_PRECONDITION
+	// once it is UNHEALTHY, SHUTTING_DOWN or TERMINATED. A request id makes a
+	// count_diff safe to retry.
+	UpdateGameServerCounter(context.Context, *UpdateGameServerCounterRequest) (*GameServer, error)
+	// Changes a list of a game server: capacity (when set) first, then
+	// remove_values, then add_values. A value added that the list holds is
+	// ALREADY_EXISTS, a value removed that it does not hold NOT_FOUND, and
+	// values past the capacity OUT_OF_RANGE (as Agones' SDK answers); nothing
+	// changes then. A list its template does not name is NOT_FOUND. Allowed
+	// in the states UpdateGameServerCounter is.
+	UpdateGameServerList(context.Context, *UpdateGameServerListRequest) (*GameServer, error)
 	mustEmbedUnimplementedGameServerServiceServer()
 }
 
@@ -195,6 +249,12 @@ func (UnimplementedGameServerServiceServer) DeleteGameServer(context.Context, *D
 }
 func (UnimplementedGameServerServiceServer) StreamGameServerLogs(*StreamGameServerLogsRequest, grpc.ServerStreamingServer[StreamGameServerLogsResponse]) error {
 	return status.Error(codes.Unimplemented, "method StreamGameServerLogs not implemented")
+}
+func (UnimplementedGameServerServiceServer) UpdateGameServerCounter(context.Context, *UpdateGameServerCounterRequest) (*GameServer, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateGameServerCounter not implemented")
+}
+func (UnimplementedGameServerServiceServer) UpdateGameServerList(context.Context, *UpdateGameServerListRequest) (*GameServer, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateGameServerList not implemented")
 }
 func (UnimplementedGameServerServiceServer) mustEmbedUnimplementedGameServerServiceServer() {}
 func (UnimplementedGameServerServiceServer) testEmbeddedByValue()                           {}
@@ -318,6 +378,42 @@ func _GameServerService_StreamGameServerLogs_Handler(srv interface{}, stream grp
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type GameServerService_StreamGameServerLogsServer = grpc.ServerStreamingServer[StreamGameServerLogsResponse]
 
+func _GameServerService_UpdateGameServerCounter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateGameServerCounterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GameServerServiceServer).UpdateGameServerCounter(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GameServerService_UpdateGameServerCounter_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GameServerServiceServer).UpdateGameServerCounter(ctx, req.(*UpdateGameServerCounterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GameServerService_UpdateGameServerList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateGameServerListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GameServerServiceServer).UpdateGameServerList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GameServerService_UpdateGameServerList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GameServerServiceServer).UpdateGameServerList(ctx, req.(*UpdateGameServerListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GameServerService_ServiceDesc is the grpc.ServiceDesc for GameServerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -344,6 +440,14 @@ var GameServerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteGameServer",
 			Handler:    _GameServerService_DeleteGameServer_Handler,
+		},
+		{
+			MethodName: "UpdateGameServerCounter",
+			Handler:    _GameServerService_UpdateGameServerCounter_Handler,
+		},
+		{
+			MethodName: "UpdateGameServerList",
+			Handler:    _GameServerService_UpdateGameServerList_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -195,7 +195,11 @@ type GameServerTemplate struct {
 	Ports []*PortSpec `protobuf:"bytes,4,rep,name=ports,proto3" json:"ports,omitempty"`
 	// Labels a host must have (all of them) for the fleet's game servers to
 	// be placed on it, e.g. region or zone; empty: any host.
-	HostSelector  map[string]string `protobuf:"bytes,5,rep,name=host_selector,json=hostSelector,proto3" json:"host_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	HostSelector map[string]string `protobuf:"bytes,5,rep,name=host_selector,json=hostSelector,proto3" json:"host_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The server's counters by name, as each starts (docs/counters-and-lists.md).
+	Counters map[string]*Counter `protobuf:"bytes,6,rep,name=counters,proto3" json:"counters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The server's lists by name, as each starts.
+	Lists         map[string]*List `protobuf:"bytes,7,rep,name=lists,proto3" json:"lists,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -265,6 +269,134 @@ func (x *GameServerTemplate) GetHostSelector() map[string]string {
 	return nil
 }
 
+func (x *GameServerTemplate) GetCounters() map[string]*Counter {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+func (x *GameServerTemplate) GetLists() map[string]*List {
+	if x != nil {
+		return x.Lists
+	}
+	return nil
+}
+
+// A counter of a game server, as Agones' counters: a count within [0,
+// capacity]. In a template, the count it starts with; in a state, its count
+// now.
+type Counter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The count: 0 to capacity.
+	Count int64 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	// The most the count may be: 0 or more.
+	Capacity      int64 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Counter) Reset() {
+	*x = Counter{}
+	mi := &file_tether_events_v1_fleet_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Counter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Counter) ProtoMessage() {}
+
+func (x *Counter) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_events_v1_fleet_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Counter.ProtoReflect.Descriptor instead.
+func (*Counter) Descriptor() ([]byte, []int) {
+	return file_tether_events_v1_fleet_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Counter) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *Counter) GetCapacity() int64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+// A list of a game server, as Agones' lists: distinct values, at most
+// capacity of them, in the order they were added. In a template, the values
+// it starts with; in a state, its values now.
+type List struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The most values it may hold: 0 to events.MaxListCapacity.
+	Capacity int64 `protobuf:"varint,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// The values, each distinct.
+	Values        []string `protobuf:"bytes,2,rep,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *List) Reset() {
+	*x = List{}
+	mi := &file_tether_events_v1_fleet_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *List) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*List) ProtoMessage() {}
+
+func (x *List) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_events_v1_fleet_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use List.ProtoReflect.Descriptor instead.
+func (*List) Descriptor() ([]byte, []int) {
+	return file_tether_events_v1_fleet_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *List) GetCapacity() int64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *List) GetValues() []string {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
 // The health-checking contract (docs/architecture.md, "The failures it is
 // built against").
 type HealthPolicy struct {
@@ -288,7 +420,7 @@ type HealthPolicy struct {
 
 func (x *HealthPolicy) Reset() {
 	*x = HealthPolicy{}
-	mi := &file_tether_events_v1_fleet_proto_msgTypes[2]
+	mi := &file_tether_events_v1_fleet_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -300,7 +432,7 @@ func (x *HealthPolicy) String() string {
 func (*HealthPolicy) ProtoMessage() {}
 
 func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_fleet_proto_msgTypes[2]
+	mi := &file_tether_events_v1_fleet_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -313,7 +445,7 @@ func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthPolicy.ProtoReflect.Descriptor instead.
 func (*HealthPolicy) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_fleet_proto_rawDescGZIP(), []int{2}
+	return file_tether_events_v1_fleet_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HealthPolicy) GetDisabled() bool {
@@ -366,7 +498,7 @@ type PlayerSessionPolicy struct {
 
 func (x *PlayerSessionPolicy) Reset() {
 	*x = PlayerSessionPolicy{}
-	mi := &file_tether_events_v1_fleet_proto_msgTypes[3]
+	mi := &file_tether_events_v1_fleet_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +510,7 @@ func (x *PlayerSessionPolicy) String() string {
 func (*PlayerSessionPolicy) ProtoMessage() {}
 
 func (x *PlayerSessionPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_fleet_proto_msgTypes[3]
+	mi := &file_tether_events_v1_fleet_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +523,7 @@ func (x *PlayerSessionPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlayerSessionPolicy.ProtoReflect.Descriptor instead.
 func (*PlayerSessionPolicy) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_fleet_proto_rawDescGZIP(), []int{3}
+	return file_tether_events_v1_fleet_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PlayerSessionPolicy) GetMaxPlayers() int32 {
@@ -442,7 +574,7 @@ type FleetSpec struct {
 
 func (x *FleetSpec) Reset() {
 	*x = FleetSpec{}
-	mi := &file_tether_events_v1_fleet_proto_msgTypes[4]
+	mi := &file_tether_events_v1_fleet_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +586,7 @@ func (x *FleetSpec) String() string {
 func (*FleetSpec) ProtoMessage() {}
 
 func (x *FleetSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_fleet_proto_msgTypes[4]
+	mi := &file_tether_events_v1_fleet_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +599,7 @@ func (x *FleetSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetSpec.ProtoReflect.Descriptor instead.
 func (*FleetSpec) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_fleet_proto_rawDescGZIP(), []int{4}
+	return file_tether_events_v1_fleet_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FleetSpec) GetReplicas() int32 {
@@ -546,7 +678,7 @@ type FleetCreated struct {
 
 func (x *FleetCreated) Reset() {
 	*x = FleetCreated{}
-	mi := &file_tether_events_v1_fleet_proto_msgTypes[5]
+	mi := &file_tether_events_v1_fleet_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +690,7 @@ func (x *FleetCreated) String() string {
 func (*FleetCreated) ProtoMessage() {}
 
 func (x *FleetCreated) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_fleet_proto_msgTypes[5]
+	mi := &file_tether_events_v1_fleet_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +703,7 @@ func (x *FleetCreated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetCreated.ProtoReflect.Descriptor instead.
 func (*FleetCreated) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_fleet_proto_rawDescGZIP(), []int{5}
+	return file_tether_events_v1_fleet_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FleetCreated) GetSpec() *FleetSpec {
@@ -601,7 +733,7 @@ type FleetUpdated struct {
 
 func (x *FleetUpdated) Reset() {
 	*x = FleetUpdated{}
-	mi := &file_tether_events_v1_fleet_proto_msgTypes[6]
+	mi := &file_tether_events_v1_fleet_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +745,7 @@ func (x *FleetUpdated) String() string {
 func (*FleetUpdated) ProtoMessage() {}
 
 func (x *FleetUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_fleet_proto_msgTypes[6]
+	mi := &file_tether_events_v1_fleet_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +758,7 @@ func (x *FleetUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetUpdated.ProtoReflect.Descriptor instead.
 func (*FleetUpdated) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_fleet_proto_rawDescGZIP(), []int{6}
+	return file_tether_events_v1_fleet_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FleetUpdated) GetSpec() *FleetSpec {
@@ -652,7 +784,7 @@ type FleetDeleted struct {
 
 func (x *FleetDeleted) Reset() {
 	*x = FleetDeleted{}
-	mi := &file_tether_events_v1_fleet_proto_msgTypes[7]
+	mi := &file_tether_events_v1_fleet_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +796,7 @@ func (x *FleetDeleted) String() string {
 func (*FleetDeleted) ProtoMessage() {}
 
 func (x *FleetDeleted) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_fleet_proto_msgTypes[7]
+	mi := &file_tether_events_v1_fleet_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +809,7 @@ func (x *FleetDeleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetDeleted.ProtoReflect.Descriptor instead.
 func (*FleetDeleted) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_fleet_proto_rawDescGZIP(), []int{7}
+	return file_tether_events_v1_fleet_proto_rawDescGZIP(), []int{9}
 }
 
 var File_tether_events_v1_fleet_proto protoreflect.FileDescriptor
@@ -687,19 +819,34 @@ const file_tether_events_v1_fleet_proto_rawDesc = "" +
 	"\x1ctether/events/v1/fleet.proto\x12\x10tether.events.v1\x1a&tether/events/v1/fleet_autoscale.proto\x1a$tether/events/v1/fleet_rollout.proto\"V\n" +
 	"\bPortSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
-	"\bprotocol\x18\x02 \x01(\x0e2\x1a.tether.events.v1.ProtocolR\bprotocol\"\x8b\x03\n" +
+	"\bprotocol\x18\x02 \x01(\x0e2\x1a.tether.events.v1.ProtocolR\bprotocol\"\xcc\x05\n" +
 	"\x12GameServerTemplate\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x12\n" +
 	"\x04args\x18\x02 \x03(\tR\x04args\x12?\n" +
 	"\x03env\x18\x03 \x03(\v2-.tether.events.v1.GameServerTemplate.EnvEntryR\x03env\x120\n" +
 	"\x05ports\x18\x04 \x03(\v2\x1a.tether.events.v1.PortSpecR\x05ports\x12[\n" +
-	"\rhost_selector\x18\x05 \x03(\v26.tether.events.v1.GameServerTemplate.HostSelectorEntryR\fhostSelector\x1a6\n" +
+	"\rhost_selector\x18\x05 \x03(\v26.tether.events.v1.GameServerTemplate.HostSelectorEntryR\fhostSelector\x12N\n" +
+	"\bcounters\x18\x06 \x03(\v22.tether.events.v1.GameServerTemplate.CountersEntryR\bcounters\x12E\n" +
+	"\x05lists\x18\a \x03(\v2/.tether.events.v1.GameServerTemplate.ListsEntryR\x05lists\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11HostSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe6\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aV\n" +
+	"\rCountersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.tether.events.v1.CounterR\x05value:\x028\x01\x1aP\n" +
+	"\n" +
+	"ListsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.tether.events.v1.ListR\x05value:\x028\x01\";\n" +
+	"\aCounter\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x03R\x05count\x12\x1a\n" +
+	"\bcapacity\x18\x02 \x01(\x03R\bcapacity\":\n" +
+	"\x04List\x12\x1a\n" +
+	"\bcapacity\x18\x01 \x01(\x03R\bcapacity\x12\x16\n" +
+	"\x06values\x18\x02 \x03(\tR\x06values\"\xe6\x01\n" +
 	"\fHealthPolicy\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x122\n" +
 	"\x15initial_delay_seconds\x18\x02 \x01(\x05R\x13initialDelaySeconds\x12%\n" +
@@ -756,43 +903,51 @@ func file_tether_events_v1_fleet_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_events_v1_fleet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tether_events_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_tether_events_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_tether_events_v1_fleet_proto_goTypes = []any{
 	(Protocol)(0),               // 0: tether.events.v1.Protocol
 	(Scheduling)(0),             // 1: tether.events.v1.Scheduling
 	(*PortSpec)(nil),            // 2: tether.events.v1.PortSpec
 	(*GameServerTemplate)(nil),  // 3: tether.events.v1.GameServerTemplate
-	(*HealthPolicy)(nil),        // 4: tether.events.v1.HealthPolicy
-	(*PlayerSessionPolicy)(nil), // 5: tether.events.v1.PlayerSessionPolicy
-	(*FleetSpec)(nil),           // 6: tether.events.v1.FleetSpec
-	(*FleetCreated)(nil),        // 7: tether.events.v1.FleetCreated
-	(*FleetUpdated)(nil),        // 8: tether.events.v1.FleetUpdated
-	(*FleetDeleted)(nil),        // 9: tether.events.v1.FleetDeleted
-	nil,                         // 10: tether.events.v1.GameServerTemplate.EnvEntry
-	nil,                         // 11: tether.events.v1.GameServerTemplate.HostSelectorEntry
-	nil,                         // 12: tether.events.v1.FleetSpec.LabelsEntry
-	(*FleetAutoscaling)(nil),    // 13: tether.events.v1.FleetAutoscaling
-	(*FleetStrategy)(nil),       // 14: tether.events.v1.FleetStrategy
+	(*Counter)(nil),             // 4: tether.events.v1.Counter
+	(*List)(nil),                // 5: tether.events.v1.List
+	(*HealthPolicy)(nil),        // 6: tether.events.v1.HealthPolicy
+	(*PlayerSessionPolicy)(nil), // 7: tether.events.v1.PlayerSessionPolicy
+	(*FleetSpec)(nil),           // 8: tether.events.v1.FleetSpec
+	(*FleetCreated)(nil),        // 9: tether.events.v1.FleetCreated
+	(*FleetUpdated)(nil),        // 10: tether.events.v1.FleetUpdated
+	(*FleetDeleted)(nil),        // 11: tether.events.v1.FleetDeleted
+	nil,                         // 12: tether.events.v1.GameServerTemplate.EnvEntry
+	nil,                         // 13: tether.events.v1.GameServerTemplate.HostSelectorEntry
+	nil,                         // 14: tether.events.v1.GameServerTemplate.CountersEntry
+	nil,                         // 15: tether.events.v1.GameServerTemplate.ListsEntry
+	nil,                         // 16: tether.events.v1.FleetSpec.LabelsEntry
+	(*FleetAutoscaling)(nil),    // 17: tether.events.v1.FleetAutoscaling
+	(*FleetStrategy)(nil),       // 18: tether.events.v1.FleetStrategy
 }
 var file_tether_events_v1_fleet_proto_depIdxs = []int32{
 	0,  // 0: tether.events.v1.PortSpec.protocol:type_name -> tether.events.v1.Protocol
-	10, // 1: tether.events.v1.GameServerTemplate.env:type_name -> tether.events.v1.GameServerTemplate.EnvEntry
+	12, // 1: tether.events.v1.GameServerTemplate.env:type_name -> tether.events.v1.GameServerTemplate.EnvEntry
 	2,  // 2: tether.events.v1.GameServerTemplate.ports:type_name -> tether.events.v1.PortSpec
-	11, // 3: tether.events.v1.GameServerTemplate.host_selector:type_name -> tether.events.v1.GameServerTemplate.HostSelectorEntry
-	3,  // 4: tether.events.v1.FleetSpec.template:type_name -> tether.events.v1.GameServerTemplate
-	4,  // 5: tether.events.v1.FleetSpec.health:type_name -> tether.events.v1.HealthPolicy
-	5,  // 6: tether.events.v1.FleetSpec.player_sessions:type_name -> tether.events.v1.PlayerSessionPolicy
-	1,  // 7: tether.events.v1.FleetSpec.scheduling:type_name -> tether.events.v1.Scheduling
-	12, // 8: tether.events.v1.FleetSpec.labels:type_name -> tether.events.v1.FleetSpec.LabelsEntry
-	13, // 9: tether.events.v1.FleetSpec.autoscaling:type_name -> tether.events.v1.FleetAutoscaling
-	14, // 10: tether.events.v1.FleetSpec.strategy:type_name -> tether.events.v1.FleetStrategy
-	6,  // 11: tether.events.v1.FleetCreated.spec:type_name -> tether.events.v1.FleetSpec
-	6,  // 12: tether.events.v1.FleetUpdated.spec:type_name -> tether.events.v1.FleetSpec
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	13, // 3: tether.events.v1.GameServerTemplate.host_selector:type_name -> tether.events.v1.GameServerTemplate.HostSelectorEntry
+	14, // 4: tether.events.v1.GameServerTemplate.counters:type_name -> tether.events.v1.GameServerTemplate.CountersEntry
+	15, // 5: tether.events.v1.GameServerTemplate.lists:type_name -> tether.events.v1.GameServerTemplate.ListsEntry
+	3,  // 6: tether.events.v1.FleetSpec.template:type_name -> tether.events.v1.GameServerTemplate
+	6,  // 7: tether.events.v1.FleetSpec.health:type_name -> tether.events.v1.HealthPolicy
+	7,  // 8: tether.events.v1.FleetSpec.player_sessions:type_name -> tether.events.v1.PlayerSessionPolicy
+	1,  // 9: tether.events.v1.FleetSpec.scheduling:type_name -> tether.events.v1.Scheduling
+	16, // 10: tether.events.v1.FleetSpec.labels:type_name -> tether.events.v1.FleetSpec.LabelsEntry
+	17, // 11: tether.events.v1.FleetSpec.autoscaling:type_name -> tether.events.v1.FleetAutoscaling
+	18, // 12: tether.events.v1.FleetSpec.strategy:type_name -> tether.events.v1.FleetStrategy
+	8,  // 13: tether.events.v1.FleetCreated.spec:type_name -> tether.events.v1.FleetSpec
+	8,  // 14: tether.events.v1.FleetUpdated.spec:type_name -> tether.events.v1.FleetSpec
+	4,  // 15: tether.events.v1.GameServerTemplate.CountersEntry.value:type_name -> tether.events.v1.Counter
+	5,  // 16: tether.events.v1.GameServerTemplate.ListsEntry.value:type_name -> tether.events.v1.List
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_fleet_proto_init() }
@@ -808,7 +963,7 @@ func file_tether_events_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_events_v1_fleet_proto_rawDesc), len(file_tether_events_v1_fleet_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1580,6 +1580,167 @@ func (x *LabelsChanged) GetRemoved() []string {
 	return nil
 }
 
+// CounterChanged: a counter of the server changed, its count or its
+// capacity or both (events.UpdateCounter), by its game through the SDK or
+// through the API. It holds the counter after the change.
+type CounterChanged struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The counter's name, one of the server's template.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The count after the change: 0 to capacity.
+	Count int64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// The capacity after the change.
+	Capacity int64 `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// The count after the change less the count before (0 when only the
+	// capacity changed).
+	CountDiff     int64 `protobuf:"varint,4,opt,name=count_diff,json=countDiff,proto3" json:"count_diff,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CounterChanged) Reset() {
+	*x = CounterChanged{}
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CounterChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CounterChanged) ProtoMessage() {}
+
+func (x *CounterChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CounterChanged.ProtoReflect.Descriptor instead.
+func (*CounterChanged) Descriptor() ([]byte, []int) {
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CounterChanged) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CounterChanged) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *CounterChanged) GetCapacity() int64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *CounterChanged) GetCountDiff() int64 {
+	if x != nil {
+		return x.CountDiff
+	}
+	return 0
+}
+
+// ListChanged: a list of the server changed, its values or its capacity or
+// both (events.UpdateList), by its game through the SDK or through the
+// API. It holds the list after the change, and what the change added and
+// removed.
+type ListChanged struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The list's name, one of the server's template.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The capacity after the change.
+	Capacity int64 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// The values after the change, distinct, at most capacity of them.
+	Values []string `protobuf:"bytes,3,rep,name=values,proto3" json:"values,omitempty"`
+	// The values the change added, in the order they were added.
+	Added []string `protobuf:"bytes,4,rep,name=added,proto3" json:"added,omitempty"`
+	// The values the change removed.
+	Removed       []string `protobuf:"bytes,5,rep,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListChanged) Reset() {
+	*x = ListChanged{}
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListChanged) ProtoMessage() {}
+
+func (x *ListChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListChanged.ProtoReflect.Descriptor instead.
+func (*ListChanged) Descriptor() ([]byte, []int) {
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListChanged) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ListChanged) GetCapacity() int64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *ListChanged) GetValues() []string {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *ListChanged) GetAdded() []string {
+	if x != nil {
+		return x.Added
+	}
+	return nil
+}
+
+func (x *ListChanged) GetRemoved() []string {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
 var File_tether_events_v1_gameserver_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_gameserver_proto_rawDesc = "" +
@@ -1688,7 +1849,19 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\x1a6\n" +
 	"\bSetEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xed\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"u\n" +
+	"\x0eCounterChanged\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x1a\n" +
+	"\bcapacity\x18\x03 \x01(\x03R\bcapacity\x12\x1d\n" +
+	"\n" +
+	"count_diff\x18\x04 \x01(\x03R\tcountDiff\"\x85\x01\n" +
+	"\vListChanged\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bcapacity\x18\x02 \x01(\x03R\bcapacity\x12\x16\n" +
+	"\x06values\x18\x03 \x03(\tR\x06values\x12\x14\n" +
+	"\x05added\x18\x04 \x03(\tR\x05added\x12\x18\n" +
+	"\aremoved\x18\x05 \x03(\tR\aremoved*\xed\x03\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aREASON_HEALTH_CHECK_FAILED\x10\x01\x12\x19\n" +
@@ -1736,7 +1909,7 @@ func file_tether_events_v1_gameserver_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_events_v1_gameserver_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tether_events_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_tether_events_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_tether_events_v1_gameserver_proto_goTypes = []any{
 	(Reason)(0),                   // 0: tether.events.v1.Reason
 	(Lifecycle)(0),                // 1: tether.events.v1.Lifecycle
@@ -1760,43 +1933,45 @@ var file_tether_events_v1_gameserver_proto_goTypes = []any{
 	(*ProcessExited)(nil),         // 19: tether.events.v1.ProcessExited
 	(*GameServerTerminated)(nil),  // 20: tether.events.v1.GameServerTerminated
 	(*LabelsChanged)(nil),         // 21: tether.events.v1.LabelsChanged
-	nil,                           // 22: tether.events.v1.GameServerScheduled.LabelsEntry
-	nil,                           // 23: tether.events.v1.GameServerAllocated.PropertiesEntry
-	nil,                           // 24: tether.events.v1.LabelsChanged.SetEntry
-	(Protocol)(0),                 // 25: tether.events.v1.Protocol
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
-	(*GameServerTemplate)(nil),    // 27: tether.events.v1.GameServerTemplate
-	(*HealthPolicy)(nil),          // 28: tether.events.v1.HealthPolicy
-	(*PlayerSessionPolicy)(nil),   // 29: tether.events.v1.PlayerSessionPolicy
+	(*CounterChanged)(nil),        // 22: tether.events.v1.CounterChanged
+	(*ListChanged)(nil),           // 23: tether.events.v1.ListChanged
+	nil,                           // 24: tether.events.v1.GameServerScheduled.LabelsEntry
+	nil,                           // 25: tether.events.v1.GameServerAllocated.PropertiesEntry
+	nil,                           // 26: tether.events.v1.LabelsChanged.SetEntry
+	(Protocol)(0),                 // 27: tether.events.v1.Protocol
+	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	(*GameServerTemplate)(nil),    // 29: tether.events.v1.GameServerTemplate
+	(*HealthPolicy)(nil),          // 30: tether.events.v1.HealthPolicy
+	(*PlayerSessionPolicy)(nil),   // 31: tether.events.v1.PlayerSessionPolicy
 }
 var file_tether_events_v1_gameserver_proto_depIdxs = []int32{
-	25, // 0: tether.events.v1.Port.protocol:type_name -> tether.events.v1.Protocol
-	26, // 1: tether.events.v1.ConnectionChange.time:type_name -> google.protobuf.Timestamp
+	27, // 0: tether.events.v1.Port.protocol:type_name -> tether.events.v1.Protocol
+	28, // 1: tether.events.v1.ConnectionChange.time:type_name -> google.protobuf.Timestamp
 	2,  // 2: tether.events.v1.ConnectionChange.kind:type_name -> tether.events.v1.DisconnectKind
-	26, // 3: tether.events.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	28, // 3: tether.events.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	4,  // 4: tether.events.v1.Evidence.connection_history:type_name -> tether.events.v1.ConnectionChange
-	27, // 5: tether.events.v1.GameServerScheduled.template:type_name -> tether.events.v1.GameServerTemplate
-	28, // 6: tether.events.v1.GameServerScheduled.health:type_name -> tether.events.v1.HealthPolicy
-	22, // 7: tether.events.v1.GameServerScheduled.labels:type_name -> tether.events.v1.GameServerScheduled.LabelsEntry
-	29, // 8: tether.events.v1.GameServerScheduled.player_sessions:type_name -> tether.events.v1.PlayerSessionPolicy
+	29, // 5: tether.events.v1.GameServerScheduled.template:type_name -> tether.events.v1.GameServerTemplate
+	30, // 6: tether.events.v1.GameServerScheduled.health:type_name -> tether.events.v1.HealthPolicy
+	24, // 7: tether.events.v1.GameServerScheduled.labels:type_name -> tether.events.v1.GameServerScheduled.LabelsEntry
+	31, // 8: tether.events.v1.GameServerScheduled.player_sessions:type_name -> tether.events.v1.PlayerSessionPolicy
 	3,  // 9: tether.events.v1.ProcessStarted.ports:type_name -> tether.events.v1.Port
 	2,  // 10: tether.events.v1.SdkDisconnected.kind:type_name -> tether.events.v1.DisconnectKind
-	26, // 11: tether.events.v1.SdkDisconnected.grace_deadline:type_name -> google.protobuf.Timestamp
-	26, // 12: tether.events.v1.GameServerReserved.until:type_name -> google.protobuf.Timestamp
-	26, // 13: tether.events.v1.HealthDegraded.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	26, // 14: tether.events.v1.HealthRecovered.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	28, // 11: tether.events.v1.SdkDisconnected.grace_deadline:type_name -> google.protobuf.Timestamp
+	28, // 12: tether.events.v1.GameServerReserved.until:type_name -> google.protobuf.Timestamp
+	28, // 13: tether.events.v1.HealthDegraded.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	28, // 14: tether.events.v1.HealthRecovered.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	0,  // 15: tether.events.v1.GameServerUnhealthy.reason:type_name -> tether.events.v1.Reason
 	5,  // 16: tether.events.v1.GameServerUnhealthy.evidence:type_name -> tether.events.v1.Evidence
-	23, // 17: tether.events.v1.GameServerAllocated.properties:type_name -> tether.events.v1.GameServerAllocated.PropertiesEntry
+	25, // 17: tether.events.v1.GameServerAllocated.properties:type_name -> tether.events.v1.GameServerAllocated.PropertiesEntry
 	15, // 18: tether.events.v1.GameServerAllocated.players:type_name -> tether.events.v1.PlayerReservation
 	0,  // 19: tether.events.v1.ShutdownRequested.reason:type_name -> tether.events.v1.Reason
 	5,  // 20: tether.events.v1.ShutdownRequested.evidence:type_name -> tether.events.v1.Evidence
-	26, // 21: tether.events.v1.ShutdownRequested.deadline:type_name -> google.protobuf.Timestamp
+	28, // 21: tether.events.v1.ShutdownRequested.deadline:type_name -> google.protobuf.Timestamp
 	0,  // 22: tether.events.v1.ProcessSignalled.reason:type_name -> tether.events.v1.Reason
-	26, // 23: tether.events.v1.ProcessSignalled.deadline:type_name -> google.protobuf.Timestamp
+	28, // 23: tether.events.v1.ProcessSignalled.deadline:type_name -> google.protobuf.Timestamp
 	0,  // 24: tether.events.v1.GameServerTerminated.reason:type_name -> tether.events.v1.Reason
 	5,  // 25: tether.events.v1.GameServerTerminated.evidence:type_name -> tether.events.v1.Evidence
-	24, // 26: tether.events.v1.LabelsChanged.set:type_name -> tether.events.v1.LabelsChanged.SetEntry
+	26, // 26: tether.events.v1.LabelsChanged.set:type_name -> tether.events.v1.LabelsChanged.SetEntry
 	27, // [27:27] is the sub-list for method output_type
 	27, // [27:27] is the sub-list for method input_type
 	27, // [27:27] is the sub-list for extension type_name
@@ -1818,7 +1993,7 @@ func file_tether_events_v1_gameserver_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_events_v1_gameserver_proto_rawDesc), len(file_tether_events_v1_gameserver_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
