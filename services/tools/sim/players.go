@@ -236,7 +236,17 @@ func (m *matchmaker) play(ctx context.Context, server string, ps *tetherv1.Playe
 			return nil
 		}
 		began := time.Now()
-		rc, err := m.sessions.ReconnectPlayerSession(ctx, &tetherv1.ReconnectPlayerSessionRequest{Name: ps.GetName(), MinSequence: ps.GetSequence()})
+		var rc *tetherv1.ReconnectPlayerSessionResponse
+		var err error
+		// ABORTED says the game session changed while the call decided (its
+		// players come and go at once): read again and retry, as the API
+		// asks a client to.
+		for range 10 {
+			rc, err = m.sessions.ReconnectPlayerSession(ctx, &tetherv1.ReconnectPlayerSessionRequest{Name: ps.GetName(), MinSequence: ps.GetSequence()})
+			if status.Code(err) != codes.Aborted || !sleepCtx(ctx, time.Duration(10+rand.Int64N(40))*time.Millisecond) {
+				break
+			}
+		}
 		m.reconnectLatency.add(time.Since(began))
 		if err != nil {
 			return fmt.Errorf("reconnect: %w", err)
