@@ -175,6 +175,40 @@ func labelsJSON(m map[string]string) ([]byte, error) {
 	return json.Marshal(m)
 }
 
+// counterJSON and listJSON are a game server's counter and list in its
+// row's counters and lists columns: counts and capacities as JSON numbers,
+// for queries to compare (protojson would write int64 as strings).
+type (
+	counterJSON struct {
+		Count    int64 `json:"count"`
+		Capacity int64 `json:"capacity"`
+	}
+	listJSON struct {
+		Capacity int64    `json:"capacity"`
+		Values   []string `json:"values"`
+	}
+)
+
+// countersJSON encodes a game server's counters and lists for its row;
+// none is {}.
+func countersJSON(s *eventsv1.GameServerState) (counters, lists []byte, err error) {
+	cs := make(map[string]counterJSON, len(s.GetCounters()))
+	for name, c := range s.GetCounters() {
+		cs[name] = counterJSON{Count: c.GetCount(), Capacity: c.GetCapacity()}
+	}
+	ls := make(map[string]listJSON, len(s.GetLists()))
+	for name, l := range s.GetLists() {
+		ls[name] = listJSON{Capacity: l.GetCapacity(), Values: append([]string{}, l.GetValues()...)}
+	}
+	if counters, err = json.Marshal(cs); err != nil {
+		return nil, nil, fmt.Errorf("encode the counters of %s: %w", s.GetName(), err)
+	}
+	if lists, err = json.Marshal(ls); err != nil {
+		return nil, nil, fmt.Errorf("encode the lists of %s: %w", s.GetName(), err)
+	}
+	return counters, lists, nil
+}
+
 // folder folds one batch's events into the aggregates of one view table.
 type folder interface {
 	want(name string)
@@ -281,7 +315,7 @@ var hostTable = aggregateTable[*eventsv1.HostState]{
 var gameServerTable = aggregateTable[*eventsv1.GameServerState]{
 	table: "game_servers",
 	columns: []string{"name", "fleet", "host", "state", "connection", "health", "missed_periods", "reason", "pid",
-		"address", "game_session", "labels", "revision", "subject", "create_time", "update_time", "snapshot", "last_sequence"},
+		"address", "game_session", "labels", "revision", "subject", "counters", "lists", "create_time", "update_time", "snapshot", "last_sequence"},
 	apply: events.ApplyGameServer,
 	row: func(s *eventsv1.GameServerState, seq uint64) ([]any, error) {
 		snap, err := snapshotOf(s)
@@ -300,10 +334,14 @@ var gameServerTable = aggregateTable[*eventsv1.GameServerState]{
 		if err != nil {
 			return nil, err
 		}
+		counters, lists, err := countersJSON(s)
+		if err != nil {
+			return nil, err
+		}
 		return []any{s.GetName(), events.FleetName(fleet), s.GetHost(), events.LifecycleName(s.GetLifecycle()),
 			enumName(s.GetConnection().String(), "CONNECTION_STATE_"), enumName(s.GetHealth().String(), "HEALTH_STATE_"),
 			s.GetMissedPeriods(), events.ReasonName(s.GetReason()), s.GetPid(), s.GetAddress(), s.GetGameSession(),
-			labels, s.GetRevision(), subject, s.GetCreateTime().AsTime(), s.GetUpdateTime().AsTime(), snap, int64(seq)}, nil
+			labels, s.GetRevision(), subject, counters, lists, s.GetCreateTime().AsTime(), s.GetUpdateTime().AsTime(), snap, int64(seq)}, nil
 	},
 }
 
