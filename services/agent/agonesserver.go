@@ -1,0 +1,255 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	agonessdk "github.com/tetherhq/tether/proto/agones/dev/sdk"
+	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
+)
+
+// agonesServer serves Agones' SDK protocol (agones.dev.sdk.SDK, issue 41)
+// to game servers built for Agones. It reaches the agent only through ops
+// (sdkOps), as Tether's own SDK server does, so a call leaves the same
+// events whichever SDK the game links.
+//
+// Agones' calls carry no credential: the caller is the game server the
+// connection's listener belongs to (each process gets a loopback port pair
+// of its own, whose listener accepts only that process's tree, proved from
+// the socket's owner by peerproc). identify finds it from a call's
+// context; a call it cannot place is refused UNAUTHENTICATED.
+//
+// Served so far: Ready, Allocate, Shutdown, Health, GetGameServer,
+// WatchGameServer, SetLabel, Reserve. SetAnnotation is not: Tether's game
+// servers have no annotations yet (docs/agones.md).
+type agonesServer struct {
+	agonessdk.UnimplementedSDKServer
+	ops      sdkOps
+	identify func(ctx context.Context) (sdkCaller, bool)
+}
+
+// agonesLabelPrefix is the prefix Agones' SDK server puts before the key
+// of a label a game server sets.
+const agonesLabelPrefix = "agones.dev/sdk-"
+
+// agonesFleetLabel is the label naming a game server's fleet in Agones.
+const agonesFleetLabel = "agones.dev/fleet"
+
+// agonesNamespace is the namespace every game server is shown in: Tether
+// has no namespaces.
+const agonesNamespace = "default"
+
+// agonesCallerKey carries the identified caller in a call's context.
+type agonesCallerKey struct{}
+
+// caller identifies the game server a call comes from.
+func (s *agonesServer) caller(ctx context.Context) (sdkCaller, error) {
+	if c, ok := ctx.Value(agonesCallerKey{}).(sdkCaller); ok {
+		return c, nil
+	}
+	if c, ok := s.identify(ctx); ok {
+		return c, nil
+	}
+	return sdkCaller{}, status.Error(codes.Unauthenticated, "this connection belongs to no game server of this agent")
+}
+
+// unary identifies the caller of a unary call and notes the call (sdkOps:
+// a Ready first; every call notes the connection, none is a health ping).
+func (s *agonesServer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	c, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if info.FullMethod == agonessdk.SDK_Ready_FullMethodName {
+		defer s.ops.ReadyCall(c)()
+	}
+	s.ops.NoteCall(ctx, c, transportOf(ctx))
+	return handler(context.WithValue(ctx, agonesCallerKey{}, c), req)
+}
+
+// agonesStream carries the identified caller to a stream's handler.
+type agonesStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+// Context is the stream's context, with the caller.
+func (s *agonesStream) Context() context.Context { return s.ctx }
+
+// stream identifies the caller of a stream and counts it open while it
+// runs: a held SDK connection, whose end is a disconnect with its grace
+// window (sdkOps.StreamClosed), as with Tether's SDK.
+func (s *agonesServer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	c, err := s.caller(ss.Context())
+	if err != nil {
+		return err
+	}
+	ctx := context.WithValue(ss.Context(), agonesCallerKey{}, c)
+	s.ops.StreamOpened(ctx, c)
+	err = handler(srv, &agonesStream{ServerStream: ss, ctx: ctx})
+	kind, detail := disconnectKind(err, ss.Context().Err(), nil, 0, 0)
+	s.ops.StreamClosed(c, kind, detail)
+	return err
+}
+
+// callerIn is the caller unary or stream identified.
+func callerIn(ctx context.Context) sdkCaller { return ctx.Value(agonesCallerKey{}).(sdkCaller) }
+
+// Ready marks the server READY: from STARTING, and from RESERVED or
+// ALLOCATED (a server that finished its match takes the next).
+func (s *agonesServer) Ready(ctx context.Context, _ *agonessdk.Empty) (*agonessdk.Empty, error) {
+	if err := s.ops.Ready(ctx, callerIn(ctx)); err != nil {
+		return nil, sdkError(err)
+	}
+	return &agonessdk.Empty{}, nil
+}
+
+// Allocate: the server allocates itself, to a game session of its own.
+func (s *agonesServer) Allocate(ctx context.Context, _ *agonessdk.Empty) (*agonessdk.Empty, error) {
+	if _, err := s.ops.Allocate(ctx, callerIn(ctx), nil); err != nil {
+		return nil, sdkError(err)
+	}
+	return &agonessdk.Empty{}, nil
+}
+
+// Shutdown: the game asks to stop.
+func (s *agonesServer) Shutdown(ctx context.Context, _ *agonessdk.Empty) (*agonessdk.Empty, error) {
+	if err := s.ops.Shutdown(ctx, callerIn(ctx)); err != nil {
+		return nil, sdkError(err)
+	}
+	return &agonessdk.Empty{}, nil
+}
+
+// Health notes a health ping per message until the client closes; the
+// open stream noted the connection.
+func (s *agonesServer) Health(stream grpc.ClientStreamingServer[agonessdk.Empty, agonessdk.Empty]) error {
+	c := callerIn(stream.Context())
+	for {
+		if _, err := stream.Recv(); err != nil {
+			if errors.Is(err, io.EOF) {
+				return stream.SendAndClose(&agonessdk.Empty{})
+			}
+			return err
+		}
+		s.ops.HealthPing(stream.Context(), c, "")
+	}
+}
+
+// GetGameServer returns the server as Agones shows it.
+func (s *agonesServer) GetGameServer(ctx context.Context, _ *agonessdk.Empty) (*agonessdk.GameServer, error) {
+	return agonesGameServer(s.ops.GameServer(callerIn(ctx))), nil
+}
+
+// WatchGameServer sends the server at once and on every change.
+func (s *agonesServer) WatchGameServer(_ *agonessdk.Empty, stream grpc.ServerStreamingServer[agonessdk.GameServer]) error {
+	ctx := stream.Context()
+	return s.ops.WatchGameServer(ctx, callerIn(ctx), func(gs *sdkv1.GameServer) error {
+		return stream.Send(agonesGameServer(gs))
+	})
+}
+
+// SetLabel sets the label agones.dev/sdk-<key>.
+func (s *agonesServer) SetLabel(ctx context.Context, kv *agonessdk.KeyValue) (*agonessdk.Empty, error) {
+	if err := s.ops.SetLabel(ctx, callerIn(ctx), agonesLabelPrefix+kv.GetKey(), kv.GetValue()); err != nil {
+		return nil, sdkError(err)
+	}
+	return &agonessdk.Empty{}, nil
+}
+
+// Reserve holds the server back from allocation for 1 to
+// maxReserveSeconds seconds, then it is READY again. Agones' 0 (reserved
+// until changed) is refused: Tether's reservations end at a time.
+func (s *agonesServer) Reserve(ctx context.Context, d *agonessdk.Duration) (*agonessdk.Empty, error) {
+	n := d.GetSeconds()
+	if n == 0 {
+		return nil, status.Error(codes.InvalidArgument, "a reservation without an end (seconds 0) is not supported yet: give 1 to 3600 seconds")
+	}
+	if n < 0 || n > maxReserveSeconds {
+		return nil, status.Errorf(codes.InvalidArgument, "seconds must be 1 to %d, not %d", maxReserveSeconds, n)
+	}
+	if err := s.ops.Reserve(ctx, callerIn(ctx), time.Duration(n)*time.Second); err != nil {
+		return nil, sdkError(err)
+	}
+	return &agonessdk.Empty{}, nil
+}
+
+// agonesStates maps Tether's lifecycle (events.LifecycleName) to Agones'
+// GameServer states. STARTING is Scheduled: Agones' RequestReady lasts
+// only until its controller sees a Ready, and Tether records the Ready
+// as READY at once. A server ending (SHUTTING_DOWN) or ended is Shutdown.
+var agonesStates = map[string]string{
+	"SCHEDULED":     "Scheduled",
+	"STARTING":      "Scheduled",
+	"READY":         "Ready",
+	"RESERVED":      "Reserved",
+	"ALLOCATED":     "Allocated",
+	"UNHEALTHY":     "Unhealthy",
+	"SHUTTING_DOWN": "Shutdown",
+	"TERMINATED":    "Shutdown",
+}
+
+// agonesState is Tether's lifecycle name in Agones' words; "Unknown" for
+// one Agones has no word for.
+func agonesState(lifecycle string) string {
+	if s, ok := agonesStates[lifecycle]; ok {
+		return s
+	}
+	return "Unknown"
+}
+
+// agonesGameServer is the server as Agones' SDK shows it, built from
+// what the agent knows: name the game server's id (the last segment of
+// fleets/F/gameServers/ID), namespace "default", uid derived from the
+// full name, the labels with agones.dev/fleet naming the fleet.
+func agonesGameServer(v *sdkv1.GameServer) *agonessdk.GameServer {
+	fleet, id := splitGameServerName(v.GetName())
+	labels := make(map[string]string, len(v.GetLabels())+1)
+	for k, val := range v.GetLabels() {
+		labels[k] = val
+	}
+	if fleet != "" {
+		labels[agonesFleetLabel] = fleet
+	}
+	st := &agonessdk.GameServer_Status{State: agonesState(v.GetState()), Address: v.GetAddress()}
+	for _, p := range v.GetPorts() {
+		st.Ports = append(st.Ports, &agonessdk.GameServer_Status_Port{Name: p.GetName(), Port: p.GetPort()})
+	}
+	if v.GetAddress() != "" {
+		st.Addresses = []*agonessdk.GameServer_Status_Address{{Type: "InternalIP", Address: v.GetAddress()}}
+	}
+	return &agonessdk.GameServer{
+		ObjectMeta: &agonessdk.GameServer_ObjectMeta{
+			Name: id, Namespace: agonesNamespace, Uid: agonesUID(v.GetName()), Labels: labels,
+		},
+		Spec:   &agonessdk.GameServer_Spec{}, // spec.health from the fleet's contract: not yet
+		Status: st,
+	}
+}
+
+// splitGameServerName splits fleets/F/gameServers/ID into F and ID; a
+// name of another shape is its own id, with no fleet.
+func splitGameServerName(name string) (fleet, id string) {
+	parts := strings.Split(name, "/")
+	if len(parts) == 4 && parts[0] == "fleets" && parts[2] == "gameServers" {
+		return parts[1], parts[3]
+	}
+	return "", name
+}
+
+// agonesUID is a stable id in the form of a UUID, derived from the game
+// server's name (a name is never reused: its id is unique).
+func agonesUID(name string) string {
+	h := sha256.Sum256([]byte("tether/agones-uid/" + name))
+	h[6] = h[6]&0x0f | 0x50 // version 5 style: derived from a name
+	h[8] = h[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+}

@@ -1,0 +1,250 @@
+package agent
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/tetherhq/tether/events"
+	agonessdk "github.com/tetherhq/tether/proto/agones/dev/sdk"
+	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
+	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
+)
+
+// fakeOps records what a protocol server asks of the agent.
+type fakeOps struct {
+	sdkOps // the calls not overridden are not expected
+	mu     sync.Mutex
+	calls  []string
+	labels map[string]string
+	state  string
+	open   int
+	pings  int
+}
+
+func (f *fakeOps) note(s string) { f.mu.Lock(); f.calls = append(f.calls, s); f.mu.Unlock() }
+
+func (f *fakeOps) NoteCall(context.Context, sdkCaller, string) { f.note("note") }
+func (f *fakeOps) ReadyCall(sdkCaller) func()                  { f.note("readycall"); return func() {} }
+func (f *fakeOps) StreamOpened(context.Context, sdkCaller) {
+	f.mu.Lock()
+	f.open++
+	f.mu.Unlock()
+}
+func (f *fakeOps) StreamClosed(sdkCaller, eventsv1.DisconnectKind, string) {
+	f.mu.Lock()
+	f.open--
+	f.mu.Unlock()
+	f.note("closed")
+}
+func (f *fakeOps) Ready(context.Context, sdkCaller) error {
+	f.note("ready")
+	f.mu.Lock()
+	f.state = "READY"
+	f.mu.Unlock()
+	return nil
+}
+func (f *fakeOps) HealthPing(context.Context, sdkCaller, string) {
+	f.mu.Lock()
+	f.pings++
+	f.mu.Unlock()
+}
+func (f *fakeOps) Shutdown(context.Context, sdkCaller) error { f.note("shutdown"); return nil }
+func (f *fakeOps) GameServer(sdkCaller) *sdkv1.GameServer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &sdkv1.GameServer{Name: "fleets/arena/gameServers/gs-1", State: f.state, Address: "10.0.0.5",
+		Ports: []*sdkv1.Port{{Name: "game", Port: 7300}}, Labels: f.labels}
+}
+func (f *fakeOps) WatchGameServer(ctx context.Context, c sdkCaller, send func(*sdkv1.GameServer) error) error {
+	if err := send(f.GameServer(c)); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+func (f *fakeOps) SetLabel(_ context.Context, _ sdkCaller, k, v string) error {
+	if len(k) > events.MaxLabelKeyBytes {
+		return &events.ValidationError{Field: "labels", Reason: "key too long"}
+	}
+	f.mu.Lock()
+	f.labels = map[string]string{k: v}
+	f.mu.Unlock()
+	return nil
+}
+func (f *fakeOps) Reserve(_ context.Context, _ sdkCaller, d time.Duration) error {
+	f.note("reserve " + d.String())
+	return nil
+}
+func (f *fakeOps) Allocate(context.Context, sdkCaller, map[string]string) (string, error) {
+	f.note("allocate")
+	return "gameSessions/x", nil
+}
+
+// serveAgones serves an agonesServer over ops on loopback; known tells
+// whether a call is identified.
+func serveAgones(t *testing.T, ops sdkOps, known bool) agonessdk.SDKClient {
+	t.Helper()
+	s := &agonesServer{ops: ops, identify: func(context.Context) (sdkCaller, bool) { return sdkCaller{}, known }}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(s.unary), grpc.ChainStreamInterceptor(s.stream))
+	agonessdk.RegisterSDKServer(srv, s)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return agonessdk.NewSDKClient(conn)
+}
+
+// The Agones server carries each call to sdkOps as Tether's SDK server
+// does: noted first (a Ready as under way too), labels prefixed, Reserve
+// bounded, the GameServer in Agones' shape, the Health stream a held
+// connection whose messages are health pings.
+func TestAgonesServerCarriesCallsToSDKOps(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ops := &fakeOps{state: "STARTING"}
+	c := serveAgones(t, ops, true)
+
+	if _, err := c.Ready(ctx, &agonessdk.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SetLabel(ctx, &agonessdk.KeyValue{Key: "mode", Value: "ctf"}); err != nil {
+		t.Fatal(err)
+	}
+	gs, err := c.GetGameServer(ctx, &agonessdk.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := gs.GetObjectMeta()
+	if m.GetName() != "gs-1" || m.GetNamespace() != "default" || m.GetLabels()["agones.dev/sdk-mode"] != "ctf" ||
+		m.GetLabels()["agones.dev/fleet"] != "arena" || len(m.GetUid()) != 36 {
+		t.Errorf("object_meta = %v", m)
+	}
+	if st := gs.GetStatus(); st.GetState() != "Ready" || st.GetAddress() != "10.0.0.5" ||
+		len(st.GetPorts()) != 1 || st.GetPorts()[0].GetPort() != 7300 {
+		t.Errorf("status = %v", st)
+	}
+	if again, _ := c.GetGameServer(ctx, &agonessdk.Empty{}); again.GetObjectMeta().GetUid() != m.GetUid() {
+		t.Errorf("uid changed: %s then %s", m.GetUid(), again.GetObjectMeta().GetUid())
+	}
+	if _, err := c.SetLabel(ctx, &agonessdk.KeyValue{Key: string(make([]byte, 60)), Value: "x"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a label key too long with its prefix: %v, want INVALID_ARGUMENT", err)
+	}
+	if _, err := c.Reserve(ctx, &agonessdk.Duration{Seconds: 5}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int64{0, -1, maxReserveSeconds + 1} {
+		if _, err := c.Reserve(ctx, &agonessdk.Duration{Seconds: n}); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("Reserve(%d): %v, want INVALID_ARGUMENT", n, err)
+		}
+	}
+	if _, err := c.Allocate(ctx, &agonessdk.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SetAnnotation(ctx, &agonessdk.KeyValue{Key: "a", Value: "b"}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("SetAnnotation: %v, want UNIMPLEMENTED (not served yet)", err)
+	}
+
+	h, err := c.Health(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := h.Send(&agonessdk.Empty{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.CloseAndRecv(); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	w, err := c.WatchGameServer(wctx, &agonessdk.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := w.Recv()
+	if err != nil || first.GetStatus().GetState() != "Ready" {
+		t.Errorf("watch's first message: %v, %v", first, err)
+	}
+	wcancel()
+	if _, err := c.Shutdown(ctx, &agonessdk.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ops.mu.Lock()
+		open, pings := ops.open, ops.pings
+		ops.mu.Unlock()
+		if open == 0 && pings == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("streams open %d, health pings %d; want 0 and 3", open, pings)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ops.mu.Lock()
+	defer ops.mu.Unlock()
+	want := []string{"note", "readycall", "ready", "reserve 5s", "allocate", "shutdown"}
+	for _, w := range want {
+		found := false
+		for _, c := range ops.calls {
+			found = found || c == w
+		}
+		if !found {
+			t.Errorf("calls %v lack %q", ops.calls, w)
+		}
+	}
+	if ops.calls[0] != "readycall" && ops.calls[0] != "note" {
+		t.Errorf("first call %q: a call is noted before it is carried out", ops.calls[0])
+	}
+}
+
+// A call the server cannot place is refused before anything reaches the
+// agent.
+func TestAgonesServerRefusesAnUnknownCaller(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ops := &fakeOps{}
+	c := serveAgones(t, ops, false)
+	if _, err := c.Ready(ctx, &agonessdk.Empty{}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("Ready: %v, want UNAUTHENTICATED", err)
+	}
+	h, err := c.Health(ctx)
+	if err == nil {
+		_, err = h.CloseAndRecv()
+	}
+	if status.Code(err) != codes.Unauthenticated {
+		t.Errorf("Health: %v, want UNAUTHENTICATED", err)
+	}
+	if len(ops.calls) != 0 || ops.pings != 0 {
+		t.Errorf("the agent was called: %v, %d pings", ops.calls, ops.pings)
+	}
+}
+
+// Every lifecycle has a word in Agones.
+func TestAgonesStatesCoverTheLifecycle(t *testing.T) {
+	for v, name := range eventsv1.Lifecycle_name {
+		if v == 0 {
+			continue
+		}
+		l := events.LifecycleName(eventsv1.Lifecycle(v))
+		if agonesState(l) == "Unknown" {
+			t.Errorf("%s (%s) has no Agones state", l, name)
+		}
+	}
+}
