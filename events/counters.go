@@ -147,7 +147,7 @@ var counterStates = []eventsv1.Lifecycle{scheduled, starting, ready, reserved, a
 
 // decideCounter decides an UpdateCounter.
 func decideCounter(state *eventsv1.GameServerState, c UpdateCounter) ([]proto.Message, error) {
-	if err := checkCounterName("counter", c.Name); err != nil {
+	if err := CheckCounterName("counter", c.Name); err != nil {
 		return nil, err
 	}
 	if l := state.GetLifecycle(); !slices.Contains(counterStates, l) {
@@ -189,7 +189,7 @@ func decideCounter(state *eventsv1.GameServerState, c UpdateCounter) ([]proto.Me
 
 // decideList decides an UpdateList.
 func decideList(state *eventsv1.GameServerState, c UpdateList) ([]proto.Message, error) {
-	if err := checkCounterName("list", c.Name); err != nil {
+	if err := CheckCounterName("list", c.Name); err != nil {
 		return nil, err
 	}
 	if c.SetValues && (len(c.Add) > 0 || len(c.Remove) > 0) {
@@ -348,11 +348,11 @@ func checkListValues(field, name string, capacity int64, values []string) error 
 	return nil
 }
 
-// checkCounterName refuses a counter's or a list's name that is not 1 to
+// CheckCounterName refuses a counter's or a list's name that is not 1 to
 // MaxCounterNameBytes letters, digits, '.', '_' or '-', starting with a
 // letter or a digit: a name is a segment of the API's REST paths
 // (…/counters/{name}).
-func checkCounterName(field, name string) error {
+func CheckCounterName(field, name string) error {
 	ok := name != "" && len(name) <= MaxCounterNameBytes && isAlnum(rune(name[0]))
 	for _, r := range name {
 		ok = ok && (isAlnum(r) || strings.ContainsRune("._-", r))
@@ -385,7 +385,7 @@ func validateCounters(path string, t *eventsv1.GameServerTemplate) error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(t.GetCounters())) {
 		c := t.GetCounters()[name]
-		if err := checkCounterName(path+".counters", name); err != nil {
+		if err := CheckCounterName(path+".counters", name); err != nil {
 			return err
 		}
 		f := fmt.Sprintf("%s.counters[%s]", path, name)
@@ -401,7 +401,7 @@ func validateCounters(path string, t *eventsv1.GameServerTemplate) error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(t.GetLists())) {
 		l := t.GetLists()[name]
-		if err := checkCounterName(path+".lists", name); err != nil {
+		if err := CheckCounterName(path+".lists", name); err != nil {
 			return err
 		}
 		f := fmt.Sprintf("%s.lists[%s]", path, name)
@@ -448,4 +448,30 @@ func cloneLists(m map[string]*eventsv1.List) map[string]*eventsv1.List {
 		out[k] = proto.CloneOf(l)
 	}
 	return out
+}
+
+// ChangeWords says a CounterChanged or a ListChanged in words, as history
+// and explain show it: "counter rooms 3 of 10 (+1)", "list players +p2
+// -p1 (2 of 100)"; "" for any other event.
+func ChangeWords(m proto.Message) string {
+	switch d := m.(type) {
+	case *eventsv1.CounterChanged:
+		s := fmt.Sprintf("counter %s %d of %d", d.GetName(), d.GetCount(), d.GetCapacity())
+		if diff := d.GetCountDiff(); diff != 0 {
+			s += fmt.Sprintf(" (%+d)", diff)
+		}
+		return s
+	case *eventsv1.ListChanged:
+		var b strings.Builder
+		b.WriteString("list " + d.GetName())
+		for _, v := range d.GetAdded() {
+			b.WriteString(" +" + v)
+		}
+		for _, v := range d.GetRemoved() {
+			b.WriteString(" -" + v)
+		}
+		fmt.Fprintf(&b, " (%d of %d)", len(d.GetValues()), d.GetCapacity())
+		return b.String()
+	}
+	return ""
 }

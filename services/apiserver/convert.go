@@ -24,7 +24,8 @@ func specFromAPI(f *tetherv1.Fleet) *eventsv1.FleetSpec {
 		Strategy:                  strategyFromAPI(f.GetStrategy()),
 	}
 	if t := f.GetTemplate(); t != nil {
-		s.Template = &eventsv1.GameServerTemplate{Command: t.GetCommand(), Args: t.GetArgs(), Env: t.GetEnv(), HostSelector: t.GetHostSelector()}
+		s.Template = &eventsv1.GameServerTemplate{Command: t.GetCommand(), Args: t.GetArgs(), Env: t.GetEnv(), HostSelector: t.GetHostSelector(),
+			Counters: countersFromAPI(t.GetCounters()), Lists: listsFromAPI(t.GetLists())}
 		for _, p := range t.GetPorts() {
 			s.Template.Ports = append(s.Template.Ports, &eventsv1.PortSpec{Name: p.GetName(), Protocol: eventsv1.Protocol(p.GetProtocol())})
 		}
@@ -70,7 +71,8 @@ func fleetToAPI(s *eventsv1.FleetState, seq uint64, c projections.FleetCounts) *
 		DeleteTime:  s.GetDeleteTime(),
 	}
 	if t := spec.GetTemplate(); t != nil {
-		f.Template = &tetherv1.GameServerTemplate{Command: t.GetCommand(), Args: t.GetArgs(), Env: t.GetEnv(), HostSelector: t.GetHostSelector()}
+		f.Template = &tetherv1.GameServerTemplate{Command: t.GetCommand(), Args: t.GetArgs(), Env: t.GetEnv(), HostSelector: t.GetHostSelector(),
+			Counters: countersToAPI(t.GetCounters()), Lists: listsToAPI(t.GetLists())}
 		for _, p := range t.GetPorts() {
 			f.Template.Ports = append(f.Template.Ports, &tetherv1.PortSpec{Name: p.GetName(), Protocol: tetherv1.PortSpec_Protocol(p.GetProtocol())})
 		}
@@ -118,6 +120,8 @@ func gameServerToAPI(s *eventsv1.GameServerState, seq uint64) *tetherv1.GameServ
 		CreateTime:  s.GetCreateTime(),
 		UpdateTime:  s.GetUpdateTime(),
 		Sequence:    int64(seq),
+		Counters:    countersToAPI(s.GetCounters()),
+		Lists:       listsToAPI(s.GetLists()),
 	}
 	for _, p := range s.GetPorts() {
 		g.Ports = append(g.Ports, &tetherv1.Port{Name: p.GetName(), Port: p.GetPort(), Protocol: tetherv1.PortSpec_Protocol(p.GetProtocol())})
@@ -130,4 +134,52 @@ func gameServerToAPI(s *eventsv1.GameServerState, seq uint64) *tetherv1.GameServ
 		}
 	}
 	return g
+}
+
+// countersFromAPI converts a template's counters for the events.
+func countersFromAPI(m map[string]*tetherv1.Counter) map[string]*eventsv1.Counter {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]*eventsv1.Counter, len(m))
+	for k, c := range m {
+		out[k] = &eventsv1.Counter{Count: c.GetCount(), Capacity: c.GetCapacity()}
+	}
+	return out
+}
+
+// listsFromAPI converts a template's lists for the events.
+func listsFromAPI(m map[string]*tetherv1.List) map[string]*eventsv1.List {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]*eventsv1.List, len(m))
+	for k, l := range m {
+		out[k] = &eventsv1.List{Capacity: l.GetCapacity(), Values: l.GetValues()}
+	}
+	return out
+}
+
+// countersToAPI converts a template's or a server's counters.
+func countersToAPI(m map[string]*eventsv1.Counter) map[string]*tetherv1.Counter {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]*tetherv1.Counter, len(m))
+	for k, c := range m {
+		out[k] = &tetherv1.Counter{Count: c.GetCount(), Capacity: c.GetCapacity()}
+	}
+	return out
+}
+
+// listsToAPI converts a template's or a server's lists.
+func listsToAPI(m map[string]*eventsv1.List) map[string]*tetherv1.List {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]*tetherv1.List, len(m))
+	for k, l := range m {
+		out[k] = &tetherv1.List{Capacity: l.GetCapacity(), Values: l.GetValues()}
+	}
+	return out
 }

@@ -89,6 +89,7 @@ func classify(log *slog.Logger, method string, err error) (*apiError, *status.St
 		ve *events.ValidationError
 		te *events.TransitionError
 		re *events.RefusedError
+		ce *events.CounterError
 	)
 	switch {
 	case errors.As(err, &ae):
@@ -100,6 +101,17 @@ func classify(log *slog.Logger, method string, err error) (*apiError, *status.St
 		ae = &apiError{code: codes.NotFound, reason: ReasonNotFound, msg: err.Error()}
 	case errors.Is(err, events.ErrConflict):
 		ae = &apiError{code: codes.Aborted, reason: ReasonVersionConflict, msg: "the resource changed concurrently; read it again and retry"}
+	case errors.As(err, &ce):
+		// As Agones' SDK answers: a count or list out of its range, a value
+		// the list holds already, a counter, list or value that is not there.
+		code := codes.OutOfRange
+		switch {
+		case errors.Is(ce, events.ErrAlreadyExists):
+			code = codes.AlreadyExists
+		case errors.Is(ce, events.ErrMissing):
+			code = codes.NotFound
+		}
+		ae = &apiError{code: code, reason: ce.Reason, field: ce.Field, msg: ce.Msg}
 	case errors.As(err, &re):
 		code := codes.FailedPrecondition
 		if re.Reason == events.RefusedPlayerSessionUnknown || re.Reason == events.RefusedGameSessionUnknown {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -349,4 +350,79 @@ func (g *gameServerService) shutdown(ctx context.Context, name, requestID string
 		}
 	}
 	return g.GetGameServer(ctx, &tetherv1.GetGameServerRequest{Name: name, MinSequence: int64(res.Sequence)})
+}
+
+// UpdateGameServerCounter changes a counter of a game server
+// (events.UpdateCounter): refusals out of range are OUT_OF_RANGE, a
+// counter the server's template does not name NOT_FOUND.
+func (g *gameServerService) UpdateGameServerCounter(ctx context.Context, req *tetherv1.UpdateGameServerCounterRequest) (*tetherv1.GameServer, error) {
+	if err := events.CheckCounterName("counter", req.GetCounter()); err != nil {
+		return nil, err
+	}
+	return g.changeCounters(ctx, req.GetName(), req.GetRequestId(), events.UpdateCounter{
+		Name: req.GetCounter(), Count: req.Count, CountDiff: req.GetCountDiff(), Capacity: req.Capacity,
+	})
+}
+
+// UpdateGameServerList changes a list of a game server
+// (events.UpdateList): a value added that it holds is ALREADY_EXISTS, one
+// removed that it does not hold NOT_FOUND, values past its capacity
+// OUT_OF_RANGE.
+func (g *gameServerService) UpdateGameServerList(ctx context.Context, req *tetherv1.UpdateGameServerListRequest) (*tetherv1.GameServer, error) {
+	if err := events.CheckCounterName("list", req.GetList()); err != nil {
+		return nil, err
+	}
+	return g.changeCounters(ctx, req.GetName(), req.GetRequestId(), events.UpdateList{
+		Name: req.GetList(), Capacity: req.Capacity, Add: req.GetAddValues(), Remove: req.GetRemoveValues(),
+	})
+}
+
+// changeCounters decides a counter or list change on the server's state
+// in the views and appends it through the write path, then tells the
+// server's agent to re-read the server (in the background), so that its
+// game sees the change through WatchGameServer.
+func (g *gameServerService) changeCounters(ctx context.Context, name, requestID string, cmd events.GameServerCommand) (*tetherv1.GameServer, error) {
+	s := g.s
+	if _, _, err := events.ParseGameServerName(name); err != nil {
+		return nil, invalidField("name", err.Error())
+	}
+	var state *eventsv1.GameServerState
+	res, err := s.write(ctx, name, requestID, "", func(ctx context.Context, last uint64) ([]proto.Message, error) {
+		row, err := s.opts.Views.GameServer(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		state = row.State
+		return events.DecideGameServer(name, row.State, cmd)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Events) > 0 {
+		g.notifyAgent(ctx, state)
+	}
+	return g.GetGameServer(ctx, &tetherv1.GetGameServerRequest{Name: name, MinSequence: int64(res.Sequence)})
+}
+
+// notifyAgent sends the agent of state's host a refresh of the server, in
+// the background and best effort, as an allocation's notice is: a lost one
+// delays the game's news until the agent's periodic sync.
+func (g *gameServerService) notifyAgent(ctx context.Context, state *eventsv1.GameServerState) {
+	s := g.s
+	if s.opts.Commands == nil {
+		return
+	}
+	host, err := events.ParseHostName(state.GetHost())
+	if err != nil {
+		s.log.Warn("counters: server has no valid host", "game_server", state.GetName(), "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(trace.ContextWithSpan(s.noticeCtx, trace.SpanFromContext(ctx)), noticeWait)
+	s.notices.Go(func() {
+		defer cancel()
+		cmd := &agentv1.Command{Action: &agentv1.Command_Refresh{Refresh: &agentv1.RefreshGameServer{GameServer: state.GetName()}}}
+		if err := s.opts.Commands.Send(ctx, host, s.producer, cmd); err != nil {
+			s.log.Warn("counters: notify agent", "game_server", state.GetName(), "host", host, "err", err)
+		}
+	})
 }

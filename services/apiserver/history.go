@@ -362,7 +362,8 @@ func (h *historyService) Explain(ctx context.Context, req *tetherv1.ExplainReque
 			return nil, err
 		}
 	}
-	for _, e := range chain(evs) {
+	led := chain(evs)
+	for _, e := range led {
 		ev, err := hist.toAPI(e)
 		if err != nil {
 			return nil, err
@@ -370,7 +371,7 @@ func (h *historyService) Explain(ctx context.Context, req *tetherv1.ExplainReque
 		out.Events = append(out.Events, ev)
 	}
 	out.Decisions = scalingDecisions(evs, maxDecisions)
-	out.Summary = summarize(r.name, f, out.Events)
+	out.Summary = summarize(r.name, f, led)
 	if len(out.Decisions) > 0 {
 		out.Summary += ". Last scaling: " + out.Decisions[0]
 	}
@@ -420,7 +421,7 @@ func chain(evs []events.Envelope) []events.Envelope {
 }
 
 // summarize says in one sentence why the resource is in its state.
-func summarize(name string, f folded, chain []*tetherv1.Event) string {
+func summarize(name string, f folded, chain []events.Envelope) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s is %s", name, f.status)
 	if f.reason != "" {
@@ -453,7 +454,10 @@ func summarize(name string, f folded, chain []*tetherv1.Event) string {
 	if len(chain) > 0 {
 		types := make([]string, len(chain))
 		for i, e := range chain {
-			types[i] = e.GetType()
+			types[i] = e.Type
+			if words := events.ChangeWords(e.Data); words != "" {
+				types[i] += " (" + words + ")"
+			}
 		}
 		b.WriteString(". Events: " + strings.Join(types, " → "))
 	}

@@ -54,6 +54,20 @@ func TestRequestsOverTheSizeLimitsAreRefused(t *testing.T) {
 	selector := func(labels map[string]string) map[string]any {
 		return map[string]any{"matchLabels": labels}
 	}
+	counters := func(count int) map[string]any {
+		m := map[string]any{}
+		for i := range count {
+			m[fmt.Sprintf("c%02d", i)] = map[string]any{"capacity": 1}
+		}
+		return m
+	}
+	lists := func(count int, values []string) map[string]any {
+		m := map[string]any{}
+		for i := range count {
+			m[fmt.Sprintf("l%02d", i)] = map[string]any{"capacity": len(values), "values": values}
+		}
+		return m
+	}
 	const alloc = "/v1/fleets/arena/gameServers:allocate"
 	tests := []struct {
 		name, method, path string
@@ -140,6 +154,32 @@ func TestRequestsOverTheSizeLimitsAreRefused(t *testing.T) {
 			map[string]any{"playerId": "p", "playerData": strings.Repeat("d", 5<<10)}, "player_session.player_data", apiserver.MaxPlayerDataBytes, ""},
 		{"a shutdown detail over 1 KiB", "POST", "/v1/fleets/arena/gameServers/gs-000:shutdown",
 			map[string]any{"detail": strings.Repeat("d", 2<<10)}, "detail", apiserver.MaxShutdownDetailBytes, ""},
+		{"33 counters", "POST", "/v1/fleets?fleetId=f13",
+			withField(func(f map[string]any) { template(f)["counters"] = counters(33) }), "fleet.template.counters", apiserver.MaxCounters, "f13"},
+		{"33 lists", "POST", "/v1/fleets?fleetId=f14",
+			withField(func(f map[string]any) { template(f)["lists"] = lists(33, nil) }), "fleet.template.lists", apiserver.MaxLists, "f14"},
+		{"a counter's name over 63 bytes", "POST", "/v1/fleets?fleetId=f15",
+			withField(func(f map[string]any) {
+				template(f)["counters"] = map[string]any{strings.Repeat("c", 64): map[string]any{"capacity": 1}}
+			}), "fleet.template.counters", apiserver.MaxCounterNameBytes, "f15"},
+		{"a list of 1001 values", "POST", "/v1/fleets?fleetId=f16",
+			withField(func(f map[string]any) { template(f)["lists"] = lists(1, list(1001, 1)) }),
+			"fleet.template.lists[l00].values", apiserver.MaxListValues, "f16"},
+		{"a list value over 128 bytes", "POST", "/v1/fleets?fleetId=f17",
+			withField(func(f map[string]any) { template(f)["lists"] = lists(1, list(1, 129)) }),
+			"fleet.template.lists[l00].values[0]", apiserver.MaxListValueBytes, "f17"},
+		{"a standalone server with 33 counters", "POST", "/v1/fleets/standalone/gameServers?gameServerId=s2",
+			withField(func(f map[string]any) { template(f)["counters"] = counters(33) }), "spec.template.counters", apiserver.MaxCounters, ""},
+		{"an update to 33 lists", "PATCH", "/v1/fleets/arena?updateMask=template",
+			map[string]any{"template": map[string]any{"command": "/bin/game", "lists": lists(33, nil)}}, "fleet.template.lists", apiserver.MaxLists, ""},
+		{"a counter's name over 63 bytes in a change", "PATCH", "/v1/fleets/arena/gameServers/gs-000/counters/" + strings.Repeat("c", 64),
+			map[string]any{"countDiff": 1}, "counter", apiserver.MaxCounterNameBytes, ""},
+		{"a list's name over 63 bytes in a change", "PATCH", "/v1/fleets/arena/gameServers/gs-000/lists/" + strings.Repeat("l", 64),
+			map[string]any{"addValues": []string{"a"}}, "list", apiserver.MaxCounterNameBytes, ""},
+		{"1001 values added", "PATCH", "/v1/fleets/arena/gameServers/gs-000/lists/players",
+			map[string]any{"addValues": list(1001, 1)}, "add_values", apiserver.MaxListValues, ""},
+		{"a value over 128 bytes removed", "PATCH", "/v1/fleets/arena/gameServers/gs-000/lists/players",
+			map[string]any{"removeValues": list(1, 129)}, "remove_values[0]", apiserver.MaxListValueBytes, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -189,6 +229,29 @@ func TestRequestsAtTheSizeLimitsAreAccepted(t *testing.T) {
 	})
 	if r := s.do("POST", "/v1/fleets?fleetId=full&requestId="+strings.Repeat("r", apiserver.MaxRequestIDBytes), full); r.status != http.StatusOK {
 		t.Fatalf("a fleet at every limit: %d %.300v", r.status, r.body)
+	}
+	// Counters and lists at their limits: as many as may be, the longest
+	// names, a list of the most values of the longest value, and the
+	// lists' capacities at their bound together.
+	counters, lists := map[string]any{}, map[string]any{}
+	for i := range apiserver.MaxCounters {
+		counters[fmt.Sprintf("%s%02d", strings.Repeat("c", apiserver.MaxCounterNameBytes-2), i)] = map[string]any{"count": "1", "capacity": "9223372036854775807"}
+	}
+	values := make([]string, apiserver.MaxListValues)
+	for i := range values {
+		values[i] = fmt.Sprintf("%04d%s", i, strings.Repeat("v", apiserver.MaxListValueBytes-4))
+	}
+	lists["big"] = map[string]any{"capacity": apiserver.MaxListValues, "values": values}
+	rest := (events.MaxListValues - apiserver.MaxListValues) / (apiserver.MaxLists - 1)
+	for i := range apiserver.MaxLists - 1 {
+		lists[fmt.Sprintf("%s%02d", strings.Repeat("l", apiserver.MaxCounterNameBytes-2), i)] = map[string]any{"capacity": rest}
+	}
+	counted := withField(func(f map[string]any) {
+		template(f)["counters"] = counters
+		template(f)["lists"] = lists
+	})
+	if r := s.do("POST", "/v1/fleets?fleetId=counted", counted); r.status != http.StatusOK {
+		t.Fatalf("a fleet with counters and lists at their limits: %d %.300v", r.status, r.body)
 	}
 	// The body carries a template over the limits, but the mask writes
 	// the replicas only.

@@ -384,6 +384,18 @@ const (
 	// MaxShutdownDetailBytes bounds the free text of a shutdown, kept in
 	// the server's evidence.
 	MaxShutdownDetailBytes = 1 << 10
+	// MaxCounters and MaxLists bound a template's counters and lists
+	// (events.MaxCounters, events.MaxLists), MaxCounterNameBytes the name
+	// of one (events.MaxCounterNameBytes).
+	MaxCounters         = events.MaxCounters
+	MaxLists            = events.MaxLists
+	MaxCounterNameBytes = events.MaxCounterNameBytes
+	// MaxListValues bounds the values of one list in a template, and those
+	// one UpdateGameServerList adds or removes: a list's capacity
+	// (events.MaxListCapacity).
+	MaxListValues = events.MaxListCapacity
+	// MaxListValueBytes bounds a list's value (events.MaxListValueBytes).
+	MaxListValueBytes = events.MaxListValueBytes
 )
 
 // checkSizes refuses a request over one of the size limits above. An
@@ -405,6 +417,65 @@ func checkSizes(req any) error {
 	case *tetherv1.ShutdownGameServerRequest:
 		if n := len(r.GetDetail()); n > MaxShutdownDetailBytes {
 			return invalidField("detail", fmt.Sprintf("is %d bytes; at most %d", n, MaxShutdownDetailBytes))
+		}
+	case *tetherv1.UpdateGameServerCounterRequest:
+		return checkNameSize("counter", r.GetCounter())
+	case *tetherv1.UpdateGameServerListRequest:
+		if err := checkNameSize("list", r.GetList()); err != nil {
+			return err
+		}
+		if err := checkValueSizes("add_values", r.GetAddValues()); err != nil {
+			return err
+		}
+		return checkValueSizes("remove_values", r.GetRemoveValues())
+	}
+	return nil
+}
+
+// checkNameSize refuses a counter's or a list's name over
+// MaxCounterNameBytes.
+func checkNameSize(field, name string) error {
+	if n := len(name); n > MaxCounterNameBytes {
+		return invalidField(field, fmt.Sprintf("is %d bytes; at most %d", n, MaxCounterNameBytes))
+	}
+	return nil
+}
+
+// checkValueSizes refuses more list values than MaxListValues, or one over
+// MaxListValueBytes; field is their field path.
+func checkValueSizes(field string, values []string) error {
+	if n := len(values); n > MaxListValues {
+		return invalidField(field, fmt.Sprintf("%d values; at most %d (a list's most)", n, MaxListValues))
+	}
+	for i, v := range values {
+		if n := len(v); n > MaxListValueBytes {
+			return invalidField(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("is %d bytes; at most %d", n, MaxListValueBytes))
+		}
+	}
+	return nil
+}
+
+// checkCounterSizes checks how many counters and lists a template has,
+// their names, and the values of its lists; path is the template's field
+// path.
+func checkCounterSizes(path string, t *tetherv1.GameServerTemplate) error {
+	if n := len(t.GetCounters()); n > MaxCounters {
+		return invalidField(path+".counters", fmt.Sprintf("%d counters; at most %d", n, MaxCounters))
+	}
+	if n := len(t.GetLists()); n > MaxLists {
+		return invalidField(path+".lists", fmt.Sprintf("%d lists; at most %d", n, MaxLists))
+	}
+	for _, k := range slices.Sorted(maps.Keys(t.GetCounters())) {
+		if len(k) > MaxCounterNameBytes {
+			return invalidField(path+".counters", fmt.Sprintf("a counter's name is %d bytes; at most %d", len(k), MaxCounterNameBytes))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(t.GetLists())) {
+		if len(k) > MaxCounterNameBytes {
+			return invalidField(path+".lists", fmt.Sprintf("a list's name is %d bytes; at most %d", len(k), MaxCounterNameBytes))
+		}
+		if err := checkValueSizes(fmt.Sprintf("%s.lists[%s].values", path, k), t.GetLists()[k].GetValues()); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -476,7 +547,7 @@ func checkTemplateSizes(path string, t *tetherv1.GameServerTemplate) error {
 			return invalidField(fmt.Sprintf("%s.env[%s]", path, k), fmt.Sprintf("is %d bytes; at most %d", len(v), MaxEnvValueBytes))
 		}
 	}
-	return nil
+	return checkCounterSizes(path, t)
 }
 
 // checkAllocationSizes checks an allocation's selectors, its game
