@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,9 +63,9 @@ func (q gameServerQuery) filter() string {
 }
 
 func (a *app) gameServersCommand() *cobra.Command {
-	cmd := group("gameservers", "List, show, watch and shut down game servers, and print their logs", "gameserver", "gs")
+	cmd := group("gameservers", "List, show, watch and shut down game servers, change their counters and lists, and print their logs", "gameserver", "gs")
 	cmd.AddCommand(a.gameServersListCommand(), a.gameServersGetCommand(), a.gameServersWatchCommand(), a.gameServersLogsCommand(),
-		a.gameServersShutdownCommand())
+		a.gameServersShutdownCommand(), a.gameServersCounterCommand(), a.gameServersListValuesCommand())
 	return cmd
 }
 
@@ -145,12 +147,131 @@ func (a *app) gameServersGetCommand() *cobra.Command {
 				if err != nil {
 					return c.apiError(name, err)
 				}
-				return a.print(g, func(w io.Writer) { a.gameServerTable(w, g) })
+				return a.print(g, func(w io.Writer) { a.gameServerTable(w, g); counterSections(w, g) })
 			})
 		},
 	}
 	addMinSequence(cmd, &minSeq)
 	return cmd
+}
+
+func (a *app) gameServersCounterCommand() *cobra.Command {
+	var count, diff, capacity int64
+	cmd := &cobra.Command{
+		Use:     "update-counter NAME COUNTER [--count N] [--diff N] [--capacity N]",
+		Aliases: []string{"counter"},
+		Short:   "Change a counter of a game server: its count, by a difference, or its capacity",
+		Long: `Change a counter of a game server; NAME is ` + gameServerFormats + `, COUNTER
+one of its template's counters (docs/counters-and-lists.md). --capacity is
+set first, then --count, then --diff is added; the count must end within
+[0, capacity], else nothing changes (OUT_OF_RANGE). A retry of the same
+command is counted once (it carries a request id).`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := gameServerName(args[0])
+			if err != nil {
+				return err
+			}
+			req := &tetherv1.UpdateGameServerCounterRequest{Name: name, Counter: args[1], CountDiff: diff, RequestId: newRequestID()}
+			if cmd.Flags().Changed("count") {
+				req.Count = &count
+			}
+			if cmd.Flags().Changed("capacity") {
+				req.Capacity = &capacity
+			}
+			if req.Count == nil && req.Capacity == nil && diff == 0 {
+				return fmt.Errorf("nothing to change: give --count, --diff or --capacity")
+			}
+			return a.withClient(func(c *client) error {
+				ctx, cancel := c.call(cmd.Context())
+				defer cancel()
+				g, err := c.gameServers.UpdateGameServerCounter(ctx, req)
+				if err != nil {
+					return c.apiError(name, err)
+				}
+				return a.print(g, func(w io.Writer) { a.gameServerTable(w, g); counterSections(w, g) })
+			})
+		},
+	}
+	cmd.Flags().Int64Var(&count, "count", 0, "the count to set")
+	cmd.Flags().Int64Var(&diff, "diff", 0, "added to the count (negative to take away), after --count")
+	cmd.Flags().Int64Var(&capacity, "capacity", 0, "the capacity to set (first)")
+	return cmd
+}
+
+func (a *app) gameServersListValuesCommand() *cobra.Command {
+	var add, remove []string
+	var capacity int64
+	cmd := &cobra.Command{
+		Use:     "update-list NAME LIST [--add VALUE]... [--remove VALUE]... [--capacity N]",
+		Aliases: []string{"list-values"},
+		Short:   "Change a list of a game server: add or remove values, or set its capacity",
+		Long: `Change a list of a game server; NAME is ` + gameServerFormats + `, LIST one of
+its template's lists (docs/counters-and-lists.md). --capacity is set first,
+then the --remove values are removed, then the --add values added at the
+end. A value added that the list holds is refused (ALREADY_EXISTS), one
+removed that it does not hold too (NOT_FOUND), and so are values past the
+capacity (OUT_OF_RANGE); nothing changes then.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := gameServerName(args[0])
+			if err != nil {
+				return err
+			}
+			req := &tetherv1.UpdateGameServerListRequest{Name: name, List: args[1], AddValues: add, RemoveValues: remove, RequestId: newRequestID()}
+			if cmd.Flags().Changed("capacity") {
+				req.Capacity = &capacity
+			}
+			if req.Capacity == nil && len(add) == 0 && len(remove) == 0 {
+				return fmt.Errorf("nothing to change: give --add, --remove or --capacity")
+			}
+			return a.withClient(func(c *client) error {
+				ctx, cancel := c.call(cmd.Context())
+				defer cancel()
+				g, err := c.gameServers.UpdateGameServerList(ctx, req)
+				if err != nil {
+					return c.apiError(name, err)
+				}
+				return a.print(g, func(w io.Writer) { a.gameServerTable(w, g); counterSections(w, g) })
+			})
+		},
+	}
+	cmd.Flags().StringArrayVar(&add, "add", nil, "a value to add (repeat for more)")
+	cmd.Flags().StringArrayVar(&remove, "remove", nil, "a value to remove (repeat for more)")
+	cmd.Flags().Int64Var(&capacity, "capacity", 0, "the capacity to set (first)")
+	return cmd
+}
+
+// counterSections writes a game server's counters and lists under its
+// table, one a line, when it has any.
+func counterSections(w io.Writer, g *tetherv1.GameServer) {
+	if len(g.GetCounters()) == 0 && len(g.GetLists()) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	for _, name := range slices.Sorted(maps.Keys(g.GetCounters())) {
+		c := g.GetCounters()[name]
+		fmt.Fprintf(w, "Counter %s:\t%d of %d\n", name, c.GetCount(), c.GetCapacity())
+	}
+	for _, name := range slices.Sorted(maps.Keys(g.GetLists())) {
+		l := g.GetLists()[name]
+		fmt.Fprintf(w, "List %s:\t%d of %d\t%s\n", name, len(l.GetValues()), l.GetCapacity(), strings.Join(l.GetValues(), ", "))
+	}
+}
+
+// countersSummary is a game server's counters and lists in a column:
+// "rooms=3/10,players=2/4"; "-" for none.
+func countersSummary(g *tetherv1.GameServer) string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(g.GetCounters())) {
+		c := g.GetCounters()[name]
+		out = append(out, fmt.Sprintf("%s=%d/%d", name, c.GetCount(), c.GetCapacity()))
+	}
+	for _, name := range slices.Sorted(maps.Keys(g.GetLists())) {
+		l := g.GetLists()[name]
+		out = append(out, fmt.Sprintf("%s=%d/%d", name, len(l.GetValues()), l.GetCapacity()))
+	}
+	return orDash(strings.Join(out, ","))
 }
 
 // listGameServers reads every page of the game servers q selects.
@@ -168,12 +289,13 @@ func listGameServers(ctx context.Context, c *client, q gameServerQuery) ([]*teth
 }
 
 func (a *app) gameServerTable(w io.Writer, list ...*tetherv1.GameServer) {
-	row(w, "NAME", "STATE", "CONNECTION", "HEALTH", "HOST", "ADDRESS", "PORTS", "PID", "REV", "REASON", "AGE")
+	row(w, "NAME", "STATE", "CONNECTION", "HEALTH", "HOST", "ADDRESS", "PORTS", "PID", "REV", "REASON", "AGE", "COUNTERS")
 	now := a.now()
 	for _, g := range list {
 		row(w, shortName(g.GetName()), enumName(g.GetState()), enumName(g.GetConnection().GetState()),
 			enumName(g.GetHealth().GetState()), orDash(shortName(g.GetHost())), orDash(g.GetAddress()),
-			orDash(ports(g.GetPorts())), positive(int64(g.GetPid())), positive(g.GetRevision()), orDash(g.GetReason()), age(now, g.GetCreateTime()))
+			orDash(ports(g.GetPorts())), positive(int64(g.GetPid())), positive(g.GetRevision()), orDash(g.GetReason()), age(now, g.GetCreateTime()),
+			countersSummary(g))
 	}
 }
 

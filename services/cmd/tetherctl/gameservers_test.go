@@ -13,7 +13,7 @@ import (
 	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
-var gameServerHeader = []string{"NAME", "STATE", "CONNECTION", "HEALTH", "HOST", "ADDRESS", "PORTS", "PID", "REV", "REASON", "AGE"}
+var gameServerHeader = []string{"NAME", "STATE", "CONNECTION", "HEALTH", "HOST", "ADDRESS", "PORTS", "PID", "REV", "REASON", "AGE", "COUNTERS"}
 
 // startReadyServer appends what an agent reports for a server that
 // starts, connects its SDK and becomes Ready; it returns the last sequence.

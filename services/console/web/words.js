@@ -84,3 +84,45 @@ export function offset(t, from) {
   const ms = new Date(t).getTime() - new Date(from).getTime();
   return (ms < 0 ? '−' : '+') + fmtDuration(ms);
 }
+
+/**
+ * A server's counters in words: "rooms 3 of 10, seats 0 of 2" ("" for none).
+ * int64 values are JSON strings, and protojson leaves out zeros.
+ * @param {Record<string, any> | undefined} counters
+ */
+export function countersWords(counters) {
+  return Object.entries(counters ?? {}).sort(([a], [b]) => a.localeCompare(b))
+    .map(([name, c]) => `${name} ${c.count ?? 0} of ${c.capacity ?? 0}`).join(', ');
+}
+
+/**
+ * A server's lists in words: "players 2 of 100: ann, bob" ("" for none).
+ * @param {Record<string, any> | undefined} lists
+ */
+export function listsWords(lists) {
+  return Object.entries(lists ?? {}).sort(([a], [b]) => a.localeCompare(b)).map(([name, l]) => {
+    const values = /** @type {string[]} */ (l.values ?? []);
+    return `${name} ${values.length} of ${l.capacity ?? 0}${values.length ? `: ${values.join(', ')}` : ''}`;
+  }).join('; ');
+}
+
+/**
+ * A CounterChanged or ListChanged in words, as the API's explain says it:
+ * "counter rooms 3 of 10 (+1)", "list players +bob -ann (2 of 100)"; ""
+ * for any other event.
+ * @param {string} type
+ * @param {Record<string, any> | undefined} data
+ */
+export function changeWords(type, data) {
+  if (!data) return '';
+  if (type === 'CounterChanged') {
+    const diff = Number(data.countDiff ?? 0);
+    return `counter ${data.name} ${data.count ?? 0} of ${data.capacity ?? 0}${diff ? ` (${diff > 0 ? '+' : ''}${diff})` : ''}`;
+  }
+  if (type === 'ListChanged') {
+    const added = /** @type {string[]} */ (data.added ?? []).map((v) => ` +${v}`).join('');
+    const removed = /** @type {string[]} */ (data.removed ?? []).map((v) => ` -${v}`).join('');
+    return `list ${data.name}${added}${removed} (${(data.values ?? []).length} of ${data.capacity ?? 0})`;
+  }
+  return '';
+}

@@ -5,7 +5,7 @@
 
 import { get, listAll, watch } from '../api.js';
 import { ago, badge, enumWord, facts, fmtTime, h, json, lastId, replace, resourceLink } from '../dom.js';
-import { dataLine, evidenceWords, offset, reasonWords } from '../words.js';
+import { changeWords, countersWords, dataLine, evidenceWords, listsWords, offset, reasonWords } from '../words.js';
 
 /** @param {import('../app.js').PageContext} ctx */
 export async function render({ main, params, signal, live }) {
@@ -71,7 +71,7 @@ export async function render({ main, params, signal, live }) {
     timeline.append(h('li', { class: causes.has(e.sequence) ? 'cause' : '', 'data-seq': e.sequence, 'data-type': e.type },
       h('div', { class: 'when' }, h('time', { datetime: e.time }, fmtTime(e.time)), first ? h('div', { class: 'hint' }, offset(e.time, first)) : null),
       h('div', { class: 'what' }, h('strong', {}, e.type), ' ', h('span', { class: 'hint' }, `#${e.sequence} by ${e.actor || e.producer}`)),
-      h('div', { class: 'data mono' }, dataLine(e.data)),
+      h('div', { class: 'data mono' }, changeWords(e.type, e.data) || dataLine(e.data)),
       h('button', { type: 'button', class: 'small', onclick: () => showStateAt({ sequence: e.sequence }) }, 'state after')));
   };
   showNow(server, why);
@@ -124,6 +124,8 @@ function serverFacts(s) {
     ['PID', s.pid ? String(s.pid) : ''],
     ['Revision', String(s.revision ?? '')],
     ['Game session', s.gameSession ? resourceLink(s.gameSession, lastId(s.gameSession)) : ''],
+    ['Counters', countersWords(s.counters)],
+    ['Lists', listsWords(s.lists)],
     ['Created', fmtTime(s.createTime)],
     ['Changed', `${fmtTime(s.updateTime)} (event #${s.sequence})`],
   ]);
