@@ -3,6 +3,7 @@ package dev_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,7 +30,8 @@ import (
 const requireBrowserEnv = "TETHER_REQUIRE_BROWSER"
 
 // screenshotsEnv, when set to a directory, makes the browser test save
-// the fleet page and a server's timeline there (docs/images for the README).
+// the fleet page, a server's timeline, the fleet page's charts and the
+// overview there (docs/images for the README and docs/console.md).
 const screenshotsEnv = "TETHER_SCREENSHOTS"
 
 // browserTools finds chromium, node and playwright-core, or says which is
@@ -59,7 +61,9 @@ func browserTools() (chromium, node, nodeModules string, missing error) {
 // created through the API appearing on the overview and on its page, a
 // game server killed with kill -9 turning TERMINATED with reason
 // PROCESS_EXITED on the fleet page without a reload, the page's watch
-// resuming after its connection was cut, and the server's timeline with
+// resuming after its connection was cut, the last hour's charts of the
+// fleet page and the overview after an allocation (checked against the
+// API's counts), and the server's timeline with
 // the events and the explanation
 // (services/console/browsertest/console.test.mjs).
 func TestConsoleInABrowser(t *testing.T) {
@@ -174,8 +178,11 @@ func TestConsoleInABrowser(t *testing.T) {
 // answer: "create-fleet" creates a fleet (answer: its id and replicas);
 // "kill F" kills a READY server of fleet F with SIGKILL (answer: its
 // name), and "kill-and-wait F" also waits until the API shows it
-// TERMINATED; "cut" cuts the browser's connections to the API and refuses
-// new ones until "restore".
+// TERMINATED; "allocate F" allocates a server of fleet F and, once the
+// fleet is settled (its servers READY or ALLOCATED, as many as its
+// replicas), answers what the console's charts of the last hour must show
+// (chartCounts, as JSON); "cut" cuts the browser's connections to the API
+// and refuses new ones until "restore".
 func answerConsoleTest(t *testing.T, s *stack, proxy *cutProxy, what string) (string, error) {
 	switch verb, arg, _ := strings.Cut(what, " "); verb {
 	case "create-fleet":
@@ -201,6 +208,41 @@ func answerConsoleTest(t *testing.T, s *stack, proxy *cutProxy, what string) (st
 			})
 		}
 		return victim.Name, nil
+	case "allocate":
+		if code := s.rest("POST", "/v1/fleets/"+arg+"/gameServers:allocate", map[string]any{}, nil); code != http.StatusOK {
+			return "", fmt.Errorf("allocate from %s: HTTP %d", arg, code)
+		}
+		var want chartCounts
+		wait.For(t, 30*time.Second, arg+" settled after the allocation", func() bool {
+			var f struct {
+				Replicas int `json:"replicas"`
+			}
+			if s.rest("GET", "/v1/fleets/"+arg, nil, &f) != http.StatusOK {
+				return false
+			}
+			fleet := countCharts(s.gameServers(arg))
+			if fleet.Allocated != 1 || fleet.Ready+fleet.Allocated != f.Replicas || fleet.Live != f.Replicas {
+				return false
+			}
+			want = chartCounts{Fleet: fleet, All: countCharts(s.gameServers("-"))}
+			var hosts struct {
+				Hosts []struct {
+					Capacity       int `json:"capacity"`
+					AllocatedSlots int `json:"allocatedSlots"`
+				} `json:"hosts"`
+			}
+			if s.rest("GET", "/v1/hosts", nil, &hosts) != http.StatusOK {
+				return false
+			}
+			want.Used, want.Capacity = 0, 0
+			for _, h := range hosts.Hosts {
+				want.Used += h.AllocatedSlots
+				want.Capacity += h.Capacity
+			}
+			return true
+		})
+		b, err := json.Marshal(want)
+		return string(b), err
 	case "cut":
 		proxy.cut()
 		return "ok", nil
@@ -210,6 +252,40 @@ func answerConsoleTest(t *testing.T, s *stack, proxy *cutProxy, what string) (st
 	default:
 		return "", fmt.Errorf("unknown question %q", what)
 	}
+}
+
+// chartCounts is what the console's charts of the last hour show, from
+// the API's lists: the servers now per state (the state chart's last
+// point), the servers started (all of them: every one began within the
+// hour) and ended by reason, of the fleet and of all fleets, and the
+// hosts' slots used of their capacity.
+type chartCounts struct {
+	Fleet, All     serverCounts
+	Used, Capacity int
+}
+
+type serverCounts struct {
+	Ready, Allocated, Reserved, Live, Started int
+	Terminated                                map[string]int
+}
+
+func countCharts(servers []gameServer) serverCounts {
+	c := serverCounts{Started: len(servers), Terminated: map[string]int{}}
+	for _, g := range servers {
+		switch g.State {
+		case "READY":
+			c.Ready++
+		case "ALLOCATED":
+			c.Allocated++
+		case "RESERVED":
+			c.Reserved++
+		case "TERMINATED":
+			c.Terminated[g.Reason]++
+			continue
+		}
+		c.Live++
+	}
+	return c
 }
 
 // cutProxy forwards TCP connections to an address until it is cut: then

@@ -11,7 +11,8 @@
 //   TETHER_API_KEY       the key to sign in with
 //   TETHER_CHROMIUM      the chromium binary
 //   TETHER_NODE_MODULES  a node_modules holding playwright-core (.tools/node_modules)
-//   TETHER_SCREENSHOTS   a directory for console-fleet.png and console-timeline.png (optional)
+//   TETHER_SCREENSHOTS   a directory for console-fleet.png, console-timeline.png, console-charts.png
+//                        and console-overview.png (optional)
 
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -148,13 +149,78 @@ try {
     await page.setViewportSize({ width: 1366, height: 768 });
   }
 
+  // The last hour's charts: after an allocation, the fleet page (loaded
+  // again) and the overview draw them, with the counts of what the test
+  // did: servers READY and ALLOCATED now, one allocation, every server
+  // started, the two killed ended PROCESS_EXITED, and the hosts' slots.
+  const want = JSON.parse(await ask(`allocate ${fleet}`));
+  check(want.Fleet.Allocated === 1 && want.Fleet.Terminated.PROCESS_EXITED === 2, `the test's own counts: ${JSON.stringify(want)}`);
+  /**
+   * Waits for the charts and checks them against counts.
+   * @param {any} c
+   * @param {string} where
+   */
+  const checkCharts = async (c, where) => {
+    await page.locator('.charts [data-chart=churn] svg').waitFor();
+    const got = await page.evaluate(() => {
+      const attr = (/** @type {string} */ sel, /** @type {string} */ a) => document.querySelector(sel)?.getAttribute(a) ?? null;
+      /** @type {Record<string, number>} */
+      const ended = {};
+      for (const g of document.querySelectorAll('.charts [data-chart=churn] g.series')) {
+        const name = g.getAttribute('data-series') ?? '';
+        if (name !== 'started') ended[name] = Number(g.getAttribute('data-total'));
+      }
+      return {
+        Ready: Number(attr('.charts path[data-series=READY]', 'data-now')),
+        Allocated: Number(attr('.charts path[data-series=ALLOCATED]', 'data-now')),
+        Reserved: Number(attr('.charts path[data-series=RESERVED]', 'data-now')),
+        allocations: Number(attr('.charts [data-chart=allocations] g.series', 'data-total')),
+        bars: document.querySelectorAll('.charts [data-chart=allocations] rect').length,
+        Started: Number(attr('.charts [data-chart=churn] g[data-series=started]', 'data-total')),
+        Terminated: ended,
+        truncated: attr('.charts', 'data-truncated'),
+        labelled: [...document.querySelectorAll('.charts svg')].every((s) => s.getAttribute('role') === 'img' && s.getAttribute('aria-label') && s.querySelector('title')),
+      };
+    });
+    const expect = { Ready: c.Ready, Allocated: c.Allocated, Reserved: c.Reserved, allocations: c.Allocated, bars: 1,
+      Started: c.Started, Terminated: c.Terminated, truncated: 'false', labelled: true };
+    check(JSON.stringify(got) === JSON.stringify(expect), `${where}'s charts show ${JSON.stringify(got)}, want ${JSON.stringify(expect)}`);
+  };
+  await page.reload();
+  await page.waitForFunction((n) => document.querySelectorAll('[role=row][data-key] [data-col=state] .s-ready, [role=row][data-key] [data-col=state] .s-allocated').length === n,
+    want.Fleet.Live);
+  await checkCharts(want.Fleet, 'the fleet page');
+  log(`the fleet page's charts: ${want.Fleet.Ready} READY, ${want.Fleet.Allocated} ALLOCATED, 1 allocation, ${want.Fleet.Started} started, 2 PROCESS_EXITED`);
+  if (shots) await page.screenshot({ path: path.join(shots, 'console-charts.png') });
+  await page.goto(consoleURL + '#/');
+  await checkCharts(want.All, 'the overview');
+  const grid = await page.evaluate(() => {
+    const fig = document.querySelector('[data-chart=hosts]');
+    return {
+      used: Number(fig?.getAttribute('data-used')), capacity: Number(fig?.getAttribute('data-capacity')),
+      cellsUsed: document.querySelectorAll('[data-chart=hosts] rect.used').length,
+      cells: document.querySelectorAll('[data-chart=hosts] rect').length,
+      hosts: document.querySelectorAll('[data-chart=hosts] g.host').length,
+    };
+  });
+  const gridWant = { used: want.Used, capacity: want.Capacity, cellsUsed: want.Used, cells: want.Capacity, hosts: 2 };
+  check(JSON.stringify(grid) === JSON.stringify(gridWant), `the hosts' grid shows ${JSON.stringify(grid)}, want ${JSON.stringify(gridWant)}`);
+  log(`the overview's charts, and its grid of ${want.Used} of ${want.Capacity} slots used`);
+  if (shots) {
+    await page.setViewportSize({ width: 1366, height: 1000 });
+    await page.screenshot({ path: path.join(shots, 'console-overview.png') });
+    await page.setViewportSize({ width: 1366, height: 768 });
+  }
+  await page.goto(consoleURL + `#/fleets/${fleet}`);
+  await page.locator(`[role=grid] [role=row][data-key="${victim}"]`).waitFor();
+
   // The keyboard reaches the first victim's row and opens its page.
-  const grid = page.locator('[role=grid]');
-  await grid.focus();
+  const table = page.locator('[role=grid]');
+  await table.focus();
   await page.keyboard.press('Home');
-  const rowCount = Number(await grid.getAttribute('aria-rowcount')) - 1; // less the header row
+  const rowCount = Number(await table.getAttribute('aria-rowcount')) - 1; // less the header row
   for (let i = 0; i < rowCount; i++) {
-    const active = await grid.getAttribute('aria-activedescendant');
+    const active = await table.getAttribute('aria-activedescendant');
     if (active && await page.locator(`#${active}`).getAttribute('data-key') === victim) break;
     await page.keyboard.press('ArrowDown');
   }

@@ -11,6 +11,7 @@
 import { ApiError, Refetcher, get, listAll, watch } from '../api.js';
 import { ago, badge, enumWord, facts, fmtTime, h, lastId, replace, resourceLink } from '../dom.js';
 import { VirtualTable } from '../vtable.js';
+import { foldHour, hourCharts, readHour } from '../charts.js';
 
 /** Lifecycle states in their order, for the filter and the counts. */
 const states = ['SCHEDULED', 'STARTING', 'READY', 'RESERVED', 'ALLOCATED', 'SHUTTING_DOWN', 'UNHEALTHY', 'TERMINATED'];
@@ -60,6 +61,7 @@ export async function render({ main, params, signal, live }) {
   /** The servers' names, sorted (the list comes sorted by name). */
   const order = list.map((g) => g.name);
   const summary = h('div', { class: 'summary' });
+  const charts = h('section', { class: 'hour', 'aria-label': 'The last hour' }, h('p', { class: 'hint' }, 'Reading the last hour…'));
   const counts = h('p', { class: 'counts', 'aria-live': 'polite' });
   const search = /** @type {HTMLInputElement} */ (h('input', { type: 'search', id: 'gs-filter', placeholder: 'name, host, address, pid', spellcheck: 'false' }));
   const stateSelect = /** @type {HTMLSelectElement} */ (h('select', { id: 'gs-state' },
@@ -76,6 +78,7 @@ export async function render({ main, params, signal, live }) {
         h('a', { href: `#/audit?q=${encodeURIComponent(name)}` }, 'History'), ' ',
         h('a', { href: `#/gameSessions?fleet=${encodeURIComponent(name)}` }, 'Game sessions'))),
     summary,
+    charts,
     h('div', { class: 'toolbar' },
       h('label', { for: 'gs-filter' }, 'Filter '), search,
       h('label', { for: 'gs-state' }, 'State '), stateSelect,
@@ -85,6 +88,7 @@ export async function render({ main, params, signal, live }) {
   /** @param {any} f */
   const showFleet = (f) => replace(summary, fleetFacts(f));
   showFleet(fleet);
+  drawHour(charts, name, list, signal);
 
   let dirty = 0;
   const redraw = () => {
@@ -151,6 +155,26 @@ export async function render({ main, params, signal, live }) {
       else live(`not live: ${s.error}`, 'stopped');
     },
   });
+}
+
+/**
+ * Draws the charts of the fleet's last hour into el, from its events
+ * (charts.js), once; a key refused the export gets a line.
+ * @param {HTMLElement} el
+ * @param {string} fleet "fleets/f", or "" for all
+ * @param {any[]} servers the servers now
+ * @param {AbortSignal} signal
+ */
+export async function drawHour(el, fleet, servers, signal) {
+  try {
+    const { events, start, end, truncated } = await readHour(fleet, signal);
+    replace(el, hourCharts(foldHour(events, servers, start, end, truncated)));
+  } catch (e) {
+    if (signal.aborted) return;
+    replace(el, h('p', { class: 'hint' }, e instanceof ApiError && e.status === 403
+      ? 'The last hour\'s charts: this key may not read the events.'
+      : `The last hour's charts: ${e instanceof Error ? e.message : e}`));
+  }
 }
 
 /**

@@ -4,6 +4,8 @@
 
 import { ApiError, get, listAll, watch } from '../api.js';
 import { ago, badge, h, lastId, replace, resourceLink, table } from '../dom.js';
+import { hostGrid } from '../charts.js';
+import { drawHour } from './fleet.js';
 
 /** Events after which the overview is out of date. */
 const changes = [
@@ -19,7 +21,10 @@ const changes = [
 export async function render({ main, signal, live }) {
   document.title = 'Overview · Tether';
   const body = h('div', {});
-  replace(main, h('h1', {}, 'Overview'), body);
+  const charts = h('div', { class: 'hour' }, h('p', { class: 'hint' }, 'Reading the last hour…'));
+  const grid = h('div', {});
+  replace(main, h('h1', {}, 'Overview'), body,
+    h('section', { 'aria-labelledby': 'hour' }, h('h2', { id: 'hour' }, 'The last hour'), charts), grid);
 
   let after = 0;
   const load = async () => {
@@ -33,8 +38,12 @@ export async function render({ main, signal, live }) {
     ]);
     if (status && !after) after = Number(status.checkpoint);
     replace(body, projections(status), fleetTable(fleets), hostTable(hosts));
+    replace(grid, h('h2', {}, 'Slots used per host'), hostGrid(hosts));
   };
   await load();
+  listAll('fleets/-/gameServers', 'gameServers', {}, signal)
+    .then((servers) => drawHour(charts, '', servers, signal))
+    .catch((e) => { if (!signal.aborted) replace(charts, h('p', { class: 'hint' }, `The last hour's charts: ${e instanceof Error ? e.message : e}`)); });
 
   // Reload on a change, at most every 2 s, and spending at most a tenth
   // of the time reloading (thousands of hosts take a while to list).
