@@ -99,6 +99,10 @@ type Options struct {
 	// PortMin and PortMax bound the ports given to game servers; default
 	// DefaultPortMin to DefaultPortMax.
 	PortMin, PortMax int
+	// AgonesPortMin and AgonesPortMax bound the loopback ports of the
+	// Agones SDK servers, two per game server (gRPC, HTTP); default
+	// DefaultAgonesPortMin to DefaultAgonesPortMax.
+	AgonesPortMin, AgonesPortMax int
 	// LogDir holds the game servers' log files (under logs/), the records
 	// of the processes the agent started and, by default, its outbox;
 	// default <tmp>/tether-agent-<host>.
@@ -234,6 +238,8 @@ const (
 	DefaultSDKHTTPAddr        = "127.0.0.1:7201"
 	DefaultPortMin            = 7300
 	DefaultPortMax            = 7999
+	DefaultAgonesPortMin      = 8300
+	DefaultAgonesPortMax      = 8999
 	DefaultHeartbeatInterval  = 2 * time.Second
 	DefaultMaxStartAttempts   = 3
 	DefaultRestartBackoff     = 500 * time.Millisecond
@@ -256,6 +262,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.SDKHTTPAddr == "" {
 		o.SDKHTTPAddr = DefaultSDKHTTPAddr
+	}
+	if o.AgonesPortMin <= 0 {
+		o.AgonesPortMin = DefaultAgonesPortMin
+	}
+	if o.AgonesPortMax <= 0 {
+		o.AgonesPortMax = DefaultAgonesPortMax
 	}
 	if o.PortMin <= 0 {
 		o.PortMin = DefaultPortMin
@@ -324,6 +336,8 @@ func (o *Options) validate() error {
 		return errors.New("agent: Store is required")
 	case o.Commands == nil:
 		return errors.New("agent: Commands is required")
+	case o.AgonesPortMin+1 > o.AgonesPortMax:
+		return fmt.Errorf("agent: Agones SDK port range %d-%d holds no pair", o.AgonesPortMin, o.AgonesPortMax)
 	case o.PortMin > o.PortMax:
 		return fmt.Errorf("agent: port range %d-%d is empty", o.PortMin, o.PortMax)
 	}
@@ -348,6 +362,7 @@ type Agent struct {
 	runAs       *runAs         // nil: the agent's own user
 	allowed     allowedCommands
 	ports       *portPool
+	agonesPorts *portPool
 	sdk         *sdkServer
 	outbox      *outbox
 	logs        *logStore // the game servers' log files (logs.go)
@@ -404,6 +419,7 @@ func New(opts Options) (*Agent, error) {
 		runAs:       runAs,
 		allowed:     allowed,
 		ports:       newPortPool(opts.PortMin, opts.PortMax),
+		agonesPorts: newPortPool(opts.AgonesPortMin, opts.AgonesPortMax),
 		servers:     map[string]*gameServer{},
 		tokens:      map[string]*gameServer{},
 		resumed:     make(chan struct{}, 1),

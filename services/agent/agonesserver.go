@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	agonessdk "github.com/tetherhq/tether/proto/agones/dev/sdk"
 	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
@@ -252,4 +255,92 @@ func agonesUID(name string) string {
 	h[6] = h[6]&0x0f | 0x50 // version 5 style: derived from a name
 	h[8] = h[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+}
+
+// agonesJSON is JSON as Agones' SDK server writes and reads it: proto
+// field names, every field written out (int64s as strings, as protojson
+// does), unknown input fields ignored.
+var agonesJSON = &runtime.JSONPb{
+	MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
+}
+
+// restHandler serves Agones' REST paths: the unary calls through the
+// generated gateway, in process; POST /health (one health ping a
+// request) and GET /watch/gameserver (one {"result": …} line a change),
+// which the gateway cannot serve in process, here.
+func (s *agonesServer) restHandler(ctx context.Context) (http.Handler, error) {
+	gw := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, agonesJSON))
+	if err := agonessdk.RegisterSDKHandlerServer(ctx, gw, s); err != nil {
+		return nil, fmt.Errorf("agent: Agones SDK gateway: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /health", s.restHealth)
+	mux.HandleFunc("GET /watch/gameserver", s.restWatch)
+	mux.Handle("/", gw)
+	return s.restGuard(mux), nil
+}
+
+// restGuard identifies the caller of a REST call and notes the call
+// (sdkOps: a Ready first; every call but a health ping), and bounds the
+// body to maxSDKMessage.
+func (s *agonesServer) restGuard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := s.caller(r.Context())
+		if err != nil {
+			sdkRefusal(w, http.StatusUnauthorized, `{"code":16,"message":"this connection belongs to no game server of this agent"}`)
+			return
+		}
+		if r.ContentLength > maxSDKMessage {
+			sdkRefusal(w, http.StatusRequestEntityTooLarge, `{"code":3,"message":"the request body is larger than the SDK takes"}`)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxSDKMessage)
+		ctx := context.WithValue(r.Context(), agonesCallerKey{}, c)
+		if r.Method == http.MethodPost && r.URL.Path == "/ready" {
+			defer s.ops.ReadyCall(c)()
+		}
+		if r.URL.Path != "/health" {
+			s.ops.NoteCall(ctx, c, "rest")
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// restHealth is one health ping. Its body must be a JSON object, `{}`
+// at least: an empty body is 400, as in Agones.
+func (s *agonesServer) restHealth(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		sdkRefusal(w, http.StatusBadRequest, `{"code":3,"message":"the request body could not be read"}`)
+		return
+	}
+	if err := agonesJSON.Unmarshal(body, &agonessdk.Empty{}); err != nil || len(strings.TrimSpace(string(body))) == 0 {
+		sdkRefusal(w, http.StatusBadRequest, `{"code":3,"message":"the body must be a JSON object, {} at least"}`)
+		return
+	}
+	s.ops.HealthPing(r.Context(), callerIn(r.Context()), "rest")
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, "{}")
+}
+
+// restWatch streams the server as JSON lines, {"result": GameServer},
+// at once and on every change, until the client leaves.
+func (s *agonesServer) restWatch(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	w.Header().Set("Content-Type", "application/json")
+	flusher, _ := w.(http.Flusher)
+	_ = s.ops.WatchGameServer(ctx, callerIn(ctx), func(gs *sdkv1.GameServer) error {
+		raw, err := agonesJSON.Marshal(agonesGameServer(gs))
+		if err != nil {
+			return err
+		}
+		if _, err := io.WriteString(w, `{"result":`+string(raw)+"}\n"); err != nil {
+			return err
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return nil
+	}) // it ends when the client leaves or the server is finished: nothing more to write
 }

@@ -1,8 +1,15 @@
 package agent
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -246,5 +253,90 @@ func TestAgonesStatesCoverTheLifecycle(t *testing.T) {
 		if agonesState(l) == "Unknown" {
 			t.Errorf("%s (%s) has no Agones state", l, name)
 		}
+	}
+}
+
+// Agones' REST paths, JSON as Agones writes it: POST /health takes `{}`
+// and refuses an empty body (400); GET /gameserver has proto names and
+// unset fields written out; /watch/gameserver is {"result": …} lines;
+// unknown input fields are ignored.
+func TestAgonesRESTPaths(t *testing.T) {
+	ops := &fakeOps{state: "STARTING"}
+	s := &agonesServer{ops: ops, identify: func(context.Context) (sdkCaller, bool) { return sdkCaller{}, true }}
+	h, err := s.restHandler(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	do := func(method, path, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw)
+	}
+	if code, body := do("POST", "/ready", "{}"); code != 200 {
+		t.Fatalf("POST /ready: %d %s", code, body)
+	}
+	if code, body := do("POST", "/health", "{}"); code != 200 {
+		t.Fatalf("POST /health {}: %d %s", code, body)
+	}
+	if code, body := do("POST", "/health", ""); code != 400 {
+		t.Fatalf("POST /health with no body: %d %s, want 400", code, body)
+	}
+	if code, body := do("PUT", "/metadata/label", `{"key":"mode","value":"ctf","extra":1}`); code != 200 {
+		t.Fatalf("PUT /metadata/label: %d %s", code, body)
+	}
+	if code, body := do("POST", "/reserve", `{"seconds":"7"}`); code != 200 {
+		t.Fatalf("POST /reserve: %d %s", code, body)
+	}
+	code, body := do("GET", "/gameserver", "")
+	if code != 200 {
+		t.Fatalf("GET /gameserver: %d %s", code, body)
+	}
+	var gs map[string]map[string]any
+	if err := json.Unmarshal([]byte(body), &gs); err != nil {
+		t.Fatalf("GET /gameserver: %v: %s", err, body)
+	}
+	meta := gs["object_meta"]
+	if meta["name"] != "gs-1" || meta["creation_timestamp"] != "0" || gs["status"]["state"] != "Ready" {
+		t.Errorf("GET /gameserver: %s", body)
+	}
+	if labels, _ := meta["labels"].(map[string]any); labels["agones.dev/sdk-mode"] != "ctf" {
+		t.Errorf("labels: %v", meta["labels"])
+	}
+	ops.mu.Lock()
+	pings, calls := ops.pings, fmt.Sprint(ops.calls)
+	ops.mu.Unlock()
+	if pings != 1 || !strings.Contains(calls, "reserve 7s") {
+		t.Errorf("health pings %d (want 1), calls %s", pings, calls)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/watch/gameserver", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first struct {
+		Result map[string]map[string]any `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(line), &first); err != nil || first.Result["status"]["state"] != "Ready" {
+		t.Errorf("first watch line %q: %v", line, err)
 	}
 }

@@ -51,10 +51,13 @@ type gameServer struct {
 	readyCalls atomic.Int32
 
 	// mu guards everything below and serialises the server's appends.
-	mu        sync.Mutex
-	state     *eventsv1.GameServerState
-	seq       uint64 // last stream sequence folded into state
-	ports     []int
+	mu    sync.Mutex
+	state *eventsv1.GameServerState
+	seq   uint64 // last stream sequence folded into state
+	ports []int
+	// agones is the server's Agones SDK endpoint (agonesendpoint.go), nil
+	// where processes are simulated; closed when the server is finished.
+	agones    *agonesEndpoint
 	proc      Process
 	attempt   int
 	stopping  bool
@@ -182,6 +185,13 @@ func (a *Agent) start(ctx context.Context, spec *agentv1.StartGameServer) error 
 		return err
 	}
 	gs.ports = ports
+	agones, err := a.openAgones(gs)
+	if err != nil {
+		gs.recordDetached(events.Terminate{Reason: eventsv1.Reason_REASON_PROCESS_START_FAILED, Evidence: &eventsv1.Evidence{Detail: err.Error()}})
+		a.forget(gs)
+		return err
+	}
+	gs.agones = agones
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()

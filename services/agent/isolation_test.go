@@ -33,6 +33,9 @@ var programsDir string
 
 // TestMain makes programsDir for the tests and removes it after them.
 func TestMain(m *testing.M) {
+	if os.Getenv(agonesHelperEnv) != "" {
+		os.Exit(agonesHelper()) // the test binary run by an agent as a game server (agones_test.go)
+	}
 	dir, err := os.MkdirTemp("", "tether-agent-test-")
 	if err == nil {
 		err = os.Chmod(dir, 0o755)
@@ -140,7 +143,7 @@ func TestGameServerGetsNoAgentSecretsAndItsTokenOnADescriptor(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	want := []string{"HOME", "PATH", "TETHER_EXAMPLE_LISTEN_HOST", "TETHER_GAMESERVER", "TETHER_GAMESERVER_TOKEN_FD",
+	want := []string{"AGONES_SDK_GRPC_HOST", "AGONES_SDK_GRPC_PORT", "AGONES_SDK_HTTP_PORT", "HOME", "PATH", "TETHER_EXAMPLE_LISTEN_HOST", "TETHER_GAMESERVER", "TETHER_GAMESERVER_TOKEN_FD",
 		"TETHER_PORT_GAME", "TETHER_SDK_ADDR", "TETHER_SDK_HTTP"}
 	if !slices.Equal(keys, want) {
 		t.Fatalf("game server environment %v, want exactly %v", keys, want)

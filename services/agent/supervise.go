@@ -31,6 +31,7 @@ func (gs *gameServer) supervise(ctx context.Context) {
 		close(gs.done)
 		gs.notifyLocked()
 		gs.mu.Unlock()
+		gs.agones.close()
 		gs.a.forget(gs)
 		gs.a.logs.release(gs.name)
 	}()
@@ -132,6 +133,7 @@ func (gs *gameServer) launch(attempt int) (Process, error) {
 		"TETHER_SDK_ADDR": gs.a.SDKAddr(), "TETHER_SDK_HTTP": "http://" + gs.a.SDKHTTPAddr(),
 	}
 	gs.templateEnv(env, t.GetEnv())
+	gs.agones.env(env) // after the template's: a fleet cannot point the SDK elsewhere
 	var ports []*eventsv1.Port
 	for i, p := range t.GetPorts() {
 		env["TETHER_PORT_"+envName(p.GetName())] = strconv.Itoa(gs.ports[i])

@@ -92,6 +92,7 @@ func TestAgentFlagsDefaultAsTheAgentDoes(t *testing.T) {
 	}
 	for flag, want := range map[string]string{
 		"port-min": strconv.Itoa(agent.DefaultPortMin), "port-max": strconv.Itoa(agent.DefaultPortMax),
+		"agones-port-min": strconv.Itoa(agent.DefaultAgonesPortMin), "agones-port-max": strconv.Itoa(agent.DefaultAgonesPortMax),
 		"capacity": strconv.Itoa(agent.DefaultCapacity), "outbox-max": strconv.Itoa(agent.DefaultOutboxMax),
 		"sdk-addr": agent.DefaultSDKAddr, "sdk-http-addr": agent.DefaultSDKHTTPAddr,
 		"sdk-keepalive": agent.DefaultStreamKeepalive.String(), "address": agent.DefaultAddress,

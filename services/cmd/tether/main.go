@@ -502,6 +502,8 @@ func agentCommand(g *global) *cobra.Command {
 	f.StringVar(&opts.SDKHTTPAddr, "sdk-http-addr", agent.DefaultSDKHTTPAddr, "local SDK REST address (loopback)")
 	f.IntVar(&opts.PortMin, "port-min", agent.DefaultPortMin, "first game server port")
 	f.IntVar(&opts.PortMax, "port-max", agent.DefaultPortMax, "last game server port")
+	f.IntVar(&opts.AgonesPortMin, "agones-port-min", agent.DefaultAgonesPortMin, "first loopback port of the Agones SDK servers (two per game server)")
+	f.IntVar(&opts.AgonesPortMax, "agones-port-max", agent.DefaultAgonesPortMax, "last loopback port of the Agones SDK servers")
 	f.StringVar(&opts.LogDir, "log-dir", "", "game server logs, process records and the outbox (default: a temp dir)")
 	opts.Logs = agent.LogOptions{Retention: agent.DefaultLogRetention, MaxBytes: agent.DefaultLogMaxBytes, FileMaxBytes: agent.DefaultLogFileMaxBytes}
 	f.Var(daysValue{&opts.Logs.Retention}, "log-retention", "how long a game server log file is kept after its last write (14d, 36h)")
