@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -59,28 +60,12 @@ func (a *Agent) openAgones(gs *gameServer) (*agonesEndpoint, error) {
 	if !a.agonesSupported() {
 		return nil, nil
 	}
-	ports, err := a.agonesPorts.take("127.0.0.1", 2)
-	if err != nil {
-		return nil, err
-	}
-	e := &agonesEndpoint{ports: ports, released: func() { a.agonesPorts.release(ports) }}
 	root := func() int { return int(gs.pid.Load()) }
 	refused := func(remote net.Addr, err error) {
 		gs.log.Warn("Agones SDK connection refused: not the game server's process", "remote", remote.String(), "err", err)
 	}
-	listen := func(port int) (net.Listener, error) {
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			return nil, fmt.Errorf("agent: listen Agones SDK on 127.0.0.1:%d: %w", port, err)
-		}
-		return &peerproc.Listener{Listener: l, Root: root, Refused: refused}, nil
-	}
-	if e.grpcLis, err = listen(ports[0]); err != nil {
-		e.close()
-		return nil, err
-	}
-	if e.httpLis, err = listen(ports[1]); err != nil {
-		e.close()
+	e, err := a.listenAgones(root, refused)
+	if err != nil {
 		return nil, err
 	}
 	caller := sdkCaller{gs: gs}
@@ -108,6 +93,47 @@ func (a *Agent) openAgones(gs *gameServer) (*agonesEndpoint, error) {
 		}
 	}()
 	return e, nil
+}
+
+// listenAgones takes a port pair from the Agones range and listens on it.
+// The pool's check that a port is free is only a probe: another agent on
+// the machine (tether dev's hosts, tests run side by side) may bind the
+// same port between the probe and the listen. Such a pair is given back
+// and the next one tried, a bounded number of times, so that a race for
+// ports never fails a game server's start.
+func (a *Agent) listenAgones(root func() int, refused func(net.Addr, error)) (*agonesEndpoint, error) {
+	var last error
+	for range agonesListenTries {
+		ports, err := a.agonesPorts.take("127.0.0.1", 2)
+		if err != nil {
+			return nil, err
+		}
+		e := &agonesEndpoint{ports: ports, released: func() { a.agonesPorts.release(ports) }}
+		if e.grpcLis, err = listenPeer(ports[0], root, refused); err == nil {
+			e.httpLis, err = listenPeer(ports[1], root, refused)
+		}
+		if err == nil {
+			return e, nil
+		}
+		e.close()
+		last = err
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("agent: no free Agones SDK port pair in %d tries: %w", agonesListenTries, last)
+}
+
+// agonesListenTries bounds listenAgones's tries.
+const agonesListenTries = 20
+
+// listenPeer listens on a loopback port for the process tree of root only.
+func listenPeer(port int, root func() int, refused func(net.Addr, error)) (net.Listener, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return nil, fmt.Errorf("agent: listen Agones SDK on 127.0.0.1:%d: %w", port, err)
+	}
+	return &peerproc.Listener{Listener: l, Root: root, Refused: refused}, nil
 }
 
 // env adds the variables an Agones SDK reads to a process's environment.
