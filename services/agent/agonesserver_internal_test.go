@@ -23,6 +23,7 @@ import (
 	agonessdk "github.com/tetherhq/tether/proto/agones/dev/sdk"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
+	"github.com/tetherhq/tether/services/testkit/wait"
 )
 
 // fakeOps records what a protocol server asks of the agent.
@@ -191,19 +192,14 @@ func TestAgonesServerCarriesCallsToSDKOps(t *testing.T) {
 	if _, err := c.Shutdown(ctx, &agonessdk.Empty{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	wait.Until(t, 5*time.Second, "the streams closed after 3 health pings", func() error {
 		ops.mu.Lock()
-		open, pings := ops.open, ops.pings
-		ops.mu.Unlock()
-		if open == 0 && pings == 3 {
-			break
+		defer ops.mu.Unlock()
+		if ops.open != 0 || ops.pings != 3 {
+			return fmt.Errorf("streams open %d, health pings %d; want 0 and 3", ops.open, ops.pings)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("streams open %d, health pings %d; want 0 and 3", open, pings)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	ops.mu.Lock()
 	defer ops.mu.Unlock()
 	want := []string{"note", "readycall", "ready", "reserve 5s", "allocate", "shutdown"}

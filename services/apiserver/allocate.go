@@ -463,7 +463,7 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 		s.log.Warn("allocation: game session not created yet; the controller will", "game_server", name, "game_session", alloc.GetGameSession(), "err", err)
 		sessionSeq = got
 	}
-	a.notify(ctx, after)
+	a.s.refreshAgent(ctx, after, "allocation")
 	return a.response(after, got, created, max(got, sessionSeq)), nil
 }
 
@@ -522,36 +522,32 @@ func SessionCreatedID(allocationID string) string {
 // stream's election (4-9 s) included.
 const noticeWait = jsclient.DefaultUnavailableWait + time.Second
 
-// notify tells the server's agent to re-read it, so that the game learns of
-// its allocation through WatchGameServer at once. The notice is sent in the
-// background: the allocation is stored, and the matchmaker's answer does
-// not wait on the commands stream (leaderless for seconds in a NATS
-// election). A lost notice delays the game's news until the agent's
-// periodic sync, as does the server's stop; it is logged, not returned.
-func (a *allocationService) notify(ctx context.Context, state *eventsv1.GameServerState) {
-	if a.s.opts.Commands == nil {
+// refreshAgent tells the agent of state's host to re-read the server, so
+// that the game learns of a change to it (an allocation, a counter)
+// through WatchGameServer at once. The notice is sent in the background:
+// the change is stored, and the caller's answer does not wait on the
+// commands stream (leaderless for seconds in a NATS election). A lost
+// notice delays the game's news until the agent's periodic sync, as does
+// the server's stop; it is logged, with what, not returned.
+func (s *Server) refreshAgent(ctx context.Context, state *eventsv1.GameServerState, what string) {
+	if s.opts.Commands == nil {
 		return
 	}
 	// The call's span goes along, its cancellation does not: the server's
 	// stop ends what is left.
-	ctx, cancel := context.WithTimeout(trace.ContextWithSpan(a.s.noticeCtx, trace.SpanFromContext(ctx)), noticeWait)
-	a.s.notices.Go(func() {
+	ctx, cancel := context.WithTimeout(trace.ContextWithSpan(s.noticeCtx, trace.SpanFromContext(ctx)), noticeWait)
+	s.notices.Go(func() {
 		defer cancel()
-		a.sendNotice(ctx, state)
+		host, err := events.ParseHostName(state.GetHost())
+		if err != nil {
+			s.log.Warn(what+": server has no valid host", "game_server", state.GetName(), "err", err)
+			return
+		}
+		cmd := &agentv1.Command{Action: &agentv1.Command_Refresh{Refresh: &agentv1.RefreshGameServer{GameServer: state.GetName()}}}
+		if err := s.opts.Commands.Send(ctx, host, s.producer, cmd); err != nil {
+			s.log.Warn(what+": notify agent", "game_server", state.GetName(), "host", host, "err", err)
+		}
 	})
-}
-
-// sendNotice sends the refresh command of notify.
-func (a *allocationService) sendNotice(ctx context.Context, state *eventsv1.GameServerState) {
-	host, err := events.ParseHostName(state.GetHost())
-	if err != nil {
-		a.s.log.Warn("allocation: server has no valid host", "game_server", state.GetName(), "err", err)
-		return
-	}
-	cmd := &agentv1.Command{Action: &agentv1.Command_Refresh{Refresh: &agentv1.RefreshGameServer{GameServer: state.GetName()}}}
-	if err := a.s.opts.Commands.Send(ctx, host, a.s.producer, cmd); err != nil {
-		a.s.log.Warn("allocation: notify agent", "game_server", state.GetName(), "host", host, "err", err)
-	}
 }
 
 // replay answers a retried allocation with the first one's result, read

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -399,30 +398,7 @@ func (g *gameServerService) changeCounters(ctx context.Context, name, requestID 
 		return nil, err
 	}
 	if len(res.Events) > 0 {
-		g.notifyAgent(ctx, state)
+		s.refreshAgent(ctx, state, "counters")
 	}
 	return g.GetGameServer(ctx, &tetherv1.GetGameServerRequest{Name: name, MinSequence: int64(res.Sequence)})
-}
-
-// notifyAgent sends the agent of state's host a refresh of the server, in
-// the background and best effort, as an allocation's notice is: a lost one
-// delays the game's news until the agent's periodic sync.
-func (g *gameServerService) notifyAgent(ctx context.Context, state *eventsv1.GameServerState) {
-	s := g.s
-	if s.opts.Commands == nil {
-		return
-	}
-	host, err := events.ParseHostName(state.GetHost())
-	if err != nil {
-		s.log.Warn("counters: server has no valid host", "game_server", state.GetName(), "err", err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(trace.ContextWithSpan(s.noticeCtx, trace.SpanFromContext(ctx)), noticeWait)
-	s.notices.Go(func() {
-		defer cancel()
-		cmd := &agentv1.Command{Action: &agentv1.Command_Refresh{Refresh: &agentv1.RefreshGameServer{GameServer: state.GetName()}}}
-		if err := s.opts.Commands.Send(ctx, host, s.producer, cmd); err != nil {
-			s.log.Warn("counters: notify agent", "game_server", state.GetName(), "host", host, "err", err)
-		}
-	})
 }

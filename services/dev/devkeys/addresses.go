@@ -69,9 +69,12 @@ func ReadAddresses(dataDir string) (Addresses, error) {
 	if err != nil {
 		return Addresses{}, err
 	}
+	if a.PID <= 0 {
+		return Addresses{}, ErrNotRunning
+	}
 	// Signal 0 checks that the process exists (EPERM: it does, another
 	// user's).
-	if err := syscall.Kill(a.PID, 0); a.PID <= 0 || err != nil && !errors.Is(err, syscall.EPERM) {
+	if err := syscall.Kill(a.PID, 0); err != nil && !errors.Is(err, syscall.EPERM) {
 		return Addresses{}, ErrNotRunning
 	}
 	return a, nil

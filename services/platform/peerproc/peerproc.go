@@ -120,21 +120,24 @@ func (p Proc) Holds(pid int, inode uint64) (bool, error) {
 // from each process's children (/proc/<pid>/task/<tid>/children), or,
 // where the kernel does not keep those, from every process's parent.
 func (p Proc) Descendants(root int) ([]int, error) {
-	kids, err := p.children(root)
-	if err != nil {
-		return p.descendantsByParent(root)
+	childrenOf := p.children
+	if _, err := p.children(root); err != nil {
+		byParent, err := p.childrenByParent()
+		if err != nil {
+			return nil, err
+		}
+		childrenOf = func(pid int) ([]int, error) { return byParent[pid], nil }
 	}
 	var out []int
-	queue := kids
+	queue := []int{root}
 	for len(queue) > 0 && len(out) < maxTree {
-		pid := queue[0]
+		kids, err := childrenOf(queue[0])
 		queue = queue[1:]
-		out = append(out, pid)
-		more, err := p.children(pid)
 		if err != nil {
 			continue // ended meanwhile
 		}
-		queue = append(queue, more...)
+		out = append(out, kids...)
+		queue = append(queue, kids...)
 	}
 	return out, nil
 }
@@ -167,9 +170,9 @@ func (p Proc) children(pid int) ([]int, error) {
 	return out, nil
 }
 
-// descendantsByParent lists root's descendants from every process's
-// parent, for a kernel without children files.
-func (p Proc) descendantsByParent(root int) ([]int, error) {
+// childrenByParent maps each process to its children, from every
+// process's parent, for a kernel without children files.
+func (p Proc) childrenByParent() (map[int][]int, error) {
 	entries, err := os.ReadDir(string(p))
 	if err != nil {
 		return nil, fmt.Errorf("peerproc: %w", err)
@@ -186,17 +189,7 @@ func (p Proc) descendantsByParent(root int) ([]int, error) {
 		}
 		children[ppid] = append(children[ppid], pid)
 	}
-	var out []int
-	queue := []int{root}
-	for len(queue) > 0 && len(out) < maxTree {
-		pid := queue[0]
-		queue = queue[1:]
-		for _, c := range children[pid] {
-			out = append(out, c)
-			queue = append(queue, c)
-		}
-	}
-	return out, nil
+	return children, nil
 }
 
 // parent is pid's parent pid, the fourth field of /proc/<pid>/stat (after

@@ -9,6 +9,9 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -265,5 +268,30 @@ func BenchmarkFromTree(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// Without the kernel's children files, the tree is read from every
+// process's parent in its stat (whose command may hold spaces and
+// parentheses).
+func TestDescendantsFromParentsWithoutChildrenFiles(t *testing.T) {
+	dir := t.TempDir()
+	for pid, ppid := range map[int]int{1: 0, 10: 1, 11: 10, 12: 10, 13: 11, 20: 1, 30: 20} {
+		d := filepath.Join(dir, strconv.Itoa(pid))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		stat := fmt.Sprintf("%d (a (game) server) S %d 1 1 0 -1\n", pid, ppid)
+		if err := os.WriteFile(filepath.Join(d, "stat"), []byte(stat), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := peerproc.Proc(dir).Descendants(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if want := []int{11, 12, 13}; !slices.Equal(got, want) {
+		t.Errorf("descendants of 10: %v, want %v", got, want)
 	}
 }
