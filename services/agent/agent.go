@@ -101,7 +101,10 @@ type Options struct {
 	PortMin, PortMax int
 	// AgonesPortMin and AgonesPortMax bound the loopback ports of the
 	// Agones SDK servers, two per game server (gRPC, HTTP); default
-	// DefaultAgonesPortMin to DefaultAgonesPortMax.
+	// DefaultAgonesPortMin to DefaultAgonesPortMax, a pair for each port
+	// of the default game port range, so that every server the game
+	// ports allow on a machine (tether dev's hosts share both ranges)
+	// gets its pair.
 	AgonesPortMin, AgonesPortMax int
 	// LogDir holds the game servers' log files (under logs/), the records
 	// of the processes the agent started and, by default, its outbox;
@@ -239,7 +242,7 @@ const (
 	DefaultPortMin            = 7300
 	DefaultPortMax            = 7999
 	DefaultAgonesPortMin      = 8300
-	DefaultAgonesPortMax      = 8999
+	DefaultAgonesPortMax      = 9699
 	DefaultHeartbeatInterval  = 2 * time.Second
 	DefaultMaxStartAttempts   = 3
 	DefaultRestartBackoff     = 500 * time.Millisecond

@@ -126,3 +126,22 @@ func TestAgonesSDKServedToTheProcessAlone(t *testing.T) {
 		t.Fatalf("after the foreign call the server is %s, want READY", l)
 	}
 }
+
+// TestDefaultAgonesRangeHoldsAPairPerGamePort: every game server takes a
+// pair of Agones ports and at least one game port, and tether dev's hosts
+// share both default ranges on one machine. A default Agones range of
+// fewer pairs than the game range has ports failed the starts of servers
+// the game ports had room for (the matchmaker benchmark's 600 servers on
+// one machine never came up with 350 pairs).
+func TestDefaultAgonesRangeHoldsAPairPerGamePort(t *testing.T) {
+	pairs := (agent.DefaultAgonesPortMax - agent.DefaultAgonesPortMin + 1) / 2
+	gamePorts := agent.DefaultPortMax - agent.DefaultPortMin + 1
+	if pairs < gamePorts {
+		t.Errorf("default Agones range %d-%d holds %d pairs, fewer than the %d ports of the game range %d-%d",
+			agent.DefaultAgonesPortMin, agent.DefaultAgonesPortMax, pairs, gamePorts, agent.DefaultPortMin, agent.DefaultPortMax)
+	}
+	if agent.DefaultAgonesPortMin <= agent.DefaultPortMax && agent.DefaultPortMin <= agent.DefaultAgonesPortMax {
+		t.Errorf("default Agones range %d-%d overlaps the game range %d-%d",
+			agent.DefaultAgonesPortMin, agent.DefaultAgonesPortMax, agent.DefaultPortMin, agent.DefaultPortMax)
+	}
+}
