@@ -304,7 +304,7 @@ func TestFleetsUpdateAndRollout(t *testing.T) {
 		t.Fatalf("an update with no field: exit %d, %q", r.code, r.stderr)
 	}
 	out = s.ok("fleets", "create", "-f", examples+"lobby-autoscaled.yaml", "-o", "json")
-	if !strings.Contains(out, `"bufferSize": "3"`) || !strings.Contains(out, `"zone": "dev-b"`) {
+	if !strings.Contains(out, `"bufferSize": "3"`) || !strings.Contains(out, `"zone": "dev-c"`) {
 		t.Fatalf("the autoscaled example as created:\n%s", out)
 	}
 }
