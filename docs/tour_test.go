@@ -179,21 +179,22 @@ func newTourRun(t *testing.T, root string) *tourRun {
 	return &tourRun{
 		t: t, dir: dir, env: env, vars: map[string]string{},
 		expected: map[string]bool{
-			"kill -9":            false,
-			"gameservers get":    false,
-			"hosts drain":        false,
-			"allocate lobby":     false,
-			"fleets get lobby":   false,
-			"allocate demo":      false,
-			"JOIN":               false,
-			"players reconnect":  false,
-			"STATE":              false,
-			"audit explain":      false,
-			"gameservers watch":  false,
-			"projections check":  false,
-			"gameservers logs":   false,
-			"gameservers shutd":  false,
-			"standalone debug-1": false,
+			"kill -9":                false,
+			"gameservers list --all": false,
+			"gameservers get":        false,
+			"hosts drain":            false,
+			"allocate lobby":         false,
+			"fleets get lobby":       false,
+			"allocate demo":          false,
+			"JOIN":                   false,
+			"players reconnect":      false,
+			"STATE":                  false,
+			"audit explain":          false,
+			"gameservers watch":      false,
+			"projections check":      false,
+			"gameservers logs":       false,
+			"gameservers shutd":      false,
+			"standalone debug-1":     false,
 		},
 	}
 }
@@ -297,7 +298,7 @@ type gameServer struct {
 func (r *tourRun) servers(fleet, state string) []gameServer {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	raw, err := r.shell(ctx, "bin/tetherctl gameservers list --fleet "+fleet+" -o json").Output()
+	raw, err := r.shell(ctx, "bin/tetherctl gameservers list --all --fleet "+fleet+" -o json").Output()
 	if err != nil {
 		return nil // not up yet: the callers poll
 	}
@@ -424,6 +425,15 @@ func (r *tourRun) run(step tourStep) {
 			r.watch.stop()
 		}
 		r.met("kill -9")
+		return
+	case strings.HasPrefix(c, "bin/tetherctl gameservers list --fleet arena"):
+		out := r.out(step, r.fill(step, c))
+		killed := r.vars["<name>"]
+		ended := strings.Contains(c, "--all")
+		if killed == "" || strings.Contains(out, killed) != ended || strings.Contains(out, "ended not shown") == ended {
+			t.Errorf("README line %d: %s\n  should list the killed %s only with --all, and count it under the table without:\n%s", step.line, c, killed, out)
+		}
+		r.met("gameservers list --all")
 		return
 	case strings.Contains(c, "gameservers get <name>"):
 		out := r.out(step, r.fill(step, c))

@@ -184,6 +184,7 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 	case *eventsv1.GameServerUnhealthy:
 		next.Health = eventsv1.HealthState_HEALTH_STATE_FAILED
 		next.Reason, next.Evidence = d.GetReason(), proto.CloneOf(d.GetEvidence())
+		next.LastHeartbeatTime = laterTime(next.GetLastHeartbeatTime(), d.GetEvidence().GetLastHeartbeatTime())
 	case *eventsv1.ShutdownRequested:
 		next.Reason, next.Evidence = d.GetReason(), proto.CloneOf(d.GetEvidence())
 		next.ShutdownDeadline = d.GetDeadline()
@@ -193,6 +194,9 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 		next.Pid = 0
 	case *eventsv1.GameServerTerminated:
 		next.Reason, next.Evidence = d.GetReason(), proto.CloneOf(d.GetEvidence())
+		// The agent's evidence has the server's last heartbeat, later than
+		// any the events carried: an ended server has one last heartbeat.
+		next.LastHeartbeatTime = laterTime(next.GetLastHeartbeatTime(), d.GetEvidence().GetLastHeartbeatTime())
 		next.Pid = 0
 		if next.Connection == eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED {
 			next.Connection = eventsv1.ConnectionState_CONNECTION_STATE_DISCONNECTED // no process, no SDK connection
@@ -223,6 +227,14 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 	}
 	next.UpdateTime = at
 	return next, nil
+}
+
+// laterTime is the later of a and b (nil when both are).
+func laterTime(a, b *timestamppb.Timestamp) *timestamppb.Timestamp {
+	if b == nil || a != nil && !b.AsTime().After(a.AsTime()) {
+		return a
+	}
+	return b
 }
 
 func appendConnection(h []*eventsv1.ConnectionChange, c *eventsv1.ConnectionChange) []*eventsv1.ConnectionChange {

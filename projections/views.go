@@ -54,6 +54,10 @@ type GameServerQuery struct {
 	Health string
 	// Connection is a connection state name, e.g. "DISCONNECTED".
 	Connection string
+	// ID is a game server's id (the name's last part), in any fleet.
+	ID string
+	// Live leaves out the ended (TERMINATED) servers.
+	Live bool
 	// After is the name to page after.
 	After string
 	// Limit bounds the rows returned.

@@ -166,16 +166,7 @@ func (v *Views) GameServer(ctx context.Context, name string) (projections.Row[*e
 
 // ListGameServers returns game servers matching q, ordered by name.
 func (v *Views) ListGameServers(ctx context.Context, q projections.GameServerQuery) ([]projections.Row[*eventsv1.GameServerState], error) {
-	where := []string{"g.name > $1"}
-	args := []any{q.After}
-	for _, f := range []struct{ col, val string }{
-		{"fleet", q.Fleet}, {"state", q.State}, {"host", q.Host}, {"health", q.Health}, {"connection", q.Connection},
-	} {
-		if f.val != "" {
-			args = append(args, f.val)
-			where = append(where, fmt.Sprintf("g.%s = $%d", f.col, len(args)))
-		}
-	}
+	where, args := gameServerWhere(q)
 	args = append(args, q.Limit)
 	rows, err := v.pool.Query(ctx, fmt.Sprintf(gameServerQuery+` WHERE %s ORDER BY g.name LIMIT $%d`,
 		strings.Join(where, " AND "), len(args)), args...)
@@ -183,6 +174,37 @@ func (v *Views) ListGameServers(ctx context.Context, q projections.GameServerQue
 		return nil, fmt.Errorf("views: list game servers: %w", err)
 	}
 	return scanGameServers(rows)
+}
+
+// CountGameServers counts the game servers matching q (its After and Limit
+// aside).
+func (v *Views) CountGameServers(ctx context.Context, q projections.GameServerQuery) (int, error) {
+	q.After = ""
+	where, args := gameServerWhere(q)
+	var n int
+	if err := v.pool.QueryRow(ctx, `SELECT count(*) FROM game_servers g WHERE `+strings.Join(where, " AND "), args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("views: count game servers: %w", err)
+	}
+	return n, nil
+}
+
+// gameServerWhere is the WHERE terms of q over game_servers g, and their
+// arguments.
+func gameServerWhere(q projections.GameServerQuery) (where []string, args []any) {
+	where, args = []string{"g.name > $1"}, []any{q.After}
+	for _, f := range []struct{ col, val string }{
+		{"g.fleet", q.Fleet}, {"g.state", q.State}, {"g.host", q.Host}, {"g.health", q.Health}, {"g.connection", q.Connection},
+		{"split_part(g.name, '/', 4)", q.ID},
+	} {
+		if f.val != "" {
+			args = append(args, f.val)
+			where = append(where, fmt.Sprintf("%s = $%d", f.col, len(args)))
+		}
+	}
+	if q.Live {
+		where = append(where, "g.state <> 'TERMINATED'")
+	}
+	return where, args
 }
 
 // gameServerQuery reads game servers with their host's status.

@@ -351,6 +351,9 @@ func TestBadInputGetsClearErrors(t *testing.T) {
 		{"wrong etag on delete", "DELETE", "/v1/fleets/arena?etag=999", nil, 409, "VERSION_CONFLICT", ""},
 		{"bad filter", "GET", "/v1/fleets/arena/gameServers?filter=colour%3Dred", nil, 400, "INVALID_ARGUMENT", "filter"},
 		{"bad state in filter", "GET", "/v1/fleets/arena/gameServers?filter=state%3DASLEEP", nil, 400, "INVALID_ARGUMENT", "filter"},
+		{"ended not true or false", "GET", "/v1/fleets/arena/gameServers?filter=ended%3Dyes", nil, 400, "INVALID_ARGUMENT", "filter"},
+		{"ended with a state", "GET", "/v1/fleets/arena/gameServers?filter=ended%3Dfalse%20AND%20state%3DREADY", nil, 400, "INVALID_ARGUMENT", "filter"},
+		{"bad id in filter", "GET", "/v1/fleets/-/gameServers?filter=id%3DBad_Id", nil, 400, "INVALID_ARGUMENT", "filter"},
 		{"unknown game server", "GET", "/v1/fleets/arena/gameServers/gs-nope", nil, 404, "NOT_FOUND", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -81,6 +82,15 @@ func (g *gameServerService) ListGameServers(ctx context.Context, req *tetherv1.L
 		resp.GameServers = append(resp.GameServers, g)
 		bytes += proto.Size(g)
 	}
+	if q.Live && req.GetPageToken() == "" {
+		ended := q
+		ended.Live, ended.State = false, events.LifecycleName(eventsv1.Lifecycle_LIFECYCLE_TERMINATED)
+		n, err := g.s.opts.Views.CountGameServers(ctx, ended)
+		if err != nil {
+			return nil, err
+		}
+		resp.EndedCount = int32(min(n, math.MaxInt32))
+	}
 	return resp, nil
 }
 
@@ -91,6 +101,8 @@ var filterFields = map[string][]string{
 	"health":     enumNames(tetherv1.HealthStatus_State_name),
 	"connection": enumNames(tetherv1.ConnectionStatus_State_name),
 	"host":       nil,
+	"id":         nil,
+	"ended":      {"false", "true"},
 }
 
 func enumNames(m map[int32]string) []string {
@@ -120,7 +132,7 @@ func parseGameServerFilter(filter string) (projections.GameServerQuery, error) {
 		}
 		allowed, known := filterFields[field]
 		if !known {
-			return q, invalidField("filter", fmt.Sprintf("unknown field %q; use state, host, health or connection", field))
+			return q, invalidField("filter", fmt.Sprintf("unknown field %q; use state, host, health, connection, id or ended", field))
 		}
 		if seen[field] {
 			return q, invalidField("filter", fmt.Sprintf("field %q appears twice", field))
@@ -141,7 +153,21 @@ func parseGameServerFilter(filter string) (projections.GameServerQuery, error) {
 				return q, invalidField("filter", fmt.Sprintf("host=%s: %v", value, err))
 			}
 			q.Host = value
+		case "id":
+			if err := events.CheckID(value); err != nil {
+				return q, invalidField("filter", fmt.Sprintf("id=%s: %v", value, err))
+			}
+			q.ID = value
+		case "ended":
+			if value == "true" {
+				q.State = events.LifecycleName(eventsv1.Lifecycle_LIFECYCLE_TERMINATED)
+			} else {
+				q.Live = true
+			}
 		}
+	}
+	if seen["ended"] && seen["state"] {
+		return q, invalidField("filter", "ended and state together: a state says whether the servers ended")
 	}
 	return q, nil
 }

@@ -74,6 +74,7 @@ type viewReader interface {
 	ListFleets(ctx context.Context, after string, limit int) ([]projections.FleetRow, error)
 	GameServer(ctx context.Context, name string) (projections.Row[*eventsv1.GameServerState], error)
 	ListGameServers(ctx context.Context, q projections.GameServerQuery) ([]projections.Row[*eventsv1.GameServerState], error)
+	CountGameServers(ctx context.Context, q projections.GameServerQuery) (int, error)
 	RequestSequence(ctx context.Context, aggregate, requestID string) (uint64, error)
 	Hosts(ctx context.Context, after string, limit int) ([]projections.HostRow, error)
 	Host(ctx context.Context, name string) (projections.HostRow, error)

@@ -1385,7 +1385,10 @@ type ListGameServersRequest struct {
 	// "fleets/{fleet}", or "fleets/-" for all fleets.
 	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
 	// Filter: terms "field=value" joined by " AND "; fields state, host,
-	// health, connection, e.g. "state=READY AND host=hosts/h1".
+	// health, connection, id (a game server's id, e.g. "gs-3fx9k2m8q1", in
+	// any fleet) and ended ("false": the servers not yet TERMINATED; "true":
+	// the TERMINATED ones; not with state), e.g. "state=READY AND
+	// host=hosts/h1" or "ended=false".
 	Filter string `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
 	// Page size, default 50, at most 1000.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
@@ -1469,6 +1472,10 @@ type ListGameServersResponse struct {
 	GameServers []*GameServer `protobuf:"bytes,1,rep,name=game_servers,json=gameServers,proto3" json:"game_servers,omitempty"`
 	// Token for the next page; empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// With ended=false in the filter, on the first page: how many ended
+	// (TERMINATED) servers the rest of the filter matches, which the list
+	// leaves out. 0 otherwise.
+	EndedCount    int32 `protobuf:"varint,3,opt,name=ended_count,json=endedCount,proto3" json:"ended_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1515,6 +1522,13 @@ func (x *ListGameServersResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ListGameServersResponse) GetEndedCount() int32 {
+	if x != nil {
+		return x.EndedCount
+	}
+	return 0
 }
 
 // Request of GetGameServer.
@@ -1723,10 +1737,12 @@ const file_tether_v1_gameserver_proto_rawDesc = "" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\x12!\n" +
-	"\fmin_sequence\x18\x05 \x01(\x03R\vminSequence\"{\n" +
+	"\fmin_sequence\x18\x05 \x01(\x03R\vminSequence\"\x9c\x01\n" +
 	"\x17ListGameServersResponse\x128\n" +
 	"\fgame_servers\x18\x01 \x03(\v2\x15.tether.v1.GameServerR\vgameServers\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"M\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1f\n" +
+	"\vended_count\x18\x03 \x01(\x05R\n" +
+	"endedCount\"M\n" +
 	"\x14GetGameServerRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fmin_sequence\x18\x02 \x01(\x03R\vminSequence2\xe0\b\n" +

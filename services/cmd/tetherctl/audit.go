@@ -19,7 +19,7 @@ import (
 )
 
 // auditNameFormats says which names the audit commands take.
-const auditNameFormats = `fleets/FLEET, hosts/HOST, FLEET/GAMESERVER, GAMESESSION, GAMESESSION/PLAYERSESSION, or any full resource name`
+const auditNameFormats = `fleets/FLEET, hosts/HOST, FLEET/GAMESERVER, GAMESERVER (an id no other fleet has), GAMESESSION, GAMESESSION/PLAYERSESSION, or any full resource name`
 
 // auditName turns what an operator typed into a resource name.
 func auditName(s string) (string, error) {
@@ -30,8 +30,8 @@ func auditName(s string) (string, error) {
 		return playerSessionName(s)
 	case strings.HasPrefix(s, "gsess-"):
 		return gameSessionName(s)
-	case strings.Count(s, "/") == 1:
-		return gameServerName(s)
+	case strings.Count(s, "/") <= 1 && s != "":
+		return gameServerName(s) // an id alone is resolved by client.resolveGameServer
 	}
 	return "", fmt.Errorf("%q: give %s", s, auditNameFormats)
 }
@@ -66,6 +66,10 @@ archiveSegment).`,
 				return err
 			}
 			return a.withClient(func(c *client) error {
+				if req.Name, err = c.resolveGameServer(cmd.Context(), name); err != nil {
+					return err
+				}
+				name = req.Name
 				history := tetherv1.NewHistoryServiceClient(c.conn)
 				evs, err := listAll(cmd.Context(), c, func(ctx context.Context, token string) ([]*tetherv1.Event, string, error) {
 					req.PageToken = token
@@ -100,6 +104,9 @@ func (a *app) auditExplainCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
+				if name, err = c.resolveGameServer(cmd.Context(), name); err != nil {
+					return err
+				}
 				ctx, cancel := c.call(cmd.Context())
 				defer cancel()
 				x, err := tetherv1.NewHistoryServiceClient(c.conn).Explain(ctx, &tetherv1.ExplainRequest{Name: name})
@@ -133,6 +140,10 @@ func (a *app) auditStateCommand() *cobra.Command {
 				return fmt.Errorf("give --at TIME or --sequence N")
 			}
 			return a.withClient(func(c *client) error {
+				if req.Name, err = c.resolveGameServer(cmd.Context(), name); err != nil {
+					return err
+				}
+				name = req.Name
 				ctx, cancel := c.call(cmd.Context())
 				defer cancel()
 				st, err := tetherv1.NewHistoryServiceClient(c.conn).GetStateAt(ctx, req)

@@ -241,7 +241,7 @@ func TestUnreachableServerAndBadFlags(t *testing.T) {
 		{"unreachable", []string{"fleets", "list"}, "error: cannot reach the API server at 127.0.0.1:1: "},
 		{"bad output", []string{"fleets", "list", "-o", "xml"}, `error: --output must be table, json or yaml, not "xml"`},
 		{"bad timeout", []string{"hosts", "list", "--timeout", "0s"}, "error: --timeout must be positive"},
-		{"bad game server name", []string{"gameservers", "get", "gs-1"}, `error: game server name "gs-1": want FLEET/GAMESERVER`},
+		{"bad game server name", []string{"gameservers", "get", "a/b/c"}, `error: game server name "a/b/c": want GAMESERVER (an id no other fleet has), FLEET/GAMESERVER`},
 		{"bad interval", []string{"gameservers", "watch", "--interval", "0s"}, "error: --interval must be positive"},
 		{"unknown subcommand", []string{"fleets", "bogus"}, `error: unknown command "bogus" for "tetherctl fleets"`},
 	} {

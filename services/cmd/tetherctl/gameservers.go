@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
@@ -20,6 +22,9 @@ import (
 // filter terms.
 type gameServerQuery struct {
 	fleet, state, host, health, connection string
+	// all includes the ended (TERMINATED) servers, which a query without
+	// a state leaves out otherwise.
+	all bool
 	// minSequence is the event sequence the views must have applied.
 	minSequence int64
 }
@@ -59,6 +64,9 @@ func (q gameServerQuery) filter() string {
 		}
 		terms = append(terms, t.field+"="+t.value)
 	}
+	if !q.all && q.state == "" {
+		terms = append(terms, "ended=false")
+	}
 	return strings.Join(terms, " AND ")
 }
 
@@ -90,6 +98,9 @@ only when that is what you mean.`,
 				return fmt.Errorf("--grace must be whole seconds, at least 1s, not %s", grace)
 			}
 			return a.withClient(func(c *client) error {
+				if name, err = c.resolveGameServer(cmd.Context(), name); err != nil {
+					return err
+				}
 				ctx, cancel := c.call(cmd.Context())
 				defer cancel()
 				g, err := c.gameServers.ShutdownGameServer(ctx, &tetherv1.ShutdownGameServerRequest{
@@ -110,20 +121,29 @@ only when that is what you mean.`,
 func (a *app) gameServersListCommand() *cobra.Command {
 	var q gameServerQuery
 	cmd := &cobra.Command{
-		Use:   "list [--fleet NAME] [--state STATE] [--host HOST]",
-		Short: "List game servers, of all fleets unless --fleet is given",
-		Args:  cobra.NoArgs,
+		Use:   "list [--fleet NAME] [--state STATE] [--host HOST] [--all]",
+		Short: "List the live game servers, of all fleets unless --fleet is given (--all: the ended ones too)",
+		Long: `List game servers, of all fleets unless --fleet is given. The ended
+(TERMINATED) ones are left out, and counted under the table, unless --all
+or --state TERMINATED asks for them.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withClient(func(c *client) error {
-				list, err := listGameServers(cmd.Context(), c, q)
+				list, ended, err := listGameServers(cmd.Context(), c, q)
 				if err != nil {
 					return err
 				}
-				return printList(a, "gameServers", list, func(w io.Writer) { a.gameServerTable(w, list...) })
+				return printList(a, "gameServers", list, func(w io.Writer) {
+					a.gameServerTable(w, list...)
+					if ended > 0 {
+						fmt.Fprintf(w, "\n%d ended not shown (--all shows them)\n", ended)
+					}
+				})
 			})
 		},
 	}
 	q.addFlags(cmd)
+	cmd.Flags().BoolVar(&q.all, "all", false, "the ended (TERMINATED) servers too")
 	addMinSequence(cmd, &q.minSequence)
 	return cmd
 }
@@ -141,6 +161,9 @@ func (a *app) gameServersGetCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
+				if name, err = c.resolveGameServer(cmd.Context(), name); err != nil {
+					return err
+				}
 				ctx, cancel := c.call(cmd.Context())
 				defer cancel()
 				g, err := c.gameServers.GetGameServer(ctx, &tetherv1.GetGameServerRequest{Name: name, MinSequence: minSeq})
@@ -183,11 +206,14 @@ command is counted once (it carries a request id).`,
 				return fmt.Errorf("nothing to change: give --count, --diff or --capacity")
 			}
 			return a.withClient(func(c *client) error {
+				if req.Name, err = c.resolveGameServer(cmd.Context(), name); err != nil {
+					return err
+				}
 				ctx, cancel := c.call(cmd.Context())
 				defer cancel()
 				g, err := c.gameServers.UpdateGameServerCounter(ctx, req)
 				if err != nil {
-					return c.apiError(name, err)
+					return c.apiError(req.GetName(), err)
 				}
 				return a.print(g, func(w io.Writer) { a.gameServerTable(w, g); counterSections(w, g) })
 			})
@@ -226,11 +252,14 @@ capacity (OUT_OF_RANGE); nothing changes then.`,
 				return fmt.Errorf("nothing to change: give --add, --remove or --capacity")
 			}
 			return a.withClient(func(c *client) error {
+				if req.Name, err = c.resolveGameServer(cmd.Context(), name); err != nil {
+					return err
+				}
 				ctx, cancel := c.call(cmd.Context())
 				defer cancel()
 				g, err := c.gameServers.UpdateGameServerList(ctx, req)
 				if err != nil {
-					return c.apiError(name, err)
+					return c.apiError(req.GetName(), err)
 				}
 				return a.print(g, func(w io.Writer) { a.gameServerTable(w, g); counterSections(w, g) })
 			})
@@ -240,6 +269,40 @@ capacity (OUT_OF_RANGE); nothing changes then.`,
 	cmd.Flags().StringArrayVar(&remove, "remove", nil, "a value to remove (repeat for more)")
 	cmd.Flags().Int64Var(&capacity, "capacity", 0, "the capacity to set (first)")
 	return cmd
+}
+
+// resolveGameServer turns "fleets/-/gameServers/ID" (an id alone, from
+// gameServerName) into the full name of the one game server with that id,
+// in whatever fleet, TERMINATED ones included; other names come back as
+// they are. An id that no server has is NOT_FOUND; one that servers of
+// several fleets have is refused with their names.
+func (c *client) resolveGameServer(ctx context.Context, name string) (string, error) {
+	id, ok := strings.CutPrefix(name, allFleetsParent+gameServersInfix)
+	if !ok {
+		return name, nil
+	}
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	resp, err := c.gameServers.ListGameServers(ctx, &tetherv1.ListGameServersRequest{Parent: allFleetsParent, Filter: "id=" + id, PageSize: 10})
+	if err != nil {
+		return "", c.apiError(id, err)
+	}
+	switch list := resp.GetGameServers(); len(list) {
+	case 0:
+		return "", c.apiError(id, status.Error(codes.NotFound, "no game server in any fleet has this id"))
+	case 1:
+		return list[0].GetName(), nil
+	default:
+		var names []string
+		for _, g := range list {
+			names = append(names, shortName(g.GetName()))
+		}
+		more := ""
+		if resp.GetNextPageToken() != "" {
+			more = ", and more"
+		}
+		return "", fmt.Errorf("game server id %s is in more than one fleet (%s%s): name it FLEET/%s", id, strings.Join(names, ", "), more, id)
+	}
 }
 
 // counterSections writes a game server's counters and lists under its
@@ -274,18 +337,22 @@ func countersSummary(g *tetherv1.GameServer) string {
 	return orDash(strings.Join(out, ","))
 }
 
-// listGameServers reads every page of the game servers q selects.
-func listGameServers(ctx context.Context, c *client, q gameServerQuery) ([]*tetherv1.GameServer, error) {
+// listGameServers reads every page of the game servers q selects, and
+// how many ended ones it left out (q without all or a state).
+func listGameServers(ctx context.Context, c *client, q gameServerQuery) (list []*tetherv1.GameServer, ended int, err error) {
 	req := &tetherv1.ListGameServersRequest{Parent: q.parent(), Filter: q.filter(), PageSize: pageSize, MinSequence: q.minSequence}
-	list, err := listAll(ctx, c, func(ctx context.Context, token string) ([]*tetherv1.GameServer, string, error) {
+	list, err = listAll(ctx, c, func(ctx context.Context, token string) ([]*tetherv1.GameServer, string, error) {
 		req.PageToken = token
 		resp, err := c.gameServers.ListGameServers(ctx, req)
+		if token == "" {
+			ended = int(resp.GetEndedCount())
+		}
 		return resp.GetGameServers(), resp.GetNextPageToken(), err
 	})
 	if err != nil {
-		return nil, c.apiError("", err)
+		return nil, 0, c.apiError("", err)
 	}
-	return list, nil
+	return list, ended, nil
 }
 
 func (a *app) gameServerTable(w io.Writer, list ...*tetherv1.GameServer) {
@@ -293,10 +360,20 @@ func (a *app) gameServerTable(w io.Writer, list ...*tetherv1.GameServer) {
 	now := a.now()
 	for _, g := range list {
 		row(w, shortName(g.GetName()), enumName(g.GetState()), enumName(g.GetConnection().GetState()),
-			enumName(g.GetHealth().GetState()), orDash(shortName(g.GetHost())), orDash(g.GetAddress()),
+			healthWord(g), orDash(shortName(g.GetHost())), orDash(g.GetAddress()),
 			orDash(ports(g.GetPorts())), positive(int64(g.GetPid())), positive(g.GetRevision()), orDash(g.GetReason()), age(now, g.GetCreateTime()),
 			countersSummary(g))
 	}
+}
+
+// healthWord is a server's health; an ended server's reads "was HEALTHY":
+// what it was when it ended, not what it is now.
+func healthWord(g *tetherv1.GameServer) string {
+	h := enumName(g.GetHealth().GetState())
+	if g.GetState() == tetherv1.GameServer_TERMINATED && h != "-" {
+		return "was " + h
+	}
+	return h
 }
 
 // positive renders n, or "-" when it is not set (0).

@@ -55,6 +55,10 @@ has ended. -o json prints each line as a JSON object (time, stream, text).`,
 			}
 			p := &logPrinter{a: a, timestamps: timestamps}
 			return a.withClient(func(c *client) error {
+				if name, err = c.resolveGameServer(cmd.Context(), name); err != nil {
+					return err
+				}
+				req.Name = name
 				stream, err := c.gameServers.StreamGameServerLogs(cmd.Context(), req)
 				if err != nil {
 					return logsError(c, name, err)

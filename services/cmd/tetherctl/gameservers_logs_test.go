@@ -148,7 +148,7 @@ func TestGameServerLogs(t *testing.T) {
 		{"both streams named", []string{"gs", "logs", "standalone/talker", "--stdout", "--stderr"}, "not both"},
 		{"negative tail", []string{"gs", "logs", "standalone/talker", "--tail", "-2"}, "--tail"},
 		{"bad since", []string{"gs", "logs", "standalone/talker", "--since", "yesterday"}, "--since"},
-		{"bad name", []string{"gs", "logs", "talker"}, "FLEET/GAMESERVER"},
+		{"bad name", []string{"gs", "logs", "a/b/c"}, "FLEET/GAMESERVER"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := s.run(tc.args...)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/testkit/wait"
@@ -226,5 +228,82 @@ func TestWatchPrintsChangesUntilCancelled(t *testing.T) {
 	}
 	if errOut.String() != "" {
 		t.Fatalf("watch wrote to stderr: %q", errOut.String())
+	}
+}
+
+// TestGameServersListLiveAndFindByID: a list leaves the ended servers out
+// and counts them, --all and --state TERMINATED show them, an ended
+// server's health reads "was HEALTHY" and its one last heartbeat is the
+// agent's, and an id alone names a server that no other fleet has one of.
+func TestGameServersListLiveAndFindByID(t *testing.T) {
+	s := newStack(t)
+	s.ok("fleets", "create", "-f", writeFile(t, "arena.yaml", arenaYAML))
+	s.ok("fleets", "create", "-f", writeFile(t, "duel.yaml", strings.Replace(arenaYAML, "name: arena", "name: duel", 1)))
+	live, ended := events.GameServerName("arena", "gs-live"), events.GameServerName("arena", "gs-ended")
+	s.appendEvents(live, &eventsv1.GameServerScheduled{Host: "hosts/h1"})
+	s.startReadyServer(live, 7001)
+	s.appendEvents(ended, &eventsv1.GameServerScheduled{Host: "hosts/h1"})
+	s.startReadyServer(ended, 7002)
+	lastBeat := time.Now().Add(time.Second).UTC().Truncate(time.Millisecond)
+	s.appendEvents(ended, &eventsv1.GameServerTerminated{Reason: eventsv1.Reason_REASON_PROCESS_EXITED,
+		Evidence: &eventsv1.Evidence{LastHeartbeatTime: timestamppb.New(lastBeat)}})
+	// The same id in two fleets.
+	s.appendEvents(events.GameServerName("arena", "gs-twice"), &eventsv1.GameServerScheduled{Host: "hosts/h1"})
+	seq := s.appendEvents(events.GameServerName("duel", "gs-twice"), &eventsv1.GameServerScheduled{Host: "hosts/h2"})
+
+	names := func(out string) string {
+		t.Helper()
+		table, _, _ := strings.Cut(out, "\n\n") // the table, without the line under it
+		var got []string
+		for _, r := range tableRows(t, table, gameServerHeader...) {
+			got = append(got, r[0])
+		}
+		return strings.Join(got, " ")
+	}
+	out := s.ok("gameservers", "list", "--min-sequence", seq)
+	if names(out) != "arena/gs-live arena/gs-twice duel/gs-twice" || !strings.HasSuffix(out, "\n\n1 ended not shown (--all shows them)\n") {
+		t.Fatalf("list shows the live servers and counts the ended one:\n%s", out)
+	}
+	if out := s.ok("gameservers", "list", "--fleet", "duel"); names(out) != "duel/gs-twice" || strings.Contains(out, "ended") {
+		t.Fatalf("a fleet with no ended server says nothing of them:\n%s", out)
+	}
+	out = s.ok("gameservers", "list", "--all")
+	if names(out) != "arena/gs-ended arena/gs-live arena/gs-twice duel/gs-twice" || strings.Contains(out, "not shown") {
+		t.Fatalf("--all shows every server:\n%s", out)
+	}
+	rows := tableRows(t, s.ok("gameservers", "list", "--state", "TERMINATED"), gameServerHeader...)
+	if len(rows) != 1 || rows[0][0] != "arena/gs-ended" || rows[0][3] != "was" || rows[0][4] != "HEALTHY" {
+		t.Fatalf("--state TERMINATED shows the ended one, its health as it was: %v", rows)
+	}
+	var got struct {
+		Name   string `json:"name"`
+		Health struct {
+			LastHeartbeatTime time.Time `json:"lastHeartbeatTime"`
+		} `json:"health"`
+		Evidence struct {
+			LastHeartbeatTime time.Time `json:"lastHeartbeatTime"`
+		} `json:"evidence"`
+	}
+	// An id alone, of an ended server too.
+	if err := json.Unmarshal([]byte(s.ok("gameservers", "get", "gs-ended", "-o", "json")), &got); err != nil || got.Name != ended {
+		t.Fatalf("get by id: %v %+v", err, got)
+	}
+	if !got.Health.LastHeartbeatTime.Equal(lastBeat) || !got.Evidence.LastHeartbeatTime.Equal(lastBeat) {
+		t.Fatalf("an ended server has one last heartbeat, %s: health says %s, evidence %s", lastBeat, got.Health.LastHeartbeatTime, got.Evidence.LastHeartbeatTime)
+	}
+	if out := s.ok("audit", "explain", "gs-ended"); !strings.Contains(out, "PROCESS_EXITED") {
+		t.Fatalf("audit explain by id:\n%s", out)
+	}
+	for _, tc := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"gameservers", "get", "gs-nope"}, "error: gs-nope not found (NOT_FOUND)"},
+		{[]string{"gameservers", "get", "gs-twice"}, "game server id gs-twice is in more than one fleet (arena/gs-twice, duel/gs-twice): name it FLEET/gs-twice"},
+		{[]string{"gameservers", "shutdown", "gs-twice"}, "is in more than one fleet"},
+	} {
+		if r := s.run(tc.args...); r.code == 0 || !strings.Contains(r.stderr, tc.stderr) {
+			t.Errorf("%v: exit %d, stderr %q; want an error with %q", tc.args, r.code, r.stderr, tc.stderr)
+		}
 	}
 }

@@ -11,7 +11,7 @@ const (
 	hostsPrefix       = "hosts/"
 	gameServersInfix  = "/gameServers/"
 	allFleetsParent   = "fleets/-"
-	gameServerFormats = `FLEET/GAMESERVER or fleets/FLEET/gameServers/GAMESERVER`
+	gameServerFormats = `GAMESERVER (an id no other fleet has), FLEET/GAMESERVER or fleets/FLEET/gameServers/GAMESERVER`
 
 	gameSessionsPrefix   = "gameSessions/"
 	playerSessionsInfix  = "/playerSessions/"
@@ -38,11 +38,16 @@ func hostName(s string) string {
 	return hostsPrefix + s
 }
 
-// gameServerName accepts "fleets/arena/gameServers/gs-1" or the short form
-// "arena/gs-1" and returns the full name.
+// gameServerName accepts "fleets/arena/gameServers/gs-1", the short form
+// "arena/gs-1", or an id alone, "gs-1", and returns the full name; an id
+// alone gives "fleets/-/gameServers/gs-1" (any fleet), which
+// client.resolveGameServer turns into the one server's name.
 func gameServerName(s string) (string, error) {
 	if strings.HasPrefix(s, fleetsPrefix) {
 		return s, nil
+	}
+	if s != "" && !strings.Contains(s, "/") {
+		return allFleetsParent + gameServersInfix + s, nil
 	}
 	fleet, gs, ok := strings.Cut(s, "/")
 	if !ok || fleet == "" || gs == "" || strings.Contains(gs, "/") {

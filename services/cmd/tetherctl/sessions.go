@@ -53,11 +53,23 @@ func (a *app) sessionsListCommand() *cobra.Command {
 		Short: "List game sessions, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			filter, err := q.filter()
-			if err != nil {
+			if _, err := q.filter(); err != nil {
 				return err
 			}
 			return a.withClient(func(c *client) error {
+				if q.gameServer != "" {
+					name, err := gameServerName(q.gameServer)
+					if err != nil {
+						return fmt.Errorf("--game-server: %w", err)
+					}
+					if q.gameServer, err = c.resolveGameServer(cmd.Context(), name); err != nil {
+						return err
+					}
+				}
+				filter, err := q.filter()
+				if err != nil {
+					return err
+				}
 				req := &tetherv1.ListGameSessionsRequest{Filter: filter, PageSize: pageSize, MinSequence: q.minSequence}
 				list, err := listAll(cmd.Context(), c, func(ctx context.Context, token string) ([]*tetherv1.GameSession, string, error) {
 					req.PageToken = token

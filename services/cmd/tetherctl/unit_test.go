@@ -42,7 +42,8 @@ func TestNames(t *testing.T) {
 	}{
 		{"arena/gs-1", "fleets/arena/gameServers/gs-1", true},
 		{"fleets/arena/gameServers/gs-1", "fleets/arena/gameServers/gs-1", true},
-		{"gs-1", "", false},
+		{"gs-1", "fleets/-/gameServers/gs-1", true},
+		{"", "", false},
 		{"arena/", "", false},
 		{"a/b/c", "", false},
 	} {

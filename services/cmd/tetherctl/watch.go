@@ -47,6 +47,9 @@ YAML document. Transient API errors are reported on stderr and retried.`,
 			if interval <= 0 {
 				return fmt.Errorf("--interval must be positive, not %s", interval)
 			}
+			// Ended servers too: a server that ends is a CHANGED line with
+			// its reason, not GONE.
+			q.all = true
 			return a.withClient(func(c *client) error {
 				return a.watchGameServers(cmd.Context(), c, q, interval, cmd.ErrOrStderr())
 			})
@@ -74,7 +77,7 @@ func (a *app) watchGameServers(ctx context.Context, c *client, q gameServerQuery
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		list, err := listGameServers(ctx, c, q)
+		list, _, err := listGameServers(ctx, c, q)
 		switch {
 		case ctx.Err() != nil:
 			return nil

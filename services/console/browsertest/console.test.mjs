@@ -102,21 +102,25 @@ try {
   await page.waitForFunction((n) => document.querySelectorAll('[role=row][data-key] [data-col=state] .s-ready').length === n, replicas);
   log(`fleet page shows ${replicas} READY servers`);
 
-  // A server killed with kill -9 turns TERMINATED (PROCESS_EXITED) on
-  // this page without a reload, and without listing the fleet again:
-  // the watch's event makes the page GET that one server.
+  // A server killed with kill -9 ends on this page without a reload, and
+  // without listing the fleet again: the watch's event makes the page GET
+  // that one server. Ended servers are hidden, and counted, until "Show
+  // the N ended" is ticked; then it shows TERMINATED (PROCESS_EXITED).
   const marker = `no-reload-${Date.now()}`;
   await page.evaluate((m) => { /** @type {any} */ (window).tetherTestMarker = m; }, marker);
   const before = requests.length;
   const victim = await ask(`kill ${fleet}`);
   const victimRow = page.locator(`[role=grid] [role=row][data-key="${victim}"]`);
-  await victimRow.locator('[data-col=state]', { hasText: /^TERMINATED$/ }).waitFor();
-  await victimRow.locator('[data-col=reason]', { hasText: /^PROCESS_EXITED$/ }).waitFor();
+  await page.locator('#gs-ended-count', { hasText: /^1$/ }).waitFor();
+  await victimRow.waitFor({ state: 'detached' });
   check(await page.evaluate(() => /** @type {any} */ (window).tetherTestMarker) === marker, 'the page was reloaded');
   const during = requests.slice(before);
   check(!during.some((r) => /\/gameServers\?/.test(r) || r.endsWith('/gameServers')), `the fleet was listed again: ${during.join(', ')}`);
   check(during.some((r) => r.startsWith(`/v1/${victim}?`) || r === `/v1/${victim}`), `no GET of ${victim}: ${during.join(', ')}`);
-  log(`${victim} shows TERMINATED, PROCESS_EXITED, without a reload`);
+  await page.locator('#gs-ended').check();
+  await victimRow.locator('[data-col=state]', { hasText: /^TERMINATED$/ }).waitFor();
+  await victimRow.locator('[data-col=reason]', { hasText: /^PROCESS_EXITED$/ }).waitFor();
+  log(`${victim} left the table, counted as ended, without a reload; shown with the ended: TERMINATED, PROCESS_EXITED`);
 
   // Its replacement joins the table, READY, live too.
   await page.waitForFunction((n) => document.querySelectorAll('[role=row][data-key] [data-col=state] .s-ready').length === n, replicas);
@@ -212,6 +216,9 @@ try {
     await page.setViewportSize({ width: 1366, height: 768 });
   }
   await page.goto(consoleURL + `#/fleets/${fleet}`);
+  await page.locator('#gs-ended-count', { hasText: /^2$/ }).waitFor(); // the two killed, not listed
+  check(await page.locator(`[role=grid] [role=row][data-key="${victim}"]`).count() === 0, 'an ended server is listed before "Show the ended" is ticked');
+  await page.locator('#gs-ended').check();
   await page.locator(`[role=grid] [role=row][data-key="${victim}"]`).waitFor();
 
   // The keyboard reaches the first victim's row and opens its page.

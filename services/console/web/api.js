@@ -122,14 +122,44 @@ export async function get(path, params, signal) {
  * @returns {Promise<any[]>}
  */
 export async function listAll(path, field, params = {}, signal) {
-  const out = [];
+  return (await listPages(path, field, params, signal)).items;
+}
+
+/**
+ * GETs every page of a list: its items, and its first page (for the
+ * figures a list gives there, e.g. endedCount).
+ * @param {string} path
+ * @param {string} field
+ * @param {Record<string, any>} params
+ * @param {AbortSignal} [signal]
+ * @returns {Promise<{items: any[], first: any}>}
+ */
+async function listPages(path, field, params, signal) {
+  const items = [];
+  let first = null;
   let pageToken = '';
   do {
     const page = await get(path, { ...params, pageSize: maxPageSize, pageToken }, signal);
-    out.push(...(page[field] ?? []));
+    first ??= page;
+    items.push(...(page[field] ?? []));
     pageToken = page.nextPageToken ?? '';
   } while (pageToken);
-  return out;
+  return { items, first };
+}
+
+/**
+ * Lists the live game servers under path ("fleets/f/gameServers", or
+ * "fleets/-/gameServers"): those not yet TERMINATED, with params.filter's
+ * terms too, and how many ended ones the list left out.
+ * @param {string} path
+ * @param {Record<string, any>} [params]
+ * @param {AbortSignal} [signal]
+ * @returns {Promise<{servers: any[], ended: number}>}
+ */
+export async function listLive(path, params = {}, signal) {
+  const filter = params.filter ? `${params.filter} AND ended=false` : 'ended=false';
+  const { items, first } = await listPages(path, 'gameServers', { ...params, filter }, signal);
+  return { servers: items, ended: Number(first?.endedCount ?? 0) };
 }
 
 /**

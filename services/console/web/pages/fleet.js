@@ -7,8 +7,14 @@
 // seen; an event of a server makes the page GET that server (waiting for
 // the views to apply the event), and a row is replaced only by a newer
 // sequence of it.
+//
+// Ended (TERMINATED) servers are hidden unless "Show ended" is ticked (or
+// the state picked is TERMINATED): the list reads the live ones and the
+// number of ended ones, and reads the ended ones the first time they are
+// asked for. A server that ends while the page is open leaves the table
+// and adds to that number.
 
-import { ApiError, Refetcher, get, listAll, watch } from '../api.js';
+import { ApiError, Refetcher, get, listAll, listLive, watch } from '../api.js';
 import { ago, badge, enumWord, facts, fmtTime, h, lastId, replace, resourceLink } from '../dom.js';
 import { VirtualTable } from '../vtable.js';
 import { foldHour, hourCharts, readHour } from '../charts.js';
@@ -51,10 +57,14 @@ export async function render({ main, params, signal, live }) {
     throw e;
   });
   const checkpoint = status ? Number(status.checkpoint) : 0;
-  const [fleet, list] = await Promise.all([
+  const [fleet, { servers: list, ended: endedAtFirst }] = await Promise.all([
     get(name, { minSequence: checkpoint }, signal),
-    listAll(`${name}/gameServers`, 'gameServers', { minSequence: checkpoint }, signal),
+    listLive(`${name}/gameServers`, { minSequence: checkpoint }, signal),
   ]);
+  /** Ended servers counted but not read (0 once they are read). */
+  let endedUnread = endedAtFirst;
+  /** @type {Promise<void> | null} the read of the ended servers, once asked for */
+  let endedRead = null;
 
   /** @type {Map<string, any>} name → game server */
   const servers = new Map(list.map((g) => [g.name, g]));
@@ -66,6 +76,8 @@ export async function render({ main, params, signal, live }) {
   const search = /** @type {HTMLInputElement} */ (h('input', { type: 'search', id: 'gs-filter', placeholder: 'name, host, address, pid', spellcheck: 'false' }));
   const stateSelect = /** @type {HTMLSelectElement} */ (h('select', { id: 'gs-state' },
     h('option', { value: '' }, 'All states'), states.map((s) => h('option', { value: s }, s))));
+  const showEnded = /** @type {HTMLInputElement} */ (h('input', { type: 'checkbox', id: 'gs-ended' }));
+  const endedCount = h('span', { id: 'gs-ended-count' });
   const grid = new VirtualTable({
     label: `Game servers of fleet ${params.fleet}`, columns, signal,
     rowKey: (g) => g.name, rowHref: (g) => '#/' + g.name,
@@ -82,6 +94,7 @@ export async function render({ main, params, signal, live }) {
     h('div', { class: 'toolbar' },
       h('label', { for: 'gs-filter' }, 'Filter '), search,
       h('label', { for: 'gs-state' }, 'State '), stateSelect,
+      h('label', { for: 'gs-ended' }, showEnded, ' Show the ', endedCount, ' ended'),
       counts),
     grid.el);
 
@@ -97,6 +110,7 @@ export async function render({ main, params, signal, live }) {
       dirty = 0;
       const text = search.value.trim().toLowerCase();
       const state = stateSelect.value;
+      const ended = showEnded.checked || state === 'TERMINATED';
       /** @type {Record<string, number>} */
       const per = {};
       const rows = [];
@@ -104,18 +118,27 @@ export async function render({ main, params, signal, live }) {
         const g = servers.get(n);
         per[g.state] = (per[g.state] ?? 0) + 1;
         if (state && g.state !== state) continue;
+        if (!ended && g.state === 'TERMINATED') continue;
         if (text && !`${g.name} ${g.host} ${endpoint(g)} ${g.pid} ${g.reason}`.toLowerCase().includes(text)) continue;
         rows.push(g);
       }
       grid.setRows(rows);
-      counts.textContent = `${rows.length} of ${servers.size} shown · ` +
-        (states.filter((s) => per[s]).map((s) => `${per[s]} ${s}`).join(', ') || 'no servers');
+      const endedAll = (per.TERMINATED ?? 0) + endedUnread;
+      endedCount.textContent = String(endedAll);
+      counts.textContent = `${rows.length} shown · ` +
+        (states.filter((s) => s !== 'TERMINATED' && per[s]).map((s) => `${per[s]} ${s}`).join(', ') || 'no live servers') +
+        ` · ${endedAll} ended`;
     });
   };
   signal.addEventListener('abort', () => cancelAnimationFrame(dirty), { once: true });
-  const refilter = () => { grid.el.scrollTop = 0; redraw(); };
+  const refilter = () => {
+    grid.el.scrollTop = 0;
+    if ((showEnded.checked || stateSelect.value === 'TERMINATED') && !endedRead) endedRead = readEnded();
+    redraw();
+  };
   search.addEventListener('input', refilter);
   stateSelect.addEventListener('change', refilter);
+  showEnded.addEventListener('change', refilter);
   redraw();
 
   /** Keeps a server's newer state. @param {any} g */
@@ -125,6 +148,17 @@ export async function render({ main, params, signal, live }) {
     if (!had) order.splice(sortedIndex(order, g.name), 0, g.name);
     servers.set(g.name, g);
     redraw();
+  };
+  /** Reads the ended servers into the table, once. */
+  const readEnded = async () => {
+    try {
+      for (const g of await listAll(`${name}/gameServers`, 'gameServers', { filter: 'ended=true' }, signal)) keep(g);
+      endedUnread = 0;
+      redraw();
+    } catch (e) {
+      endedRead = null; // the next tick tries again
+      if (!signal.aborted) live(`reading the ended servers failed: ${e instanceof Error ? e.message : e}`, 'retrying');
+    }
   };
   let fleetSeq = Number(fleet.sequence);
   const refetch = new Refetcher({
@@ -137,10 +171,13 @@ export async function render({ main, params, signal, live }) {
         keep(await get(n, { minSequence: seq }, signal));
       }
     },
-    // Too many servers changed at once to fetch one by one: list them all.
+    // Too many servers changed at once to fetch one by one: list them all,
+    // the ended ones too (a server that ended meanwhile is in no live list).
     onOverflow: async (seq) => {
       try {
         for (const g of await listAll(`${name}/gameServers`, 'gameServers', { minSequence: seq }, signal)) keep(g);
+        endedUnread = 0;
+        endedRead ??= Promise.resolve();
       } catch (e) {
         if (!signal.aborted) live(`reload failed: ${e instanceof Error ? e.message : e}`, 'retrying');
       }

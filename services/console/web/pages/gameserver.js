@@ -110,6 +110,20 @@ function localInput(t) {
   return new Date(d.getTime() - d.getTimezoneOffset() * 60_000).toISOString().slice(0, 23);
 }
 
+/**
+ * A server's health: now while it runs; once it ended, what it was when it
+ * ended and when its last heartbeat came, not "ago" as if it still beat.
+ * @param {any} s a game server
+ */
+function healthWords(s) {
+  const missed = s.health?.missedPeriods ? `, ${s.health.missedPeriods} periods missed` : '';
+  const beat = s.health?.lastHeartbeatTime;
+  if (s.state === 'TERMINATED') {
+    return `${enumWord(s.health?.state) || 'not evaluated'} when it ended${missed}` + (beat ? `, its last heartbeat at ${fmtTime(beat)}` : '');
+  }
+  return `${enumWord(s.health?.state) || 'not evaluated'}${missed}` + (beat ? `, last heartbeat ${ago(beat)}` : '');
+}
+
 /** @param {any} s a game server */
 function serverFacts(s) {
   return facts([
@@ -117,8 +131,7 @@ function serverFacts(s) {
     ['Reason', enumWord(s.reason)],
     ['Connection', `${enumWord(s.connection?.state) || 'never connected'}${s.connection?.since ? `, since ${fmtTime(s.connection.since)}` : ''}` +
       `${s.connection?.graceDeadline && s.connection.state === 'DISCONNECTED' ? `, grace until ${fmtTime(s.connection.graceDeadline)}` : ''}`],
-    ['Health', `${enumWord(s.health?.state) || 'not evaluated'}${s.health?.missedPeriods ? `, ${s.health.missedPeriods} periods missed` : ''}` +
-      `${s.health?.lastHeartbeatTime ? `, last heartbeat ${ago(s.health.lastHeartbeatTime)}` : ''}`],
+    ['Health', healthWords(s)],
     ['Host', resourceLink(s.host, lastId(s.host))],
     ['Address', s.address ? `${s.address} ${(s.ports ?? []).map((/** @type {any} */ p) => `${p.name}=${p.port}/${enumWord(p.protocol).toLowerCase()}`).join(' ')}` : ''],
     ['PID', s.pid ? String(s.pid) : ''],

@@ -3,7 +3,7 @@
 // fleet can span thousands of hosts); ?host=h1 shows one host and the game
 // servers placed on it.
 
-import { get, listAll } from '../api.js';
+import { get, listAll, listLive } from '../api.js';
 import { ago, badge, enumWord, facts, fmtTime, h, lastId, replace, resourceLink, table } from '../dom.js';
 import { VirtualTable } from '../vtable.js';
 
@@ -53,11 +53,10 @@ async function one({ main, query, signal }) {
   const id = query.get('host') ?? '';
   const name = `hosts/${id}`;
   document.title = `${id} · Tether`;
-  const [x, servers] = await Promise.all([
+  const [x, { servers: live, ended }] = await Promise.all([
     get(name, {}, signal),
-    listAll('fleets/-/gameServers', 'gameServers', { filter: `host=${name}` }, signal),
+    listLive('fleets/-/gameServers', { filter: `host=${name}` }, signal),
   ]);
-  const live = servers.filter((g) => g.state !== 'TERMINATED');
   const age = h('span', {}, ago(x.lastHeartbeatTime));
   replace(main,
     h('p', { class: 'crumbs' }, h('a', { href: '#/hosts' }, 'Hosts'), ' › ', id),
@@ -85,7 +84,7 @@ async function one({ main, query, signal }) {
         { title: 'Ports', cell: (g) => (g.ports ?? []).map((/** @type {any} */ p) => p.port).join(', ') },
       ],
     }),
-    servers.length > live.length ? h('p', { class: 'hint' }, `and ${servers.length - live.length} that ended.`) : null);
+    ended ? h('p', { class: 'hint' }, `and ${ended} that ended.`) : null);
   const tick = window.setInterval(() => { age.textContent = ago(x.lastHeartbeatTime); }, 1000);
   signal.addEventListener('abort', () => clearInterval(tick), { once: true });
 }

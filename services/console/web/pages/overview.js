@@ -2,7 +2,7 @@
 // liveness, and the views' lag and dead letters. It reloads when an event
 // changes one of those (a watch of those event types, at most every 2 s).
 
-import { ApiError, get, listAll, watch } from '../api.js';
+import { ApiError, get, listAll, listLive, watch } from '../api.js';
 import { ago, badge, h, lastId, replace, resourceLink, table } from '../dom.js';
 import { hostGrid } from '../charts.js';
 import { drawHour } from './fleet.js';
@@ -41,8 +41,8 @@ export async function render({ main, signal, live }) {
     replace(grid, h('h2', {}, 'Slots used per host'), hostGrid(hosts));
   };
   await load();
-  listAll('fleets/-/gameServers', 'gameServers', {}, signal)
-    .then((servers) => drawHour(charts, '', servers, signal))
+  listLive('fleets/-/gameServers', {}, signal)
+    .then(({ servers }) => drawHour(charts, '', servers, signal))
     .catch((e) => { if (!signal.aborted) replace(charts, h('p', { class: 'hint' }, `The last hour's charts: ${e instanceof Error ? e.message : e}`)); });
 
   // Reload on a change, at most every 2 s, and spending at most a tenth
