@@ -308,6 +308,9 @@ func TestReserveEndAllocateCycle(t *testing.T) {
 		{name: "the game allocates itself", cmd: events.Allocate{Allocated: allocation(true)}, wantEvents: []string{"GameServerAllocated"}, wantLifecycle: ALLOCATED},
 		{name: "the old reservation's end does nothing", cmd: events.EndReservation{Now: at(200)}, wantEvents: []string{}, wantLifecycle: ALLOCATED},
 		{name: "ready again", cmd: events.MarkReady{}, wantEvents: []string{"GameServerReady"}, wantLifecycle: READY},
+		{name: "reserve without an end (Agones' Reserve(0))", cmd: events.Reserve{}, wantEvents: []string{"GameServerReserved"}, wantLifecycle: RESERVED},
+		{name: "no time ends it", cmd: events.EndReservation{Now: at(1 << 20)}, wantEvents: []string{}, wantLifecycle: RESERVED},
+		{name: "the game says otherwise", cmd: events.MarkReady{}, wantEvents: []string{"GameServerReady"}, wantLifecycle: READY},
 	}
 	for _, s := range steps {
 		if got := types(g.decide(s.cmd)); !slices.Equal(got, s.wantEvents) {

@@ -383,12 +383,13 @@ type Allocate struct {
 
 // Reserve holds a READY server back from allocation until Until.
 type Reserve struct {
-	// Until is the end of the reservation.
+	// Until is the end of the reservation; zero: none, the server stays
+	// RESERVED until it says otherwise (Agones' Reserve(0)).
 	Until time.Time
 }
 
 // EndReservation returns a RESERVED server whose reservation ended by Now
-// to READY; a no-op otherwise.
+// to READY; a no-op otherwise, and for a reservation without an end.
 type EndReservation struct {
 	// Now is the decision time.
 	Now time.Time
@@ -469,9 +470,14 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 		}
 		return []proto.Message{proto.CloneOf(c.Allocated)}, nil
 	case Reserve:
-		return []proto.Message{&eventsv1.GameServerReserved{Until: timestamppb.New(c.Until)}}, nil
+		d := &eventsv1.GameServerReserved{}
+		if !c.Until.IsZero() {
+			d.Until = timestamppb.New(c.Until)
+		}
+		return []proto.Message{d}, nil
 	case EndReservation:
-		if state.GetLifecycle() != reserved || c.Now.Before(state.GetReservedUntil().AsTime()) {
+		until := state.GetReservedUntil()
+		if state.GetLifecycle() != reserved || until == nil || c.Now.Before(until.AsTime()) {
 			return nil, nil
 		}
 		return []proto.Message{&eventsv1.GameServerReady{ReservationEnded: true}}, nil

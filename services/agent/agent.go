@@ -634,6 +634,15 @@ func (a *Agent) stamp() events.Stamp {
 	return events.Stamp{Producer: a.producer, Time: a.opts.Clock.Now()}
 }
 
+// stampFor is stamp with the actor ctx carries (events.WithActor): the
+// game server, for what its SDK calls asked (sdkCaller.acting); none, the
+// agent itself, for what the agent decided.
+func (a *Agent) stampFor(ctx context.Context) events.Stamp {
+	s := a.stamp()
+	s.Actor = events.ActorFrom(ctx)
+	return s
+}
+
 // drainPoll is how often a drain on stop checks whether the agent still
 // runs game servers.
 const drainPoll = 250 * time.Millisecond

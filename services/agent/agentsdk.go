@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -50,6 +51,7 @@ func (o agentSDK) Stopping() { o.a.stopping.Store(true) }
 // heard of (it hears through the copy, and a player's call folds it into
 // the copy first), so a Ready then cannot mean its match is over.
 func (agentSDK) Ready(ctx context.Context, c sdkCaller) error {
+	ctx = c.acting(ctx)
 	gs := c.gs
 	if gs.lifecycle() == eventsv1.Lifecycle_LIFECYCLE_READY {
 		return nil
@@ -68,6 +70,7 @@ func (agentSDK) HealthPing(ctx context.Context, c sdkCaller, transport string) {
 
 // Shutdown: the game asks to stop.
 func (o agentSDK) Shutdown(ctx context.Context, c sdkCaller) error {
+	ctx = c.acting(ctx)
 	gs := c.gs
 	deadline := o.a.opts.Clock.Now().Add(shutdownGrace)
 	if err := gs.record(ctx, events.RequestShutdown{Reason: eventsv1.Reason_REASON_SHUTDOWN_REQUESTED_BY_GAME, Deadline: deadline,
@@ -105,17 +108,48 @@ func (agentSDK) WatchGameServer(ctx context.Context, c sdkCaller, send func(*sdk
 
 // SetLabel sets one label.
 func (agentSDK) SetLabel(ctx context.Context, c sdkCaller, key, value string) error {
+	ctx = c.acting(ctx)
 	return c.gs.record(ctx, events.SetLabels{Set: map[string]string{key: value}})
 }
 
-// Reserve holds the server back from allocation for a while.
+// UpdateCounter changes one counter and returns it as the change left it.
+func (agentSDK) UpdateCounter(ctx context.Context, c sdkCaller, u events.UpdateCounter) (*eventsv1.Counter, error) {
+	ctx = c.acting(ctx)
+	gs := c.gs
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if err := gs.recordLocked(ctx, u); err != nil {
+		return nil, err
+	}
+	return proto.CloneOf(gs.state.GetCounters()[u.Name]), nil
+}
+
+// UpdateList changes one list and returns it as the change left it.
+func (agentSDK) UpdateList(ctx context.Context, c sdkCaller, u events.UpdateList) (*eventsv1.List, error) {
+	ctx = c.acting(ctx)
+	gs := c.gs
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if err := gs.recordLocked(ctx, u); err != nil {
+		return nil, err
+	}
+	return proto.CloneOf(gs.state.GetLists()[u.Name]), nil
+}
+
+// Reserve holds the server back from allocation for d; for 0, until the
+// server says otherwise.
 func (o agentSDK) Reserve(ctx context.Context, c sdkCaller, d time.Duration) error {
-	until := o.a.opts.Clock.Now().Add(d)
+	ctx = c.acting(ctx)
+	var until time.Time
+	if d > 0 {
+		until = o.a.opts.Clock.Now().Add(d)
+	}
 	return c.gs.record(ctx, events.Reserve{Until: until})
 }
 
 // Allocate allocates the server to a game session of its own making.
 func (o agentSDK) Allocate(ctx context.Context, c sdkCaller, properties map[string]string) (string, error) {
+	ctx = c.acting(ctx)
 	gs := c.gs
 	gs.mu.Lock()
 	policy := proto.CloneOf(gs.state.GetPlayerSessionPolicy())
@@ -153,6 +187,27 @@ func (gs *gameServer) view() *sdkv1.GameServer {
 	}
 	for _, p := range gs.state.GetPorts() {
 		v.Ports = append(v.Ports, &sdkv1.Port{Name: p.GetName(), Port: p.GetPort()})
+	}
+	if len(gs.state.GetCounters()) > 0 {
+		v.Counters = make(map[string]*sdkv1.Counter, len(gs.state.GetCounters()))
+		for name, c := range gs.state.GetCounters() {
+			v.Counters[name] = &sdkv1.Counter{Count: c.GetCount(), Capacity: c.GetCapacity()}
+		}
+	}
+	if len(gs.state.GetLists()) > 0 {
+		v.Lists = make(map[string]*sdkv1.CounterList, len(gs.state.GetLists()))
+		for name, l := range gs.state.GetLists() {
+			v.Lists[name] = &sdkv1.CounterList{Capacity: l.GetCapacity(), Values: slices.Clone(l.GetValues())}
+		}
+	}
+	if t := gs.state.GetCreateTime(); t != nil {
+		v.CreateTime = proto.CloneOf(t)
+	}
+	if h := gs.state.GetHealthPolicy(); h != nil {
+		v.Health = &sdkv1.HealthContract{
+			Disabled: h.GetDisabled(), PeriodSeconds: h.GetPeriodSeconds(),
+			FailureThreshold: h.GetFailureThreshold(), InitialDelaySeconds: h.GetInitialDelaySeconds(),
+		}
 	}
 	return v
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -25,24 +26,40 @@ import (
 // Agones' SDK (agonesHelper) instead of running the tests.
 const agonesHelperEnv = "TETHER_TEST_AGONES_HELPER"
 
+// The ways agonesHelper can behave after its Ready, the value of
+// agonesHelperEnv.
+const (
+	// helperPinging pings every 100 ms.
+	helperPinging = "1"
+	// helperSilent pings once, sets the label pinged, and holds its Health
+	// stream open without another ping.
+	helperSilent = "silent"
+	// helperDrops pings once, sets the label pinged, closes its
+	// connection, and connects again (and pings) once the file named by
+	// agonesFlagEnv exists.
+	helperDrops = "drops"
+	// agonesFlagEnv names helperDrops's file.
+	agonesFlagEnv = "TETHER_TEST_AGONES_FLAG"
+)
+
 // agonesHelper is a game server that speaks Agones' SDK to the agent it
 // was started by: it finds the SDK by AGONES_SDK_*, calls Ready and
-// SetLabel, and holds a Health stream open with a ping every 100 ms
-// until it is told to stop.
-func agonesHelper() int {
+// SetLabel, and holds a Health stream open, pinging as mode says, until
+// it is told to stop.
+func agonesHelper(mode string) int {
 	addr := os.Getenv(agent.EnvAgonesGRPCHost) + ":" + os.Getenv(agent.EnvAgonesGRPCPort)
 	fail := func(what string, err error) int {
 		fmt.Fprintf(os.Stderr, "agones helper: %s: %v\n", what, err)
 		return 1
 	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer cancel()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fail("dial", err)
 	}
-	defer conn.Close()
+	defer func() { conn.Close() }()
 	sdk := agonessdk.NewSDKClient(conn)
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer cancel()
 	if _, err := sdk.Ready(ctx, &agonessdk.Empty{}); err != nil {
 		return fail("Ready", err)
 	}
@@ -52,6 +69,47 @@ func agonesHelper() int {
 	h, err := sdk.Health(ctx)
 	if err != nil {
 		return fail("Health", err)
+	}
+	if mode != helperPinging {
+		if err := h.Send(&agonessdk.Empty{}); err != nil {
+			return fail("Health ping", err)
+		}
+		if _, err := sdk.SetLabel(ctx, &agonessdk.KeyValue{Key: "pinged", Value: "1"}); err != nil {
+			return fail("SetLabel pinged", err)
+		}
+	}
+	if mode == helperDrops {
+		conn.Close()
+		for tries := 0; ; tries++ {
+			if _, err := os.Stat(os.Getenv(agonesFlagEnv)); err == nil {
+				break
+			}
+			if tries == 1200 { // a minute
+				return fail("wait for the flag", os.ErrNotExist)
+			}
+			select {
+			case <-ctx.Done():
+				return 0
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+			return fail("dial again", err)
+		}
+		sdk = agonessdk.NewSDKClient(conn)
+		if h, err = sdk.Health(ctx); err == nil {
+			err = h.Send(&agonessdk.Empty{})
+		}
+		if err != nil {
+			return fail("Health after the reconnect", err)
+		}
+		if _, err := sdk.SetLabel(ctx, &agonessdk.KeyValue{Key: "back", Value: "1"}); err != nil {
+			return fail("SetLabel back", err)
+		}
+	}
+	if mode != helperPinging {
+		<-ctx.Done()
+		return 0
 	}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -83,7 +141,77 @@ func agonesHelperTemplate(t *testing.T) *eventsv1.GameServerTemplate {
 	if err := os.WriteFile(bin, raw, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return &eventsv1.GameServerTemplate{Command: bin, Env: map[string]string{agonesHelperEnv: "1"}}
+	return &eventsv1.GameServerTemplate{Command: bin, Env: map[string]string{agonesHelperEnv: helperPinging}}
+}
+
+// label waits for the game server to have set agones.dev/sdk-<key>.
+func (h *harness) waitAgonesLabel(name, key string) {
+	h.t.Helper()
+	wait.For(h.t, 20*time.Second, name+" to set the label "+key, func() bool {
+		return fold(h.t, h.history(name)).GetLabels()["agones.dev/sdk-"+key] != ""
+	})
+}
+
+// A server on Agones' SDK that stops its Health pings is judged by its
+// fleet's health contract, as one on Tether's SDK: unhealthy, with the
+// threshold's missed periods and its last ping as evidence, once the
+// periods have passed on the agent's clock, and not before.
+func TestAgonesHealthPingsJudgedByTheFleetsContract(t *testing.T) {
+	clk := clockwork.NewFakeClockAt(time.Now())
+	h := newHarnessOpts(t, func(o *agent.Options) { o.Clock = clk })
+	name := "fleets/arena/gameServers/gs-agones-silent"
+	tmpl := agonesHelperTemplate(t)
+	tmpl.Env[agonesHelperEnv] = helperSilent
+	h.scheduleSpec(name, &eventsv1.FleetSpec{Template: tmpl, Health: &eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3}})
+	h.waitAgonesLabel(name, "pinged")
+	pinged := clk.Now()
+	clk.Advance(10 * time.Second)
+	wait.Holds(t, notYet, "no verdict before the threshold's periods have passed", func() bool { return !h.has(name, "GameServerUnhealthy") })
+	clk.Advance(10 * time.Second)
+	u := h.waitEvent(name, "GameServerUnhealthy").Data.(*eventsv1.GameServerUnhealthy)
+	ev := u.GetEvidence()
+	if u.GetReason() != eventsv1.Reason_REASON_HEALTH_CHECK_FAILED || ev.GetMissedPeriods() != 3 ||
+		!ev.GetLastHeartbeatTime().AsTime().Equal(pinged) {
+		t.Fatalf("unhealthy: %s, evidence %v; want HEALTH_CHECK_FAILED, 3 missed periods, the last ping at %s", u.GetReason(), ev, pinged)
+	}
+}
+
+// A server on Agones' SDK whose connection drops has its fleet's SDK
+// disconnect grace, as one on Tether's SDK: reconnected inside it, it is
+// left alone (a reconnect never kills a healthy server); silent past it,
+// it is unhealthy with SDK_DISCONNECT_GRACE_EXPIRED.
+func TestAgonesReconnectInsideAndPastTheGraceWindow(t *testing.T) {
+	clk := clockwork.NewFakeClockAt(time.Now())
+	h := newHarnessOpts(t, func(o *agent.Options) { o.Clock = clk })
+	back, gone := "fleets/arena/gameServers/gs-agones-back", "fleets/arena/gameServers/gs-agones-gone"
+	dir := publicDir(t)
+	for _, name := range []string{back, gone} {
+		tmpl := agonesHelperTemplate(t)
+		tmpl.Env[agonesHelperEnv] = helperDrops
+		tmpl.Env[agonesFlagEnv] = filepath.Join(dir, filepath.Base(name))
+		h.scheduleSpec(name, &eventsv1.FleetSpec{Template: tmpl, Health: &eventsv1.HealthPolicy{Disabled: true}, SdkDisconnectGraceSeconds: 10})
+	}
+	for _, name := range []string{back, gone} {
+		h.waitAgonesLabel(name, "pinged")
+		h.waitEvent(name, "SdkDisconnected")
+	}
+	clk.Advance(5 * time.Second)
+	if err := os.WriteFile(filepath.Join(dir, filepath.Base(back)), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.waitAgonesLabel(back, "back")
+	wait.For(t, 10*time.Second, "the reconnect recorded", func() bool {
+		return fold(t, h.history(back)).GetConnection() == eventsv1.ConnectionState_CONNECTION_STATE_CONNECTED
+	})
+	clk.Advance(10 * time.Second)
+	u := h.waitEvent(gone, "GameServerUnhealthy").Data.(*eventsv1.GameServerUnhealthy)
+	if u.GetReason() != eventsv1.Reason_REASON_SDK_DISCONNECT_GRACE_EXPIRED {
+		t.Fatalf("the silent server: unhealthy with %s, want SDK_DISCONNECT_GRACE_EXPIRED", u.GetReason())
+	}
+	wait.Holds(t, notYet, "the reconnected server left alone", func() bool { return !h.has(back, "GameServerUnhealthy") })
+	if l := fold(t, h.history(back)).GetLifecycle(); l != eventsv1.Lifecycle_LIFECYCLE_READY {
+		t.Fatalf("the reconnected server is %s, want READY", l)
+	}
 }
 
 // A game server built for Agones' SDK finds it by AGONES_SDK_* on a port

@@ -12,7 +12,6 @@ import (
 
 	"google.golang.org/grpc"
 
-	agonessdk "github.com/tetherhq/tether/proto/agones/dev/sdk"
 	"github.com/tetherhq/tether/services/platform/peerproc"
 )
 
@@ -70,12 +69,7 @@ func (a *Agent) openAgones(gs *gameServer) (*agonesEndpoint, error) {
 	}
 	caller := sdkCaller{gs: gs}
 	e.srv = &agonesServer{ops: agentSDK{a: a}, identify: func(context.Context) (sdkCaller, bool) { return caller, true }}
-	e.grpcSrv = grpc.NewServer(
-		grpc.MaxRecvMsgSize(maxSDKMessage),
-		grpc.ChainUnaryInterceptor(e.srv.unary),
-		grpc.ChainStreamInterceptor(e.srv.stream),
-	)
-	agonessdk.RegisterSDKServer(e.grpcSrv, e.srv)
+	e.grpcSrv = e.srv.grpcServer()
 	rest, err := e.srv.restHandler(context.Background())
 	if err != nil {
 		e.close()

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	agonessdk "github.com/tetherhq/tether/proto/agones/dev/sdk"
+	agonessdkbeta "github.com/tetherhq/tether/proto/agones/dev/sdk/beta"
 	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
 )
 
@@ -32,8 +33,9 @@ import (
 // context; a call it cannot place is refused UNAUTHENTICATED.
 //
 // Served so far: Ready, Allocate, Shutdown, Health, GetGameServer,
-// WatchGameServer, SetLabel, Reserve. SetAnnotation is not: Tether's game
-// servers have no annotations yet (docs/agones.md).
+// WatchGameServer, SetLabel, Reserve, and the counters and lists
+// (agonesCounters). SetAnnotation is not: Tether's game servers have no
+// annotations yet (docs/agones.md).
 type agonesServer struct {
 	agonessdk.UnimplementedSDKServer
 	ops      sdkOps
@@ -169,15 +171,13 @@ func (s *agonesServer) SetLabel(ctx context.Context, kv *agonessdk.KeyValue) (*a
 }
 
 // Reserve holds the server back from allocation for 1 to
-// maxReserveSeconds seconds, then it is READY again. Agones' 0 (reserved
-// until changed) is refused: Tether's reservations end at a time.
+// maxReserveSeconds seconds, then it is READY again; for 0 seconds, as
+// Agones has it, until the server calls Ready, Allocate or Shutdown, or an
+// allocation through the API takes it.
 func (s *agonesServer) Reserve(ctx context.Context, d *agonessdk.Duration) (*agonessdk.Empty, error) {
 	n := d.GetSeconds()
-	if n == 0 {
-		return nil, status.Error(codes.InvalidArgument, "a reservation without an end (seconds 0) is not supported yet: give 1 to 3600 seconds")
-	}
 	if n < 0 || n > maxReserveSeconds {
-		return nil, status.Errorf(codes.InvalidArgument, "seconds must be 1 to %d, not %d", maxReserveSeconds, n)
+		return nil, status.Errorf(codes.InvalidArgument, "seconds must be 0 (until the server says otherwise) to %d, not %d", maxReserveSeconds, n)
 	}
 	if err := s.ops.Reserve(ctx, callerIn(ctx), time.Duration(n)*time.Second); err != nil {
 		return nil, sdkError(err)
@@ -212,7 +212,9 @@ func agonesState(lifecycle string) string {
 // agonesGameServer is the server as Agones' SDK shows it, built from
 // what the agent knows: name the game server's id (the last segment of
 // fleets/F/gameServers/ID), namespace "default", uid derived from the
-// full name, the labels with agones.dev/fleet naming the fleet.
+// full name, creation_timestamp its placement in Unix seconds, the labels
+// with agones.dev/fleet naming the fleet; spec.health the fleet's health
+// contract; status its counters and lists with the rest.
 func agonesGameServer(v *sdkv1.GameServer) *agonessdk.GameServer {
 	fleet, id := splitGameServerName(v.GetName())
 	labels := make(map[string]string, len(v.GetLabels())+1)
@@ -229,13 +231,32 @@ func agonesGameServer(v *sdkv1.GameServer) *agonessdk.GameServer {
 	if v.GetAddress() != "" {
 		st.Addresses = []*agonessdk.GameServer_Status_Address{{Type: "InternalIP", Address: v.GetAddress()}}
 	}
-	return &agonessdk.GameServer{
-		ObjectMeta: &agonessdk.GameServer_ObjectMeta{
-			Name: id, Namespace: agonesNamespace, Uid: agonesUID(v.GetName()), Labels: labels,
-		},
-		Spec:   &agonessdk.GameServer_Spec{}, // spec.health from the fleet's contract: not yet
-		Status: st,
+	for name, c := range v.GetCounters() {
+		if st.Counters == nil {
+			st.Counters = make(map[string]*agonessdk.GameServer_Status_CounterStatus, len(v.GetCounters()))
+		}
+		st.Counters[name] = &agonessdk.GameServer_Status_CounterStatus{Count: c.GetCount(), Capacity: c.GetCapacity()}
 	}
+	for name, l := range v.GetLists() {
+		if st.Lists == nil {
+			st.Lists = make(map[string]*agonessdk.GameServer_Status_ListStatus, len(v.GetLists()))
+		}
+		st.Lists[name] = &agonessdk.GameServer_Status_ListStatus{Capacity: l.GetCapacity(), Values: l.GetValues()}
+	}
+	meta := &agonessdk.GameServer_ObjectMeta{
+		Name: id, Namespace: agonesNamespace, Uid: agonesUID(v.GetName()), Labels: labels,
+	}
+	if t := v.GetCreateTime(); t != nil {
+		meta.CreationTimestamp = t.GetSeconds() // Agones gives Unix seconds
+	}
+	spec := &agonessdk.GameServer_Spec{}
+	if h := v.GetHealth(); h != nil {
+		spec.Health = &agonessdk.GameServer_Spec_Health{
+			Disabled: h.GetDisabled(), PeriodSeconds: h.GetPeriodSeconds(),
+			FailureThreshold: h.GetFailureThreshold(), InitialDelaySeconds: h.GetInitialDelaySeconds(),
+		}
+	}
+	return &agonessdk.GameServer{ObjectMeta: meta, Spec: spec, Status: st}
 }
 
 // splitGameServerName splits fleets/F/gameServers/ID into F and ID; a
@@ -265,6 +286,19 @@ var agonesJSON = &runtime.JSONPb{
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
 }
 
+// grpcServer is a gRPC server of Agones' SDK services, the stable one
+// and the counters and lists (beta), every call identified by s.
+func (s *agonesServer) grpcServer() *grpc.Server {
+	srv := grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxSDKMessage),
+		grpc.ChainUnaryInterceptor(s.unary),
+		grpc.ChainStreamInterceptor(s.stream),
+	)
+	agonessdk.RegisterSDKServer(srv, s)
+	agonessdkbeta.RegisterSDKServer(srv, &agonesCounters{ops: s.ops})
+	return srv
+}
+
 // restHandler serves Agones' REST paths: the unary calls through the
 // generated gateway, in process; POST /health (one health ping a
 // request) and GET /watch/gameserver (one {"result": …} line a change),
@@ -273,6 +307,9 @@ func (s *agonesServer) restHandler(ctx context.Context) (http.Handler, error) {
 	gw := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, agonesJSON))
 	if err := agonessdk.RegisterSDKHandlerServer(ctx, gw, s); err != nil {
 		return nil, fmt.Errorf("agent: Agones SDK gateway: %w", err)
+	}
+	if err := agonessdkbeta.RegisterSDKHandlerServer(ctx, gw, &agonesCounters{ops: s.ops}); err != nil {
+		return nil, fmt.Errorf("agent: Agones SDK gateway, counters and lists: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /health", s.restHealth)

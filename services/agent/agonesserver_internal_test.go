@@ -101,8 +101,7 @@ func (f *fakeOps) Allocate(context.Context, sdkCaller, map[string]string) (strin
 func serveAgones(t *testing.T, ops sdkOps, known bool) agonessdk.SDKClient {
 	t.Helper()
 	s := &agonesServer{ops: ops, identify: func(context.Context) (sdkCaller, bool) { return sdkCaller{}, known }}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(s.unary), grpc.ChainStreamInterceptor(s.stream))
-	agonessdk.RegisterSDKServer(srv, s)
+	srv := s.grpcServer()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +154,10 @@ func TestAgonesServerCarriesCallsToSDKOps(t *testing.T) {
 	if _, err := c.Reserve(ctx, &agonessdk.Duration{Seconds: 5}); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []int64{0, -1, maxReserveSeconds + 1} {
+	if _, err := c.Reserve(ctx, &agonessdk.Duration{Seconds: 0}); err != nil {
+		t.Errorf("Reserve(0), until the server says otherwise: %v", err)
+	}
+	for _, n := range []int64{-1, maxReserveSeconds + 1} {
 		if _, err := c.Reserve(ctx, &agonessdk.Duration{Seconds: n}); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("Reserve(%d): %v, want INVALID_ARGUMENT", n, err)
 		}
@@ -202,7 +204,7 @@ func TestAgonesServerCarriesCallsToSDKOps(t *testing.T) {
 	})
 	ops.mu.Lock()
 	defer ops.mu.Unlock()
-	want := []string{"note", "readycall", "ready", "reserve 5s", "allocate", "shutdown"}
+	want := []string{"note", "readycall", "ready", "reserve 5s", "reserve 0s", "allocate", "shutdown"}
 	for _, w := range want {
 		found := false
 		for _, c := range ops.calls {

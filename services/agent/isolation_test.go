@@ -33,8 +33,12 @@ var programsDir string
 
 // TestMain makes programsDir for the tests and removes it after them.
 func TestMain(m *testing.M) {
-	if os.Getenv(agonesHelperEnv) != "" {
-		os.Exit(agonesHelper()) // the test binary run by an agent as a game server (agones_test.go)
+	switch v := os.Getenv(agonesHelperEnv); v {
+	case "":
+	case conformanceGRPC, conformanceREST:
+		os.Exit(agonesConformance(v)) // the test binary run as the conformance game server (agones_conformance_test.go)
+	default:
+		os.Exit(agonesHelper(v)) // the test binary run by an agent as a game server (agones_test.go)
 	}
 	dir, err := os.MkdirTemp("", "tether-agent-test-")
 	if err == nil {

@@ -110,7 +110,7 @@ func (a *Agent) decideSession(ctx context.Context, name string, cmd events.GameS
 			}
 			return events.DecideGameSession(name, s.state, todo)
 		},
-		Stamp: func(context.Context) events.Stamp { return a.stamp() },
+		Stamp: func(ctx context.Context) events.Stamp { return a.stampFor(ctx) },
 	}
 	store := unavailableOnError{Store: a.opts.Store, what: "record on game session " + name}
 	for range 2 { // its creation, if the allocator left it out, then the player's command
@@ -222,6 +222,7 @@ func (gs *gameServer) playerSessionOf(id string) (gameSession, psID string, err 
 // reissued one. The seat numbers the connection, for DisconnectPlayer and
 // RemovePlayer.
 func (o agentSDK) AcceptPlayer(ctx context.Context, c sdkCaller, playerSession, token string) (acceptedPlayer, error) {
+	ctx = c.acting(ctx)
 	gs := c.gs
 	gsess, psID, err := gs.playerSession(ctx, playerSession)
 	if err != nil {
@@ -257,6 +258,7 @@ func (o agentSDK) AcceptPlayer(ctx context.Context, c sdkCaller, playerSession, 
 // the reconnect window. A connection that no longer holds the seat (a newer
 // one took it over) changes nothing: it is stale.
 func (o agentSDK) DisconnectPlayer(ctx context.Context, c sdkCaller, playerSession string, connection int64) (*eventsv1.PlayerSessionState, bool, error) {
+	ctx = c.acting(ctx)
 	gs := c.gs
 	gsess, psID, err := gs.playerSession(ctx, playerSession)
 	if err != nil {
@@ -280,6 +282,7 @@ func (o agentSDK) DisconnectPlayer(ctx context.Context, c sdkCaller, playerSessi
 // RemovePlayer ends a player's session for good, unless the connection
 // named no longer holds the seat (then nothing changes: stale).
 func (o agentSDK) RemovePlayer(ctx context.Context, c sdkCaller, playerSession string, connection int64) (bool, error) {
+	ctx = c.acting(ctx)
 	gs := c.gs
 	gsess, psID, err := gs.playerSession(ctx, playerSession)
 	if err != nil {

@@ -39,7 +39,7 @@ func (gs *gameServer) recordLocked(ctx context.Context, cmd events.GameServerCom
 			return gs.seq, nil
 		},
 		Decide: func(context.Context) ([]proto.Message, error) { return events.DecideGameServer(gs.name, gs.state, cmd) },
-		Stamp:  func(context.Context) events.Stamp { return gs.a.stamp() },
+		Stamp:  func(ctx context.Context) events.Stamp { return gs.a.stampFor(ctx) },
 	}, write.Policy{Attempts: maxRecordAttempts})
 	switch {
 	case errors.Is(err, errQueue):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
 )
@@ -85,6 +86,12 @@ type sdkOps interface {
 	SetLabel(ctx context.Context, c sdkCaller, key, value string) error
 	// Reserve holds c back from allocation for d.
 	Reserve(ctx context.Context, c sdkCaller, d time.Duration) error
+	// UpdateCounter changes one counter of c, and returns the counter as
+	// the change left it (a *events.CounterError when it is refused).
+	UpdateCounter(ctx context.Context, c sdkCaller, u events.UpdateCounter) (*eventsv1.Counter, error)
+	// UpdateList changes one list of c, and returns the list as the
+	// change left it (a *events.CounterError when it is refused).
+	UpdateList(ctx context.Context, c sdkCaller, u events.UpdateList) (*eventsv1.List, error)
 	// Allocate allocates c to a game session of its own making, and
 	// returns the session's name.
 	Allocate(ctx context.Context, c sdkCaller, properties map[string]string) (gameSession string, err error)
@@ -105,6 +112,13 @@ type sdkOps interface {
 // server identified it: what every sdkOps operation takes. Only the agent's
 // side (agentSDK) looks inside.
 type sdkCaller struct{ gs *gameServer }
+
+// acting is ctx with the game server as the actor of the events written
+// in it: what its SDK calls ask for is recorded as the game server's own
+// doing (history and explain show it), the agent as producer.
+func (c sdkCaller) acting(ctx context.Context) context.Context {
+	return events.WithActor(ctx, c.gs.name)
+}
 
 // acceptedPlayer is a player AcceptPlayer admitted.
 type acceptedPlayer struct {

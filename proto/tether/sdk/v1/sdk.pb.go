@@ -1305,7 +1305,15 @@ type GameServer struct {
 	// Current game session, when allocated.
 	GameSession string `protobuf:"bytes,7,opt,name=game_session,json=gameSession,proto3" json:"game_session,omitempty"`
 	// The allocation, with the game session's data, when allocated.
-	Allocation    *GameSession `protobuf:"bytes,8,opt,name=allocation,proto3" json:"allocation,omitempty"`
+	Allocation *GameSession `protobuf:"bytes,8,opt,name=allocation,proto3" json:"allocation,omitempty"`
+	// Counters, by name, as they are now (docs/counters-and-lists.md).
+	Counters map[string]*Counter `protobuf:"bytes,9,rep,name=counters,proto3" json:"counters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Lists, by name, as they are now.
+	Lists map[string]*CounterList `protobuf:"bytes,10,rep,name=lists,proto3" json:"lists,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When the server was placed (its GameServerScheduled).
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// The health contract the server's pings are judged by.
+	Health        *HealthContract `protobuf:"bytes,12,opt,name=health,proto3" json:"health,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1396,6 +1404,217 @@ func (x *GameServer) GetAllocation() *GameSession {
 	return nil
 }
 
+func (x *GameServer) GetCounters() map[string]*Counter {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+func (x *GameServer) GetLists() map[string]*CounterList {
+	if x != nil {
+		return x.Lists
+	}
+	return nil
+}
+
+func (x *GameServer) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *GameServer) GetHealth() *HealthContract {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+// Counter is a count within [0, capacity].
+type Counter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The count now.
+	Count int64 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	// The most the count may reach.
+	Capacity      int64 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Counter) Reset() {
+	*x = Counter{}
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Counter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Counter) ProtoMessage() {}
+
+func (x *Counter) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Counter.ProtoReflect.Descriptor instead.
+func (*Counter) Descriptor() ([]byte, []int) {
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Counter) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *Counter) GetCapacity() int64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+// CounterList is a list of distinct values, at most capacity of them.
+type CounterList struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The most values the list may hold.
+	Capacity int64 `protobuf:"varint,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// The values, in the order they were added.
+	Values        []string `protobuf:"bytes,2,rep,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CounterList) Reset() {
+	*x = CounterList{}
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CounterList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CounterList) ProtoMessage() {}
+
+func (x *CounterList) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CounterList.ProtoReflect.Descriptor instead.
+func (*CounterList) Descriptor() ([]byte, []int) {
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CounterList) GetCapacity() int64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *CounterList) GetValues() []string {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+// HealthContract is the fleet's health contract for the server.
+type HealthContract struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Health checking off: missed pings never make the server unhealthy.
+	Disabled bool `protobuf:"varint,1,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	// Seconds between the pings the server is expected to send.
+	PeriodSeconds int32 `protobuf:"varint,2,opt,name=period_seconds,json=periodSeconds,proto3" json:"period_seconds,omitempty"`
+	// Consecutive missed periods that make the server unhealthy.
+	FailureThreshold int32 `protobuf:"varint,3,opt,name=failure_threshold,json=failureThreshold,proto3" json:"failure_threshold,omitempty"`
+	// Seconds after the start before missed pings count.
+	InitialDelaySeconds int32 `protobuf:"varint,4,opt,name=initial_delay_seconds,json=initialDelaySeconds,proto3" json:"initial_delay_seconds,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *HealthContract) Reset() {
+	*x = HealthContract{}
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthContract) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthContract) ProtoMessage() {}
+
+func (x *HealthContract) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_sdk_v1_sdk_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthContract.ProtoReflect.Descriptor instead.
+func (*HealthContract) Descriptor() ([]byte, []int) {
+	return file_tether_sdk_v1_sdk_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *HealthContract) GetDisabled() bool {
+	if x != nil {
+		return x.Disabled
+	}
+	return false
+}
+
+func (x *HealthContract) GetPeriodSeconds() int32 {
+	if x != nil {
+		return x.PeriodSeconds
+	}
+	return 0
+}
+
+func (x *HealthContract) GetFailureThreshold() int32 {
+	if x != nil {
+		return x.FailureThreshold
+	}
+	return 0
+}
+
+func (x *HealthContract) GetInitialDelaySeconds() int32 {
+	if x != nil {
+		return x.InitialDelaySeconds
+	}
+	return 0
+}
+
 var File_tether_sdk_v1_sdk_proto protoreflect.FileDescriptor
 
 const file_tether_sdk_v1_sdk_proto_rawDesc = "" +
@@ -1477,7 +1696,7 @@ const file_tether_sdk_v1_sdk_proto_rawDesc = "" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\"`\n" +
 	"\x0eShutdownNotice\x126\n" +
 	"\bdeadline\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x8f\x03\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xaf\x06\n" +
 	"\n" +
 	"GameServer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -1489,10 +1708,34 @@ const file_tether_sdk_v1_sdk_proto_rawDesc = "" +
 	"\fgame_session\x18\a \x01(\tR\vgameSession\x12:\n" +
 	"\n" +
 	"allocation\x18\b \x01(\v2\x1a.tether.sdk.v1.GameSessionR\n" +
-	"allocation\x1a9\n" +
+	"allocation\x12C\n" +
+	"\bcounters\x18\t \x03(\v2'.tether.sdk.v1.GameServer.CountersEntryR\bcounters\x12:\n" +
+	"\x05lists\x18\n" +
+	" \x03(\v2$.tether.sdk.v1.GameServer.ListsEntryR\x05lists\x12;\n" +
+	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x125\n" +
+	"\x06health\x18\f \x01(\v2\x1d.tether.sdk.v1.HealthContractR\x06health\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xd2\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aS\n" +
+	"\rCountersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.tether.sdk.v1.CounterR\x05value:\x028\x01\x1aT\n" +
+	"\n" +
+	"ListsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
+	"\x05value\x18\x02 \x01(\v2\x1a.tether.sdk.v1.CounterListR\x05value:\x028\x01\";\n" +
+	"\aCounter\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x03R\x05count\x12\x1a\n" +
+	"\bcapacity\x18\x02 \x01(\x03R\bcapacity\"A\n" +
+	"\vCounterList\x12\x1a\n" +
+	"\bcapacity\x18\x01 \x01(\x03R\bcapacity\x12\x16\n" +
+	"\x06values\x18\x02 \x03(\tR\x06values\"\xb4\x01\n" +
+	"\x0eHealthContract\x12\x1a\n" +
+	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12%\n" +
+	"\x0eperiod_seconds\x18\x02 \x01(\x05R\rperiodSeconds\x12+\n" +
+	"\x11failure_threshold\x18\x03 \x01(\x05R\x10failureThreshold\x122\n" +
+	"\x15initial_delay_seconds\x18\x04 \x01(\x05R\x13initialDelaySeconds2\xd2\n" +
 	"\n" +
 	"\n" +
 	"SDKService\x12\\\n" +
@@ -1521,7 +1764,7 @@ func file_tether_sdk_v1_sdk_proto_rawDescGZIP() []byte {
 	return file_tether_sdk_v1_sdk_proto_rawDescData
 }
 
-var file_tether_sdk_v1_sdk_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_tether_sdk_v1_sdk_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_tether_sdk_v1_sdk_proto_goTypes = []any{
 	(*ReserveRequest)(nil),           // 0: tether.sdk.v1.ReserveRequest
 	(*ReserveResponse)(nil),          // 1: tether.sdk.v1.ReserveResponse
@@ -1550,50 +1793,61 @@ var file_tether_sdk_v1_sdk_proto_goTypes = []any{
 	(*Port)(nil),                     // 24: tether.sdk.v1.Port
 	(*ShutdownNotice)(nil),           // 25: tether.sdk.v1.ShutdownNotice
 	(*GameServer)(nil),               // 26: tether.sdk.v1.GameServer
-	nil,                              // 27: tether.sdk.v1.AllocateRequest.PropertiesEntry
-	nil,                              // 28: tether.sdk.v1.GameSession.PropertiesEntry
-	nil,                              // 29: tether.sdk.v1.GameServer.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 30: google.protobuf.Timestamp
+	(*Counter)(nil),                  // 27: tether.sdk.v1.Counter
+	(*CounterList)(nil),              // 28: tether.sdk.v1.CounterList
+	(*HealthContract)(nil),           // 29: tether.sdk.v1.HealthContract
+	nil,                              // 30: tether.sdk.v1.AllocateRequest.PropertiesEntry
+	nil,                              // 31: tether.sdk.v1.GameSession.PropertiesEntry
+	nil,                              // 32: tether.sdk.v1.GameServer.LabelsEntry
+	nil,                              // 33: tether.sdk.v1.GameServer.CountersEntry
+	nil,                              // 34: tether.sdk.v1.GameServer.ListsEntry
+	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
 }
 var file_tether_sdk_v1_sdk_proto_depIdxs = []int32{
-	27, // 0: tether.sdk.v1.AllocateRequest.properties:type_name -> tether.sdk.v1.AllocateRequest.PropertiesEntry
-	30, // 1: tether.sdk.v1.DisconnectPlayerResponse.reconnect_deadline:type_name -> google.protobuf.Timestamp
-	28, // 2: tether.sdk.v1.GameSession.properties:type_name -> tether.sdk.v1.GameSession.PropertiesEntry
+	30, // 0: tether.sdk.v1.AllocateRequest.properties:type_name -> tether.sdk.v1.AllocateRequest.PropertiesEntry
+	35, // 1: tether.sdk.v1.DisconnectPlayerResponse.reconnect_deadline:type_name -> google.protobuf.Timestamp
+	31, // 2: tether.sdk.v1.GameSession.properties:type_name -> tether.sdk.v1.GameSession.PropertiesEntry
 	10, // 3: tether.sdk.v1.GameSession.players:type_name -> tether.sdk.v1.Player
-	30, // 4: tether.sdk.v1.ShutdownNotice.deadline:type_name -> google.protobuf.Timestamp
+	35, // 4: tether.sdk.v1.ShutdownNotice.deadline:type_name -> google.protobuf.Timestamp
 	24, // 5: tether.sdk.v1.GameServer.ports:type_name -> tether.sdk.v1.Port
-	29, // 6: tether.sdk.v1.GameServer.labels:type_name -> tether.sdk.v1.GameServer.LabelsEntry
+	32, // 6: tether.sdk.v1.GameServer.labels:type_name -> tether.sdk.v1.GameServer.LabelsEntry
 	25, // 7: tether.sdk.v1.GameServer.shutdown:type_name -> tether.sdk.v1.ShutdownNotice
 	11, // 8: tether.sdk.v1.GameServer.allocation:type_name -> tether.sdk.v1.GameSession
-	12, // 9: tether.sdk.v1.SDKService.Ready:input_type -> tether.sdk.v1.ReadyRequest
-	14, // 10: tether.sdk.v1.SDKService.Health:input_type -> tether.sdk.v1.HealthRequest
-	16, // 11: tether.sdk.v1.SDKService.HealthStream:input_type -> tether.sdk.v1.HealthStreamRequest
-	18, // 12: tether.sdk.v1.SDKService.Shutdown:input_type -> tether.sdk.v1.ShutdownRequest
-	20, // 13: tether.sdk.v1.SDKService.GetGameServer:input_type -> tether.sdk.v1.GetGameServerRequest
-	21, // 14: tether.sdk.v1.SDKService.WatchGameServer:input_type -> tether.sdk.v1.WatchGameServerRequest
-	22, // 15: tether.sdk.v1.SDKService.SetLabel:input_type -> tether.sdk.v1.SetLabelRequest
-	0,  // 16: tether.sdk.v1.SDKService.Reserve:input_type -> tether.sdk.v1.ReserveRequest
-	2,  // 17: tether.sdk.v1.SDKService.Allocate:input_type -> tether.sdk.v1.AllocateRequest
-	4,  // 18: tether.sdk.v1.SDKService.AcceptPlayer:input_type -> tether.sdk.v1.AcceptPlayerRequest
-	6,  // 19: tether.sdk.v1.SDKService.DisconnectPlayer:input_type -> tether.sdk.v1.DisconnectPlayerRequest
-	8,  // 20: tether.sdk.v1.SDKService.RemovePlayer:input_type -> tether.sdk.v1.RemovePlayerRequest
-	13, // 21: tether.sdk.v1.SDKService.Ready:output_type -> tether.sdk.v1.ReadyResponse
-	15, // 22: tether.sdk.v1.SDKService.Health:output_type -> tether.sdk.v1.HealthResponse
-	17, // 23: tether.sdk.v1.SDKService.HealthStream:output_type -> tether.sdk.v1.HealthStreamResponse
-	19, // 24: tether.sdk.v1.SDKService.Shutdown:output_type -> tether.sdk.v1.ShutdownResponse
-	26, // 25: tether.sdk.v1.SDKService.GetGameServer:output_type -> tether.sdk.v1.GameServer
-	26, // 26: tether.sdk.v1.SDKService.WatchGameServer:output_type -> tether.sdk.v1.GameServer
-	23, // 27: tether.sdk.v1.SDKService.SetLabel:output_type -> tether.sdk.v1.SetLabelResponse
-	1,  // 28: tether.sdk.v1.SDKService.Reserve:output_type -> tether.sdk.v1.ReserveResponse
-	3,  // 29: tether.sdk.v1.SDKService.Allocate:output_type -> tether.sdk.v1.AllocateResponse
-	5,  // 30: tether.sdk.v1.SDKService.AcceptPlayer:output_type -> tether.sdk.v1.AcceptPlayerResponse
-	7,  // 31: tether.sdk.v1.SDKService.DisconnectPlayer:output_type -> tether.sdk.v1.DisconnectPlayerResponse
-	9,  // 32: tether.sdk.v1.SDKService.RemovePlayer:output_type -> tether.sdk.v1.RemovePlayerResponse
-	21, // [21:33] is the sub-list for method output_type
-	9,  // [9:21] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	33, // 9: tether.sdk.v1.GameServer.counters:type_name -> tether.sdk.v1.GameServer.CountersEntry
+	34, // 10: tether.sdk.v1.GameServer.lists:type_name -> tether.sdk.v1.GameServer.ListsEntry
+	35, // 11: tether.sdk.v1.GameServer.create_time:type_name -> google.protobuf.Timestamp
+	29, // 12: tether.sdk.v1.GameServer.health:type_name -> tether.sdk.v1.HealthContract
+	27, // 13: tether.sdk.v1.GameServer.CountersEntry.value:type_name -> tether.sdk.v1.Counter
+	28, // 14: tether.sdk.v1.GameServer.ListsEntry.value:type_name -> tether.sdk.v1.CounterList
+	12, // 15: tether.sdk.v1.SDKService.Ready:input_type -> tether.sdk.v1.ReadyRequest
+	14, // 16: tether.sdk.v1.SDKService.Health:input_type -> tether.sdk.v1.HealthRequest
+	16, // 17: tether.sdk.v1.SDKService.HealthStream:input_type -> tether.sdk.v1.HealthStreamRequest
+	18, // 18: tether.sdk.v1.SDKService.Shutdown:input_type -> tether.sdk.v1.ShutdownRequest
+	20, // 19: tether.sdk.v1.SDKService.GetGameServer:input_type -> tether.sdk.v1.GetGameServerRequest
+	21, // 20: tether.sdk.v1.SDKService.WatchGameServer:input_type -> tether.sdk.v1.WatchGameServerRequest
+	22, // 21: tether.sdk.v1.SDKService.SetLabel:input_type -> tether.sdk.v1.SetLabelRequest
+	0,  // 22: tether.sdk.v1.SDKService.Reserve:input_type -> tether.sdk.v1.ReserveRequest
+	2,  // 23: tether.sdk.v1.SDKService.Allocate:input_type -> tether.sdk.v1.AllocateRequest
+	4,  // 24: tether.sdk.v1.SDKService.AcceptPlayer:input_type -> tether.sdk.v1.AcceptPlayerRequest
+	6,  // 25: tether.sdk.v1.SDKService.DisconnectPlayer:input_type -> tether.sdk.v1.DisconnectPlayerRequest
+	8,  // 26: tether.sdk.v1.SDKService.RemovePlayer:input_type -> tether.sdk.v1.RemovePlayerRequest
+	13, // 27: tether.sdk.v1.SDKService.Ready:output_type -> tether.sdk.v1.ReadyResponse
+	15, // 28: tether.sdk.v1.SDKService.Health:output_type -> tether.sdk.v1.HealthResponse
+	17, // 29: tether.sdk.v1.SDKService.HealthStream:output_type -> tether.sdk.v1.HealthStreamResponse
+	19, // 30: tether.sdk.v1.SDKService.Shutdown:output_type -> tether.sdk.v1.ShutdownResponse
+	26, // 31: tether.sdk.v1.SDKService.GetGameServer:output_type -> tether.sdk.v1.GameServer
+	26, // 32: tether.sdk.v1.SDKService.WatchGameServer:output_type -> tether.sdk.v1.GameServer
+	23, // 33: tether.sdk.v1.SDKService.SetLabel:output_type -> tether.sdk.v1.SetLabelResponse
+	1,  // 34: tether.sdk.v1.SDKService.Reserve:output_type -> tether.sdk.v1.ReserveResponse
+	3,  // 35: tether.sdk.v1.SDKService.Allocate:output_type -> tether.sdk.v1.AllocateResponse
+	5,  // 36: tether.sdk.v1.SDKService.AcceptPlayer:output_type -> tether.sdk.v1.AcceptPlayerResponse
+	7,  // 37: tether.sdk.v1.SDKService.DisconnectPlayer:output_type -> tether.sdk.v1.DisconnectPlayerResponse
+	9,  // 38: tether.sdk.v1.SDKService.RemovePlayer:output_type -> tether.sdk.v1.RemovePlayerResponse
+	27, // [27:39] is the sub-list for method output_type
+	15, // [15:27] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_tether_sdk_v1_sdk_proto_init() }
@@ -1607,7 +1861,7 @@ func file_tether_sdk_v1_sdk_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_sdk_v1_sdk_proto_rawDesc), len(file_tether_sdk_v1_sdk_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
