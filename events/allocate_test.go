@@ -118,11 +118,16 @@ func TestAllocate(t *testing.T) {
 			// Nothing else of the server changed.
 			clear := func(s *eventsv1.GameServerState) *eventsv1.GameServerState {
 				s = proto.CloneOf(s)
-				s.Lifecycle, s.GameSession, s.Allocation, s.ReservedUntil, s.UpdateTime = 0, "", nil, nil, nil
+				s.Lifecycle, s.GameSession, s.Allocation, s.ReservedUntil, s.UpdateTime, s.LastAllocatedTime = 0, "", nil, nil, nil, nil
 				return s
 			}
 			if !proto.Equal(clear(before), clear(s)) {
 				t.Errorf("Allocate changed more than the allocation:\nbefore %v\nafter  %v", before, s)
+			}
+			// Agones' agones.dev/last-allocated: any allocation, by a
+			// matchmaker, an operator or the game itself.
+			if s.GetLastAllocatedTime() == nil {
+				t.Errorf("self-allocated %v: no last allocated time", tt.self)
 			}
 
 			// A second allocation is refused: one game session at a time.

@@ -62,6 +62,7 @@ var gameServerTransitions = map[string]transition{
 	"HealthDegraded":       {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown}},
 	"HealthRecovered":      {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown}},
 	"LabelsChanged":        {from: live},
+	"AnnotationsChanged":   {from: live},
 	"ProcessSignalled":     {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown, unhealthy}},
 	"CounterChanged":       {from: counterStates},
 	"ListChanged":          {from: counterStates},
@@ -173,6 +174,7 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 	case *eventsv1.GameServerAllocated:
 		next.GameSession, next.ReservedUntil = d.GetGameSession(), nil
 		next.Allocation = proto.CloneOf(d)
+		next.LastAllocatedTime = at
 	case *eventsv1.HealthDegraded:
 		next.Health = eventsv1.HealthState_HEALTH_STATE_DEGRADED
 		next.MissedPeriods = d.GetMissedPeriods()
@@ -211,6 +213,8 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 		for _, k := range d.GetRemoved() {
 			delete(next.Labels, k)
 		}
+	case *eventsv1.AnnotationsChanged:
+		applyAnnotationsChanged(next, d)
 	case *eventsv1.CounterChanged:
 		if err := applyCounterChanged(next, d); err != nil {
 			return nil, err
@@ -557,6 +561,8 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 			return nil, Invalid("labels", "a game server holds at most %d labels; these would make %d", MaxLabels, len(after))
 		}
 		return []proto.Message{&eventsv1.LabelsChanged{Set: cloneMap(c.Set), Removed: slices.Clone(c.Removed)}}, nil
+	case SetAnnotations:
+		return decideAnnotations(state, c)
 	case UpdateCounter:
 		return decideCounter(state, c)
 	case UpdateList:

@@ -58,6 +58,7 @@ LabelsChanged        -   =   =   =   =   =   =   -   =
 ProcessSignalled     -   -   =   =   =   =   =   -   =
 CounterChanged       -   =   =   =   =   =   -   -   -
 ListChanged          -   =   =   =   =   =   -   -   -
+AnnotationsChanged   -   =   =   =   =   =   =   -   =
 `
 
 // gameServerEvents are the game server events of docs/architecture.md's
@@ -66,7 +67,7 @@ var gameServerEvents = []string{
 	"GameServerScheduled", "ProcessStarted", "SdkConnected", "SdkDisconnected", "GameServerReady",
 	"GameServerReserved", "HealthDegraded", "HealthRecovered", "GameServerUnhealthy",
 	"GameServerAllocated", "ShutdownRequested", "ProcessExited", "GameServerTerminated", "LabelsChanged",
-	"ProcessSignalled", "CounterChanged", "ListChanged",
+	"ProcessSignalled", "CounterChanged", "ListChanged", "AnnotationsChanged",
 }
 
 var lifecycleAbbrev = map[string]eventsv1.Lifecycle{
@@ -159,6 +160,8 @@ func samplePayload(t *testing.T, typ string) proto.Message {
 		return &eventsv1.CounterChanged{Name: "rooms", Count: 2, Capacity: 10, CountDiff: 1}
 	case "ListChanged":
 		return &eventsv1.ListChanged{Name: "players", Capacity: 4, Values: []string{"p1", "p2"}, Added: []string{"p2"}}
+	case "AnnotationsChanged":
+		return &eventsv1.AnnotationsChanged{Set: map[string]string{"agones.dev/sdk-map": "dust"}}
 	}
 	t.Fatalf("no sample payload for %s", typ)
 	return nil

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"time"
 
@@ -112,6 +113,12 @@ func (agentSDK) SetLabel(ctx context.Context, c sdkCaller, key, value string) er
 	return c.gs.record(ctx, events.SetLabels{Set: map[string]string{key: value}})
 }
 
+// SetAnnotation sets one annotation.
+func (agentSDK) SetAnnotation(ctx context.Context, c sdkCaller, key, value string) error {
+	ctx = c.acting(ctx)
+	return c.gs.record(ctx, events.SetAnnotations{Set: map[string]string{key: value}})
+}
+
 // UpdateCounter changes one counter and returns it as the change left it.
 func (agentSDK) UpdateCounter(ctx context.Context, c sdkCaller, u events.UpdateCounter) (*eventsv1.Counter, error) {
 	ctx = c.acting(ctx)
@@ -202,6 +209,12 @@ func (gs *gameServer) view() *sdkv1.GameServer {
 	}
 	if t := gs.state.GetCreateTime(); t != nil {
 		v.CreateTime = proto.CloneOf(t)
+	}
+	if len(gs.state.GetAnnotations()) > 0 {
+		v.Annotations = maps.Clone(gs.state.GetAnnotations())
+	}
+	if t := gs.state.GetLastAllocatedTime(); t != nil {
+		v.LastAllocatedTime = proto.CloneOf(t)
 	}
 	if h := gs.state.GetHealthPolicy(); h != nil {
 		v.Health = &sdkv1.HealthContract{

@@ -52,6 +52,7 @@ type agonesSDK interface {
 	Ready(ctx context.Context) error
 	Health(ctx context.Context) error
 	SetLabel(ctx context.Context, key, value string) error
+	SetAnnotation(ctx context.Context, key, value string) error
 	Reserve(ctx context.Context, seconds int64) error
 	Allocate(ctx context.Context) error
 	Shutdown(ctx context.Context) error
@@ -144,8 +145,13 @@ func runConformance(ctx context.Context, sdk agonesSDK) []string {
 	}
 
 	must("SetLabel", sdk.SetLabel(ctx, "mode", "ctf"))
+	must("SetAnnotation", sdk.SetAnnotation(ctx, "map", "dust"))
 	if gs, err := sdk.GameServer(ctx); must("GetGameServer", err) {
 		m := gs.GetObjectMeta()
+		check(m.GetAnnotations()["agones.dev/sdk-map"] == "dust", "annotations %v lack agones.dev/sdk-map=dust", m.GetAnnotations())
+		check(m.GetLabels()["agones.dev/sdk-map"] == "", "the annotation is a label too: %v", m.GetLabels())
+		_, allocated := m.GetAnnotations()["agones.dev/last-allocated"]
+		check(!allocated, "agones.dev/last-allocated before any allocation: %v", m.GetAnnotations())
 		check(m.GetLabels()["agones.dev/sdk-mode"] == "ctf", "labels %v lack agones.dev/sdk-mode=ctf", m.GetLabels())
 		check(m.GetLabels()["agones.dev/fleet"] == "arena", "labels %v lack agones.dev/fleet=arena", m.GetLabels())
 		check(m.GetName() == "gs-conformance" && m.GetNamespace() == "default" && len(m.GetUid()) == 36, "object_meta %v", m)
@@ -214,6 +220,10 @@ func runConformance(ctx context.Context, sdk agonesSDK) []string {
 	state("Reserved")
 	must("Allocate", sdk.Allocate(ctx))
 	state("Allocated")
+	if gs, err := sdk.GameServer(ctx); must("GetGameServer", err) {
+		at, err := time.Parse(time.RFC3339Nano, gs.GetObjectMeta().GetAnnotations()["agones.dev/last-allocated"])
+		check(err == nil && time.Since(at) < time.Minute, "agones.dev/last-allocated after Allocate: %v (%v)", gs.GetObjectMeta().GetAnnotations(), err)
+	}
 	must("Ready after the match", sdk.Ready(ctx))
 	state("Ready")
 	must("Reserve 0", sdk.Reserve(ctx, 0))
@@ -274,6 +284,11 @@ func (g grpcSDK) Health(ctx context.Context) error {
 
 func (g grpcSDK) SetLabel(ctx context.Context, k, v string) error {
 	_, err := g.c.SetLabel(ctx, &agonessdk.KeyValue{Key: k, Value: v})
+	return err
+}
+
+func (g grpcSDK) SetAnnotation(ctx context.Context, k, v string) error {
+	_, err := g.c.SetAnnotation(ctx, &agonessdk.KeyValue{Key: k, Value: v})
 	return err
 }
 
@@ -373,6 +388,9 @@ func (r restSDK) Ready(ctx context.Context) error  { return r.call(ctx, "POST", 
 func (r restSDK) Health(ctx context.Context) error { return r.call(ctx, "POST", "/health", "{}", nil) }
 func (r restSDK) SetLabel(ctx context.Context, k, v string) error {
 	return r.call(ctx, "PUT", "/metadata/label", fmt.Sprintf(`{"key": %q, "value": %q}`, k, v), nil)
+}
+func (r restSDK) SetAnnotation(ctx context.Context, k, v string) error {
+	return r.call(ctx, "PUT", "/metadata/annotation", fmt.Sprintf(`{"key": %q, "value": %q}`, k, v), nil)
 }
 func (r restSDK) Reserve(ctx context.Context, s int64) error {
 	return r.call(ctx, "POST", "/reserve", fmt.Sprintf(`{"seconds": "%d"}`, s), nil)
@@ -517,7 +535,7 @@ func TestAgonesConformance(t *testing.T) {
 				}
 				types = append(types, e.Type)
 			}
-			for _, want := range []string{"GameServerReady", "LabelsChanged", "CounterChanged", "ListChanged",
+			for _, want := range []string{"GameServerReady", "LabelsChanged", "AnnotationsChanged", "CounterChanged", "ListChanged",
 				"GameServerReserved", "GameServerAllocated", "ShutdownRequested"} {
 				if !slices.Contains(types, want) {
 					t.Errorf("the history's events by the game server %v lack %s", types, want)
@@ -527,8 +545,8 @@ func TestAgonesConformance(t *testing.T) {
 			if st.GetCounters()["rooms"].GetCount() != 12 || !slices.Equal(st.GetLists()["players"].GetValues(), []string{"x", "y"}) {
 				t.Errorf("folded counters %v, lists %v", st.GetCounters(), st.GetLists())
 			}
-			if st.GetLabels()["agones.dev/sdk-mode"] != "ctf" {
-				t.Errorf("folded labels %v", st.GetLabels())
+			if st.GetLabels()["agones.dev/sdk-mode"] != "ctf" || st.GetAnnotations()["agones.dev/sdk-map"] != "dust" {
+				t.Errorf("folded labels %v, annotations %v", st.GetLabels(), st.GetAnnotations())
 			}
 			if r := st.GetReason(); r != eventsv1.Reason_REASON_SHUTDOWN_REQUESTED_BY_GAME {
 				t.Errorf("shutdown reason %v, want the game server's own request", r)

@@ -2,9 +2,11 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	agonessdk "github.com/tetherhq/tether/proto/agones/dev/sdk"
+	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/agent"
 	"github.com/tetherhq/tether/services/testkit/wait"
@@ -272,4 +275,73 @@ func TestDefaultAgonesRangeHoldsAPairPerGamePort(t *testing.T) {
 		t.Errorf("default Agones range %d-%d overlaps the game range %d-%d",
 			agent.DefaultAgonesPortMin, agent.DefaultAgonesPortMax, agent.DefaultPortMin, agent.DefaultPortMax)
 	}
+}
+
+// The example game server of deploy/examples speaks only Agones' REST
+// SDK, with curl, as a server built for Agones may: under the agent,
+// unchanged, it is READY, sets its label, takes a room on its counter,
+// and its watch of /watch/gameserver prints the server at once and on
+// every change.
+func TestAgonesRESTExampleWithCurl(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatalf("this test runs curl (.ci/run installs it): %v", err)
+	}
+	h := newHarness(t)
+	raw, err := os.ReadFile("../../deploy/examples/agones-rest-gameserver.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(publicDir(t), "agones-rest-gameserver.sh")
+	if err := os.WriteFile(script, raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	name := "fleets/arena/gameServers/gs-curl"
+	h.scheduleSpec(name, &eventsv1.FleetSpec{
+		Template: &eventsv1.GameServerTemplate{Command: "/bin/sh", Args: []string{script},
+			Counters: map[string]*eventsv1.Counter{"rooms": {Capacity: 4}}},
+		Health: &eventsv1.HealthPolicy{InitialDelaySeconds: 5, PeriodSeconds: 5, FailureThreshold: 3},
+	})
+	h.waitEvent(name, "GameServerReady")
+	wait.Until(t, 20*time.Second, "the label and the room", func() error {
+		st := fold(t, h.history(name))
+		if st.GetLabels()["agones.dev/sdk-mode"] != "ctf" || st.GetCounters()["rooms"].GetCount() != 1 {
+			return fmt.Errorf("labels %v, counters %v", st.GetLabels(), st.GetCounters())
+		}
+		return nil
+	})
+	wait.Until(t, 20*time.Second, "the watch's lines in the log", func() error {
+		lines, _, err := h.readLogs(name, &agentv1.LogsRequest{Stream: agentv1.LogLine_STDOUT})
+		if err != nil {
+			return err
+		}
+		var ready, room bool
+		for _, l := range lines {
+			raw, ok := strings.CutPrefix(l, "watch: ")
+			if !ok {
+				continue
+			}
+			// As Agones writes it: int64s as strings.
+			var line struct {
+				Result struct {
+					Status struct {
+						State    string `json:"state"`
+						Counters map[string]struct {
+							Count    string `json:"count"`
+							Capacity string `json:"capacity"`
+						} `json:"counters"`
+					} `json:"status"`
+				} `json:"result"`
+			}
+			if err := json.Unmarshal([]byte(raw), &line); err != nil {
+				return fmt.Errorf("watch line %q: %v", raw, err)
+			}
+			st := line.Result.Status
+			ready = ready || st.State == "Ready"
+			room = room || st.Counters["rooms"].Count == "1" && st.Counters["rooms"].Capacity == "4"
+		}
+		if !ready || !room {
+			return fmt.Errorf("stdout %q: want watch lines with the state Ready and the room taken", lines)
+		}
+		return nil
+	})
 }

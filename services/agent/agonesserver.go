@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -32,10 +33,8 @@ import (
 // the socket's owner by peerproc). identify finds it from a call's
 // context; a call it cannot place is refused UNAUTHENTICATED.
 //
-// Served so far: Ready, Allocate, Shutdown, Health, GetGameServer,
-// WatchGameServer, SetLabel, Reserve, and the counters and lists
-// (agonesCounters). SetAnnotation is not: Tether's game servers have no
-// annotations yet (docs/agones.md).
+// It serves every call of the stable service; the counters and lists
+// are agonesCounters'.
 type agonesServer struct {
 	agonessdk.UnimplementedSDKServer
 	ops      sdkOps
@@ -48,6 +47,11 @@ const agonesLabelPrefix = "agones.dev/sdk-"
 
 // agonesFleetLabel is the label naming a game server's fleet in Agones.
 const agonesFleetLabel = "agones.dev/fleet"
+
+// agonesLastAllocated is the annotation that tells an Agones game server
+// when it was last allocated (RFC 3339, UTC): a change of it is how a
+// server learns of an allocation it did not make itself.
+const agonesLastAllocated = "agones.dev/last-allocated"
 
 // agonesNamespace is the namespace every game server is shown in: Tether
 // has no namespaces.
@@ -170,6 +174,14 @@ func (s *agonesServer) SetLabel(ctx context.Context, kv *agonessdk.KeyValue) (*a
 	return &agonessdk.Empty{}, nil
 }
 
+// SetAnnotation sets the annotation agones.dev/sdk-<key>.
+func (s *agonesServer) SetAnnotation(ctx context.Context, kv *agonessdk.KeyValue) (*agonessdk.Empty, error) {
+	if err := s.ops.SetAnnotation(ctx, callerIn(ctx), agonesLabelPrefix+kv.GetKey(), kv.GetValue()); err != nil {
+		return nil, sdkError(err)
+	}
+	return &agonessdk.Empty{}, nil
+}
+
 // Reserve holds the server back from allocation for 1 to
 // maxReserveSeconds seconds, then it is READY again; for 0 seconds, as
 // Agones has it, until the server calls Ready, Allocate or Shutdown, or an
@@ -245,6 +257,13 @@ func agonesGameServer(v *sdkv1.GameServer) *agonessdk.GameServer {
 	}
 	meta := &agonessdk.GameServer_ObjectMeta{
 		Name: id, Namespace: agonesNamespace, Uid: agonesUID(v.GetName()), Labels: labels,
+		Annotations: maps.Clone(v.GetAnnotations()),
+	}
+	if t := v.GetLastAllocatedTime(); t != nil {
+		if meta.Annotations == nil {
+			meta.Annotations = map[string]string{}
+		}
+		meta.Annotations[agonesLastAllocated] = t.AsTime().UTC().Format(time.RFC3339Nano)
 	}
 	if t := v.GetCreateTime(); t != nil {
 		meta.CreationTimestamp = t.GetSeconds() // Agones gives Unix seconds

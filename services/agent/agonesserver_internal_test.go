@@ -32,9 +32,11 @@ type fakeOps struct {
 	mu     sync.Mutex
 	calls  []string
 	labels map[string]string
-	state  string
-	open   int
-	pings  int
+	// annotations are the last SetAnnotation's.
+	annotations map[string]string
+	state       string
+	open        int
+	pings       int
 }
 
 func (f *fakeOps) note(s string) { f.mu.Lock(); f.calls = append(f.calls, s); f.mu.Unlock() }
@@ -69,7 +71,7 @@ func (f *fakeOps) GameServer(sdkCaller) *sdkv1.GameServer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return &sdkv1.GameServer{Name: "fleets/arena/gameServers/gs-1", State: f.state, Address: "10.0.0.5",
-		Ports: []*sdkv1.Port{{Name: "game", Port: 7300}}, Labels: f.labels}
+		Ports: []*sdkv1.Port{{Name: "game", Port: 7300}}, Labels: f.labels, Annotations: f.annotations}
 }
 func (f *fakeOps) WatchGameServer(ctx context.Context, c sdkCaller, send func(*sdkv1.GameServer) error) error {
 	if err := send(f.GameServer(c)); err != nil {
@@ -84,6 +86,12 @@ func (f *fakeOps) SetLabel(_ context.Context, _ sdkCaller, k, v string) error {
 	}
 	f.mu.Lock()
 	f.labels = map[string]string{k: v}
+	f.mu.Unlock()
+	return nil
+}
+func (f *fakeOps) SetAnnotation(_ context.Context, _ sdkCaller, k, v string) error {
+	f.mu.Lock()
+	f.annotations = map[string]string{k: v}
 	f.mu.Unlock()
 	return nil
 }
@@ -165,8 +173,11 @@ func TestAgonesServerCarriesCallsToSDKOps(t *testing.T) {
 	if _, err := c.Allocate(ctx, &agonessdk.Empty{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.SetAnnotation(ctx, &agonessdk.KeyValue{Key: "a", Value: "b"}); status.Code(err) != codes.Unimplemented {
-		t.Errorf("SetAnnotation: %v, want UNIMPLEMENTED (not served yet)", err)
+	if _, err := c.SetAnnotation(ctx, &agonessdk.KeyValue{Key: "a", Value: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if gs, err := c.GetGameServer(ctx, &agonessdk.Empty{}); err != nil || gs.GetObjectMeta().GetAnnotations()["agones.dev/sdk-a"] != "b" {
+		t.Errorf("annotations %v, %v; want agones.dev/sdk-a=b", gs.GetObjectMeta().GetAnnotations(), err)
 	}
 
 	h, err := c.Health(ctx)

@@ -84,6 +84,8 @@ type sdkOps interface {
 	WatchGameServer(ctx context.Context, c sdkCaller, send func(*sdkv1.GameServer) error) error
 	// SetLabel sets one label of c.
 	SetLabel(ctx context.Context, c sdkCaller, key, value string) error
+	// SetAnnotation sets one annotation of c.
+	SetAnnotation(ctx context.Context, c sdkCaller, key, value string) error
 	// Reserve holds c back from allocation for d.
 	Reserve(ctx context.Context, c sdkCaller, d time.Duration) error
 	// UpdateCounter changes one counter of c, and returns the counter as

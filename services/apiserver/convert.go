@@ -122,6 +122,7 @@ func gameServerToAPI(s *eventsv1.GameServerState, seq uint64) *tetherv1.GameServ
 		Sequence:    int64(seq),
 		Counters:    countersToAPI(s.GetCounters()),
 		Lists:       listsToAPI(s.GetLists()),
+		Annotations: s.GetAnnotations(),
 	}
 	for _, p := range s.GetPorts() {
 		g.Ports = append(g.Ports, &tetherv1.Port{Name: p.GetName(), Port: p.GetPort(), Protocol: tetherv1.PortSpec_Protocol(p.GetProtocol())})

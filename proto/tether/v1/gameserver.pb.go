@@ -1218,7 +1218,11 @@ type GameServer struct {
 	// Its counters now, by name: {"rooms": {"count": "1", "capacity": "10"}}.
 	Counters map[string]*Counter `protobuf:"bytes,17,rep,name=counters,proto3" json:"counters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Its lists now, by name: {"players": {"capacity": "100", "values": ["p1"]}}.
-	Lists         map[string]*List `protobuf:"bytes,18,rep,name=lists,proto3" json:"lists,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Lists map[string]*List `protobuf:"bytes,18,rep,name=lists,proto3" json:"lists,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Annotations: data about the server that no selector matches, set by
+	// the server (Agones' SetAnnotation, keys prefixed agones.dev/sdk-).
+	// Output only.
+	Annotations   map[string]string `protobuf:"bytes,19,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1375,6 +1379,13 @@ func (x *GameServer) GetCounters() map[string]*Counter {
 func (x *GameServer) GetLists() map[string]*List {
 	if x != nil {
 		return x.Lists
+	}
+	return nil
+}
+
+func (x *GameServer) GetAnnotations() map[string]string {
+	if x != nil {
+		return x.Annotations
 	}
 	return nil
 }
@@ -1684,7 +1695,7 @@ const file_tether_v1_gameserver_proto_rawDesc = "" +
 	"\x0estart_attempts\x18\b \x01(\x05R\rstartAttempts\x12\x16\n" +
 	"\x06detail\x18\t \x01(\tR\x06detailB\f\n" +
 	"\n" +
-	"_exit_code\"\xe9\b\n" +
+	"_exit_code\"\xf3\t\n" +
 	"\n" +
 	"GameServer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -1709,7 +1720,8 @@ const file_tether_v1_gameserver_proto_rawDesc = "" +
 	"\bsequence\x18\x0f \x01(\x03R\bsequence\x12\x1a\n" +
 	"\brevision\x18\x10 \x01(\x03R\brevision\x12?\n" +
 	"\bcounters\x18\x11 \x03(\v2#.tether.v1.GameServer.CountersEntryR\bcounters\x126\n" +
-	"\x05lists\x18\x12 \x03(\v2 .tether.v1.GameServer.ListsEntryR\x05lists\x1a9\n" +
+	"\x05lists\x18\x12 \x03(\v2 .tether.v1.GameServer.ListsEntryR\x05lists\x12H\n" +
+	"\vannotations\x18\x13 \x03(\v2&.tether.v1.GameServer.AnnotationsEntryR\vannotations\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aO\n" +
@@ -1719,7 +1731,10 @@ const file_tether_v1_gameserver_proto_rawDesc = "" +
 	"\n" +
 	"ListsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12%\n" +
-	"\x05value\x18\x02 \x01(\v2\x0f.tether.v1.ListR\x05value:\x028\x01\"\x95\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x0f.tether.v1.ListR\x05value:\x028\x01\x1a>\n" +
+	"\x10AnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tSCHEDULED\x10\x01\x12\f\n" +
@@ -1769,7 +1784,7 @@ func file_tether_v1_gameserver_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_v1_gameserver_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_tether_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_tether_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_tether_v1_gameserver_proto_goTypes = []any{
 	(LogEntry_Stream)(0),                   // 0: tether.v1.LogEntry.Stream
 	(ConnectionStatus_State)(0),            // 1: tether.v1.ConnectionStatus.State
@@ -1794,60 +1809,62 @@ var file_tether_v1_gameserver_proto_goTypes = []any{
 	nil,                                    // 20: tether.v1.GameServer.LabelsEntry
 	nil,                                    // 21: tether.v1.GameServer.CountersEntry
 	nil,                                    // 22: tether.v1.GameServer.ListsEntry
-	(*timestamppb.Timestamp)(nil),          // 23: google.protobuf.Timestamp
-	(*Fleet)(nil),                          // 24: tether.v1.Fleet
-	(PortSpec_Protocol)(0),                 // 25: tether.v1.PortSpec.Protocol
-	(*Counter)(nil),                        // 26: tether.v1.Counter
-	(*List)(nil),                           // 27: tether.v1.List
+	nil,                                    // 23: tether.v1.GameServer.AnnotationsEntry
+	(*timestamppb.Timestamp)(nil),          // 24: google.protobuf.Timestamp
+	(*Fleet)(nil),                          // 25: tether.v1.Fleet
+	(PortSpec_Protocol)(0),                 // 26: tether.v1.PortSpec.Protocol
+	(*Counter)(nil),                        // 27: tether.v1.Counter
+	(*List)(nil),                           // 28: tether.v1.List
 }
 var file_tether_v1_gameserver_proto_depIdxs = []int32{
 	0,  // 0: tether.v1.StreamGameServerLogsRequest.stream:type_name -> tether.v1.LogEntry.Stream
-	23, // 1: tether.v1.StreamGameServerLogsRequest.since_time:type_name -> google.protobuf.Timestamp
+	24, // 1: tether.v1.StreamGameServerLogsRequest.since_time:type_name -> google.protobuf.Timestamp
 	8,  // 2: tether.v1.StreamGameServerLogsResponse.entries:type_name -> tether.v1.LogEntry
-	23, // 3: tether.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	24, // 3: tether.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
 	0,  // 4: tether.v1.LogEntry.stream:type_name -> tether.v1.LogEntry.Stream
-	24, // 5: tether.v1.CreateGameServerRequest.spec:type_name -> tether.v1.Fleet
-	25, // 6: tether.v1.Port.protocol:type_name -> tether.v1.PortSpec.Protocol
+	25, // 5: tether.v1.CreateGameServerRequest.spec:type_name -> tether.v1.Fleet
+	26, // 6: tether.v1.Port.protocol:type_name -> tether.v1.PortSpec.Protocol
 	1,  // 7: tether.v1.ConnectionStatus.state:type_name -> tether.v1.ConnectionStatus.State
-	23, // 8: tether.v1.ConnectionStatus.since:type_name -> google.protobuf.Timestamp
-	23, // 9: tether.v1.ConnectionStatus.grace_deadline:type_name -> google.protobuf.Timestamp
+	24, // 8: tether.v1.ConnectionStatus.since:type_name -> google.protobuf.Timestamp
+	24, // 9: tether.v1.ConnectionStatus.grace_deadline:type_name -> google.protobuf.Timestamp
 	2,  // 10: tether.v1.HealthStatus.state:type_name -> tether.v1.HealthStatus.State
-	23, // 11: tether.v1.HealthStatus.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	23, // 12: tether.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	24, // 11: tether.v1.HealthStatus.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	24, // 12: tether.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	3,  // 13: tether.v1.GameServer.state:type_name -> tether.v1.GameServer.State
 	13, // 14: tether.v1.GameServer.connection:type_name -> tether.v1.ConnectionStatus
 	14, // 15: tether.v1.GameServer.health:type_name -> tether.v1.HealthStatus
 	12, // 16: tether.v1.GameServer.ports:type_name -> tether.v1.Port
 	15, // 17: tether.v1.GameServer.evidence:type_name -> tether.v1.Evidence
 	20, // 18: tether.v1.GameServer.labels:type_name -> tether.v1.GameServer.LabelsEntry
-	23, // 19: tether.v1.GameServer.create_time:type_name -> google.protobuf.Timestamp
-	23, // 20: tether.v1.GameServer.update_time:type_name -> google.protobuf.Timestamp
+	24, // 19: tether.v1.GameServer.create_time:type_name -> google.protobuf.Timestamp
+	24, // 20: tether.v1.GameServer.update_time:type_name -> google.protobuf.Timestamp
 	21, // 21: tether.v1.GameServer.counters:type_name -> tether.v1.GameServer.CountersEntry
 	22, // 22: tether.v1.GameServer.lists:type_name -> tether.v1.GameServer.ListsEntry
-	16, // 23: tether.v1.ListGameServersResponse.game_servers:type_name -> tether.v1.GameServer
-	26, // 24: tether.v1.GameServer.CountersEntry.value:type_name -> tether.v1.Counter
-	27, // 25: tether.v1.GameServer.ListsEntry.value:type_name -> tether.v1.List
-	17, // 26: tether.v1.GameServerService.ListGameServers:input_type -> tether.v1.ListGameServersRequest
-	19, // 27: tether.v1.GameServerService.GetGameServer:input_type -> tether.v1.GetGameServerRequest
-	9,  // 28: tether.v1.GameServerService.CreateGameServer:input_type -> tether.v1.CreateGameServerRequest
-	10, // 29: tether.v1.GameServerService.ShutdownGameServer:input_type -> tether.v1.ShutdownGameServerRequest
-	11, // 30: tether.v1.GameServerService.DeleteGameServer:input_type -> tether.v1.DeleteGameServerRequest
-	6,  // 31: tether.v1.GameServerService.StreamGameServerLogs:input_type -> tether.v1.StreamGameServerLogsRequest
-	4,  // 32: tether.v1.GameServerService.UpdateGameServerCounter:input_type -> tether.v1.UpdateGameServerCounterRequest
-	5,  // 33: tether.v1.GameServerService.UpdateGameServerList:input_type -> tether.v1.UpdateGameServerListRequest
-	18, // 34: tether.v1.GameServerService.ListGameServers:output_type -> tether.v1.ListGameServersResponse
-	16, // 35: tether.v1.GameServerService.GetGameServer:output_type -> tether.v1.GameServer
-	16, // 36: tether.v1.GameServerService.CreateGameServer:output_type -> tether.v1.GameServer
-	16, // 37: tether.v1.GameServerService.ShutdownGameServer:output_type -> tether.v1.GameServer
-	16, // 38: tether.v1.GameServerService.DeleteGameServer:output_type -> tether.v1.GameServer
-	7,  // 39: tether.v1.GameServerService.StreamGameServerLogs:output_type -> tether.v1.StreamGameServerLogsResponse
-	16, // 40: tether.v1.GameServerService.UpdateGameServerCounter:output_type -> tether.v1.GameServer
-	16, // 41: tether.v1.GameServerService.UpdateGameServerList:output_type -> tether.v1.GameServer
-	34, // [34:42] is the sub-list for method output_type
-	26, // [26:34] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	23, // 23: tether.v1.GameServer.annotations:type_name -> tether.v1.GameServer.AnnotationsEntry
+	16, // 24: tether.v1.ListGameServersResponse.game_servers:type_name -> tether.v1.GameServer
+	27, // 25: tether.v1.GameServer.CountersEntry.value:type_name -> tether.v1.Counter
+	28, // 26: tether.v1.GameServer.ListsEntry.value:type_name -> tether.v1.List
+	17, // 27: tether.v1.GameServerService.ListGameServers:input_type -> tether.v1.ListGameServersRequest
+	19, // 28: tether.v1.GameServerService.GetGameServer:input_type -> tether.v1.GetGameServerRequest
+	9,  // 29: tether.v1.GameServerService.CreateGameServer:input_type -> tether.v1.CreateGameServerRequest
+	10, // 30: tether.v1.GameServerService.ShutdownGameServer:input_type -> tether.v1.ShutdownGameServerRequest
+	11, // 31: tether.v1.GameServerService.DeleteGameServer:input_type -> tether.v1.DeleteGameServerRequest
+	6,  // 32: tether.v1.GameServerService.StreamGameServerLogs:input_type -> tether.v1.StreamGameServerLogsRequest
+	4,  // 33: tether.v1.GameServerService.UpdateGameServerCounter:input_type -> tether.v1.UpdateGameServerCounterRequest
+	5,  // 34: tether.v1.GameServerService.UpdateGameServerList:input_type -> tether.v1.UpdateGameServerListRequest
+	18, // 35: tether.v1.GameServerService.ListGameServers:output_type -> tether.v1.ListGameServersResponse
+	16, // 36: tether.v1.GameServerService.GetGameServer:output_type -> tether.v1.GameServer
+	16, // 37: tether.v1.GameServerService.CreateGameServer:output_type -> tether.v1.GameServer
+	16, // 38: tether.v1.GameServerService.ShutdownGameServer:output_type -> tether.v1.GameServer
+	16, // 39: tether.v1.GameServerService.DeleteGameServer:output_type -> tether.v1.GameServer
+	7,  // 40: tether.v1.GameServerService.StreamGameServerLogs:output_type -> tether.v1.StreamGameServerLogsResponse
+	16, // 41: tether.v1.GameServerService.UpdateGameServerCounter:output_type -> tether.v1.GameServer
+	16, // 42: tether.v1.GameServerService.UpdateGameServerList:output_type -> tether.v1.GameServer
+	35, // [35:43] is the sub-list for method output_type
+	27, // [27:35] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_tether_v1_gameserver_proto_init() }
@@ -1865,7 +1882,7 @@ func file_tether_v1_gameserver_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_v1_gameserver_proto_rawDesc), len(file_tether_v1_gameserver_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

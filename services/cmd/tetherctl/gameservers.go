@@ -305,13 +305,16 @@ func (c *client) resolveGameServer(ctx context.Context, name string) (string, er
 	}
 }
 
-// counterSections writes a game server's counters and lists under its
-// table, one a line, when it has any.
+// counterSections writes a game server's counters, lists and
+// annotations under its table, one a line, when it has any.
 func counterSections(w io.Writer, g *tetherv1.GameServer) {
-	if len(g.GetCounters()) == 0 && len(g.GetLists()) == 0 {
+	if len(g.GetCounters()) == 0 && len(g.GetLists()) == 0 && len(g.GetAnnotations()) == 0 {
 		return
 	}
 	fmt.Fprintln(w)
+	for _, k := range slices.Sorted(maps.Keys(g.GetAnnotations())) {
+		fmt.Fprintf(w, "Annotation %s:\t%s\n", k, g.GetAnnotations()[k])
+	}
 	for _, name := range slices.Sorted(maps.Keys(g.GetCounters())) {
 		c := g.GetCounters()[name]
 		fmt.Fprintf(w, "Counter %s:\t%d of %d\n", name, c.GetCount(), c.GetCapacity())

@@ -1580,6 +1580,63 @@ func (x *LabelsChanged) GetRemoved() []string {
 	return nil
 }
 
+// AnnotationsChanged: the process (Agones' SetAnnotation) or an operator
+// set annotations: data about the server that, unlike labels, no selector
+// matches.
+type AnnotationsChanged struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Annotations set or changed.
+	Set map[string]string `protobuf:"bytes,1,rep,name=set,proto3" json:"set,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Annotation keys removed.
+	Removed       []string `protobuf:"bytes,2,rep,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnnotationsChanged) Reset() {
+	*x = AnnotationsChanged{}
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnnotationsChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnnotationsChanged) ProtoMessage() {}
+
+func (x *AnnotationsChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnnotationsChanged.ProtoReflect.Descriptor instead.
+func (*AnnotationsChanged) Descriptor() ([]byte, []int) {
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *AnnotationsChanged) GetSet() map[string]string {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+func (x *AnnotationsChanged) GetRemoved() []string {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
 // CounterChanged: a counter of the server changed, its count or its
 // capacity or both (events.UpdateCounter), by its game through the SDK or
 // through the API. It holds the counter after the change.
@@ -1600,7 +1657,7 @@ type CounterChanged struct {
 
 func (x *CounterChanged) Reset() {
 	*x = CounterChanged{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[19]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1669,7 @@ func (x *CounterChanged) String() string {
 func (*CounterChanged) ProtoMessage() {}
 
 func (x *CounterChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[19]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1682,7 @@ func (x *CounterChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterChanged.ProtoReflect.Descriptor instead.
 func (*CounterChanged) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{19}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CounterChanged) GetName() string {
@@ -1678,7 +1735,7 @@ type ListChanged struct {
 
 func (x *ListChanged) Reset() {
 	*x = ListChanged{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[20]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1747,7 @@ func (x *ListChanged) String() string {
 func (*ListChanged) ProtoMessage() {}
 
 func (x *ListChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[20]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1760,7 @@ func (x *ListChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChanged.ProtoReflect.Descriptor instead.
 func (*ListChanged) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{20}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListChanged) GetName() string {
@@ -1849,6 +1906,12 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\x1a6\n" +
 	"\bSetEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x01\n" +
+	"\x12AnnotationsChanged\x12?\n" +
+	"\x03set\x18\x01 \x03(\v2-.tether.events.v1.AnnotationsChanged.SetEntryR\x03set\x12\x18\n" +
+	"\aremoved\x18\x02 \x03(\tR\aremoved\x1a6\n" +
+	"\bSetEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"u\n" +
 	"\x0eCounterChanged\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -1909,7 +1972,7 @@ func file_tether_events_v1_gameserver_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_events_v1_gameserver_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tether_events_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_tether_events_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_tether_events_v1_gameserver_proto_goTypes = []any{
 	(Reason)(0),                   // 0: tether.events.v1.Reason
 	(Lifecycle)(0),                // 1: tether.events.v1.Lifecycle
@@ -1933,50 +1996,53 @@ var file_tether_events_v1_gameserver_proto_goTypes = []any{
 	(*ProcessExited)(nil),         // 19: tether.events.v1.ProcessExited
 	(*GameServerTerminated)(nil),  // 20: tether.events.v1.GameServerTerminated
 	(*LabelsChanged)(nil),         // 21: tether.events.v1.LabelsChanged
-	(*CounterChanged)(nil),        // 22: tether.events.v1.CounterChanged
-	(*ListChanged)(nil),           // 23: tether.events.v1.ListChanged
-	nil,                           // 24: tether.events.v1.GameServerScheduled.LabelsEntry
-	nil,                           // 25: tether.events.v1.GameServerAllocated.PropertiesEntry
-	nil,                           // 26: tether.events.v1.LabelsChanged.SetEntry
-	(Protocol)(0),                 // 27: tether.events.v1.Protocol
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
-	(*GameServerTemplate)(nil),    // 29: tether.events.v1.GameServerTemplate
-	(*HealthPolicy)(nil),          // 30: tether.events.v1.HealthPolicy
-	(*PlayerSessionPolicy)(nil),   // 31: tether.events.v1.PlayerSessionPolicy
+	(*AnnotationsChanged)(nil),    // 22: tether.events.v1.AnnotationsChanged
+	(*CounterChanged)(nil),        // 23: tether.events.v1.CounterChanged
+	(*ListChanged)(nil),           // 24: tether.events.v1.ListChanged
+	nil,                           // 25: tether.events.v1.GameServerScheduled.LabelsEntry
+	nil,                           // 26: tether.events.v1.GameServerAllocated.PropertiesEntry
+	nil,                           // 27: tether.events.v1.LabelsChanged.SetEntry
+	nil,                           // 28: tether.events.v1.AnnotationsChanged.SetEntry
+	(Protocol)(0),                 // 29: tether.events.v1.Protocol
+	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
+	(*GameServerTemplate)(nil),    // 31: tether.events.v1.GameServerTemplate
+	(*HealthPolicy)(nil),          // 32: tether.events.v1.HealthPolicy
+	(*PlayerSessionPolicy)(nil),   // 33: tether.events.v1.PlayerSessionPolicy
 }
 var file_tether_events_v1_gameserver_proto_depIdxs = []int32{
-	27, // 0: tether.events.v1.Port.protocol:type_name -> tether.events.v1.Protocol
-	28, // 1: tether.events.v1.ConnectionChange.time:type_name -> google.protobuf.Timestamp
+	29, // 0: tether.events.v1.Port.protocol:type_name -> tether.events.v1.Protocol
+	30, // 1: tether.events.v1.ConnectionChange.time:type_name -> google.protobuf.Timestamp
 	2,  // 2: tether.events.v1.ConnectionChange.kind:type_name -> tether.events.v1.DisconnectKind
-	28, // 3: tether.events.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	30, // 3: tether.events.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	4,  // 4: tether.events.v1.Evidence.connection_history:type_name -> tether.events.v1.ConnectionChange
-	29, // 5: tether.events.v1.GameServerScheduled.template:type_name -> tether.events.v1.GameServerTemplate
-	30, // 6: tether.events.v1.GameServerScheduled.health:type_name -> tether.events.v1.HealthPolicy
-	24, // 7: tether.events.v1.GameServerScheduled.labels:type_name -> tether.events.v1.GameServerScheduled.LabelsEntry
-	31, // 8: tether.events.v1.GameServerScheduled.player_sessions:type_name -> tether.events.v1.PlayerSessionPolicy
+	31, // 5: tether.events.v1.GameServerScheduled.template:type_name -> tether.events.v1.GameServerTemplate
+	32, // 6: tether.events.v1.GameServerScheduled.health:type_name -> tether.events.v1.HealthPolicy
+	25, // 7: tether.events.v1.GameServerScheduled.labels:type_name -> tether.events.v1.GameServerScheduled.LabelsEntry
+	33, // 8: tether.events.v1.GameServerScheduled.player_sessions:type_name -> tether.events.v1.PlayerSessionPolicy
 	3,  // 9: tether.events.v1.ProcessStarted.ports:type_name -> tether.events.v1.Port
 	2,  // 10: tether.events.v1.SdkDisconnected.kind:type_name -> tether.events.v1.DisconnectKind
-	28, // 11: tether.events.v1.SdkDisconnected.grace_deadline:type_name -> google.protobuf.Timestamp
-	28, // 12: tether.events.v1.GameServerReserved.until:type_name -> google.protobuf.Timestamp
-	28, // 13: tether.events.v1.HealthDegraded.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	28, // 14: tether.events.v1.HealthRecovered.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	30, // 11: tether.events.v1.SdkDisconnected.grace_deadline:type_name -> google.protobuf.Timestamp
+	30, // 12: tether.events.v1.GameServerReserved.until:type_name -> google.protobuf.Timestamp
+	30, // 13: tether.events.v1.HealthDegraded.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	30, // 14: tether.events.v1.HealthRecovered.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	0,  // 15: tether.events.v1.GameServerUnhealthy.reason:type_name -> tether.events.v1.Reason
 	5,  // 16: tether.events.v1.GameServerUnhealthy.evidence:type_name -> tether.events.v1.Evidence
-	25, // 17: tether.events.v1.GameServerAllocated.properties:type_name -> tether.events.v1.GameServerAllocated.PropertiesEntry
+	26, // 17: tether.events.v1.GameServerAllocated.properties:type_name -> tether.events.v1.GameServerAllocated.PropertiesEntry
 	15, // 18: tether.events.v1.GameServerAllocated.players:type_name -> tether.events.v1.PlayerReservation
 	0,  // 19: tether.events.v1.ShutdownRequested.reason:type_name -> tether.events.v1.Reason
 	5,  // 20: tether.events.v1.ShutdownRequested.evidence:type_name -> tether.events.v1.Evidence
-	28, // 21: tether.events.v1.ShutdownRequested.deadline:type_name -> google.protobuf.Timestamp
+	30, // 21: tether.events.v1.ShutdownRequested.deadline:type_name -> google.protobuf.Timestamp
 	0,  // 22: tether.events.v1.ProcessSignalled.reason:type_name -> tether.events.v1.Reason
-	28, // 23: tether.events.v1.ProcessSignalled.deadline:type_name -> google.protobuf.Timestamp
+	30, // 23: tether.events.v1.ProcessSignalled.deadline:type_name -> google.protobuf.Timestamp
 	0,  // 24: tether.events.v1.GameServerTerminated.reason:type_name -> tether.events.v1.Reason
 	5,  // 25: tether.events.v1.GameServerTerminated.evidence:type_name -> tether.events.v1.Evidence
-	26, // 26: tether.events.v1.LabelsChanged.set:type_name -> tether.events.v1.LabelsChanged.SetEntry
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	27, // 26: tether.events.v1.LabelsChanged.set:type_name -> tether.events.v1.LabelsChanged.SetEntry
+	28, // 27: tether.events.v1.AnnotationsChanged.set:type_name -> tether.events.v1.AnnotationsChanged.SetEntry
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_gameserver_proto_init() }
@@ -1993,7 +2059,7 @@ func file_tether_events_v1_gameserver_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_events_v1_gameserver_proto_rawDesc), len(file_tether_events_v1_gameserver_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -768,9 +768,15 @@ type GameServerState struct {
 	Counters map[string]*Counter `protobuf:"bytes,32,rep,name=counters,proto3" json:"counters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Its lists now: the template's at GameServerScheduled, then as
 	// ListChanged left them.
-	Lists         map[string]*List `protobuf:"bytes,33,rep,name=lists,proto3" json:"lists,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Lists map[string]*List `protobuf:"bytes,33,rep,name=lists,proto3" json:"lists,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Its annotations, as AnnotationsChanged left them.
+	Annotations map[string]string `protobuf:"bytes,34,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When it was last allocated (its last GameServerAllocated, by a
+	// matchmaker, an operator or itself): Agones' annotation
+	// agones.dev/last-allocated.
+	LastAllocatedTime *timestamppb.Timestamp `protobuf:"bytes,35,opt,name=last_allocated_time,json=lastAllocatedTime,proto3" json:"last_allocated_time,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GameServerState) Reset() {
@@ -1034,6 +1040,20 @@ func (x *GameServerState) GetLists() map[string]*List {
 	return nil
 }
 
+func (x *GameServerState) GetAnnotations() map[string]string {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+func (x *GameServerState) GetLastAllocatedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastAllocatedTime
+	}
+	return nil
+}
+
 var File_tether_events_v1_state_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_state_proto_rawDesc = "" +
@@ -1098,7 +1118,7 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\rhost_subjects\x18\x13 \x01(\bR\fhostSubjects\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf2\x0f\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd4\x11\n" +
 	"\x0fGameServerState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x129\n" +
@@ -1140,7 +1160,9 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\brevision\x18\x1e \x01(\x03R\brevision\x12!\n" +
 	"\fhost_subject\x18\x1f \x01(\bR\vhostSubject\x12K\n" +
 	"\bcounters\x18  \x03(\v2/.tether.events.v1.GameServerState.CountersEntryR\bcounters\x12B\n" +
-	"\x05lists\x18! \x03(\v2,.tether.events.v1.GameServerState.ListsEntryR\x05lists\x1a9\n" +
+	"\x05lists\x18! \x03(\v2,.tether.events.v1.GameServerState.ListsEntryR\x05lists\x12T\n" +
+	"\vannotations\x18\" \x03(\v22.tether.events.v1.GameServerState.AnnotationsEntryR\vannotations\x12J\n" +
+	"\x13last_allocated_time\x18# \x01(\v2\x1a.google.protobuf.TimestampR\x11lastAllocatedTime\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aV\n" +
@@ -1150,7 +1172,10 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"ListsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
-	"\x05value\x18\x02 \x01(\v2\x16.tether.events.v1.ListR\x05value:\x028\x01*\xc5\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.tether.events.v1.ListR\x05value:\x028\x01\x1a>\n" +
+	"\x10AnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xc5\x01\n" +
 	"\n" +
 	"HostStatus\x12\x1b\n" +
 	"\x17HOST_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -1184,7 +1209,7 @@ func file_tether_events_v1_state_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_events_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tether_events_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_tether_events_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_tether_events_v1_state_proto_goTypes = []any{
 	(HostStatus)(0),               // 0: tether.events.v1.HostStatus
 	(ConnectionState)(0),          // 1: tether.events.v1.ConnectionState
@@ -1197,77 +1222,80 @@ var file_tether_events_v1_state_proto_goTypes = []any{
 	nil,                           // 8: tether.events.v1.GameServerState.LabelsEntry
 	nil,                           // 9: tether.events.v1.GameServerState.CountersEntry
 	nil,                           // 10: tether.events.v1.GameServerState.ListsEntry
-	(*FleetSpec)(nil),             // 11: tether.events.v1.FleetSpec
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
-	(*FleetStartFailing)(nil),     // 13: tether.events.v1.FleetStartFailing
-	(*FleetStartRecovered)(nil),   // 14: tether.events.v1.FleetStartRecovered
-	(*FleetPlacementBlocked)(nil), // 15: tether.events.v1.FleetPlacementBlocked
-	(*FleetAutoscaled)(nil),       // 16: tether.events.v1.FleetAutoscaled
-	(*FleetAutoscaleFailed)(nil),  // 17: tether.events.v1.FleetAutoscaleFailed
-	(*FleetRollout)(nil),          // 18: tether.events.v1.FleetRollout
-	(*GameServerTemplate)(nil),    // 19: tether.events.v1.GameServerTemplate
-	(*HealthPolicy)(nil),          // 20: tether.events.v1.HealthPolicy
-	(Lifecycle)(0),                // 21: tether.events.v1.Lifecycle
-	(*Port)(nil),                  // 22: tether.events.v1.Port
-	(Reason)(0),                   // 23: tether.events.v1.Reason
-	(*Evidence)(nil),              // 24: tether.events.v1.Evidence
-	(*ConnectionChange)(nil),      // 25: tether.events.v1.ConnectionChange
-	(*GameServerAllocated)(nil),   // 26: tether.events.v1.GameServerAllocated
-	(*PlayerSessionPolicy)(nil),   // 27: tether.events.v1.PlayerSessionPolicy
-	(*Counter)(nil),               // 28: tether.events.v1.Counter
-	(*List)(nil),                  // 29: tether.events.v1.List
+	nil,                           // 11: tether.events.v1.GameServerState.AnnotationsEntry
+	(*FleetSpec)(nil),             // 12: tether.events.v1.FleetSpec
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*FleetStartFailing)(nil),     // 14: tether.events.v1.FleetStartFailing
+	(*FleetStartRecovered)(nil),   // 15: tether.events.v1.FleetStartRecovered
+	(*FleetPlacementBlocked)(nil), // 16: tether.events.v1.FleetPlacementBlocked
+	(*FleetAutoscaled)(nil),       // 17: tether.events.v1.FleetAutoscaled
+	(*FleetAutoscaleFailed)(nil),  // 18: tether.events.v1.FleetAutoscaleFailed
+	(*FleetRollout)(nil),          // 19: tether.events.v1.FleetRollout
+	(*GameServerTemplate)(nil),    // 20: tether.events.v1.GameServerTemplate
+	(*HealthPolicy)(nil),          // 21: tether.events.v1.HealthPolicy
+	(Lifecycle)(0),                // 22: tether.events.v1.Lifecycle
+	(*Port)(nil),                  // 23: tether.events.v1.Port
+	(Reason)(0),                   // 24: tether.events.v1.Reason
+	(*Evidence)(nil),              // 25: tether.events.v1.Evidence
+	(*ConnectionChange)(nil),      // 26: tether.events.v1.ConnectionChange
+	(*GameServerAllocated)(nil),   // 27: tether.events.v1.GameServerAllocated
+	(*PlayerSessionPolicy)(nil),   // 28: tether.events.v1.PlayerSessionPolicy
+	(*Counter)(nil),               // 29: tether.events.v1.Counter
+	(*List)(nil),                  // 30: tether.events.v1.List
 }
 var file_tether_events_v1_state_proto_depIdxs = []int32{
-	11, // 0: tether.events.v1.FleetState.spec:type_name -> tether.events.v1.FleetSpec
-	12, // 1: tether.events.v1.FleetState.create_time:type_name -> google.protobuf.Timestamp
-	12, // 2: tether.events.v1.FleetState.update_time:type_name -> google.protobuf.Timestamp
-	12, // 3: tether.events.v1.FleetState.delete_time:type_name -> google.protobuf.Timestamp
-	13, // 4: tether.events.v1.FleetState.start_failing:type_name -> tether.events.v1.FleetStartFailing
-	14, // 5: tether.events.v1.FleetState.start_recovered:type_name -> tether.events.v1.FleetStartRecovered
-	12, // 6: tether.events.v1.FleetState.start_condition_time:type_name -> google.protobuf.Timestamp
-	15, // 7: tether.events.v1.FleetState.placement_blocked:type_name -> tether.events.v1.FleetPlacementBlocked
-	12, // 8: tether.events.v1.FleetState.placement_condition_time:type_name -> google.protobuf.Timestamp
-	16, // 9: tether.events.v1.FleetState.last_autoscale:type_name -> tether.events.v1.FleetAutoscaled
-	17, // 10: tether.events.v1.FleetState.autoscale_failing:type_name -> tether.events.v1.FleetAutoscaleFailed
+	12, // 0: tether.events.v1.FleetState.spec:type_name -> tether.events.v1.FleetSpec
+	13, // 1: tether.events.v1.FleetState.create_time:type_name -> google.protobuf.Timestamp
+	13, // 2: tether.events.v1.FleetState.update_time:type_name -> google.protobuf.Timestamp
+	13, // 3: tether.events.v1.FleetState.delete_time:type_name -> google.protobuf.Timestamp
+	14, // 4: tether.events.v1.FleetState.start_failing:type_name -> tether.events.v1.FleetStartFailing
+	15, // 5: tether.events.v1.FleetState.start_recovered:type_name -> tether.events.v1.FleetStartRecovered
+	13, // 6: tether.events.v1.FleetState.start_condition_time:type_name -> google.protobuf.Timestamp
+	16, // 7: tether.events.v1.FleetState.placement_blocked:type_name -> tether.events.v1.FleetPlacementBlocked
+	13, // 8: tether.events.v1.FleetState.placement_condition_time:type_name -> google.protobuf.Timestamp
+	17, // 9: tether.events.v1.FleetState.last_autoscale:type_name -> tether.events.v1.FleetAutoscaled
+	18, // 10: tether.events.v1.FleetState.autoscale_failing:type_name -> tether.events.v1.FleetAutoscaleFailed
 	4,  // 11: tether.events.v1.FleetState.revisions:type_name -> tether.events.v1.FleetRevision
-	18, // 12: tether.events.v1.FleetState.rollout:type_name -> tether.events.v1.FleetRollout
-	19, // 13: tether.events.v1.FleetRevision.template:type_name -> tether.events.v1.GameServerTemplate
-	20, // 14: tether.events.v1.FleetRevision.health:type_name -> tether.events.v1.HealthPolicy
-	12, // 15: tether.events.v1.FleetRevision.create_time:type_name -> google.protobuf.Timestamp
+	19, // 12: tether.events.v1.FleetState.rollout:type_name -> tether.events.v1.FleetRollout
+	20, // 13: tether.events.v1.FleetRevision.template:type_name -> tether.events.v1.GameServerTemplate
+	21, // 14: tether.events.v1.FleetRevision.health:type_name -> tether.events.v1.HealthPolicy
+	13, // 15: tether.events.v1.FleetRevision.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 16: tether.events.v1.HostState.status:type_name -> tether.events.v1.HostStatus
 	7,  // 17: tether.events.v1.HostState.labels:type_name -> tether.events.v1.HostState.LabelsEntry
-	12, // 18: tether.events.v1.HostState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	12, // 19: tether.events.v1.HostState.create_time:type_name -> google.protobuf.Timestamp
-	12, // 20: tether.events.v1.HostState.update_time:type_name -> google.protobuf.Timestamp
-	12, // 21: tether.events.v1.HostState.cordon_time:type_name -> google.protobuf.Timestamp
-	21, // 22: tether.events.v1.GameServerState.lifecycle:type_name -> tether.events.v1.Lifecycle
+	13, // 18: tether.events.v1.HostState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	13, // 19: tether.events.v1.HostState.create_time:type_name -> google.protobuf.Timestamp
+	13, // 20: tether.events.v1.HostState.update_time:type_name -> google.protobuf.Timestamp
+	13, // 21: tether.events.v1.HostState.cordon_time:type_name -> google.protobuf.Timestamp
+	22, // 22: tether.events.v1.GameServerState.lifecycle:type_name -> tether.events.v1.Lifecycle
 	1,  // 23: tether.events.v1.GameServerState.connection:type_name -> tether.events.v1.ConnectionState
-	12, // 24: tether.events.v1.GameServerState.connection_since:type_name -> google.protobuf.Timestamp
-	12, // 25: tether.events.v1.GameServerState.grace_deadline:type_name -> google.protobuf.Timestamp
+	13, // 24: tether.events.v1.GameServerState.connection_since:type_name -> google.protobuf.Timestamp
+	13, // 25: tether.events.v1.GameServerState.grace_deadline:type_name -> google.protobuf.Timestamp
 	2,  // 26: tether.events.v1.GameServerState.health:type_name -> tether.events.v1.HealthState
-	12, // 27: tether.events.v1.GameServerState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	22, // 28: tether.events.v1.GameServerState.ports:type_name -> tether.events.v1.Port
-	23, // 29: tether.events.v1.GameServerState.reason:type_name -> tether.events.v1.Reason
-	24, // 30: tether.events.v1.GameServerState.evidence:type_name -> tether.events.v1.Evidence
+	13, // 27: tether.events.v1.GameServerState.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	23, // 28: tether.events.v1.GameServerState.ports:type_name -> tether.events.v1.Port
+	24, // 29: tether.events.v1.GameServerState.reason:type_name -> tether.events.v1.Reason
+	25, // 30: tether.events.v1.GameServerState.evidence:type_name -> tether.events.v1.Evidence
 	8,  // 31: tether.events.v1.GameServerState.labels:type_name -> tether.events.v1.GameServerState.LabelsEntry
-	19, // 32: tether.events.v1.GameServerState.template:type_name -> tether.events.v1.GameServerTemplate
-	20, // 33: tether.events.v1.GameServerState.health_policy:type_name -> tether.events.v1.HealthPolicy
-	12, // 34: tether.events.v1.GameServerState.reserved_until:type_name -> google.protobuf.Timestamp
-	12, // 35: tether.events.v1.GameServerState.shutdown_deadline:type_name -> google.protobuf.Timestamp
-	12, // 36: tether.events.v1.GameServerState.create_time:type_name -> google.protobuf.Timestamp
-	12, // 37: tether.events.v1.GameServerState.update_time:type_name -> google.protobuf.Timestamp
-	25, // 38: tether.events.v1.GameServerState.connection_history:type_name -> tether.events.v1.ConnectionChange
-	26, // 39: tether.events.v1.GameServerState.allocation:type_name -> tether.events.v1.GameServerAllocated
-	27, // 40: tether.events.v1.GameServerState.player_session_policy:type_name -> tether.events.v1.PlayerSessionPolicy
+	20, // 32: tether.events.v1.GameServerState.template:type_name -> tether.events.v1.GameServerTemplate
+	21, // 33: tether.events.v1.GameServerState.health_policy:type_name -> tether.events.v1.HealthPolicy
+	13, // 34: tether.events.v1.GameServerState.reserved_until:type_name -> google.protobuf.Timestamp
+	13, // 35: tether.events.v1.GameServerState.shutdown_deadline:type_name -> google.protobuf.Timestamp
+	13, // 36: tether.events.v1.GameServerState.create_time:type_name -> google.protobuf.Timestamp
+	13, // 37: tether.events.v1.GameServerState.update_time:type_name -> google.protobuf.Timestamp
+	26, // 38: tether.events.v1.GameServerState.connection_history:type_name -> tether.events.v1.ConnectionChange
+	27, // 39: tether.events.v1.GameServerState.allocation:type_name -> tether.events.v1.GameServerAllocated
+	28, // 40: tether.events.v1.GameServerState.player_session_policy:type_name -> tether.events.v1.PlayerSessionPolicy
 	9,  // 41: tether.events.v1.GameServerState.counters:type_name -> tether.events.v1.GameServerState.CountersEntry
 	10, // 42: tether.events.v1.GameServerState.lists:type_name -> tether.events.v1.GameServerState.ListsEntry
-	28, // 43: tether.events.v1.GameServerState.CountersEntry.value:type_name -> tether.events.v1.Counter
-	29, // 44: tether.events.v1.GameServerState.ListsEntry.value:type_name -> tether.events.v1.List
-	45, // [45:45] is the sub-list for method output_type
-	45, // [45:45] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	11, // 43: tether.events.v1.GameServerState.annotations:type_name -> tether.events.v1.GameServerState.AnnotationsEntry
+	13, // 44: tether.events.v1.GameServerState.last_allocated_time:type_name -> google.protobuf.Timestamp
+	29, // 45: tether.events.v1.GameServerState.CountersEntry.value:type_name -> tether.events.v1.Counter
+	30, // 46: tether.events.v1.GameServerState.ListsEntry.value:type_name -> tether.events.v1.List
+	47, // [47:47] is the sub-list for method output_type
+	47, // [47:47] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_state_proto_init() }
@@ -1287,7 +1315,7 @@ func file_tether_events_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_events_v1_state_proto_rawDesc), len(file_tether_events_v1_state_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1313,9 +1313,14 @@ type GameServer struct {
 	// When the server was placed (its GameServerScheduled).
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// The health contract the server's pings are judged by.
-	Health        *HealthContract `protobuf:"bytes,12,opt,name=health,proto3" json:"health,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Health *HealthContract `protobuf:"bytes,12,opt,name=health,proto3" json:"health,omitempty"`
+	// Annotations.
+	Annotations map[string]string `protobuf:"bytes,13,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When the server was last allocated, by a matchmaker, an operator or
+	// itself.
+	LastAllocatedTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=last_allocated_time,json=lastAllocatedTime,proto3" json:"last_allocated_time,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GameServer) Reset() {
@@ -1428,6 +1433,20 @@ func (x *GameServer) GetCreateTime() *timestamppb.Timestamp {
 func (x *GameServer) GetHealth() *HealthContract {
 	if x != nil {
 		return x.Health
+	}
+	return nil
+}
+
+func (x *GameServer) GetAnnotations() map[string]string {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+func (x *GameServer) GetLastAllocatedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastAllocatedTime
 	}
 	return nil
 }
@@ -1696,7 +1715,7 @@ const file_tether_sdk_v1_sdk_proto_rawDesc = "" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\"`\n" +
 	"\x0eShutdownNotice\x126\n" +
 	"\bdeadline\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xaf\x06\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x89\b\n" +
 	"\n" +
 	"GameServer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -1714,7 +1733,9 @@ const file_tether_sdk_v1_sdk_proto_rawDesc = "" +
 	" \x03(\v2$.tether.sdk.v1.GameServer.ListsEntryR\x05lists\x12;\n" +
 	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x125\n" +
-	"\x06health\x18\f \x01(\v2\x1d.tether.sdk.v1.HealthContractR\x06health\x1a9\n" +
+	"\x06health\x18\f \x01(\v2\x1d.tether.sdk.v1.HealthContractR\x06health\x12L\n" +
+	"\vannotations\x18\r \x03(\v2*.tether.sdk.v1.GameServer.AnnotationsEntryR\vannotations\x12J\n" +
+	"\x13last_allocated_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x11lastAllocatedTime\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aS\n" +
@@ -1724,7 +1745,10 @@ const file_tether_sdk_v1_sdk_proto_rawDesc = "" +
 	"\n" +
 	"ListsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
-	"\x05value\x18\x02 \x01(\v2\x1a.tether.sdk.v1.CounterListR\x05value:\x028\x01\";\n" +
+	"\x05value\x18\x02 \x01(\v2\x1a.tether.sdk.v1.CounterListR\x05value:\x028\x01\x1a>\n" +
+	"\x10AnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\";\n" +
 	"\aCounter\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x03R\x05count\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x03R\bcapacity\"A\n" +
@@ -1764,7 +1788,7 @@ func file_tether_sdk_v1_sdk_proto_rawDescGZIP() []byte {
 	return file_tether_sdk_v1_sdk_proto_rawDescData
 }
 
-var file_tether_sdk_v1_sdk_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_tether_sdk_v1_sdk_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_tether_sdk_v1_sdk_proto_goTypes = []any{
 	(*ReserveRequest)(nil),           // 0: tether.sdk.v1.ReserveRequest
 	(*ReserveResponse)(nil),          // 1: tether.sdk.v1.ReserveResponse
@@ -1801,53 +1825,56 @@ var file_tether_sdk_v1_sdk_proto_goTypes = []any{
 	nil,                              // 32: tether.sdk.v1.GameServer.LabelsEntry
 	nil,                              // 33: tether.sdk.v1.GameServer.CountersEntry
 	nil,                              // 34: tether.sdk.v1.GameServer.ListsEntry
-	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
+	nil,                              // 35: tether.sdk.v1.GameServer.AnnotationsEntry
+	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
 }
 var file_tether_sdk_v1_sdk_proto_depIdxs = []int32{
 	30, // 0: tether.sdk.v1.AllocateRequest.properties:type_name -> tether.sdk.v1.AllocateRequest.PropertiesEntry
-	35, // 1: tether.sdk.v1.DisconnectPlayerResponse.reconnect_deadline:type_name -> google.protobuf.Timestamp
+	36, // 1: tether.sdk.v1.DisconnectPlayerResponse.reconnect_deadline:type_name -> google.protobuf.Timestamp
 	31, // 2: tether.sdk.v1.GameSession.properties:type_name -> tether.sdk.v1.GameSession.PropertiesEntry
 	10, // 3: tether.sdk.v1.GameSession.players:type_name -> tether.sdk.v1.Player
-	35, // 4: tether.sdk.v1.ShutdownNotice.deadline:type_name -> google.protobuf.Timestamp
+	36, // 4: tether.sdk.v1.ShutdownNotice.deadline:type_name -> google.protobuf.Timestamp
 	24, // 5: tether.sdk.v1.GameServer.ports:type_name -> tether.sdk.v1.Port
 	32, // 6: tether.sdk.v1.GameServer.labels:type_name -> tether.sdk.v1.GameServer.LabelsEntry
 	25, // 7: tether.sdk.v1.GameServer.shutdown:type_name -> tether.sdk.v1.ShutdownNotice
 	11, // 8: tether.sdk.v1.GameServer.allocation:type_name -> tether.sdk.v1.GameSession
 	33, // 9: tether.sdk.v1.GameServer.counters:type_name -> tether.sdk.v1.GameServer.CountersEntry
 	34, // 10: tether.sdk.v1.GameServer.lists:type_name -> tether.sdk.v1.GameServer.ListsEntry
-	35, // 11: tether.sdk.v1.GameServer.create_time:type_name -> google.protobuf.Timestamp
+	36, // 11: tether.sdk.v1.GameServer.create_time:type_name -> google.protobuf.Timestamp
 	29, // 12: tether.sdk.v1.GameServer.health:type_name -> tether.sdk.v1.HealthContract
-	27, // 13: tether.sdk.v1.GameServer.CountersEntry.value:type_name -> tether.sdk.v1.Counter
-	28, // 14: tether.sdk.v1.GameServer.ListsEntry.value:type_name -> tether.sdk.v1.CounterList
-	12, // 15: tether.sdk.v1.SDKService.Ready:input_type -> tether.sdk.v1.ReadyRequest
-	14, // 16: tether.sdk.v1.SDKService.Health:input_type -> tether.sdk.v1.HealthRequest
-	16, // 17: tether.sdk.v1.SDKService.HealthStream:input_type -> tether.sdk.v1.HealthStreamRequest
-	18, // 18: tether.sdk.v1.SDKService.Shutdown:input_type -> tether.sdk.v1.ShutdownRequest
-	20, // 19: tether.sdk.v1.SDKService.GetGameServer:input_type -> tether.sdk.v1.GetGameServerRequest
-	21, // 20: tether.sdk.v1.SDKService.WatchGameServer:input_type -> tether.sdk.v1.WatchGameServerRequest
-	22, // 21: tether.sdk.v1.SDKService.SetLabel:input_type -> tether.sdk.v1.SetLabelRequest
-	0,  // 22: tether.sdk.v1.SDKService.Reserve:input_type -> tether.sdk.v1.ReserveRequest
-	2,  // 23: tether.sdk.v1.SDKService.Allocate:input_type -> tether.sdk.v1.AllocateRequest
-	4,  // 24: tether.sdk.v1.SDKService.AcceptPlayer:input_type -> tether.sdk.v1.AcceptPlayerRequest
-	6,  // 25: tether.sdk.v1.SDKService.DisconnectPlayer:input_type -> tether.sdk.v1.DisconnectPlayerRequest
-	8,  // 26: tether.sdk.v1.SDKService.RemovePlayer:input_type -> tether.sdk.v1.RemovePlayerRequest
-	13, // 27: tether.sdk.v1.SDKService.Ready:output_type -> tether.sdk.v1.ReadyResponse
-	15, // 28: tether.sdk.v1.SDKService.Health:output_type -> tether.sdk.v1.HealthResponse
-	17, // 29: tether.sdk.v1.SDKService.HealthStream:output_type -> tether.sdk.v1.HealthStreamResponse
-	19, // 30: tether.sdk.v1.SDKService.Shutdown:output_type -> tether.sdk.v1.ShutdownResponse
-	26, // 31: tether.sdk.v1.SDKService.GetGameServer:output_type -> tether.sdk.v1.GameServer
-	26, // 32: tether.sdk.v1.SDKService.WatchGameServer:output_type -> tether.sdk.v1.GameServer
-	23, // 33: tether.sdk.v1.SDKService.SetLabel:output_type -> tether.sdk.v1.SetLabelResponse
-	1,  // 34: tether.sdk.v1.SDKService.Reserve:output_type -> tether.sdk.v1.ReserveResponse
-	3,  // 35: tether.sdk.v1.SDKService.Allocate:output_type -> tether.sdk.v1.AllocateResponse
-	5,  // 36: tether.sdk.v1.SDKService.AcceptPlayer:output_type -> tether.sdk.v1.AcceptPlayerResponse
-	7,  // 37: tether.sdk.v1.SDKService.DisconnectPlayer:output_type -> tether.sdk.v1.DisconnectPlayerResponse
-	9,  // 38: tether.sdk.v1.SDKService.RemovePlayer:output_type -> tether.sdk.v1.RemovePlayerResponse
-	27, // [27:39] is the sub-list for method output_type
-	15, // [15:27] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	35, // 13: tether.sdk.v1.GameServer.annotations:type_name -> tether.sdk.v1.GameServer.AnnotationsEntry
+	36, // 14: tether.sdk.v1.GameServer.last_allocated_time:type_name -> google.protobuf.Timestamp
+	27, // 15: tether.sdk.v1.GameServer.CountersEntry.value:type_name -> tether.sdk.v1.Counter
+	28, // 16: tether.sdk.v1.GameServer.ListsEntry.value:type_name -> tether.sdk.v1.CounterList
+	12, // 17: tether.sdk.v1.SDKService.Ready:input_type -> tether.sdk.v1.ReadyRequest
+	14, // 18: tether.sdk.v1.SDKService.Health:input_type -> tether.sdk.v1.HealthRequest
+	16, // 19: tether.sdk.v1.SDKService.HealthStream:input_type -> tether.sdk.v1.HealthStreamRequest
+	18, // 20: tether.sdk.v1.SDKService.Shutdown:input_type -> tether.sdk.v1.ShutdownRequest
+	20, // 21: tether.sdk.v1.SDKService.GetGameServer:input_type -> tether.sdk.v1.GetGameServerRequest
+	21, // 22: tether.sdk.v1.SDKService.WatchGameServer:input_type -> tether.sdk.v1.WatchGameServerRequest
+	22, // 23: tether.sdk.v1.SDKService.SetLabel:input_type -> tether.sdk.v1.SetLabelRequest
+	0,  // 24: tether.sdk.v1.SDKService.Reserve:input_type -> tether.sdk.v1.ReserveRequest
+	2,  // 25: tether.sdk.v1.SDKService.Allocate:input_type -> tether.sdk.v1.AllocateRequest
+	4,  // 26: tether.sdk.v1.SDKService.AcceptPlayer:input_type -> tether.sdk.v1.AcceptPlayerRequest
+	6,  // 27: tether.sdk.v1.SDKService.DisconnectPlayer:input_type -> tether.sdk.v1.DisconnectPlayerRequest
+	8,  // 28: tether.sdk.v1.SDKService.RemovePlayer:input_type -> tether.sdk.v1.RemovePlayerRequest
+	13, // 29: tether.sdk.v1.SDKService.Ready:output_type -> tether.sdk.v1.ReadyResponse
+	15, // 30: tether.sdk.v1.SDKService.Health:output_type -> tether.sdk.v1.HealthResponse
+	17, // 31: tether.sdk.v1.SDKService.HealthStream:output_type -> tether.sdk.v1.HealthStreamResponse
+	19, // 32: tether.sdk.v1.SDKService.Shutdown:output_type -> tether.sdk.v1.ShutdownResponse
+	26, // 33: tether.sdk.v1.SDKService.GetGameServer:output_type -> tether.sdk.v1.GameServer
+	26, // 34: tether.sdk.v1.SDKService.WatchGameServer:output_type -> tether.sdk.v1.GameServer
+	23, // 35: tether.sdk.v1.SDKService.SetLabel:output_type -> tether.sdk.v1.SetLabelResponse
+	1,  // 36: tether.sdk.v1.SDKService.Reserve:output_type -> tether.sdk.v1.ReserveResponse
+	3,  // 37: tether.sdk.v1.SDKService.Allocate:output_type -> tether.sdk.v1.AllocateResponse
+	5,  // 38: tether.sdk.v1.SDKService.AcceptPlayer:output_type -> tether.sdk.v1.AcceptPlayerResponse
+	7,  // 39: tether.sdk.v1.SDKService.DisconnectPlayer:output_type -> tether.sdk.v1.DisconnectPlayerResponse
+	9,  // 40: tether.sdk.v1.SDKService.RemovePlayer:output_type -> tether.sdk.v1.RemovePlayerResponse
+	29, // [29:41] is the sub-list for method output_type
+	17, // [17:29] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_tether_sdk_v1_sdk_proto_init() }
@@ -1861,7 +1888,7 @@ func file_tether_sdk_v1_sdk_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_sdk_v1_sdk_proto_rawDesc), len(file_tether_sdk_v1_sdk_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

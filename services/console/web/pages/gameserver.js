@@ -139,6 +139,7 @@ function serverFacts(s) {
     ['Game session', s.gameSession ? resourceLink(s.gameSession, lastId(s.gameSession)) : ''],
     ['Counters', countersWords(s.counters)],
     ['Lists', listsWords(s.lists)],
+    ['Annotations', Object.entries(s.annotations ?? {}).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `${k}=${v}`).join(', ')],
     ['Created', fmtTime(s.createTime)],
     ['Changed', `${fmtTime(s.updateTime)} (event #${s.sequence})`],
   ]);
