@@ -48,24 +48,27 @@ var live = []eventsv1.Lifecycle{scheduled, starting, ready, reserved, allocated,
 // placement until it stops serving: not once it is UNHEALTHY, SHUTTING_DOWN
 // or TERMINATED (counters.go).
 var gameServerTransitions = map[string]transition{
-	"GameServerScheduled":  {from: []eventsv1.Lifecycle{absent}, to: scheduled},
-	"ProcessStarted":       {from: []eventsv1.Lifecycle{scheduled, starting}, to: starting},
-	"GameServerReady":      {from: []eventsv1.Lifecycle{starting, reserved, allocated}, to: ready},
-	"GameServerReserved":   {from: []eventsv1.Lifecycle{ready}, to: reserved},
-	"GameServerAllocated":  {from: []eventsv1.Lifecycle{ready, reserved}, to: allocated},
-	"GameServerUnhealthy":  {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated}, to: unhealthy},
-	"ShutdownRequested":    {from: []eventsv1.Lifecycle{scheduled, starting, ready, reserved, allocated, unhealthy}, to: shuttingDown},
-	"GameServerTerminated": {from: live, to: terminated},
-	"ProcessExited":        {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown, unhealthy}},
-	"SdkConnected":         {from: live},
-	"SdkDisconnected":      {from: live},
-	"HealthDegraded":       {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown}},
-	"HealthRecovered":      {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown}},
-	"LabelsChanged":        {from: live},
-	"AnnotationsChanged":   {from: live},
-	"ProcessSignalled":     {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown, unhealthy}},
-	"CounterChanged":       {from: counterStates},
-	"ListChanged":          {from: counterStates},
+	"GameServerScheduled":       {from: []eventsv1.Lifecycle{absent}, to: scheduled},
+	"ProcessStarted":            {from: []eventsv1.Lifecycle{scheduled, starting}, to: starting},
+	"GameServerReady":           {from: []eventsv1.Lifecycle{starting, reserved, allocated}, to: ready},
+	"GameServerReserved":        {from: []eventsv1.Lifecycle{ready}, to: reserved},
+	"GameServerAllocated":       {from: []eventsv1.Lifecycle{ready, reserved}, to: allocated},
+	"GameServerUnhealthy":       {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated}, to: unhealthy},
+	"ShutdownRequested":         {from: []eventsv1.Lifecycle{scheduled, starting, ready, reserved, allocated, unhealthy}, to: shuttingDown},
+	"GameServerTerminated":      {from: live, to: terminated},
+	"ProcessExited":             {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown, unhealthy}},
+	"SdkConnected":              {from: live},
+	"SdkDisconnected":           {from: live},
+	"HealthDegraded":            {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown}},
+	"HealthRecovered":           {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown}},
+	"LabelsChanged":             {from: live},
+	"AnnotationsChanged":        {from: live},
+	"TrackedPlayerConnected":    {from: counterStates},
+	"TrackedPlayerDisconnected": {from: counterStates},
+	"PlayerCapacitySet":         {from: counterStates},
+	"ProcessSignalled":          {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated, shuttingDown, unhealthy}},
+	"CounterChanged":            {from: counterStates},
+	"ListChanged":               {from: counterStates},
 }
 
 // NotReadyAfter reports whether a game server is not READY after an event
@@ -215,6 +218,8 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 		}
 	case *eventsv1.AnnotationsChanged:
 		applyAnnotationsChanged(next, d)
+	case *eventsv1.TrackedPlayerConnected, *eventsv1.TrackedPlayerDisconnected, *eventsv1.PlayerCapacitySet:
+		applyPlayerTracking(next, d)
 	case *eventsv1.CounterChanged:
 		if err := applyCounterChanged(next, d); err != nil {
 			return nil, err
@@ -563,6 +568,8 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 		return []proto.Message{&eventsv1.LabelsChanged{Set: cloneMap(c.Set), Removed: slices.Clone(c.Removed)}}, nil
 	case SetAnnotations:
 		return decideAnnotations(state, c)
+	case TrackPlayerConnect, TrackPlayerDisconnect, SetPlayerCapacity:
+		return decidePlayerTracking(state, c)
 	case UpdateCounter:
 		return decideCounter(state, c)
 	case UpdateList:

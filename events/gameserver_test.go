@@ -59,6 +59,9 @@ ProcessSignalled     -   -   =   =   =   =   =   -   =
 CounterChanged       -   =   =   =   =   =   -   -   -
 ListChanged          -   =   =   =   =   =   -   -   -
 AnnotationsChanged   -   =   =   =   =   =   =   -   =
+TrackedPlayerConnected -   =   =   =   =   =   -   -   -
+TrackedPlayerDisconnected -   =   =   =   =   =   -   -   -
+PlayerCapacitySet    -   =   =   =   =   =   -   -   -
 `
 
 // gameServerEvents are the game server events of docs/architecture.md's
@@ -68,6 +71,7 @@ var gameServerEvents = []string{
 	"GameServerReserved", "HealthDegraded", "HealthRecovered", "GameServerUnhealthy",
 	"GameServerAllocated", "ShutdownRequested", "ProcessExited", "GameServerTerminated", "LabelsChanged",
 	"ProcessSignalled", "CounterChanged", "ListChanged", "AnnotationsChanged",
+	"TrackedPlayerConnected", "TrackedPlayerDisconnected", "PlayerCapacitySet",
 }
 
 var lifecycleAbbrev = map[string]eventsv1.Lifecycle{
@@ -162,6 +166,12 @@ func samplePayload(t *testing.T, typ string) proto.Message {
 		return &eventsv1.ListChanged{Name: "players", Capacity: 4, Values: []string{"p1", "p2"}, Added: []string{"p2"}}
 	case "AnnotationsChanged":
 		return &eventsv1.AnnotationsChanged{Set: map[string]string{"agones.dev/sdk-map": "dust"}}
+	case "TrackedPlayerConnected":
+		return &eventsv1.TrackedPlayerConnected{PlayerId: "alice", Count: 1}
+	case "TrackedPlayerDisconnected":
+		return &eventsv1.TrackedPlayerDisconnected{PlayerId: "alice"}
+	case "PlayerCapacitySet":
+		return &eventsv1.PlayerCapacitySet{Capacity: 10}
 	}
 	t.Fatalf("no sample payload for %s", typ)
 	return nil

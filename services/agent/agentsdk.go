@@ -119,6 +119,31 @@ func (agentSDK) SetAnnotation(ctx context.Context, c sdkCaller, key, value strin
 	return c.gs.record(ctx, events.SetAnnotations{Set: map[string]string{key: value}})
 }
 
+// TrackPlayer records a player connected (connected true) or gone, and
+// says whether that changed anything: false for a player connected
+// already, or gone already.
+func (agentSDK) TrackPlayer(ctx context.Context, c sdkCaller, playerID string, connected bool) (bool, error) {
+	ctx = c.acting(ctx)
+	gs := c.gs
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	before := slices.Contains(gs.state.GetPlayers(), playerID)
+	var cmd events.GameServerCommand = events.TrackPlayerDisconnect{PlayerID: playerID}
+	if connected {
+		cmd = events.TrackPlayerConnect{PlayerID: playerID}
+	}
+	if err := gs.recordLocked(ctx, cmd); err != nil {
+		return false, err
+	}
+	return before != slices.Contains(gs.state.GetPlayers(), playerID), nil
+}
+
+// SetPlayerCapacity sets the players the server takes.
+func (agentSDK) SetPlayerCapacity(ctx context.Context, c sdkCaller, capacity int64) error {
+	ctx = c.acting(ctx)
+	return c.gs.record(ctx, events.SetPlayerCapacity{Capacity: capacity})
+}
+
 // UpdateCounter changes one counter and returns it as the change left it.
 func (agentSDK) UpdateCounter(ctx context.Context, c sdkCaller, u events.UpdateCounter) (*eventsv1.Counter, error) {
 	ctx = c.acting(ctx)
@@ -210,6 +235,8 @@ func (gs *gameServer) view() *sdkv1.GameServer {
 	if t := gs.state.GetCreateTime(); t != nil {
 		v.CreateTime = proto.CloneOf(t)
 	}
+	v.Players = slices.Clone(gs.state.GetPlayers())
+	v.PlayerCapacity = events.PlayerCapacity(gs.state)
 	if len(gs.state.GetAnnotations()) > 0 {
 		v.Annotations = maps.Clone(gs.state.GetAnnotations())
 	}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/tetherhq/tether/events"
 	agonessdk "github.com/tetherhq/tether/proto/agones/dev/sdk"
+	agonessdkalpha "github.com/tetherhq/tether/proto/agones/dev/sdk/alpha"
 	agonessdkbeta "github.com/tetherhq/tether/proto/agones/dev/sdk/beta"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/agent"
@@ -66,6 +67,13 @@ type agonesSDK interface {
 	UpdateList(ctx context.Context, l *agonessdkbeta.List, mask ...string) (*agonessdkbeta.List, error)
 	AddListValue(ctx context.Context, name, value string) (*agonessdkbeta.List, error)
 	RemoveListValue(ctx context.Context, name, value string) (*agonessdkbeta.List, error)
+	PlayerConnect(ctx context.Context, id string) (bool, error)
+	PlayerDisconnect(ctx context.Context, id string) (bool, error)
+	SetPlayerCapacity(ctx context.Context, n int64) error
+	GetPlayerCapacity(ctx context.Context) (int64, error)
+	GetPlayerCount(ctx context.Context) (int64, error)
+	IsPlayerConnected(ctx context.Context, id string) (bool, error)
+	GetConnectedPlayers(ctx context.Context) ([]string, error)
 }
 
 // agonesConformance is the conformance game server; its exit code.
@@ -81,7 +89,7 @@ func agonesConformance(transport string) int {
 			return 1
 		}
 		defer conn.Close()
-		sdk = grpcSDK{agonessdk.NewSDKClient(conn), agonessdkbeta.NewSDKClient(conn)}
+		sdk = grpcSDK{agonessdk.NewSDKClient(conn), agonessdkbeta.NewSDKClient(conn), agonessdkalpha.NewSDKClient(conn)}
 	} else {
 		sdk = restSDK{base: "http://127.0.0.1:" + os.Getenv(agent.EnvAgonesHTTPPort)}
 	}
@@ -215,6 +223,48 @@ func runConformance(ctx context.Context, sdk agonesSDK) []string {
 		check(slices.Equal(gs.GetStatus().GetLists()["players"].GetValues(), []string{"x", "y"}), "status.lists after the changes: %v", gs.GetStatus().GetLists())
 	}
 
+	// Player tracking: Agones' conformance set, and its bounds.
+	if n, err := sdk.GetPlayerCapacity(ctx); must("GetPlayerCapacity", err) {
+		check(n == 2, "the capacity before the game sets one: %d, want the fleet's max_players 2", n)
+	}
+	must("SetPlayerCapacity 10", sdk.SetPlayerCapacity(ctx, 10))
+	if n, err := sdk.GetPlayerCapacity(ctx); must("GetPlayerCapacity", err) {
+		check(n == 10, "capacity %d after SetPlayerCapacity(10)", n)
+	}
+	if ok, err := sdk.PlayerConnect(ctx, "alice"); must("PlayerConnect", err) {
+		check(ok, "PlayerConnect(alice) answered false")
+	}
+	if ok, err := sdk.PlayerConnect(ctx, "alice"); must("PlayerConnect again", err) {
+		check(!ok, "PlayerConnect(alice) a second time answered true")
+	}
+	if ok, err := sdk.IsPlayerConnected(ctx, "alice"); must("IsPlayerConnected", err) {
+		check(ok, "alice is not connected")
+	}
+	if ids, err := sdk.GetConnectedPlayers(ctx); must("GetConnectedPlayers", err) {
+		check(slices.Equal(ids, []string{"alice"}), "connected players %v", ids)
+	}
+	if n, err := sdk.GetPlayerCount(ctx); must("GetPlayerCount", err) {
+		check(n == 1, "player count %d, want 1", n)
+	}
+	if gs, err := sdk.GameServer(ctx); must("GetGameServer", err) {
+		p := gs.GetStatus().GetPlayers()
+		check(p.GetCount() == 1 && p.GetCapacity() == 10 && slices.Equal(p.GetIds(), []string{"alice"}), "status.players %v", p)
+	}
+	if ok, err := sdk.PlayerDisconnect(ctx, "alice"); must("PlayerDisconnect", err) {
+		check(ok, "PlayerDisconnect(alice) answered false")
+	}
+	if ok, err := sdk.PlayerDisconnect(ctx, "alice"); must("PlayerDisconnect again", err) {
+		check(!ok, "PlayerDisconnect(alice) a second time answered true")
+	}
+	if n, err := sdk.GetPlayerCount(ctx); must("GetPlayerCount", err) {
+		check(n == 0, "player count %d after the disconnect, want 0", n)
+	}
+	must("SetPlayerCapacity 1", sdk.SetPlayerCapacity(ctx, 1))
+	must("PlayerConnect bob", func() error { _, err := sdk.PlayerConnect(ctx, "bob"); return err }())
+	_, err = sdk.PlayerConnect(ctx, "carol")
+	code("PlayerConnect past the capacity", err, codes.OutOfRange)
+	code("SetPlayerCapacity -1", sdk.SetPlayerCapacity(ctx, -1), codes.OutOfRange)
+
 	// The lifecycle: Reserve, Allocate, Ready again, Reserve(0).
 	must("Reserve 30", sdk.Reserve(ctx, 30))
 	state("Reserved")
@@ -264,6 +314,7 @@ func isSubsequence(want, got []string) bool {
 type grpcSDK struct {
 	c agonessdk.SDKClient
 	b agonessdkbeta.SDKClient
+	a agonessdkalpha.SDKClient
 }
 
 func (g grpcSDK) Ready(ctx context.Context) error {
@@ -344,6 +395,41 @@ func (g grpcSDK) AddListValue(ctx context.Context, name, value string) (*agoness
 
 func (g grpcSDK) RemoveListValue(ctx context.Context, name, value string) (*agonessdkbeta.List, error) {
 	return g.b.RemoveListValue(ctx, &agonessdkbeta.RemoveListValueRequest{Name: name, Value: value})
+}
+
+func (g grpcSDK) PlayerConnect(ctx context.Context, id string) (bool, error) {
+	b, err := g.a.PlayerConnect(ctx, &agonessdkalpha.PlayerID{PlayerID: id})
+	return b.GetBool(), err
+}
+
+func (g grpcSDK) PlayerDisconnect(ctx context.Context, id string) (bool, error) {
+	b, err := g.a.PlayerDisconnect(ctx, &agonessdkalpha.PlayerID{PlayerID: id})
+	return b.GetBool(), err
+}
+
+func (g grpcSDK) SetPlayerCapacity(ctx context.Context, n int64) error {
+	_, err := g.a.SetPlayerCapacity(ctx, &agonessdkalpha.Count{Count: n})
+	return err
+}
+
+func (g grpcSDK) GetPlayerCapacity(ctx context.Context) (int64, error) {
+	c, err := g.a.GetPlayerCapacity(ctx, &agonessdkalpha.Empty{})
+	return c.GetCount(), err
+}
+
+func (g grpcSDK) GetPlayerCount(ctx context.Context) (int64, error) {
+	c, err := g.a.GetPlayerCount(ctx, &agonessdkalpha.Empty{})
+	return c.GetCount(), err
+}
+
+func (g grpcSDK) IsPlayerConnected(ctx context.Context, id string) (bool, error) {
+	b, err := g.a.IsPlayerConnected(ctx, &agonessdkalpha.PlayerID{PlayerID: id})
+	return b.GetBool(), err
+}
+
+func (g grpcSDK) GetConnectedPlayers(ctx context.Context) ([]string, error) {
+	l, err := g.a.GetConnectedPlayers(ctx, &agonessdkalpha.Empty{})
+	return l.GetList(), err
 }
 
 // restSDK is Agones' SDK over its REST paths, with bodies as Agones'
@@ -489,6 +575,46 @@ func (r restSDK) RemoveListValue(ctx context.Context, name, value string) (*agon
 	return l, r.call(ctx, "POST", "/v1beta1/lists/"+name+":removeValue", fmt.Sprintf(`{"value": %q}`, value), l)
 }
 
+func (r restSDK) PlayerConnect(ctx context.Context, id string) (bool, error) {
+	b := &agonessdkalpha.Bool{}
+	err := r.call(ctx, "POST", "/alpha/player/connect", fmt.Sprintf(`{"playerID": %q}`, id), b)
+	return b.GetBool(), err
+}
+
+func (r restSDK) PlayerDisconnect(ctx context.Context, id string) (bool, error) {
+	b := &agonessdkalpha.Bool{}
+	err := r.call(ctx, "POST", "/alpha/player/disconnect", fmt.Sprintf(`{"playerID": %q}`, id), b)
+	return b.GetBool(), err
+}
+
+func (r restSDK) SetPlayerCapacity(ctx context.Context, n int64) error {
+	return r.call(ctx, "PUT", "/alpha/player/capacity", fmt.Sprintf(`{"count": "%d"}`, n), nil)
+}
+
+func (r restSDK) GetPlayerCapacity(ctx context.Context) (int64, error) {
+	c := &agonessdkalpha.Count{}
+	err := r.call(ctx, "GET", "/alpha/player/capacity", "", c)
+	return c.GetCount(), err
+}
+
+func (r restSDK) GetPlayerCount(ctx context.Context) (int64, error) {
+	c := &agonessdkalpha.Count{}
+	err := r.call(ctx, "GET", "/alpha/player/count", "", c)
+	return c.GetCount(), err
+}
+
+func (r restSDK) IsPlayerConnected(ctx context.Context, id string) (bool, error) {
+	b := &agonessdkalpha.Bool{}
+	err := r.call(ctx, "GET", "/alpha/player/connected/"+id, "", b)
+	return b.GetBool(), err
+}
+
+func (r restSDK) GetConnectedPlayers(ctx context.Context) ([]string, error) {
+	l := &agonessdkalpha.PlayerIDList{}
+	err := r.call(ctx, "GET", "/alpha/player/connected", "", l)
+	return l.GetList(), err
+}
+
 // conformanceSpec is the fleet the conformance server runs in: a counter
 // and a list declared, a health contract it keeps.
 func conformanceSpec(t *testing.T, transport, report string) *eventsv1.FleetSpec {
@@ -499,7 +625,8 @@ func conformanceSpec(t *testing.T, transport, report string) *eventsv1.FleetSpec
 	tmpl.Ports = []*eventsv1.PortSpec{{Name: "game"}}
 	tmpl.Counters = map[string]*eventsv1.Counter{"rooms": {Count: 1, Capacity: 10}}
 	tmpl.Lists = map[string]*eventsv1.List{"players": {Capacity: 3, Values: []string{"a"}}}
-	return &eventsv1.FleetSpec{Template: tmpl, Health: &eventsv1.HealthPolicy{PeriodSeconds: 5, FailureThreshold: 3, InitialDelaySeconds: 7}}
+	return &eventsv1.FleetSpec{Template: tmpl, Health: &eventsv1.HealthPolicy{PeriodSeconds: 5, FailureThreshold: 3, InitialDelaySeconds: 7},
+		PlayerSessions: &eventsv1.PlayerSessionPolicy{MaxPlayers: 2}}
 }
 
 // Agones' SDK conformance call sets (the stable calls, counters and
@@ -536,6 +663,7 @@ func TestAgonesConformance(t *testing.T) {
 				types = append(types, e.Type)
 			}
 			for _, want := range []string{"GameServerReady", "LabelsChanged", "AnnotationsChanged", "CounterChanged", "ListChanged",
+				"TrackedPlayerConnected", "TrackedPlayerDisconnected", "PlayerCapacitySet",
 				"GameServerReserved", "GameServerAllocated", "ShutdownRequested"} {
 				if !slices.Contains(types, want) {
 					t.Errorf("the history's events by the game server %v lack %s", types, want)

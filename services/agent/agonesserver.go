@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	agonessdk "github.com/tetherhq/tether/proto/agones/dev/sdk"
+	agonessdkalpha "github.com/tetherhq/tether/proto/agones/dev/sdk/alpha"
 	agonessdkbeta "github.com/tetherhq/tether/proto/agones/dev/sdk/beta"
 	sdkv1 "github.com/tetherhq/tether/proto/tether/sdk/v1"
 )
@@ -34,7 +35,7 @@ import (
 // context; a call it cannot place is refused UNAUTHENTICATED.
 //
 // It serves every call of the stable service; the counters and lists
-// are agonesCounters'.
+// are agonesCounters', the player tracking agonesPlayers'.
 type agonesServer struct {
 	agonessdk.UnimplementedSDKServer
 	ops      sdkOps
@@ -243,6 +244,9 @@ func agonesGameServer(v *sdkv1.GameServer) *agonessdk.GameServer {
 	if v.GetAddress() != "" {
 		st.Addresses = []*agonessdk.GameServer_Status_Address{{Type: "InternalIP", Address: v.GetAddress()}}
 	}
+	st.Players = &agonessdk.GameServer_Status_PlayerStatus{
+		Count: int64(len(v.GetPlayers())), Capacity: v.GetPlayerCapacity(), Ids: v.GetPlayers(),
+	}
 	for name, c := range v.GetCounters() {
 		if st.Counters == nil {
 			st.Counters = make(map[string]*agonessdk.GameServer_Status_CounterStatus, len(v.GetCounters()))
@@ -315,6 +319,7 @@ func (s *agonesServer) grpcServer() *grpc.Server {
 	)
 	agonessdk.RegisterSDKServer(srv, s)
 	agonessdkbeta.RegisterSDKServer(srv, &agonesCounters{ops: s.ops})
+	agonessdkalpha.RegisterSDKServer(srv, &agonesPlayers{ops: s.ops})
 	return srv
 }
 
@@ -329,6 +334,9 @@ func (s *agonesServer) restHandler(ctx context.Context) (http.Handler, error) {
 	}
 	if err := agonessdkbeta.RegisterSDKHandlerServer(ctx, gw, &agonesCounters{ops: s.ops}); err != nil {
 		return nil, fmt.Errorf("agent: Agones SDK gateway, counters and lists: %w", err)
+	}
+	if err := agonessdkalpha.RegisterSDKHandlerServer(ctx, gw, &agonesPlayers{ops: s.ops}); err != nil {
+		return nil, fmt.Errorf("agent: Agones SDK gateway, player tracking: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /health", s.restHealth)

@@ -88,6 +88,12 @@ type sdkOps interface {
 	SetAnnotation(ctx context.Context, c sdkCaller, key, value string) error
 	// Reserve holds c back from allocation for d.
 	Reserve(ctx context.Context, c sdkCaller, d time.Duration) error
+	// TrackPlayer records a player of c connected (connected true) or
+	// gone (Agones' player tracking), and says whether that changed
+	// anything (false: connected already, or gone already).
+	TrackPlayer(ctx context.Context, c sdkCaller, playerID string, connected bool) (bool, error)
+	// SetPlayerCapacity sets the players c takes.
+	SetPlayerCapacity(ctx context.Context, c sdkCaller, capacity int64) error
 	// UpdateCounter changes one counter of c, and returns the counter as
 	// the change left it (a *events.CounterError when it is refused).
 	UpdateCounter(ctx context.Context, c sdkCaller, u events.UpdateCounter) (*eventsv1.Counter, error)

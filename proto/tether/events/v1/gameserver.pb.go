@@ -1580,6 +1580,166 @@ func (x *LabelsChanged) GetRemoved() []string {
 	return nil
 }
 
+// TrackedPlayerConnected: the game server reported a player connected
+// (Agones' player tracking, PlayerConnect; Tether's own player seats are
+// its game session's).
+type TrackedPlayerConnected struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The player's id, as the game knows it.
+	PlayerId string `protobuf:"bytes,1,opt,name=player_id,json=playerId,proto3" json:"player_id,omitempty"`
+	// Players connected after it.
+	Count         int64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrackedPlayerConnected) Reset() {
+	*x = TrackedPlayerConnected{}
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrackedPlayerConnected) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrackedPlayerConnected) ProtoMessage() {}
+
+func (x *TrackedPlayerConnected) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrackedPlayerConnected.ProtoReflect.Descriptor instead.
+func (*TrackedPlayerConnected) Descriptor() ([]byte, []int) {
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *TrackedPlayerConnected) GetPlayerId() string {
+	if x != nil {
+		return x.PlayerId
+	}
+	return ""
+}
+
+func (x *TrackedPlayerConnected) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// TrackedPlayerDisconnected: the game server reported a player gone
+// (Agones' PlayerDisconnect).
+type TrackedPlayerDisconnected struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The player's id.
+	PlayerId string `protobuf:"bytes,1,opt,name=player_id,json=playerId,proto3" json:"player_id,omitempty"`
+	// Players connected after it.
+	Count         int64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrackedPlayerDisconnected) Reset() {
+	*x = TrackedPlayerDisconnected{}
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrackedPlayerDisconnected) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrackedPlayerDisconnected) ProtoMessage() {}
+
+func (x *TrackedPlayerDisconnected) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrackedPlayerDisconnected.ProtoReflect.Descriptor instead.
+func (*TrackedPlayerDisconnected) Descriptor() ([]byte, []int) {
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *TrackedPlayerDisconnected) GetPlayerId() string {
+	if x != nil {
+		return x.PlayerId
+	}
+	return ""
+}
+
+func (x *TrackedPlayerDisconnected) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// PlayerCapacitySet: the game server set how many players it takes
+// (Agones' SetPlayerCapacity), in place of its fleet's max_players.
+type PlayerCapacitySet struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The capacity.
+	Capacity      int64 `protobuf:"varint,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlayerCapacitySet) Reset() {
+	*x = PlayerCapacitySet{}
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlayerCapacitySet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlayerCapacitySet) ProtoMessage() {}
+
+func (x *PlayerCapacitySet) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlayerCapacitySet.ProtoReflect.Descriptor instead.
+func (*PlayerCapacitySet) Descriptor() ([]byte, []int) {
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PlayerCapacitySet) GetCapacity() int64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
 // AnnotationsChanged: the process (Agones' SetAnnotation) or an operator
 // set annotations: data about the server that, unlike labels, no selector
 // matches.
@@ -1595,7 +1755,7 @@ type AnnotationsChanged struct {
 
 func (x *AnnotationsChanged) Reset() {
 	*x = AnnotationsChanged{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[19]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1767,7 @@ func (x *AnnotationsChanged) String() string {
 func (*AnnotationsChanged) ProtoMessage() {}
 
 func (x *AnnotationsChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[19]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1780,7 @@ func (x *AnnotationsChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnnotationsChanged.ProtoReflect.Descriptor instead.
 func (*AnnotationsChanged) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{19}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AnnotationsChanged) GetSet() map[string]string {
@@ -1657,7 +1817,7 @@ type CounterChanged struct {
 
 func (x *CounterChanged) Reset() {
 	*x = CounterChanged{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[20]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1829,7 @@ func (x *CounterChanged) String() string {
 func (*CounterChanged) ProtoMessage() {}
 
 func (x *CounterChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[20]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1842,7 @@ func (x *CounterChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterChanged.ProtoReflect.Descriptor instead.
 func (*CounterChanged) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{20}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CounterChanged) GetName() string {
@@ -1735,7 +1895,7 @@ type ListChanged struct {
 
 func (x *ListChanged) Reset() {
 	*x = ListChanged{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[21]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1907,7 @@ func (x *ListChanged) String() string {
 func (*ListChanged) ProtoMessage() {}
 
 func (x *ListChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[21]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1920,7 @@ func (x *ListChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChanged.ProtoReflect.Descriptor instead.
 func (*ListChanged) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{21}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListChanged) GetName() string {
@@ -1906,7 +2066,15 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\x1a6\n" +
 	"\bSetEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
+	"\x16TrackedPlayerConnected\x12\x1b\n" +
+	"\tplayer_id\x18\x01 \x01(\tR\bplayerId\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"N\n" +
+	"\x19TrackedPlayerDisconnected\x12\x1b\n" +
+	"\tplayer_id\x18\x01 \x01(\tR\bplayerId\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"/\n" +
+	"\x11PlayerCapacitySet\x12\x1a\n" +
+	"\bcapacity\x18\x01 \x01(\x03R\bcapacity\"\xa7\x01\n" +
 	"\x12AnnotationsChanged\x12?\n" +
 	"\x03set\x18\x01 \x03(\v2-.tether.events.v1.AnnotationsChanged.SetEntryR\x03set\x12\x18\n" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\x1a6\n" +
@@ -1972,72 +2140,75 @@ func file_tether_events_v1_gameserver_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_events_v1_gameserver_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tether_events_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_tether_events_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_tether_events_v1_gameserver_proto_goTypes = []any{
-	(Reason)(0),                   // 0: tether.events.v1.Reason
-	(Lifecycle)(0),                // 1: tether.events.v1.Lifecycle
-	(DisconnectKind)(0),           // 2: tether.events.v1.DisconnectKind
-	(*Port)(nil),                  // 3: tether.events.v1.Port
-	(*ConnectionChange)(nil),      // 4: tether.events.v1.ConnectionChange
-	(*Evidence)(nil),              // 5: tether.events.v1.Evidence
-	(*GameServerScheduled)(nil),   // 6: tether.events.v1.GameServerScheduled
-	(*ProcessStarted)(nil),        // 7: tether.events.v1.ProcessStarted
-	(*SdkConnected)(nil),          // 8: tether.events.v1.SdkConnected
-	(*SdkDisconnected)(nil),       // 9: tether.events.v1.SdkDisconnected
-	(*GameServerReady)(nil),       // 10: tether.events.v1.GameServerReady
-	(*GameServerReserved)(nil),    // 11: tether.events.v1.GameServerReserved
-	(*HealthDegraded)(nil),        // 12: tether.events.v1.HealthDegraded
-	(*HealthRecovered)(nil),       // 13: tether.events.v1.HealthRecovered
-	(*GameServerUnhealthy)(nil),   // 14: tether.events.v1.GameServerUnhealthy
-	(*PlayerReservation)(nil),     // 15: tether.events.v1.PlayerReservation
-	(*GameServerAllocated)(nil),   // 16: tether.events.v1.GameServerAllocated
-	(*ShutdownRequested)(nil),     // 17: tether.events.v1.ShutdownRequested
-	(*ProcessSignalled)(nil),      // 18: tether.events.v1.ProcessSignalled
-	(*ProcessExited)(nil),         // 19: tether.events.v1.ProcessExited
-	(*GameServerTerminated)(nil),  // 20: tether.events.v1.GameServerTerminated
-	(*LabelsChanged)(nil),         // 21: tether.events.v1.LabelsChanged
-	(*AnnotationsChanged)(nil),    // 22: tether.events.v1.AnnotationsChanged
-	(*CounterChanged)(nil),        // 23: tether.events.v1.CounterChanged
-	(*ListChanged)(nil),           // 24: tether.events.v1.ListChanged
-	nil,                           // 25: tether.events.v1.GameServerScheduled.LabelsEntry
-	nil,                           // 26: tether.events.v1.GameServerAllocated.PropertiesEntry
-	nil,                           // 27: tether.events.v1.LabelsChanged.SetEntry
-	nil,                           // 28: tether.events.v1.AnnotationsChanged.SetEntry
-	(Protocol)(0),                 // 29: tether.events.v1.Protocol
-	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
-	(*GameServerTemplate)(nil),    // 31: tether.events.v1.GameServerTemplate
-	(*HealthPolicy)(nil),          // 32: tether.events.v1.HealthPolicy
-	(*PlayerSessionPolicy)(nil),   // 33: tether.events.v1.PlayerSessionPolicy
+	(Reason)(0),                       // 0: tether.events.v1.Reason
+	(Lifecycle)(0),                    // 1: tether.events.v1.Lifecycle
+	(DisconnectKind)(0),               // 2: tether.events.v1.DisconnectKind
+	(*Port)(nil),                      // 3: tether.events.v1.Port
+	(*ConnectionChange)(nil),          // 4: tether.events.v1.ConnectionChange
+	(*Evidence)(nil),                  // 5: tether.events.v1.Evidence
+	(*GameServerScheduled)(nil),       // 6: tether.events.v1.GameServerScheduled
+	(*ProcessStarted)(nil),            // 7: tether.events.v1.ProcessStarted
+	(*SdkConnected)(nil),              // 8: tether.events.v1.SdkConnected
+	(*SdkDisconnected)(nil),           // 9: tether.events.v1.SdkDisconnected
+	(*GameServerReady)(nil),           // 10: tether.events.v1.GameServerReady
+	(*GameServerReserved)(nil),        // 11: tether.events.v1.GameServerReserved
+	(*HealthDegraded)(nil),            // 12: tether.events.v1.HealthDegraded
+	(*HealthRecovered)(nil),           // 13: tether.events.v1.HealthRecovered
+	(*GameServerUnhealthy)(nil),       // 14: tether.events.v1.GameServerUnhealthy
+	(*PlayerReservation)(nil),         // 15: tether.events.v1.PlayerReservation
+	(*GameServerAllocated)(nil),       // 16: tether.events.v1.GameServerAllocated
+	(*ShutdownRequested)(nil),         // 17: tether.events.v1.ShutdownRequested
+	(*ProcessSignalled)(nil),          // 18: tether.events.v1.ProcessSignalled
+	(*ProcessExited)(nil),             // 19: tether.events.v1.ProcessExited
+	(*GameServerTerminated)(nil),      // 20: tether.events.v1.GameServerTerminated
+	(*LabelsChanged)(nil),             // 21: tether.events.v1.LabelsChanged
+	(*TrackedPlayerConnected)(nil),    // 22: tether.events.v1.TrackedPlayerConnected
+	(*TrackedPlayerDisconnected)(nil), // 23: tether.events.v1.TrackedPlayerDisconnected
+	(*PlayerCapacitySet)(nil),         // 24: tether.events.v1.PlayerCapacitySet
+	(*AnnotationsChanged)(nil),        // 25: tether.events.v1.AnnotationsChanged
+	(*CounterChanged)(nil),            // 26: tether.events.v1.CounterChanged
+	(*ListChanged)(nil),               // 27: tether.events.v1.ListChanged
+	nil,                               // 28: tether.events.v1.GameServerScheduled.LabelsEntry
+	nil,                               // 29: tether.events.v1.GameServerAllocated.PropertiesEntry
+	nil,                               // 30: tether.events.v1.LabelsChanged.SetEntry
+	nil,                               // 31: tether.events.v1.AnnotationsChanged.SetEntry
+	(Protocol)(0),                     // 32: tether.events.v1.Protocol
+	(*timestamppb.Timestamp)(nil),     // 33: google.protobuf.Timestamp
+	(*GameServerTemplate)(nil),        // 34: tether.events.v1.GameServerTemplate
+	(*HealthPolicy)(nil),              // 35: tether.events.v1.HealthPolicy
+	(*PlayerSessionPolicy)(nil),       // 36: tether.events.v1.PlayerSessionPolicy
 }
 var file_tether_events_v1_gameserver_proto_depIdxs = []int32{
-	29, // 0: tether.events.v1.Port.protocol:type_name -> tether.events.v1.Protocol
-	30, // 1: tether.events.v1.ConnectionChange.time:type_name -> google.protobuf.Timestamp
+	32, // 0: tether.events.v1.Port.protocol:type_name -> tether.events.v1.Protocol
+	33, // 1: tether.events.v1.ConnectionChange.time:type_name -> google.protobuf.Timestamp
 	2,  // 2: tether.events.v1.ConnectionChange.kind:type_name -> tether.events.v1.DisconnectKind
-	30, // 3: tether.events.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	33, // 3: tether.events.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	4,  // 4: tether.events.v1.Evidence.connection_history:type_name -> tether.events.v1.ConnectionChange
-	31, // 5: tether.events.v1.GameServerScheduled.template:type_name -> tether.events.v1.GameServerTemplate
-	32, // 6: tether.events.v1.GameServerScheduled.health:type_name -> tether.events.v1.HealthPolicy
-	25, // 7: tether.events.v1.GameServerScheduled.labels:type_name -> tether.events.v1.GameServerScheduled.LabelsEntry
-	33, // 8: tether.events.v1.GameServerScheduled.player_sessions:type_name -> tether.events.v1.PlayerSessionPolicy
+	34, // 5: tether.events.v1.GameServerScheduled.template:type_name -> tether.events.v1.GameServerTemplate
+	35, // 6: tether.events.v1.GameServerScheduled.health:type_name -> tether.events.v1.HealthPolicy
+	28, // 7: tether.events.v1.GameServerScheduled.labels:type_name -> tether.events.v1.GameServerScheduled.LabelsEntry
+	36, // 8: tether.events.v1.GameServerScheduled.player_sessions:type_name -> tether.events.v1.PlayerSessionPolicy
 	3,  // 9: tether.events.v1.ProcessStarted.ports:type_name -> tether.events.v1.Port
 	2,  // 10: tether.events.v1.SdkDisconnected.kind:type_name -> tether.events.v1.DisconnectKind
-	30, // 11: tether.events.v1.SdkDisconnected.grace_deadline:type_name -> google.protobuf.Timestamp
-	30, // 12: tether.events.v1.GameServerReserved.until:type_name -> google.protobuf.Timestamp
-	30, // 13: tether.events.v1.HealthDegraded.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	30, // 14: tether.events.v1.HealthRecovered.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	33, // 11: tether.events.v1.SdkDisconnected.grace_deadline:type_name -> google.protobuf.Timestamp
+	33, // 12: tether.events.v1.GameServerReserved.until:type_name -> google.protobuf.Timestamp
+	33, // 13: tether.events.v1.HealthDegraded.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	33, // 14: tether.events.v1.HealthRecovered.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	0,  // 15: tether.events.v1.GameServerUnhealthy.reason:type_name -> tether.events.v1.Reason
 	5,  // 16: tether.events.v1.GameServerUnhealthy.evidence:type_name -> tether.events.v1.Evidence
-	26, // 17: tether.events.v1.GameServerAllocated.properties:type_name -> tether.events.v1.GameServerAllocated.PropertiesEntry
+	29, // 17: tether.events.v1.GameServerAllocated.properties:type_name -> tether.events.v1.GameServerAllocated.PropertiesEntry
 	15, // 18: tether.events.v1.GameServerAllocated.players:type_name -> tether.events.v1.PlayerReservation
 	0,  // 19: tether.events.v1.ShutdownRequested.reason:type_name -> tether.events.v1.Reason
 	5,  // 20: tether.events.v1.ShutdownRequested.evidence:type_name -> tether.events.v1.Evidence
-	30, // 21: tether.events.v1.ShutdownRequested.deadline:type_name -> google.protobuf.Timestamp
+	33, // 21: tether.events.v1.ShutdownRequested.deadline:type_name -> google.protobuf.Timestamp
 	0,  // 22: tether.events.v1.ProcessSignalled.reason:type_name -> tether.events.v1.Reason
-	30, // 23: tether.events.v1.ProcessSignalled.deadline:type_name -> google.protobuf.Timestamp
+	33, // 23: tether.events.v1.ProcessSignalled.deadline:type_name -> google.protobuf.Timestamp
 	0,  // 24: tether.events.v1.GameServerTerminated.reason:type_name -> tether.events.v1.Reason
 	5,  // 25: tether.events.v1.GameServerTerminated.evidence:type_name -> tether.events.v1.Evidence
-	27, // 26: tether.events.v1.LabelsChanged.set:type_name -> tether.events.v1.LabelsChanged.SetEntry
-	28, // 27: tether.events.v1.AnnotationsChanged.set:type_name -> tether.events.v1.AnnotationsChanged.SetEntry
+	30, // 26: tether.events.v1.LabelsChanged.set:type_name -> tether.events.v1.LabelsChanged.SetEntry
+	31, // 27: tether.events.v1.AnnotationsChanged.set:type_name -> tether.events.v1.AnnotationsChanged.SetEntry
 	28, // [28:28] is the sub-list for method output_type
 	28, // [28:28] is the sub-list for method input_type
 	28, // [28:28] is the sub-list for extension type_name
@@ -2059,7 +2230,7 @@ func file_tether_events_v1_gameserver_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_events_v1_gameserver_proto_rawDesc), len(file_tether_events_v1_gameserver_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   26,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

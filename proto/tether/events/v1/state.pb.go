@@ -775,8 +775,14 @@ type GameServerState struct {
 	// matchmaker, an operator or itself): Agones' annotation
 	// agones.dev/last-allocated.
 	LastAllocatedTime *timestamppb.Timestamp `protobuf:"bytes,35,opt,name=last_allocated_time,json=lastAllocatedTime,proto3" json:"last_allocated_time,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The players its game reports connected (Agones' player tracking), in
+	// the order they connected.
+	Players []string `protobuf:"bytes,36,rep,name=players,proto3" json:"players,omitempty"`
+	// The players it takes, once its game set it (PlayerCapacitySet); until
+	// then its fleet's max_players.
+	PlayerCapacity *int64 `protobuf:"varint,37,opt,name=player_capacity,json=playerCapacity,proto3,oneof" json:"player_capacity,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GameServerState) Reset() {
@@ -1054,6 +1060,20 @@ func (x *GameServerState) GetLastAllocatedTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *GameServerState) GetPlayers() []string {
+	if x != nil {
+		return x.Players
+	}
+	return nil
+}
+
+func (x *GameServerState) GetPlayerCapacity() int64 {
+	if x != nil && x.PlayerCapacity != nil {
+		return *x.PlayerCapacity
+	}
+	return 0
+}
+
 var File_tether_events_v1_state_proto protoreflect.FileDescriptor
 
 const file_tether_events_v1_state_proto_rawDesc = "" +
@@ -1118,7 +1138,7 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\rhost_subjects\x18\x13 \x01(\bR\fhostSubjects\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd4\x11\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x12\n" +
 	"\x0fGameServerState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x129\n" +
@@ -1162,7 +1182,9 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\bcounters\x18  \x03(\v2/.tether.events.v1.GameServerState.CountersEntryR\bcounters\x12B\n" +
 	"\x05lists\x18! \x03(\v2,.tether.events.v1.GameServerState.ListsEntryR\x05lists\x12T\n" +
 	"\vannotations\x18\" \x03(\v22.tether.events.v1.GameServerState.AnnotationsEntryR\vannotations\x12J\n" +
-	"\x13last_allocated_time\x18# \x01(\v2\x1a.google.protobuf.TimestampR\x11lastAllocatedTime\x1a9\n" +
+	"\x13last_allocated_time\x18# \x01(\v2\x1a.google.protobuf.TimestampR\x11lastAllocatedTime\x12\x18\n" +
+	"\aplayers\x18$ \x03(\tR\aplayers\x12,\n" +
+	"\x0fplayer_capacity\x18% \x01(\x03H\x00R\x0eplayerCapacity\x88\x01\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aV\n" +
@@ -1175,7 +1197,8 @@ const file_tether_events_v1_state_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x16.tether.events.v1.ListR\x05value:\x028\x01\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xc5\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x12\n" +
+	"\x10_player_capacity*\xc5\x01\n" +
 	"\n" +
 	"HostStatus\x12\x1b\n" +
 	"\x17HOST_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -1309,6 +1332,7 @@ func file_tether_events_v1_state_proto_init() {
 	file_tether_events_v1_fleet_rollout_proto_init()
 	file_tether_events_v1_fleet_start_proto_init()
 	file_tether_events_v1_gameserver_proto_init()
+	file_tether_events_v1_state_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -1319,8 +1319,13 @@ type GameServer struct {
 	// When the server was last allocated, by a matchmaker, an operator or
 	// itself.
 	LastAllocatedTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=last_allocated_time,json=lastAllocatedTime,proto3" json:"last_allocated_time,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The players its game reports connected (Agones' player tracking).
+	Players []string `protobuf:"bytes,15,rep,name=players,proto3" json:"players,omitempty"`
+	// The players it takes: the capacity its game set, else its fleet's
+	// max_players (1000 for a fleet without a limit).
+	PlayerCapacity int64 `protobuf:"varint,16,opt,name=player_capacity,json=playerCapacity,proto3" json:"player_capacity,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GameServer) Reset() {
@@ -1449,6 +1454,20 @@ func (x *GameServer) GetLastAllocatedTime() *timestamppb.Timestamp {
 		return x.LastAllocatedTime
 	}
 	return nil
+}
+
+func (x *GameServer) GetPlayers() []string {
+	if x != nil {
+		return x.Players
+	}
+	return nil
+}
+
+func (x *GameServer) GetPlayerCapacity() int64 {
+	if x != nil {
+		return x.PlayerCapacity
+	}
+	return 0
 }
 
 // Counter is a count within [0, capacity].
@@ -1715,7 +1734,7 @@ const file_tether_sdk_v1_sdk_proto_rawDesc = "" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\"`\n" +
 	"\x0eShutdownNotice\x126\n" +
 	"\bdeadline\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x89\b\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xcc\b\n" +
 	"\n" +
 	"GameServer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -1735,7 +1754,9 @@ const file_tether_sdk_v1_sdk_proto_rawDesc = "" +
 	"createTime\x125\n" +
 	"\x06health\x18\f \x01(\v2\x1d.tether.sdk.v1.HealthContractR\x06health\x12L\n" +
 	"\vannotations\x18\r \x03(\v2*.tether.sdk.v1.GameServer.AnnotationsEntryR\vannotations\x12J\n" +
-	"\x13last_allocated_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x11lastAllocatedTime\x1a9\n" +
+	"\x13last_allocated_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x11lastAllocatedTime\x12\x18\n" +
+	"\aplayers\x18\x0f \x03(\tR\aplayers\x12'\n" +
+	"\x0fplayer_capacity\x18\x10 \x01(\x03R\x0eplayerCapacity\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aS\n" +
