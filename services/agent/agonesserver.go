@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -389,9 +390,15 @@ func (s *agonesServer) restHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 // restWatch streams the server as JSON lines, {"result": GameServer},
-// at once and on every change, until the client leaves.
+// at once and on every change, until the client leaves; to a WebSocket
+// client (an Upgrade on the same path, as Unreal's Agones plugin asks),
+// as one text message each (websocketWatch).
 func (s *agonesServer) restWatch(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
+	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		s.websocketWatch(w, r)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	flusher, _ := w.(http.Flusher)
 	_ = s.ops.WatchGameServer(ctx, callerIn(ctx), func(gs *sdkv1.GameServer) error {
@@ -408,3 +415,32 @@ func (s *agonesServer) restWatch(w http.ResponseWriter, r *http.Request) {
 		return nil
 	}) // it ends when the client leaves or the server is finished: nothing more to write
 }
+
+// websocketWatch is the watch over a WebSocket: each change one text
+// message {"result": GameServer}, until the client closes or leaves, or
+// the server is finished (then a normal close).
+func (s *agonesServer) websocketWatch(w http.ResponseWriter, r *http.Request) {
+	conn, err := websocket.Accept(w, r, nil) // no Origin from a game on loopback; a browser's is checked
+	if err != nil {
+		return // Accept answered the client
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(maxSDKMessage)
+	ctx := conn.CloseRead(r.Context()) // ends when the client closes
+	err = s.ops.WatchGameServer(ctx, callerIn(r.Context()), func(gs *sdkv1.GameServer) error {
+		raw, err := agonesJSON.Marshal(agonesGameServer(gs))
+		if err != nil {
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, websocketWriteTimeout)
+		defer cancel()
+		return conn.Write(wctx, websocket.MessageText, []byte(`{"result":`+string(raw)+"}"))
+	})
+	if err == nil {
+		_ = conn.Close(websocket.StatusNormalClosure, "the game server is finished") // the client may be gone
+	}
+}
+
+// websocketWriteTimeout bounds one watch message to a WebSocket client:
+// one that reads nothing for that long is dropped.
+const websocketWriteTimeout = 10 * time.Second

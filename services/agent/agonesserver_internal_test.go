@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -34,9 +35,11 @@ type fakeOps struct {
 	labels map[string]string
 	// annotations are the last SetAnnotation's.
 	annotations map[string]string
-	state       string
-	open        int
-	pings       int
+	// changes, sent to, makes a watch send the server again.
+	changes chan struct{}
+	state   string
+	open    int
+	pings   int
 }
 
 func (f *fakeOps) note(s string) { f.mu.Lock(); f.calls = append(f.calls, s); f.mu.Unlock() }
@@ -77,8 +80,16 @@ func (f *fakeOps) WatchGameServer(ctx context.Context, c sdkCaller, send func(*s
 	if err := send(f.GameServer(c)); err != nil {
 		return err
 	}
-	<-ctx.Done()
-	return ctx.Err()
+	for {
+		select {
+		case <-f.changes: // nil unless a test sends changes
+			if err := send(f.GameServer(c)); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 func (f *fakeOps) SetLabel(_ context.Context, _ sdkCaller, k, v string) error {
 	if len(k) > events.MaxLabelKeyBytes {
@@ -347,5 +358,55 @@ func TestAgonesRESTPaths(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(line), &first); err != nil || first.Result["status"]["state"] != "Ready" {
 		t.Errorf("first watch line %q: %v", line, err)
+	}
+}
+
+// The watch on a WebSocket (an Upgrade on /watch/gameserver, as Unreal's
+// Agones plugin asks): the server at once as one text message
+// {"result": GameServer}, then every change, until the client closes.
+func TestAgonesWatchOverAWebSocket(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ops := &fakeOps{state: "READY", changes: make(chan struct{}, 1)}
+	s := &agonesServer{ops: ops, identify: func(context.Context) (sdkCaller, bool) { return sdkCaller{}, true }}
+	h, err := s.restHandler(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/watch/gameserver", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	state := func() string {
+		t.Helper()
+		typ, raw, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct {
+			Result struct {
+				Status struct{ State string } `json:"status"`
+			} `json:"result"`
+		}
+		if typ != websocket.MessageText || json.Unmarshal(raw, &m) != nil {
+			t.Fatalf("message %v %s: want a text message {\"result\": GameServer}", typ, raw)
+		}
+		return m.Result.Status.State
+	}
+	if got := state(); got != "Ready" {
+		t.Fatalf("first message: state %q, want Ready at once", got)
+	}
+	ops.mu.Lock()
+	ops.state = "ALLOCATED"
+	ops.mu.Unlock()
+	ops.changes <- struct{}{}
+	if got := state(); got != "Allocated" {
+		t.Fatalf("after the change: state %q, want Allocated", got)
+	}
+	if err := conn.Close(websocket.StatusNormalClosure, ""); err != nil {
+		t.Fatal(err)
 	}
 }
