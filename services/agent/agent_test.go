@@ -42,7 +42,7 @@ import (
 type syncBuffer = syncbuf.Buffer
 
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	js    jetstream.JetStream
 	store *natsjs.Store
@@ -55,19 +55,19 @@ type harness struct {
 	done  chan error
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	t.Helper()
 	return newHarnessWith(t, 0)
 }
 
 // newHarnessWith sets the SDK stream keepalive (0: the default).
-func newHarnessWith(t *testing.T, keepalive time.Duration) *harness {
+func newHarnessWith(t testing.TB, keepalive time.Duration) *harness {
 	t.Helper()
 	return newHarnessOpts(t, func(o *agent.Options) { o.StreamKeepalive = keepalive })
 }
 
 // newHarnessOpts lets a test change the agent's options.
-func newHarnessOpts(t *testing.T, opts func(*agent.Options)) *harness {
+func newHarnessOpts(t testing.TB, opts func(*agent.Options)) *harness {
 	t.Helper()
 	k := kit.New(t, kit.WithCommands())
 	h := &harness{t: t, ctx: k.Ctx, js: k.JS, store: k.Store, bus: k.Commands}
@@ -193,7 +193,7 @@ func (h *harness) waitEvent(name, typ string) events.Envelope {
 }
 
 // processEnv reads a running process's environment from /proc.
-func processEnv(t *testing.T, pid int32) map[string]string {
+func processEnv(t testing.TB, pid int32) map[string]string {
 	t.Helper()
 	raw, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/environ")
 	if err != nil {
@@ -424,7 +424,7 @@ func ignores(pid int32, sig syscall.Signal) error {
 	return errors.New("no SigIgn line in its status")
 }
 
-func fold(t *testing.T, hist []events.Envelope) *eventsv1.GameServerState {
+func fold(t testing.TB, hist []events.Envelope) *eventsv1.GameServerState {
 	t.Helper()
 	var s *eventsv1.GameServerState
 	for _, e := range hist {

@@ -130,7 +130,7 @@ func agonesHelper(mode string) int {
 
 // agonesHelperTemplate runs the test binary, copied where the agent
 // allows commands from, as an Agones game server.
-func agonesHelperTemplate(t *testing.T) *eventsv1.GameServerTemplate {
+func agonesHelperTemplate(t testing.TB) *eventsv1.GameServerTemplate {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {

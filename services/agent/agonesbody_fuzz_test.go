@@ -75,14 +75,14 @@ func FuzzAgonesRESTBody(f *testing.F) {
 // fuzz target reaches.
 type stateOps struct {
 	sdkOps // the calls a body cannot reach are not expected
-	t      *testing.T
+	t      testing.TB
 	mu     sync.Mutex
 	state  *eventsv1.GameServerState
 }
 
 // newStateOps is a READY server of fleet arena with the counter rooms
 // (1 of 10) and the list players (capacity 3, values a).
-func newStateOps(t *testing.T) *stateOps {
+func newStateOps(t testing.TB) *stateOps {
 	o := &stateOps{t: t}
 	spec := &eventsv1.FleetSpec{Template: &eventsv1.GameServerTemplate{Command: "/bin/game",
 		Counters: map[string]*eventsv1.Counter{"rooms": {Count: 1, Capacity: 10}},

@@ -35,6 +35,8 @@ var programsDir string
 func TestMain(m *testing.M) {
 	switch v := os.Getenv(agonesHelperEnv); v {
 	case "":
+	case pingBench:
+		os.Exit(pingBenchHelper()) // the test binary run as the ping benchmark's game server (agones_bench_test.go)
 	case conformanceGRPC, conformanceREST:
 		os.Exit(agonesConformance(v)) // the test binary run as the conformance game server (agones_conformance_test.go)
 	default:
@@ -59,7 +61,7 @@ func TestMain(m *testing.M) {
 // publicDir makes a directory in programsDir any user may list and run
 // programs from (a test's TempDir is its owner's alone), removed when the
 // test ends.
-func publicDir(t *testing.T) string {
+func publicDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp(programsDir, "")
 	if err != nil {

@@ -257,12 +257,12 @@ func TestPlan(t *testing.T) {
 			},
 			// Five live, one wanted: four may go, but only three may be
 			// touched: READY newest first (gs-3 is older than gs-4), then
-			// the one still starting.
+			// the one still starting. gs-2's reservation has no end (Agones'
+			// Reserve(0)): it stays RESERVED.
 			want: []string{
 				"shutdown " + gsPrefix + "gs-3@12 ShutdownRequested → a",
 				"shutdown " + gsPrefix + "gs-4@13 ShutdownRequested → a",
 				"shutdown " + gsPrefix + "gs-5@14 ShutdownRequested → a",
-				"session " + gsPrefix + "gs-2@11 GameServerReady",
 			},
 		},
 		{
@@ -716,7 +716,8 @@ func arena(replicas int32) []projections.FleetRow {
 	return []projections.FleetRow{fleetRow(replicas, eventsv1.Scheduling_SCHEDULING_PACKED)}
 }
 
-// The controller's game-session duties: an ended reservation, seats past
+// The controller's game-session duties: an ended reservation (not one
+// that has not ended, nor one without an end), seats past
 // their deadlines, a session whose server moved on, and an allocation whose
 // session was never created.
 func TestPlanSessions(t *testing.T) {
@@ -724,7 +725,8 @@ func TestPlanSessions(t *testing.T) {
 	res.State.ReservedUntil = timestamppb.New(t0.Add(-time.Second))
 	notYet := on("gs-2", reserved, "a", 11)
 	notYet.State.ReservedUntil = timestamppb.New(t0.Add(time.Second))
-	s := snap(arena(2), []projections.HostRow{hostRow("a", online, 10, 2, 5)}, res, notYet)
+	noEnd := on("gs-3", reserved, "a", 12) // Agones' Reserve(0): until the game says otherwise
+	s := snap(arena(3), []projections.HostRow{hostRow("a", online, 10, 3, 5)}, res, notYet, noEnd)
 
 	active := eventsv1.GameSessionStatus_GAME_SESSION_STATUS_ACTIVE
 	s.DueSessions = []projections.Row[*eventsv1.GameSessionState]{{Sequence: 20, State: &eventsv1.GameSessionState{
