@@ -10,7 +10,7 @@ import (
 // sdkProtocolFiles are the files of the SDK's protocol servers: Tether's
 // (tether.sdk.v1 over gRPC and REST, and in process). A second protocol's
 // server is added here: Agones' (agones.dev.sdk.SDK, issue 41) is.
-var sdkProtocolFiles = []string{"sdkserver.go", "sdkhandlers.go", "localsdk.go", "agonesserver.go"}
+var sdkProtocolFiles = []string{"sdkserver.go", "sdkhandlers.go", "localsdk.go", "agonesserver.go", "agonescounters.go", "agonesplayers.go"}
 
 // A protocol server reaches the agent only through sdkOps: it names no
 // *Agent, no gameServer and no agentSDK, and does not look inside the
