@@ -27,6 +27,7 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ ./services/cmd/tether ./services/cmd/tetherctl
 	$(GO) build -o $(BIN)/tether-gameserver ./sdk/go/example/gameserver
+	$(GO) build -o $(BIN)/tether-agones-gameserver ./sdk/go/example/agonesgameserver
 	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 
 ## run: build and start the whole system on this machine, with a demo fleet

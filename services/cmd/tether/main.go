@@ -555,8 +555,11 @@ func chaosCommand(g *global) *cobra.Command {
 				return err
 			}
 			opts.GameServer = filepath.Join(filepath.Dir(exe), "tether-gameserver")
-			if _, err := os.Stat(opts.GameServer); err != nil {
-				return fmt.Errorf("chaos needs the example game server: %w (build it with make build)", err)
+			opts.AgonesGameServer = filepath.Join(filepath.Dir(exe), "tether-agones-gameserver")
+			for _, bin := range []string{opts.GameServer, opts.AgonesGameServer} {
+				if _, err := os.Stat(bin); err != nil {
+					return fmt.Errorf("chaos needs the example game servers: %w (build them with make build)", err)
+				}
 			}
 			opts.Logger, opts.DatabaseURL = log, g.dbURL
 			r, err := chaos.Run(cmd.Context(), opts)
@@ -577,7 +580,7 @@ func chaosCommand(g *global) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&opts.Servers, "servers", chaos.DefaultServers, "game servers (a quarter of them flap their SDK connection)")
+	f.IntVar(&opts.Servers, "servers", chaos.DefaultServers, "game servers (a quarter of them flap their SDK connection; half of each kind on Agones' SDK)")
 	f.IntVar(&opts.Hosts, "hosts", chaos.DefaultHosts, "simulated hosts")
 	f.DurationVar(&opts.Duration, "duration", chaos.DefaultDuration, "how long to inject faults")
 	f.DurationVar(&opts.FaultEvery, "fault-every", chaos.DefaultFaultEvery, "time between two faults")

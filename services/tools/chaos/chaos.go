@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -37,6 +38,10 @@ import (
 type Options struct {
 	// GameServer is the example game server binary (required).
 	GameServer string
+	// AgonesGameServer, when set, is the example game server built for
+	// Agones' SDK (sdk/go/example/agonesgameserver): half of the servers,
+	// steady and flapping alike, run it instead.
+	AgonesGameServer string
 	// Servers is the number of game servers; default 200 (a quarter flap).
 	Servers int
 	// Hosts is the number of simulated hosts; default 4.
@@ -56,6 +61,8 @@ type Options struct {
 // Report is what a run measured.
 type Report struct {
 	Servers, Flapping     int
+	AgonesServers         int // of Servers, on Agones' SDK
+	AgonesFaults          int // of the faults, on servers on Agones' SDK
 	Hangs, Crashes        int
 	MissedDetections      int
 	FalseTerminations     int
@@ -119,6 +126,10 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	defer os.RemoveAll(dir)
 
+	allowed := []string{o.GameServer}
+	if o.AgonesGameServer != "" {
+		allowed = append(allowed, o.AgonesGameServer)
+	}
 	sctx, stop := context.WithCancel(ctx)
 	ready := make(chan dev.Addresses, 1)
 	done := make(chan error, 1)
@@ -126,7 +137,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		done <- dev.Run(sctx, dev.Options{
 			DataDir: dir, Fresh: true, GRPCPort: -1, RESTPort: -1, NATSPort: -1, SDKPort: -1, GamePortBase: 30000,
 			Hosts: o.Hosts, HostCapacity: o.Servers/o.Hosts + 20, DatabaseURL: o.DatabaseURL, Logger: o.Logger,
-			AllowedCommands: []string{o.GameServer}, // the only program its fleets run
+			AllowedCommands: allowed, // the only programs its fleets run
 			Ready:           func(a dev.Addresses) { ready <- a },
 		})
 	}()
@@ -144,19 +155,14 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		}
 	}()
 
-	flapping := o.Servers / 4
-	steady := o.Servers - flapping
-	for _, f := range []struct {
-		id  string
-		n   int
-		env map[string]string
-	}{{"steady", steady, nil}, {"flappy", flapping, map[string]string{"TETHER_EXAMPLE_RECONNECT_EVERY": "2s"}}} {
-		if err := createFleet(ctx, addrs.REST, f.id, f.n, o.GameServer, f.env); err != nil {
+	fleets := chaosFleets(o)
+	for _, f := range fleets {
+		if err := createFleet(ctx, addrs.REST, f.id, f.n, f.bin, f.env); err != nil {
 			return Report{}, err
 		}
 	}
 	o.Logger.Info("chaos: waiting for the fleets to be READY", "servers", o.Servers)
-	if err := waitReady(ctx, addrs.REST, o.Servers, 3*time.Minute); err != nil {
+	if err := waitReady(ctx, addrs.REST, fleets, o.Servers, 3*time.Minute); err != nil {
 		return Report{}, err
 	}
 
@@ -172,14 +178,19 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			return Report{}, ctx.Err()
 		case <-tick.C:
 		}
-		list, err := listServers(ctx, addrs.REST, "steady")
-		if err != nil {
-			return Report{}, err
-		}
 		var candidates []server
-		for _, s := range list {
-			if s.State == "READY" && !faulted[s.Name] && s.Pid > 0 {
-				candidates = append(candidates, s)
+		for _, f := range fleets {
+			if f.flapping {
+				continue // faults go to the steady fleets
+			}
+			list, err := listServers(ctx, addrs.REST, f.id)
+			if err != nil {
+				return Report{}, err
+			}
+			for _, s := range list {
+				if s.State == "READY" && !faulted[s.Name] && s.Pid > 0 {
+					candidates = append(candidates, s)
+				}
 			}
 		}
 		if len(candidates) == 0 {
@@ -211,9 +222,58 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return Report{}, err
 	}
 	r := judge(hist, faults, faulted)
-	r.Servers, r.Flapping, r.Duration = o.Servers, flapping, o.Duration
+	r.Servers, r.Duration = o.Servers, o.Duration
+	for _, f := range fleets {
+		if f.flapping {
+			r.Flapping += f.n
+		}
+		if f.agones {
+			r.AgonesServers += f.n
+		}
+	}
+	for _, f := range faults {
+		if strings.HasPrefix(f.name, "fleets/"+agonesPrefix) {
+			r.AgonesFaults++
+		}
+	}
 	r.HangContract = time.Duration(periodSeconds*threshold+1) * time.Second
 	return r, nil
+}
+
+// chaosFleet is one fleet of a run.
+type chaosFleet struct {
+	id       string
+	n        int
+	bin      string
+	env      map[string]string
+	flapping bool // its servers drop and re-open their SDK connection every 2 s
+	agones   bool // its servers speak Agones' SDK
+}
+
+// agonesPrefix starts the ids of the fleets on Agones' SDK.
+const agonesPrefix = "agones-"
+
+// chaosFleets are a run's fleets: a quarter of the servers flapping, the
+// rest steady; with an Agones game server, each of the two split in half
+// between Tether's SDK and Agones'.
+func chaosFleets(o Options) []chaosFleet {
+	flapping := o.Servers / 4
+	steady := o.Servers - flapping
+	tetherFlap := map[string]string{"TETHER_EXAMPLE_RECONNECT_EVERY": "2s"}
+	if o.AgonesGameServer == "" {
+		return []chaosFleet{
+			{id: "steady", n: steady, bin: o.GameServer},
+			{id: "flappy", n: flapping, bin: o.GameServer, env: tetherFlap, flapping: true},
+		}
+	}
+	agonesPing := map[string]string{"AGONES_EXAMPLE_HEALTH_EVERY": "1s"}
+	agonesFlap := map[string]string{"AGONES_EXAMPLE_HEALTH_EVERY": "1s", "AGONES_EXAMPLE_RECONNECT_EVERY": "2s"}
+	return []chaosFleet{
+		{id: "steady", n: steady - steady/2, bin: o.GameServer},
+		{id: agonesPrefix + "steady", n: steady / 2, bin: o.AgonesGameServer, env: agonesPing, agones: true},
+		{id: "flappy", n: flapping - flapping/2, bin: o.GameServer, env: tetherFlap, flapping: true},
+		{id: agonesPrefix + "flappy", n: flapping / 2, bin: o.AgonesGameServer, env: agonesFlap, flapping: true, agones: true},
+	}
 }
 
 // judge reads the histories against the faults.
@@ -291,9 +351,9 @@ func (r Report) Print(w io.Writer) error {
 		}
 		return "FALL SHORT"
 	}
-	fmt.Fprintf(tw, "chaos run: %d game servers (%d flapping their SDK connection every 2 s), %s of faults\n", r.Servers, r.Flapping, r.Duration)
+	fmt.Fprintf(tw, "chaos run: %d game servers (%d flapping their SDK connection every 2 s; %d on Agones' SDK), %s of faults\n", r.Servers, r.Flapping, r.AgonesServers, r.Duration)
 	fmt.Fprintln(tw, "what\tmeasured\ttarget\t")
-	fmt.Fprintf(tw, "hangs injected (SIGSTOP) / crashes (SIGKILL)\t%d / %d\t\t\n", r.Hangs, r.Crashes)
+	fmt.Fprintf(tw, "hangs injected (SIGSTOP) / crashes (SIGKILL)\t%d / %d (%d of them on Agones' SDK)\t\t\n", r.Hangs, r.Crashes, r.AgonesFaults)
 	fmt.Fprintf(tw, "missed detections\t%d\t0\t%s\n", r.MissedDetections, pass(r.MissedDetections == 0))
 	fmt.Fprintf(tw, "false terminations\t%d\t0\t%s\n", r.FalseTerminations, pass(r.FalseTerminations == 0))
 	fmt.Fprintf(tw, "SDK disconnects recorded\t%d\t\t\n", r.FlapDisconnects)
@@ -362,12 +422,12 @@ func listServers(ctx context.Context, rest, fleet string) ([]server, error) {
 	return out.GameServers, nil
 }
 
-func waitReady(ctx context.Context, rest string, want int, limit time.Duration) error {
+func waitReady(ctx context.Context, rest string, fleets []chaosFleet, want int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
 		n := 0
-		for _, f := range []string{"steady", "flappy"} {
-			list, err := listServers(ctx, rest, f)
+		for _, f := range fleets {
+			list, err := listServers(ctx, rest, f.id)
 			if err != nil {
 				return err
 			}
