@@ -345,3 +345,42 @@ func TestAgonesRESTExampleWithCurl(t *testing.T) {
 		return nil
 	})
 }
+
+// The example game server built for Agones' gRPC SDK
+// (sdk/go/example/agonesgameserver, half of make chaos's servers) is
+// READY under the agent, and a connection it drops and opens again every
+// half second, pinging meanwhile, never makes it unhealthy: each drop is
+// an SDK disconnect inside the fleet's grace window.
+func TestAgonesExampleGameServerStaysReadyThroughReconnects(t *testing.T) {
+	h := newHarness(t)
+	bin := filepath.Join(publicDir(t), "agonesgameserver")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/tetherhq/tether/sdk/go/example/agonesgameserver").CombinedOutput(); err != nil {
+		t.Fatalf("go build the Agones example game server: %v\n%s", err, out)
+	}
+	name := "fleets/arena/gameServers/gs-agones-flappy"
+	h.scheduleSpec(name, &eventsv1.FleetSpec{
+		Template: &eventsv1.GameServerTemplate{Command: bin, Env: map[string]string{
+			"AGONES_EXAMPLE_HEALTH_EVERY": "200ms", "AGONES_EXAMPLE_RECONNECT_EVERY": "500ms"}},
+		Health:                    &eventsv1.HealthPolicy{InitialDelaySeconds: 1, PeriodSeconds: 1, FailureThreshold: 3},
+		SdkDisconnectGraceSeconds: 5,
+	})
+	h.waitEvent(name, "GameServerReady")
+	wait.Until(t, 30*time.Second, "three reconnects", func() error {
+		n := 0
+		for _, e := range h.history(name) {
+			if e.Type == "GameServerUnhealthy" {
+				t.Fatalf("unhealthy through its reconnects: %v", e.Data)
+			}
+			if e.Type == "SdkDisconnected" {
+				n++
+			}
+		}
+		if n < 3 {
+			return fmt.Errorf("%d SDK disconnects", n)
+		}
+		return nil
+	})
+	if st := fold(t, h.history(name)); st.GetLifecycle() != eventsv1.Lifecycle_LIFECYCLE_READY {
+		t.Fatalf("after its reconnects the server is %s (%s)", st.GetLifecycle(), st.GetReason())
+	}
+}
