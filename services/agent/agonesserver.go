@@ -424,7 +424,7 @@ func (s *agonesServer) websocketWatch(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept answered the client
 	}
-	defer conn.CloseNow()
+	defer func() { _ = conn.CloseNow() }() // closed already after a normal close
 	conn.SetReadLimit(maxSDKMessage)
 	ctx := conn.CloseRead(r.Context()) // ends when the client closes
 	err = s.ops.WatchGameServer(ctx, callerIn(r.Context()), func(gs *sdkv1.GameServer) error {

@@ -300,7 +300,9 @@ func TestAgonesRESTPaths(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
+		if resp.Body != nil { // an upgraded connection's answer has none
+			defer resp.Body.Close()
+		}
 		raw, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(raw)
 	}
@@ -348,7 +350,9 @@ func TestAgonesRESTPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	if resp.Body != nil { // an upgraded connection's answer has none
+		defer resp.Body.Close()
+	}
 	line, err := bufio.NewReader(resp.Body).ReadString('\n')
 	if err != nil {
 		t.Fatal(err)
@@ -375,9 +379,12 @@ func TestAgonesWatchOverAWebSocket(t *testing.T) {
 	}
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/watch/gameserver", nil)
+	conn, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/watch/gameserver", nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if resp.Body != nil { // an upgraded connection's answer has none
+		defer resp.Body.Close()
 	}
 	defer conn.CloseNow()
 	state := func() string {

@@ -73,7 +73,7 @@ func session(ctx context.Context, log *slog.Logger, addr string, every, reconnec
 	sdk := agonessdk.NewSDKClient(conn)
 	if !*ready {
 		if _, err := sdk.Ready(ctx, &agonessdk.Empty{}); err != nil {
-			return fmt.Errorf("Ready: %w", err)
+			return fmt.Errorf("ready: %w", err)
 		}
 		*ready = true
 		log.Info("ready")
@@ -82,7 +82,7 @@ func session(ctx context.Context, log *slog.Logger, addr string, every, reconnec
 	defer cancel()
 	health, err := sdk.Health(sctx)
 	if err != nil {
-		return fmt.Errorf("Health: %w", err)
+		return fmt.Errorf("health stream: %w", err)
 	}
 	var end <-chan time.Time
 	if reconnect > 0 {
@@ -92,7 +92,7 @@ func session(ctx context.Context, log *slog.Logger, addr string, every, reconnec
 	defer tick.Stop()
 	for {
 		if err := health.Send(&agonessdk.Empty{}); err != nil {
-			return fmt.Errorf("Health ping: %w", err)
+			return fmt.Errorf("health ping: %w", err)
 		}
 		select {
 		case <-ctx.Done():
