@@ -56,7 +56,7 @@ func decideAnnotations(state *eventsv1.GameServerState, c SetAnnotations) ([]pro
 	if len(after) > MaxAnnotations {
 		return nil, Invalid("annotations", "a game server holds at most %d annotations; these would make %d", MaxAnnotations, len(after))
 	}
-	if maps.Equal(after, state.GetAnnotations()) || len(after) == 0 && len(state.GetAnnotations()) == 0 {
+	if maps.Equal(after, state.GetAnnotations()) { // a nil map equals an empty one
 		return nil, nil // nothing changes
 	}
 	return []proto.Message{&eventsv1.AnnotationsChanged{Set: maps.Clone(c.Set), Removed: slices.Clone(c.Removed)}}, nil

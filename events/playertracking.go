@@ -1,6 +1,7 @@
 package events
 
 import (
+	"fmt"
 	"slices"
 
 	"google.golang.org/protobuf/proto"
@@ -13,7 +14,7 @@ import (
 // server's game reports connected, at most its player capacity. The
 // capacity is its fleet's max_players until the game sets one; a fleet
 // with no limit (0) takes up to MaxTrackedPlayers. Each change is an
-// event of the server (PlayerConnected, PlayerDisconnected,
+// event of the server (TrackedPlayerConnected, TrackedPlayerDisconnected,
 // PlayerCapacitySet).
 
 // MaxTrackedPlayers bounds the players a server tracks, and the capacity
@@ -91,12 +92,12 @@ func decidePlayerTracking(state *eventsv1.GameServerState, cmd GameServerCommand
 		}
 		return []proto.Message{&eventsv1.PlayerCapacitySet{Capacity: c.Capacity}}, nil
 	}
-	return nil, nil
+	return nil, fmt.Errorf("events: %T is not a player-tracking command", cmd)
 }
 
-// applyPlayerTracking folds a player-tracking event into next; false for
-// an event of another kind.
-func applyPlayerTracking(next *eventsv1.GameServerState, m proto.Message) bool {
+// applyPlayerTracking folds a player-tracking event into next; an event
+// of another kind changes nothing.
+func applyPlayerTracking(next *eventsv1.GameServerState, m proto.Message) {
 	switch d := m.(type) {
 	case *eventsv1.TrackedPlayerConnected:
 		if !slices.Contains(next.Players, d.GetPlayerId()) {
@@ -106,8 +107,5 @@ func applyPlayerTracking(next *eventsv1.GameServerState, m proto.Message) bool {
 		next.Players = slices.DeleteFunc(next.Players, func(id string) bool { return id == d.GetPlayerId() })
 	case *eventsv1.PlayerCapacitySet:
 		next.PlayerCapacity = proto.Int64(d.GetCapacity())
-	default:
-		return false
 	}
-	return true
 }

@@ -146,26 +146,29 @@ func (agentSDK) SetPlayerCapacity(ctx context.Context, c sdkCaller, capacity int
 
 // UpdateCounter changes one counter and returns it as the change left it.
 func (agentSDK) UpdateCounter(ctx context.Context, c sdkCaller, u events.UpdateCounter) (*eventsv1.Counter, error) {
-	ctx = c.acting(ctx)
-	gs := c.gs
-	gs.mu.Lock()
-	defer gs.mu.Unlock()
-	if err := gs.recordLocked(ctx, u); err != nil {
-		return nil, err
-	}
-	return proto.CloneOf(gs.state.GetCounters()[u.Name]), nil
+	return recordRead(c.acting(ctx), c.gs, u, func(s *eventsv1.GameServerState) *eventsv1.Counter {
+		return proto.CloneOf(s.GetCounters()[u.Name])
+	})
 }
 
 // UpdateList changes one list and returns it as the change left it.
 func (agentSDK) UpdateList(ctx context.Context, c sdkCaller, u events.UpdateList) (*eventsv1.List, error) {
-	ctx = c.acting(ctx)
-	gs := c.gs
+	return recordRead(c.acting(ctx), c.gs, u, func(s *eventsv1.GameServerState) *eventsv1.List {
+		return proto.CloneOf(s.GetLists()[u.Name])
+	})
+}
+
+// recordRead records cmd on gs and reads the state it left, in one hold
+// of the server's lock: the answer is what this change left, not what a
+// later one did.
+func recordRead[T any](ctx context.Context, gs *gameServer, cmd events.GameServerCommand, read func(*eventsv1.GameServerState) T) (T, error) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
-	if err := gs.recordLocked(ctx, u); err != nil {
-		return nil, err
+	if err := gs.recordLocked(ctx, cmd); err != nil {
+		var none T
+		return none, err
 	}
-	return proto.CloneOf(gs.state.GetLists()[u.Name]), nil
+	return read(gs.state), nil
 }
 
 // Reserve holds the server back from allocation for d; for 0, until the

@@ -27,10 +27,11 @@ import (
 )
 
 // The ping benchmark's game server (pingBenchHelper) is the test binary
-// run with agonesHelperEnv set to pingBench: it sends TETHER_TEST_BENCH_N
-// health pings over the transport TETHER_TEST_BENCH_TRANSPORT once the
-// file go appears in TETHER_TEST_BENCH_DIR, then writes there the file
-// done with the nanoseconds they took.
+// run with agonesHelperEnv set to pingBench: once ready it writes the
+// file ready in TETHER_TEST_BENCH_DIR; sent SIGUSR1, it sends
+// TETHER_TEST_BENCH_N health pings over the transport
+// TETHER_TEST_BENCH_TRANSPORT, then writes there the file done with the
+// nanoseconds they took.
 const pingBench = "bench-ping"
 
 // The transports BenchmarkHealthPing compares.
@@ -51,6 +52,8 @@ func pingBenchHelper() int {
 		return fail("N", err)
 	}
 	dir, transport := os.Getenv("TETHER_TEST_BENCH_DIR"), os.Getenv("TETHER_TEST_BENCH_TRANSPORT")
+	goOn := make(chan os.Signal, 1)
+	signal.Notify(goOn, syscall.SIGUSR1) // the benchmark's cue to start
 	pings, err := pinger(ctx, transport)
 	if err != nil {
 		return fail("connect", err)
@@ -58,14 +61,10 @@ func pingBenchHelper() int {
 	if err := os.WriteFile(filepath.Join(dir, "ready"), nil, 0o644); err != nil {
 		return fail("ready file", err)
 	}
-	for tries := 0; ; tries++ {
-		if _, err := os.Stat(filepath.Join(dir, "go")); err == nil {
-			break
-		}
-		if tries == 12000 { // a minute
-			return fail("wait for go", os.ErrNotExist)
-		}
-		time.Sleep(5 * time.Millisecond) // the helper process waits for the benchmark's file
+	if ok, err := awaitGo(ctx, goOn); err != nil {
+		return fail("wait for the start", err)
+	} else if !ok {
+		return 0
 	}
 	start := time.Now()
 	if err := pings(n); err != nil {
@@ -185,9 +184,10 @@ func BenchmarkHealthPing(b *testing.B) {
 				return err == nil
 			})
 			h.waitEvent(name, "GameServerReady")
+			pid := h.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted).GetPid()
 			cpu0 := processCPU(b)
 			b.ResetTimer()
-			if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+			if err := syscall.Kill(int(pid), syscall.SIGUSR1); err != nil {
 				b.Fatal(err)
 			}
 			var took []byte

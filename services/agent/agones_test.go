@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -38,12 +39,23 @@ const (
 	// stream open without another ping.
 	helperSilent = "silent"
 	// helperDrops pings once, sets the label pinged, closes its
-	// connection, and connects again (and pings) once the file named by
-	// agonesFlagEnv exists.
+	// connection, and connects again (and pings) once it is sent SIGUSR1.
 	helperDrops = "drops"
-	// agonesFlagEnv names helperDrops's file.
-	agonesFlagEnv = "TETHER_TEST_AGONES_FLAG"
 )
+
+// awaitGo waits for the SIGUSR1 a test sends a helper process to go on
+// (goOn, registered before the helper tells the test it is ready for
+// it), for at most a minute; false if ctx ended first.
+func awaitGo(ctx context.Context, goOn <-chan os.Signal) (bool, error) {
+	select {
+	case <-goOn:
+		return true, nil
+	case <-ctx.Done():
+		return false, nil
+	case <-time.After(time.Minute):
+		return false, errors.New("no SIGUSR1 within a minute")
+	}
+}
 
 // agonesHelper is a game server that speaks Agones' SDK to the agent it
 // was started by: it finds the SDK by AGONES_SDK_*, calls Ready and
@@ -57,6 +69,8 @@ func agonesHelper(mode string) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer cancel()
+	goOn := make(chan os.Signal, 1)
+	signal.Notify(goOn, syscall.SIGUSR1) // helperDrops's cue to connect again
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fail("dial", err)
@@ -83,18 +97,10 @@ func agonesHelper(mode string) int {
 	}
 	if mode == helperDrops {
 		conn.Close()
-		for tries := 0; ; tries++ {
-			if _, err := os.Stat(os.Getenv(agonesFlagEnv)); err == nil {
-				break
-			}
-			if tries == 1200 { // a minute
-				return fail("wait for the flag", os.ErrNotExist)
-			}
-			select {
-			case <-ctx.Done():
-				return 0
-			case <-time.After(50 * time.Millisecond):
-			}
+		if ok, err := awaitGo(ctx, goOn); err != nil {
+			return fail("wait to connect again", err)
+		} else if !ok {
+			return 0
 		}
 		if conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
 			return fail("dial again", err)
@@ -187,11 +193,9 @@ func TestAgonesReconnectInsideAndPastTheGraceWindow(t *testing.T) {
 	clk := clockwork.NewFakeClockAt(time.Now())
 	h := newHarnessOpts(t, func(o *agent.Options) { o.Clock = clk })
 	back, gone := "fleets/arena/gameServers/gs-agones-back", "fleets/arena/gameServers/gs-agones-gone"
-	dir := publicDir(t)
 	for _, name := range []string{back, gone} {
 		tmpl := agonesHelperTemplate(t)
 		tmpl.Env[agonesHelperEnv] = helperDrops
-		tmpl.Env[agonesFlagEnv] = filepath.Join(dir, filepath.Base(name))
 		h.scheduleSpec(name, &eventsv1.FleetSpec{Template: tmpl, Health: &eventsv1.HealthPolicy{Disabled: true}, SdkDisconnectGraceSeconds: 10})
 	}
 	for _, name := range []string{back, gone} {
@@ -199,7 +203,8 @@ func TestAgonesReconnectInsideAndPastTheGraceWindow(t *testing.T) {
 		h.waitEvent(name, "SdkDisconnected")
 	}
 	clk.Advance(5 * time.Second)
-	if err := os.WriteFile(filepath.Join(dir, filepath.Base(back)), nil, 0o644); err != nil {
+	pid := h.waitEvent(back, "ProcessStarted").Data.(*eventsv1.ProcessStarted).GetPid()
+	if err := syscall.Kill(int(pid), syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
 	h.waitAgonesLabel(back, "back")
