@@ -101,9 +101,10 @@ func counterRefused(reason, field, format string, args ...any) error {
 }
 
 // UpdateCounter changes a counter, as Agones' SDK UpdateCounter does:
-// Capacity (when set) first, then Count (when set), then CountDiff. The
-// count must end within [0, capacity]: a capacity lowered below the count
-// is refused, not clamped. A change that changes nothing is a no-op.
+// Capacity (when set) first, then Count (when set), then CountDiff. A
+// Count or CountDiff must land within [0, capacity]; a capacity lowered
+// below the count (with neither) takes the count down to it, as Agones
+// does. A change that changes nothing is a no-op.
 type UpdateCounter struct {
 	// Name is the counter's, one of the server's template.
 	Name string
@@ -120,8 +121,9 @@ type UpdateCounter struct {
 // (Agones' UpdateList with "values" in its mask; Add and Remove must then
 // be empty). A value added that the list holds is refused
 // (LIST_VALUE_EXISTS), a value removed that it does not hold too
-// (LIST_VALUE_NOT_FOUND), and so are values past the capacity (LIST_FULL)
-// and a capacity below the values kept (CAPACITY_OUT_OF_RANGE). A change
+// (LIST_VALUE_NOT_FOUND), and so are values past the capacity
+// (LIST_FULL). A capacity lowered below the values kept (after Remove)
+// keeps the first of them and drops the rest, as Agones does. A change
 // that changes nothing is a no-op.
 type UpdateList struct {
 	// Name is the list's, one of the server's template.
@@ -172,15 +174,16 @@ func decideCounter(state *eventsv1.GameServerState, c UpdateCounter) ([]proto.Me
 		count = *c.Count
 	}
 	if d := c.CountDiff; d != 0 {
-		if d > 0 && count > capacity-d || d < 0 && (d == math.MinInt64 || count < -d) {
+		// count may be above a lowered capacity here: the diff must
+		// still land within [0, capacity], as Agones checks it.
+		if d > 0 && count > capacity-d || d < 0 && (d == math.MinInt64 || count < -d || count+d > capacity) {
 			return nil, counterRefused(RefusedCountOutOfRange, "count_diff", "count_diff %d of counter %q takes its count %d out of [0, %d], its capacity", d, c.Name, count, capacity)
 		}
 		count += d
 	}
-	if count > capacity {
-		return nil, counterRefused(RefusedCapacityOutOfRange, "capacity",
-			"capacity %d of counter %q is below its count %d: lower the count first, or with it", capacity, c.Name, count)
-	}
+	// A capacity lowered below the count takes the count down with it, as
+	// Agones truncates it.
+	count = min(count, capacity)
 	if count == cur.GetCount() && capacity == cur.GetCapacity() {
 		return nil, nil
 	}
@@ -257,8 +260,10 @@ func decideList(state *eventsv1.GameServerState, c UpdateList) ([]proto.Message,
 		removed = append(removed, v)
 	}
 	if int64(len(values)) > capacity {
-		return nil, counterRefused(RefusedCapacityOutOfRange, "capacity",
-			"capacity %d of list %q is below the %d values it would keep: remove values first, or with it", capacity, c.Name, len(values))
+		// A capacity lowered below the values keeps the first of them, as
+		// Agones truncates the list.
+		removed = append(removed, values[capacity:]...)
+		values = values[:capacity]
 	}
 	for _, v := range c.Add {
 		if slices.Contains(values, v) {

@@ -95,6 +95,40 @@ func TestCountersAndListsStartFromTheTemplateAndChange(t *testing.T) {
 	}
 }
 
+// A capacity lowered below a counter's count or a list's values takes
+// them down with it, as Agones' SDK does (its own conformance client sets
+// a counter of 10 to capacity 1), and the event says which values went.
+func TestALoweredCapacityTruncatesAsAgonesDoes(t *testing.T) {
+	g := &gameServer{t: t, state: countersServer(t, ALLOCATED)}
+	g.decide(events.UpdateCounter{Name: "rooms", Count: i64(10)})
+	out := g.decide(events.UpdateCounter{Name: "rooms", Capacity: i64(1)})
+	if want := (&eventsv1.CounterChanged{Name: "rooms", Count: 1, Capacity: 1, CountDiff: -9}); len(out) != 1 || !proto.Equal(out[0], want) {
+		t.Fatalf("capacity 1 under a count of 10: %v, want %v", out, want)
+	}
+	// A diff after a lowered capacity is judged against the count the
+	// server had: 10 - 5 is past 2.
+	g.decide(events.UpdateCounter{Name: "rooms", Capacity: i64(10), Count: i64(10)})
+	if _, err := events.DecideGameServer(gsName, g.state, events.UpdateCounter{Name: "rooms", Capacity: i64(2), CountDiff: -5}); err == nil {
+		t.Fatal("count 10, capacity 2, diff -5 (ends at 5, past 2): accepted")
+	} else {
+		refusedAs(t, err, events.RefusedCountOutOfRange, events.ErrOutOfRange)
+	}
+	out = g.decide(events.UpdateCounter{Name: "rooms", Capacity: i64(2), CountDiff: -8})
+	if want := (&eventsv1.CounterChanged{Name: "rooms", Count: 2, Capacity: 2, CountDiff: -8}); len(out) != 1 || !proto.Equal(out[0], want) {
+		t.Fatalf("capacity 2 with diff -8 from 10: %v, want %v", out, want)
+	}
+
+	g.decide(events.UpdateList{Name: "players", Add: []string{"p2", "p3"}})
+	out = g.decide(events.UpdateList{Name: "players", Capacity: i64(1)})
+	wantList := &eventsv1.ListChanged{Name: "players", Capacity: 1, Values: []string{"p1"}, Removed: []string{"p2", "p3"}}
+	if len(out) != 1 || !proto.Equal(out[0], wantList) {
+		t.Fatalf("capacity 1 under [p1 p2 p3]: %v, want %v", out, wantList)
+	}
+	if l := g.state.GetLists()["players"]; l.GetCapacity() != 1 || !slices.Equal(l.GetValues(), []string{"p1"}) {
+		t.Fatalf("players = %v after capacity 1", l)
+	}
+}
+
 // Changes out of range are refused as Agones' SDK refuses them, each with
 // its reason and class, and nothing changes.
 func TestCounterAndListChangesOutOfRangeAreRefused(t *testing.T) {
@@ -112,13 +146,13 @@ func TestCounterAndListChangesOutOfRangeAreRefused(t *testing.T) {
 		{"the largest diff", events.UpdateCounter{Name: "rooms", CountDiff: math.MaxInt64}, events.RefusedCountOutOfRange, events.ErrOutOfRange, "count_diff"},
 		{"the smallest diff", events.UpdateCounter{Name: "rooms", CountDiff: math.MinInt64}, events.RefusedCountOutOfRange, events.ErrOutOfRange, "count_diff"},
 		{"negative capacity", events.UpdateCounter{Name: "rooms", Capacity: i64(-1)}, events.RefusedCapacityOutOfRange, events.ErrOutOfRange, "capacity"},
-		{"capacity below the count", events.UpdateCounter{Name: "rooms", Capacity: i64(0)}, events.RefusedCapacityOutOfRange, events.ErrOutOfRange, "capacity"},
+		{"a diff past a lowered capacity", events.UpdateCounter{Name: "rooms", Capacity: i64(0), CountDiff: 1}, events.RefusedCountOutOfRange, events.ErrOutOfRange, "count_diff"},
 		{"no such counter", events.UpdateCounter{Name: "seats", CountDiff: 1}, events.RefusedCounterNotFound, events.ErrMissing, "counter"},
 		{"no such list", events.UpdateList{Name: "seats", Add: []string{"a"}}, events.RefusedListNotFound, events.ErrMissing, "list"},
 		{"a value held already", events.UpdateList{Name: "players", Add: []string{"p1"}}, events.RefusedListValueExists, events.ErrAlreadyExists, "add_values"},
 		{"a value not held", events.UpdateList{Name: "players", Remove: []string{"p9"}}, events.RefusedListValueNotFound, events.ErrMissing, "remove_values"},
 		{"past the capacity", events.UpdateList{Name: "players", Add: []string{"p2", "p3", "p4"}}, events.RefusedListFull, events.ErrOutOfRange, "add_values"},
-		{"capacity below the values", events.UpdateList{Name: "players", Capacity: i64(0)}, events.RefusedCapacityOutOfRange, events.ErrOutOfRange, "capacity"},
+		{"a value past a lowered capacity", events.UpdateList{Name: "players", Capacity: i64(1), Add: []string{"p2"}}, events.RefusedListFull, events.ErrOutOfRange, "add_values"},
 		{"capacity over the maximum", events.UpdateList{Name: "players", Capacity: i64(events.MaxListCapacity + 1)}, events.RefusedCapacityOutOfRange, events.ErrOutOfRange, "capacity"},
 		{"negative list capacity", events.UpdateList{Name: "players", Capacity: i64(-1)}, events.RefusedCapacityOutOfRange, events.ErrOutOfRange, "capacity"},
 		{"values past the capacity", events.UpdateList{Name: "players", SetValues: true, Values: []string{"a", "b", "c", "d"}}, events.RefusedListFull, events.ErrOutOfRange, "values"},

@@ -152,7 +152,7 @@ func checkCountersInRange(t *rapid.T, i int, state *eventsv1.GameServerState) {
 // stays within [0, capacity] and the list holds distinct values, at most
 // its capacity; a change refused changes nothing, and one taken is exactly
 // what the command asked (a count moved by its diff, values added at the
-// end).
+// end), with a capacity lowered below them truncating, as Agones does.
 func TestCounterAndListChangeSequences(t *testing.T) {
 	const name = "fleets/arena/gameServers/gs-1"
 	rapid.Check(t, func(t *rapid.T) {
@@ -182,13 +182,23 @@ func TestCounterAndListChangeSequences(t *testing.T) {
 			state = applyAll(t, i, cmd, name, at, state, msgs, events.ApplyGameServer)
 			checkCountersInRange(t, i, state)
 			if c, ok := cmd.(events.UpdateCounter); ok && c.Count == nil && len(msgs) == 1 {
-				if got, want := state.GetCounters()["rooms"].GetCount(), before.GetCounters()["rooms"].GetCount()+c.CountDiff; got != want {
+				// A lowered capacity takes the count down with it (Agones).
+				capacity := before.GetCounters()["rooms"].GetCapacity()
+				if c.Capacity != nil {
+					capacity = *c.Capacity
+				}
+				if got, want := state.GetCounters()["rooms"].GetCount(), min(before.GetCounters()["rooms"].GetCount()+c.CountDiff, capacity); got != want {
 					t.Fatalf("step %d: count %d after a diff of %d, want %d", i, got, c.CountDiff, want)
 				}
 			}
 			if c, ok := cmd.(events.UpdateList); ok && !c.SetValues && len(msgs) == 1 {
 				vals := state.GetLists()["players"].GetValues()
-				if n := len(before.GetLists()["players"].GetValues()) - len(c.Remove) + len(c.Add); len(vals) != n {
+				// A lowered capacity keeps the first values (Agones).
+				capacity := before.GetLists()["players"].GetCapacity()
+				if c.Capacity != nil {
+					capacity = *c.Capacity
+				}
+				if n := min(len(before.GetLists()["players"].GetValues())-len(c.Remove), int(capacity)) + len(c.Add); len(vals) != n {
 					t.Fatalf("step %d: %d values after %v, want %d", i, len(vals), c, n)
 				}
 				if len(c.Add) > 0 && !slices.Equal(vals[len(vals)-len(c.Add):], c.Add) {

@@ -211,10 +211,17 @@ func runConformance(ctx context.Context, sdk agonesSDK) []string {
 	if l, err := sdk.UpdateList(ctx, &agonessdkbeta.List{Name: "players", Values: []string{"x", "y", "x"}}, "values"); must("UpdateList values", err) {
 		check(slices.Equal(l.GetValues(), []string{"x", "y"}) && l.GetCapacity() == 3, "after values x y x: %v", l)
 	}
-	_, err = sdk.UpdateList(ctx, &agonessdkbeta.List{Name: "players", Capacity: 1}, "capacity")
-	code("UpdateList capacity below the values", err, codes.OutOfRange)
-	if l, err := sdk.UpdateList(ctx, &agonessdkbeta.List{Name: "players", Capacity: 5}, "capacity"); must("UpdateList capacity 5", err) {
+	// A capacity below the values keeps the first of them, as Agones does.
+	if l, err := sdk.UpdateList(ctx, &agonessdkbeta.List{Name: "players", Capacity: 1}, "capacity"); must("UpdateList capacity 1", err) {
+		check(slices.Equal(l.GetValues(), []string{"x"}) && l.GetCapacity() == 1, "after capacity 1 under x y: %v", l)
+	}
+	if l, err := sdk.UpdateList(ctx, &agonessdkbeta.List{Name: "players", Capacity: 5, Values: []string{"x", "y"}}, "capacity", "values"); must("UpdateList capacity 5, values x y", err) {
 		check(slices.Equal(l.GetValues(), []string{"x", "y"}) && l.GetCapacity() == 5, "after capacity 5: %v", l)
+	}
+	// An empty mask changes nothing, as Agones' SDK server has it (Agones'
+	// Node.js SDK sends one for setListCapacity).
+	if l, err := sdk.UpdateList(ctx, &agonessdkbeta.List{Name: "players", Capacity: 2}); must("UpdateList with an empty mask", err) {
+		check(slices.Equal(l.GetValues(), []string{"x", "y"}) && l.GetCapacity() == 5, "after an empty mask: %v", l)
 	}
 	_, err = sdk.GetList(ctx, "spectators")
 	code("GetList of an undeclared list", err, codes.NotFound)

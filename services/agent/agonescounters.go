@@ -66,17 +66,20 @@ func (s *agonesCounters) GetList(ctx context.Context, req *agonessdkbeta.GetList
 
 // UpdateList replaces the fields of a list its mask names: "capacity"
 // and "values" (a value given twice is kept once, at its first place).
-// A mask that is missing, empty or names another field is
-// INVALID_ARGUMENT.
+// A missing mask, or one that names another field, is INVALID_ARGUMENT; an
+// empty one changes nothing and answers the list, as Agones' SDK server
+// does. (Agones' Node.js SDK sends an empty mask for setListCapacity: it
+// builds the mask from an object where its protobuf library takes an
+// array, so its capacity never reaches Agones either.)
 func (s *agonesCounters) UpdateList(ctx context.Context, req *agonessdkbeta.UpdateListRequest) (*agonessdkbeta.List, error) {
 	list := req.GetList()
 	if list == nil {
 		return nil, status.Error(codes.InvalidArgument, "list is required")
 	}
-	paths := req.GetUpdateMask().GetPaths()
-	if len(paths) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "update_mask must name capacity, values or both")
+	if req.GetUpdateMask() == nil {
+		return nil, status.Error(codes.InvalidArgument, "update_mask is required: it names the fields to change, capacity, values or both")
 	}
+	paths := req.GetUpdateMask().GetPaths()
 	u := events.UpdateList{Name: list.GetName()}
 	for _, p := range paths {
 		switch p {

@@ -118,7 +118,7 @@ func TestCountersAndListsOverREST(t *testing.T) {
 	}{
 		{"a count over the capacity", "/counters/rooms", map[string]any{"count": "6"}, http.StatusBadRequest, events.RefusedCountOutOfRange, "count"},
 		{"a diff below 0", "/counters/rooms", map[string]any{"countDiff": -4}, http.StatusBadRequest, events.RefusedCountOutOfRange, "count_diff"},
-		{"a capacity below the count", "/counters/rooms", map[string]any{"capacity": "2"}, http.StatusBadRequest, events.RefusedCapacityOutOfRange, "capacity"},
+		{"a diff past a lowered capacity", "/counters/rooms", map[string]any{"capacity": "2", "countDiff": 1}, http.StatusBadRequest, events.RefusedCountOutOfRange, "count_diff"},
 		{"a counter the template does not name", "/counters/seats", map[string]any{"countDiff": 1}, http.StatusNotFound, events.RefusedCounterNotFound, "counter"},
 		{"a list full", "/lists/players", map[string]any{"addValues": []string{"f"}}, http.StatusBadRequest, events.RefusedListFull, "add_values"},
 		{"a value held already", "/lists/players", map[string]any{"addValues": []string{"b"}, "removeValues": []string{"c"}}, http.StatusConflict, events.RefusedListValueExists, "add_values"},

@@ -61,10 +61,11 @@ type GameServerServiceClient interface {
 	// log of the server, NOT_FOUND (reason NO_LOGS).
 	StreamGameServerLogs(ctx context.Context, in *StreamGameServerLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamGameServerLogsResponse], error)
 	// Changes a counter of a game server, as Agones' SDK UpdateCounter does:
-	// capacity (when set) first, then count (when set), then count_diff. The
-	// count must end within [0, capacity], else OUT_OF_RANGE and nothing
-	// changes (a capacity below the count is refused, not clamped); a counter
-	// its template does not name is NOT_FOUND. Allowed while the server is
+	// capacity (when set) first, then count (when set), then count_diff. A
+	// count or count_diff must land within [0, capacity], else OUT_OF_RANGE
+	// and nothing changes; a capacity lowered below the count alone takes the
+	// count down to it, as Agones does. A counter its template does not name
+	// is NOT_FOUND. Allowed while the server is
 	// SCHEDULED, STARTING, READY, RESERVED or ALLOCATED; FAILED_PRECONDITION
 	// once it is UNHEALTHY, SHUTTING_DOWN or TERMINATED. A request id makes a
 	// count_diff safe to retry.
@@ -72,8 +73,10 @@ type GameServerServiceClient interface {
 	// Changes a list of a game server: capacity (when set) first, then
 	// remove_values, then add_values. A value added that the list holds is
 	// ALREADY_EXISTS, a value removed that it does not hold NOT_FOUND, and
-	// values past the capacity OUT_OF_RANGE (as Agones' SDK answers); nothing
-	// changes then. A list its template does not name is NOT_FOUND. Allowed
+	// values added past the capacity OUT_OF_RANGE (as Agones' SDK answers);
+	// nothing changes then. A capacity lowered below the values kept keeps the
+	// first of them, as Agones does. A list its template does not name is
+	// NOT_FOUND. Allowed
 	// in the states UpdateGameServerCounter is.
 	UpdateGameServerList(ctx context.Context, in *UpdateGameServerListRequest, opts ...grpc.CallOption) (*GameServer, error)
 }
@@ -207,10 +210,11 @@ type GameServerServiceServer interface {
 	// log of the server, NOT_FOUND (reason NO_LOGS).
 	StreamGameServerLogs(*StreamGameServerLogsRequest, grpc.ServerStreamingServer[StreamGameServerLogsResponse]) error
 	// Changes a counter of a game server, as Agones' SDK UpdateCounter does:
-	// capacity (when set) first, then count (when set), then count_diff. The
-	// count must end within [0, capacity], else OUT_OF_RANGE and nothing
-	// changes (a capacity below the count is refused, not clamped); a counter
-	// its template does not name is NOT_FOUND. Allowed while the server is
+	// capacity (when set) first, then count (when set), then count_diff. A
+	// count or count_diff must land within [0, capacity], else OUT_OF_RANGE
+	// and nothing changes; a capacity lowered below the count alone takes the
+	// count down to it, as Agones does. A counter its template does not name
+	// is NOT_FOUND. Allowed while the server is
 	// SCHEDULED, STARTING, READY, RESERVED or ALLOCATED; FAILED_PRECONDITION
 	// once it is UNHEALTHY, SHUTTING_DOWN or TERMINATED. A request id makes a
 	// count_diff safe to retry.
@@ -218,8 +222,10 @@ type GameServerServiceServer interface {
 	// Changes a list of a game server: capacity (when set) first, then
 	// remove_values, then add_values. A value added that the list holds is
 	// ALREADY_EXISTS, a value removed that it does not hold NOT_FOUND, and
-	// values past the capacity OUT_OF_RANGE (as Agones' SDK answers); nothing
-	// changes then. A list its template does not name is NOT_FOUND. Allowed
+	// values added past the capacity OUT_OF_RANGE (as Agones' SDK answers);
+	// nothing changes then. A capacity lowered below the values kept keeps the
+	// first of them, as Agones does. A list its template does not name is
+	// NOT_FOUND. Allowed
 	// in the states UpdateGameServerCounter is.
 	UpdateGameServerList(context.Context, *UpdateGameServerListRequest) (*GameServer, error)
 	mustEmbedUnimplementedGameServerServiceServer()
