@@ -224,6 +224,9 @@ func gameSessionCommand(t *rapid.T, at time.Time) events.GameSessionCommand {
 		func() events.GameSessionCommand { return events.RemovePlayer{PlayerSession: player} },
 		func() events.GameSessionCommand { return events.ExpirePlayers{Now: at} },
 		func() events.GameSessionCommand {
+			return events.TrackSeat{PlayerID: "u-" + player, Connected: rapid.Bool().Draw(t, "connected"), Now: at}
+		},
+		func() events.GameSessionCommand {
 			return events.EndGameSession{Reason: eventsv1.GameSessionEndReason_GAME_SESSION_END_REASON_SERVER_ENDED}
 		},
 	}

@@ -391,6 +391,24 @@ type RemovePlayer struct {
 	Connection int64
 }
 
+// TrackSeat moves the seat of a player whom the game server reports by
+// player id, without a token: Agones' player tracking (PlayerConnect,
+// PlayerDisconnect) on a server whose allocation reserved the player a
+// seat. Connected, the player's RESERVED seat becomes ACTIVE and a
+// DISCONNECTED one within its window reconnects, as AcceptPlayer with the
+// seat's current token would; gone, an ACTIVE seat waits for the policy's
+// reconnect window, as DisconnectPlayer does. A player with no seat held in
+// the session, or a seat that is so already, changes nothing. The game
+// server vouches for the player, as it does for any player it admits.
+type TrackSeat struct {
+	// PlayerID is the player's id, as the allocation's seat has it.
+	PlayerID string
+	// Connected is true for a connect, false for a disconnect.
+	Connected bool
+	// Now is the decision time.
+	Now time.Time
+}
+
 // ExpirePlayers fires the deadlines passed at Now: reservations not taken
 // time out, reconnect windows not used complete. Controllers run it.
 type ExpirePlayers struct {
@@ -414,6 +432,7 @@ func (AcceptPlayer) gameSessionCommand()      {}
 func (ReissueToken) gameSessionCommand()      {}
 func (DisconnectPlayer) gameSessionCommand()  {}
 func (RemovePlayer) gameSessionCommand()      {}
+func (TrackSeat) gameSessionCommand()         {}
 func (ExpirePlayers) gameSessionCommand()     {}
 func (EndGameSession) gameSessionCommand()    {}
 
@@ -512,6 +531,8 @@ func decideGameSession(name string, state *eventsv1.GameSessionState, cmd GameSe
 			return nil, nil // ended already, or not this connection's seat any more
 		}
 		return []proto.Message{&eventsv1.PlayerSessionCompleted{PlayerSession: c.PlayerSession, Reason: eventsv1.PlayerSessionEndReason_PLAYER_SESSION_END_REASON_LEFT}}, nil
+	case TrackSeat:
+		return decideTrackSeat(state, c), nil
 	case ExpirePlayers:
 		var out []proto.Message
 		for _, p := range state.GetPlayers() {
@@ -531,6 +552,43 @@ func decideGameSession(name string, state *eventsv1.GameSessionState, cmd GameSe
 		return []proto.Message{&eventsv1.GameSessionEnded{Reason: c.Reason, ServerReason: c.ServerReason, Detail: c.Detail}}, nil
 	}
 	return nil, fmt.Errorf("events: unknown game session command %T", cmd)
+}
+
+// decideTrackSeat decides a TrackSeat: nothing for a player without a
+// seat held, or one whose seat is as the report says already; nothing
+// either for a seat whose reservation or reconnect window has passed (the
+// deadline's own event ends it).
+func decideTrackSeat(state *eventsv1.GameSessionState, c TrackSeat) []proto.Message {
+	if state.GetStatus() == gsessEnded || c.PlayerID == "" {
+		return nil
+	}
+	var p *eventsv1.PlayerSessionState
+	for _, q := range state.GetPlayers() {
+		if q.GetPlayerId() == c.PlayerID && SeatHeld(q) {
+			p = q
+			break
+		}
+	}
+	if p == nil {
+		return nil
+	}
+	id, gen := lastToken(p.GetName()), p.GetTokenGeneration()
+	switch {
+	case c.Connected && p.GetStatus() == psReserved:
+		if d := p.GetReservationDeadline(); d != nil && c.Now.After(d.AsTime()) {
+			return nil
+		}
+		return []proto.Message{&eventsv1.PlayerAccepted{PlayerSession: id, TokenGeneration: gen}}
+	case c.Connected && p.GetStatus() == psDisconnected:
+		if c.Now.After(p.GetReconnectDeadline().AsTime()) {
+			return nil
+		}
+		return []proto.Message{&eventsv1.PlayerReconnected{PlayerSession: id, TokenGeneration: gen}}
+	case !c.Connected && p.GetStatus() == psActive:
+		window := time.Duration(state.GetPolicy().GetReconnectWindowSeconds()) * time.Second
+		return []proto.Message{&eventsv1.PlayerDisconnected{PlayerSession: id, ReconnectDeadline: timestamppb.New(c.Now.Add(window))}}
+	}
+	return nil
 }
 
 // decideAccept decides an AcceptPlayer on player session p.

@@ -548,6 +548,7 @@ func TestGameSessionCommandsOnMissingSession(t *testing.T) {
 		events.DisconnectPlayer{PlayerSession: "p1", Now: at(0)},
 		events.RemovePlayer{PlayerSession: "p1"},
 		events.ExpirePlayers{Now: at(0)},
+		events.TrackSeat{PlayerID: "alice", Connected: true, Now: at(0)},
 		events.EndGameSession{Reason: eventsv1.GameSessionEndReason_GAME_SESSION_END_REASON_SERVER_ENDED},
 	}
 	for _, state := range []*eventsv1.GameSessionState{nil, {}} {
@@ -1499,5 +1500,46 @@ func TestRefusedError(t *testing.T) {
 	var te *events.TransitionError
 	if errors.As(err, &te) {
 		t.Errorf("a refusal is also a TransitionError: %v", err)
+	}
+}
+
+// A player the game server reports by id (Agones' player tracking) takes
+// the seat its allocation reserved, keeps it for the reconnect window when
+// reported gone, and takes it back inside the window; a player with no
+// seat, a report that changes nothing, and a window that passed write no
+// event.
+func TestTrackSeatFollowsTheGamesReports(t *testing.T) {
+	g := newSession(t, testPolicy(),
+		&eventsv1.PlayerSeat{PlayerSession: "a", PlayerId: "alice", Slot: 0, ReservationDeadline: tsAt(30)},
+		&eventsv1.PlayerSeat{PlayerSession: "b", PlayerId: "bob", Slot: 1, ReservationDeadline: tsAt(30)})
+	steps := []struct {
+		cmd  events.TrackSeat
+		want []string
+	}{
+		{events.TrackSeat{PlayerID: "alice", Connected: true, Now: at(1)}, []string{"PlayerAccepted"}},
+		{events.TrackSeat{PlayerID: "alice", Connected: true, Now: at(2)}, nil},
+		{events.TrackSeat{PlayerID: "carol", Connected: true, Now: at(2)}, nil},
+		{events.TrackSeat{PlayerID: "bob", Connected: false, Now: at(2)}, nil},
+		{events.TrackSeat{PlayerID: "alice", Connected: false, Now: at(10)}, []string{"PlayerDisconnected"}},
+		{events.TrackSeat{PlayerID: "alice", Connected: false, Now: at(11)}, nil},
+		{events.TrackSeat{PlayerID: "alice", Connected: true, Now: at(70)}, []string{"PlayerReconnected"}},
+		{events.TrackSeat{PlayerID: "bob", Connected: true, Now: at(31)}, nil}, // the reservation ended
+	}
+	for i, st := range steps {
+		if got := types(g.decide(st.cmd)); !slices.Equal(got, st.want) {
+			t.Fatalf("step %d %+v: events %v, want %v", i, st.cmd, got, st.want)
+		}
+	}
+	a := g.player("a")
+	if a.GetStatus() != psACTIVE || a.GetSlot() != 0 || a.GetReconnectCount() != 1 {
+		t.Fatalf("alice's seat = %v, want ACTIVE in slot 0 after one reconnect", a)
+	}
+	if p := g.player("b"); p.GetStatus() != psRESERVED {
+		t.Fatalf("bob's seat = %v, want it RESERVED until its deadline's event", p)
+	}
+	// Past the reconnect window, a connect leaves the seat to its deadline.
+	g.decide(events.TrackSeat{PlayerID: "alice", Connected: false, Now: at(100)})
+	if got := g.decide(events.TrackSeat{PlayerID: "alice", Connected: true, Now: at(161)}); len(got) != 0 {
+		t.Fatalf("a connect past the window: %v, want none", types(got))
 	}
 }

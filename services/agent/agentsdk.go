@@ -121,21 +121,36 @@ func (agentSDK) SetAnnotation(ctx context.Context, c sdkCaller, key, value strin
 
 // TrackPlayer records a player connected (connected true) or gone, and
 // says whether that changed anything: false for a player connected
-// already, or gone already.
-func (agentSDK) TrackPlayer(ctx context.Context, c sdkCaller, playerID string, connected bool) (bool, error) {
+// already, or gone already. A player whom the server's game session holds
+// a seat for takes it, or keeps it for the reconnect window when gone
+// (events.TrackSeat): the seat follows the game's reports, as it follows
+// Tether's AcceptPlayer and DisconnectPlayer.
+func (o agentSDK) TrackPlayer(ctx context.Context, c sdkCaller, playerID string, connected bool) (bool, error) {
 	ctx = c.acting(ctx)
 	gs := c.gs
-	gs.mu.Lock()
-	defer gs.mu.Unlock()
-	before := slices.Contains(gs.state.GetPlayers(), playerID)
 	var cmd events.GameServerCommand = events.TrackPlayerDisconnect{PlayerID: playerID}
 	if connected {
 		cmd = events.TrackPlayerConnect{PlayerID: playerID}
 	}
-	if err := gs.recordLocked(ctx, cmd); err != nil {
-		return false, err
+	gs.mu.Lock()
+	before := slices.Contains(gs.state.GetPlayers(), playerID)
+	err := gs.recordLocked(ctx, cmd) // its guarded append brings the copy up to the leader's: the allocation too
+	changed := before != slices.Contains(gs.state.GetPlayers(), playerID)
+	gsess := gs.state.GetGameSession()
+	gs.mu.Unlock()
+	if err != nil || gsess == "" {
+		return changed, err
 	}
-	return before != slices.Contains(gs.state.GetPlayers(), playerID), nil
+	seat := events.TrackSeat{PlayerID: playerID, Connected: connected, Now: o.a.opts.Clock.Now()}
+	_, msgs, err := o.a.decideSession(ctx, gsess, seat, gs.sessionFromAllocation(gsess))
+	if err != nil {
+		gs.log.Warn("tracked player's seat not recorded", "player", playerID, "game_session", gsess, "err", err)
+		return changed, err // its code as it is (UNAVAILABLE: the game may call again)
+	}
+	if len(msgs) > 0 {
+		gs.log.Info("tracked player's seat", "player", playerID, "game_session", gsess, "event", events.TypeOf(msgs[0]))
+	}
+	return changed, nil
 }
 
 // SetPlayerCapacity sets the players the server takes.

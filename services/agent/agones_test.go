@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,7 +20,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tetherhq/tether/events"
 	agonessdk "github.com/tetherhq/tether/proto/agones/dev/sdk"
+	agonessdkalpha "github.com/tetherhq/tether/proto/agones/dev/sdk/alpha"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	"github.com/tetherhq/tether/services/agent"
@@ -41,6 +44,11 @@ const (
 	// helperDrops pings once, sets the label pinged, closes its
 	// connection, and connects again (and pings) once it is sent SIGUSR1.
 	helperDrops = "drops"
+	// helperSeats pings once, sets the label pinged and, once it is sent
+	// SIGUSR1 (its allocation is recorded), reports player alice connected,
+	// gone and connected again through Agones' player tracking, then sets
+	// the label seated.
+	helperSeats = "seats"
 )
 
 // awaitGo waits for the SIGUSR1 a test sends a helper process to go on
@@ -114,6 +122,24 @@ func agonesHelper(mode string) int {
 		}
 		if _, err := sdk.SetLabel(ctx, &agonessdk.KeyValue{Key: "back", Value: "1"}); err != nil {
 			return fail("SetLabel back", err)
+		}
+	}
+	if mode == helperSeats {
+		if ok, err := awaitGo(ctx, goOn); err != nil || !ok {
+			return fail("wait for the allocation", err)
+		}
+		players := agonessdkalpha.NewSDKClient(conn)
+		for _, connect := range []bool{true, false, true} {
+			call := players.PlayerConnect
+			if !connect {
+				call = players.PlayerDisconnect
+			}
+			if ok, err := call(ctx, &agonessdkalpha.PlayerID{PlayerID: "alice"}); err != nil || !ok.GetBool() {
+				return fail(fmt.Sprintf("alice connected %v: %v", connect, ok), err)
+			}
+		}
+		if _, err := sdk.SetLabel(ctx, &agonessdk.KeyValue{Key: "seated", Value: "1"}); err != nil {
+			return fail("SetLabel seated", err)
 		}
 	}
 	if mode != helperPinging {
@@ -219,6 +245,60 @@ func TestAgonesReconnectInsideAndPastTheGraceWindow(t *testing.T) {
 	wait.Holds(t, notYet, "the reconnected server left alone", func() bool { return !h.has(back, "GameServerUnhealthy") })
 	if l := fold(t, h.history(back)).GetLifecycle(); l != eventsv1.Lifecycle_LIFECYCLE_READY {
 		t.Fatalf("the reconnected server is %s, want READY", l)
+	}
+}
+
+// A player whom an allocation reserved a seat takes it when the game
+// server built for Agones' SDK reports them connected (PlayerConnect), keeps
+// it for the reconnect window when reported gone, and takes it again inside
+// the window: the seat's events are in the game session's history, with
+// the game server as their actor, beside the server's own tracking events.
+func TestAgonesTrackedPlayerTakesTheSeatItsAllocationReserved(t *testing.T) {
+	h := newHarness(t)
+	name := "fleets/arena/gameServers/gs-agones-seats"
+	tmpl := agonesHelperTemplate(t)
+	tmpl.Env[agonesHelperEnv] = helperSeats
+	h.scheduleSpec(name, &eventsv1.FleetSpec{Template: tmpl, Health: &eventsv1.HealthPolicy{Disabled: true},
+		PlayerSessions: &eventsv1.PlayerSessionPolicy{MaxPlayers: 4, ReservationTimeoutSeconds: 60, ReconnectWindowSeconds: 60}})
+	h.waitAgonesLabel(name, "pinged")
+	wait.For(t, 10*time.Second, name+" READY", func() bool {
+		return fold(t, h.history(name)).GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_READY
+	})
+	gsess := events.GameSessionName("gsess-seats")
+	h.decideElsewhere(name, events.Allocate{Allocated: &eventsv1.GameServerAllocated{GameSession: gsess, MaxPlayers: 4,
+		Players: []*eventsv1.PlayerReservation{{PlayerSession: "ps-alice", PlayerId: "alice", Slot: 0}, {PlayerSession: "ps-bob", PlayerId: "bob", Slot: 1}}}})
+	pid := h.waitEvent(name, "ProcessStarted").Data.(*eventsv1.ProcessStarted).GetPid()
+	if err := syscall.Kill(int(pid), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	h.waitAgonesLabel(name, "seated")
+
+	var seatEvents []string
+	var state *eventsv1.GameSessionState
+	for _, e := range h.history(gsess) {
+		var err error
+		if state, err = events.ApplyGameSession(state, e); err != nil {
+			t.Fatalf("the game session's history does not fold: %v", err)
+		}
+		if _, ok := events.PlayerSessionOf(e.Data); ok && e.Type != "PlayerSessionReserved" {
+			seatEvents = append(seatEvents, e.Type)
+			if e.Actor != name {
+				t.Errorf("%s by %q, want the game server %s", e.Type, e.Actor, name)
+			}
+		}
+	}
+	if want := []string{"PlayerAccepted", "PlayerDisconnected", "PlayerReconnected"}; !slices.Equal(seatEvents, want) {
+		t.Fatalf("alice's seat events %v, want %v", seatEvents, want)
+	}
+	alice, bob := events.FindPlayer(state, "ps-alice"), events.FindPlayer(state, "ps-bob")
+	if alice.GetStatus() != eventsv1.PlayerSessionStatus_PLAYER_SESSION_STATUS_ACTIVE || alice.GetSlot() != 0 || alice.GetReconnectCount() != 1 {
+		t.Fatalf("alice's seat %v, want ACTIVE in slot 0 after one reconnect", alice)
+	}
+	if bob.GetStatus() != eventsv1.PlayerSessionStatus_PLAYER_SESSION_STATUS_RESERVED {
+		t.Fatalf("bob's seat %v, want RESERVED: nobody reported him", bob)
+	}
+	if players := fold(t, h.history(name)).GetPlayers(); !slices.Equal(players, []string{"alice"}) {
+		t.Fatalf("tracked players %v, want [alice]", players)
 	}
 }
 
