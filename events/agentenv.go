@@ -13,15 +13,18 @@ const TokenVariable = "TETHER_GAMESERVER_TOKEN"
 
 // agentVariable and agentVariablePrefixes are the names the agent sets in
 // every game server's environment: its name, its token (and the
-// descriptor it comes on), the SDK's addresses and one variable per port.
+// descriptor it comes on), the SDK's addresses (Tether's and Agones') and
+// one variable per port.
 const agentVariable = "TETHER_GAMESERVER"
 
-var agentVariablePrefixes = []string{"TETHER_GAMESERVER_", "TETHER_SDK_", "TETHER_PORT_"}
+var agentVariablePrefixes = []string{"TETHER_GAMESERVER_", "TETHER_SDK_", "TETHER_PORT_", "AGONES_SDK_"}
 
 // AgentVariable reports whether name is a variable the agent sets for a
 // game server: TETHER_GAMESERVER, or a name that starts with
-// TETHER_GAMESERVER_, TETHER_SDK_ or TETHER_PORT_. A template may not set
-// one: its TETHER_GAMESERVER_TOKEN replaced the token the agent hands over.
+// TETHER_GAMESERVER_, TETHER_SDK_, TETHER_PORT_ or AGONES_SDK_. A template
+// may not set one: its TETHER_GAMESERVER_TOKEN replaced the token the agent
+// hands over, and its AGONES_SDK_GRPC_PORT would point an Agones server at
+// ports that are not its own.
 func AgentVariable(name string) bool {
 	if name == agentVariable {
 		return true

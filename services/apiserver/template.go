@@ -87,7 +87,7 @@ func checkAgentVariables(path string, t *tetherv1.GameServerTemplate) error {
 	for _, k := range slices.Sorted(maps.Keys(t.GetEnv())) {
 		if events.AgentVariable(k) {
 			return invalidField(fmt.Sprintf("%s.env[%s]", path, k),
-				"is the agent's: it sets TETHER_GAMESERVER and the TETHER_GAMESERVER_*, TETHER_SDK_* and TETHER_PORT_* variables of every game server")
+				"is the agent's: it sets TETHER_GAMESERVER and the TETHER_GAMESERVER_*, TETHER_SDK_*, TETHER_PORT_* and AGONES_SDK_* variables of every game server")
 		}
 	}
 	for i, a := range t.GetArgs() {

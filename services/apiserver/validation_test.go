@@ -496,6 +496,7 @@ func TestTemplateCannotSetTheAgentsVariables(t *testing.T) {
 		{"the server's name", "POST", "/v1/fleets?fleetId=v3", withField(env("TETHER_GAMESERVER")), "fleet.template.env[TETHER_GAMESERVER]"},
 		{"the SDK's address", "POST", "/v1/fleets?fleetId=v4", withField(env("TETHER_SDK_ADDR")), "fleet.template.env[TETHER_SDK_ADDR]"},
 		{"a port", "POST", "/v1/fleets?fleetId=v5", withField(env("TETHER_PORT_GAME")), "fleet.template.env[TETHER_PORT_GAME]"},
+		{"Agones' SDK port", "POST", "/v1/fleets?fleetId=v9", withField(env("AGONES_SDK_GRPC_PORT")), "fleet.template.env[AGONES_SDK_GRPC_PORT]"},
 		{"an argument with the token", "POST", "/v1/fleets?fleetId=v6", withField(args("--port", "${TETHER_PORT_GAME}", "--token=${TETHER_GAMESERVER_TOKEN}")), "fleet.template.args[2]"},
 		{"an argument with the token, no braces", "POST", "/v1/fleets?fleetId=v7", withField(args("$TETHER_GAMESERVER_TOKEN")), "fleet.template.args[0]"},
 		{"an update", "PATCH", "/v1/fleets/arena?updateMask=template", map[string]any{"template": map[string]any{"command": "/bin/game", "env": map[string]string{"TETHER_GAMESERVER_TOKEN": "x"}}},
