@@ -295,3 +295,51 @@ func TestDescendantsFromParentsWithoutChildrenFiles(t *testing.T) {
 		t.Errorf("descendants of 10: %v, want %v", got, want)
 	}
 }
+
+// BenchmarkPeerInode is the kernel's lookup of a connection's peer socket
+// with none or 20,000 other sockets in TIME_WAIT on the host (closed
+// loopback connections, as a game server pinging over a new connection
+// each time leaves them): an exact lookup costs the same either way,
+// where a dump filtered by the four-tuple walked them all (6.5 ms a
+// query with 20,000).
+func BenchmarkPeerInode(b *testing.B) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c); _ = c.Close() }()
+		}
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	// From the server's side the peer is c's local end; here the query
+	// is made from c's side, which finds the server's end as well.
+	local, remote := c.LocalAddr().(*net.TCPAddr).AddrPort(), c.RemoteAddr().(*net.TCPAddr).AddrPort()
+	timeWait := 0
+	for _, n := range []int{0, 20000} {
+		for ; timeWait < n; timeWait++ {
+			d, err := net.Dial("tcp", l.Addr().String())
+			if err != nil {
+				b.Fatalf("connection %d of %d: %v", timeWait, n, err)
+			}
+			_ = d.Close() // the client closes first: its end waits in TIME_WAIT
+		}
+		b.Run(fmt.Sprintf("time_wait=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := peerproc.PeerInode(local, remote); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
