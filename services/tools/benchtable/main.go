@@ -87,6 +87,14 @@ var benches = []bench{
 		time: "1x", quick: []string{"TETHER_BENCH_SERVERS=100", "TETHER_BENCH_HOSTS=2", "TETHER_BENCH_ROUNDS=2"}},
 	{name: "BenchmarkMatchmakerAllocate", id: "BenchmarkMatchmakerAllocate/2", pkg: "./services/dev/", env: []string{"TETHER_BENCH_REPLICAS=2"},
 		time: "1x", quick: []string{"TETHER_BENCH_SERVERS=100", "TETHER_BENCH_HOSTS=2", "TETHER_BENCH_ROUNDS=2"}},
+	// What a health ping and a watch update cost the agent, by SDK (docs/agones.md).
+	{name: "BenchmarkHealthPing/tether-grpc-stream", pkg: "./services/agent/", time: "20000x", quick: []string{}},
+	{name: "BenchmarkHealthPing/agones-grpc-stream", pkg: "./services/agent/", time: "20000x", quick: []string{}},
+	{name: "BenchmarkHealthPing/agones-rest", pkg: "./services/agent/", time: "20000x", quick: []string{}},
+	{name: "BenchmarkHealthPing/agones-rest-dial", pkg: "./services/agent/", time: "5000x", quick: []string{}},
+	{name: "BenchmarkWatchUpdate/tether-grpc", pkg: "./services/agent/", time: "100000x", quick: []string{}},
+	{name: "BenchmarkWatchUpdate/agones-grpc", pkg: "./services/agent/", time: "100000x", quick: []string{}},
+	{name: "BenchmarkWatchUpdate/agones-rest", pkg: "./services/agent/", time: "100000x", quick: []string{}},
 	// The stack (and the PostgreSQL it starts) on core 0, the game servers
 	// moved to core 1 once READY: what one core of the stack does when the
 	// game servers do not share it.
@@ -109,6 +117,13 @@ var targets = []target{
 	{"    of which PostgreSQL", "BenchmarkMatchmakerAllocate/1", "active-postgres-cpu-µs/alloc", 0, false, " µs", true},
 	{"allocations through real gRPC, 1 API replica, the stack and PostgreSQL on one core, the game servers on the other", "BenchmarkMatchmakerAllocate/apart", "allocs/s", 0, false, "/s", true},
 	{"allocation p99 through real gRPC, the stack on one core, the game servers on the other", "BenchmarkMatchmakerAllocate/apart", "p99-ms", 0, true, "ms", true},
+	{"agent CPU per health ping: Tether's heartbeat stream (gRPC)", "BenchmarkHealthPing/tether-grpc-stream", "agent-cpu-µs/ping", 0, true, " µs", true},
+	{"agent CPU per health ping: Agones' Health stream (gRPC)", "BenchmarkHealthPing/agones-grpc-stream", "agent-cpu-µs/ping", 0, true, " µs", true},
+	{"agent CPU per health ping: Agones' POST /health, one kept connection", "BenchmarkHealthPing/agones-rest", "agent-cpu-µs/ping", 0, true, " µs", true},
+	{"agent CPU per health ping: Agones' POST /health, a new connection each", "BenchmarkHealthPing/agones-rest-dial", "agent-cpu-µs/ping", 0, true, " µs", true},
+	{"watch update encoded: Tether's SDK (protobuf)", "BenchmarkWatchUpdate/tether-grpc", "ns/op", 0, true, " ns", true},
+	{"watch update encoded: Agones' SDK over gRPC", "BenchmarkWatchUpdate/agones-grpc", "ns/op", 0, true, " ns", true},
+	{"watch update encoded: Agones' SDK over REST or a WebSocket (JSON)", "BenchmarkWatchUpdate/agones-rest", "ns/op", 0, true, " ns", true},
 	{"projection throughput (replay from sequence 1)", "BenchmarkReplay", "events/s", 20000, false, "/s", false},
 	{"live projection p99 publish→view lag at 5,000/s", "BenchmarkLiveLag", "p99-ms", 20, true, "ms", false},
 	{"rebuild rate (1,000,000 events)", "BenchmarkRebuild", "events/s", 100000, false, "/s", false},
