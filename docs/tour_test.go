@@ -451,6 +451,20 @@ func (r *tourRun) run(step tourStep) {
 		r.met("gameservers logs")
 		return
 	case strings.Contains(c, "gameservers shutdown arena/<id>"):
+		// The scale down to 1 above may still be ending servers that the
+		// views show READY: a server picked among them was TERMINATED when
+		// the shutdown reached it (INVALID_TRANSITION). Wait until the
+		// fleet has settled at its one server, as a reader who lists it
+		// would see it, before picking it.
+		r.until(60*time.Second, "arena settled at one live server", func() bool {
+			live := 0
+			for _, g := range r.servers("arena", "") {
+				if g.State != "TERMINATED" {
+					live++
+				}
+			}
+			return live == 1 && len(r.servers("arena", "READY")) == 1
+		})
 		g := r.ready("arena")
 		r.vars["<id>"] = strings.Split(id(g.Name), "/")[1]
 		r.out(step, r.fill(step, c))

@@ -356,3 +356,29 @@ func TestExitEvidenceLastHeartbeat(t *testing.T) {
 		})
 	}
 }
+
+// An allocation's labels and annotations (an Agones allocation's metadata)
+// are set on the server with it, its other labels kept, and refused as
+// SetLabels and SetAnnotations refuse them.
+func TestAllocationSetsLabelsAndAnnotations(t *testing.T) {
+	g := newServer(t, READY)
+	g.decide(events.SetLabels{Set: map[string]string{"mode": "ctf"}})
+	a := allocation(false)
+	a.Labels = map[string]string{"match": "m-1"}
+	a.Annotations = map[string]string{"agones.dev/sdk-map": "dust"}
+	g.decide(events.Allocate{Allocated: a})
+	if l := g.state.GetLabels(); l["mode"] != "ctf" || l["match"] != "m-1" {
+		t.Fatalf("labels %v, want mode=ctf kept and match=m-1 set", l)
+	}
+	if an := g.state.GetAnnotations(); an["agones.dev/sdk-map"] != "dust" {
+		t.Fatalf("annotations %v", an)
+	}
+	for name, bad := range map[string]*eventsv1.GameServerAllocated{
+		"a label key with a space": {GameSession: gsessName, Labels: map[string]string{"a b": "1"}},
+		"an empty annotation key":  {GameSession: gsessName, Annotations: map[string]string{"": "1"}},
+	} {
+		if _, err := events.DecideGameServer(gsName, newServer(t, READY).state, events.Allocate{Allocated: bad}); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

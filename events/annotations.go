@@ -85,3 +85,44 @@ func applyAnnotationsChanged(next *eventsv1.GameServerState, d *eventsv1.Annotat
 		delete(next.Annotations, k)
 	}
 }
+
+// checkAllocationMetadata refuses the labels and annotations of an
+// allocation that SetLabels and SetAnnotations would refuse on state.
+func checkAllocationMetadata(state *eventsv1.GameServerState, d *eventsv1.GameServerAllocated) error {
+	for k, v := range d.GetLabels() {
+		if err := checkLabel(k, v); err != nil {
+			return Invalid("labels", "%v", err)
+		}
+	}
+	if n := len(merged(state.GetLabels(), d.GetLabels())); n > MaxLabels {
+		return Invalid("labels", "a game server holds at most %d labels; these would make %d", MaxLabels, n)
+	}
+	for k, v := range d.GetAnnotations() {
+		if err := checkAnnotation(k, v); err != nil {
+			return Invalid("annotations", "%v", err)
+		}
+	}
+	if n := len(merged(state.GetAnnotations(), d.GetAnnotations())); n > MaxAnnotations {
+		return Invalid("annotations", "a game server holds at most %d annotations; these would make %d", MaxAnnotations, n)
+	}
+	return nil
+}
+
+// applyAllocationMetadata folds an allocation's labels and annotations into
+// next: set, the server's others kept.
+func applyAllocationMetadata(next *eventsv1.GameServerState, d *eventsv1.GameServerAllocated) {
+	if len(d.GetLabels()) > 0 {
+		next.Labels = merged(next.GetLabels(), d.GetLabels())
+	}
+	if len(d.GetAnnotations()) > 0 {
+		next.Annotations = merged(next.GetAnnotations(), d.GetAnnotations())
+	}
+}
+
+// merged is a copy of base with set's entries set.
+func merged(base, set map[string]string) map[string]string {
+	out := make(map[string]string, len(base)+len(set))
+	maps.Copy(out, base)
+	maps.Copy(out, set)
+	return out
+}

@@ -178,6 +178,7 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 		next.GameSession, next.ReservedUntil = d.GetGameSession(), nil
 		next.Allocation = proto.CloneOf(d)
 		next.LastAllocatedTime = at
+		applyAllocationMetadata(next, d)
 	case *eventsv1.HealthDegraded:
 		next.Health = eventsv1.HealthState_HEALTH_STATE_DEGRADED
 		next.MissedPeriods = d.GetMissedPeriods()
@@ -475,6 +476,9 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 			return nil, &TransitionError{Aggregate: state.GetName(), From: LifecycleName(l), Event: "Allocate"}
 		}
 		if err := checkProperties(c.Allocated.GetProperties()); err != nil {
+			return nil, err
+		}
+		if err := checkAllocationMetadata(state, c.Allocated); err != nil {
 			return nil, err
 		}
 		return []proto.Message{proto.CloneOf(c.Allocated)}, nil

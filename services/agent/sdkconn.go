@@ -69,6 +69,13 @@ func (gs *gameServer) streamClosed(kind eventsv1.DisconnectKind, detail string) 
 	// A health ping's connection still pending came before this end: folded
 	// first, it cannot undo the disconnect afterwards.
 	gs.foldPendingLocked(ctx)
+	if gs.streams.Load() > 0 {
+		// A stream opened after this one's count went to zero (a reconnect
+		// racing the close): the SDK is connected on it, and a disconnect
+		// recorded now would stand while it is (the history showed two
+		// disconnects in a row, TestReconnectingServerIsNeverKilled).
+		return
+	}
 	now := gs.a.opts.Clock.Now()
 	if gs.check != nil {
 		gs.check.disconnected(now)

@@ -403,6 +403,7 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 	}
 	alloc := &eventsv1.GameServerAllocated{
 		GameSession: events.GameSessionName(gsess), Properties: req.GetGameSession().GetProperties(), MaxPlayers: maxPlayers,
+		Labels: req.GetLabels(), Annotations: req.GetAnnotations(),
 	}
 	for i, p := range req.GetPlayers() {
 		alloc.Players = append(alloc.Players, &eventsv1.PlayerReservation{

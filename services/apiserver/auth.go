@@ -83,6 +83,7 @@ var rpcActions = map[string]action{
 	"/tether.v1.HostService/DrainHost":    writeHosts,
 
 	"/tether.v1.AllocationService/AllocateGameServer": allocate,
+	"/allocation.AllocationService/Allocate":          allocate, // Agones' allocation API
 
 	"/tether.v1.GameSessionService/GetGameSession":         readSessions,
 	"/tether.v1.GameSessionService/ListGameSessions":       readSessions,

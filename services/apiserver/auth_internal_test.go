@@ -7,7 +7,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	_ "github.com/tetherhq/tether/proto/tether/v1" // registers the services
+	_ "github.com/tetherhq/tether/proto/allocation" // registers Agones' allocation service
+	_ "github.com/tetherhq/tether/proto/tether/v1"  // registers the services
 	"github.com/tetherhq/tether/services/platform/apikeys"
 )
 
@@ -16,15 +17,19 @@ import (
 func apiMethods(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	protoregistry.GlobalFiles.RangeFilesByPackage("tether.v1", func(f protoreflect.FileDescriptor) bool {
-		for i := range f.Services().Len() {
-			svc := f.Services().Get(i)
-			for j := range svc.Methods().Len() {
-				out = append(out, "/"+string(svc.FullName())+"/"+string(svc.Methods().Get(j).Name()))
+	// Tether's services, and Agones' allocation API, which the API server
+	// serves beside them.
+	for _, pkg := range []protoreflect.FullName{"tether.v1", "allocation"} {
+		protoregistry.GlobalFiles.RangeFilesByPackage(pkg, func(f protoreflect.FileDescriptor) bool {
+			for i := range f.Services().Len() {
+				svc := f.Services().Get(i)
+				for j := range svc.Methods().Len() {
+					out = append(out, "/"+string(svc.FullName())+"/"+string(svc.Methods().Get(j).Name()))
+				}
 			}
-		}
-		return true
-	})
+			return true
+		})
+	}
 	if len(out) == 0 {
 		t.Fatal("no RPCs found in package tether.v1")
 	}
@@ -75,6 +80,7 @@ var wantMatrix = map[string][]apikeys.Role{
 	"/tether.v1.HostService/DrainHost":    {apikeys.Operator},
 
 	"/tether.v1.AllocationService/AllocateGameServer": {apikeys.Matchmaker},
+	"/allocation.AllocationService/Allocate":          {apikeys.Matchmaker},
 
 	"/tether.v1.GameSessionService/GetGameSession":         {apikeys.Operator, apikeys.Matchmaker, apikeys.Viewer, apikeys.Auditor},
 	"/tether.v1.GameSessionService/ListGameSessions":       {apikeys.Operator, apikeys.Matchmaker, apikeys.Viewer, apikeys.Auditor},

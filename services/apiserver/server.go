@@ -35,6 +35,7 @@ import (
 	"github.com/tetherhq/tether/events/archive"
 	"github.com/tetherhq/tether/events/natsjs"
 	"github.com/tetherhq/tether/projections"
+	agonesallocation "github.com/tetherhq/tether/proto/allocation"
 	agentv1 "github.com/tetherhq/tether/proto/tether/agent/v1"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
@@ -455,7 +456,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tetherv1.RegisterAllocationServiceServer(gs, &allocationService{s: s, metrics: allocMetrics})
+	allocator := &allocationService{s: s, metrics: allocMetrics}
+	tetherv1.RegisterAllocationServiceServer(gs, allocator)
+	agonesallocation.RegisterAllocationServiceServer(gs, &agonesAllocationService{alloc: allocator})
 	tetherv1.RegisterGameSessionServiceServer(gs, &gameSessionService{s: s})
 	tetherv1.RegisterHistoryServiceServer(gs, &historyService{s: s})
 	tetherv1.RegisterProjectionServiceServer(gs, &projectionService{s: s})
@@ -488,6 +491,7 @@ func (s *Server) Run(ctx context.Context) error {
 		tetherv1.RegisterHistoryServiceHandler,
 		tetherv1.RegisterProjectionServiceHandler,
 		tetherv1.RegisterArchiveServiceHandler,
+		agonesallocation.RegisterAllocationServiceHandler,
 	} {
 		if err := register(ctx, gw, conn); err != nil {
 			return fmt.Errorf("apiserver: register gateway: %w", err)
@@ -495,6 +499,8 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", guardBody(s.opts.MaxBodyBytes, s.opts.ReadRequestTimeout, auth, keepBody(gw)))
+	// Agones' allocation API on its own path (docs/agones.md, "Allocation").
+	mux.Handle("POST /gameserverallocation", guardBody(s.opts.MaxBodyBytes, s.opts.ReadRequestTimeout, auth, keepBody(gw)))
 	mux.Handle("GET /openapi.json", auth.keyed(s.opts.OpenAPINeedsKey, openapi.Handler()))
 	// The web console needs no key to load; its calls to /v1/ carry one.
 	mux.Handle("GET /ui/", console.Handler())

@@ -564,6 +564,12 @@ func checkAllocationSizes(r *tetherv1.AllocateGameServerRequest) error {
 			return err
 		}
 	}
+	if n := len(r.GetLabels()); n > events.MaxLabels {
+		return invalidField("labels", fmt.Sprintf("%d labels; a game server holds at most %d", n, events.MaxLabels))
+	}
+	if n := len(r.GetAnnotations()); n > events.MaxAnnotations {
+		return invalidField("annotations", fmt.Sprintf("%d annotations; a game server holds at most %d", n, events.MaxAnnotations))
+	}
 	props := r.GetGameSession().GetProperties()
 	if n := len(props); n > MaxProperties {
 		return invalidField("game_session.properties", fmt.Sprintf("%d properties; at most %d", n, MaxProperties))

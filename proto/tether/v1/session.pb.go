@@ -318,7 +318,12 @@ type AllocateGameServerRequest struct {
 	// The game session to create.
 	GameSession *GameSessionRequest `protobuf:"bytes,6,opt,name=game_session,json=gameSession,proto3" json:"game_session,omitempty"`
 	// Players to reserve seats for.
-	Players       []*PlayerRequest `protobuf:"bytes,7,rep,name=players,proto3" json:"players,omitempty"`
+	Players []*PlayerRequest `protobuf:"bytes,7,rep,name=players,proto3" json:"players,omitempty"`
+	// Labels set on the allocated server with its allocation (one event):
+	// selectors see them at once. Its other labels are kept.
+	Labels map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Annotations set on the allocated server with its allocation.
+	Annotations   map[string]string `protobuf:"bytes,9,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -398,6 +403,20 @@ func (x *AllocateGameServerRequest) GetGameSession() *GameSessionRequest {
 func (x *AllocateGameServerRequest) GetPlayers() []*PlayerRequest {
 	if x != nil {
 		return x.Players
+	}
+	return nil
+}
+
+func (x *AllocateGameServerRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *AllocateGameServerRequest) GetAnnotations() map[string]string {
+	if x != nil {
+		return x.Annotations
 	}
 	return nil
 }
@@ -1397,7 +1416,7 @@ const file_tether_v1_session_proto_rawDesc = "" +
 	"maxPlayers\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd6\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf4\x04\n" +
 	"\x19AllocateGameServerRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -1408,7 +1427,15 @@ const file_tether_v1_session_proto_rawDesc = "" +
 	"scheduling\x18\x05 \x01(\tR\n" +
 	"scheduling\x12@\n" +
 	"\fgame_session\x18\x06 \x01(\v2\x1d.tether.v1.GameSessionRequestR\vgameSession\x122\n" +
-	"\aplayers\x18\a \x03(\v2\x18.tether.v1.PlayerRequestR\aplayers\"K\n" +
+	"\aplayers\x18\a \x03(\v2\x18.tether.v1.PlayerRequestR\aplayers\x12H\n" +
+	"\x06labels\x18\b \x03(\v20.tether.v1.AllocateGameServerRequest.LabelsEntryR\x06labels\x12W\n" +
+	"\vannotations\x18\t \x03(\v25.tether.v1.AllocateGameServerRequest.AnnotationsEntryR\vannotations\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
+	"\x10AnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
 	"\bEndpoint\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12%\n" +
 	"\x05ports\x18\x02 \x03(\v2\x0f.tether.v1.PortR\x05ports\"\x83\x02\n" +
@@ -1532,7 +1559,7 @@ func file_tether_v1_session_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tether_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_tether_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_tether_v1_session_proto_goTypes = []any{
 	(GameSession_State)(0),                 // 0: tether.v1.GameSession.State
 	(PlayerSession_State)(0),               // 1: tether.v1.PlayerSession.State
@@ -1555,10 +1582,12 @@ var file_tether_v1_session_proto_goTypes = []any{
 	(*ReconnectPlayerSessionResponse)(nil), // 18: tether.v1.ReconnectPlayerSessionResponse
 	nil,                                    // 19: tether.v1.LabelSelector.MatchLabelsEntry
 	nil,                                    // 20: tether.v1.GameSessionRequest.PropertiesEntry
-	nil,                                    // 21: tether.v1.GameSession.PropertiesEntry
-	(*Port)(nil),                           // 22: tether.v1.Port
-	(*GameServer)(nil),                     // 23: tether.v1.GameServer
-	(*timestamppb.Timestamp)(nil),          // 24: google.protobuf.Timestamp
+	nil,                                    // 21: tether.v1.AllocateGameServerRequest.LabelsEntry
+	nil,                                    // 22: tether.v1.AllocateGameServerRequest.AnnotationsEntry
+	nil,                                    // 23: tether.v1.GameSession.PropertiesEntry
+	(*Port)(nil),                           // 24: tether.v1.Port
+	(*GameServer)(nil),                     // 25: tether.v1.GameServer
+	(*timestamppb.Timestamp)(nil),          // 26: google.protobuf.Timestamp
 }
 var file_tether_v1_session_proto_depIdxs = []int32{
 	19, // 0: tether.v1.LabelSelector.match_labels:type_name -> tether.v1.LabelSelector.MatchLabelsEntry
@@ -1567,44 +1596,46 @@ var file_tether_v1_session_proto_depIdxs = []int32{
 	2,  // 3: tether.v1.AllocateGameServerRequest.selectors:type_name -> tether.v1.LabelSelector
 	4,  // 4: tether.v1.AllocateGameServerRequest.game_session:type_name -> tether.v1.GameSessionRequest
 	3,  // 5: tether.v1.AllocateGameServerRequest.players:type_name -> tether.v1.PlayerRequest
-	22, // 6: tether.v1.Endpoint.ports:type_name -> tether.v1.Port
-	23, // 7: tether.v1.AllocateGameServerResponse.game_server:type_name -> tether.v1.GameServer
-	8,  // 8: tether.v1.AllocateGameServerResponse.game_session:type_name -> tether.v1.GameSession
-	6,  // 9: tether.v1.AllocateGameServerResponse.endpoint:type_name -> tether.v1.Endpoint
-	9,  // 10: tether.v1.AllocateGameServerResponse.player_sessions:type_name -> tether.v1.PlayerSession
-	0,  // 11: tether.v1.GameSession.state:type_name -> tether.v1.GameSession.State
-	21, // 12: tether.v1.GameSession.properties:type_name -> tether.v1.GameSession.PropertiesEntry
-	24, // 13: tether.v1.GameSession.create_time:type_name -> google.protobuf.Timestamp
-	24, // 14: tether.v1.GameSession.update_time:type_name -> google.protobuf.Timestamp
-	1,  // 15: tether.v1.PlayerSession.state:type_name -> tether.v1.PlayerSession.State
-	24, // 16: tether.v1.PlayerSession.reservation_deadline:type_name -> google.protobuf.Timestamp
-	24, // 17: tether.v1.PlayerSession.reconnect_deadline:type_name -> google.protobuf.Timestamp
-	24, // 18: tether.v1.PlayerSession.create_time:type_name -> google.protobuf.Timestamp
-	24, // 19: tether.v1.PlayerSession.update_time:type_name -> google.protobuf.Timestamp
-	8,  // 20: tether.v1.ListGameSessionsResponse.game_sessions:type_name -> tether.v1.GameSession
-	9,  // 21: tether.v1.ListPlayerSessionsResponse.player_sessions:type_name -> tether.v1.PlayerSession
-	9,  // 22: tether.v1.CreatePlayerSessionRequest.player_session:type_name -> tether.v1.PlayerSession
-	9,  // 23: tether.v1.ReconnectPlayerSessionResponse.player_session:type_name -> tether.v1.PlayerSession
-	6,  // 24: tether.v1.ReconnectPlayerSessionResponse.endpoint:type_name -> tether.v1.Endpoint
-	5,  // 25: tether.v1.AllocationService.AllocateGameServer:input_type -> tether.v1.AllocateGameServerRequest
-	10, // 26: tether.v1.GameSessionService.GetGameSession:input_type -> tether.v1.GetGameSessionRequest
-	11, // 27: tether.v1.GameSessionService.ListGameSessions:input_type -> tether.v1.ListGameSessionsRequest
-	13, // 28: tether.v1.GameSessionService.GetPlayerSession:input_type -> tether.v1.GetPlayerSessionRequest
-	14, // 29: tether.v1.GameSessionService.ListPlayerSessions:input_type -> tether.v1.ListPlayerSessionsRequest
-	16, // 30: tether.v1.GameSessionService.CreatePlayerSession:input_type -> tether.v1.CreatePlayerSessionRequest
-	17, // 31: tether.v1.GameSessionService.ReconnectPlayerSession:input_type -> tether.v1.ReconnectPlayerSessionRequest
-	7,  // 32: tether.v1.AllocationService.AllocateGameServer:output_type -> tether.v1.AllocateGameServerResponse
-	8,  // 33: tether.v1.GameSessionService.GetGameSession:output_type -> tether.v1.GameSession
-	12, // 34: tether.v1.GameSessionService.ListGameSessions:output_type -> tether.v1.ListGameSessionsResponse
-	9,  // 35: tether.v1.GameSessionService.GetPlayerSession:output_type -> tether.v1.PlayerSession
-	15, // 36: tether.v1.GameSessionService.ListPlayerSessions:output_type -> tether.v1.ListPlayerSessionsResponse
-	9,  // 37: tether.v1.GameSessionService.CreatePlayerSession:output_type -> tether.v1.PlayerSession
-	18, // 38: tether.v1.GameSessionService.ReconnectPlayerSession:output_type -> tether.v1.ReconnectPlayerSessionResponse
-	32, // [32:39] is the sub-list for method output_type
-	25, // [25:32] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	21, // 6: tether.v1.AllocateGameServerRequest.labels:type_name -> tether.v1.AllocateGameServerRequest.LabelsEntry
+	22, // 7: tether.v1.AllocateGameServerRequest.annotations:type_name -> tether.v1.AllocateGameServerRequest.AnnotationsEntry
+	24, // 8: tether.v1.Endpoint.ports:type_name -> tether.v1.Port
+	25, // 9: tether.v1.AllocateGameServerResponse.game_server:type_name -> tether.v1.GameServer
+	8,  // 10: tether.v1.AllocateGameServerResponse.game_session:type_name -> tether.v1.GameSession
+	6,  // 11: tether.v1.AllocateGameServerResponse.endpoint:type_name -> tether.v1.Endpoint
+	9,  // 12: tether.v1.AllocateGameServerResponse.player_sessions:type_name -> tether.v1.PlayerSession
+	0,  // 13: tether.v1.GameSession.state:type_name -> tether.v1.GameSession.State
+	23, // 14: tether.v1.GameSession.properties:type_name -> tether.v1.GameSession.PropertiesEntry
+	26, // 15: tether.v1.GameSession.create_time:type_name -> google.protobuf.Timestamp
+	26, // 16: tether.v1.GameSession.update_time:type_name -> google.protobuf.Timestamp
+	1,  // 17: tether.v1.PlayerSession.state:type_name -> tether.v1.PlayerSession.State
+	26, // 18: tether.v1.PlayerSession.reservation_deadline:type_name -> google.protobuf.Timestamp
+	26, // 19: tether.v1.PlayerSession.reconnect_deadline:type_name -> google.protobuf.Timestamp
+	26, // 20: tether.v1.PlayerSession.create_time:type_name -> google.protobuf.Timestamp
+	26, // 21: tether.v1.PlayerSession.update_time:type_name -> google.protobuf.Timestamp
+	8,  // 22: tether.v1.ListGameSessionsResponse.game_sessions:type_name -> tether.v1.GameSession
+	9,  // 23: tether.v1.ListPlayerSessionsResponse.player_sessions:type_name -> tether.v1.PlayerSession
+	9,  // 24: tether.v1.CreatePlayerSessionRequest.player_session:type_name -> tether.v1.PlayerSession
+	9,  // 25: tether.v1.ReconnectPlayerSessionResponse.player_session:type_name -> tether.v1.PlayerSession
+	6,  // 26: tether.v1.ReconnectPlayerSessionResponse.endpoint:type_name -> tether.v1.Endpoint
+	5,  // 27: tether.v1.AllocationService.AllocateGameServer:input_type -> tether.v1.AllocateGameServerRequest
+	10, // 28: tether.v1.GameSessionService.GetGameSession:input_type -> tether.v1.GetGameSessionRequest
+	11, // 29: tether.v1.GameSessionService.ListGameSessions:input_type -> tether.v1.ListGameSessionsRequest
+	13, // 30: tether.v1.GameSessionService.GetPlayerSession:input_type -> tether.v1.GetPlayerSessionRequest
+	14, // 31: tether.v1.GameSessionService.ListPlayerSessions:input_type -> tether.v1.ListPlayerSessionsRequest
+	16, // 32: tether.v1.GameSessionService.CreatePlayerSession:input_type -> tether.v1.CreatePlayerSessionRequest
+	17, // 33: tether.v1.GameSessionService.ReconnectPlayerSession:input_type -> tether.v1.ReconnectPlayerSessionRequest
+	7,  // 34: tether.v1.AllocationService.AllocateGameServer:output_type -> tether.v1.AllocateGameServerResponse
+	8,  // 35: tether.v1.GameSessionService.GetGameSession:output_type -> tether.v1.GameSession
+	12, // 36: tether.v1.GameSessionService.ListGameSessions:output_type -> tether.v1.ListGameSessionsResponse
+	9,  // 37: tether.v1.GameSessionService.GetPlayerSession:output_type -> tether.v1.PlayerSession
+	15, // 38: tether.v1.GameSessionService.ListPlayerSessions:output_type -> tether.v1.ListPlayerSessionsResponse
+	9,  // 39: tether.v1.GameSessionService.CreatePlayerSession:output_type -> tether.v1.PlayerSession
+	18, // 40: tether.v1.GameSessionService.ReconnectPlayerSession:output_type -> tether.v1.ReconnectPlayerSessionResponse
+	34, // [34:41] is the sub-list for method output_type
+	27, // [27:34] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_tether_v1_session_proto_init() }
@@ -1619,7 +1650,7 @@ func file_tether_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_v1_session_proto_rawDesc), len(file_tether_v1_session_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

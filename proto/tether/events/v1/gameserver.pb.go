@@ -1190,6 +1190,11 @@ type GameServerAllocated struct {
 	Players []*PlayerReservation `protobuf:"bytes,4,rep,name=players,proto3" json:"players,omitempty"`
 	// True when the game allocated itself through the SDK.
 	SelfAllocated bool `protobuf:"varint,5,opt,name=self_allocated,json=selfAllocated,proto3" json:"self_allocated,omitempty"`
+	// Labels set on the server with the allocation (an Agones allocation's
+	// metadata); the server's others are kept.
+	Labels map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Annotations set on the server with the allocation.
+	Annotations   map[string]string `protobuf:"bytes,7,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1257,6 +1262,20 @@ func (x *GameServerAllocated) GetSelfAllocated() bool {
 		return x.SelfAllocated
 	}
 	return false
+}
+
+func (x *GameServerAllocated) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *GameServerAllocated) GetAnnotations() map[string]string {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
 }
 
 // ShutdownRequested: the server was told to stop by a deadline.
@@ -2029,7 +2048,7 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\tplayer_id\x18\x02 \x01(\tR\bplayerId\x12\x1f\n" +
 	"\vplayer_data\x18\x03 \x01(\tR\n" +
 	"playerData\x12\x12\n" +
-	"\x04slot\x18\x04 \x01(\x05R\x04slot\"\xd5\x02\n" +
+	"\x04slot\x18\x04 \x01(\x05R\x04slot\"\xf5\x04\n" +
 	"\x13GameServerAllocated\x12!\n" +
 	"\fgame_session\x18\x01 \x01(\tR\vgameSession\x12U\n" +
 	"\n" +
@@ -2038,8 +2057,16 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\vmax_players\x18\x03 \x01(\x05R\n" +
 	"maxPlayers\x12=\n" +
 	"\aplayers\x18\x04 \x03(\v2#.tether.events.v1.PlayerReservationR\aplayers\x12%\n" +
-	"\x0eself_allocated\x18\x05 \x01(\bR\rselfAllocated\x1a=\n" +
+	"\x0eself_allocated\x18\x05 \x01(\bR\rselfAllocated\x12I\n" +
+	"\x06labels\x18\x06 \x03(\v21.tether.events.v1.GameServerAllocated.LabelsEntryR\x06labels\x12X\n" +
+	"\vannotations\x18\a \x03(\v26.tether.events.v1.GameServerAllocated.AnnotationsEntryR\vannotations\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
+	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb5\x01\n" +
 	"\x11ShutdownRequested\x120\n" +
@@ -2140,7 +2167,7 @@ func file_tether_events_v1_gameserver_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_events_v1_gameserver_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tether_events_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_tether_events_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_tether_events_v1_gameserver_proto_goTypes = []any{
 	(Reason)(0),                       // 0: tether.events.v1.Reason
 	(Lifecycle)(0),                    // 1: tether.events.v1.Lifecycle
@@ -2172,48 +2199,52 @@ var file_tether_events_v1_gameserver_proto_goTypes = []any{
 	(*ListChanged)(nil),               // 27: tether.events.v1.ListChanged
 	nil,                               // 28: tether.events.v1.GameServerScheduled.LabelsEntry
 	nil,                               // 29: tether.events.v1.GameServerAllocated.PropertiesEntry
-	nil,                               // 30: tether.events.v1.LabelsChanged.SetEntry
-	nil,                               // 31: tether.events.v1.AnnotationsChanged.SetEntry
-	(Protocol)(0),                     // 32: tether.events.v1.Protocol
-	(*timestamppb.Timestamp)(nil),     // 33: google.protobuf.Timestamp
-	(*GameServerTemplate)(nil),        // 34: tether.events.v1.GameServerTemplate
-	(*HealthPolicy)(nil),              // 35: tether.events.v1.HealthPolicy
-	(*PlayerSessionPolicy)(nil),       // 36: tether.events.v1.PlayerSessionPolicy
+	nil,                               // 30: tether.events.v1.GameServerAllocated.LabelsEntry
+	nil,                               // 31: tether.events.v1.GameServerAllocated.AnnotationsEntry
+	nil,                               // 32: tether.events.v1.LabelsChanged.SetEntry
+	nil,                               // 33: tether.events.v1.AnnotationsChanged.SetEntry
+	(Protocol)(0),                     // 34: tether.events.v1.Protocol
+	(*timestamppb.Timestamp)(nil),     // 35: google.protobuf.Timestamp
+	(*GameServerTemplate)(nil),        // 36: tether.events.v1.GameServerTemplate
+	(*HealthPolicy)(nil),              // 37: tether.events.v1.HealthPolicy
+	(*PlayerSessionPolicy)(nil),       // 38: tether.events.v1.PlayerSessionPolicy
 }
 var file_tether_events_v1_gameserver_proto_depIdxs = []int32{
-	32, // 0: tether.events.v1.Port.protocol:type_name -> tether.events.v1.Protocol
-	33, // 1: tether.events.v1.ConnectionChange.time:type_name -> google.protobuf.Timestamp
+	34, // 0: tether.events.v1.Port.protocol:type_name -> tether.events.v1.Protocol
+	35, // 1: tether.events.v1.ConnectionChange.time:type_name -> google.protobuf.Timestamp
 	2,  // 2: tether.events.v1.ConnectionChange.kind:type_name -> tether.events.v1.DisconnectKind
-	33, // 3: tether.events.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	35, // 3: tether.events.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	4,  // 4: tether.events.v1.Evidence.connection_history:type_name -> tether.events.v1.ConnectionChange
-	34, // 5: tether.events.v1.GameServerScheduled.template:type_name -> tether.events.v1.GameServerTemplate
-	35, // 6: tether.events.v1.GameServerScheduled.health:type_name -> tether.events.v1.HealthPolicy
+	36, // 5: tether.events.v1.GameServerScheduled.template:type_name -> tether.events.v1.GameServerTemplate
+	37, // 6: tether.events.v1.GameServerScheduled.health:type_name -> tether.events.v1.HealthPolicy
 	28, // 7: tether.events.v1.GameServerScheduled.labels:type_name -> tether.events.v1.GameServerScheduled.LabelsEntry
-	36, // 8: tether.events.v1.GameServerScheduled.player_sessions:type_name -> tether.events.v1.PlayerSessionPolicy
+	38, // 8: tether.events.v1.GameServerScheduled.player_sessions:type_name -> tether.events.v1.PlayerSessionPolicy
 	3,  // 9: tether.events.v1.ProcessStarted.ports:type_name -> tether.events.v1.Port
 	2,  // 10: tether.events.v1.SdkDisconnected.kind:type_name -> tether.events.v1.DisconnectKind
-	33, // 11: tether.events.v1.SdkDisconnected.grace_deadline:type_name -> google.protobuf.Timestamp
-	33, // 12: tether.events.v1.GameServerReserved.until:type_name -> google.protobuf.Timestamp
-	33, // 13: tether.events.v1.HealthDegraded.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	33, // 14: tether.events.v1.HealthRecovered.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	35, // 11: tether.events.v1.SdkDisconnected.grace_deadline:type_name -> google.protobuf.Timestamp
+	35, // 12: tether.events.v1.GameServerReserved.until:type_name -> google.protobuf.Timestamp
+	35, // 13: tether.events.v1.HealthDegraded.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	35, // 14: tether.events.v1.HealthRecovered.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	0,  // 15: tether.events.v1.GameServerUnhealthy.reason:type_name -> tether.events.v1.Reason
 	5,  // 16: tether.events.v1.GameServerUnhealthy.evidence:type_name -> tether.events.v1.Evidence
 	29, // 17: tether.events.v1.GameServerAllocated.properties:type_name -> tether.events.v1.GameServerAllocated.PropertiesEntry
 	15, // 18: tether.events.v1.GameServerAllocated.players:type_name -> tether.events.v1.PlayerReservation
-	0,  // 19: tether.events.v1.ShutdownRequested.reason:type_name -> tether.events.v1.Reason
-	5,  // 20: tether.events.v1.ShutdownRequested.evidence:type_name -> tether.events.v1.Evidence
-	33, // 21: tether.events.v1.ShutdownRequested.deadline:type_name -> google.protobuf.Timestamp
-	0,  // 22: tether.events.v1.ProcessSignalled.reason:type_name -> tether.events.v1.Reason
-	33, // 23: tether.events.v1.ProcessSignalled.deadline:type_name -> google.protobuf.Timestamp
-	0,  // 24: tether.events.v1.GameServerTerminated.reason:type_name -> tether.events.v1.Reason
-	5,  // 25: tether.events.v1.GameServerTerminated.evidence:type_name -> tether.events.v1.Evidence
-	30, // 26: tether.events.v1.LabelsChanged.set:type_name -> tether.events.v1.LabelsChanged.SetEntry
-	31, // 27: tether.events.v1.AnnotationsChanged.set:type_name -> tether.events.v1.AnnotationsChanged.SetEntry
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	30, // 19: tether.events.v1.GameServerAllocated.labels:type_name -> tether.events.v1.GameServerAllocated.LabelsEntry
+	31, // 20: tether.events.v1.GameServerAllocated.annotations:type_name -> tether.events.v1.GameServerAllocated.AnnotationsEntry
+	0,  // 21: tether.events.v1.ShutdownRequested.reason:type_name -> tether.events.v1.Reason
+	5,  // 22: tether.events.v1.ShutdownRequested.evidence:type_name -> tether.events.v1.Evidence
+	35, // 23: tether.events.v1.ShutdownRequested.deadline:type_name -> google.protobuf.Timestamp
+	0,  // 24: tether.events.v1.ProcessSignalled.reason:type_name -> tether.events.v1.Reason
+	35, // 25: tether.events.v1.ProcessSignalled.deadline:type_name -> google.protobuf.Timestamp
+	0,  // 26: tether.events.v1.GameServerTerminated.reason:type_name -> tether.events.v1.Reason
+	5,  // 27: tether.events.v1.GameServerTerminated.evidence:type_name -> tether.events.v1.Evidence
+	32, // 28: tether.events.v1.LabelsChanged.set:type_name -> tether.events.v1.LabelsChanged.SetEntry
+	33, // 29: tether.events.v1.AnnotationsChanged.set:type_name -> tether.events.v1.AnnotationsChanged.SetEntry
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_gameserver_proto_init() }
@@ -2230,7 +2261,7 @@ func file_tether_events_v1_gameserver_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_events_v1_gameserver_proto_rawDesc), len(file_tether_events_v1_gameserver_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
