@@ -456,14 +456,17 @@ func (r *tourRun) run(step tourStep) {
 		// the shutdown reached it (INVALID_TRANSITION). Wait until the
 		// fleet has settled at its one server, as a reader who lists it
 		// would see it, before picking it.
-		r.until(60*time.Second, "arena settled at one live server", func() bool {
-			live := 0
+		r.until(60*time.Second, "arena settled at one live server, READY", func() bool {
+			live, ready := 0, 0
 			for _, g := range r.servers("arena", "") {
 				if g.State != "TERMINATED" {
 					live++
 				}
+				if g.State == "READY" {
+					ready++
+				}
 			}
-			return live == 1 && len(r.servers("arena", "READY")) == 1
+			return live == 1 && ready == 1
 		})
 		g := r.ready("arena")
 		r.vars["<id>"] = strings.Split(id(g.Name), "/")[1]

@@ -40,22 +40,10 @@ func (SetAnnotations) gameServerCommand() {}
 
 // decideAnnotations decides a SetAnnotations.
 func decideAnnotations(state *eventsv1.GameServerState, c SetAnnotations) ([]proto.Message, error) {
-	for k, v := range c.Set {
-		if err := checkAnnotation(k, v); err != nil {
-			return nil, Invalid("annotations", "%v", err)
-		}
+	if err := checkAnnotationChange(state.GetAnnotations(), c.Set, c.Removed); err != nil {
+		return nil, err
 	}
-	after := maps.Clone(state.GetAnnotations())
-	if after == nil {
-		after = map[string]string{}
-	}
-	maps.Copy(after, c.Set)
-	for _, k := range c.Removed {
-		delete(after, k)
-	}
-	if len(after) > MaxAnnotations {
-		return nil, Invalid("annotations", "a game server holds at most %d annotations; these would make %d", MaxAnnotations, len(after))
-	}
+	after := changed(state.GetAnnotations(), c.Set, c.Removed)
 	if maps.Equal(after, state.GetAnnotations()) { // a nil map equals an empty one
 		return nil, nil // nothing changes
 	}
@@ -89,20 +77,34 @@ func applyAnnotationsChanged(next *eventsv1.GameServerState, d *eventsv1.Annotat
 // checkAllocationMetadata refuses the labels and annotations of an
 // allocation that SetLabels and SetAnnotations would refuse on state.
 func checkAllocationMetadata(state *eventsv1.GameServerState, d *eventsv1.GameServerAllocated) error {
-	for k, v := range d.GetLabels() {
+	if err := checkLabelChange(state.GetLabels(), d.GetLabels(), nil); err != nil {
+		return err
+	}
+	return checkAnnotationChange(state.GetAnnotations(), d.GetAnnotations(), nil)
+}
+
+// checkLabelChange refuses labels set that checkLabel refuses, or a change
+// (set, then removed taken out) that leaves more than MaxLabels.
+func checkLabelChange(labels, set map[string]string, removed []string) error {
+	for k, v := range set {
 		if err := checkLabel(k, v); err != nil {
 			return Invalid("labels", "%v", err)
 		}
 	}
-	if n := len(merged(state.GetLabels(), d.GetLabels())); n > MaxLabels {
+	if n := len(changed(labels, set, removed)); n > MaxLabels {
 		return Invalid("labels", "a game server holds at most %d labels; these would make %d", MaxLabels, n)
 	}
-	for k, v := range d.GetAnnotations() {
+	return nil
+}
+
+// checkAnnotationChange is checkLabelChange for annotations.
+func checkAnnotationChange(annotations, set map[string]string, removed []string) error {
+	for k, v := range set {
 		if err := checkAnnotation(k, v); err != nil {
 			return Invalid("annotations", "%v", err)
 		}
 	}
-	if n := len(merged(state.GetAnnotations(), d.GetAnnotations())); n > MaxAnnotations {
+	if n := len(changed(annotations, set, removed)); n > MaxAnnotations {
 		return Invalid("annotations", "a game server holds at most %d annotations; these would make %d", MaxAnnotations, n)
 	}
 	return nil
@@ -112,17 +114,21 @@ func checkAllocationMetadata(state *eventsv1.GameServerState, d *eventsv1.GameSe
 // next: set, the server's others kept.
 func applyAllocationMetadata(next *eventsv1.GameServerState, d *eventsv1.GameServerAllocated) {
 	if len(d.GetLabels()) > 0 {
-		next.Labels = merged(next.GetLabels(), d.GetLabels())
+		next.Labels = changed(next.GetLabels(), d.GetLabels(), nil)
 	}
 	if len(d.GetAnnotations()) > 0 {
-		next.Annotations = merged(next.GetAnnotations(), d.GetAnnotations())
+		next.Annotations = changed(next.GetAnnotations(), d.GetAnnotations(), nil)
 	}
 }
 
-// merged is a copy of base with set's entries set.
-func merged(base, set map[string]string) map[string]string {
+// changed is a copy of base with set's entries set and removed's keys
+// taken out.
+func changed(base, set map[string]string, removed []string) map[string]string {
 	out := make(map[string]string, len(base)+len(set))
 	maps.Copy(out, base)
 	maps.Copy(out, set)
+	for _, k := range removed {
+		delete(out, k)
+	}
 	return out
 }

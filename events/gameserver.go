@@ -3,7 +3,6 @@ package events
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -553,21 +552,8 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 		}
 		return []proto.Message{&eventsv1.HealthRecovered{LastHeartbeatTime: timestamppb.New(c.At)}}, nil
 	case SetLabels:
-		for k, v := range c.Set {
-			if err := checkLabel(k, v); err != nil {
-				return nil, Invalid("labels", "%v", err)
-			}
-		}
-		after := cloneMap(state.GetLabels())
-		if after == nil {
-			after = map[string]string{}
-		}
-		maps.Copy(after, c.Set)
-		for _, k := range c.Removed {
-			delete(after, k)
-		}
-		if len(after) > MaxLabels {
-			return nil, Invalid("labels", "a game server holds at most %d labels; these would make %d", MaxLabels, len(after))
+		if err := checkLabelChange(state.GetLabels(), c.Set, c.Removed); err != nil {
+			return nil, err
 		}
 		return []proto.Message{&eventsv1.LabelsChanged{Set: cloneMap(c.Set), Removed: slices.Clone(c.Removed)}}, nil
 	case SetAnnotations:
