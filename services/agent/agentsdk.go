@@ -85,18 +85,39 @@ func (o agentSDK) Shutdown(ctx context.Context, c sdkCaller) error {
 // GameServer returns the server as the agent knows it.
 func (agentSDK) GameServer(c sdkCaller) *sdkv1.GameServer { return c.gs.view() }
 
-// WatchGameServer sends the server on every change until the client
-// leaves or the server is finished.
+// WatchGameServer sends the server as it is, then as each change left it,
+// in order, until the client leaves or the server is finished. A client
+// that reads slowly gets every state it has not read yet (Reserved, then
+// Allocated), not only the latest, as Agones' watch sends every update;
+// one more than watchBacklog changes behind skips the oldest of them.
 func (agentSDK) WatchGameServer(ctx context.Context, c sdkCaller, send func(*sdkv1.GameServer) error) error {
 	gs := c.gs
+	gs.mu.Lock()
+	pending, seen := []*sdkv1.GameServer{gs.viewLocked()}, gs.watch.open()
+	gs.mu.Unlock()
+	defer func() {
+		gs.mu.Lock()
+		gs.watch.close()
+		gs.mu.Unlock()
+	}()
 	for {
 		gs.mu.Lock()
 		changed, done, allocation := gs.changed, gs.done, gs.notifyTrace
 		gs.notifyTrace = trace.SpanContext{}
+		var more []*sdkv1.GameServer
+		more, seen = gs.watch.since(seen)
+		pending = append(pending, more...)
 		gs.mu.Unlock()
-		if err := gs.sendTraced(send, allocation); err != nil {
-			return err
+		for i, v := range pending {
+			trace := trace.SpanContext{}
+			if i == len(pending)-1 {
+				trace = allocation // the allocation's span joins the send of the state it left
+			}
+			if err := gs.sendTraced(send, v, trace); err != nil {
+				return err
+			}
 		}
+		pending = pending[:0]
 		select {
 		case <-changed:
 		case <-done:
@@ -230,6 +251,11 @@ func (gs *gameServer) readyCall() (done func()) {
 func (gs *gameServer) view() *sdkv1.GameServer {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
+	return gs.viewLocked()
+}
+
+// viewLocked is view, with gs.mu held.
+func (gs *gameServer) viewLocked() *sdkv1.GameServer {
 	v := &sdkv1.GameServer{
 		Name: gs.name, State: events.LifecycleName(gs.state.GetLifecycle()), Address: gs.state.GetAddress(),
 		Labels: gs.state.GetLabels(), Shutdown: gs.notice, GameSession: gs.state.GetGameSession(),

@@ -70,7 +70,10 @@ type gameServer struct {
 	notifyTrace trace.SpanContext
 	streams     atomic.Int32  // open SDK streams; changed without mu (streamOpened)
 	changed     chan struct{} // closed and replaced on every change
-	done        chan struct{} // closed when the server is finished
+	// watch is what the server looked like at its last changes, for
+	// WatchGameServer streams to send each in turn (watchlog.go).
+	watch watchLog
+	done  chan struct{} // closed when the server is finished
 }
 
 func newToken() string {
@@ -233,8 +236,10 @@ func (gs *gameServer) lifecycle() eventsv1.Lifecycle {
 	return gs.state.GetLifecycle()
 }
 
-// notifyLocked wakes SDK watchers.
+// notifyLocked records the server's view for its SDK watchers, if any,
+// and wakes them.
 func (gs *gameServer) notifyLocked() {
+	gs.watch.record(gs.viewLocked)
 	close(gs.changed)
 	gs.changed = make(chan struct{})
 }

@@ -24,18 +24,18 @@ func allocationTrace(ctx context.Context, e events.Envelope) trace.SpanContext {
 	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier))
 }
 
-// sendTraced sends the server's view by send (a WatchGameServer stream's
+// sendTraced sends view, the server as it was at a change, by send (a WatchGameServer stream's
 // Send); when an allocation is in it (allocation valid), in a span
 // "agent.notify" of the allocation's trace: the end of the path from the
 // matchmaker's call to the game server.
-func (gs *gameServer) sendTraced(send func(*sdkv1.GameServer) error, allocation trace.SpanContext) error {
+func (gs *gameServer) sendTraced(send func(*sdkv1.GameServer) error, view *sdkv1.GameServer, allocation trace.SpanContext) error {
 	if !allocation.IsValid() {
-		return send(gs.view())
+		return send(view)
 	}
 	_, span := gs.a.tracer.Start(trace.ContextWithRemoteSpanContext(context.Background(), allocation), "agent.notify",
 		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attribute.String("tether.game_server", gs.name)))
 	defer span.End()
-	err := send(gs.view())
+	err := send(view)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
