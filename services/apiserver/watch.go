@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -368,7 +369,7 @@ func (h *historyService) pump(ctx context.Context, hold *watchHold, evs iter.Seq
 		}
 		keep, err := f.match(ctx, e.Envelope)
 		if err != nil {
-			n := p.sent.Load()
+			n := p.resumePoint()
 			h.s.log.Warn("watch ended: a session's fleet could not be read", "sequence", e.Sequence, "after_sequence", n, "err", err)
 			return &apiError{code: codes.Unavailable, reason: ReasonUnavailable, msg: fmt.Sprintf(
 				"the fleet of %s could not be read (%v); resume with after_sequence=%d", e.Aggregate, err, n)}
@@ -433,6 +434,24 @@ type watchPump struct {
 	stop       chan struct{}    // the watch ended: the sender stops
 	senderDone chan error
 	sent       atomic.Uint64 // last sequence handed to the transport
+	// ended is set, under endMu, when the watch has said where to resume
+	// (resumePoint): the sender starts no send after it. The point said is
+	// the last event sent, or the one before an event whose send had begun
+	// (blocked on a client that reads nothing, it may or may not reach the
+	// client: a resume repeats it, never skips one). Without it
+	// the sender went on sending while the watch ended: a client got nine
+	// events past the point it was told to resume from.
+	endMu sync.Mutex
+	ended bool
+}
+
+// resumePoint ends the sending and returns the after_sequence a client
+// resumes with.
+func (p *watchPump) resumePoint() uint64 {
+	p.endMu.Lock()
+	defer p.endMu.Unlock()
+	p.ended = true
+	return p.sent.Load()
 }
 
 // sendAll sends the queued events until out is closed and empty, stop is
@@ -447,6 +466,13 @@ func (p *watchPump) sendAll() error {
 			if !ok {
 				return nil
 			}
+			p.endMu.Lock()
+			if p.ended {
+				p.endMu.Unlock()
+				p.hold.release(int64(len(q.raw)))
+				return nil
+			}
+			p.endMu.Unlock()
 			err := p.send(q.encoded())
 			p.hold.release(int64(len(q.raw)))
 			if err != nil {
@@ -542,7 +568,7 @@ func (p *watchPump) drain() error {
 // when the budget ended it, else the context's; nil while it goes on.
 func (p *watchPump) stopped() error {
 	if errors.Is(context.Cause(p.ctx), errWatchEvicted) {
-		n := p.sent.Load()
+		n := p.resumePoint()
 		return &apiError{code: codes.ResourceExhausted, reason: ReasonWatchFellBehind, msg: fmt.Sprintf(
 			"fell behind; resume with after_sequence=%d (this API server's watches held their whole budget, %d bytes of events, and this one the most)",
 			n, p.opts.WatchTotalBytes)}
@@ -553,7 +579,7 @@ func (p *watchPump) stopped() error {
 // fellBehind is the error of a watch whose client read nothing for
 // WatchStall while events waited.
 func (p *watchPump) fellBehind() error {
-	n, held := p.sent.Load(), p.hold.heldBytes()
+	n, held := p.resumePoint(), p.hold.heldBytes()
 	p.log.Warn("watch client fell behind", "after_sequence", n, "buffer", p.opts.WatchBuffer, "buffer_bytes", held, "stall", p.opts.WatchStall)
 	return &apiError{code: codes.ResourceExhausted, reason: ReasonWatchFellBehind, msg: fmt.Sprintf(
 		"fell behind; resume with after_sequence=%d (the client read no event for %s while %d events or %d bytes waited)",
