@@ -76,11 +76,11 @@ func applyAnnotationsChanged(next *eventsv1.GameServerState, d *eventsv1.Annotat
 
 // checkAllocationMetadata refuses the labels and annotations of an
 // allocation that SetLabels and SetAnnotations would refuse on state.
-func checkAllocationMetadata(state *eventsv1.GameServerState, d *eventsv1.GameServerAllocated) error {
-	if err := checkLabelChange(state.GetLabels(), d.GetLabels(), nil); err != nil {
+func checkAllocationMetadata(state *eventsv1.GameServerState, labels, annotations map[string]string) error {
+	if err := checkLabelChange(state.GetLabels(), labels, nil); err != nil {
 		return err
 	}
-	return checkAnnotationChange(state.GetAnnotations(), d.GetAnnotations(), nil)
+	return checkAnnotationChange(state.GetAnnotations(), annotations, nil)
 }
 
 // checkLabelChange refuses labels set that checkLabel refuses, or a change
@@ -112,12 +112,12 @@ func checkAnnotationChange(annotations, set map[string]string, removed []string)
 
 // applyAllocationMetadata folds an allocation's labels and annotations into
 // next: set, the server's others kept.
-func applyAllocationMetadata(next *eventsv1.GameServerState, d *eventsv1.GameServerAllocated) {
-	if len(d.GetLabels()) > 0 {
-		next.Labels = changed(next.GetLabels(), d.GetLabels(), nil)
+func applyAllocationMetadata(next *eventsv1.GameServerState, labels, annotations map[string]string) {
+	if len(labels) > 0 {
+		next.Labels = changed(next.GetLabels(), labels, nil)
 	}
-	if len(d.GetAnnotations()) > 0 {
-		next.Annotations = changed(next.GetAnnotations(), d.GetAnnotations(), nil)
+	if len(annotations) > 0 {
+		next.Annotations = changed(next.GetAnnotations(), annotations, nil)
 	}
 }
 

@@ -52,6 +52,7 @@ var gameServerTransitions = map[string]transition{
 	"GameServerReady":           {from: []eventsv1.Lifecycle{starting, reserved, allocated}, to: ready},
 	"GameServerReserved":        {from: []eventsv1.Lifecycle{ready}, to: reserved},
 	"GameServerAllocated":       {from: []eventsv1.Lifecycle{ready, reserved}, to: allocated},
+	"GameServerReallocated":     {from: []eventsv1.Lifecycle{allocated}},
 	"GameServerUnhealthy":       {from: []eventsv1.Lifecycle{starting, ready, reserved, allocated}, to: unhealthy},
 	"ShutdownRequested":         {from: []eventsv1.Lifecycle{scheduled, starting, ready, reserved, allocated, unhealthy}, to: shuttingDown},
 	"GameServerTerminated":      {from: live, to: terminated},
@@ -177,7 +178,16 @@ func ApplyGameServer(state *eventsv1.GameServerState, e Envelope) (*eventsv1.Gam
 		next.GameSession, next.ReservedUntil = d.GetGameSession(), nil
 		next.Allocation = proto.CloneOf(d)
 		next.LastAllocatedTime = at
-		applyAllocationMetadata(next, d)
+		applyAllocationMetadata(next, d.GetLabels(), d.GetAnnotations())
+		if err := applyRooms(next, d.GetCounters(), d.GetLists()); err != nil {
+			return nil, err
+		}
+	case *eventsv1.GameServerReallocated:
+		next.LastAllocatedTime = at
+		applyAllocationMetadata(next, d.GetLabels(), d.GetAnnotations())
+		if err := applyRooms(next, d.GetCounters(), d.GetLists()); err != nil {
+			return nil, err
+		}
 	case *eventsv1.HealthDegraded:
 		next.Health = eventsv1.HealthState_HEALTH_STATE_DEGRADED
 		next.MissedPeriods = d.GetMissedPeriods()
@@ -384,10 +394,20 @@ type RecordHeartbeatsResumed struct {
 }
 
 // Allocate places a new game session on a READY (or, for the game's own
-// SDK call, RESERVED) server.
+// SDK call, RESERVED) server, or, with Again, another match on an
+// ALLOCATED one (GameServerReallocated: its game session stays). Counters
+// and Lists are changed with it, in the same event (rooms.go): an action
+// that does not fit refuses the server.
 type Allocate struct {
-	// Allocated is the allocation to record.
+	// Allocated is the allocation to record; with Again only its labels
+	// and annotations are.
 	Allocated *eventsv1.GameServerAllocated
+	// Again allocates an ALLOCATED server once more; it must be ALLOCATED.
+	Again bool
+	// Counters are changed with the allocation.
+	Counters []CounterAction
+	// Lists are changed with the allocation.
+	Lists []ListAction
 }
 
 // Reserve holds a READY server back from allocation until Until.
@@ -470,6 +490,9 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 		return []proto.Message{&eventsv1.GameServerReady{}}, nil
 	case Allocate:
 		switch l := state.GetLifecycle(); {
+		case c.Again && l == allocated:
+		case c.Again:
+			return nil, &TransitionError{Aggregate: state.GetName(), From: LifecycleName(l), Event: "Allocate again"}
 		case l == ready, l == reserved && c.Allocated.GetSelfAllocated():
 		default:
 			return nil, &TransitionError{Aggregate: state.GetName(), From: LifecycleName(l), Event: "Allocate"}
@@ -477,10 +500,19 @@ func decideGameServer(state *eventsv1.GameServerState, cmd GameServerCommand) ([
 		if err := checkProperties(c.Allocated.GetProperties()); err != nil {
 			return nil, err
 		}
-		if err := checkAllocationMetadata(state, c.Allocated); err != nil {
+		if err := checkAllocationMetadata(state, c.Allocated.GetLabels(), c.Allocated.GetAnnotations()); err != nil {
 			return nil, err
 		}
-		return []proto.Message{proto.CloneOf(c.Allocated)}, nil
+		cs, ls, err := decideRooms(state, c.Counters, c.Lists)
+		if err != nil {
+			return nil, err
+		}
+		if c.Again {
+			return []proto.Message{reallocated(state, c.Allocated, cs, ls)}, nil
+		}
+		alloc := proto.CloneOf(c.Allocated)
+		alloc.Counters, alloc.Lists = cs, ls
+		return []proto.Message{alloc}, nil
 	case Reserve:
 		d := &eventsv1.GameServerReserved{}
 		if !c.Until.IsZero() {

@@ -62,6 +62,7 @@ AnnotationsChanged   -   =   =   =   =   =   =   -   =
 TrackedPlayerConnected -   =   =   =   =   =   -   -   -
 TrackedPlayerDisconnected -   =   =   =   =   =   -   -   -
 PlayerCapacitySet    -   =   =   =   =   =   -   -   -
+GameServerReallocated -   -   -   -   -   =   -   -   -
 `
 
 // gameServerEvents are the game server events of docs/architecture.md's
@@ -71,7 +72,7 @@ var gameServerEvents = []string{
 	"GameServerReserved", "HealthDegraded", "HealthRecovered", "GameServerUnhealthy",
 	"GameServerAllocated", "ShutdownRequested", "ProcessExited", "GameServerTerminated", "LabelsChanged",
 	"ProcessSignalled", "CounterChanged", "ListChanged", "AnnotationsChanged",
-	"TrackedPlayerConnected", "TrackedPlayerDisconnected", "PlayerCapacitySet",
+	"TrackedPlayerConnected", "TrackedPlayerDisconnected", "PlayerCapacitySet", "GameServerReallocated",
 }
 
 var lifecycleAbbrev = map[string]eventsv1.Lifecycle{
@@ -172,6 +173,8 @@ func samplePayload(t *testing.T, typ string) proto.Message {
 		return &eventsv1.TrackedPlayerDisconnected{PlayerId: "alice"}
 	case "PlayerCapacitySet":
 		return &eventsv1.PlayerCapacitySet{Capacity: 10}
+	case "GameServerReallocated":
+		return &eventsv1.GameServerReallocated{GameSession: "gameSessions/s1", Counters: []*eventsv1.CounterChanged{{Name: "rooms", Count: 2, Capacity: 10, CountDiff: 1}}}
 	}
 	t.Fatalf("no sample payload for %s", typ)
 	return nil

@@ -57,6 +57,7 @@ func gameServerCommand(t *rapid.T, at time.Time) events.GameServerCommand {
 		func() events.GameServerCommand {
 			return events.Allocate{Allocated: &eventsv1.GameServerAllocated{GameSession: "gameSessions/m1"}}
 		},
+		func() events.GameServerCommand { return roomsAllocation(t) },
 		func() events.GameServerCommand { return events.Reserve{Until: at.Add(time.Minute)} },
 		func() events.GameServerCommand { return events.EndReservation{Now: at.Add(2 * time.Minute)} },
 		func() events.GameServerCommand {
@@ -92,6 +93,27 @@ func TestGameServerCommandSequences(t *testing.T) {
 			checkCountersInRange(t, i, state)
 		}
 	})
+}
+
+// roomsAllocation draws an allocation (often into an ALLOCATED server)
+// that takes or gives back room on counter rooms and list players, often
+// more than there is.
+func roomsAllocation(t *rapid.T) events.Allocate {
+	c := events.Allocate{Allocated: &eventsv1.GameServerAllocated{GameSession: "gameSessions/m2"}, Again: rapid.Bool().Draw(t, "again")}
+	if rapid.Bool().Draw(t, "counter action") {
+		a := events.CounterAction{Name: rapid.SampledFrom([]string{"rooms", "rooms", "seats"}).Draw(t, "counter"), Diff: rapid.Int64Range(-3, 3).Draw(t, "diff")}
+		if rapid.IntRange(0, 3).Draw(t, "set capacity") == 0 {
+			a.Capacity = proto.Int64(rapid.Int64Range(-1, 6).Draw(t, "capacity"))
+		}
+		c.Counters = append(c.Counters, a)
+	}
+	if rapid.Bool().Draw(t, "list action") {
+		values := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) string {
+			return fmt.Sprintf("v%d", rapid.IntRange(0, 5).Draw(t, "v"))
+		}), 0, 4)
+		c.Lists = append(c.Lists, events.ListAction{Name: "players", Add: values.Draw(t, "add"), Delete: values.Draw(t, "delete")})
+	}
+	return c
 }
 
 // counterCommand draws a change of counter rooms (or of one that is not

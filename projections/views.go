@@ -87,16 +87,27 @@ type GameSessionQuery struct {
 	Limit int
 }
 
-// AllocationQuery selects READY game servers to allocate.
+// AllocationQuery selects game servers to allocate (allocation.go says
+// what each field matches and how servers are ranked).
 type AllocationQuery struct {
 	// Fleet is a fleet resource name; empty for every fleet.
 	Fleet string
 	// MatchLabels must all be present with these values.
 	MatchLabels map[string]string
+	// Allocated selects ALLOCATED servers (another match on a running
+	// server) instead of READY ones.
+	Allocated bool `json:",omitempty"`
+	// Counters bound the counters a server must have, by name.
+	Counters map[string]CounterBounds `json:",omitempty"`
+	// Lists bound the lists a server must have, by name.
+	Lists map[string]ListBounds `json:",omitempty"`
+	// Priorities rank the servers that match, most important first, before
+	// the hosts are.
+	Priorities []Priority `json:",omitempty"`
 	// Distributed prefers hosts with the fewest allocated servers; the
 	// default (packed) prefers the busiest hosts, to keep others free.
 	Distributed bool
 	// Limit bounds the rows returned; fewer than Limit are every candidate
-	// (the allocator concludes there is no READY server from it).
+	// (the allocator concludes there is no matching server from it).
 	Limit int
 }

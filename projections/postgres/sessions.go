@@ -108,36 +108,24 @@ ORDER BY g.name LIMIT $2`, olderThan, limit)
 	return scanRows[*eventsv1.GameServerState](rows)
 }
 
-// AllocationCandidates returns READY game servers matching q, best first:
-// on the hosts with the most ALLOCATED servers (packed) or the fewest
-// (distributed), cordoned hosts last, then by host and name; for one
-// fleet, its newest revision's servers before the others (a rollout's
-// outdated servers are the last allocated). A draining host's servers are
-// never candidates: their fleets are moving them; nor are those of a host
-// UNREACHABLE or LOST. It ranks hosts with two small
-// aggregate queries and reads the rows of only as many hosts as the limit
-// needs; a single join ranking every READY row left the plan at the mercy
-// of the table's statistics (a nested loop over all of them when stale).
-// Fewer than q.Limit rows are every READY server matching q, as of one
-// snapshot of the views.
+// AllocationCandidates returns the game servers matching q, best first.
+// Without priorities: READY (or ALLOCATED) servers on the hosts with the
+// most ALLOCATED servers (packed) or the fewest (distributed), cordoned
+// hosts last, then by host and name; for one fleet, its newest revision's
+// servers before the others (a rollout's outdated servers are the last
+// allocated). It ranks hosts with two small aggregate queries and reads
+// the rows of only as many hosts as the limit needs; a single join ranking
+// every READY row left the plan at the mercy of the table's statistics (a
+// nested loop over all of them when stale). With priorities, the servers'
+// room comes first (rankedCandidates). A draining host's servers are never
+// candidates: their fleets are moving them; nor are those of a host
+// UNREACHABLE or LOST. Fewer than q.Limit rows are every server matching
+// q, as of one snapshot of the views.
 func (v *Views) AllocationCandidates(ctx context.Context, q projections.AllocationQuery) ([]projections.Row[*eventsv1.GameServerState], error) {
-	if q.MatchLabels == nil {
-		q.MatchLabels = map[string]string{} // not JSON null, which contains nothing
-	}
-	labels, err := json.Marshal(q.MatchLabels)
+	match, args, err := allocationMatch(q)
 	if err != nil {
-		return nil, fmt.Errorf("views: labels: %w", err)
+		return nil, err
 	}
-	// A READY row whose last event precedes its host's last registration
-	// belongs to an agent that has since restarted: nobody supervises its
-	// process any more, and the controller is about to terminate it
-	// (AGENT_RESTARTED). It is never a candidate.
-	// Nor is a server on a host the control plane cannot hear (UNREACHABLE
-	// or LOST): its agent would not hear of the allocation, and its game
-	// would refuse the players; a lost host's servers are about to end.
-	const match = `state = 'READY' AND ($1 = '' OR fleet = $1) AND labels @> $2::jsonb
-AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host
-  AND (h.registered_sequence > game_servers.last_sequence OR h.draining OR h.status IN ('UNREACHABLE', 'LOST')))`
 	// One snapshot for the counts and the rows: the rows are read only from
 	// the hosts whose counts add up to Limit, and a caller takes fewer than
 	// Limit rows to mean every candidate there is. Read apart, servers that
@@ -150,20 +138,18 @@ AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host
 		return nil, fmt.Errorf("views: allocation candidates: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only: nothing to undo, and a failed rollback ends the connection's transaction anyway
-	type host struct {
-		name        string
-		ready, busy int
-		cordoned    bool
+	if q.Ranked() {
+		return rankedCandidates(ctx, tx, q, match, args)
 	}
-	var hosts []*host
-	byName := map[string]*host{}
-	rows, err := tx.Query(ctx, `SELECT host, count(*) FROM game_servers WHERE `+match+` GROUP BY host`, q.Fleet, labels)
+	var hosts []*candidateHost
+	byName := map[string]*candidateHost{}
+	rows, err := tx.Query(ctx, `SELECT host, count(*) FROM game_servers WHERE `+match+` GROUP BY host`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("views: allocation candidates: %w", err)
 	}
 	for rows.Next() {
-		h := &host{}
-		if err := rows.Scan(&h.name, &h.ready); err != nil {
+		h := &candidateHost{}
+		if err := rows.Scan(&h.name, &h.matching); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("views: allocation candidates: %w", err)
 		}
@@ -173,51 +159,21 @@ AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host
 	if err := rows.Err(); err != nil || len(hosts) == 0 {
 		return nil, err
 	}
-	names := slices.Collect(maps.Keys(byName))
-	rows, err = tx.Query(ctx, `SELECT host, count(*) FROM game_servers WHERE state = 'ALLOCATED' AND host = ANY($1) GROUP BY host`, names)
-	if err != nil {
-		return nil, fmt.Errorf("views: allocation candidates: %w", err)
-	}
-	for rows.Next() {
-		var name string
-		var n int
-		if err := rows.Scan(&name, &n); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("views: allocation candidates: %w", err)
-		}
-		byName[name].busy = n
-	}
-	if err := rows.Err(); err != nil {
+	if err := loadHosts(ctx, tx, byName); err != nil {
 		return nil, err
 	}
-	rows, err = tx.Query(ctx, `SELECT name FROM hosts WHERE name = ANY($1) AND cordoned`, names)
-	if err != nil {
-		return nil, fmt.Errorf("views: allocation candidates: %w", err)
-	}
-	cordoned, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("views: allocation candidates: %w", err)
-	}
-	for _, name := range cordoned {
-		byName[name].cordoned = true
-	}
-	slices.SortFunc(hosts, func(a, b *host) int {
-		if a.cordoned != b.cordoned {
-			return map[bool]int{true: 1, false: -1}[a.cordoned]
-		}
-		return events.CompareHosts(q.Distributed, events.HostLoad{Name: a.name, Load: a.busy}, events.HostLoad{Name: b.name, Load: b.busy})
-	})
+	slices.SortFunc(hosts, func(a, b *candidateHost) int { return a.compare(q.Distributed, b) })
 	var pick []string
 	rank := map[string]int{}
 	for n := 0; n < q.Limit && len(pick) < len(hosts); {
 		h := hosts[len(pick)]
 		rank[h.name] = len(pick)
 		pick = append(pick, h.name)
-		n += h.ready
+		n += h.matching
 	}
 	// The picked hosts hold at least Limit rows, and at most one host's more.
-	rows, err = tx.Query(ctx, `SELECT snapshot, last_sequence FROM game_servers WHERE `+match+` AND host = ANY($3)
-ORDER BY host, name`, q.Fleet, labels, pick)
+	rows, err = tx.Query(ctx, `SELECT snapshot, last_sequence FROM game_servers WHERE `+match+` AND host = ANY($`+fmt.Sprint(len(args)+1)+`)
+ORDER BY host, name`, append(args, pick)...)
 	if err != nil {
 		return nil, fmt.Errorf("views: allocation candidates: %w", err)
 	}
@@ -236,6 +192,175 @@ ORDER BY host, name`, q.Fleet, labels, pick)
 		return cmp.Compare(rank[a.State.GetHost()], rank[b.State.GetHost()])
 	})
 	return out[:min(len(out), q.Limit)], nil
+}
+
+// rankedCandidates is AllocationCandidates for a query with priorities:
+// the servers with the least room left on the first priority's counter or
+// list first (ascending; the most, descending), and so on, so that a
+// packed fleet fills each server's rooms before it opens the next one's
+// (where Agones ranks nodes first, and spreads matches over half-empty
+// servers). Hosts break the ties as they rank without priorities, and a
+// cordoned host's servers come last whatever their room.
+func rankedCandidates(ctx context.Context, tx pgx.Tx, q projections.AllocationQuery, match string, args []any) ([]projections.Row[*eventsv1.GameServerState], error) {
+	var order []string
+	for _, p := range q.Priorities {
+		args = append(args, p.Key)
+		k := fmt.Sprint("$", len(args))
+		room := fmt.Sprintf("(counters->%[1]s->>'capacity')::bigint - (counters->%[1]s->>'count')::bigint", k)
+		if p.List {
+			room = fmt.Sprintf("(lists->%[1]s->>'capacity')::bigint - jsonb_array_length(lists->%[1]s->'values')", k)
+		}
+		dir := "ASC"
+		if p.Descending {
+			dir = "DESC"
+		}
+		order = append(order, room+" "+dir+" NULLS LAST")
+	}
+	args = append(args, q.Limit)
+	rows, err := tx.Query(ctx, `SELECT snapshot, last_sequence FROM game_servers WHERE `+match+`
+ORDER BY `+strings.Join(order, ", ")+`, name LIMIT $`+fmt.Sprint(len(args)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("views: allocation candidates: %w", err)
+	}
+	out, err := scanRows[*eventsv1.GameServerState](rows)
+	if err != nil || len(out) == 0 {
+		return nil, err
+	}
+	byName := map[string]*candidateHost{}
+	for _, r := range out {
+		byName[r.State.GetHost()] = &candidateHost{name: r.State.GetHost()}
+	}
+	if err := loadHosts(ctx, tx, byName); err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(out, func(a, b projections.Row[*eventsv1.GameServerState]) int {
+		ha, hb := byName[a.State.GetHost()], byName[b.State.GetHost()]
+		if ha.cordoned != hb.cordoned {
+			return map[bool]int{true: 1, false: -1}[ha.cordoned]
+		}
+		if c := q.ComparePriorities(a.State, b.State); c != 0 {
+			return c
+		}
+		if q.Fleet != "" {
+			if c := cmp.Compare(b.State.GetRevision(), a.State.GetRevision()); c != 0 {
+				return c
+			}
+		}
+		return ha.compare(q.Distributed, hb)
+	})
+	return out, nil
+}
+
+// candidateHost is a host of allocation candidates as ranked: how many of
+// its servers match, how many are ALLOCATED, and whether it is cordoned.
+type candidateHost struct {
+	name           string
+	matching, busy int
+	cordoned       bool
+}
+
+// compare orders hosts for allocation: cordoned ones last, then by
+// events.CompareHosts on their ALLOCATED servers.
+func (a *candidateHost) compare(distributed bool, b *candidateHost) int {
+	if a.cordoned != b.cordoned {
+		return map[bool]int{true: 1, false: -1}[a.cordoned]
+	}
+	return events.CompareHosts(distributed, events.HostLoad{Name: a.name, Load: a.busy}, events.HostLoad{Name: b.name, Load: b.busy})
+}
+
+// loadHosts reads the ALLOCATED servers and the cordon of the hosts of
+// byName into them.
+func loadHosts(ctx context.Context, tx pgx.Tx, byName map[string]*candidateHost) error {
+	names := slices.Collect(maps.Keys(byName))
+	rows, err := tx.Query(ctx, `SELECT host, count(*) FROM game_servers WHERE state = 'ALLOCATED' AND host = ANY($1) GROUP BY host`, names)
+	if err != nil {
+		return fmt.Errorf("views: allocation candidates: %w", err)
+	}
+	for rows.Next() {
+		var name string
+		var n int
+		if err := rows.Scan(&name, &n); err != nil {
+			rows.Close()
+			return fmt.Errorf("views: allocation candidates: %w", err)
+		}
+		byName[name].busy = n
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows, err = tx.Query(ctx, `SELECT name FROM hosts WHERE name = ANY($1) AND cordoned`, names)
+	if err != nil {
+		return fmt.Errorf("views: allocation candidates: %w", err)
+	}
+	cordoned, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("views: allocation candidates: %w", err)
+	}
+	for _, name := range cordoned {
+		byName[name].cordoned = true
+	}
+	return nil
+}
+
+// allocationMatch is the WHERE clause of the servers q matches, and its
+// arguments: the state, the fleet, the labels, then each counter and list
+// bound in name order (equal queries are the same text).
+//
+// A READY row whose last event precedes its host's last registration
+// belongs to an agent that has since restarted: nobody supervises its
+// process any more, and the controller is about to terminate it
+// (AGENT_RESTARTED). It is never a candidate. Nor is a server on a host
+// the control plane cannot hear (UNREACHABLE or LOST): its agent would not
+// hear of the allocation, and its game would refuse the players; a lost
+// host's servers are about to end.
+func allocationMatch(q projections.AllocationQuery) (string, []any, error) {
+	labels := q.MatchLabels
+	if labels == nil {
+		labels = map[string]string{} // not JSON null, which contains nothing
+	}
+	raw, err := json.Marshal(labels)
+	if err != nil {
+		return "", nil, fmt.Errorf("views: labels: %w", err)
+	}
+	state := "READY"
+	if q.Allocated {
+		state = "ALLOCATED"
+	}
+	args := []any{state, q.Fleet, raw}
+	var b strings.Builder
+	b.WriteString(`state = $1 AND ($2 = '' OR fleet = $2) AND labels @> $3::jsonb
+AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host
+  AND (h.registered_sequence > game_servers.last_sequence OR h.draining OR h.status IN ('UNREACHABLE', 'LOST')))`)
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprint("$", len(args))
+	}
+	bound := func(expr string, lo, hi int64) {
+		if lo > 0 {
+			fmt.Fprintf(&b, " AND %s >= %s", expr, arg(lo))
+		}
+		if hi > 0 {
+			fmt.Fprintf(&b, " AND %s <= %s", expr, arg(hi))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(q.Counters)) {
+		c := q.Counters[name]
+		k := arg(name)
+		count := fmt.Sprintf("(counters->%s->>'count')::bigint", k)
+		fmt.Fprintf(&b, "\nAND counters ? %s", k)
+		bound(count, c.MinCount, c.MaxCount)
+		bound(fmt.Sprintf("(counters->%s->>'capacity')::bigint - %s", k, count), c.MinAvailable, c.MaxAvailable)
+	}
+	for _, name := range slices.Sorted(maps.Keys(q.Lists)) {
+		l := q.Lists[name]
+		k := arg(name)
+		fmt.Fprintf(&b, "\nAND lists ? %s", k)
+		bound(fmt.Sprintf("(lists->%[1]s->>'capacity')::bigint - jsonb_array_length(lists->%[1]s->'values')", k), l.MinAvailable, l.MaxAvailable)
+		if l.ContainsValue != "" {
+			fmt.Fprintf(&b, " AND lists->%s->'values' ? %s", k, arg(l.ContainsValue))
+		}
+	}
+	return b.String(), args, nil
 }
 
 // AllocationByRequest returns the game server and stream sequence of the

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tetherhq/tether/events"
@@ -49,10 +51,8 @@ func (g *agonesAllocationService) Allocate(ctx context.Context, req *agonesalloc
 	if req.GetScheduling() == agonesallocation.AllocationRequest_Distributed {
 		scheduling = "DISTRIBUTED"
 	}
+	priorities, counters, lists := agonesRooms(req)
 	for i, sel := range agonesSelectors(req) {
-		if sel.GetGameServerState() == agonesallocation.GameServerSelector_ALLOCATED {
-			continue // allocation into ALLOCATED servers is not served yet: it matches none
-		}
 		labels := maps.Clone(sel.GetMatchLabels())
 		parent := "fleets/-"
 		if fleet, ok := labels[agonesFleetLabel]; ok {
@@ -63,8 +63,9 @@ func (g *agonesAllocationService) Allocate(ctx context.Context, req *agonesalloc
 			parent = events.FleetName(fleet)
 		}
 		treq := &tetherv1.AllocateGameServerRequest{
-			Parent: parent, Selector: &tetherv1.LabelSelector{MatchLabels: labels}, Scheduling: scheduling,
+			Parent: parent, Selector: agonesSelector(sel, labels), Scheduling: scheduling,
 			Labels: meta.GetLabels(), Annotations: meta.GetAnnotations(),
+			Priorities: priorities, CounterActions: counters, ListActions: lists,
 		}
 		if err := checkAllocationSizes(treq); err != nil {
 			return nil, err
@@ -78,36 +79,84 @@ func (g *agonesAllocationService) Allocate(ctx context.Context, req *agonesalloc
 		}
 	}
 	return nil, &apiError{code: codes.ResourceExhausted, reason: ReasonNoReadyGameServer,
-		msg: "no READY game server matches any of the request's selectors"}
+		msg: "no game server matches any of the request's selectors with room for the allocation"}
 }
 
-// checkAgonesUnserved refuses what Tether's allocator does not serve yet,
-// rather than allocate a server the request would not have matched:
-// multi-cluster allocation (out of scope), priorities, counter and list
-// actions, and player, counter and list selectors.
-func checkAgonesUnserved(req *agonesallocation.AllocationRequest) error {
-	unserved := func(field, what string) error {
-		return &apiError{code: codes.Unimplemented, reason: ReasonInvalidArgument, field: field,
-			msg: what + " in an Agones allocation is not served by Tether yet (docs/agones.md)"}
+// agonesSelector is an Agones selector as Tether's, its fleet label taken
+// out (labels).
+func agonesSelector(sel *agonesallocation.GameServerSelector, labels map[string]string) *tetherv1.LabelSelector {
+	out := &tetherv1.LabelSelector{MatchLabels: labels}
+	if sel.GetGameServerState() == agonesallocation.GameServerSelector_ALLOCATED {
+		out.GameServerState = "ALLOCATED"
 	}
-	switch {
-	case req.GetMultiClusterSetting().GetEnabled():
+	for name, c := range sel.GetCounters() {
+		if out.Counters == nil {
+			out.Counters = map[string]*tetherv1.CounterSelector{}
+		}
+		out.Counters[name] = &tetherv1.CounterSelector{MinCount: c.GetMinCount(), MaxCount: c.GetMaxCount(),
+			MinAvailable: c.GetMinAvailable(), MaxAvailable: c.GetMaxAvailable()}
+	}
+	for name, l := range sel.GetLists() {
+		if out.Lists == nil {
+			out.Lists = map[string]*tetherv1.ListSelector{}
+		}
+		out.Lists[name] = &tetherv1.ListSelector{ContainsValue: l.GetContainsValue(), MinAvailable: l.GetMinAvailable(), MaxAvailable: l.GetMaxAvailable()}
+	}
+	return out
+}
+
+// agonesRooms are an Agones request's priorities and counter and list
+// actions as Tether's. Agones' action words ("Increment", "Decrement")
+// are taken in any case.
+func agonesRooms(req *agonesallocation.AllocationRequest) ([]*tetherv1.AllocationPriority, map[string]*tetherv1.CounterAction, map[string]*tetherv1.ListAction) {
+	var priorities []*tetherv1.AllocationPriority
+	for _, p := range req.GetPriorities() {
+		tp := &tetherv1.AllocationPriority{Type: "COUNTER", Key: p.GetKey(), Order: "ASCENDING"}
+		if p.GetType() == agonesallocation.Priority_List {
+			tp.Type = "LIST"
+		}
+		if p.GetOrder() == agonesallocation.Priority_Descending {
+			tp.Order = "DESCENDING"
+		}
+		priorities = append(priorities, tp)
+	}
+	var counters map[string]*tetherv1.CounterAction
+	for name, c := range req.GetCounters() {
+		if counters == nil {
+			counters = map[string]*tetherv1.CounterAction{}
+		}
+		ta := &tetherv1.CounterAction{Action: strings.ToUpper(c.GetAction().GetValue()), Amount: c.GetAmount().GetValue()}
+		if c.GetCapacity() != nil {
+			ta.Capacity = proto.Int64(c.GetCapacity().GetValue())
+		}
+		counters[name] = ta
+	}
+	var lists map[string]*tetherv1.ListAction
+	for name, l := range req.GetLists() {
+		if lists == nil {
+			lists = map[string]*tetherv1.ListAction{}
+		}
+		ta := &tetherv1.ListAction{AddValues: l.GetAddValues(), DeleteValues: l.GetDeleteValues()}
+		if l.GetCapacity() != nil {
+			ta.Capacity = proto.Int64(l.GetCapacity().GetValue())
+		}
+		lists[name] = ta
+	}
+	return priorities, counters, lists
+}
+
+// checkAgonesUnserved refuses what Tether's allocator does not serve,
+// rather than allocate a server the request would not have matched:
+// multi-cluster allocation (out of scope) and player selectors (Agones'
+// alpha player tracking filter, which its lists replace).
+func checkAgonesUnserved(req *agonesallocation.AllocationRequest) error {
+	if req.GetMultiClusterSetting().GetEnabled() {
 		return invalidField("multiClusterSetting.enabled", "multi-cluster allocation is out of Tether's scope: ask each installation")
-	case len(req.GetPriorities()) > 0:
-		return unserved("priorities", "ordering by a counter or a list")
-	case len(req.GetCounters()) > 0:
-		return unserved("counters", "a counter action")
-	case len(req.GetLists()) > 0:
-		return unserved("lists", "a list action")
 	}
 	for i, sel := range agonesSelectors(req) {
-		switch {
-		case sel.GetPlayers() != nil:
-			return unserved(fmt.Sprintf("gameServerSelectors[%d].players", i), "a player selector")
-		case len(sel.GetCounters()) > 0:
-			return unserved(fmt.Sprintf("gameServerSelectors[%d].counters", i), "a counter selector")
-		case len(sel.GetLists()) > 0:
-			return unserved(fmt.Sprintf("gameServerSelectors[%d].lists", i), "a list selector")
+		if sel.GetPlayers() != nil {
+			return &apiError{code: codes.Unimplemented, reason: ReasonInvalidArgument, field: fmt.Sprintf("gameServerSelectors[%d].players", i),
+				msg: "a player selector (Agones' alpha player allocation filter) is not served by Tether: select by a list's room instead (docs/agones.md)"}
 		}
 	}
 	return nil

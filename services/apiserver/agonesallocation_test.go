@@ -79,8 +79,10 @@ func TestAgonesAllocationOverREST(t *testing.T) {
 		status int
 	}{
 		{"multi-cluster", map[string]any{"multiClusterSetting": map[string]any{"enabled": true}}, http.StatusBadRequest},
-		{"a counter action", map[string]any{"counters": map[string]any{"rooms": map[string]any{"action": "Increment", "amount": "1"}}}, http.StatusNotImplemented},
-		{"a list selector", map[string]any{"gameServerSelectors": []any{map[string]any{"lists": map[string]any{"players": map[string]any{"minAvailable": "1"}}}}}, http.StatusNotImplemented},
+		{"a player selector", map[string]any{"gameServerSelectors": []any{map[string]any{"players": map[string]any{"minAvailable": "1"}}}}, http.StatusNotImplemented},
+		{"a bad counter action", map[string]any{"counters": map[string]any{"rooms": map[string]any{"action": "Double", "amount": "1"}}}, http.StatusBadRequest},
+		{"a negative amount", map[string]any{"counters": map[string]any{"rooms": map[string]any{"action": "Increment", "amount": "-1"}}}, http.StatusBadRequest},
+		{"a bad list selector", map[string]any{"gameServerSelectors": []any{map[string]any{"lists": map[string]any{"players": map[string]any{"minAvailable": "-1"}}}}}, http.StatusBadRequest},
 		{"a bad fleet name", map[string]any{"gameServerSelectors": []any{map[string]any{"matchLabels": map[string]string{"agones.dev/fleet": "Not A Name"}}}}, http.StatusBadRequest},
 		{"an unknown fleet", map[string]any{"gameServerSelectors": []any{map[string]any{"matchLabels": map[string]string{"agones.dev/fleet": "nope"}}}}, http.StatusTooManyRequests},
 	} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -146,9 +147,41 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 		}
 	}
 	attempts := 0
-	for _, sel := range want.selectors {
-		q := projections.AllocationQuery{Fleet: fleet, MatchLabels: sel.GetMatchLabels(), Distributed: want.distributed}
-		for attempts < allocAttempts {
+	for round := 0; ; round++ {
+		resp, err := a.allocateFrom(ctx, req, want, &attempts)
+		if resp != nil || err != nil {
+			return resp, err
+		}
+		if attempts >= allocAttempts {
+			return nil, &apiError{code: codes.Aborted, reason: ReasonAllocationContended,
+				msg: fmt.Sprintf("%d allocation attempts lost races with other writers; retry with the same request id", attempts)}
+		}
+		if round > 0 || !slices.ContainsFunc(want.queries, projections.AllocationQuery.RoomQuery) || s.opts.Watch == nil {
+			break
+		}
+		// A server with room may have been allocated by another replica
+		// (or readied for its next match) after the views this replica
+		// read: before it answers that none has room, it brings the views
+		// up to the stream's end and looks once more.
+		head, err := s.opts.Watch.StreamLastSequence(ctx)
+		if err == nil {
+			err = s.waitFresh(ctx, head)
+		}
+		if err != nil {
+			s.log.Debug("no server with room; the views could not be brought up to date to look again", "err", err)
+			break
+		}
+	}
+	return a.exhausted(ctx, req)
+}
+
+// allocateFrom tries the request's queries in order, and the candidates of
+// each, counting its appends in attempts: the answer, or neither answer nor
+// error when no candidate took the allocation.
+func (a *allocationService) allocateFrom(ctx context.Context, req *tetherv1.AllocateGameServerRequest, want allocationRequest, attempts *int) (*tetherv1.AllocateGameServerResponse, error) {
+	s := a.s
+	for _, q := range want.queries {
+		for *attempts < allocAttempts {
 			c, ok, err := a.take(ctx, q)
 			if err != nil {
 				return nil, err
@@ -167,9 +200,9 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 				return nil, err
 			}
 			state, seq := c.State, c.Sequence
-			for state.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_READY && attempts < allocAttempts {
-				attempts++
-				resp, err := a.try(ctx, req, name, state, seq, policy)
+			for q.Matches(state) && *attempts < allocAttempts {
+				*attempts++
+				resp, after, err := a.try(ctx, req, want, q, name, state, seq, policy)
 				if err == nil {
 					// A retry may be answered with the server its first call
 					// took: then that one is allocated and name is untouched.
@@ -177,26 +210,33 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 					s.candidates.settle(got, uint64(resp.GetGameServer().GetSequence()))
 					if got != name {
 						s.candidates.release(name)
+					} else if after.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_ALLOCATED && (q.RoomQuery() || len(want.counters)+len(want.lists) > 0) {
+						// Room left, maybe: the next allocation of a query
+						// it matches may take it, without waiting for the
+						// views.
+						s.candidates.put(projections.Row[*eventsv1.GameServerState]{State: after, Sequence: uint64(resp.GetGameServer().GetSequence())})
 					}
 					return resp, nil
+				}
+				if _, noRoom := errors.AsType[*events.CounterError](err); noRoom {
+					// Its counters or lists have no room for the actions:
+					// not a candidate until it changes.
+					s.candidates.settle(name, seq)
+					break
 				}
 				if !errors.Is(err, events.ErrConflict) {
 					s.candidates.release(name)
 					return nil, err
 				}
 				// Someone wrote to the server since the views saw it: fold
-				// what they wrote and try again if it is still READY.
+				// what they wrote and try again if it still matches.
 				if state, seq, err = a.catchUp(ctx, name, state, seq); err != nil {
 					return nil, err
 				}
 			}
 		}
 	}
-	if attempts >= allocAttempts {
-		return nil, &apiError{code: codes.Aborted, reason: ReasonAllocationContended,
-			msg: fmt.Sprintf("%d allocation attempts lost races with other writers; retry with the same request id", attempts)}
-	}
-	return a.exhausted(ctx, req)
+	return nil, nil
 }
 
 // exhausted answers that no READY server matches, unless the call retries
@@ -206,7 +246,7 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 // first brought up to the stream's end and asked again.
 func (a *allocationService) exhausted(ctx context.Context, req *tetherv1.AllocateGameServerRequest) (*tetherv1.AllocateGameServerResponse, error) {
 	none := &apiError{code: codes.ResourceExhausted, reason: ReasonNoReadyGameServer,
-		msg: fmt.Sprintf("no READY game server in %s matches the selectors", req.GetParent())}
+		msg: fmt.Sprintf("no game server in %s matches the selectors with room for the allocation", req.GetParent())}
 	s := a.s
 	id := req.GetRequestId()
 	if id == "" || s.opts.Watch == nil {
@@ -392,30 +432,33 @@ func (a *allocationService) catchUp(ctx context.Context, name string, state *eve
 	return state, seq, nil
 }
 
-// try allocates one game server, guarded by seq.
-func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameServerRequest, name string,
-	state *eventsv1.GameServerState, seq uint64, policy *eventsv1.PlayerSessionPolicy) (*tetherv1.AllocateGameServerResponse, error) {
+// try allocates one game server, guarded by seq: a new game session on a
+// READY server, or another match on an ALLOCATED one (q.Allocated), with
+// the request's counter and list actions. It returns the answer and the
+// server as the allocation left it.
+func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameServerRequest, want allocationRequest, q projections.AllocationQuery, name string,
+	state *eventsv1.GameServerState, seq uint64, policy *eventsv1.PlayerSessionPolicy) (*tetherv1.AllocateGameServerResponse, *eventsv1.GameServerState, error) {
 	s := a.s
-	gsess := events.NewID("gsess")
-	maxPlayers := req.GetGameSession().GetMaxPlayers()
-	if maxPlayers == 0 {
-		maxPlayers = policy.GetMaxPlayers()
+	alloc := &eventsv1.GameServerAllocated{Labels: req.GetLabels(), Annotations: req.GetAnnotations()}
+	if !q.Allocated {
+		maxPlayers := req.GetGameSession().GetMaxPlayers()
+		if maxPlayers == 0 {
+			maxPlayers = policy.GetMaxPlayers()
+		}
+		alloc.GameSession = events.GameSessionName(events.NewID("gsess"))
+		alloc.Properties, alloc.MaxPlayers = req.GetGameSession().GetProperties(), maxPlayers
+		for i, p := range req.GetPlayers() {
+			alloc.Players = append(alloc.Players, &eventsv1.PlayerReservation{
+				PlayerSession: events.NewID("ps"), PlayerId: p.GetPlayerId(), PlayerData: p.GetPlayerData(), Slot: int32(i),
+			})
+		}
 	}
-	alloc := &eventsv1.GameServerAllocated{
-		GameSession: events.GameSessionName(gsess), Properties: req.GetGameSession().GetProperties(), MaxPlayers: maxPlayers,
-		Labels: req.GetLabels(), Annotations: req.GetAnnotations(),
-	}
-	for i, p := range req.GetPlayers() {
-		alloc.Players = append(alloc.Players, &eventsv1.PlayerReservation{
-			PlayerSession: events.NewID("ps"), PlayerId: p.GetPlayerId(), PlayerData: p.GetPlayerData(), Slot: int32(i),
-		})
-	}
-	msgs, err := events.DecideGameServer(name, state, events.Allocate{Allocated: alloc})
+	msgs, err := events.DecideGameServer(name, state, events.Allocate{Allocated: alloc, Again: q.Allocated, Counters: want.counters, Lists: want.lists})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(msgs) != 1 {
-		return nil, fmt.Errorf("allocation: %s decided %d events, not one", name, len(msgs))
+		return nil, nil, fmt.Errorf("allocation: %s decided %d events, not one", name, len(msgs))
 	}
 	stamp := s.stamp(ctx, req.GetRequestId())
 	if id := req.GetRequestId(); id != "" {
@@ -426,11 +469,11 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 	env := stamp.Envelopes(name, msgs)[0]
 	subject, err := events.SubjectOf(state)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	got, dup, err := a.append(ctx, subject, seq, env)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if dup {
 		// Another call with this request id stored its allocation first,
@@ -438,24 +481,32 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 		markRepeated(ctx)
 		stored, err := s.opts.Store.Event(ctx, got)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := checkFingerprint(ctx, req.GetRequestId(), stored.RequestFingerprint); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if stored.Aggregate != name {
-			return a.replay(ctx, stored.Aggregate, got)
+			resp, err := a.replay(ctx, stored.Aggregate, got)
+			return resp, nil, err
 		}
-		var ok bool
-		if alloc, ok = stored.Data.(*eventsv1.GameServerAllocated); !ok {
-			return nil, fmt.Errorf("allocation: event %d is %s, not the allocation of request %s", got, stored.Type, req.GetRequestId())
+		switch d := stored.Data.(type) {
+		case *eventsv1.GameServerAllocated:
+			alloc = d
+		case *eventsv1.GameServerReallocated:
+		default:
+			return nil, nil, fmt.Errorf("allocation: event %d is %s, not the allocation of request %s", got, stored.Type, req.GetRequestId())
 		}
 		env = stored
 	}
 	env.Sequence = got
 	after, err := events.ApplyGameServer(state, env)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	a.s.refreshAgent(ctx, after, "allocation")
+	if _, again := env.Data.(*eventsv1.GameServerReallocated); again {
+		return reallocatedResponse(after, got), after, nil
 	}
 	created := events.SessionCreated(name, state.GetHost(), alloc, policy, env.Time, req.GetRequestId())
 	sessionSeq, err := a.createSession(ctx, env, created)
@@ -464,8 +515,21 @@ func (a *allocationService) try(ctx context.Context, req *tetherv1.AllocateGameS
 		s.log.Warn("allocation: game session not created yet; the controller will", "game_server", name, "game_session", alloc.GetGameSession(), "err", err)
 		sessionSeq = got
 	}
-	a.s.refreshAgent(ctx, after, "allocation")
-	return a.response(after, got, created, max(got, sessionSeq)), nil
+	return a.response(after, got, created, max(got, sessionSeq)), after, nil
+}
+
+// reallocatedResponse answers an allocation into an ALLOCATED server: the
+// server as it left it, and the game session it runs (named, with its
+// properties; GetGameSession reads its players).
+func reallocatedResponse(gs *eventsv1.GameServerState, gsSeq uint64) *tetherv1.AllocateGameServerResponse {
+	return &tetherv1.AllocateGameServerResponse{
+		GameServer: gameServerToAPI(gs, gsSeq),
+		GameSession: &tetherv1.GameSession{
+			Name: gs.GetGameSession(), GameServer: gs.GetName(), State: tetherv1.GameSession_ACTIVE,
+			Properties: gs.GetAllocation().GetProperties(),
+		},
+		Endpoint: endpointOf(gs),
+	}
 }
 
 // append appends an allocation guarded by seq, with the store's TryAppend,
@@ -561,7 +625,8 @@ func (a *allocationService) replay(ctx context.Context, gameServer string, seq u
 		return nil, err
 	}
 	alloc, ok := env.Data.(*eventsv1.GameServerAllocated)
-	if !ok || env.Aggregate != gameServer {
+	_, again := env.Data.(*eventsv1.GameServerReallocated)
+	if !ok && !again || env.Aggregate != gameServer {
 		return nil, fmt.Errorf("allocation replay: event %d is %s on %s, not an allocation of %s", seq, env.Type, env.Aggregate, gameServer)
 	}
 	if err := checkFingerprint(ctx, env.RequestID, env.RequestFingerprint); err != nil {
@@ -573,6 +638,10 @@ func (a *allocationService) replay(ctx context.Context, gameServer string, seq u
 	row, err := s.opts.Views.GameServer(ctx, gameServer)
 	if err != nil {
 		return nil, err
+	}
+	if again {
+		// The server as it is now, with the session it runs.
+		return reallocatedResponse(row.State, row.Sequence), nil
 	}
 	fleetID, _, err := events.ParseGameServerName(gameServer)
 	if err != nil {

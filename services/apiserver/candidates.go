@@ -86,6 +86,10 @@ type candidatePool struct {
 type claim struct {
 	seq   uint64
 	until time.Time // claimTTL after the claim: forgotten then, whatever the views show
+	// known is the server as this replica's allocation into it left it,
+	// room to spare (put), until the views show it: the lists whose query
+	// it matches keep it although the views they read do not show it yet.
+	known *projections.Row[*eventsv1.GameServerState]
 }
 
 // holds reports whether c keeps row r from being handed out at now.
@@ -113,6 +117,11 @@ type candidateList struct {
 	sliceRead, sliceLeft int
 	// limit is how many rows the next read asks for; 0: candidateFetch.
 	limit int
+	// q is the list's query. One that ranks servers by their room
+	// (priorities) has its best taken, not one of the best few at random,
+	// so that a packed fleet fills one server's rooms before the next
+	// one's.
+	q projections.AllocationQuery
 }
 
 // nextLimit is how many rows the list's next read, started at now, asks
@@ -178,7 +187,7 @@ func (p *candidatePool) take(ctx context.Context, q projections.AllocationQuery)
 		now := p.now()
 		l := p.lists[key]
 		if l == nil {
-			l = &candidateList{}
+			l = &candidateList{q: q}
 			p.lists[key] = l
 		}
 		l.used = now
@@ -266,6 +275,7 @@ func (p *candidatePool) refresh(ctx context.Context, key string, q projections.A
 	l.partial, l.stealing = len(rows) >= q.Limit, false
 	p.forgetClaimsLocked(started)
 	p.dropClaimedLocked(l, p.now())
+	p.listKnownLocked(l)
 	l.sliceRead = 0
 	holds := p.sliceHolder()
 	for _, r := range l.rows {
@@ -335,6 +345,9 @@ func (p *candidatePool) pickLocked(l *candidateList, now time.Time, steal bool) 
 		return projections.Row[*eventsv1.GameServerState]{}, false
 	}
 	i := rand.IntN(min(candidateSpread, len(l.rows)))
+	if l.q.Ranked() {
+		i = 0
+	}
 	fromSlice := true
 	if f := p.slice.Load(); f != nil {
 		if sl := (*f)(); sl.Count > 1 {
@@ -346,10 +359,10 @@ func (p *candidatePool) pickLocked(l *candidateList, now time.Time, steal bool) 
 				if !sl.Holds(r.State.GetName()) {
 					continue
 				}
-				if n++; rand.IntN(n) == 0 {
+				if n++; rand.IntN(n) == 0 || l.q.Ranked() && n == 1 {
 					i = j
 				}
-				if n == candidateSpread {
+				if n == candidateSpread || l.q.Ranked() {
 					break
 				}
 			}
@@ -386,6 +399,58 @@ func (p *candidatePool) settle(name string, seq uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.claimed[name] = claim{seq: seq, until: p.now().Add(claimTTL)}
+}
+
+// put lists a server again after this replica allocated into it, as that
+// allocation left it (row: its state and the allocation's sequence), in
+// every list whose query it still matches (with room left for the next
+// allocation: an ALLOCATED selector's, say, after a READY one took it),
+// so that the next allocation need not wait for the views to show it. Its
+// claim moves to the sequence before the allocation's, so that the views'
+// older rows stay held and this one is not; until the views show it, the
+// lists read again keep it (listKnownLocked).
+func (p *candidatePool) put(row projections.Row[*eventsv1.GameServerState]) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	name := row.State.GetName()
+	p.claimed[name] = claim{seq: row.Sequence - 1, until: p.now().Add(claimTTL), known: &row}
+	for _, l := range p.lists {
+		l.rows = slices.DeleteFunc(l.rows, func(r projections.Row[*eventsv1.GameServerState]) bool { return r.State.GetName() == name })
+		if l.q.Matches(row.State) {
+			insertRanked(l, row)
+		}
+	}
+}
+
+// listKnownLocked adds to l the servers this replica allocated into with
+// room left (put) that match its query, where the views l read do not
+// show them as they are now.
+func (p *candidatePool) listKnownLocked(l *candidateList) {
+	now := p.now()
+	for name, c := range p.claimed {
+		if c.known == nil || !now.Before(c.until) || !l.q.Matches(c.known.State) {
+			continue
+		}
+		if slices.ContainsFunc(l.rows, func(r projections.Row[*eventsv1.GameServerState]) bool { return r.State.GetName() == name }) {
+			continue // the views show it past the claim: that row is newer
+		}
+		insertRanked(l, *c.known)
+	}
+}
+
+// insertRanked inserts row into l after the rows its query's priorities
+// rank before it or level with it.
+func insertRanked(l *candidateList, row projections.Row[*eventsv1.GameServerState]) {
+	at := len(l.rows)
+	if l.q.Ranked() {
+		at = slices.IndexFunc(l.rows, func(r projections.Row[*eventsv1.GameServerState]) bool {
+			return l.q.ComparePriorities(row.State, r.State) < 0
+		})
+		if at < 0 {
+			at = len(l.rows)
+		}
+	}
+	l.rows = slices.Insert(l.rows, at, row)
 }
 
 // release hands a claimed server back at once: the allocation did not take

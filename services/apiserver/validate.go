@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections"
 	tetherv1 "github.com/tetherhq/tether/proto/tether/v1"
 )
 
@@ -604,16 +605,23 @@ type allocationRequest struct {
 	fleet string
 	// distributed is true for DISTRIBUTED scheduling, false for PACKED.
 	distributed bool
-	// selectors are tried in order; there is at least one (an empty one
-	// matches every server).
-	selectors []*tetherv1.LabelSelector
+	// priorities rank the servers each query matches (allocationrooms.go).
+	priorities []projections.Priority
+	// queries are the selectors' views queries, tried in order; there is
+	// at least one (an empty selector matches every READY server).
+	queries []projections.AllocationQuery
+	// counters and lists are changed with the allocation, in name order.
+	counters []events.CounterAction
+	lists    []events.ListAction
 }
 
 // parseAllocation checks what an allocation request asks for, beyond the
 // sizes every request's interceptor checks (checkAllocationSizes): its
 // parent, its scheduling, its players (each with an id, none twice, at
-// most maxAllocPlayers), seats for them, and one of selector and
-// selectors.
+// most maxAllocPlayers), seats for them, one of selector and selectors,
+// its priorities and its counter and list actions (allocationrooms.go). A
+// request with an ALLOCATED selector, whose match joins a running game
+// session, creates no session: it may not name players or a session.
 func parseAllocation(req *tetherv1.AllocateGameServerRequest) (allocationRequest, error) {
 	var out allocationRequest
 	if req.GetParent() != "fleets/-" {
@@ -639,15 +647,40 @@ func parseAllocation(req *tetherv1.AllocateGameServerRequest) (allocationRequest
 	if n := req.GetGameSession().GetMaxPlayers(); n < 0 || n > 0 && int(n) < len(players) {
 		return out, invalidField("game_session.max_players", fmt.Sprintf("%d seats cannot hold %d players", n, len(players)))
 	}
+	var err error
+	if out.counters, out.lists, err = parseActions(req); err != nil {
+		return out, err
+	}
+	if out.priorities, err = parsePriorities(req, out.distributed, out.counters, out.lists); err != nil {
+		return out, err
+	}
+	selectors, path := req.GetSelectors(), "selectors"
 	switch {
 	case req.GetSelector() != nil && len(req.GetSelectors()) > 0:
 		return out, invalidField("selectors", "give selector or selectors, not both")
 	case req.GetSelector() != nil:
-		out.selectors = []*tetherv1.LabelSelector{req.GetSelector()}
-	case len(req.GetSelectors()) > 0:
-		out.selectors = req.GetSelectors()
-	default:
-		out.selectors = []*tetherv1.LabelSelector{{}}
+		selectors, path = []*tetherv1.LabelSelector{req.GetSelector()}, "selector"
+	case len(req.GetSelectors()) == 0:
+		selectors = []*tetherv1.LabelSelector{{}}
+	}
+	for i, sel := range selectors {
+		f := path
+		if path == "selectors" {
+			f = fmt.Sprintf("selectors[%d]", i)
+		}
+		q, err := selectorQuery(f, out, sel)
+		if err != nil {
+			return out, err
+		}
+		if q.Allocated {
+			switch {
+			case len(players) > 0:
+				return out, invalidField("players", f+" allocates into a running game session, which an allocation adds no seats to: name the players with a list action")
+			case req.GetGameSession() != nil:
+				return out, invalidField("game_session", f+" allocates into a running game session: an allocation with an ALLOCATED selector creates none")
+			}
+		}
+		out.queries = append(out.queries, q)
 	}
 	return out, nil
 }

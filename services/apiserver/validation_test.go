@@ -211,9 +211,10 @@ func TestGRPCRefusesUnknownFieldsAndEnumNumbers(t *testing.T) {
 	_, err = fleets.CreateFleet(ctx, &tetherv1.CreateFleetRequest{FleetId: "g2", Fleet: bad})
 	wantViolation(t, err, "INVALID_ARGUMENT", "fleet.template.ports[0].protocol")
 
-	// LabelSelector field 2, as a newer client would send match expressions.
+	// A LabelSelector field this server does not know, as a newer client
+	// would send match expressions.
 	sel := &tetherv1.LabelSelector{}
-	unknown := protowire.AppendTag(nil, 2, protowire.BytesType)
+	unknown := protowire.AppendTag(nil, 99, protowire.BytesType)
 	sel.ProtoReflect().SetUnknown(protowire.AppendBytes(unknown, []byte("mode In (casual)")))
 	_, err = alloc.AllocateGameServer(ctx, &tetherv1.AllocateGameServerRequest{Parent: "fleets/arena", Selector: sel})
 	wantViolation(t, err, "INVALID_ARGUMENT", "selector")

@@ -73,7 +73,7 @@ func (x GameSession_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GameSession_State.Descriptor instead.
 func (GameSession_State) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{6, 0}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{11, 0}
 }
 
 // Player session state.
@@ -138,14 +138,25 @@ func (x PlayerSession_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PlayerSession_State.Descriptor instead.
 func (PlayerSession_State) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{7, 0}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{12, 0}
 }
 
-// A label selector: every label in match_labels must be present with that value.
+// A selector of the game servers an allocation may take: every label in
+// match_labels must be present with that value, the server must be in
+// game_server_state, and each counter and list named must hold what its
+// selector asks (docs/counters-and-lists.md, "Allocation").
 type LabelSelector struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Labels the game server must have.
-	MatchLabels   map[string]string `protobuf:"bytes,1,rep,name=match_labels,json=matchLabels,proto3" json:"match_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	MatchLabels map[string]string `protobuf:"bytes,1,rep,name=match_labels,json=matchLabels,proto3" json:"match_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// "READY" (the default: a new match on an idle server) or "ALLOCATED"
+	// (another match on a server that hosts several, where its counters or
+	// lists have room: no new game session is created).
+	GameServerState string `protobuf:"bytes,2,opt,name=game_server_state,json=gameServerState,proto3" json:"game_server_state,omitempty"`
+	// Counters the server must have, by name, with counts within bounds.
+	Counters map[string]*CounterSelector `protobuf:"bytes,3,rep,name=counters,proto3" json:"counters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Lists the server must have, by name, with values within bounds.
+	Lists         map[string]*ListSelector `protobuf:"bytes,4,rep,name=lists,proto3" json:"lists,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -187,6 +198,364 @@ func (x *LabelSelector) GetMatchLabels() map[string]string {
 	return nil
 }
 
+func (x *LabelSelector) GetGameServerState() string {
+	if x != nil {
+		return x.GameServerState
+	}
+	return ""
+}
+
+func (x *LabelSelector) GetCounters() map[string]*CounterSelector {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+func (x *LabelSelector) GetLists() map[string]*ListSelector {
+	if x != nil {
+		return x.Lists
+	}
+	return nil
+}
+
+// Bounds on a counter of the servers a selector matches. available is
+// capacity less count. A max of 0 is no bound.
+type CounterSelector struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lowest count.
+	MinCount int64 `protobuf:"varint,1,opt,name=min_count,json=minCount,proto3" json:"min_count,omitempty"`
+	// Highest count; 0: no bound.
+	MaxCount int64 `protobuf:"varint,2,opt,name=max_count,json=maxCount,proto3" json:"max_count,omitempty"`
+	// Lowest room left.
+	MinAvailable int64 `protobuf:"varint,3,opt,name=min_available,json=minAvailable,proto3" json:"min_available,omitempty"`
+	// Highest room left; 0: no bound.
+	MaxAvailable  int64 `protobuf:"varint,4,opt,name=max_available,json=maxAvailable,proto3" json:"max_available,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CounterSelector) Reset() {
+	*x = CounterSelector{}
+	mi := &file_tether_v1_session_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CounterSelector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CounterSelector) ProtoMessage() {}
+
+func (x *CounterSelector) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_session_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CounterSelector.ProtoReflect.Descriptor instead.
+func (*CounterSelector) Descriptor() ([]byte, []int) {
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CounterSelector) GetMinCount() int64 {
+	if x != nil {
+		return x.MinCount
+	}
+	return 0
+}
+
+func (x *CounterSelector) GetMaxCount() int64 {
+	if x != nil {
+		return x.MaxCount
+	}
+	return 0
+}
+
+func (x *CounterSelector) GetMinAvailable() int64 {
+	if x != nil {
+		return x.MinAvailable
+	}
+	return 0
+}
+
+func (x *CounterSelector) GetMaxAvailable() int64 {
+	if x != nil {
+		return x.MaxAvailable
+	}
+	return 0
+}
+
+// Bounds on a list of the servers a selector matches. available is
+// capacity less the number of values. A max of 0 is no bound.
+type ListSelector struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A value the list must hold; empty: any.
+	ContainsValue string `protobuf:"bytes,1,opt,name=contains_value,json=containsValue,proto3" json:"contains_value,omitempty"`
+	// Lowest room left.
+	MinAvailable int64 `protobuf:"varint,2,opt,name=min_available,json=minAvailable,proto3" json:"min_available,omitempty"`
+	// Highest room left; 0: no bound.
+	MaxAvailable  int64 `protobuf:"varint,3,opt,name=max_available,json=maxAvailable,proto3" json:"max_available,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSelector) Reset() {
+	*x = ListSelector{}
+	mi := &file_tether_v1_session_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSelector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSelector) ProtoMessage() {}
+
+func (x *ListSelector) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_session_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSelector.ProtoReflect.Descriptor instead.
+func (*ListSelector) Descriptor() ([]byte, []int) {
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListSelector) GetContainsValue() string {
+	if x != nil {
+		return x.ContainsValue
+	}
+	return ""
+}
+
+func (x *ListSelector) GetMinAvailable() int64 {
+	if x != nil {
+		return x.MinAvailable
+	}
+	return 0
+}
+
+func (x *ListSelector) GetMaxAvailable() int64 {
+	if x != nil {
+		return x.MaxAvailable
+	}
+	return 0
+}
+
+// An order among the servers that match: by the room left on a counter or
+// a list. Servers without it come last.
+type AllocationPriority struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "COUNTER" or "LIST".
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// The counter's or list's name.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// "ASCENDING" (the least room left first: fill servers up) or
+	// "DESCENDING" (the most room left first: spread).
+	Order         string `protobuf:"bytes,3,opt,name=order,proto3" json:"order,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocationPriority) Reset() {
+	*x = AllocationPriority{}
+	mi := &file_tether_v1_session_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocationPriority) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocationPriority) ProtoMessage() {}
+
+func (x *AllocationPriority) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_session_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocationPriority.ProtoReflect.Descriptor instead.
+func (*AllocationPriority) Descriptor() ([]byte, []int) {
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AllocationPriority) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *AllocationPriority) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *AllocationPriority) GetOrder() string {
+	if x != nil {
+		return x.Order
+	}
+	return ""
+}
+
+// A change of a counter made with the allocation, in the same event: it
+// must fit, or the server is not taken (never past its capacity, never
+// below 0).
+type CounterAction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "INCREMENT" or "DECREMENT" (with amount), or empty to change only the
+	// capacity.
+	Action string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	// By how much: 0 or more.
+	Amount int64 `protobuf:"varint,2,opt,name=amount,proto3" json:"amount,omitempty"`
+	// The capacity to set first; unset: as it is.
+	Capacity      *int64 `protobuf:"varint,3,opt,name=capacity,proto3,oneof" json:"capacity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CounterAction) Reset() {
+	*x = CounterAction{}
+	mi := &file_tether_v1_session_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CounterAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CounterAction) ProtoMessage() {}
+
+func (x *CounterAction) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_session_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CounterAction.ProtoReflect.Descriptor instead.
+func (*CounterAction) Descriptor() ([]byte, []int) {
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CounterAction) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *CounterAction) GetAmount() int64 {
+	if x != nil {
+		return x.Amount
+	}
+	return 0
+}
+
+func (x *CounterAction) GetCapacity() int64 {
+	if x != nil && x.Capacity != nil {
+		return *x.Capacity
+	}
+	return 0
+}
+
+// A change of a list made with the allocation, in the same event: the
+// values added must fit, or the server is not taken.
+type ListAction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Values to add; those the list holds already are left as they are.
+	AddValues []string `protobuf:"bytes,1,rep,name=add_values,json=addValues,proto3" json:"add_values,omitempty"`
+	// Values to remove; those it does not hold are ignored.
+	DeleteValues []string `protobuf:"bytes,2,rep,name=delete_values,json=deleteValues,proto3" json:"delete_values,omitempty"`
+	// The capacity to set first; unset: as it is.
+	Capacity      *int64 `protobuf:"varint,3,opt,name=capacity,proto3,oneof" json:"capacity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAction) Reset() {
+	*x = ListAction{}
+	mi := &file_tether_v1_session_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAction) ProtoMessage() {}
+
+func (x *ListAction) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_session_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAction.ProtoReflect.Descriptor instead.
+func (*ListAction) Descriptor() ([]byte, []int) {
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListAction) GetAddValues() []string {
+	if x != nil {
+		return x.AddValues
+	}
+	return nil
+}
+
+func (x *ListAction) GetDeleteValues() []string {
+	if x != nil {
+		return x.DeleteValues
+	}
+	return nil
+}
+
+func (x *ListAction) GetCapacity() int64 {
+	if x != nil && x.Capacity != nil {
+		return *x.Capacity
+	}
+	return 0
+}
+
 // A player to reserve a seat for.
 type PlayerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -200,7 +569,7 @@ type PlayerRequest struct {
 
 func (x *PlayerRequest) Reset() {
 	*x = PlayerRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[1]
+	mi := &file_tether_v1_session_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -212,7 +581,7 @@ func (x *PlayerRequest) String() string {
 func (*PlayerRequest) ProtoMessage() {}
 
 func (x *PlayerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[1]
+	mi := &file_tether_v1_session_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -225,7 +594,7 @@ func (x *PlayerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlayerRequest.ProtoReflect.Descriptor instead.
 func (*PlayerRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{1}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PlayerRequest) GetPlayerId() string {
@@ -255,7 +624,7 @@ type GameSessionRequest struct {
 
 func (x *GameSessionRequest) Reset() {
 	*x = GameSessionRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[2]
+	mi := &file_tether_v1_session_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -267,7 +636,7 @@ func (x *GameSessionRequest) String() string {
 func (*GameSessionRequest) ProtoMessage() {}
 
 func (x *GameSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[2]
+	mi := &file_tether_v1_session_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -280,7 +649,7 @@ func (x *GameSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GameSessionRequest.ProtoReflect.Descriptor instead.
 func (*GameSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{2}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GameSessionRequest) GetProperties() map[string]string {
@@ -309,28 +678,37 @@ type AllocateGameServerRequest struct {
 	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Servers must match this selector.
 	Selector *LabelSelector `protobuf:"bytes,3,opt,name=selector,proto3" json:"selector,omitempty"`
-	// Tried in order when selector is unset; the first that matches a READY
+	// Tried in order when selector is unset; the first that matches a
 	// server wins.
 	Selectors []*LabelSelector `protobuf:"bytes,4,rep,name=selectors,proto3" json:"selectors,omitempty"`
 	// Scheduling: "PACKED" (default: fill busy hosts first) or "DISTRIBUTED"
 	// (spread over hosts).
 	Scheduling string `protobuf:"bytes,5,opt,name=scheduling,proto3" json:"scheduling,omitempty"`
-	// The game session to create.
+	// The game session to create (not with an ALLOCATED selector: an
+	// allocation into a running server joins its game session).
 	GameSession *GameSessionRequest `protobuf:"bytes,6,opt,name=game_session,json=gameSession,proto3" json:"game_session,omitempty"`
-	// Players to reserve seats for.
+	// Players to reserve seats for (not with an ALLOCATED selector: name
+	// them with a list action).
 	Players []*PlayerRequest `protobuf:"bytes,7,rep,name=players,proto3" json:"players,omitempty"`
 	// Labels set on the allocated server with its allocation (one event):
 	// selectors see them at once. Its other labels are kept.
 	Labels map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Annotations set on the allocated server with its allocation.
-	Annotations   map[string]string `protobuf:"bytes,9,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Annotations map[string]string `protobuf:"bytes,9,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The order among the servers a selector matches, most important first;
+	// the scheduling's host order breaks ties.
+	Priorities []*AllocationPriority `protobuf:"bytes,10,rep,name=priorities,proto3" json:"priorities,omitempty"`
+	// Counters changed with the allocation, by name (a room taken).
+	CounterActions map[string]*CounterAction `protobuf:"bytes,11,rep,name=counter_actions,json=counterActions,proto3" json:"counter_actions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Lists changed with the allocation, by name (players added).
+	ListActions   map[string]*ListAction `protobuf:"bytes,12,rep,name=list_actions,json=listActions,proto3" json:"list_actions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AllocateGameServerRequest) Reset() {
 	*x = AllocateGameServerRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[3]
+	mi := &file_tether_v1_session_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -342,7 +720,7 @@ func (x *AllocateGameServerRequest) String() string {
 func (*AllocateGameServerRequest) ProtoMessage() {}
 
 func (x *AllocateGameServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[3]
+	mi := &file_tether_v1_session_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -355,7 +733,7 @@ func (x *AllocateGameServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateGameServerRequest.ProtoReflect.Descriptor instead.
 func (*AllocateGameServerRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{3}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AllocateGameServerRequest) GetParent() string {
@@ -421,6 +799,27 @@ func (x *AllocateGameServerRequest) GetAnnotations() map[string]string {
 	return nil
 }
 
+func (x *AllocateGameServerRequest) GetPriorities() []*AllocationPriority {
+	if x != nil {
+		return x.Priorities
+	}
+	return nil
+}
+
+func (x *AllocateGameServerRequest) GetCounterActions() map[string]*CounterAction {
+	if x != nil {
+		return x.CounterActions
+	}
+	return nil
+}
+
+func (x *AllocateGameServerRequest) GetListActions() map[string]*ListAction {
+	if x != nil {
+		return x.ListActions
+	}
+	return nil
+}
+
 // Where game clients connect.
 type Endpoint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -434,7 +833,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_tether_v1_session_proto_msgTypes[4]
+	mi := &file_tether_v1_session_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +845,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[4]
+	mi := &file_tether_v1_session_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +858,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{4}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Endpoint) GetAddress() string {
@@ -481,7 +880,8 @@ type AllocateGameServerResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The allocated game server.
 	GameServer *GameServer `protobuf:"bytes,1,opt,name=game_server,json=gameServer,proto3" json:"game_server,omitempty"`
-	// The new game session.
+	// The new game session; for an allocation into an ALLOCATED server, the
+	// one it runs.
 	GameSession *GameSession `protobuf:"bytes,2,opt,name=game_session,json=gameSession,proto3" json:"game_session,omitempty"`
 	// Where clients connect.
 	Endpoint *Endpoint `protobuf:"bytes,3,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
@@ -493,7 +893,7 @@ type AllocateGameServerResponse struct {
 
 func (x *AllocateGameServerResponse) Reset() {
 	*x = AllocateGameServerResponse{}
-	mi := &file_tether_v1_session_proto_msgTypes[5]
+	mi := &file_tether_v1_session_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +905,7 @@ func (x *AllocateGameServerResponse) String() string {
 func (*AllocateGameServerResponse) ProtoMessage() {}
 
 func (x *AllocateGameServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[5]
+	mi := &file_tether_v1_session_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +918,7 @@ func (x *AllocateGameServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateGameServerResponse.ProtoReflect.Descriptor instead.
 func (*AllocateGameServerResponse) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{5}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AllocateGameServerResponse) GetGameServer() *GameServer {
@@ -582,7 +982,7 @@ type GameSession struct {
 
 func (x *GameSession) Reset() {
 	*x = GameSession{}
-	mi := &file_tether_v1_session_proto_msgTypes[6]
+	mi := &file_tether_v1_session_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +994,7 @@ func (x *GameSession) String() string {
 func (*GameSession) ProtoMessage() {}
 
 func (x *GameSession) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[6]
+	mi := &file_tether_v1_session_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +1007,7 @@ func (x *GameSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GameSession.ProtoReflect.Descriptor instead.
 func (*GameSession) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{6}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GameSession) GetName() string {
@@ -734,7 +1134,7 @@ type PlayerSession struct {
 
 func (x *PlayerSession) Reset() {
 	*x = PlayerSession{}
-	mi := &file_tether_v1_session_proto_msgTypes[7]
+	mi := &file_tether_v1_session_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +1146,7 @@ func (x *PlayerSession) String() string {
 func (*PlayerSession) ProtoMessage() {}
 
 func (x *PlayerSession) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[7]
+	mi := &file_tether_v1_session_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +1159,7 @@ func (x *PlayerSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlayerSession.ProtoReflect.Descriptor instead.
 func (*PlayerSession) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{7}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PlayerSession) GetName() string {
@@ -873,7 +1273,7 @@ type GetGameSessionRequest struct {
 
 func (x *GetGameSessionRequest) Reset() {
 	*x = GetGameSessionRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[8]
+	mi := &file_tether_v1_session_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1285,7 @@ func (x *GetGameSessionRequest) String() string {
 func (*GetGameSessionRequest) ProtoMessage() {}
 
 func (x *GetGameSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[8]
+	mi := &file_tether_v1_session_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1298,7 @@ func (x *GetGameSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGameSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetGameSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{8}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetGameSessionRequest) GetName() string {
@@ -933,7 +1333,7 @@ type ListGameSessionsRequest struct {
 
 func (x *ListGameSessionsRequest) Reset() {
 	*x = ListGameSessionsRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[9]
+	mi := &file_tether_v1_session_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1345,7 @@ func (x *ListGameSessionsRequest) String() string {
 func (*ListGameSessionsRequest) ProtoMessage() {}
 
 func (x *ListGameSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[9]
+	mi := &file_tether_v1_session_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1358,7 @@ func (x *ListGameSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGameSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListGameSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{9}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListGameSessionsRequest) GetFilter() string {
@@ -1002,7 +1402,7 @@ type ListGameSessionsResponse struct {
 
 func (x *ListGameSessionsResponse) Reset() {
 	*x = ListGameSessionsResponse{}
-	mi := &file_tether_v1_session_proto_msgTypes[10]
+	mi := &file_tether_v1_session_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1414,7 @@ func (x *ListGameSessionsResponse) String() string {
 func (*ListGameSessionsResponse) ProtoMessage() {}
 
 func (x *ListGameSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[10]
+	mi := &file_tether_v1_session_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1427,7 @@ func (x *ListGameSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGameSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListGameSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{10}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListGameSessionsResponse) GetGameSessions() []*GameSession {
@@ -1057,7 +1457,7 @@ type GetPlayerSessionRequest struct {
 
 func (x *GetPlayerSessionRequest) Reset() {
 	*x = GetPlayerSessionRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[11]
+	mi := &file_tether_v1_session_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1469,7 @@ func (x *GetPlayerSessionRequest) String() string {
 func (*GetPlayerSessionRequest) ProtoMessage() {}
 
 func (x *GetPlayerSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[11]
+	mi := &file_tether_v1_session_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1482,7 @@ func (x *GetPlayerSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlayerSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetPlayerSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{11}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetPlayerSessionRequest) GetName() string {
@@ -1112,7 +1512,7 @@ type ListPlayerSessionsRequest struct {
 
 func (x *ListPlayerSessionsRequest) Reset() {
 	*x = ListPlayerSessionsRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[12]
+	mi := &file_tether_v1_session_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +1524,7 @@ func (x *ListPlayerSessionsRequest) String() string {
 func (*ListPlayerSessionsRequest) ProtoMessage() {}
 
 func (x *ListPlayerSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[12]
+	mi := &file_tether_v1_session_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1537,7 @@ func (x *ListPlayerSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlayerSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPlayerSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{12}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListPlayerSessionsRequest) GetParent() string {
@@ -1165,7 +1565,7 @@ type ListPlayerSessionsResponse struct {
 
 func (x *ListPlayerSessionsResponse) Reset() {
 	*x = ListPlayerSessionsResponse{}
-	mi := &file_tether_v1_session_proto_msgTypes[13]
+	mi := &file_tether_v1_session_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1577,7 @@ func (x *ListPlayerSessionsResponse) String() string {
 func (*ListPlayerSessionsResponse) ProtoMessage() {}
 
 func (x *ListPlayerSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[13]
+	mi := &file_tether_v1_session_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1590,7 @@ func (x *ListPlayerSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlayerSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPlayerSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{13}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListPlayerSessionsResponse) GetPlayerSessions() []*PlayerSession {
@@ -1215,7 +1615,7 @@ type CreatePlayerSessionRequest struct {
 
 func (x *CreatePlayerSessionRequest) Reset() {
 	*x = CreatePlayerSessionRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[14]
+	mi := &file_tether_v1_session_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1627,7 @@ func (x *CreatePlayerSessionRequest) String() string {
 func (*CreatePlayerSessionRequest) ProtoMessage() {}
 
 func (x *CreatePlayerSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[14]
+	mi := &file_tether_v1_session_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1640,7 @@ func (x *CreatePlayerSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlayerSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreatePlayerSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{14}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreatePlayerSessionRequest) GetParent() string {
@@ -1281,7 +1681,7 @@ type ReconnectPlayerSessionRequest struct {
 
 func (x *ReconnectPlayerSessionRequest) Reset() {
 	*x = ReconnectPlayerSessionRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[15]
+	mi := &file_tether_v1_session_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1693,7 @@ func (x *ReconnectPlayerSessionRequest) String() string {
 func (*ReconnectPlayerSessionRequest) ProtoMessage() {}
 
 func (x *ReconnectPlayerSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[15]
+	mi := &file_tether_v1_session_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1706,7 @@ func (x *ReconnectPlayerSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconnectPlayerSessionRequest.ProtoReflect.Descriptor instead.
 func (*ReconnectPlayerSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{15}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReconnectPlayerSessionRequest) GetName() string {
@@ -1345,7 +1745,7 @@ type ReconnectPlayerSessionResponse struct {
 
 func (x *ReconnectPlayerSessionResponse) Reset() {
 	*x = ReconnectPlayerSessionResponse{}
-	mi := &file_tether_v1_session_proto_msgTypes[16]
+	mi := &file_tether_v1_session_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1757,7 @@ func (x *ReconnectPlayerSessionResponse) String() string {
 func (*ReconnectPlayerSessionResponse) ProtoMessage() {}
 
 func (x *ReconnectPlayerSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[16]
+	mi := &file_tether_v1_session_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1770,7 @@ func (x *ReconnectPlayerSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconnectPlayerSessionResponse.ProtoReflect.Descriptor instead.
 func (*ReconnectPlayerSessionResponse) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{16}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReconnectPlayerSessionResponse) GetPlayerSession() *PlayerSession {
@@ -1398,12 +1798,47 @@ var File_tether_v1_session_proto protoreflect.FileDescriptor
 
 const file_tether_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"\x17tether/v1/session.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1atether/v1/gameserver.proto\"\x9d\x01\n" +
+	"\x17tether/v1/session.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1atether/v1/gameserver.proto\"\xf4\x03\n" +
 	"\rLabelSelector\x12L\n" +
-	"\fmatch_labels\x18\x01 \x03(\v2).tether.v1.LabelSelector.MatchLabelsEntryR\vmatchLabels\x1a>\n" +
+	"\fmatch_labels\x18\x01 \x03(\v2).tether.v1.LabelSelector.MatchLabelsEntryR\vmatchLabels\x12*\n" +
+	"\x11game_server_state\x18\x02 \x01(\tR\x0fgameServerState\x12B\n" +
+	"\bcounters\x18\x03 \x03(\v2&.tether.v1.LabelSelector.CountersEntryR\bcounters\x129\n" +
+	"\x05lists\x18\x04 \x03(\v2#.tether.v1.LabelSelector.ListsEntryR\x05lists\x1a>\n" +
 	"\x10MatchLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aW\n" +
+	"\rCountersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
+	"\x05value\x18\x02 \x01(\v2\x1a.tether.v1.CounterSelectorR\x05value:\x028\x01\x1aQ\n" +
+	"\n" +
+	"ListsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12-\n" +
+	"\x05value\x18\x02 \x01(\v2\x17.tether.v1.ListSelectorR\x05value:\x028\x01\"\x95\x01\n" +
+	"\x0fCounterSelector\x12\x1b\n" +
+	"\tmin_count\x18\x01 \x01(\x03R\bminCount\x12\x1b\n" +
+	"\tmax_count\x18\x02 \x01(\x03R\bmaxCount\x12#\n" +
+	"\rmin_available\x18\x03 \x01(\x03R\fminAvailable\x12#\n" +
+	"\rmax_available\x18\x04 \x01(\x03R\fmaxAvailable\"\x7f\n" +
+	"\fListSelector\x12%\n" +
+	"\x0econtains_value\x18\x01 \x01(\tR\rcontainsValue\x12#\n" +
+	"\rmin_available\x18\x02 \x01(\x03R\fminAvailable\x12#\n" +
+	"\rmax_available\x18\x03 \x01(\x03R\fmaxAvailable\"P\n" +
+	"\x12AllocationPriority\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05order\x18\x03 \x01(\tR\x05order\"m\n" +
+	"\rCounterAction\x12\x16\n" +
+	"\x06action\x18\x01 \x01(\tR\x06action\x12\x16\n" +
+	"\x06amount\x18\x02 \x01(\x03R\x06amount\x12\x1f\n" +
+	"\bcapacity\x18\x03 \x01(\x03H\x00R\bcapacity\x88\x01\x01B\v\n" +
+	"\t_capacity\"~\n" +
+	"\n" +
+	"ListAction\x12\x1d\n" +
+	"\n" +
+	"add_values\x18\x01 \x03(\tR\taddValues\x12#\n" +
+	"\rdelete_values\x18\x02 \x03(\tR\fdeleteValues\x12\x1f\n" +
+	"\bcapacity\x18\x03 \x01(\x03H\x00R\bcapacity\x88\x01\x01B\v\n" +
+	"\t_capacity\"M\n" +
 	"\rPlayerRequest\x12\x1b\n" +
 	"\tplayer_id\x18\x01 \x01(\tR\bplayerId\x12\x1f\n" +
 	"\vplayer_data\x18\x02 \x01(\tR\n" +
@@ -1416,7 +1851,7 @@ const file_tether_v1_session_proto_rawDesc = "" +
 	"maxPlayers\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf4\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa4\b\n" +
 	"\x19AllocateGameServerRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -1429,13 +1864,25 @@ const file_tether_v1_session_proto_rawDesc = "" +
 	"\fgame_session\x18\x06 \x01(\v2\x1d.tether.v1.GameSessionRequestR\vgameSession\x122\n" +
 	"\aplayers\x18\a \x03(\v2\x18.tether.v1.PlayerRequestR\aplayers\x12H\n" +
 	"\x06labels\x18\b \x03(\v20.tether.v1.AllocateGameServerRequest.LabelsEntryR\x06labels\x12W\n" +
-	"\vannotations\x18\t \x03(\v25.tether.v1.AllocateGameServerRequest.AnnotationsEntryR\vannotations\x1a9\n" +
+	"\vannotations\x18\t \x03(\v25.tether.v1.AllocateGameServerRequest.AnnotationsEntryR\vannotations\x12=\n" +
+	"\n" +
+	"priorities\x18\n" +
+	" \x03(\v2\x1d.tether.v1.AllocationPriorityR\n" +
+	"priorities\x12a\n" +
+	"\x0fcounter_actions\x18\v \x03(\v28.tether.v1.AllocateGameServerRequest.CounterActionsEntryR\x0ecounterActions\x12X\n" +
+	"\flist_actions\x18\f \x03(\v25.tether.v1.AllocateGameServerRequest.ListActionsEntryR\vlistActions\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a[\n" +
+	"\x13CounterActionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.tether.v1.CounterActionR\x05value:\x028\x01\x1aU\n" +
+	"\x10ListActionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12+\n" +
+	"\x05value\x18\x02 \x01(\v2\x15.tether.v1.ListActionR\x05value:\x028\x01\"K\n" +
 	"\bEndpoint\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12%\n" +
 	"\x05ports\x18\x02 \x03(\v2\x0f.tether.v1.PortR\x05ports\"\x83\x02\n" +
@@ -1559,83 +2006,101 @@ func file_tether_v1_session_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tether_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_tether_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_tether_v1_session_proto_goTypes = []any{
 	(GameSession_State)(0),                 // 0: tether.v1.GameSession.State
 	(PlayerSession_State)(0),               // 1: tether.v1.PlayerSession.State
 	(*LabelSelector)(nil),                  // 2: tether.v1.LabelSelector
-	(*PlayerRequest)(nil),                  // 3: tether.v1.PlayerRequest
-	(*GameSessionRequest)(nil),             // 4: tether.v1.GameSessionRequest
-	(*AllocateGameServerRequest)(nil),      // 5: tether.v1.AllocateGameServerRequest
-	(*Endpoint)(nil),                       // 6: tether.v1.Endpoint
-	(*AllocateGameServerResponse)(nil),     // 7: tether.v1.AllocateGameServerResponse
-	(*GameSession)(nil),                    // 8: tether.v1.GameSession
-	(*PlayerSession)(nil),                  // 9: tether.v1.PlayerSession
-	(*GetGameSessionRequest)(nil),          // 10: tether.v1.GetGameSessionRequest
-	(*ListGameSessionsRequest)(nil),        // 11: tether.v1.ListGameSessionsRequest
-	(*ListGameSessionsResponse)(nil),       // 12: tether.v1.ListGameSessionsResponse
-	(*GetPlayerSessionRequest)(nil),        // 13: tether.v1.GetPlayerSessionRequest
-	(*ListPlayerSessionsRequest)(nil),      // 14: tether.v1.ListPlayerSessionsRequest
-	(*ListPlayerSessionsResponse)(nil),     // 15: tether.v1.ListPlayerSessionsResponse
-	(*CreatePlayerSessionRequest)(nil),     // 16: tether.v1.CreatePlayerSessionRequest
-	(*ReconnectPlayerSessionRequest)(nil),  // 17: tether.v1.ReconnectPlayerSessionRequest
-	(*ReconnectPlayerSessionResponse)(nil), // 18: tether.v1.ReconnectPlayerSessionResponse
-	nil,                                    // 19: tether.v1.LabelSelector.MatchLabelsEntry
-	nil,                                    // 20: tether.v1.GameSessionRequest.PropertiesEntry
-	nil,                                    // 21: tether.v1.AllocateGameServerRequest.LabelsEntry
-	nil,                                    // 22: tether.v1.AllocateGameServerRequest.AnnotationsEntry
-	nil,                                    // 23: tether.v1.GameSession.PropertiesEntry
-	(*Port)(nil),                           // 24: tether.v1.Port
-	(*GameServer)(nil),                     // 25: tether.v1.GameServer
-	(*timestamppb.Timestamp)(nil),          // 26: google.protobuf.Timestamp
+	(*CounterSelector)(nil),                // 3: tether.v1.CounterSelector
+	(*ListSelector)(nil),                   // 4: tether.v1.ListSelector
+	(*AllocationPriority)(nil),             // 5: tether.v1.AllocationPriority
+	(*CounterAction)(nil),                  // 6: tether.v1.CounterAction
+	(*ListAction)(nil),                     // 7: tether.v1.ListAction
+	(*PlayerRequest)(nil),                  // 8: tether.v1.PlayerRequest
+	(*GameSessionRequest)(nil),             // 9: tether.v1.GameSessionRequest
+	(*AllocateGameServerRequest)(nil),      // 10: tether.v1.AllocateGameServerRequest
+	(*Endpoint)(nil),                       // 11: tether.v1.Endpoint
+	(*AllocateGameServerResponse)(nil),     // 12: tether.v1.AllocateGameServerResponse
+	(*GameSession)(nil),                    // 13: tether.v1.GameSession
+	(*PlayerSession)(nil),                  // 14: tether.v1.PlayerSession
+	(*GetGameSessionRequest)(nil),          // 15: tether.v1.GetGameSessionRequest
+	(*ListGameSessionsRequest)(nil),        // 16: tether.v1.ListGameSessionsRequest
+	(*ListGameSessionsResponse)(nil),       // 17: tether.v1.ListGameSessionsResponse
+	(*GetPlayerSessionRequest)(nil),        // 18: tether.v1.GetPlayerSessionRequest
+	(*ListPlayerSessionsRequest)(nil),      // 19: tether.v1.ListPlayerSessionsRequest
+	(*ListPlayerSessionsResponse)(nil),     // 20: tether.v1.ListPlayerSessionsResponse
+	(*CreatePlayerSessionRequest)(nil),     // 21: tether.v1.CreatePlayerSessionRequest
+	(*ReconnectPlayerSessionRequest)(nil),  // 22: tether.v1.ReconnectPlayerSessionRequest
+	(*ReconnectPlayerSessionResponse)(nil), // 23: tether.v1.ReconnectPlayerSessionResponse
+	nil,                                    // 24: tether.v1.LabelSelector.MatchLabelsEntry
+	nil,                                    // 25: tether.v1.LabelSelector.CountersEntry
+	nil,                                    // 26: tether.v1.LabelSelector.ListsEntry
+	nil,                                    // 27: tether.v1.GameSessionRequest.PropertiesEntry
+	nil,                                    // 28: tether.v1.AllocateGameServerRequest.LabelsEntry
+	nil,                                    // 29: tether.v1.AllocateGameServerRequest.AnnotationsEntry
+	nil,                                    // 30: tether.v1.AllocateGameServerRequest.CounterActionsEntry
+	nil,                                    // 31: tether.v1.AllocateGameServerRequest.ListActionsEntry
+	nil,                                    // 32: tether.v1.GameSession.PropertiesEntry
+	(*Port)(nil),                           // 33: tether.v1.Port
+	(*GameServer)(nil),                     // 34: tether.v1.GameServer
+	(*timestamppb.Timestamp)(nil),          // 35: google.protobuf.Timestamp
 }
 var file_tether_v1_session_proto_depIdxs = []int32{
-	19, // 0: tether.v1.LabelSelector.match_labels:type_name -> tether.v1.LabelSelector.MatchLabelsEntry
-	20, // 1: tether.v1.GameSessionRequest.properties:type_name -> tether.v1.GameSessionRequest.PropertiesEntry
-	2,  // 2: tether.v1.AllocateGameServerRequest.selector:type_name -> tether.v1.LabelSelector
-	2,  // 3: tether.v1.AllocateGameServerRequest.selectors:type_name -> tether.v1.LabelSelector
-	4,  // 4: tether.v1.AllocateGameServerRequest.game_session:type_name -> tether.v1.GameSessionRequest
-	3,  // 5: tether.v1.AllocateGameServerRequest.players:type_name -> tether.v1.PlayerRequest
-	21, // 6: tether.v1.AllocateGameServerRequest.labels:type_name -> tether.v1.AllocateGameServerRequest.LabelsEntry
-	22, // 7: tether.v1.AllocateGameServerRequest.annotations:type_name -> tether.v1.AllocateGameServerRequest.AnnotationsEntry
-	24, // 8: tether.v1.Endpoint.ports:type_name -> tether.v1.Port
-	25, // 9: tether.v1.AllocateGameServerResponse.game_server:type_name -> tether.v1.GameServer
-	8,  // 10: tether.v1.AllocateGameServerResponse.game_session:type_name -> tether.v1.GameSession
-	6,  // 11: tether.v1.AllocateGameServerResponse.endpoint:type_name -> tether.v1.Endpoint
-	9,  // 12: tether.v1.AllocateGameServerResponse.player_sessions:type_name -> tether.v1.PlayerSession
-	0,  // 13: tether.v1.GameSession.state:type_name -> tether.v1.GameSession.State
-	23, // 14: tether.v1.GameSession.properties:type_name -> tether.v1.GameSession.PropertiesEntry
-	26, // 15: tether.v1.GameSession.create_time:type_name -> google.protobuf.Timestamp
-	26, // 16: tether.v1.GameSession.update_time:type_name -> google.protobuf.Timestamp
-	1,  // 17: tether.v1.PlayerSession.state:type_name -> tether.v1.PlayerSession.State
-	26, // 18: tether.v1.PlayerSession.reservation_deadline:type_name -> google.protobuf.Timestamp
-	26, // 19: tether.v1.PlayerSession.reconnect_deadline:type_name -> google.protobuf.Timestamp
-	26, // 20: tether.v1.PlayerSession.create_time:type_name -> google.protobuf.Timestamp
-	26, // 21: tether.v1.PlayerSession.update_time:type_name -> google.protobuf.Timestamp
-	8,  // 22: tether.v1.ListGameSessionsResponse.game_sessions:type_name -> tether.v1.GameSession
-	9,  // 23: tether.v1.ListPlayerSessionsResponse.player_sessions:type_name -> tether.v1.PlayerSession
-	9,  // 24: tether.v1.CreatePlayerSessionRequest.player_session:type_name -> tether.v1.PlayerSession
-	9,  // 25: tether.v1.ReconnectPlayerSessionResponse.player_session:type_name -> tether.v1.PlayerSession
-	6,  // 26: tether.v1.ReconnectPlayerSessionResponse.endpoint:type_name -> tether.v1.Endpoint
-	5,  // 27: tether.v1.AllocationService.AllocateGameServer:input_type -> tether.v1.AllocateGameServerRequest
-	10, // 28: tether.v1.GameSessionService.GetGameSession:input_type -> tether.v1.GetGameSessionRequest
-	11, // 29: tether.v1.GameSessionService.ListGameSessions:input_type -> tether.v1.ListGameSessionsRequest
-	13, // 30: tether.v1.GameSessionService.GetPlayerSession:input_type -> tether.v1.GetPlayerSessionRequest
-	14, // 31: tether.v1.GameSessionService.ListPlayerSessions:input_type -> tether.v1.ListPlayerSessionsRequest
-	16, // 32: tether.v1.GameSessionService.CreatePlayerSession:input_type -> tether.v1.CreatePlayerSessionRequest
-	17, // 33: tether.v1.GameSessionService.ReconnectPlayerSession:input_type -> tether.v1.ReconnectPlayerSessionRequest
-	7,  // 34: tether.v1.AllocationService.AllocateGameServer:output_type -> tether.v1.AllocateGameServerResponse
-	8,  // 35: tether.v1.GameSessionService.GetGameSession:output_type -> tether.v1.GameSession
-	12, // 36: tether.v1.GameSessionService.ListGameSessions:output_type -> tether.v1.ListGameSessionsResponse
-	9,  // 37: tether.v1.GameSessionService.GetPlayerSession:output_type -> tether.v1.PlayerSession
-	15, // 38: tether.v1.GameSessionService.ListPlayerSessions:output_type -> tether.v1.ListPlayerSessionsResponse
-	9,  // 39: tether.v1.GameSessionService.CreatePlayerSession:output_type -> tether.v1.PlayerSession
-	18, // 40: tether.v1.GameSessionService.ReconnectPlayerSession:output_type -> tether.v1.ReconnectPlayerSessionResponse
-	34, // [34:41] is the sub-list for method output_type
-	27, // [27:34] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	24, // 0: tether.v1.LabelSelector.match_labels:type_name -> tether.v1.LabelSelector.MatchLabelsEntry
+	25, // 1: tether.v1.LabelSelector.counters:type_name -> tether.v1.LabelSelector.CountersEntry
+	26, // 2: tether.v1.LabelSelector.lists:type_name -> tether.v1.LabelSelector.ListsEntry
+	27, // 3: tether.v1.GameSessionRequest.properties:type_name -> tether.v1.GameSessionRequest.PropertiesEntry
+	2,  // 4: tether.v1.AllocateGameServerRequest.selector:type_name -> tether.v1.LabelSelector
+	2,  // 5: tether.v1.AllocateGameServerRequest.selectors:type_name -> tether.v1.LabelSelector
+	9,  // 6: tether.v1.AllocateGameServerRequest.game_session:type_name -> tether.v1.GameSessionRequest
+	8,  // 7: tether.v1.AllocateGameServerRequest.players:type_name -> tether.v1.PlayerRequest
+	28, // 8: tether.v1.AllocateGameServerRequest.labels:type_name -> tether.v1.AllocateGameServerRequest.LabelsEntry
+	29, // 9: tether.v1.AllocateGameServerRequest.annotations:type_name -> tether.v1.AllocateGameServerRequest.AnnotationsEntry
+	5,  // 10: tether.v1.AllocateGameServerRequest.priorities:type_name -> tether.v1.AllocationPriority
+	30, // 11: tether.v1.AllocateGameServerRequest.counter_actions:type_name -> tether.v1.AllocateGameServerRequest.CounterActionsEntry
+	31, // 12: tether.v1.AllocateGameServerRequest.list_actions:type_name -> tether.v1.AllocateGameServerRequest.ListActionsEntry
+	33, // 13: tether.v1.Endpoint.ports:type_name -> tether.v1.Port
+	34, // 14: tether.v1.AllocateGameServerResponse.game_server:type_name -> tether.v1.GameServer
+	13, // 15: tether.v1.AllocateGameServerResponse.game_session:type_name -> tether.v1.GameSession
+	11, // 16: tether.v1.AllocateGameServerResponse.endpoint:type_name -> tether.v1.Endpoint
+	14, // 17: tether.v1.AllocateGameServerResponse.player_sessions:type_name -> tether.v1.PlayerSession
+	0,  // 18: tether.v1.GameSession.state:type_name -> tether.v1.GameSession.State
+	32, // 19: tether.v1.GameSession.properties:type_name -> tether.v1.GameSession.PropertiesEntry
+	35, // 20: tether.v1.GameSession.create_time:type_name -> google.protobuf.Timestamp
+	35, // 21: tether.v1.GameSession.update_time:type_name -> google.protobuf.Timestamp
+	1,  // 22: tether.v1.PlayerSession.state:type_name -> tether.v1.PlayerSession.State
+	35, // 23: tether.v1.PlayerSession.reservation_deadline:type_name -> google.protobuf.Timestamp
+	35, // 24: tether.v1.PlayerSession.reconnect_deadline:type_name -> google.protobuf.Timestamp
+	35, // 25: tether.v1.PlayerSession.create_time:type_name -> google.protobuf.Timestamp
+	35, // 26: tether.v1.PlayerSession.update_time:type_name -> google.protobuf.Timestamp
+	13, // 27: tether.v1.ListGameSessionsResponse.game_sessions:type_name -> tether.v1.GameSession
+	14, // 28: tether.v1.ListPlayerSessionsResponse.player_sessions:type_name -> tether.v1.PlayerSession
+	14, // 29: tether.v1.CreatePlayerSessionRequest.player_session:type_name -> tether.v1.PlayerSession
+	14, // 30: tether.v1.ReconnectPlayerSessionResponse.player_session:type_name -> tether.v1.PlayerSession
+	11, // 31: tether.v1.ReconnectPlayerSessionResponse.endpoint:type_name -> tether.v1.Endpoint
+	3,  // 32: tether.v1.LabelSelector.CountersEntry.value:type_name -> tether.v1.CounterSelector
+	4,  // 33: tether.v1.LabelSelector.ListsEntry.value:type_name -> tether.v1.ListSelector
+	6,  // 34: tether.v1.AllocateGameServerRequest.CounterActionsEntry.value:type_name -> tether.v1.CounterAction
+	7,  // 35: tether.v1.AllocateGameServerRequest.ListActionsEntry.value:type_name -> tether.v1.ListAction
+	10, // 36: tether.v1.AllocationService.AllocateGameServer:input_type -> tether.v1.AllocateGameServerRequest
+	15, // 37: tether.v1.GameSessionService.GetGameSession:input_type -> tether.v1.GetGameSessionRequest
+	16, // 38: tether.v1.GameSessionService.ListGameSessions:input_type -> tether.v1.ListGameSessionsRequest
+	18, // 39: tether.v1.GameSessionService.GetPlayerSession:input_type -> tether.v1.GetPlayerSessionRequest
+	19, // 40: tether.v1.GameSessionService.ListPlayerSessions:input_type -> tether.v1.ListPlayerSessionsRequest
+	21, // 41: tether.v1.GameSessionService.CreatePlayerSession:input_type -> tether.v1.CreatePlayerSessionRequest
+	22, // 42: tether.v1.GameSessionService.ReconnectPlayerSession:input_type -> tether.v1.ReconnectPlayerSessionRequest
+	12, // 43: tether.v1.AllocationService.AllocateGameServer:output_type -> tether.v1.AllocateGameServerResponse
+	13, // 44: tether.v1.GameSessionService.GetGameSession:output_type -> tether.v1.GameSession
+	17, // 45: tether.v1.GameSessionService.ListGameSessions:output_type -> tether.v1.ListGameSessionsResponse
+	14, // 46: tether.v1.GameSessionService.GetPlayerSession:output_type -> tether.v1.PlayerSession
+	20, // 47: tether.v1.GameSessionService.ListPlayerSessions:output_type -> tether.v1.ListPlayerSessionsResponse
+	14, // 48: tether.v1.GameSessionService.CreatePlayerSession:output_type -> tether.v1.PlayerSession
+	23, // 49: tether.v1.GameSessionService.ReconnectPlayerSession:output_type -> tether.v1.ReconnectPlayerSessionResponse
+	43, // [43:50] is the sub-list for method output_type
+	36, // [36:43] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_tether_v1_session_proto_init() }
@@ -1644,13 +2109,15 @@ func file_tether_v1_session_proto_init() {
 		return
 	}
 	file_tether_v1_gameserver_proto_init()
+	file_tether_v1_session_proto_msgTypes[4].OneofWrappers = []any{}
+	file_tether_v1_session_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_v1_session_proto_rawDesc), len(file_tether_v1_session_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

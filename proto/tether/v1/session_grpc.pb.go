@@ -29,8 +29,10 @@ const (
 // AllocationService places matches on game servers: what matchmakers call.
 type AllocationServiceClient interface {
 	// Allocates a READY game server of a fleet ("fleets/-": any fleet) to a
-	// new game session, reserving seats for the given players. No READY
-	// server: RESOURCE_EXHAUSTED with reason NO_READY_GAME_SERVER.
+	// new game session, reserving seats for the given players, or, with an
+	// ALLOCATED selector, takes room on a running one (its counters and
+	// lists). No server matches: RESOURCE_EXHAUSTED with reason
+	// NO_READY_GAME_SERVER.
 	AllocateGameServer(ctx context.Context, in *AllocateGameServerRequest, opts ...grpc.CallOption) (*AllocateGameServerResponse, error)
 }
 
@@ -59,8 +61,10 @@ func (c *allocationServiceClient) AllocateGameServer(ctx context.Context, in *Al
 // AllocationService places matches on game servers: what matchmakers call.
 type AllocationServiceServer interface {
 	// Allocates a READY game server of a fleet ("fleets/-": any fleet) to a
-	// new game session, reserving seats for the given players. No READY
-	// server: RESOURCE_EXHAUSTED with reason NO_READY_GAME_SERVER.
+	// new game session, reserving seats for the given players, or, with an
+	// ALLOCATED selector, takes room on a running one (its counters and
+	// lists). No server matches: RESOURCE_EXHAUSTED with reason
+	// NO_READY_GAME_SERVER.
 	AllocateGameServer(context.Context, *AllocateGameServerRequest) (*AllocateGameServerResponse, error)
 	mustEmbedUnimplementedAllocationServiceServer()
 }

@@ -109,17 +109,23 @@ type FleetUse struct {
 	Allocated, Reserved, Ready, Starting int
 }
 
-// UseOf counts servers by what they do.
+// UseOf counts servers by what they do. A READY server with rooms in use
+// (events.RoomsInUse: its game took them through the SDK) holds matches:
+// it counts as ALLOCATED.
 func UseOf(rows []projections.Row[*eventsv1.GameServerState]) FleetUse {
 	var u FleetUse
 	for _, r := range rows {
 		switch r.State.GetLifecycle() {
 		case eventsv1.Lifecycle_LIFECYCLE_ALLOCATED:
 			u.Allocated++
+		case eventsv1.Lifecycle_LIFECYCLE_READY:
+			if events.RoomsInUse(r.State) {
+				u.Allocated++
+			} else {
+				u.Ready++
+			}
 		case eventsv1.Lifecycle_LIFECYCLE_RESERVED:
 			u.Reserved++
-		case eventsv1.Lifecycle_LIFECYCLE_READY:
-			u.Ready++
 		case eventsv1.Lifecycle_LIFECYCLE_SCHEDULED, eventsv1.Lifecycle_LIFECYCLE_STARTING:
 			u.Starting++
 		}
@@ -191,12 +197,16 @@ func (p Planner) fleetDecision(seq uint64, name string, msgs []proto.Message, bl
 	return &d
 }
 
-// movable reports whether a server leaves a draining host for another:
-// one that holds no match (READY, or not ready yet). ALLOCATED and
-// RESERVED servers finish what they hold.
+// movable reports whether a server leaves a draining host for another
+// (or, outdated, is replaced by a rollout): one that holds no match
+// (READY with no room in use, or not ready yet). ALLOCATED and RESERVED
+// servers finish what they hold, and so does a READY one whose rooms are
+// in use (events.RoomsInUse).
 func movable(gs *eventsv1.GameServerState) bool {
 	switch gs.GetLifecycle() {
-	case eventsv1.Lifecycle_LIFECYCLE_READY, eventsv1.Lifecycle_LIFECYCLE_SCHEDULED, eventsv1.Lifecycle_LIFECYCLE_STARTING:
+	case eventsv1.Lifecycle_LIFECYCLE_READY:
+		return !events.RoomsInUse(gs)
+	case eventsv1.Lifecycle_LIFECYCLE_SCHEDULED, eventsv1.Lifecycle_LIFECYCLE_STARTING:
 		return true
 	}
 	return false
@@ -216,12 +226,16 @@ func serves(gs *eventsv1.GameServerState) bool {
 // (events.CompareHosts on the hosts' used slots, load): under PACKED the
 // servers of the least used hosts go first, so that hosts empty out;
 // under DISTRIBUTED those of the busiest; then the newest first. ALLOCATED
-// and RESERVED servers are never scaled down.
+// and RESERVED servers are never scaled down, nor READY ones with rooms in
+// use (events.RoomsInUse).
 func scaleDownOrder(live []projections.Row[*eventsv1.GameServerState], sched eventsv1.Scheduling, load map[string]int32) []projections.Row[*eventsv1.GameServerState] {
 	distributed := sched == eventsv1.Scheduling_SCHEDULING_DISTRIBUTED
-	rank := func(l eventsv1.Lifecycle) int {
-		switch l {
+	rank := func(gs *eventsv1.GameServerState) int {
+		switch gs.GetLifecycle() {
 		case eventsv1.Lifecycle_LIFECYCLE_READY:
+			if events.RoomsInUse(gs) {
+				return -1
+			}
 			return 0
 		case eventsv1.Lifecycle_LIFECYCLE_SCHEDULED, eventsv1.Lifecycle_LIFECYCLE_STARTING:
 			return 1
@@ -230,12 +244,12 @@ func scaleDownOrder(live []projections.Row[*eventsv1.GameServerState], sched eve
 	}
 	var out []projections.Row[*eventsv1.GameServerState]
 	for _, r := range live {
-		if rank(r.State.GetLifecycle()) >= 0 {
+		if rank(r.State) >= 0 {
 			out = append(out, r)
 		}
 	}
 	slices.SortStableFunc(out, func(a, b projections.Row[*eventsv1.GameServerState]) int {
-		if ra, rb := rank(a.State.GetLifecycle()), rank(b.State.GetLifecycle()); ra != rb {
+		if ra, rb := rank(a.State), rank(b.State); ra != rb {
 			return ra - rb
 		}
 		ha, hb := a.State.GetHost(), b.State.GetHost()

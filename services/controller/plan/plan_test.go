@@ -77,6 +77,14 @@ func on(id string, l eventsv1.Lifecycle, host string, seq uint64) projections.Ro
 	return projections.Row[*eventsv1.GameServerState]{State: s, Sequence: seq}
 }
 
+// withRooms is r with a counter rooms of 4 from its template's 0, inUse
+// of them taken.
+func withRooms(r projections.Row[*eventsv1.GameServerState], inUse int64) projections.Row[*eventsv1.GameServerState] {
+	r.State.Template = &eventsv1.GameServerTemplate{Command: "/bin/game", Counters: map[string]*eventsv1.Counter{"rooms": {Capacity: 4}}}
+	r.State.Counters = map[string]*eventsv1.Counter{"rooms": {Count: inUse, Capacity: 4}}
+	return r
+}
+
 // unfinished is game server id of fleet arena on host, SHUTTING_DOWN
 // (HEALTH_CHECK_FAILED) with a deadline, at sequence seq.
 func unfinished(id, host string, seq uint64, deadline time.Time) projections.Row[*eventsv1.GameServerState] {
@@ -337,6 +345,35 @@ func TestPlan(t *testing.T) {
 					on("gs-4", ready, "b", 13), on("gs-5", starting, "b", 14))
 			},
 			want: []string{"shutdown " + gsPrefix + "gs-2@11 ShutdownRequested → a"},
+		},
+		{
+			name: "draining: a READY server with rooms in use finishes them, as an ALLOCATED one does",
+			snapshot: func() Snapshot {
+				return snap(arena(3), []projections.HostRow{cordoned(hostRow("a", draining, 10, 3, 5), true), hostRow("b", online, 10, 2, 6)},
+					withRooms(on("gs-1", ready, "a", 10), 1), on("gs-2", ready, "a", 11), on("gs-3", allocated, "a", 12),
+					on("gs-4", ready, "b", 13), on("gs-5", starting, "b", 14))
+			},
+			// gs-1 holds a room: like gs-3 it stays, and counts as serving;
+			// gs-2 leaves. With gs-1 and gs-3 busy and gs-4 READY the fleet
+			// has its 3, and gs-5 starting is one too many: a READY server
+			// goes first (gs-4), never gs-1.
+			want: []string{
+				"shutdown " + gsPrefix + "gs-2@11 ShutdownRequested → a",
+				"shutdown " + gsPrefix + "gs-4@13 ShutdownRequested → b",
+			},
+		},
+		{
+			name: "scales down: a READY server with rooms in use is not taken",
+			snapshot: func() Snapshot {
+				return snap(arena(1), []projections.HostRow{hostRow("a", online, 10, 3, 5)},
+					withRooms(on("gs-1", ready, "a", 10), 2), withRooms(on("gs-2", ready, "a", 11), 0), on("gs-3", ready, "a", 12))
+			},
+			// Replicas 1, and gs-1 holds rooms: the two idle ones go,
+			// though gs-1 is the newest, which would go first.
+			want: []string{
+				"shutdown " + gsPrefix + "gs-2@11 ShutdownRequested → a",
+				"shutdown " + gsPrefix + "gs-3@12 ShutdownRequested → a",
+			},
 		},
 		{
 			name: "draining with no room elsewhere: the servers stay and the fleet says why",

@@ -1194,7 +1194,12 @@ type GameServerAllocated struct {
 	// metadata); the server's others are kept.
 	Labels map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Annotations set on the server with the allocation.
-	Annotations   map[string]string `protobuf:"bytes,7,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Annotations map[string]string `protobuf:"bytes,7,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Counters the allocation changed (its counter actions), each as it left
+	// it.
+	Counters []*CounterChanged `protobuf:"bytes,8,rep,name=counters,proto3" json:"counters,omitempty"`
+	// Lists the allocation changed (its list actions), each as it left it.
+	Lists         []*ListChanged `protobuf:"bytes,9,rep,name=lists,proto3" json:"lists,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1278,6 +1283,105 @@ func (x *GameServerAllocated) GetAnnotations() map[string]string {
 	return nil
 }
 
+func (x *GameServerAllocated) GetCounters() []*CounterChanged {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+func (x *GameServerAllocated) GetLists() []*ListChanged {
+	if x != nil {
+		return x.Lists
+	}
+	return nil
+}
+
+// GameServerReallocated: an ALLOCATED server took another match (a server
+// that hosts several: Agones' allocation with gameServerState ALLOCATED).
+// Its lifecycle and game session stay; the room it took is in its counter
+// and list changes.
+type GameServerReallocated struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The game session the server runs.
+	GameSession string `protobuf:"bytes,1,opt,name=game_session,json=gameSession,proto3" json:"game_session,omitempty"`
+	// Labels set with the allocation; the server's others are kept.
+	Labels map[string]string `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Annotations set with the allocation.
+	Annotations map[string]string `protobuf:"bytes,3,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Counters the allocation changed, each as it left it.
+	Counters []*CounterChanged `protobuf:"bytes,4,rep,name=counters,proto3" json:"counters,omitempty"`
+	// Lists the allocation changed, each as it left it.
+	Lists         []*ListChanged `protobuf:"bytes,5,rep,name=lists,proto3" json:"lists,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GameServerReallocated) Reset() {
+	*x = GameServerReallocated{}
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GameServerReallocated) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GameServerReallocated) ProtoMessage() {}
+
+func (x *GameServerReallocated) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GameServerReallocated.ProtoReflect.Descriptor instead.
+func (*GameServerReallocated) Descriptor() ([]byte, []int) {
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GameServerReallocated) GetGameSession() string {
+	if x != nil {
+		return x.GameSession
+	}
+	return ""
+}
+
+func (x *GameServerReallocated) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *GameServerReallocated) GetAnnotations() map[string]string {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+func (x *GameServerReallocated) GetCounters() []*CounterChanged {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+func (x *GameServerReallocated) GetLists() []*ListChanged {
+	if x != nil {
+		return x.Lists
+	}
+	return nil
+}
+
 // ShutdownRequested: the server was told to stop by a deadline.
 type ShutdownRequested struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1293,7 +1397,7 @@ type ShutdownRequested struct {
 
 func (x *ShutdownRequested) Reset() {
 	*x = ShutdownRequested{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[14]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1305,7 +1409,7 @@ func (x *ShutdownRequested) String() string {
 func (*ShutdownRequested) ProtoMessage() {}
 
 func (x *ShutdownRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[14]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1318,7 +1422,7 @@ func (x *ShutdownRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequested.ProtoReflect.Descriptor instead.
 func (*ShutdownRequested) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{14}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ShutdownRequested) GetReason() Reason {
@@ -1358,7 +1462,7 @@ type ProcessSignalled struct {
 
 func (x *ProcessSignalled) Reset() {
 	*x = ProcessSignalled{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[15]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1474,7 @@ func (x *ProcessSignalled) String() string {
 func (*ProcessSignalled) ProtoMessage() {}
 
 func (x *ProcessSignalled) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[15]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1487,7 @@ func (x *ProcessSignalled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessSignalled.ProtoReflect.Descriptor instead.
 func (*ProcessSignalled) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{15}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ProcessSignalled) GetSignal() string {
@@ -1426,7 +1530,7 @@ type ProcessExited struct {
 
 func (x *ProcessExited) Reset() {
 	*x = ProcessExited{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[16]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1542,7 @@ func (x *ProcessExited) String() string {
 func (*ProcessExited) ProtoMessage() {}
 
 func (x *ProcessExited) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[16]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1555,7 @@ func (x *ProcessExited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessExited.ProtoReflect.Descriptor instead.
 func (*ProcessExited) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{16}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ProcessExited) GetExitCode() int32 {
@@ -1502,7 +1606,7 @@ type GameServerTerminated struct {
 
 func (x *GameServerTerminated) Reset() {
 	*x = GameServerTerminated{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[17]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1618,7 @@ func (x *GameServerTerminated) String() string {
 func (*GameServerTerminated) ProtoMessage() {}
 
 func (x *GameServerTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[17]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1631,7 @@ func (x *GameServerTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GameServerTerminated.ProtoReflect.Descriptor instead.
 func (*GameServerTerminated) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{17}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GameServerTerminated) GetReason() Reason {
@@ -1557,7 +1661,7 @@ type LabelsChanged struct {
 
 func (x *LabelsChanged) Reset() {
 	*x = LabelsChanged{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[18]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1673,7 @@ func (x *LabelsChanged) String() string {
 func (*LabelsChanged) ProtoMessage() {}
 
 func (x *LabelsChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[18]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1686,7 @@ func (x *LabelsChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelsChanged.ProtoReflect.Descriptor instead.
 func (*LabelsChanged) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{18}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LabelsChanged) GetSet() map[string]string {
@@ -1614,7 +1718,7 @@ type TrackedPlayerConnected struct {
 
 func (x *TrackedPlayerConnected) Reset() {
 	*x = TrackedPlayerConnected{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[19]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1730,7 @@ func (x *TrackedPlayerConnected) String() string {
 func (*TrackedPlayerConnected) ProtoMessage() {}
 
 func (x *TrackedPlayerConnected) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[19]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1743,7 @@ func (x *TrackedPlayerConnected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedPlayerConnected.ProtoReflect.Descriptor instead.
 func (*TrackedPlayerConnected) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{19}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TrackedPlayerConnected) GetPlayerId() string {
@@ -1670,7 +1774,7 @@ type TrackedPlayerDisconnected struct {
 
 func (x *TrackedPlayerDisconnected) Reset() {
 	*x = TrackedPlayerDisconnected{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[20]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1786,7 @@ func (x *TrackedPlayerDisconnected) String() string {
 func (*TrackedPlayerDisconnected) ProtoMessage() {}
 
 func (x *TrackedPlayerDisconnected) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[20]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1799,7 @@ func (x *TrackedPlayerDisconnected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackedPlayerDisconnected.ProtoReflect.Descriptor instead.
 func (*TrackedPlayerDisconnected) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{20}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TrackedPlayerDisconnected) GetPlayerId() string {
@@ -1724,7 +1828,7 @@ type PlayerCapacitySet struct {
 
 func (x *PlayerCapacitySet) Reset() {
 	*x = PlayerCapacitySet{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[21]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +1840,7 @@ func (x *PlayerCapacitySet) String() string {
 func (*PlayerCapacitySet) ProtoMessage() {}
 
 func (x *PlayerCapacitySet) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[21]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +1853,7 @@ func (x *PlayerCapacitySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlayerCapacitySet.ProtoReflect.Descriptor instead.
 func (*PlayerCapacitySet) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{21}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PlayerCapacitySet) GetCapacity() int64 {
@@ -1774,7 +1878,7 @@ type AnnotationsChanged struct {
 
 func (x *AnnotationsChanged) Reset() {
 	*x = AnnotationsChanged{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[22]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1890,7 @@ func (x *AnnotationsChanged) String() string {
 func (*AnnotationsChanged) ProtoMessage() {}
 
 func (x *AnnotationsChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[22]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1903,7 @@ func (x *AnnotationsChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnnotationsChanged.ProtoReflect.Descriptor instead.
 func (*AnnotationsChanged) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{22}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AnnotationsChanged) GetSet() map[string]string {
@@ -1836,7 +1940,7 @@ type CounterChanged struct {
 
 func (x *CounterChanged) Reset() {
 	*x = CounterChanged{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[23]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +1952,7 @@ func (x *CounterChanged) String() string {
 func (*CounterChanged) ProtoMessage() {}
 
 func (x *CounterChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[23]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +1965,7 @@ func (x *CounterChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterChanged.ProtoReflect.Descriptor instead.
 func (*CounterChanged) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{23}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CounterChanged) GetName() string {
@@ -1914,7 +2018,7 @@ type ListChanged struct {
 
 func (x *ListChanged) Reset() {
 	*x = ListChanged{}
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[24]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2030,7 @@ func (x *ListChanged) String() string {
 func (*ListChanged) ProtoMessage() {}
 
 func (x *ListChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_events_v1_gameserver_proto_msgTypes[24]
+	mi := &file_tether_events_v1_gameserver_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2043,7 @@ func (x *ListChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListChanged.ProtoReflect.Descriptor instead.
 func (*ListChanged) Descriptor() ([]byte, []int) {
-	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{24}
+	return file_tether_events_v1_gameserver_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListChanged) GetName() string {
@@ -2048,7 +2152,7 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\tplayer_id\x18\x02 \x01(\tR\bplayerId\x12\x1f\n" +
 	"\vplayer_data\x18\x03 \x01(\tR\n" +
 	"playerData\x12\x12\n" +
-	"\x04slot\x18\x04 \x01(\x05R\x04slot\"\xf5\x04\n" +
+	"\x04slot\x18\x04 \x01(\x05R\x04slot\"\xe8\x05\n" +
 	"\x13GameServerAllocated\x12!\n" +
 	"\fgame_session\x18\x01 \x01(\tR\vgameSession\x12U\n" +
 	"\n" +
@@ -2059,10 +2163,24 @@ const file_tether_events_v1_gameserver_proto_rawDesc = "" +
 	"\aplayers\x18\x04 \x03(\v2#.tether.events.v1.PlayerReservationR\aplayers\x12%\n" +
 	"\x0eself_allocated\x18\x05 \x01(\bR\rselfAllocated\x12I\n" +
 	"\x06labels\x18\x06 \x03(\v21.tether.events.v1.GameServerAllocated.LabelsEntryR\x06labels\x12X\n" +
-	"\vannotations\x18\a \x03(\v26.tether.events.v1.GameServerAllocated.AnnotationsEntryR\vannotations\x1a=\n" +
+	"\vannotations\x18\a \x03(\v26.tether.events.v1.GameServerAllocated.AnnotationsEntryR\vannotations\x12<\n" +
+	"\bcounters\x18\b \x03(\v2 .tether.events.v1.CounterChangedR\bcounters\x123\n" +
+	"\x05lists\x18\t \x03(\v2\x1d.tether.events.v1.ListChangedR\x05lists\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
+	"\x10AnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd1\x03\n" +
+	"\x15GameServerReallocated\x12!\n" +
+	"\fgame_session\x18\x01 \x01(\tR\vgameSession\x12K\n" +
+	"\x06labels\x18\x02 \x03(\v23.tether.events.v1.GameServerReallocated.LabelsEntryR\x06labels\x12Z\n" +
+	"\vannotations\x18\x03 \x03(\v28.tether.events.v1.GameServerReallocated.AnnotationsEntryR\vannotations\x12<\n" +
+	"\bcounters\x18\x04 \x03(\v2 .tether.events.v1.CounterChangedR\bcounters\x123\n" +
+	"\x05lists\x18\x05 \x03(\v2\x1d.tether.events.v1.ListChangedR\x05lists\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
@@ -2167,7 +2285,7 @@ func file_tether_events_v1_gameserver_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_events_v1_gameserver_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tether_events_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_tether_events_v1_gameserver_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_tether_events_v1_gameserver_proto_goTypes = []any{
 	(Reason)(0),                       // 0: tether.events.v1.Reason
 	(Lifecycle)(0),                    // 1: tether.events.v1.Lifecycle
@@ -2186,65 +2304,74 @@ var file_tether_events_v1_gameserver_proto_goTypes = []any{
 	(*GameServerUnhealthy)(nil),       // 14: tether.events.v1.GameServerUnhealthy
 	(*PlayerReservation)(nil),         // 15: tether.events.v1.PlayerReservation
 	(*GameServerAllocated)(nil),       // 16: tether.events.v1.GameServerAllocated
-	(*ShutdownRequested)(nil),         // 17: tether.events.v1.ShutdownRequested
-	(*ProcessSignalled)(nil),          // 18: tether.events.v1.ProcessSignalled
-	(*ProcessExited)(nil),             // 19: tether.events.v1.ProcessExited
-	(*GameServerTerminated)(nil),      // 20: tether.events.v1.GameServerTerminated
-	(*LabelsChanged)(nil),             // 21: tether.events.v1.LabelsChanged
-	(*TrackedPlayerConnected)(nil),    // 22: tether.events.v1.TrackedPlayerConnected
-	(*TrackedPlayerDisconnected)(nil), // 23: tether.events.v1.TrackedPlayerDisconnected
-	(*PlayerCapacitySet)(nil),         // 24: tether.events.v1.PlayerCapacitySet
-	(*AnnotationsChanged)(nil),        // 25: tether.events.v1.AnnotationsChanged
-	(*CounterChanged)(nil),            // 26: tether.events.v1.CounterChanged
-	(*ListChanged)(nil),               // 27: tether.events.v1.ListChanged
-	nil,                               // 28: tether.events.v1.GameServerScheduled.LabelsEntry
-	nil,                               // 29: tether.events.v1.GameServerAllocated.PropertiesEntry
-	nil,                               // 30: tether.events.v1.GameServerAllocated.LabelsEntry
-	nil,                               // 31: tether.events.v1.GameServerAllocated.AnnotationsEntry
-	nil,                               // 32: tether.events.v1.LabelsChanged.SetEntry
-	nil,                               // 33: tether.events.v1.AnnotationsChanged.SetEntry
-	(Protocol)(0),                     // 34: tether.events.v1.Protocol
-	(*timestamppb.Timestamp)(nil),     // 35: google.protobuf.Timestamp
-	(*GameServerTemplate)(nil),        // 36: tether.events.v1.GameServerTemplate
-	(*HealthPolicy)(nil),              // 37: tether.events.v1.HealthPolicy
-	(*PlayerSessionPolicy)(nil),       // 38: tether.events.v1.PlayerSessionPolicy
+	(*GameServerReallocated)(nil),     // 17: tether.events.v1.GameServerReallocated
+	(*ShutdownRequested)(nil),         // 18: tether.events.v1.ShutdownRequested
+	(*ProcessSignalled)(nil),          // 19: tether.events.v1.ProcessSignalled
+	(*ProcessExited)(nil),             // 20: tether.events.v1.ProcessExited
+	(*GameServerTerminated)(nil),      // 21: tether.events.v1.GameServerTerminated
+	(*LabelsChanged)(nil),             // 22: tether.events.v1.LabelsChanged
+	(*TrackedPlayerConnected)(nil),    // 23: tether.events.v1.TrackedPlayerConnected
+	(*TrackedPlayerDisconnected)(nil), // 24: tether.events.v1.TrackedPlayerDisconnected
+	(*PlayerCapacitySet)(nil),         // 25: tether.events.v1.PlayerCapacitySet
+	(*AnnotationsChanged)(nil),        // 26: tether.events.v1.AnnotationsChanged
+	(*CounterChanged)(nil),            // 27: tether.events.v1.CounterChanged
+	(*ListChanged)(nil),               // 28: tether.events.v1.ListChanged
+	nil,                               // 29: tether.events.v1.GameServerScheduled.LabelsEntry
+	nil,                               // 30: tether.events.v1.GameServerAllocated.PropertiesEntry
+	nil,                               // 31: tether.events.v1.GameServerAllocated.LabelsEntry
+	nil,                               // 32: tether.events.v1.GameServerAllocated.AnnotationsEntry
+	nil,                               // 33: tether.events.v1.GameServerReallocated.LabelsEntry
+	nil,                               // 34: tether.events.v1.GameServerReallocated.AnnotationsEntry
+	nil,                               // 35: tether.events.v1.LabelsChanged.SetEntry
+	nil,                               // 36: tether.events.v1.AnnotationsChanged.SetEntry
+	(Protocol)(0),                     // 37: tether.events.v1.Protocol
+	(*timestamppb.Timestamp)(nil),     // 38: google.protobuf.Timestamp
+	(*GameServerTemplate)(nil),        // 39: tether.events.v1.GameServerTemplate
+	(*HealthPolicy)(nil),              // 40: tether.events.v1.HealthPolicy
+	(*PlayerSessionPolicy)(nil),       // 41: tether.events.v1.PlayerSessionPolicy
 }
 var file_tether_events_v1_gameserver_proto_depIdxs = []int32{
-	34, // 0: tether.events.v1.Port.protocol:type_name -> tether.events.v1.Protocol
-	35, // 1: tether.events.v1.ConnectionChange.time:type_name -> google.protobuf.Timestamp
+	37, // 0: tether.events.v1.Port.protocol:type_name -> tether.events.v1.Protocol
+	38, // 1: tether.events.v1.ConnectionChange.time:type_name -> google.protobuf.Timestamp
 	2,  // 2: tether.events.v1.ConnectionChange.kind:type_name -> tether.events.v1.DisconnectKind
-	35, // 3: tether.events.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	38, // 3: tether.events.v1.Evidence.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	4,  // 4: tether.events.v1.Evidence.connection_history:type_name -> tether.events.v1.ConnectionChange
-	36, // 5: tether.events.v1.GameServerScheduled.template:type_name -> tether.events.v1.GameServerTemplate
-	37, // 6: tether.events.v1.GameServerScheduled.health:type_name -> tether.events.v1.HealthPolicy
-	28, // 7: tether.events.v1.GameServerScheduled.labels:type_name -> tether.events.v1.GameServerScheduled.LabelsEntry
-	38, // 8: tether.events.v1.GameServerScheduled.player_sessions:type_name -> tether.events.v1.PlayerSessionPolicy
+	39, // 5: tether.events.v1.GameServerScheduled.template:type_name -> tether.events.v1.GameServerTemplate
+	40, // 6: tether.events.v1.GameServerScheduled.health:type_name -> tether.events.v1.HealthPolicy
+	29, // 7: tether.events.v1.GameServerScheduled.labels:type_name -> tether.events.v1.GameServerScheduled.LabelsEntry
+	41, // 8: tether.events.v1.GameServerScheduled.player_sessions:type_name -> tether.events.v1.PlayerSessionPolicy
 	3,  // 9: tether.events.v1.ProcessStarted.ports:type_name -> tether.events.v1.Port
 	2,  // 10: tether.events.v1.SdkDisconnected.kind:type_name -> tether.events.v1.DisconnectKind
-	35, // 11: tether.events.v1.SdkDisconnected.grace_deadline:type_name -> google.protobuf.Timestamp
-	35, // 12: tether.events.v1.GameServerReserved.until:type_name -> google.protobuf.Timestamp
-	35, // 13: tether.events.v1.HealthDegraded.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	35, // 14: tether.events.v1.HealthRecovered.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	38, // 11: tether.events.v1.SdkDisconnected.grace_deadline:type_name -> google.protobuf.Timestamp
+	38, // 12: tether.events.v1.GameServerReserved.until:type_name -> google.protobuf.Timestamp
+	38, // 13: tether.events.v1.HealthDegraded.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	38, // 14: tether.events.v1.HealthRecovered.last_heartbeat_time:type_name -> google.protobuf.Timestamp
 	0,  // 15: tether.events.v1.GameServerUnhealthy.reason:type_name -> tether.events.v1.Reason
 	5,  // 16: tether.events.v1.GameServerUnhealthy.evidence:type_name -> tether.events.v1.Evidence
-	29, // 17: tether.events.v1.GameServerAllocated.properties:type_name -> tether.events.v1.GameServerAllocated.PropertiesEntry
+	30, // 17: tether.events.v1.GameServerAllocated.properties:type_name -> tether.events.v1.GameServerAllocated.PropertiesEntry
 	15, // 18: tether.events.v1.GameServerAllocated.players:type_name -> tether.events.v1.PlayerReservation
-	30, // 19: tether.events.v1.GameServerAllocated.labels:type_name -> tether.events.v1.GameServerAllocated.LabelsEntry
-	31, // 20: tether.events.v1.GameServerAllocated.annotations:type_name -> tether.events.v1.GameServerAllocated.AnnotationsEntry
-	0,  // 21: tether.events.v1.ShutdownRequested.reason:type_name -> tether.events.v1.Reason
-	5,  // 22: tether.events.v1.ShutdownRequested.evidence:type_name -> tether.events.v1.Evidence
-	35, // 23: tether.events.v1.ShutdownRequested.deadline:type_name -> google.protobuf.Timestamp
-	0,  // 24: tether.events.v1.ProcessSignalled.reason:type_name -> tether.events.v1.Reason
-	35, // 25: tether.events.v1.ProcessSignalled.deadline:type_name -> google.protobuf.Timestamp
-	0,  // 26: tether.events.v1.GameServerTerminated.reason:type_name -> tether.events.v1.Reason
-	5,  // 27: tether.events.v1.GameServerTerminated.evidence:type_name -> tether.events.v1.Evidence
-	32, // 28: tether.events.v1.LabelsChanged.set:type_name -> tether.events.v1.LabelsChanged.SetEntry
-	33, // 29: tether.events.v1.AnnotationsChanged.set:type_name -> tether.events.v1.AnnotationsChanged.SetEntry
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	31, // 19: tether.events.v1.GameServerAllocated.labels:type_name -> tether.events.v1.GameServerAllocated.LabelsEntry
+	32, // 20: tether.events.v1.GameServerAllocated.annotations:type_name -> tether.events.v1.GameServerAllocated.AnnotationsEntry
+	27, // 21: tether.events.v1.GameServerAllocated.counters:type_name -> tether.events.v1.CounterChanged
+	28, // 22: tether.events.v1.GameServerAllocated.lists:type_name -> tether.events.v1.ListChanged
+	33, // 23: tether.events.v1.GameServerReallocated.labels:type_name -> tether.events.v1.GameServerReallocated.LabelsEntry
+	34, // 24: tether.events.v1.GameServerReallocated.annotations:type_name -> tether.events.v1.GameServerReallocated.AnnotationsEntry
+	27, // 25: tether.events.v1.GameServerReallocated.counters:type_name -> tether.events.v1.CounterChanged
+	28, // 26: tether.events.v1.GameServerReallocated.lists:type_name -> tether.events.v1.ListChanged
+	0,  // 27: tether.events.v1.ShutdownRequested.reason:type_name -> tether.events.v1.Reason
+	5,  // 28: tether.events.v1.ShutdownRequested.evidence:type_name -> tether.events.v1.Evidence
+	38, // 29: tether.events.v1.ShutdownRequested.deadline:type_name -> google.protobuf.Timestamp
+	0,  // 30: tether.events.v1.ProcessSignalled.reason:type_name -> tether.events.v1.Reason
+	38, // 31: tether.events.v1.ProcessSignalled.deadline:type_name -> google.protobuf.Timestamp
+	0,  // 32: tether.events.v1.GameServerTerminated.reason:type_name -> tether.events.v1.Reason
+	5,  // 33: tether.events.v1.GameServerTerminated.evidence:type_name -> tether.events.v1.Evidence
+	35, // 34: tether.events.v1.LabelsChanged.set:type_name -> tether.events.v1.LabelsChanged.SetEntry
+	36, // 35: tether.events.v1.AnnotationsChanged.set:type_name -> tether.events.v1.AnnotationsChanged.SetEntry
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_tether_events_v1_gameserver_proto_init() }
@@ -2254,14 +2381,14 @@ func file_tether_events_v1_gameserver_proto_init() {
 	}
 	file_tether_events_v1_fleet_proto_init()
 	file_tether_events_v1_gameserver_proto_msgTypes[2].OneofWrappers = []any{}
-	file_tether_events_v1_gameserver_proto_msgTypes[16].OneofWrappers = []any{}
+	file_tether_events_v1_gameserver_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_events_v1_gameserver_proto_rawDesc), len(file_tether_events_v1_gameserver_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   31,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
