@@ -59,7 +59,7 @@ func (a *Agent) openAgones(gs *gameServer) (*agonesEndpoint, error) {
 	if !a.agonesSupported() {
 		return nil, nil
 	}
-	root := func() int { return int(gs.pid.Load()) }
+	root := func() int { return gs.processPid(processPidWait) }
 	refused := func(remote net.Addr, err error) {
 		gs.log.Warn("Agones SDK connection refused: not the game server's process", "remote", remote.String(), "err", err)
 	}

@@ -35,8 +35,13 @@ type gameServer struct {
 	spec    *agentv1.StartGameServer
 	logPath string
 	// pid is the running process's id, 0 while none runs; read without mu
-	// (by the host beat, which must not wait for a server's appends).
+	// (by the host beat, which must not wait for a server's appends). Set
+	// it with setPid.
 	pid atomic.Int64
+	// pidMu guards pidKnown, which is closed while pid holds a process's
+	// id (processpid.go).
+	pidMu    sync.Mutex
+	pidKnown chan struct{}
 	// lastPing is when the process's last health ping (an SDK Health
 	// call) arrived, in Unix nanoseconds (0: none yet); read without mu by
 	// the host beat, which shows it to the API.
@@ -158,7 +163,7 @@ func (a *Agent) start(ctx context.Context, spec *agentv1.StartGameServer) error 
 		a: a, name: name, subject: subject, token: newToken(),
 		log: a.log.With("game_server", name), spec: spec,
 		logPath: filepath.Join(a.logs.root, fleet, id),
-		changed: make(chan struct{}), done: make(chan struct{}),
+		changed: make(chan struct{}), done: make(chan struct{}), pidKnown: make(chan struct{}),
 	}
 	a.servers[name] = gs
 	a.tokens[gs.token] = gs

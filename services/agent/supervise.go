@@ -67,7 +67,7 @@ func (gs *gameServer) supervise(ctx context.Context) {
 		gs.forgetProcess()
 		gs.mu.Lock()
 		gs.proc = nil
-		gs.pid.Store(0)
+		gs.setPid(0)
 		exited.BeforeReady = !gs.state.GetEverReady()
 		restart := exited.BeforeReady && !gs.stopping && attempt < gs.a.opts.MaxStartAttempts && ctx.Err() == nil
 		var lastPing time.Time // the real last health ping; events only record connects and misses
@@ -164,9 +164,9 @@ func (gs *gameServer) launch(attempt int) (Process, error) {
 		return nil, err
 	}
 	pid := proc.Pid()
+	gs.setPid(pid) // first: the process may be calling the SDK already (processpid.go)
 	gs.recordProcess(pid)
 	gs.proc = proc
-	gs.pid.Store(int64(pid))
 	gs.check = newHealthCheck(gs.spec.GetHealth(), time.Duration(gs.spec.GetSdkDisconnectGraceSeconds())*time.Second, gs.a.opts.Clock.Now())
 	gs.log.Info("game server process started", "pid", pid, "attempt", attempt, "log", gs.logPath)
 	ctx, cancel := context.WithTimeout(context.Background(), finalEventTimeout)
