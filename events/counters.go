@@ -457,8 +457,27 @@ func cloneLists(m map[string]*eventsv1.List) map[string]*eventsv1.List {
 
 // ChangeWords says a CounterChanged or a ListChanged in words, as history
 // and explain show it: "counter rooms 3 of 10 (+1)", "list players +p2
-// -p1 (2 of 100)"; "" for any other event.
+// -p1 (2 of 100)"; an allocation's changes (GameServerAllocated,
+// GameServerReallocated) joined by ", "; "" for any other event.
 func ChangeWords(m proto.Message) string {
+	var cs []*eventsv1.CounterChanged
+	var ls []*eventsv1.ListChanged
+	switch d := m.(type) {
+	case *eventsv1.GameServerAllocated:
+		cs, ls = d.GetCounters(), d.GetLists()
+	case *eventsv1.GameServerReallocated:
+		cs, ls = d.GetCounters(), d.GetLists()
+	}
+	if len(cs)+len(ls) > 0 {
+		var words []string
+		for _, c := range cs {
+			words = append(words, ChangeWords(c))
+		}
+		for _, l := range ls {
+			words = append(words, ChangeWords(l))
+		}
+		return strings.Join(words, ", ")
+	}
 	switch d := m.(type) {
 	case *eventsv1.CounterChanged:
 		s := fmt.Sprintf("counter %s %d of %d", d.GetName(), d.GetCount(), d.GetCapacity())

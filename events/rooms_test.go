@@ -38,6 +38,9 @@ func TestAllocationTakesRoomInTheSameEvent(t *testing.T) {
 	if len(out) != 1 || !proto.Equal(out[0], want) {
 		t.Fatalf("events = %v, want %v", out, want)
 	}
+	if w := events.ChangeWords(out[0]); w != "counter rooms 3 of 10 (+2), list players +p2 (2 of 3)" {
+		t.Fatalf("in words: %q", w)
+	}
 	if g.state.GetLifecycle() != ALLOCATED || g.state.GetCounters()["rooms"].GetCount() != 3 || !events.RoomsInUse(g.state) {
 		t.Fatalf("after the allocation: %v, rooms %v", g.state.GetLifecycle(), g.state.GetCounters()["rooms"])
 	}

@@ -399,7 +399,7 @@ func scalingDecisions(evs []events.Envelope, n int) []string {
 // settled lists the event types after which a resource was last fine: an
 // explanation's chain starts after the last of them.
 var settled = []string{
-	"GameServerScheduled", "ProcessStarted", "GameServerReady", "GameServerReserved", "GameServerAllocated", "HealthRecovered",
+	"GameServerScheduled", "ProcessStarted", "GameServerReady", "GameServerReserved", "GameServerAllocated", "GameServerReallocated", "HealthRecovered",
 	"HostRegistered", "HostOnline", "FleetCreated", "FleetStartRecovered", "GameSessionCreated", "PlayerAccepted", "PlayerReconnected", "PlayerTakenOver",
 }
 
