@@ -40,6 +40,27 @@ type agonesAllocationService struct {
 // Allocate allocates the first server a selector matches, or answers
 // RESOURCE_EXHAUSTED when none does.
 func (g *agonesAllocationService) Allocate(ctx context.Context, req *agonesallocation.AllocationRequest) (*agonesallocation.AllocationResponse, error) {
+	treqs, err := agonesRequests(req)
+	if err != nil {
+		return nil, err
+	}
+	for _, treq := range treqs {
+		resp, err := g.alloc.AllocateGameServer(ctx, treq)
+		if err == nil {
+			return agonesAllocationResponse(resp), nil
+		}
+		if !matchesNone(err) {
+			return nil, err
+		}
+	}
+	return nil, &apiError{code: codes.ResourceExhausted, reason: ReasonNoReadyGameServer,
+		msg: "no game server matches any of the request's selectors with room for the allocation"}
+}
+
+// agonesRequests are an Agones allocation request as Tether's, one per
+// selector in order, each checked for size (checkAllocationSizes), or why
+// the request is refused.
+func agonesRequests(req *agonesallocation.AllocationRequest) ([]*tetherv1.AllocateGameServerRequest, error) {
 	if err := checkAgonesUnserved(req); err != nil {
 		return nil, err
 	}
@@ -52,6 +73,7 @@ func (g *agonesAllocationService) Allocate(ctx context.Context, req *agonesalloc
 		scheduling = "DISTRIBUTED"
 	}
 	priorities, counters, lists := agonesRooms(req)
+	var out []*tetherv1.AllocateGameServerRequest
 	for i, sel := range agonesSelectors(req) {
 		labels := maps.Clone(sel.GetMatchLabels())
 		parent := "fleets/-"
@@ -70,16 +92,9 @@ func (g *agonesAllocationService) Allocate(ctx context.Context, req *agonesalloc
 		if err := checkAllocationSizes(treq); err != nil {
 			return nil, err
 		}
-		resp, err := g.alloc.AllocateGameServer(ctx, treq)
-		if err == nil {
-			return agonesAllocationResponse(resp), nil
-		}
-		if !matchesNone(err) {
-			return nil, err
-		}
+		out = append(out, treq)
 	}
-	return nil, &apiError{code: codes.ResourceExhausted, reason: ReasonNoReadyGameServer,
-		msg: "no game server matches any of the request's selectors with room for the allocation"}
+	return out, nil
 }
 
 // agonesSelector is an Agones selector as Tether's, its fleet label taken
