@@ -49,10 +49,11 @@ func (d director) assign(ctx context.Context, m match) (*agonesallocation.Alloca
 // A director-like client assigns the matches its match function returns,
 // two rooms per server: each match gets an address and a port, every
 // match's players are on its server's players list, no server takes more
-// than its rooms, and the match past the fleet's rooms is told
+// than its rooms, the answers name the installation that gave them
+// (Options.Installation), and the match past the fleet's rooms is told
 // RESOURCE_EXHAUSTED, which a director retries later.
 func TestDirectorAssignsMatchesThroughAgonesAllocation(t *testing.T) {
-	s := newStack(t, stackOptions{})
+	s := newStack(t, stackOptions{installation: "eu-west"})
 	s.createFleet("lobby", fleetWithoutReplicas())
 	s.seedRooms("lobby", 3, 3, 2) // 6 rooms, players lists of 8
 	d := director{client: agonesallocation.NewAllocationServiceClient(dialAPI(t, s.grpcAddrs[0])), fleet: "lobby"}
@@ -79,6 +80,9 @@ func TestDirectorAssignsMatchesThroughAgonesAllocation(t *testing.T) {
 		}
 		if resp.GetAddress() == "" || len(resp.GetPorts()) == 0 || resp.GetPorts()[0].GetPort() == 0 {
 			t.Fatalf("match %s: no address to hand its players: %v", m.id, resp)
+		}
+		if resp.GetSource() != "eu-west" {
+			t.Fatalf("match %s: source %q, want the installation that answered, eu-west", m.id, resp.GetSource())
 		}
 		players := resp.GetLists()["players"].GetValues()
 		for _, p := range m.players {

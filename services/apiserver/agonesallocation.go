@@ -21,9 +21,10 @@ import (
 // fleet.
 const agonesFleetLabel = "agones.dev/fleet"
 
-// agonesSource is the answer's source: Agones' word for "allocated by the
+// DefaultInstallation is Options.Installation's default, the source of an
+// Agones allocation's answer: Agones' word for "allocated by the
 // installation asked", multi-cluster allocation being out of scope.
-const agonesSource = "local"
+const DefaultInstallation = "local"
 
 // agonesAllocationService serves Agones' allocation API
 // (allocation.AllocationService/Allocate, REST POST /gameserverallocation)
@@ -34,7 +35,8 @@ const agonesSource = "local"
 // served and what is refused.
 type agonesAllocationService struct {
 	agonesallocation.UnimplementedAllocationServiceServer
-	alloc *allocationService
+	alloc  *allocationService
+	source string // Options.Installation
 }
 
 // Allocate allocates the first server a selector matches, or answers
@@ -47,7 +49,7 @@ func (g *agonesAllocationService) Allocate(ctx context.Context, req *agonesalloc
 	for _, treq := range treqs {
 		resp, err := g.alloc.AllocateGameServer(ctx, treq)
 		if err == nil {
-			return agonesAllocationResponse(resp), nil
+			return agonesAllocationResponse(resp, g.source), nil
 		}
 		if !matchesNone(err) {
 			return nil, err
@@ -207,7 +209,7 @@ func matchesNone(err error) bool {
 }
 
 // agonesAllocationResponse is Tether's allocation as Agones answers it.
-func agonesAllocationResponse(resp *tetherv1.AllocateGameServerResponse) *agonesallocation.AllocationResponse {
+func agonesAllocationResponse(resp *tetherv1.AllocateGameServerResponse, source string) *agonesallocation.AllocationResponse {
 	gs := resp.GetGameServer()
 	_, id, _ := events.ParseGameServerName(gs.GetName()) // the allocator's own name: valid
 	host := gs.GetHost()
@@ -218,7 +220,7 @@ func agonesAllocationResponse(resp *tetherv1.AllocateGameServerResponse) *agones
 		GameServerName: id,
 		Address:        resp.GetEndpoint().GetAddress(),
 		NodeName:       host,
-		Source:         agonesSource,
+		Source:         source,
 		Metadata: &agonesallocation.AllocationResponse_GameServerMetadata{
 			Labels: gs.GetLabels(), Annotations: gs.GetAnnotations(),
 		},

@@ -56,7 +56,8 @@ type stackOptions struct {
 	authRecheck   time.Duration
 	protect       bool // /metrics and /openapi.json need a key
 	oidc          *oidcauth.Verifier
-	jetStream     bool // replicas get the stack's JetStream: heartbeats, the replica set
+	jetStream     bool   // replicas get the stack's JetStream: heartbeats, the replica set
+	installation  string // Options.Installation
 	// archive, when set, is the first replica's segment store (the others
 	// read no archive).
 	archive archive.SegmentStore
@@ -73,7 +74,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 			a.JetStream = k.JS
 		}
 		a.ReadWait, a.TracerProvider, a.Keys, a.MaxBodyBytes = o.readWait, o.tracer, o.keys, o.maxBody
-		a.ReadRequestTimeout = o.readTimeout
+		a.ReadRequestTimeout, a.Installation = o.readTimeout, o.installation
 		a.Limits, a.AuthRecheck = o.limits, o.authRecheck
 		a.MetricsNeedKey, a.OpenAPINeedsKey, a.OIDC = o.protect, o.protect, o.oidc
 		if o.protect {

@@ -115,6 +115,11 @@ type Options struct {
 	Commands commandSender
 	// ReplicaID names this replica in event producers; default a random id.
 	ReplicaID string
+	// Installation names the Tether installation this server is part of
+	// in the answers that say who answered: the source of an Agones
+	// allocation; default DefaultInstallation, Agones' word for "the one
+	// asked".
+	Installation string
 	// ReadWait bounds how long a read waits for min_sequence; default 5s.
 	ReadWait time.Duration
 	// Keepalive is the interval of HTTP/2 pings on idle gRPC connections,
@@ -238,6 +243,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.HTTPAddr == "" {
 		o.HTTPAddr = DefaultHTTPAddr
+	}
+	if o.Installation == "" {
+		o.Installation = DefaultInstallation
 	}
 	if o.ReplicaID == "" {
 		o.ReplicaID = events.NewID("api")
@@ -458,7 +466,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	allocator := &allocationService{s: s, metrics: allocMetrics}
 	tetherv1.RegisterAllocationServiceServer(gs, allocator)
-	agonesallocation.RegisterAllocationServiceServer(gs, &agonesAllocationService{alloc: allocator})
+	agonesallocation.RegisterAllocationServiceServer(gs, &agonesAllocationService{alloc: allocator, source: s.opts.Installation})
 	tetherv1.RegisterGameSessionServiceServer(gs, &gameSessionService{s: s})
 	tetherv1.RegisterHistoryServiceServer(gs, &historyService{s: s})
 	tetherv1.RegisterProjectionServiceServer(gs, &projectionService{s: s})

@@ -301,6 +301,8 @@ func apiserverCommand(g *global) *cobra.Command {
 	f.IntVar(&o.Limits.MaxWatches, "max-watches-per-caller", apiserver.DefaultMaxWatches, "streams (event watches) one caller may hold open; -1: no limit")
 	f.IntVar(&o.WatchBufferBytes, "watch-buffer-bytes", apiserver.DefaultWatchBufferBytes,
 		"bytes of encoded events a watch holds for a client that does not read; it ends the watch (WATCH_FELL_BEHIND) once the client has read nothing for 10 s")
+	f.StringVar(&o.Installation, "installation", apiserver.DefaultInstallation,
+		"this Tether installation's name, the source of Agones allocation answers (a matchmaker that asks several installations tells them apart by it)")
 	f.IntVar(&o.WatchTotalBytes, "watch-total-bytes", apiserver.DefaultWatchTotalBytes,
 		"bytes of encoded events every watch together holds for its clients; a watch that would take more ends the one that holds the most (WATCH_FELL_BEHIND)")
 	f.BoolVar(&o.Insecure, "insecure", false,
