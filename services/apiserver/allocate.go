@@ -171,6 +171,7 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 			s.log.Debug("no server with room; the views could not be brought up to date to look again", "err", err)
 			break
 		}
+		s.candidates.staleRooms()
 	}
 	return a.exhausted(ctx, req)
 }
@@ -245,8 +246,11 @@ func (a *allocationService) allocateFrom(ctx context.Context, req *tetherv1.Allo
 // answered, its event not yet projected. With a request id, the views are
 // first brought up to the stream's end and asked again.
 func (a *allocationService) exhausted(ctx context.Context, req *tetherv1.AllocateGameServerRequest) (*tetherv1.AllocateGameServerResponse, error) {
-	none := &apiError{code: codes.ResourceExhausted, reason: ReasonNoReadyGameServer,
-		msg: fmt.Sprintf("no game server in %s matches the selectors with room for the allocation", req.GetParent())}
+	msg := fmt.Sprintf("no READY game server in %s matches the selectors", req.GetParent())
+	if asksForRoom(req) {
+		msg = fmt.Sprintf("no game server in %s matches the selectors with room for the allocation", req.GetParent())
+	}
+	none := &apiError{code: codes.ResourceExhausted, reason: ReasonNoReadyGameServer, msg: msg}
 	s := a.s
 	id := req.GetRequestId()
 	if id == "" || s.opts.Watch == nil {
@@ -691,4 +695,23 @@ func endpointOf(gs *eventsv1.GameServerState) *tetherv1.Endpoint {
 		e.Ports = append(e.Ports, &tetherv1.Port{Name: p.GetName(), Port: p.GetPort(), Protocol: tetherv1.PortSpec_Protocol(p.GetProtocol())})
 	}
 	return e
+}
+
+// asksForRoom reports whether an allocation selects by, or changes, a
+// server's counters and lists, or selects ALLOCATED servers: then "no
+// READY server" would be the wrong answer, the room is what is missing.
+func asksForRoom(req *tetherv1.AllocateGameServerRequest) bool {
+	if len(req.GetCounterActions()) > 0 || len(req.GetListActions()) > 0 {
+		return true
+	}
+	selectors := req.GetSelectors()
+	if req.GetSelector() != nil {
+		selectors = append(selectors, req.GetSelector())
+	}
+	for _, sel := range selectors {
+		if sel.GetGameServerState() == "ALLOCATED" || len(sel.GetCounters()) > 0 || len(sel.GetLists()) > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -80,17 +80,50 @@ func (s *stack) grpcClients(b *testing.B) []*grpc.ClientConn {
 // JetStream, PostgreSQL and projector. TETHER_BENCH_ALLOCATIONS READY
 // servers (default 5000) are allocated by TETHER_BENCH_CLIENTS concurrent
 // matchmaker calls (default 32), each with a request id and two players;
-// one iteration allocates them all. Reported: allocations/s, p50 and p99
-// latency, and conflicts retried (allocations that lost a race).
+// one iteration allocates them all. With TETHER_BENCH_ROOMS=R, servers
+// host R matches each (a counter rooms of R): n/R servers, and each call
+// takes a room (an ALLOCATED selector with a room first, then a READY
+// one, a counter action taking it and a list action adding the two
+// players), so most allocations are into running servers and every one
+// decides an action. Reported: allocations/s, p50 and p99 latency, and
+// calls refused.
 func BenchmarkAllocate(b *testing.B) {
 	n := benchInt(b, "TETHER_BENCH_ALLOCATIONS", 5000)
 	clients := benchInt(b, "TETHER_BENCH_CLIENTS", 32)
+	rooms := 0
+	if os.Getenv("TETHER_BENCH_ROOMS") != "" {
+		rooms = benchInt(b, "TETHER_BENCH_ROOMS", 1)
+		n -= n % rooms
+	}
 	s := newStack(b, stackOptions{replicas: 2, jetStream: true})
 	conns := s.grpcClients(b)
 	for i := range b.N {
 		fleet := fmt.Sprintf("bench-%d", i)
 		s.createFleet(fleet, fleetWithoutReplicas())
-		s.seedReady(fleet, n, 100, map[string]string{"mode": "ranked"})
+		request := func(k int64) *tetherv1.AllocateGameServerRequest {
+			return &tetherv1.AllocateGameServerRequest{
+				Parent: "fleets/" + fleet, RequestId: fmt.Sprintf("%s-%d", fleet, k),
+				Selector:    &tetherv1.LabelSelector{MatchLabels: map[string]string{"mode": "ranked"}},
+				GameSession: &tetherv1.GameSessionRequest{Properties: map[string]string{"map": "dust"}},
+				Players:     []*tetherv1.PlayerRequest{{PlayerId: "a"}, {PlayerId: "b"}},
+			}
+		}
+		if rooms == 0 {
+			s.seedReady(fleet, n, 100, map[string]string{"mode": "ranked"})
+		} else {
+			s.seedRooms(fleet, n/rooms, 100, int64(rooms))
+			free := map[string]*tetherv1.CounterSelector{"rooms": {MinAvailable: 1}}
+			request = func(k int64) *tetherv1.AllocateGameServerRequest {
+				return &tetherv1.AllocateGameServerRequest{
+					Parent: "fleets/" + fleet, RequestId: fmt.Sprintf("%s-%d", fleet, k),
+					Selectors: []*tetherv1.LabelSelector{
+						{GameServerState: "ALLOCATED", Counters: free}, {GameServerState: "READY", Counters: free}},
+					CounterActions: map[string]*tetherv1.CounterAction{"rooms": {Action: "INCREMENT", Amount: 1}},
+					ListActions: map[string]*tetherv1.ListAction{"players": {
+						AddValues: []string{fmt.Sprintf("p%d-a", k), fmt.Sprintf("p%d-b", k)}}},
+				}
+			}
+		}
 		var next atomic.Int64
 		var failed atomic.Int64
 		lat := &latencies{}
@@ -106,12 +139,7 @@ func BenchmarkAllocate(b *testing.B) {
 						return
 					}
 					t0 := time.Now()
-					_, err := api.AllocateGameServer(context.Background(), &tetherv1.AllocateGameServerRequest{
-						Parent: "fleets/" + fleet, RequestId: fmt.Sprintf("%s-%d", fleet, k),
-						Selector:    &tetherv1.LabelSelector{MatchLabels: map[string]string{"mode": "ranked"}},
-						GameSession: &tetherv1.GameSessionRequest{Properties: map[string]string{"map": "dust"}},
-						Players:     []*tetherv1.PlayerRequest{{PlayerId: "a"}, {PlayerId: "b"}},
-					})
+					_, err := api.AllocateGameServer(context.Background(), request(k))
 					lat.add(time.Since(t0))
 					if err != nil {
 						failed.Add(1)

@@ -74,6 +74,9 @@ type candidatePool struct {
 	mu      sync.Mutex
 	lists   map[string]*candidateList
 	claimed map[string]claim // game server → what keeps it from being handed out
+	// roomsFreshAfter: a list of servers with room that came back empty is
+	// taken to mean none only if it was read after this (staleRooms).
+	roomsFreshAfter time.Time
 }
 
 // claim keeps a server this replica tried out of its lists until the views
@@ -209,6 +212,17 @@ func (p *candidatePool) take(ctx context.Context, q projections.AllocationQuery)
 		}
 		// Empty: wait for a read that started after we looked, or start one.
 		wait := l.refreshing
+		if wait == nil && l.q.RoomQuery() && l.fetched.After(p.roomsFreshAfter) && now.Sub(l.fetched) < l.ttl() {
+			// A list of servers with room, read within its ttl, whose
+			// servers are all being allocated into: the next selector is
+			// tried rather than read the views for each call meanwhile
+			// (every call did, for the half of a fleet's allocations that
+			// found its ALLOCATED servers in flight). Before the allocator
+			// answers that none has room it makes the lists stale
+			// (staleRooms) and looks again.
+			p.mu.Unlock()
+			return row, false, nil
+		}
 		if wait == nil {
 			p.mu.Unlock()
 			return p.takeFresh(ctx, key, q, l)
@@ -451,6 +465,26 @@ func insertRanked(l *candidateList, row projections.Row[*eventsv1.GameServerStat
 		}
 	}
 	l.rows = slices.Insert(l.rows, at, row)
+}
+
+// staleRooms makes the lists of servers with room stale, so that the next
+// take reads the views (brought up to date by the caller) rather than
+// answer from a list that came back empty, read before now (a read in
+// flight meanwhile included), and forgets the claims on
+// servers being allocated: a server another call of this replica is
+// allocating into may have room for this one too, and its claim hid it
+// (a 429 with a room left, 1 in 2,000 at the end of a fleet's rooms). A
+// server taken twice costs a lost race, which the guarded append and the
+// catch-up settle; this runs only when no candidate was found.
+func (p *candidatePool) staleRooms() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.roomsFreshAfter = p.now()
+	for name, c := range p.claimed {
+		if c.known == nil {
+			delete(p.claimed, name)
+		}
+	}
 }
 
 // release hands a claimed server back at once: the allocation did not take

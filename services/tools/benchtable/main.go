@@ -75,6 +75,11 @@ func (b bench) key() string {
 var benches = []bench{
 	{name: "BenchmarkAllocate", pkg: "./services/apiserver/", env: []string{"TETHER_BENCH_ALLOCATIONS=10000"}, time: "1x",
 		quick: []string{"TETHER_BENCH_ALLOCATIONS=500"}},
+	// The same through real gRPC, each call a room of a server that hosts
+	// four (a counter action decided with it; most into ALLOCATED servers).
+	{name: "BenchmarkAllocate", id: "BenchmarkAllocate/rooms", pkg: "./services/apiserver/",
+		env: []string{"TETHER_BENCH_ALLOCATIONS=10000", "TETHER_BENCH_ROOMS=4"}, time: "1x",
+		quick: []string{"TETHER_BENCH_ALLOCATIONS=500", "TETHER_BENCH_ROOMS=4"}},
 	{name: "BenchmarkReplay", pkg: "./projections/postgres/", time: "1x", quick: []string{"TETHER_BENCH_EVENTS=20000"}},
 	{name: "BenchmarkLiveLag", pkg: "./projections/postgres/", time: "1x", quick: []string{"TETHER_BENCH_SECONDS=2"}},
 	{name: "BenchmarkRebuild", pkg: "./projections/postgres/", env: []string{"TETHER_BENCH_EVENTS=1000000"}, time: "1x",
@@ -106,6 +111,8 @@ var benches = []bench{
 var targets = []target{
 	{"allocations sustained (2 API replicas)", "BenchmarkAllocate", "allocs/s", 5000, false, "/s", false},
 	{"allocation p99", "BenchmarkAllocate", "p99-ms", 20, true, "ms", false},
+	{"allocations sustained, a room each with a counter action (2 API replicas, real gRPC, 4 rooms a server)", "BenchmarkAllocate/rooms", "allocs/s", 5000, false, "/s", false},
+	{"allocation p99, a room each with a counter action", "BenchmarkAllocate/rooms", "p99-ms", 20, true, "ms", false},
 	{"allocations through real gRPC, real game servers, 1 API replica", "BenchmarkMatchmakerAllocate/1", "allocs/s", 5000, false, "/s", false},
 	{"allocation p99 through real gRPC, 1 API replica", "BenchmarkMatchmakerAllocate/1", "p99-ms", 20, true, "ms", false},
 	{"allocations through real gRPC, real game servers, 2 API replicas", "BenchmarkMatchmakerAllocate/2", "allocs/s", 5000, false, "/s", false},
