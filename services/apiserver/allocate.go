@@ -148,7 +148,7 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 	}
 	attempts := 0
 	for round := 0; ; round++ {
-		resp, err := a.allocateFrom(ctx, req, want, &attempts)
+		resp, err := a.allocateFrom(ctx, req, want, &attempts, round > 0)
 		if resp != nil || err != nil {
 			return resp, err
 		}
@@ -161,8 +161,10 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 		}
 		// A server with room may have been allocated by another replica
 		// (or readied for its next match) after the views this replica
-		// read: before it answers that none has room, it brings the views
-		// up to the stream's end and looks once more.
+		// read, or be in flight in another call of this replica (the pool
+		// hands a server to one call at a time, however many rooms it has
+		// left): before it answers that none has room, it brings the views
+		// up to the stream's end and tries what they show, claimed or not.
 		head, err := s.opts.Watch.StreamLastSequence(ctx)
 		if err == nil {
 			err = s.waitFresh(ctx, head)
@@ -171,19 +173,25 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 			s.log.Debug("no server with room; the views could not be brought up to date to look again", "err", err)
 			break
 		}
-		s.candidates.staleRooms()
 	}
 	return a.exhausted(ctx, req)
 }
 
 // allocateFrom tries the request's queries in order, and the candidates of
 // each, counting its appends in attempts: the answer, or neither answer nor
-// error when no candidate took the allocation.
-func (a *allocationService) allocateFrom(ctx context.Context, req *tetherv1.AllocateGameServerRequest, want allocationRequest, attempts *int) (*tetherv1.AllocateGameServerResponse, error) {
+// error when no candidate took the allocation. The candidates come from
+// the pool, or with fresh from one read of the views per query, in their
+// order and whatever the pool's claims.
+func (a *allocationService) allocateFrom(ctx context.Context, req *tetherv1.AllocateGameServerRequest, want allocationRequest, attempts *int, fresh bool) (*tetherv1.AllocateGameServerResponse, error) {
 	s := a.s
 	for _, q := range want.queries {
+		next := func() (projections.Row[*eventsv1.GameServerState], bool, error) { return a.take(ctx, q) }
+		giveBack := s.candidates.release // the pool's claim, when it is not taken
+		if fresh {
+			next, giveBack = a.viewsCandidates(ctx, q), func(string) {}
+		}
 		for *attempts < allocAttempts {
-			c, ok, err := a.take(ctx, q)
+			c, ok, err := next()
 			if err != nil {
 				return nil, err
 			}
@@ -197,7 +205,7 @@ func (a *allocationService) allocateFrom(ctx context.Context, req *tetherv1.Allo
 			}
 			policy, err := a.policy(ctx, events.FleetName(fleetID))
 			if err != nil {
-				s.candidates.release(name)
+				giveBack(name)
 				return nil, err
 			}
 			state, seq := c.State, c.Sequence
@@ -205,12 +213,13 @@ func (a *allocationService) allocateFrom(ctx context.Context, req *tetherv1.Allo
 				*attempts++
 				resp, after, err := a.try(ctx, req, want, q, name, state, seq, policy)
 				if err == nil {
+					s.candidates.hit(q)
 					// A retry may be answered with the server its first call
 					// took: then that one is allocated and name is untouched.
 					got := resp.GetGameServer().GetName()
 					s.candidates.settle(got, uint64(resp.GetGameServer().GetSequence()))
 					if got != name {
-						s.candidates.release(name)
+						giveBack(name)
 					} else if after.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_ALLOCATED && (q.RoomQuery() || len(want.counters)+len(want.lists) > 0) {
 						// Room left, maybe: the next allocation of a query
 						// it matches may take it, without waiting for the
@@ -226,18 +235,44 @@ func (a *allocationService) allocateFrom(ctx context.Context, req *tetherv1.Allo
 					break
 				}
 				if !errors.Is(err, events.ErrConflict) {
-					s.candidates.release(name)
+					giveBack(name)
 					return nil, err
 				}
 				// Someone wrote to the server since the views saw it: fold
 				// what they wrote and try again if it still matches.
-				if state, seq, err = a.catchUp(ctx, name, state, seq); err != nil {
+				if state, seq, err = a.catchUp(ctx, name, state, seq, !q.Allocated); err != nil {
 					return nil, err
+				}
+				if !q.Matches(state) {
+					s.candidates.missed(q)
 				}
 			}
 		}
 	}
 	return nil, nil
+}
+
+// viewsCandidates hands out the servers the views show for q, best first,
+// read once when first asked.
+func (a *allocationService) viewsCandidates(ctx context.Context, q projections.AllocationQuery) func() (projections.Row[*eventsv1.GameServerState], bool, error) {
+	var rows []projections.Row[*eventsv1.GameServerState]
+	read := false
+	return func() (projections.Row[*eventsv1.GameServerState], bool, error) {
+		if !read {
+			read = true
+			q.Limit = candidateFetch
+			var err error
+			if rows, err = a.s.opts.Views.AllocationCandidates(ctx, q); err != nil {
+				return projections.Row[*eventsv1.GameServerState]{}, false, err
+			}
+		}
+		if len(rows) == 0 {
+			return projections.Row[*eventsv1.GameServerState]{}, false, nil
+		}
+		r := rows[0]
+		rows = rows[1:]
+		return r, true, nil
+	}
 }
 
 // exhausted answers that no READY server matches, unless the call retries
@@ -393,12 +428,14 @@ type cachedPolicy struct {
 
 // catchUp folds the events appended to a game server after seq. Most
 // conflicts are another allocation of the same server: when the last event
-// alone shows the server is no longer READY, that one direct get decides.
+// alone shows the server is no longer READY, and the query wants READY
+// servers (wantReady), that one direct get decides; a server allocated
+// again may still have room for an ALLOCATED query, so that one folds.
 // A conflict proves the stream holds events after seq: when the direct
 // reads show none (a replica behind the leader answered), they are read
 // from the leader, rather than try the same sequence again until the
 // call's attempts run out.
-func (a *allocationService) catchUp(ctx context.Context, name string, state *eventsv1.GameServerState, seq uint64) (*eventsv1.GameServerState, uint64, error) {
+func (a *allocationService) catchUp(ctx context.Context, name string, state *eventsv1.GameServerState, seq uint64, wantReady bool) (*eventsv1.GameServerState, uint64, error) {
 	subject, err := events.SubjectOf(state)
 	if err != nil {
 		return nil, 0, err
@@ -407,7 +444,7 @@ func (a *allocationService) catchUp(ctx context.Context, name string, state *eve
 	if err != nil {
 		return nil, 0, err
 	}
-	if ok && last.Sequence > seq && events.NotReadyAfter(last.Type) {
+	if ok && last.Sequence > seq && wantReady && events.NotReadyAfter(last.Type) {
 		taken := proto.CloneOf(state)
 		taken.Lifecycle = eventsv1.Lifecycle_LIFECYCLE_UNSPECIFIED // not READY; exact state unknown
 		return taken, last.Sequence, nil

@@ -491,3 +491,70 @@ func TestACandidateListTakenFastReadsMore(t *testing.T) {
 		t.Fatalf("reads asked for %v rows, want %v", got, want)
 	}
 }
+
+// countedViews counts the reads of the views it wraps.
+type countedViews struct {
+	*lagViews
+	mu    sync.Mutex
+	reads int
+}
+
+func (v *countedViews) AllocationCandidates(ctx context.Context, q projections.AllocationQuery) ([]projections.Row[*eventsv1.GameServerState], error) {
+	v.mu.Lock()
+	v.reads++
+	v.mu.Unlock()
+	return v.lagViews.AllocationCandidates(ctx, q)
+}
+
+func (v *countedViews) count() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.reads
+}
+
+// A list whose servers keep turning out taken by another writer (another
+// replica allocating them since the list was read) is dropped after
+// staleRunLimit of them in a row, and read again, within its ttl: the
+// allocation does not spend its attempts on a list gone stale. A server
+// allocated from the list in between starts the count again.
+func TestAStaleCandidateListIsReadAgain(t *testing.T) {
+	views := &countedViews{lagViews: &lagViews{rows: readyRows(200)}}
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	p := newCandidatePool(views, func() time.Time { return now }, slog.New(slog.DiscardHandler))
+	q := projections.AllocationQuery{Fleet: "fleets/f"}
+	take := func() projections.Row[*eventsv1.GameServerState] {
+		t.Helper()
+		row, ok, err := p.take(context.Background(), q)
+		if err != nil || !ok {
+			t.Fatalf("take: ok=%v err=%v", ok, err)
+		}
+		return row
+	}
+	take()
+	if views.count() != 1 {
+		t.Fatalf("%d reads for the first take, want 1", views.count())
+	}
+	// Another replica allocates every server listed; the views move on.
+	fresh := readyRows(400)[200:]
+	views.set(fresh, 9)
+	for range staleRunLimit - 1 {
+		take()
+		p.missed(q)
+	}
+	take()
+	p.hit(q) // one allocated: the count starts again
+	for range staleRunLimit - 1 {
+		take()
+		p.missed(q)
+	}
+	if views.count() != 1 {
+		t.Fatalf("%d reads before %d misses in a row, want 1", views.count(), staleRunLimit)
+	}
+	take()
+	p.missed(q)
+	row := take()
+	if views.count() != 2 || row.Sequence != 9 {
+		t.Fatalf("after %d misses in a row: %d reads, took %s at %d; want the views read again",
+			staleRunLimit, views.count(), row.State.GetName(), row.Sequence)
+	}
+}

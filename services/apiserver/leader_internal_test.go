@@ -149,12 +149,65 @@ func TestCatchUpAfterAConflictReadsWhatTheConflictProves(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, gotSeq, err := a.catchUp(ctx, name, state, seq)
+		got, gotSeq, err := a.catchUp(ctx, name, state, seq, true)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if gotSeq != newer || got.GetLabels()["k"] != "v" {
 			t.Fatalf("%s caught up to %d with labels %v; want %d, with the other writer's label", name, gotSeq, got.GetLabels(), newer)
 		}
+	}
+}
+
+// A server readied and allocated again by other writers since the
+// sequence an allocation into its rooms tried may still have a room:
+// catchUp folds their events for a query of ALLOCATED servers, rather
+// than say from the last event's type alone (GameServerAllocated) that
+// the server is taken, which holds only for a query of READY servers.
+func TestCatchUpFoldsAnotherMatchOnAnAllocatedServer(t *testing.T) {
+	ctx := context.Background()
+	store := behindEventStore(t)
+	a := &allocationService{s: &Server{opts: Options{Store: store}}}
+	name := events.GameServerName("arena", "gs-1")
+	subject := events.MustSubject(name)
+	rooms := func(count int64) []*eventsv1.CounterChanged {
+		return []*eventsv1.CounterChanged{{Name: "rooms", Count: count, Capacity: 4, CountDiff: 1}}
+	}
+	var state *eventsv1.GameServerState
+	var seq uint64
+	for _, data := range []proto.Message{
+		&eventsv1.GameServerScheduled{Host: "hosts/h1", Template: &eventsv1.GameServerTemplate{Command: "/bin/game",
+			Counters: map[string]*eventsv1.Counter{"rooms": {Capacity: 4}}}},
+		&eventsv1.ProcessStarted{Pid: 1}, &eventsv1.GameServerReady{},
+		&eventsv1.GameServerAllocated{GameSession: "gameSessions/g1", Counters: rooms(1)},
+	} {
+		env := events.New(name, time.Now(), data)
+		var err error
+		if seq, err = store.Append(ctx, subject, seq, env); err != nil {
+			t.Fatal(err)
+		}
+		env.Sequence = seq
+		if state, err = events.ApplyGameServer(state, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The match ends, the server is READY for the next, and another
+	// replica allocates it.
+	newer, err := store.Append(ctx, subject, seq,
+		events.New(name, time.Now(), &eventsv1.GameServerReady{}),
+		events.New(name, time.Now(), &eventsv1.GameServerAllocated{GameSession: "gameSessions/g2", Counters: rooms(2)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, gotSeq, err := a.catchUp(ctx, name, state, seq, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotSeq != newer || got.GetLifecycle() != eventsv1.Lifecycle_LIFECYCLE_ALLOCATED || got.GetCounters()["rooms"].GetCount() != 2 {
+		t.Fatalf("caught up to %d: %v, rooms %v; want %d, ALLOCATED with 2 rooms taken", gotSeq, got.GetLifecycle(), got.GetCounters()["rooms"], newer)
+	}
+	// For a query of READY servers the last event's type still decides.
+	if got, _, err := a.catchUp(ctx, name, state, seq, true); err != nil || got.GetLifecycle() == eventsv1.Lifecycle_LIFECYCLE_READY {
+		t.Fatalf("a READY query's catch-up: %v, %v", got.GetLifecycle(), err)
 	}
 }
