@@ -364,12 +364,13 @@ AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host
 }
 
 // AllocationByRequest returns the game server and stream sequence of the
-// projected GameServerAllocated written for an allocation request id, or
+// projected GameServerAllocated, or GameServerReallocated (another match
+// on a running server), written for an allocation request id, or
 // ok=false.
 func (v *Views) AllocationByRequest(ctx context.Context, requestID string) (gameServer string, seq uint64, ok bool, err error) {
 	var s int64
 	err = v.pool.QueryRow(ctx, `SELECT aggregate, sequence FROM events
-WHERE request_id = $1 AND request_id <> '' AND type = 'GameServerAllocated' ORDER BY sequence LIMIT 1`,
+WHERE request_id = $1 AND request_id <> '' AND type IN ('GameServerAllocated', 'GameServerReallocated') ORDER BY sequence LIMIT 1`,
 		requestID).Scan(&gameServer, &s)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", 0, false, nil

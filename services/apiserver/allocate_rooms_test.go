@@ -163,6 +163,52 @@ func TestPackedRoomsFillAServerBeforeTheNext(t *testing.T) {
 	}
 }
 
+// A room allocation retried with its request id is answered with the
+// first call's room, not a second one: right after it (the stream's
+// duplicate window), and once the server is full and the views hold it
+// (the request id looked up before the 429). Another request id gets the
+// 429.
+func TestARoomAllocationRetriedIsAnsweredOnce(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	s.createFleet("lobby", fleetWithoutReplicas())
+	s.seedRooms("lobby", 1, 1, 2)
+	allocate := func(id string) response {
+		t.Helper()
+		return s.do(http.MethodPost, "/v1/fleets/lobby/gameServers:allocate", roomRequest(map[string]any{"requestId": id}))
+	}
+	roomsTaken := func(r response) string {
+		counters, _ := r.obj("gameServer")["counters"].(map[string]any)
+		rooms, _ := counters["rooms"].(map[string]any)
+		return fmt.Sprint(rooms["count"])
+	}
+	first := allocate("a")
+	second := allocate("b") // the server's second and last room, another match
+	if first.status != http.StatusOK || second.status != http.StatusOK || roomsTaken(second) != "2" {
+		t.Fatalf("two rooms: %d %v; %d %v", first.status, first.body, second.status, second.body)
+	}
+	session := second.obj("gameSession")["name"]
+	for _, when := range []string{"at once", "with the views up to date"} {
+		if when != "at once" {
+			head, err := s.Store.StreamLastSequence(s.Ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.waitApplied(head)
+		}
+		again := allocate("b")
+		if again.status != http.StatusOK || again.obj("gameServer")["name"] != second.obj("gameServer")["name"] ||
+			again.obj("gameSession")["name"] != session || roomsTaken(again) != "2" {
+			t.Fatalf("retry %s: %d %v, want the first call's answer", when, again.status, again.body)
+		}
+	}
+	if r := allocate("c"); r.status != http.StatusTooManyRequests {
+		t.Fatalf("another request with both rooms taken: %d %v, want 429", r.status, r.body)
+	}
+	if rooms, allocated, reallocated := s.roomsIn("lobby"); allocated != 1 || reallocated != 1 || len(rooms) != 1 {
+		t.Fatalf("%d GameServerAllocated, %d GameServerReallocated over %d servers; want 1, 1, 1", allocated, reallocated, len(rooms))
+	}
+}
+
 // 32 concurrent callers, across two API replicas, allocating rooms of 20
 // servers of 4 rooms each (each call an ALLOCATED selector with a room,
 // then a READY one): exactly 80 succeed, no room is taken twice, and every
