@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/tetherhq/tether/events"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
@@ -11,7 +12,8 @@ import (
 // (docs/counters-and-lists.md, "Allocation"): a server of the fleet, READY
 // (or ALLOCATED), with the labels, and with each counter and list named, whose
 // count and room left (capacity less count, or less the values held) are
-// within the bounds. A bound's max of 0 is no bound. The views' query
+// within the bounds, and with room for players within bounds. A bound's
+// max of 0 is no bound. The views' query
 // (projections/postgres) selects the same servers, and Matches is how the
 // allocator checks a server again after it learns of a change the views
 // had not shown.
@@ -27,6 +29,18 @@ type ListBounds struct {
 	// ContainsValue must be one of the list's values; empty: any.
 	ContainsValue              string `json:",omitempty"`
 	MinAvailable, MaxAvailable int64  `json:",omitempty"`
+}
+
+// PlayerBounds bound the room for players of the servers a query matches:
+// events.PlayerCapacity less the players its game reports connected.
+type PlayerBounds struct {
+	MinAvailable, MaxAvailable int64 `json:",omitempty"`
+}
+
+// PlayersAvailable is the room for players a server's game tracks: its
+// player capacity less the players connected, never below 0.
+func PlayersAvailable(gs *eventsv1.GameServerState) int64 {
+	return max(events.PlayerCapacity(gs)-int64(len(gs.GetPlayers())), 0)
 }
 
 // Priority ranks servers by the room left on a counter or a list:
@@ -64,6 +78,9 @@ func (q AllocationQuery) Matches(gs *eventsv1.GameServerState) bool {
 		if !ok || !within(c.GetCount(), b.MinCount, b.MaxCount) || !within(c.GetCapacity()-c.GetCount(), b.MinAvailable, b.MaxAvailable) {
 			return false
 		}
+	}
+	if b := q.Players; b != nil && !within(PlayersAvailable(gs), b.MinAvailable, b.MaxAvailable) {
+		return false
 	}
 	for name, b := range q.Lists {
 		l, ok := gs.GetLists()[name]

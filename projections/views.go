@@ -101,6 +101,9 @@ type AllocationQuery struct {
 	Counters map[string]CounterBounds `json:",omitempty"`
 	// Lists bound the lists a server must have, by name.
 	Lists map[string]ListBounds `json:",omitempty"`
+	// Players bounds the room for players a server's game tracks (its
+	// player capacity less the players connected); nil: any.
+	Players *PlayerBounds `json:",omitempty"`
 	// Priorities rank the servers that match, most important first, before
 	// the hosts are.
 	Priorities []Priority `json:",omitempty"`

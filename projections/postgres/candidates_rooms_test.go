@@ -14,7 +14,7 @@ import (
 
 // The views' allocation query selects exactly the servers
 // AllocationQuery.Matches selects, by state, labels, counter and list
-// bounds and a list value, and ranks them by their priorities: the
+// bounds, a list value and room for tracked players, and ranks them by their priorities: the
 // allocator checks a server again with Matches after a lost race, and the
 // two must agree. Random servers and queries from a fixed seed.
 func TestAllocationQueryMatchesWhatTheViewsSelect(t *testing.T) {
@@ -47,6 +47,14 @@ func TestAllocationQueryMatchesWhatTheViewsSelect(t *testing.T) {
 		e.append(name, &eventsv1.GameServerScheduled{Host: host, Template: tmpl, Labels: map[string]string{"mode": []string{"a", "b"}[r.IntN(2)]}},
 			&eventsv1.ProcessStarted{Pid: int32(i + 1), Address: "127.0.0.1", Attempt: 1},
 			&eventsv1.GameServerReady{})
+		// Tracked players (Agones' player tracking): a capacity set or
+		// the default (1,000), and up to three players connected.
+		if r.IntN(2) == 0 {
+			e.append(name, &eventsv1.PlayerCapacitySet{Capacity: int64(r.IntN(5))})
+		}
+		for j := range r.IntN(4) {
+			e.append(name, &eventsv1.TrackedPlayerConnected{PlayerId: fmt.Sprintf("t%d", j), Count: int64(j + 1)})
+		}
 		if r.IntN(2) == 0 {
 			e.append(name, &eventsv1.GameServerAllocated{GameSession: fmt.Sprintf("gameSessions/s%d", i)})
 		}
@@ -79,6 +87,9 @@ func TestAllocationQueryMatchesWhatTheViewsSelect(t *testing.T) {
 				lb.ContainsValue = players[r.IntN(len(players))]
 			}
 			q.Lists = map[string]projections.ListBounds{"players": lb}
+		}
+		if r.IntN(3) == 0 {
+			q.Players = &projections.PlayerBounds{MinAvailable: bound(), MaxAvailable: []int64{0, 1, 2, 3, 1000}[r.IntN(5)]}
 		}
 		if r.IntN(2) == 0 {
 			q.Priorities = append(q.Priorities, projections.Priority{Key: "rooms", Descending: r.IntN(2) == 0})

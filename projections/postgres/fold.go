@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tetherhq/tether/events"
+	"github.com/tetherhq/tether/projections"
 	eventsv1 "github.com/tetherhq/tether/proto/tether/events/v1"
 )
 
@@ -315,7 +316,7 @@ var hostTable = aggregateTable[*eventsv1.HostState]{
 var gameServerTable = aggregateTable[*eventsv1.GameServerState]{
 	table: "game_servers",
 	columns: []string{"name", "fleet", "host", "state", "connection", "health", "missed_periods", "reason", "pid",
-		"address", "game_session", "labels", "revision", "subject", "counters", "lists", "create_time", "update_time", "snapshot", "last_sequence"},
+		"address", "game_session", "labels", "revision", "subject", "counters", "lists", "players_available", "create_time", "update_time", "snapshot", "last_sequence"},
 	apply: events.ApplyGameServer,
 	row: func(s *eventsv1.GameServerState, seq uint64) ([]any, error) {
 		snap, err := snapshotOf(s)
@@ -341,7 +342,7 @@ var gameServerTable = aggregateTable[*eventsv1.GameServerState]{
 		return []any{s.GetName(), events.FleetName(fleet), s.GetHost(), events.LifecycleName(s.GetLifecycle()),
 			enumName(s.GetConnection().String(), "CONNECTION_STATE_"), enumName(s.GetHealth().String(), "HEALTH_STATE_"),
 			s.GetMissedPeriods(), events.ReasonName(s.GetReason()), s.GetPid(), s.GetAddress(), s.GetGameSession(),
-			labels, s.GetRevision(), subject, counters, lists, s.GetCreateTime().AsTime(), s.GetUpdateTime().AsTime(), snap, int64(seq)}, nil
+			labels, s.GetRevision(), subject, counters, lists, projections.PlayersAvailable(s), s.GetCreateTime().AsTime(), s.GetUpdateTime().AsTime(), snap, int64(seq)}, nil
 	},
 }
 

@@ -351,6 +351,13 @@ AND NOT EXISTS (SELECT 1 FROM hosts h WHERE h.name = game_servers.host
 		bound(count, c.MinCount, c.MaxCount)
 		bound(fmt.Sprintf("(counters->%s->>'capacity')::bigint - %s", k, count), c.MinAvailable, c.MaxAvailable)
 	}
+	if p := q.Players; p != nil && (p.MinAvailable > 0 || p.MaxAvailable > 0) {
+		// NULL: a row from before the column; the allocator checks the
+		// server's state (AllocationQuery.Matches) before it tries it.
+		b.WriteString("\nAND (players_available IS NULL OR (true")
+		bound("players_available", p.MinAvailable, p.MaxAvailable)
+		b.WriteString("))")
+	}
 	for _, name := range slices.Sorted(maps.Keys(q.Lists)) {
 		l := q.Lists[name]
 		k := arg(name)

@@ -119,6 +119,15 @@ func agonesSelector(sel *agonesallocation.GameServerSelector, labels map[string]
 		}
 		out.Lists[name] = &tetherv1.ListSelector{ContainsValue: l.GetContainsValue(), MinAvailable: l.GetMinAvailable(), MaxAvailable: l.GetMaxAvailable()}
 	}
+	if p := sel.GetPlayers(); p != nil {
+		// Agones' bounds are unsigned; a server tracks at most
+		// events.MaxTrackedPlayers, so a larger min matches none and a
+		// larger max bounds nothing.
+		out.Players = &tetherv1.PlayerSelector{MinAvailable: int64(min(p.GetMinAvailable(), events.MaxTrackedPlayers+1))}
+		if m := p.GetMaxAvailable(); m <= events.MaxTrackedPlayers {
+			out.Players.MaxAvailable = int64(m)
+		}
+	}
 	return out
 }
 
@@ -164,17 +173,10 @@ func agonesRooms(req *agonesallocation.AllocationRequest) ([]*tetherv1.Allocatio
 
 // checkAgonesUnserved refuses what Tether's allocator does not serve,
 // rather than allocate a server the request would not have matched:
-// multi-cluster allocation (out of scope) and player selectors (Agones'
-// alpha player tracking filter, which its lists replace).
+// multi-cluster allocation (out of scope).
 func checkAgonesUnserved(req *agonesallocation.AllocationRequest) error {
 	if req.GetMultiClusterSetting().GetEnabled() {
 		return invalidField("multiClusterSetting.enabled", "multi-cluster allocation is out of Tether's scope: ask each installation")
-	}
-	for i, sel := range agonesSelectors(req) {
-		if sel.GetPlayers() != nil {
-			return &apiError{code: codes.Unimplemented, reason: ReasonInvalidArgument, field: fmt.Sprintf("gameServerSelectors[%d].players", i),
-				msg: "a player selector (Agones' alpha player allocation filter) is not served by Tether: select by a list's room instead (docs/agones.md)"}
-		}
 	}
 	return nil
 }

@@ -72,6 +72,14 @@ func selectorQuery(path string, want allocationRequest, sel *tetherv1.LabelSelec
 		}
 		q.Lists[name] = projections.ListBounds{ContainsValue: l.GetContainsValue(), MinAvailable: l.GetMinAvailable(), MaxAvailable: l.GetMaxAvailable()}
 	}
+	if p := sel.GetPlayers(); p != nil {
+		if err := checkBounds(path+".players", "available", p.GetMinAvailable(), p.GetMaxAvailable()); err != nil {
+			return q, err
+		}
+		if p.GetMinAvailable() > 0 || p.GetMaxAvailable() > 0 {
+			q.Players = &projections.PlayerBounds{MinAvailable: p.GetMinAvailable(), MaxAvailable: p.GetMaxAvailable()}
+		}
+	}
 	return q, nil
 }
 

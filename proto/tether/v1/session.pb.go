@@ -73,7 +73,7 @@ func (x GameSession_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GameSession_State.Descriptor instead.
 func (GameSession_State) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{11, 0}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{12, 0}
 }
 
 // Player session state.
@@ -138,7 +138,7 @@ func (x PlayerSession_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PlayerSession_State.Descriptor instead.
 func (PlayerSession_State) EnumDescriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{12, 0}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{13, 0}
 }
 
 // A selector of the game servers an allocation may take: every label in
@@ -156,7 +156,10 @@ type LabelSelector struct {
 	// Counters the server must have, by name, with counts within bounds.
 	Counters map[string]*CounterSelector `protobuf:"bytes,3,rep,name=counters,proto3" json:"counters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Lists the server must have, by name, with values within bounds.
-	Lists         map[string]*ListSelector `protobuf:"bytes,4,rep,name=lists,proto3" json:"lists,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Lists map[string]*ListSelector `protobuf:"bytes,4,rep,name=lists,proto3" json:"lists,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Room for players its game tracks (Agones' player tracking): its
+	// player capacity less the players connected.
+	Players       *PlayerSelector `protobuf:"bytes,5,opt,name=players,proto3" json:"players,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -219,6 +222,69 @@ func (x *LabelSelector) GetLists() map[string]*ListSelector {
 	return nil
 }
 
+func (x *LabelSelector) GetPlayers() *PlayerSelector {
+	if x != nil {
+		return x.Players
+	}
+	return nil
+}
+
+// Bounds on the players a server's game tracks: available is its player
+// capacity less the players connected. A max of 0 is no bound.
+type PlayerSelector struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lowest room left.
+	MinAvailable int64 `protobuf:"varint,1,opt,name=min_available,json=minAvailable,proto3" json:"min_available,omitempty"`
+	// Highest room left; 0: no bound.
+	MaxAvailable  int64 `protobuf:"varint,2,opt,name=max_available,json=maxAvailable,proto3" json:"max_available,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlayerSelector) Reset() {
+	*x = PlayerSelector{}
+	mi := &file_tether_v1_session_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlayerSelector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlayerSelector) ProtoMessage() {}
+
+func (x *PlayerSelector) ProtoReflect() protoreflect.Message {
+	mi := &file_tether_v1_session_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlayerSelector.ProtoReflect.Descriptor instead.
+func (*PlayerSelector) Descriptor() ([]byte, []int) {
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PlayerSelector) GetMinAvailable() int64 {
+	if x != nil {
+		return x.MinAvailable
+	}
+	return 0
+}
+
+func (x *PlayerSelector) GetMaxAvailable() int64 {
+	if x != nil {
+		return x.MaxAvailable
+	}
+	return 0
+}
+
 // Bounds on a counter of the servers a selector matches. available is
 // capacity less count. A max of 0 is no bound.
 type CounterSelector struct {
@@ -237,7 +303,7 @@ type CounterSelector struct {
 
 func (x *CounterSelector) Reset() {
 	*x = CounterSelector{}
-	mi := &file_tether_v1_session_proto_msgTypes[1]
+	mi := &file_tether_v1_session_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -249,7 +315,7 @@ func (x *CounterSelector) String() string {
 func (*CounterSelector) ProtoMessage() {}
 
 func (x *CounterSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[1]
+	mi := &file_tether_v1_session_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -262,7 +328,7 @@ func (x *CounterSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterSelector.ProtoReflect.Descriptor instead.
 func (*CounterSelector) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{1}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CounterSelector) GetMinCount() int64 {
@@ -309,7 +375,7 @@ type ListSelector struct {
 
 func (x *ListSelector) Reset() {
 	*x = ListSelector{}
-	mi := &file_tether_v1_session_proto_msgTypes[2]
+	mi := &file_tether_v1_session_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -321,7 +387,7 @@ func (x *ListSelector) String() string {
 func (*ListSelector) ProtoMessage() {}
 
 func (x *ListSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[2]
+	mi := &file_tether_v1_session_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -334,7 +400,7 @@ func (x *ListSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSelector.ProtoReflect.Descriptor instead.
 func (*ListSelector) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{2}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListSelector) GetContainsValue() string {
@@ -375,7 +441,7 @@ type AllocationPriority struct {
 
 func (x *AllocationPriority) Reset() {
 	*x = AllocationPriority{}
-	mi := &file_tether_v1_session_proto_msgTypes[3]
+	mi := &file_tether_v1_session_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -387,7 +453,7 @@ func (x *AllocationPriority) String() string {
 func (*AllocationPriority) ProtoMessage() {}
 
 func (x *AllocationPriority) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[3]
+	mi := &file_tether_v1_session_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -400,7 +466,7 @@ func (x *AllocationPriority) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocationPriority.ProtoReflect.Descriptor instead.
 func (*AllocationPriority) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{3}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AllocationPriority) GetType() string {
@@ -442,7 +508,7 @@ type CounterAction struct {
 
 func (x *CounterAction) Reset() {
 	*x = CounterAction{}
-	mi := &file_tether_v1_session_proto_msgTypes[4]
+	mi := &file_tether_v1_session_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +520,7 @@ func (x *CounterAction) String() string {
 func (*CounterAction) ProtoMessage() {}
 
 func (x *CounterAction) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[4]
+	mi := &file_tether_v1_session_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +533,7 @@ func (x *CounterAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CounterAction.ProtoReflect.Descriptor instead.
 func (*CounterAction) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{4}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CounterAction) GetAction() string {
@@ -507,7 +573,7 @@ type ListAction struct {
 
 func (x *ListAction) Reset() {
 	*x = ListAction{}
-	mi := &file_tether_v1_session_proto_msgTypes[5]
+	mi := &file_tether_v1_session_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +585,7 @@ func (x *ListAction) String() string {
 func (*ListAction) ProtoMessage() {}
 
 func (x *ListAction) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[5]
+	mi := &file_tether_v1_session_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +598,7 @@ func (x *ListAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAction.ProtoReflect.Descriptor instead.
 func (*ListAction) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{5}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListAction) GetAddValues() []string {
@@ -569,7 +635,7 @@ type PlayerRequest struct {
 
 func (x *PlayerRequest) Reset() {
 	*x = PlayerRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[6]
+	mi := &file_tether_v1_session_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +647,7 @@ func (x *PlayerRequest) String() string {
 func (*PlayerRequest) ProtoMessage() {}
 
 func (x *PlayerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[6]
+	mi := &file_tether_v1_session_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +660,7 @@ func (x *PlayerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlayerRequest.ProtoReflect.Descriptor instead.
 func (*PlayerRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{6}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PlayerRequest) GetPlayerId() string {
@@ -624,7 +690,7 @@ type GameSessionRequest struct {
 
 func (x *GameSessionRequest) Reset() {
 	*x = GameSessionRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[7]
+	mi := &file_tether_v1_session_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +702,7 @@ func (x *GameSessionRequest) String() string {
 func (*GameSessionRequest) ProtoMessage() {}
 
 func (x *GameSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[7]
+	mi := &file_tether_v1_session_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +715,7 @@ func (x *GameSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GameSessionRequest.ProtoReflect.Descriptor instead.
 func (*GameSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{7}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GameSessionRequest) GetProperties() map[string]string {
@@ -708,7 +774,7 @@ type AllocateGameServerRequest struct {
 
 func (x *AllocateGameServerRequest) Reset() {
 	*x = AllocateGameServerRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[8]
+	mi := &file_tether_v1_session_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +786,7 @@ func (x *AllocateGameServerRequest) String() string {
 func (*AllocateGameServerRequest) ProtoMessage() {}
 
 func (x *AllocateGameServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[8]
+	mi := &file_tether_v1_session_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +799,7 @@ func (x *AllocateGameServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateGameServerRequest.ProtoReflect.Descriptor instead.
 func (*AllocateGameServerRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{8}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AllocateGameServerRequest) GetParent() string {
@@ -833,7 +899,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_tether_v1_session_proto_msgTypes[9]
+	mi := &file_tether_v1_session_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +911,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[9]
+	mi := &file_tether_v1_session_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +924,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{9}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Endpoint) GetAddress() string {
@@ -893,7 +959,7 @@ type AllocateGameServerResponse struct {
 
 func (x *AllocateGameServerResponse) Reset() {
 	*x = AllocateGameServerResponse{}
-	mi := &file_tether_v1_session_proto_msgTypes[10]
+	mi := &file_tether_v1_session_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +971,7 @@ func (x *AllocateGameServerResponse) String() string {
 func (*AllocateGameServerResponse) ProtoMessage() {}
 
 func (x *AllocateGameServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[10]
+	mi := &file_tether_v1_session_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +984,7 @@ func (x *AllocateGameServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateGameServerResponse.ProtoReflect.Descriptor instead.
 func (*AllocateGameServerResponse) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{10}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AllocateGameServerResponse) GetGameServer() *GameServer {
@@ -982,7 +1048,7 @@ type GameSession struct {
 
 func (x *GameSession) Reset() {
 	*x = GameSession{}
-	mi := &file_tether_v1_session_proto_msgTypes[11]
+	mi := &file_tether_v1_session_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +1060,7 @@ func (x *GameSession) String() string {
 func (*GameSession) ProtoMessage() {}
 
 func (x *GameSession) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[11]
+	mi := &file_tether_v1_session_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +1073,7 @@ func (x *GameSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GameSession.ProtoReflect.Descriptor instead.
 func (*GameSession) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{11}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GameSession) GetName() string {
@@ -1134,7 +1200,7 @@ type PlayerSession struct {
 
 func (x *PlayerSession) Reset() {
 	*x = PlayerSession{}
-	mi := &file_tether_v1_session_proto_msgTypes[12]
+	mi := &file_tether_v1_session_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1212,7 @@ func (x *PlayerSession) String() string {
 func (*PlayerSession) ProtoMessage() {}
 
 func (x *PlayerSession) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[12]
+	mi := &file_tether_v1_session_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1225,7 @@ func (x *PlayerSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlayerSession.ProtoReflect.Descriptor instead.
 func (*PlayerSession) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{12}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PlayerSession) GetName() string {
@@ -1273,7 +1339,7 @@ type GetGameSessionRequest struct {
 
 func (x *GetGameSessionRequest) Reset() {
 	*x = GetGameSessionRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[13]
+	mi := &file_tether_v1_session_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1351,7 @@ func (x *GetGameSessionRequest) String() string {
 func (*GetGameSessionRequest) ProtoMessage() {}
 
 func (x *GetGameSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[13]
+	mi := &file_tether_v1_session_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1364,7 @@ func (x *GetGameSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGameSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetGameSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{13}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetGameSessionRequest) GetName() string {
@@ -1333,7 +1399,7 @@ type ListGameSessionsRequest struct {
 
 func (x *ListGameSessionsRequest) Reset() {
 	*x = ListGameSessionsRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[14]
+	mi := &file_tether_v1_session_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1411,7 @@ func (x *ListGameSessionsRequest) String() string {
 func (*ListGameSessionsRequest) ProtoMessage() {}
 
 func (x *ListGameSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[14]
+	mi := &file_tether_v1_session_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1424,7 @@ func (x *ListGameSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGameSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListGameSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{14}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListGameSessionsRequest) GetFilter() string {
@@ -1402,7 +1468,7 @@ type ListGameSessionsResponse struct {
 
 func (x *ListGameSessionsResponse) Reset() {
 	*x = ListGameSessionsResponse{}
-	mi := &file_tether_v1_session_proto_msgTypes[15]
+	mi := &file_tether_v1_session_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1480,7 @@ func (x *ListGameSessionsResponse) String() string {
 func (*ListGameSessionsResponse) ProtoMessage() {}
 
 func (x *ListGameSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[15]
+	mi := &file_tether_v1_session_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1493,7 @@ func (x *ListGameSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGameSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListGameSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{15}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListGameSessionsResponse) GetGameSessions() []*GameSession {
@@ -1457,7 +1523,7 @@ type GetPlayerSessionRequest struct {
 
 func (x *GetPlayerSessionRequest) Reset() {
 	*x = GetPlayerSessionRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[16]
+	mi := &file_tether_v1_session_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1535,7 @@ func (x *GetPlayerSessionRequest) String() string {
 func (*GetPlayerSessionRequest) ProtoMessage() {}
 
 func (x *GetPlayerSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[16]
+	mi := &file_tether_v1_session_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1548,7 @@ func (x *GetPlayerSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlayerSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetPlayerSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{16}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetPlayerSessionRequest) GetName() string {
@@ -1512,7 +1578,7 @@ type ListPlayerSessionsRequest struct {
 
 func (x *ListPlayerSessionsRequest) Reset() {
 	*x = ListPlayerSessionsRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[17]
+	mi := &file_tether_v1_session_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1590,7 @@ func (x *ListPlayerSessionsRequest) String() string {
 func (*ListPlayerSessionsRequest) ProtoMessage() {}
 
 func (x *ListPlayerSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[17]
+	mi := &file_tether_v1_session_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1603,7 @@ func (x *ListPlayerSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlayerSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPlayerSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{17}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListPlayerSessionsRequest) GetParent() string {
@@ -1565,7 +1631,7 @@ type ListPlayerSessionsResponse struct {
 
 func (x *ListPlayerSessionsResponse) Reset() {
 	*x = ListPlayerSessionsResponse{}
-	mi := &file_tether_v1_session_proto_msgTypes[18]
+	mi := &file_tether_v1_session_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +1643,7 @@ func (x *ListPlayerSessionsResponse) String() string {
 func (*ListPlayerSessionsResponse) ProtoMessage() {}
 
 func (x *ListPlayerSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[18]
+	mi := &file_tether_v1_session_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +1656,7 @@ func (x *ListPlayerSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlayerSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPlayerSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{18}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListPlayerSessionsResponse) GetPlayerSessions() []*PlayerSession {
@@ -1615,7 +1681,7 @@ type CreatePlayerSessionRequest struct {
 
 func (x *CreatePlayerSessionRequest) Reset() {
 	*x = CreatePlayerSessionRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[19]
+	mi := &file_tether_v1_session_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +1693,7 @@ func (x *CreatePlayerSessionRequest) String() string {
 func (*CreatePlayerSessionRequest) ProtoMessage() {}
 
 func (x *CreatePlayerSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[19]
+	mi := &file_tether_v1_session_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +1706,7 @@ func (x *CreatePlayerSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlayerSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreatePlayerSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{19}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreatePlayerSessionRequest) GetParent() string {
@@ -1681,7 +1747,7 @@ type ReconnectPlayerSessionRequest struct {
 
 func (x *ReconnectPlayerSessionRequest) Reset() {
 	*x = ReconnectPlayerSessionRequest{}
-	mi := &file_tether_v1_session_proto_msgTypes[20]
+	mi := &file_tether_v1_session_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +1759,7 @@ func (x *ReconnectPlayerSessionRequest) String() string {
 func (*ReconnectPlayerSessionRequest) ProtoMessage() {}
 
 func (x *ReconnectPlayerSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[20]
+	mi := &file_tether_v1_session_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +1772,7 @@ func (x *ReconnectPlayerSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconnectPlayerSessionRequest.ProtoReflect.Descriptor instead.
 func (*ReconnectPlayerSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{20}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReconnectPlayerSessionRequest) GetName() string {
@@ -1745,7 +1811,7 @@ type ReconnectPlayerSessionResponse struct {
 
 func (x *ReconnectPlayerSessionResponse) Reset() {
 	*x = ReconnectPlayerSessionResponse{}
-	mi := &file_tether_v1_session_proto_msgTypes[21]
+	mi := &file_tether_v1_session_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1823,7 @@ func (x *ReconnectPlayerSessionResponse) String() string {
 func (*ReconnectPlayerSessionResponse) ProtoMessage() {}
 
 func (x *ReconnectPlayerSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tether_v1_session_proto_msgTypes[21]
+	mi := &file_tether_v1_session_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1836,7 @@ func (x *ReconnectPlayerSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconnectPlayerSessionResponse.ProtoReflect.Descriptor instead.
 func (*ReconnectPlayerSessionResponse) Descriptor() ([]byte, []int) {
-	return file_tether_v1_session_proto_rawDescGZIP(), []int{21}
+	return file_tether_v1_session_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReconnectPlayerSessionResponse) GetPlayerSession() *PlayerSession {
@@ -1798,12 +1864,13 @@ var File_tether_v1_session_proto protoreflect.FileDescriptor
 
 const file_tether_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"\x17tether/v1/session.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1atether/v1/gameserver.proto\"\xf4\x03\n" +
+	"\x17tether/v1/session.proto\x12\ttether.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1atether/v1/gameserver.proto\"\xa9\x04\n" +
 	"\rLabelSelector\x12L\n" +
 	"\fmatch_labels\x18\x01 \x03(\v2).tether.v1.LabelSelector.MatchLabelsEntryR\vmatchLabels\x12*\n" +
 	"\x11game_server_state\x18\x02 \x01(\tR\x0fgameServerState\x12B\n" +
 	"\bcounters\x18\x03 \x03(\v2&.tether.v1.LabelSelector.CountersEntryR\bcounters\x129\n" +
-	"\x05lists\x18\x04 \x03(\v2#.tether.v1.LabelSelector.ListsEntryR\x05lists\x1a>\n" +
+	"\x05lists\x18\x04 \x03(\v2#.tether.v1.LabelSelector.ListsEntryR\x05lists\x123\n" +
+	"\aplayers\x18\x05 \x01(\v2\x19.tether.v1.PlayerSelectorR\aplayers\x1a>\n" +
 	"\x10MatchLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aW\n" +
@@ -1813,7 +1880,10 @@ const file_tether_v1_session_proto_rawDesc = "" +
 	"\n" +
 	"ListsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12-\n" +
-	"\x05value\x18\x02 \x01(\v2\x17.tether.v1.ListSelectorR\x05value:\x028\x01\"\x95\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x17.tether.v1.ListSelectorR\x05value:\x028\x01\"Z\n" +
+	"\x0ePlayerSelector\x12#\n" +
+	"\rmin_available\x18\x01 \x01(\x03R\fminAvailable\x12#\n" +
+	"\rmax_available\x18\x02 \x01(\x03R\fmaxAvailable\"\x95\x01\n" +
 	"\x0fCounterSelector\x12\x1b\n" +
 	"\tmin_count\x18\x01 \x01(\x03R\bminCount\x12\x1b\n" +
 	"\tmax_count\x18\x02 \x01(\x03R\bmaxCount\x12#\n" +
@@ -2006,101 +2076,103 @@ func file_tether_v1_session_proto_rawDescGZIP() []byte {
 }
 
 var file_tether_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tether_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_tether_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_tether_v1_session_proto_goTypes = []any{
 	(GameSession_State)(0),                 // 0: tether.v1.GameSession.State
 	(PlayerSession_State)(0),               // 1: tether.v1.PlayerSession.State
 	(*LabelSelector)(nil),                  // 2: tether.v1.LabelSelector
-	(*CounterSelector)(nil),                // 3: tether.v1.CounterSelector
-	(*ListSelector)(nil),                   // 4: tether.v1.ListSelector
-	(*AllocationPriority)(nil),             // 5: tether.v1.AllocationPriority
-	(*CounterAction)(nil),                  // 6: tether.v1.CounterAction
-	(*ListAction)(nil),                     // 7: tether.v1.ListAction
-	(*PlayerRequest)(nil),                  // 8: tether.v1.PlayerRequest
-	(*GameSessionRequest)(nil),             // 9: tether.v1.GameSessionRequest
-	(*AllocateGameServerRequest)(nil),      // 10: tether.v1.AllocateGameServerRequest
-	(*Endpoint)(nil),                       // 11: tether.v1.Endpoint
-	(*AllocateGameServerResponse)(nil),     // 12: tether.v1.AllocateGameServerResponse
-	(*GameSession)(nil),                    // 13: tether.v1.GameSession
-	(*PlayerSession)(nil),                  // 14: tether.v1.PlayerSession
-	(*GetGameSessionRequest)(nil),          // 15: tether.v1.GetGameSessionRequest
-	(*ListGameSessionsRequest)(nil),        // 16: tether.v1.ListGameSessionsRequest
-	(*ListGameSessionsResponse)(nil),       // 17: tether.v1.ListGameSessionsResponse
-	(*GetPlayerSessionRequest)(nil),        // 18: tether.v1.GetPlayerSessionRequest
-	(*ListPlayerSessionsRequest)(nil),      // 19: tether.v1.ListPlayerSessionsRequest
-	(*ListPlayerSessionsResponse)(nil),     // 20: tether.v1.ListPlayerSessionsResponse
-	(*CreatePlayerSessionRequest)(nil),     // 21: tether.v1.CreatePlayerSessionRequest
-	(*ReconnectPlayerSessionRequest)(nil),  // 22: tether.v1.ReconnectPlayerSessionRequest
-	(*ReconnectPlayerSessionResponse)(nil), // 23: tether.v1.ReconnectPlayerSessionResponse
-	nil,                                    // 24: tether.v1.LabelSelector.MatchLabelsEntry
-	nil,                                    // 25: tether.v1.LabelSelector.CountersEntry
-	nil,                                    // 26: tether.v1.LabelSelector.ListsEntry
-	nil,                                    // 27: tether.v1.GameSessionRequest.PropertiesEntry
-	nil,                                    // 28: tether.v1.AllocateGameServerRequest.LabelsEntry
-	nil,                                    // 29: tether.v1.AllocateGameServerRequest.AnnotationsEntry
-	nil,                                    // 30: tether.v1.AllocateGameServerRequest.CounterActionsEntry
-	nil,                                    // 31: tether.v1.AllocateGameServerRequest.ListActionsEntry
-	nil,                                    // 32: tether.v1.GameSession.PropertiesEntry
-	(*Port)(nil),                           // 33: tether.v1.Port
-	(*GameServer)(nil),                     // 34: tether.v1.GameServer
-	(*timestamppb.Timestamp)(nil),          // 35: google.protobuf.Timestamp
+	(*PlayerSelector)(nil),                 // 3: tether.v1.PlayerSelector
+	(*CounterSelector)(nil),                // 4: tether.v1.CounterSelector
+	(*ListSelector)(nil),                   // 5: tether.v1.ListSelector
+	(*AllocationPriority)(nil),             // 6: tether.v1.AllocationPriority
+	(*CounterAction)(nil),                  // 7: tether.v1.CounterAction
+	(*ListAction)(nil),                     // 8: tether.v1.ListAction
+	(*PlayerRequest)(nil),                  // 9: tether.v1.PlayerRequest
+	(*GameSessionRequest)(nil),             // 10: tether.v1.GameSessionRequest
+	(*AllocateGameServerRequest)(nil),      // 11: tether.v1.AllocateGameServerRequest
+	(*Endpoint)(nil),                       // 12: tether.v1.Endpoint
+	(*AllocateGameServerResponse)(nil),     // 13: tether.v1.AllocateGameServerResponse
+	(*GameSession)(nil),                    // 14: tether.v1.GameSession
+	(*PlayerSession)(nil),                  // 15: tether.v1.PlayerSession
+	(*GetGameSessionRequest)(nil),          // 16: tether.v1.GetGameSessionRequest
+	(*ListGameSessionsRequest)(nil),        // 17: tether.v1.ListGameSessionsRequest
+	(*ListGameSessionsResponse)(nil),       // 18: tether.v1.ListGameSessionsResponse
+	(*GetPlayerSessionRequest)(nil),        // 19: tether.v1.GetPlayerSessionRequest
+	(*ListPlayerSessionsRequest)(nil),      // 20: tether.v1.ListPlayerSessionsRequest
+	(*ListPlayerSessionsResponse)(nil),     // 21: tether.v1.ListPlayerSessionsResponse
+	(*CreatePlayerSessionRequest)(nil),     // 22: tether.v1.CreatePlayerSessionRequest
+	(*ReconnectPlayerSessionRequest)(nil),  // 23: tether.v1.ReconnectPlayerSessionRequest
+	(*ReconnectPlayerSessionResponse)(nil), // 24: tether.v1.ReconnectPlayerSessionResponse
+	nil,                                    // 25: tether.v1.LabelSelector.MatchLabelsEntry
+	nil,                                    // 26: tether.v1.LabelSelector.CountersEntry
+	nil,                                    // 27: tether.v1.LabelSelector.ListsEntry
+	nil,                                    // 28: tether.v1.GameSessionRequest.PropertiesEntry
+	nil,                                    // 29: tether.v1.AllocateGameServerRequest.LabelsEntry
+	nil,                                    // 30: tether.v1.AllocateGameServerRequest.AnnotationsEntry
+	nil,                                    // 31: tether.v1.AllocateGameServerRequest.CounterActionsEntry
+	nil,                                    // 32: tether.v1.AllocateGameServerRequest.ListActionsEntry
+	nil,                                    // 33: tether.v1.GameSession.PropertiesEntry
+	(*Port)(nil),                           // 34: tether.v1.Port
+	(*GameServer)(nil),                     // 35: tether.v1.GameServer
+	(*timestamppb.Timestamp)(nil),          // 36: google.protobuf.Timestamp
 }
 var file_tether_v1_session_proto_depIdxs = []int32{
-	24, // 0: tether.v1.LabelSelector.match_labels:type_name -> tether.v1.LabelSelector.MatchLabelsEntry
-	25, // 1: tether.v1.LabelSelector.counters:type_name -> tether.v1.LabelSelector.CountersEntry
-	26, // 2: tether.v1.LabelSelector.lists:type_name -> tether.v1.LabelSelector.ListsEntry
-	27, // 3: tether.v1.GameSessionRequest.properties:type_name -> tether.v1.GameSessionRequest.PropertiesEntry
-	2,  // 4: tether.v1.AllocateGameServerRequest.selector:type_name -> tether.v1.LabelSelector
-	2,  // 5: tether.v1.AllocateGameServerRequest.selectors:type_name -> tether.v1.LabelSelector
-	9,  // 6: tether.v1.AllocateGameServerRequest.game_session:type_name -> tether.v1.GameSessionRequest
-	8,  // 7: tether.v1.AllocateGameServerRequest.players:type_name -> tether.v1.PlayerRequest
-	28, // 8: tether.v1.AllocateGameServerRequest.labels:type_name -> tether.v1.AllocateGameServerRequest.LabelsEntry
-	29, // 9: tether.v1.AllocateGameServerRequest.annotations:type_name -> tether.v1.AllocateGameServerRequest.AnnotationsEntry
-	5,  // 10: tether.v1.AllocateGameServerRequest.priorities:type_name -> tether.v1.AllocationPriority
-	30, // 11: tether.v1.AllocateGameServerRequest.counter_actions:type_name -> tether.v1.AllocateGameServerRequest.CounterActionsEntry
-	31, // 12: tether.v1.AllocateGameServerRequest.list_actions:type_name -> tether.v1.AllocateGameServerRequest.ListActionsEntry
-	33, // 13: tether.v1.Endpoint.ports:type_name -> tether.v1.Port
-	34, // 14: tether.v1.AllocateGameServerResponse.game_server:type_name -> tether.v1.GameServer
-	13, // 15: tether.v1.AllocateGameServerResponse.game_session:type_name -> tether.v1.GameSession
-	11, // 16: tether.v1.AllocateGameServerResponse.endpoint:type_name -> tether.v1.Endpoint
-	14, // 17: tether.v1.AllocateGameServerResponse.player_sessions:type_name -> tether.v1.PlayerSession
-	0,  // 18: tether.v1.GameSession.state:type_name -> tether.v1.GameSession.State
-	32, // 19: tether.v1.GameSession.properties:type_name -> tether.v1.GameSession.PropertiesEntry
-	35, // 20: tether.v1.GameSession.create_time:type_name -> google.protobuf.Timestamp
-	35, // 21: tether.v1.GameSession.update_time:type_name -> google.protobuf.Timestamp
-	1,  // 22: tether.v1.PlayerSession.state:type_name -> tether.v1.PlayerSession.State
-	35, // 23: tether.v1.PlayerSession.reservation_deadline:type_name -> google.protobuf.Timestamp
-	35, // 24: tether.v1.PlayerSession.reconnect_deadline:type_name -> google.protobuf.Timestamp
-	35, // 25: tether.v1.PlayerSession.create_time:type_name -> google.protobuf.Timestamp
-	35, // 26: tether.v1.PlayerSession.update_time:type_name -> google.protobuf.Timestamp
-	13, // 27: tether.v1.ListGameSessionsResponse.game_sessions:type_name -> tether.v1.GameSession
-	14, // 28: tether.v1.ListPlayerSessionsResponse.player_sessions:type_name -> tether.v1.PlayerSession
-	14, // 29: tether.v1.CreatePlayerSessionRequest.player_session:type_name -> tether.v1.PlayerSession
-	14, // 30: tether.v1.ReconnectPlayerSessionResponse.player_session:type_name -> tether.v1.PlayerSession
-	11, // 31: tether.v1.ReconnectPlayerSessionResponse.endpoint:type_name -> tether.v1.Endpoint
-	3,  // 32: tether.v1.LabelSelector.CountersEntry.value:type_name -> tether.v1.CounterSelector
-	4,  // 33: tether.v1.LabelSelector.ListsEntry.value:type_name -> tether.v1.ListSelector
-	6,  // 34: tether.v1.AllocateGameServerRequest.CounterActionsEntry.value:type_name -> tether.v1.CounterAction
-	7,  // 35: tether.v1.AllocateGameServerRequest.ListActionsEntry.value:type_name -> tether.v1.ListAction
-	10, // 36: tether.v1.AllocationService.AllocateGameServer:input_type -> tether.v1.AllocateGameServerRequest
-	15, // 37: tether.v1.GameSessionService.GetGameSession:input_type -> tether.v1.GetGameSessionRequest
-	16, // 38: tether.v1.GameSessionService.ListGameSessions:input_type -> tether.v1.ListGameSessionsRequest
-	18, // 39: tether.v1.GameSessionService.GetPlayerSession:input_type -> tether.v1.GetPlayerSessionRequest
-	19, // 40: tether.v1.GameSessionService.ListPlayerSessions:input_type -> tether.v1.ListPlayerSessionsRequest
-	21, // 41: tether.v1.GameSessionService.CreatePlayerSession:input_type -> tether.v1.CreatePlayerSessionRequest
-	22, // 42: tether.v1.GameSessionService.ReconnectPlayerSession:input_type -> tether.v1.ReconnectPlayerSessionRequest
-	12, // 43: tether.v1.AllocationService.AllocateGameServer:output_type -> tether.v1.AllocateGameServerResponse
-	13, // 44: tether.v1.GameSessionService.GetGameSession:output_type -> tether.v1.GameSession
-	17, // 45: tether.v1.GameSessionService.ListGameSessions:output_type -> tether.v1.ListGameSessionsResponse
-	14, // 46: tether.v1.GameSessionService.GetPlayerSession:output_type -> tether.v1.PlayerSession
-	20, // 47: tether.v1.GameSessionService.ListPlayerSessions:output_type -> tether.v1.ListPlayerSessionsResponse
-	14, // 48: tether.v1.GameSessionService.CreatePlayerSession:output_type -> tether.v1.PlayerSession
-	23, // 49: tether.v1.GameSessionService.ReconnectPlayerSession:output_type -> tether.v1.ReconnectPlayerSessionResponse
-	43, // [43:50] is the sub-list for method output_type
-	36, // [36:43] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	25, // 0: tether.v1.LabelSelector.match_labels:type_name -> tether.v1.LabelSelector.MatchLabelsEntry
+	26, // 1: tether.v1.LabelSelector.counters:type_name -> tether.v1.LabelSelector.CountersEntry
+	27, // 2: tether.v1.LabelSelector.lists:type_name -> tether.v1.LabelSelector.ListsEntry
+	3,  // 3: tether.v1.LabelSelector.players:type_name -> tether.v1.PlayerSelector
+	28, // 4: tether.v1.GameSessionRequest.properties:type_name -> tether.v1.GameSessionRequest.PropertiesEntry
+	2,  // 5: tether.v1.AllocateGameServerRequest.selector:type_name -> tether.v1.LabelSelector
+	2,  // 6: tether.v1.AllocateGameServerRequest.selectors:type_name -> tether.v1.LabelSelector
+	10, // 7: tether.v1.AllocateGameServerRequest.game_session:type_name -> tether.v1.GameSessionRequest
+	9,  // 8: tether.v1.AllocateGameServerRequest.players:type_name -> tether.v1.PlayerRequest
+	29, // 9: tether.v1.AllocateGameServerRequest.labels:type_name -> tether.v1.AllocateGameServerRequest.LabelsEntry
+	30, // 10: tether.v1.AllocateGameServerRequest.annotations:type_name -> tether.v1.AllocateGameServerRequest.AnnotationsEntry
+	6,  // 11: tether.v1.AllocateGameServerRequest.priorities:type_name -> tether.v1.AllocationPriority
+	31, // 12: tether.v1.AllocateGameServerRequest.counter_actions:type_name -> tether.v1.AllocateGameServerRequest.CounterActionsEntry
+	32, // 13: tether.v1.AllocateGameServerRequest.list_actions:type_name -> tether.v1.AllocateGameServerRequest.ListActionsEntry
+	34, // 14: tether.v1.Endpoint.ports:type_name -> tether.v1.Port
+	35, // 15: tether.v1.AllocateGameServerResponse.game_server:type_name -> tether.v1.GameServer
+	14, // 16: tether.v1.AllocateGameServerResponse.game_session:type_name -> tether.v1.GameSession
+	12, // 17: tether.v1.AllocateGameServerResponse.endpoint:type_name -> tether.v1.Endpoint
+	15, // 18: tether.v1.AllocateGameServerResponse.player_sessions:type_name -> tether.v1.PlayerSession
+	0,  // 19: tether.v1.GameSession.state:type_name -> tether.v1.GameSession.State
+	33, // 20: tether.v1.GameSession.properties:type_name -> tether.v1.GameSession.PropertiesEntry
+	36, // 21: tether.v1.GameSession.create_time:type_name -> google.protobuf.Timestamp
+	36, // 22: tether.v1.GameSession.update_time:type_name -> google.protobuf.Timestamp
+	1,  // 23: tether.v1.PlayerSession.state:type_name -> tether.v1.PlayerSession.State
+	36, // 24: tether.v1.PlayerSession.reservation_deadline:type_name -> google.protobuf.Timestamp
+	36, // 25: tether.v1.PlayerSession.reconnect_deadline:type_name -> google.protobuf.Timestamp
+	36, // 26: tether.v1.PlayerSession.create_time:type_name -> google.protobuf.Timestamp
+	36, // 27: tether.v1.PlayerSession.update_time:type_name -> google.protobuf.Timestamp
+	14, // 28: tether.v1.ListGameSessionsResponse.game_sessions:type_name -> tether.v1.GameSession
+	15, // 29: tether.v1.ListPlayerSessionsResponse.player_sessions:type_name -> tether.v1.PlayerSession
+	15, // 30: tether.v1.CreatePlayerSessionRequest.player_session:type_name -> tether.v1.PlayerSession
+	15, // 31: tether.v1.ReconnectPlayerSessionResponse.player_session:type_name -> tether.v1.PlayerSession
+	12, // 32: tether.v1.ReconnectPlayerSessionResponse.endpoint:type_name -> tether.v1.Endpoint
+	4,  // 33: tether.v1.LabelSelector.CountersEntry.value:type_name -> tether.v1.CounterSelector
+	5,  // 34: tether.v1.LabelSelector.ListsEntry.value:type_name -> tether.v1.ListSelector
+	7,  // 35: tether.v1.AllocateGameServerRequest.CounterActionsEntry.value:type_name -> tether.v1.CounterAction
+	8,  // 36: tether.v1.AllocateGameServerRequest.ListActionsEntry.value:type_name -> tether.v1.ListAction
+	11, // 37: tether.v1.AllocationService.AllocateGameServer:input_type -> tether.v1.AllocateGameServerRequest
+	16, // 38: tether.v1.GameSessionService.GetGameSession:input_type -> tether.v1.GetGameSessionRequest
+	17, // 39: tether.v1.GameSessionService.ListGameSessions:input_type -> tether.v1.ListGameSessionsRequest
+	19, // 40: tether.v1.GameSessionService.GetPlayerSession:input_type -> tether.v1.GetPlayerSessionRequest
+	20, // 41: tether.v1.GameSessionService.ListPlayerSessions:input_type -> tether.v1.ListPlayerSessionsRequest
+	22, // 42: tether.v1.GameSessionService.CreatePlayerSession:input_type -> tether.v1.CreatePlayerSessionRequest
+	23, // 43: tether.v1.GameSessionService.ReconnectPlayerSession:input_type -> tether.v1.ReconnectPlayerSessionRequest
+	13, // 44: tether.v1.AllocationService.AllocateGameServer:output_type -> tether.v1.AllocateGameServerResponse
+	14, // 45: tether.v1.GameSessionService.GetGameSession:output_type -> tether.v1.GameSession
+	18, // 46: tether.v1.GameSessionService.ListGameSessions:output_type -> tether.v1.ListGameSessionsResponse
+	15, // 47: tether.v1.GameSessionService.GetPlayerSession:output_type -> tether.v1.PlayerSession
+	21, // 48: tether.v1.GameSessionService.ListPlayerSessions:output_type -> tether.v1.ListPlayerSessionsResponse
+	15, // 49: tether.v1.GameSessionService.CreatePlayerSession:output_type -> tether.v1.PlayerSession
+	24, // 50: tether.v1.GameSessionService.ReconnectPlayerSession:output_type -> tether.v1.ReconnectPlayerSessionResponse
+	44, // [44:51] is the sub-list for method output_type
+	37, // [37:44] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_tether_v1_session_proto_init() }
@@ -2109,15 +2181,15 @@ func file_tether_v1_session_proto_init() {
 		return
 	}
 	file_tether_v1_gameserver_proto_init()
-	file_tether_v1_session_proto_msgTypes[4].OneofWrappers = []any{}
 	file_tether_v1_session_proto_msgTypes[5].OneofWrappers = []any{}
+	file_tether_v1_session_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tether_v1_session_proto_rawDesc), len(file_tether_v1_session_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
