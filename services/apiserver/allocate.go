@@ -186,9 +186,12 @@ func (a *allocationService) allocateFrom(ctx context.Context, req *tetherv1.Allo
 	s := a.s
 	for _, q := range want.queries {
 		next := func() (projections.Row[*eventsv1.GameServerState], bool, error) { return a.take(ctx, q) }
-		giveBack := s.candidates.release // the pool's claim, when it is not taken
+		// The pool's claim, when the server is not taken, and how its
+		// list served.
+		giveBack, hit, missed := s.candidates.release, s.candidates.hit, s.candidates.missed
 		if fresh {
 			next, giveBack = a.viewsCandidates(ctx, q), func(string) {}
+			hit, missed = func(projections.AllocationQuery) {}, func(projections.AllocationQuery) {}
 		}
 		for *attempts < allocAttempts {
 			c, ok, err := next()
@@ -213,7 +216,7 @@ func (a *allocationService) allocateFrom(ctx context.Context, req *tetherv1.Allo
 				*attempts++
 				resp, after, err := a.try(ctx, req, want, q, name, state, seq, policy)
 				if err == nil {
-					s.candidates.hit(q)
+					hit(q)
 					// A retry may be answered with the server its first call
 					// took: then that one is allocated and name is untouched.
 					got := resp.GetGameServer().GetName()
@@ -244,7 +247,7 @@ func (a *allocationService) allocateFrom(ctx context.Context, req *tetherv1.Allo
 					return nil, err
 				}
 				if !q.Matches(state) {
-					s.candidates.missed(q)
+					missed(q)
 				}
 			}
 		}
