@@ -174,7 +174,7 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 			break
 		}
 	}
-	return a.exhausted(ctx, req)
+	return a.exhausted(ctx, req, want)
 }
 
 // allocateFrom tries the request's queries in order, and the candidates of
@@ -185,13 +185,17 @@ func (a *allocationService) allocate(ctx context.Context, req *tetherv1.Allocate
 func (a *allocationService) allocateFrom(ctx context.Context, req *tetherv1.AllocateGameServerRequest, want allocationRequest, attempts *int, fresh bool) (*tetherv1.AllocateGameServerResponse, error) {
 	s := a.s
 	for _, q := range want.queries {
-		next := func() (projections.Row[*eventsv1.GameServerState], bool, error) { return a.take(ctx, q) }
+		key, err := listKey(q)
+		if err != nil {
+			return nil, err
+		}
+		next := func() (projections.Row[*eventsv1.GameServerState], bool, error) { return a.take(ctx, key, q) }
 		// The pool's claim, when the server is not taken, and how its
 		// list served.
 		giveBack, hit, missed := s.candidates.release, s.candidates.hit, s.candidates.missed
 		if fresh {
 			next, giveBack = a.viewsCandidates(ctx, q), func(string) {}
-			hit, missed = func(projections.AllocationQuery) {}, func(projections.AllocationQuery) {}
+			hit, missed = func(string) {}, func(string) {}
 		}
 		for *attempts < allocAttempts {
 			c, ok, err := next()
@@ -216,7 +220,7 @@ func (a *allocationService) allocateFrom(ctx context.Context, req *tetherv1.Allo
 				*attempts++
 				resp, after, err := a.try(ctx, req, want, q, name, state, seq, policy)
 				if err == nil {
-					hit(q)
+					hit(key)
 					// A retry may be answered with the server its first call
 					// took: then that one is allocated and name is untouched.
 					got := resp.GetGameServer().GetName()
@@ -247,7 +251,7 @@ func (a *allocationService) allocateFrom(ctx context.Context, req *tetherv1.Allo
 					return nil, err
 				}
 				if !q.Matches(state) {
-					missed(q)
+					missed(key)
 				}
 			}
 		}
@@ -283,9 +287,9 @@ func (a *allocationService) viewsCandidates(ctx context.Context, q projections.A
 // first call may have taken the fleet's last READY server and been
 // answered, its event not yet projected. With a request id, the views are
 // first brought up to the stream's end and asked again.
-func (a *allocationService) exhausted(ctx context.Context, req *tetherv1.AllocateGameServerRequest) (*tetherv1.AllocateGameServerResponse, error) {
+func (a *allocationService) exhausted(ctx context.Context, req *tetherv1.AllocateGameServerRequest, want allocationRequest) (*tetherv1.AllocateGameServerResponse, error) {
 	msg := fmt.Sprintf("no READY game server in %s matches the selectors", req.GetParent())
-	if asksForRoom(req) {
+	if want.asksForRoom() {
 		msg = fmt.Sprintf("no game server in %s matches the selectors with room for the allocation", req.GetParent())
 	}
 	none := &apiError{code: codes.ResourceExhausted, reason: ReasonNoReadyGameServer, msg: msg}
@@ -399,9 +403,9 @@ func (a *allocationService) readPolicy(ctx context.Context, fleet string) (*even
 // take takes a candidate from the replica's pool, in a span of its own
 // (allocation.candidates): most takes are a pick from a list in memory,
 // but one that finds its list empty reads the views and waits for them.
-func (a *allocationService) take(ctx context.Context, q projections.AllocationQuery) (projections.Row[*eventsv1.GameServerState], bool, error) {
+func (a *allocationService) take(ctx context.Context, key string, q projections.AllocationQuery) (projections.Row[*eventsv1.GameServerState], bool, error) {
 	ctx, span := a.s.tracer.Start(ctx, "allocation.candidates")
-	c, ok, err := a.s.candidates.take(ctx, q)
+	c, ok, err := a.s.candidates.takeListed(ctx, key, q)
 	endSpan(span, err)
 	return c, ok, err
 }
@@ -735,23 +739,4 @@ func endpointOf(gs *eventsv1.GameServerState) *tetherv1.Endpoint {
 		e.Ports = append(e.Ports, &tetherv1.Port{Name: p.GetName(), Port: p.GetPort(), Protocol: tetherv1.PortSpec_Protocol(p.GetProtocol())})
 	}
 	return e
-}
-
-// asksForRoom reports whether an allocation selects by, or changes, a
-// server's counters and lists, or selects ALLOCATED servers: then "no
-// READY server" would be the wrong answer, the room is what is missing.
-func asksForRoom(req *tetherv1.AllocateGameServerRequest) bool {
-	if len(req.GetCounterActions()) > 0 || len(req.GetListActions()) > 0 {
-		return true
-	}
-	selectors := req.GetSelectors()
-	if req.GetSelector() != nil {
-		selectors = append(selectors, req.GetSelector())
-	}
-	for _, sel := range selectors {
-		if sel.GetGameServerState() == "ALLOCATED" || len(sel.GetCounters()) > 0 || len(sel.GetLists()) > 0 {
-			return true
-		}
-	}
-	return false
 }

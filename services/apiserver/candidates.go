@@ -192,6 +192,11 @@ func (p *candidatePool) take(ctx context.Context, q projections.AllocationQuery)
 	if err != nil {
 		return row, false, err
 	}
+	return p.takeListed(ctx, key, q)
+}
+
+// takeListed is take from the list of key, q's listKey.
+func (p *candidatePool) takeListed(ctx context.Context, key string, q projections.AllocationQuery) (row projections.Row[*eventsv1.GameServerState], ok bool, err error) {
 	for {
 		p.mu.Lock()
 		now := p.now()
@@ -413,43 +418,36 @@ func (p *candidatePool) forgetClaimsLocked(now time.Time) {
 	}
 }
 
-// listKey is the key of q's list.
+// listKey is the key of q's list (its JSON: one list per distinct query).
 func listKey(q projections.AllocationQuery) (string, error) {
 	b, err := json.Marshal(q)
 	return string(b), err
 }
 
-// missed records that a server take handed out for q had been taken by
-// another writer since the views were read: it no longer matched q once
-// the allocation caught up with it. After staleRunLimit of those in a row,
-// the list is dropped and the next take reads the views again.
-func (p *candidatePool) missed(q projections.AllocationQuery) {
-	p.outcome(q, true)
-}
-
-// hit records that a server take handed out for q was allocated.
-func (p *candidatePool) hit(q projections.AllocationQuery) {
-	p.outcome(q, false)
-}
-
-func (p *candidatePool) outcome(q projections.AllocationQuery, missed bool) {
-	key, err := listKey(q)
-	if err != nil {
-		return // take could not have handed anything out for q
-	}
+// missed records that a server the list of key (listKey) handed out had
+// been taken by another writer since the views were read: it no longer
+// matched the list's query once the allocation caught up with it. After
+// staleRunLimit of those in a row, the list is dropped and the next take
+// reads the views again.
+func (p *candidatePool) missed(key string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	l := p.lists[key]
-	switch {
-	case l == nil:
-		return
-	case !missed:
-		l.staleRun = 0
+	if l == nil {
 		return
 	}
 	if l.staleRun++; l.staleRun >= staleRunLimit {
 		p.log.Debug("allocation candidates: list dropped, its servers were taken by other writers", "missed", l.staleRun, "rows", len(l.rows))
 		l.rows, l.fetched, l.staleRun = nil, time.Time{}, 0
+	}
+}
+
+// hit records that a server the list of key handed out was allocated.
+func (p *candidatePool) hit(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l := p.lists[key]; l != nil {
+		l.staleRun = 0
 	}
 }
 

@@ -522,6 +522,7 @@ func TestAStaleCandidateListIsReadAgain(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	p := newCandidatePool(views, func() time.Time { return now }, slog.New(slog.DiscardHandler))
 	q := projections.AllocationQuery{Fleet: "fleets/f"}
+	key := must(listKey(q))
 	take := func() projections.Row[*eventsv1.GameServerState] {
 		t.Helper()
 		row, ok, err := p.take(context.Background(), q)
@@ -539,19 +540,19 @@ func TestAStaleCandidateListIsReadAgain(t *testing.T) {
 	views.set(fresh, 9)
 	for range staleRunLimit - 1 {
 		take()
-		p.missed(q)
+		p.missed(key)
 	}
 	take()
-	p.hit(q) // one allocated: the count starts again
+	p.hit(key) // one allocated: the count starts again
 	for range staleRunLimit - 1 {
 		take()
-		p.missed(q)
+		p.missed(key)
 	}
 	if views.count() != 1 {
 		t.Fatalf("%d reads before %d misses in a row, want 1", views.count(), staleRunLimit)
 	}
 	take()
-	p.missed(q)
+	p.missed(key)
 	row := take()
 	if views.count() != 2 || row.Sequence != 9 {
 		t.Fatalf("after %d misses in a row: %d reads, took %s at %d; want the views read again",

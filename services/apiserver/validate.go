@@ -615,6 +615,16 @@ type allocationRequest struct {
 	lists    []events.ListAction
 }
 
+// asksForRoom reports whether the allocation selects by, or changes, a
+// server's counters, lists or tracked players, or selects ALLOCATED
+// servers: then "no READY server" would be the wrong answer, the room is
+// what is missing.
+func (r allocationRequest) asksForRoom() bool {
+	return len(r.counters)+len(r.lists) > 0 || slices.ContainsFunc(r.queries, func(q projections.AllocationQuery) bool {
+		return q.Allocated || len(q.Counters)+len(q.Lists) > 0 || q.Players != nil
+	})
+}
+
 // parseAllocation checks what an allocation request asks for, beyond the
 // sizes every request's interceptor checks (checkAllocationSizes): its
 // parent, its scheduling, its players (each with an id, none twice, at
